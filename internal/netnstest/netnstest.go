@@ -1,0 +1,181 @@
+// Package netnstest gives tests throwaway Linux network namespaces: the only
+// place where svcproxy's tests change iptables, routes or links, and the only
+// place (besides loopback) where they send traffic.
+//
+// A namespace is created with `ip netns add`, has its loopback up and no route
+// out, and is removed with everything started in it when the test ends, also
+// when it fails. Tests that need it call RequireRoot first, which skips them
+// with a message when they cannot run (not root, or a tool is missing).
+package netnstest
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// RequireRoot skips the test unless it runs as root with `ip` and every named
+// tool on PATH.
+func RequireRoot(t testing.TB, tools ...string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates network namespaces (run `make test` as root)")
+	}
+	for _, tool := range append([]string{"ip"}, tools...) {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s on PATH (make test installs it)", tool)
+		}
+	}
+}
+
+// NS is a network namespace owned by one test.
+type NS struct {
+	Name string
+
+	mu    sync.Mutex
+	procs []*exec.Cmd
+}
+
+// New creates a fresh namespace "svcp-<random>" with loopback up. It is
+// deleted, and every process started in it with Start killed, at cleanup.
+func New(t testing.TB) *NS {
+	t.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	n := &NS{Name: "svcp-" + hex.EncodeToString(b[:])}
+	if out, err := exec.Command("ip", "netns", "add", n.Name).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add %s: %v: %s", n.Name, err, out)
+	}
+	t.Cleanup(func() { n.remove(t) })
+	n.Run(t, "ip", "link", "set", "lo", "up")
+	return n
+}
+
+func (n *NS) remove(t testing.TB) {
+	n.mu.Lock()
+	procs := n.procs
+	n.procs = nil
+	n.mu.Unlock()
+	for _, c := range procs {
+		if c.Process != nil {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+	}
+	// Anything else still running inside (a child of a child) goes too, or the
+	// namespace would outlive the test.
+	if out, err := exec.Command("ip", "netns", "pids", n.Name).Output(); err == nil {
+		for _, pid := range strings.Fields(string(out)) {
+			// Our own pid shows up when Do's thread was the main thread, which Go
+			// keeps (wedged) instead of ending it: never kill ourselves.
+			var p int
+			if _, err := fmt.Sscan(pid, &p); err == nil && p != os.Getpid() {
+				_ = syscall.Kill(p, syscall.SIGKILL)
+			}
+		}
+	}
+	if out, err := exec.Command("ip", "netns", "del", n.Name).CombinedOutput(); err != nil {
+		t.Errorf("ip netns del %s: %v: %s", n.Name, err, out)
+	}
+	_ = os.RemoveAll(filepath.Join("/etc/netns", n.Name))
+}
+
+// Do runs fn on an OS thread that has entered the namespace. Sockets created
+// by fn stay in the namespace after Do returns, so a test can listen or dial
+// "inside" and then use the socket from any goroutine. Processes started by fn
+// with os/exec are forked from this thread and so inherit the namespace too.
+func (n *NS) Do(fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		// The thread is never unlocked: once it has been in another namespace it
+		// must not run other goroutines, so it exits with this goroutine.
+		runtime.LockOSThread()
+		fd, err := unix.Open(filepath.Join("/run/netns", n.Name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			errc <- fmt.Errorf("open namespace %s: %w", n.Name, err)
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("enter namespace %s: %w", n.Name, err)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+// Command returns `ip netns exec NAME name args...`.
+func (n *NS) Command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.Name, name}, args...)...)
+}
+
+// Run runs a command in the namespace, fails the test if it fails, and returns
+// its combined output.
+func (n *NS) Run(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := n.Command(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("in %s: %s %s: %v\n%s", n.Name, name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// Start starts a background process in the namespace; it is killed at cleanup
+// (or earlier by the test). Its output goes to the test log when it fails.
+func (n *NS) Start(t testing.TB, name string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := n.Command(context.Background(), name, args...)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("in %s: start %s: %v", n.Name, name, err)
+	}
+	n.mu.Lock()
+	n.procs = append(n.procs, cmd)
+	n.mu.Unlock()
+	t.Cleanup(func() {
+		if t.Failed() && out.Len() > 0 {
+			t.Logf("output of %s %s in %s:\n%s", name, strings.Join(args, " "), n.Name, out.String())
+		}
+	})
+	return cmd
+}
+
+// Sysctl sets a net.* sysctl inside the namespace.
+func (n *NS) Sysctl(t testing.TB, key, value string) {
+	t.Helper()
+	if !strings.HasPrefix(key, "net.") {
+		t.Fatalf("sysctl %s: only net.* keys are per namespace", key)
+	}
+	n.Run(t, "sysctl", "-qw", key+"="+value)
+}
+
+// Veth connects two namespaces with a veth pair, addresses both ends and
+// brings them up. Interface names must be unique within their namespace.
+func Veth(t testing.TB, a *NS, aIf string, aAddr netip.Prefix, b *NS, bIf string, bAddr netip.Prefix) {
+	t.Helper()
+	// Create in a and move the peer to b, so no name ever exists in the host.
+	a.Run(t, "ip", "link", "add", aIf, "type", "veth", "peer", "name", bIf, "netns", b.Name)
+	a.Run(t, "ip", "addr", "add", aAddr.String(), "dev", aIf)
+	a.Run(t, "ip", "link", "set", aIf, "up")
+	b.Run(t, "ip", "addr", "add", bAddr.String(), "dev", bIf)
+	b.Run(t, "ip", "link", "set", bIf, "up")
+}

@@ -1,0 +1,257 @@
+package service
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// Build converts API objects into a Snapshot. Invalid Services, EndpointSlices
+// and Endpoints are skipped and reported in Snapshot.Errors; every other object
+// still works.
+//
+// Endpoints come from the EndpointSlices labelled with the Service's name
+// (kubernetes.io/service-name), or, for a Service that has no slice at all, from
+// its v1.Endpoints object. A slice port is matched to a service port by name, as
+// kube-proxy does: a named targetPort may resolve to a different number in each
+// slice (pods of two versions may name different container ports "http").
+func Build(services []*v1.Service, slices []*discoveryv1.EndpointSlice, endpoints []*v1.Endpoints) *Snapshot {
+	var errs []error
+
+	slicesBySvc := make(map[NamespacedName][]*discoveryv1.EndpointSlice)
+	for _, es := range slices {
+		if err := validateSlice(es); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		svc, ok := es.Labels[discoveryv1.LabelServiceName]
+		if !ok || svc == "" {
+			continue // not managed for a Service; kube-proxy ignores it too
+		}
+		key := NamespacedName{Namespace: es.Namespace, Name: svc}
+		slicesBySvc[key] = append(slicesBySvc[key], es)
+	}
+	legacy := make(map[NamespacedName]*v1.Endpoints)
+	for _, ep := range endpoints {
+		if err := validateEndpoints(ep); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		legacy[NamespacedName{Namespace: ep.Namespace, Name: ep.Name}] = ep
+	}
+
+	out := make([]*Service, 0, len(services))
+	for _, obj := range services {
+		svc, err := convertService(obj)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if ess := slicesBySvc[svc.NamespacedName]; len(ess) > 0 {
+			attachSlices(svc, ess)
+		} else if ep := legacy[svc.NamespacedName]; ep != nil {
+			attachEndpoints(svc, ep)
+		}
+		out = append(out, svc)
+	}
+	return NewSnapshot(out, errs)
+}
+
+// convertService validates one Service and converts it, without endpoints.
+func convertService(obj *v1.Service) (*Service, error) {
+	if err := validateService(obj); err != nil {
+		return nil, err
+	}
+	spec := &obj.Spec
+	svc := &Service{
+		NamespacedName:           NamespacedName{Namespace: obj.Namespace, Name: obj.Name},
+		Type:                     Type(cmp.Or(string(spec.Type), string(v1.ServiceTypeClusterIP))),
+		ExternalName:             spec.ExternalName,
+		ExternalPolicyLocal:      spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal,
+		InternalPolicyLocal:      spec.InternalTrafficPolicy != nil && *spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal,
+		PublishNotReadyAddresses: spec.PublishNotReadyAddresses,
+		Annotations:              obj.Annotations,
+	}
+	if svc.Type != TypeExternalName {
+		for _, s := range clusterIPStrings(spec) {
+			if s == v1.ClusterIPNone {
+				svc.Headless = true
+				continue
+			}
+			svc.ClusterIPs = append(svc.ClusterIPs, netip.MustParseAddr(s))
+		}
+	}
+	for _, s := range spec.ExternalIPs {
+		svc.ExternalIPs = append(svc.ExternalIPs, netip.MustParseAddr(s))
+	}
+	for _, ing := range obj.Status.LoadBalancer.Ingress {
+		if ing.IP != "" {
+			svc.LoadBalancerIPs = append(svc.LoadBalancerIPs, netip.MustParseAddr(ing.IP))
+		}
+	}
+	if spec.SessionAffinity == v1.ServiceAffinityClientIP {
+		svc.Affinity = Affinity{ClientIP: true, Timeout: DefaultAffinityTimeout}
+		if c := spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+			svc.Affinity.Timeout = time.Duration(*c.ClientIP.TimeoutSeconds) * time.Second
+		}
+	}
+	for _, sp := range spec.Ports {
+		proto := Protocol(cmp.Or(string(sp.Protocol), string(TCP)))
+		svc.Ports = append(svc.Ports, &Port{
+			Name:       PortName{NamespacedName: svc.NamespacedName, Port: sp.Name, Protocol: proto},
+			Service:    svc,
+			Port:       uint16(sp.Port),
+			Protocol:   proto,
+			NodePort:   uint16(sp.NodePort),
+			TargetPort: sp.TargetPort.String(),
+		})
+	}
+	return svc, nil
+}
+
+// clusterIPStrings returns spec.clusterIPs, or spec.clusterIP for objects
+// written before dual-stack (and for hand-written manifests that set only it).
+func clusterIPStrings(spec *v1.ServiceSpec) []string {
+	if len(spec.ClusterIPs) > 0 {
+		return spec.ClusterIPs
+	}
+	if spec.ClusterIP != "" {
+		return []string{spec.ClusterIP}
+	}
+	return nil
+}
+
+// attachSlices fills the endpoints of svc's ports from its EndpointSlices.
+func attachSlices(svc *Service, ess []*discoveryv1.EndpointSlice) {
+	byIP := make(map[netip.Addr]Endpoint)
+	for _, es := range ess {
+		for _, e := range es.Endpoints {
+			ep := sliceEndpoint(e)
+			if _, dup := byIP[ep.Addr.Addr()]; !dup {
+				byIP[ep.Addr.Addr()] = ep
+			}
+		}
+	}
+	svc.Endpoints = sortedEndpoints(byIP)
+
+	for _, p := range svc.Ports {
+		seen := make(map[netip.AddrPort]bool)
+		for _, es := range ess {
+			number, ok := slicePort(es, p)
+			if !ok {
+				continue
+			}
+			for _, e := range es.Endpoints {
+				ep := sliceEndpoint(e)
+				ep.Addr = netip.AddrPortFrom(ep.Addr.Addr(), number)
+				if !seen[ep.Addr] { // the same endpoint may sit in two slices while they are rebalanced
+					seen[ep.Addr] = true
+					p.Endpoints = append(p.Endpoints, ep)
+				}
+			}
+		}
+		sortEndpoints(p.Endpoints)
+	}
+}
+
+// slicePort finds the number that a slice gives to service port p: the slice
+// port with the same name and protocol.
+func slicePort(es *discoveryv1.EndpointSlice, p *Port) (uint16, bool) {
+	for _, sp := range es.Ports {
+		name := ""
+		if sp.Name != nil {
+			name = *sp.Name
+		}
+		proto := TCP
+		if sp.Protocol != nil {
+			proto = Protocol(*sp.Protocol)
+		}
+		if name == p.Name.Port && proto == p.Protocol && sp.Port != nil {
+			return uint16(*sp.Port), true
+		}
+	}
+	return 0, false
+}
+
+// sliceEndpoint converts one slice endpoint (its first address, as kube-proxy
+// uses) with the API's defaults for unset conditions.
+func sliceEndpoint(e discoveryv1.Endpoint) Endpoint {
+	ep := Endpoint{Addr: netip.AddrPortFrom(netip.MustParseAddr(e.Addresses[0]), 0)}
+	c := e.Conditions
+	ep.Ready = c.Ready == nil || *c.Ready
+	ep.Serving = ep.Ready
+	if c.Serving != nil {
+		ep.Serving = *c.Serving
+	}
+	ep.Terminating = c.Terminating != nil && *c.Terminating
+	if e.NodeName != nil {
+		ep.NodeName = *e.NodeName
+	}
+	if e.Zone != nil {
+		ep.Zone = *e.Zone
+	}
+	if e.Hostname != nil {
+		ep.Hostname = *e.Hostname
+	}
+	return ep
+}
+
+// attachEndpoints fills svc's endpoints from a v1.Endpoints object: addresses
+// are ready and serving, notReadyAddresses neither.
+func attachEndpoints(svc *Service, obj *v1.Endpoints) {
+	byIP := make(map[netip.Addr]Endpoint)
+	for _, ss := range obj.Subsets {
+		each := func(a v1.EndpointAddress, ready bool) Endpoint {
+			ep := Endpoint{Addr: netip.AddrPortFrom(netip.MustParseAddr(a.IP), 0), Ready: ready, Serving: ready, Hostname: a.Hostname}
+			if a.NodeName != nil {
+				ep.NodeName = *a.NodeName
+			}
+			if _, dup := byIP[ep.Addr.Addr()]; !dup {
+				byIP[ep.Addr.Addr()] = ep
+			}
+			return ep
+		}
+		var eps []Endpoint
+		for _, a := range ss.Addresses {
+			eps = append(eps, each(a, true))
+		}
+		for _, a := range ss.NotReadyAddresses {
+			eps = append(eps, each(a, false))
+		}
+		for _, p := range svc.Ports {
+			for _, sp := range ss.Ports {
+				if sp.Name != p.Name.Port || Protocol(cmp.Or(string(sp.Protocol), string(TCP))) != p.Protocol {
+					continue
+				}
+				for _, ep := range eps {
+					ep.Addr = netip.AddrPortFrom(ep.Addr.Addr(), uint16(sp.Port))
+					p.Endpoints = append(p.Endpoints, ep)
+				}
+			}
+		}
+	}
+	svc.Endpoints = sortedEndpoints(byIP)
+	for _, p := range svc.Ports {
+		sortEndpoints(p.Endpoints)
+		p.Endpoints = slices.CompactFunc(p.Endpoints, func(a, b Endpoint) bool { return a.Addr == b.Addr })
+	}
+}
+
+func sortedEndpoints(byIP map[netip.Addr]Endpoint) []Endpoint {
+	out := make([]Endpoint, 0, len(byIP))
+	for _, ep := range byIP {
+		out = append(out, ep)
+	}
+	sortEndpoints(out)
+	return out
+}
+
+func sortEndpoints(eps []Endpoint) {
+	slices.SortFunc(eps, func(a, b Endpoint) int { return a.Addr.Compare(b.Addr) })
+}
+
+func addrPort(ip netip.Addr, port uint16) netip.AddrPort { return netip.AddrPortFrom(ip, port) }

@@ -1,0 +1,77 @@
+package service
+
+import (
+	"cmp"
+	"slices"
+)
+
+// Snapshot is the state of every valid Service at one moment. It is immutable:
+// neither the Snapshot nor anything reached from it may be modified, so it can be
+// shared between goroutines without locks. A newer state is a new Snapshot.
+type Snapshot struct {
+	services []*Service // sorted by namespace/name
+	ports    []*Port    // sorted by PortName
+	byName   map[NamespacedName]*Service
+	byPort   map[PortName]*Port
+	byVIP    map[VIP]*Port
+
+	// errs are the objects Build skipped, each naming its object and field.
+	errs []error
+}
+
+// NewSnapshot indexes services (which it then owns) into a Snapshot. errs are
+// the validation errors of objects that were skipped, kept for reporting.
+func NewSnapshot(services []*Service, errs []error) *Snapshot {
+	s := &Snapshot{
+		byName: make(map[NamespacedName]*Service, len(services)),
+		byPort: make(map[PortName]*Port, len(services)),
+		byVIP:  make(map[VIP]*Port, len(services)),
+		errs:   errs,
+	}
+	s.services = slices.Clone(services)
+	slices.SortFunc(s.services, func(a, b *Service) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	for _, svc := range s.services {
+		s.byName[svc.NamespacedName] = svc
+		for _, p := range svc.Ports {
+			s.ports = append(s.ports, p)
+			s.byPort[p.Name] = p
+			for _, ip := range svc.ClusterIPs {
+				s.byVIP[VIP{Protocol: p.Protocol, Addr: addrPort(ip, p.Port)}] = p
+			}
+		}
+	}
+	return s
+}
+
+// Services returns every Service, sorted by namespace and name.
+func (s *Snapshot) Services() []*Service { return s.services }
+
+// Ports returns every service port, sorted by Service, then in spec order.
+func (s *Snapshot) Ports() []*Port { return s.ports }
+
+// Service returns the Service named n.
+func (s *Snapshot) Service(n NamespacedName) (*Service, bool) {
+	svc, ok := s.byName[n]
+	return svc, ok
+}
+
+// Port returns the service port named n.
+func (s *Snapshot) Port(n PortName) (*Port, bool) {
+	p, ok := s.byPort[n]
+	return p, ok
+}
+
+// PortByVIP returns the service port that owns a ClusterIP:port for a protocol:
+// the question a proxy asks of every new connection to a virtual address.
+func (s *Snapshot) PortByVIP(v VIP) (*Port, bool) {
+	p, ok := s.byVIP[v]
+	return p, ok
+}
+
+// Errors returns the validation errors of the objects this Snapshot skipped.
+func (s *Snapshot) Errors() []error { return s.errs }
+
+// Len is the number of Services.
+func (s *Snapshot) Len() int { return len(s.services) }
