@@ -1,0 +1,24 @@
+#!/bin/sh
+# Installs the Debian packages svcproxy's tests, lab and benchmarks use, when
+# they are missing. As a normal user it only says what is missing: the tests
+# that need those tools skip with a message.
+set -eu
+
+PACKAGES="iptables ipset ipvsadm conntrack iproute2 procps dnsutils dnsmasq-base
+  qemu-system-x86 busybox-static cpio kmod haproxy wrk dnsperf curl socat"
+
+missing=""
+for p in $PACKAGES; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+
+if [ "$(id -u)" -ne 0 ]; then
+	echo "install-deps: not root, not installing:$missing (tests that need them will skip)" >&2
+	exit 0
+fi
+echo "install-deps: installing:$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $missing >/dev/null
