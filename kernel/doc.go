@@ -1,0 +1,16 @@
+// Package kernel is the only room of svcproxy that talks to the Linux kernel.
+//
+// Each subpackage puts one kernel facility behind a small Interface whose calls take a
+// context.Context, with a real implementation and a stateful Fake in the same package
+// (the shape of sigs.k8s.io/knftables):
+//
+//   - iptables: netfilter rules, applied as iptables-restore text in one transaction per
+//     table, read back with iptables-save, plus a packet tracer over a Fake rule set;
+//   - ipvs: IPVS virtual and real servers;
+//   - link: interfaces and addresses (the dummy interface that holds service IPs);
+//   - conntrack: deleting stale connection-tracking entries.
+//
+// The real implementations act on the network namespace of the calling OS thread. Tests
+// and the lab start svcproxy inside a namespace they created, so it never touches the
+// machine's own.
+package kernel

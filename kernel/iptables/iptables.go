@@ -1,0 +1,80 @@
+package iptables
+
+import "context"
+
+// Interface is the netfilter boundary. Real talks to the kernel; Fake keeps the rules in
+// memory and can trace packets through them.
+type Interface interface {
+	// Restore applies rules in iptables-restore format: one or more "*table ... COMMIT"
+	// blocks, run by one `iptables-restore --noflush --wait`. A user chain declared with
+	// ":NAME - [0:0]" is created, or flushed when it exists; chains not declared are left
+	// alone. Besides -A it accepts -I, -D, -F, -X and -P lines, so a sync can delete the
+	// chains it no longer needs (declare them, then "-X NAME").
+	//
+	// Each table block commits on its own, as in iptables-restore: a block that fails
+	// changes nothing, but blocks before it stay applied. Put the tables whose rules
+	// others depend on first (kube-proxy writes filter, then nat).
+	Restore(ctx context.Context, rules []byte) error
+
+	// Save returns the table in iptables-save form (`iptables-save -t table`).
+	Save(ctx context.Context, table Table) ([]byte, error)
+
+	// EnsureRule adds the rule to chain unless an equal rule is already there, and says
+	// whether it was. Prepend inserts it first in the chain, Append last. This is how our
+	// chains are hooked from the built-in ones: PREROUTING, OUTPUT, POSTROUTING, INPUT,
+	// FORWARD.
+	EnsureRule(ctx context.Context, pos Position, table Table, chain string, args ...string) (existed bool, err error)
+
+	// DeleteRule removes the rule from chain. A rule (or chain) that is not there is not
+	// an error, so cleanup can run twice.
+	DeleteRule(ctx context.Context, table Table, chain string, args ...string) error
+}
+
+// Table is a netfilter table.
+type Table string
+
+// The tables svcproxy uses.
+const (
+	TableNAT    Table = "nat"
+	TableFilter Table = "filter"
+	TableMangle Table = "mangle"
+	TableRaw    Table = "raw"
+)
+
+// Position says where EnsureRule puts a new rule.
+type Position int
+
+const (
+	// Append puts the rule last in the chain (iptables -A).
+	Append Position = iota
+	// Prepend puts the rule first in the chain (iptables -I CHAIN 1).
+	Prepend
+)
+
+// Family is the IP family of the rules: iptables or ip6tables.
+type Family string
+
+const (
+	IPv4 Family = "IPv4"
+	IPv6 Family = "IPv6"
+)
+
+// builtinChains are the chains each table has from the start, in iptables-save order.
+var builtinChains = map[Table][]string{
+	TableFilter: {"INPUT", "FORWARD", "OUTPUT"},
+	TableNAT:    {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"},
+	TableMangle: {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"},
+	TableRaw:    {"PREROUTING", "OUTPUT"},
+}
+
+// tableOrder is the order in which Dump prints tables: the order a packet meets them.
+var tableOrder = []Table{TableRaw, TableMangle, TableNAT, TableFilter}
+
+func isBuiltin(t Table, chain string) bool {
+	for _, c := range builtinChains[t] {
+		if c == chain {
+			return true
+		}
+	}
+	return false
+}

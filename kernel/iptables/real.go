@@ -1,0 +1,162 @@
+package iptables
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	goipt "github.com/coreos/go-iptables/iptables"
+)
+
+var _ Interface = (*Real)(nil)
+
+// Config configures Real.
+type Config struct {
+	// Family chooses iptables (IPv4, the default) or ip6tables (IPv6).
+	Family Family
+}
+
+// Real runs the iptables binaries: iptables-restore and iptables-save for transactions,
+// and iptables (through github.com/coreos/go-iptables) for single rules.
+//
+// The binaries act on the network namespace of the OS thread that starts them, which
+// is the namespace of the process unless the caller has moved a locked thread (as
+// netnstest's NS.Do does; Go starts children from the calling thread, so they inherit
+// it). svcproxy runs inside the namespace whose rules it owns.
+type Real struct {
+	ipt     *goipt.IPTables
+	restore string // path of iptables-restore or ip6tables-restore
+	save    string
+}
+
+// New checks that the binaries of the family are installed and returns a Real.
+func New(cfg Config) (*Real, error) {
+	prefix, proto := "iptables", goipt.ProtocolIPv4
+	switch cfg.Family {
+	case "", IPv4:
+	case IPv6:
+		prefix, proto = "ip6tables", goipt.ProtocolIPv6
+	default:
+		return nil, fmt.Errorf("iptables config: family %q: want IPv4 or IPv6", cfg.Family)
+	}
+	r := &Real{}
+	var err error
+	for _, p := range []struct {
+		dst  *string
+		name string
+	}{{&r.restore, prefix + "-restore"}, {&r.save, prefix + "-save"}} {
+		if *p.dst, err = exec.LookPath(p.name); err != nil {
+			return nil, fmt.Errorf("iptables: %s not found (install the iptables package): %w", p.name, err)
+		}
+	}
+	if r.ipt, err = goipt.New(goipt.IPFamily(proto)); err != nil {
+		return nil, fmt.Errorf("iptables: %s: %w", prefix, err)
+	}
+	return r, nil
+}
+
+// errorLine finds the failing line in iptables-restore's stderr; the legacy and the
+// nf_tables variants say it differently ("line 3 failed", "Error occurred at line: 3").
+var errorLine = regexp.MustCompile(`line:? (\d+)`)
+
+// quotedName finds the names iptables quotes in its messages ('X' or `X').
+var quotedName = regexp.MustCompile("['`]([^'`\\s]+)'")
+
+// Restore implements Interface.
+func (r *Real) Restore(ctx context.Context, rules []byte) error {
+	cmd := exec.CommandContext(ctx, r.restore, "--noflush", "--wait")
+	cmd.Stdin = bytes.NewReader(rules)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if n, line := failingLine(msg, string(rules)); n > 0 {
+			msg += fmt.Sprintf(" [line %d: %q]", n, line)
+		}
+		return fmt.Errorf("iptables-restore: %w: %s", err, msg)
+	}
+	return nil
+}
+
+// failingLine returns the input line iptables-restore blames. The nf_tables variant
+// blames the COMMIT line for a rule that names a missing chain or set; then the first
+// rule that mentions the name from the message is the culprit.
+func failingLine(msg, rules string) (int, string) {
+	lines := strings.Split(rules, "\n")
+	n := 0
+	if m := errorLine.FindStringSubmatch(msg); m != nil {
+		n, _ = strconv.Atoi(m[1])
+	}
+	if n >= 1 && n <= len(lines) && strings.TrimSpace(lines[n-1]) != "COMMIT" {
+		return n, lines[n-1]
+	}
+	for _, m := range quotedName.FindAllStringSubmatch(msg, -1) {
+		for i, l := range lines {
+			if strings.HasPrefix(l, "-") && slices.Contains(strings.Fields(l), m[1]) {
+				return i + 1, l
+			}
+		}
+	}
+	if n >= 1 && n <= len(lines) {
+		return n, lines[n-1]
+	}
+	return 0, ""
+}
+
+// Save implements Interface.
+func (r *Real) Save(ctx context.Context, t Table) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, r.save, "-t", string(t))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("iptables-save -t %s: %w: %s", t, err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+// EnsureRule implements Interface.
+func (r *Real) EnsureRule(ctx context.Context, pos Position, t Table, chain string, args ...string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	exists, err := r.ipt.Exists(string(t), chain, args...)
+	if err != nil {
+		return false, fmt.Errorf("iptables -t %s -C %s: %w", t, chain, err)
+	}
+	if exists {
+		return true, nil
+	}
+	if pos == Prepend {
+		err = r.ipt.Insert(string(t), chain, 1, args...)
+	} else {
+		err = r.ipt.Append(string(t), chain, args...)
+	}
+	if err != nil {
+		return false, fmt.Errorf("iptables -t %s add to %s: %w", t, chain, err)
+	}
+	return false, nil
+}
+
+// DeleteRule implements Interface. `iptables -D` exits 1 both when the rule and when
+// the chain is missing; both mean there is nothing to delete.
+func (r *Real) DeleteRule(ctx context.Context, t Table, chain string, args ...string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	err := r.ipt.Delete(string(t), chain, args...)
+	var e *goipt.Error
+	if errors.As(err, &e) && e.ExitStatus() == 1 {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("iptables -t %s -D %s: %w", t, chain, err)
+	}
+	return nil
+}
