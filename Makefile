@@ -32,3 +32,7 @@ bench: deps build
 
 clean:
 	rm -rf $(BIN)
+
+## test-ipvs: only the IPVS tests, on Debian's kernel in a QEMU VM
+test-ipvs: deps
+	$(GO) test -count=1 -v -run TestIPVS ./test/vm/

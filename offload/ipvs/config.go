@@ -1,0 +1,117 @@
+package ipvs
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
+	"github.com/svcproxy/svcproxy/kernel/link"
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// DefaultInterface is the dummy interface that holds the service IPs.
+const DefaultInterface = "svcp-ipvs0"
+
+// Service annotations read by this dataplane.
+const (
+	// SchedulerAnnotation overrides Config.Scheduler for one Service:
+	// svcproxy.io/ipvs-scheduler: "sh".
+	SchedulerAnnotation = "svcproxy.io/ipvs-scheduler"
+	// WeightsAnnotation gives endpoint IPs weights other than 1, for the weighted
+	// schedulers: svcproxy.io/ipvs-weights: "198.19.1.2=3,198.19.1.3=1".
+	WeightsAnnotation = "svcproxy.io/ipvs-weights"
+)
+
+// DefaultGracePeriod bounds how long a removed TCP real server drains at weight 0
+// before it is deleted even with connections left. kube-proxy waits for them without a
+// bound; a forgotten long-lived connection would keep a dead pod's address forever.
+const DefaultGracePeriod = 5 * time.Minute
+
+// DefaultNodePortRange is the API server's default --service-node-port-range.
+var DefaultNodePortRange = [2]uint16{30000, 32767}
+
+// Config configures a Proxier.
+type Config struct {
+	// IPVS and Links are the kernel, in the node's network namespace. Required.
+	IPVS  kipvs.Interface
+	Links link.Interface
+
+	// Interface is the dummy interface for service IPs. If empty, DefaultInterface.
+	Interface string
+	// Scheduler is the default scheduler, one of kipvs.Schedulers. If empty, "rr".
+	Scheduler string
+	// NodeName selects the local endpoints for externalTrafficPolicy and
+	// internalTrafficPolicy Local.
+	NodeName string
+	// NodeIPs are the node addresses that NodePort virtual servers listen on. If
+	// empty, there are no NodePort virtual servers.
+	NodeIPs []netip.Addr
+	// NodePortRange is the range of NodePorts: a virtual server on a node IP with a
+	// port in it is svcproxy's. If zero, DefaultNodePortRange.
+	NodePortRange [2]uint16
+	// GracePeriod bounds the draining of a removed TCP or SCTP real server. If zero,
+	// DefaultGracePeriod.
+	GracePeriod time.Duration
+	// Select chooses the service ports this dataplane carries (hybrid mode offloads
+	// hot ports only). If nil, every port.
+	Select func(service.PortName) bool
+	// Now is the clock for draining. If nil, time.Now.
+	Now func() time.Time
+}
+
+// Proxier reconciles Snapshots into IPVS. Its methods are safe for concurrent use;
+// calls are serialised.
+type Proxier struct {
+	cfg Config
+
+	mu sync.Mutex
+	// draining holds when each real server being drained got weight 0, to bound the
+	// drain. A restart forgets it; the drain then starts again at the next Sync.
+	draining map[realKey]time.Time
+}
+
+type realKey struct {
+	vs   kipvs.Key
+	addr netip.AddrPort
+}
+
+// New checks cfg and fills in its defaults.
+func New(cfg Config) (*Proxier, error) {
+	if cfg.IPVS == nil || cfg.Links == nil {
+		return nil, errors.New("offload/ipvs: config: IPVS and Links are required")
+	}
+	if cfg.Interface == "" {
+		cfg.Interface = DefaultInterface
+	}
+	if cfg.Scheduler == "" {
+		cfg.Scheduler = "rr"
+	}
+	if !kipvs.ValidScheduler(cfg.Scheduler) {
+		return nil, fmt.Errorf("offload/ipvs: config: scheduler %q: not one of %v", cfg.Scheduler, kipvs.Schedulers)
+	}
+	if cfg.NodePortRange == [2]uint16{} {
+		cfg.NodePortRange = DefaultNodePortRange
+	}
+	if cfg.NodePortRange[0] > cfg.NodePortRange[1] {
+		return nil, fmt.Errorf("offload/ipvs: config: node port range %d-%d: empty", cfg.NodePortRange[0], cfg.NodePortRange[1])
+	}
+	if cfg.GracePeriod == 0 {
+		cfg.GracePeriod = DefaultGracePeriod
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	for _, ip := range cfg.NodeIPs {
+		if !ip.IsValid() || ip.Is4In6() {
+			return nil, fmt.Errorf("offload/ipvs: config: node IP %s: not an IPv4 or IPv6 address", ip)
+		}
+	}
+	return &Proxier{cfg: cfg, draining: map[realKey]time.Time{}}, nil
+}
+
+// Available returns nil when the kernel has IPVS, else the reason, for the one log
+// line of the fallback to iptables mode.
+func Available() error { return kipvs.Available() }

@@ -1,0 +1,142 @@
+package ipvs
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// wanted is the IPVS state a Snapshot asks for.
+type wanted struct {
+	vss   map[kipvs.Key]*wantedVS
+	addrs map[netip.Addr]bool // on the dummy interface
+}
+
+type wantedVS struct {
+	vs    kipvs.VirtualServer
+	reals map[netip.AddrPort]int // real server -> weight
+	port  service.PortName       // for error messages
+}
+
+// desired computes the virtual servers, real servers and interface addresses for
+// snap. It is pure. Bad annotations are reported and replaced by defaults, so one
+// Service's typo does not stop the others.
+func (p *Proxier) desired(snap *service.Snapshot) (wanted, []error) {
+	w := wanted{vss: map[kipvs.Key]*wantedVS{}, addrs: map[netip.Addr]bool{}}
+	var errs []error
+	for _, port := range snap.Ports() {
+		svc := port.Service
+		if svc.Type == service.TypeExternalName || (p.cfg.Select != nil && !p.cfg.Select(port.Name)) {
+			continue
+		}
+		proto := kipvs.Protocol(port.Protocol)
+		sched, err := p.scheduler(svc)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		weights, err := weights(svc)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		usable := port.Usable()
+		internal := p.local(usable, svc.InternalPolicyLocal)
+		external := p.local(usable, svc.ExternalPolicyLocal)
+
+		add := func(ip netip.Addr, portNum uint16, eps []service.Endpoint, onDummy bool) {
+			vs := kipvs.VirtualServer{
+				Key:       kipvs.Key{Protocol: proto, Addr: netip.AddrPortFrom(ip, portNum)},
+				Scheduler: sched,
+			}
+			if svc.Affinity.ClientIP {
+				vs.Persistent = true
+				vs.Timeout = svc.Affinity.Timeout
+				if vs.Timeout <= 0 {
+					vs.Timeout = service.DefaultAffinityTimeout
+				}
+			}
+			wvs := &wantedVS{vs: vs, reals: map[netip.AddrPort]int{}, port: port.Name}
+			for _, ep := range eps {
+				if ep.Addr.Addr().Is4() == ip.Is4() { // masquerading keeps the family
+					wvs.reals[ep.Addr] = weightOf(weights, ep.Addr.Addr())
+				}
+			}
+			w.vss[vs.Key] = wvs
+			if onDummy {
+				w.addrs[ip] = true
+			}
+		}
+		for _, ip := range svc.ClusterIPs {
+			add(ip, port.Port, internal, true)
+		}
+		for _, ip := range append(append([]netip.Addr(nil), svc.ExternalIPs...), svc.LoadBalancerIPs...) {
+			add(ip, port.Port, external, true)
+		}
+		if port.NodePort != 0 {
+			for _, ip := range p.cfg.NodeIPs {
+				add(ip, port.NodePort, external, false)
+			}
+		}
+	}
+	return w, errs
+}
+
+// local keeps the endpoints on this node when the traffic policy is Local.
+func (p *Proxier) local(eps []service.Endpoint, policyLocal bool) []service.Endpoint {
+	if !policyLocal {
+		return eps
+	}
+	var out []service.Endpoint
+	for _, ep := range eps {
+		if ep.NodeName == p.cfg.NodeName {
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
+func (p *Proxier) scheduler(svc *service.Service) (string, error) {
+	s, ok := svc.Annotations[SchedulerAnnotation]
+	if !ok {
+		return p.cfg.Scheduler, nil
+	}
+	if !kipvs.ValidScheduler(s) {
+		return p.cfg.Scheduler, fmt.Errorf("service %s: annotation %s %q: not one of %v; using %q",
+			svc.NamespacedName, SchedulerAnnotation, s, kipvs.Schedulers, p.cfg.Scheduler)
+	}
+	return s, nil
+}
+
+// weights parses WeightsAnnotation: "IP=weight,IP=weight". On error it returns none
+// (every endpoint weighs 1).
+func weights(svc *service.Service) (map[netip.Addr]int, error) {
+	s, ok := svc.Annotations[WeightsAnnotation]
+	if !ok {
+		return nil, nil
+	}
+	out := map[netip.Addr]int{}
+	for _, item := range strings.Split(s, ",") {
+		ipS, wS, ok := strings.Cut(strings.TrimSpace(item), "=")
+		ip, err1 := netip.ParseAddr(ipS)
+		wt, err2 := strconv.Atoi(wS)
+		if !ok || err1 != nil || err2 != nil || wt < 0 || wt > 65535 {
+			return nil, fmt.Errorf("service %s: annotation %s %q: item %q: want IP=weight (0..65535)",
+				svc.NamespacedName, WeightsAnnotation, s, item)
+		}
+		out[ip] = wt
+	}
+	return out, nil
+}
+
+func weightOf(weights map[netip.Addr]int, ip netip.Addr) int {
+	if w, ok := weights[ip]; ok {
+		return w
+	}
+	return 1
+}
+
+// hostPrefix is the /32 or /128 of ip, as a service IP is put on the dummy interface.
+func hostPrefix(ip netip.Addr) netip.Prefix { return netip.PrefixFrom(ip, ip.BitLen()) }

@@ -1,0 +1,17 @@
+// Package ipvs is svcproxy's IPVS dataplane: kube-proxy's ipvs mode, reconciled from a
+// service.Snapshot.
+//
+// Every service IP (ClusterIPs, externalIPs, LoadBalancer IPs) is put on a dummy
+// interface (svcp-ipvs0, kube-proxy's kube-ipvs0), so the node takes packets to it as
+// its own; on the way in, IPVS finds a virtual server for the packet's IP:port with
+// one hash lookup and sends it to a real server (an endpoint) chosen by the virtual
+// server's scheduler. NodePorts are virtual servers on each node address.
+//
+// Sync makes IPVS match the Snapshot and removes what is svcproxy's and no longer
+// wanted: a virtual server is svcproxy's when its address is on the dummy interface,
+// or is a node address with a port in the NodePort range. It is idempotent: a second
+// Sync of the same Snapshot changes nothing. A real server that leaves is drained
+// rather than cut: it gets weight 0 (no new connections) and is deleted once its
+// connections are gone, or after Config.GracePeriod; UDP has no connections to wait
+// for and is deleted at once. Cleanup removes everything svcproxy made (--cleanup).
+package ipvs

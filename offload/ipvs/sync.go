@@ -1,0 +1,216 @@
+package ipvs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
+	"github.com/svcproxy/svcproxy/kernel/link"
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// Sync makes IPVS and the dummy interface match snap. It goes on after an error with
+// one object and returns all of them joined. Real servers being drained are finished
+// by a later Sync: call it again periodically (the caller's resync) while Draining is
+// not zero.
+func (p *Proxier) Sync(ctx context.Context, snap *service.Snapshot) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w, errs := p.desired(snap)
+	dev := p.cfg.Interface
+
+	if err := p.cfg.Links.EnsureDummy(ctx, dev); err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	have, err := p.cfg.Links.Addresses(ctx, dev)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	// Addresses first, so a new virtual server takes traffic as soon as it exists.
+	onDev := map[netip.Addr]bool{}
+	for _, pfx := range have {
+		onDev[pfx.Addr()] = true
+	}
+	for ip := range w.addrs {
+		if !onDev[ip] {
+			if err := p.cfg.Links.AddAddress(ctx, dev, hostPrefix(ip)); err != nil && !errors.Is(err, link.ErrExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+
+	vss, err := p.cfg.IPVS.VirtualServers(ctx)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	current := map[kipvs.Key]kipvs.VirtualServer{}
+	for _, vs := range vss {
+		current[vs.Key] = vs
+	}
+	for key, wvs := range w.vss {
+		errs = append(errs, p.syncVirtualServer(ctx, wvs, current)...)
+		delete(current, key)
+	}
+	// What is left is not wanted: delete it if it is ours.
+	for key := range current {
+		if !p.ours(key, onDev) {
+			continue
+		}
+		if err := p.cfg.IPVS.DeleteVirtualServer(ctx, key); err != nil && !errors.Is(err, kipvs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		p.forgetDrains(key)
+	}
+	// Addresses last, once no virtual server uses them.
+	for _, pfx := range have {
+		if !w.addrs[pfx.Addr()] && !pfx.Addr().IsLinkLocalUnicast() {
+			if err := p.cfg.Links.DeleteAddress(ctx, dev, pfx); err != nil && !errors.Is(err, link.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ours reports whether a virtual server is svcproxy's: its address is on the dummy
+// interface, or it is a NodePort on a node address.
+func (p *Proxier) ours(k kipvs.Key, onDev map[netip.Addr]bool) bool {
+	a := k.Addr.Addr()
+	if onDev[a] {
+		return true
+	}
+	port := k.Addr.Port()
+	if port < p.cfg.NodePortRange[0] || port > p.cfg.NodePortRange[1] {
+		return false
+	}
+	for _, ip := range p.cfg.NodeIPs {
+		if ip == a {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Proxier) syncVirtualServer(ctx context.Context, w *wantedVS, current map[kipvs.Key]kipvs.VirtualServer) []error {
+	ipvs := p.cfg.IPVS
+	have, ok := current[w.vs.Key]
+	switch {
+	case !ok:
+		if err := ipvs.AddVirtualServer(ctx, w.vs); err != nil && !errors.Is(err, kipvs.ErrExist) {
+			return []error{fmt.Errorf("service port %s: %w", w.port, err)}
+		}
+	case have.Scheduler != w.vs.Scheduler || have.Persistent != w.vs.Persistent ||
+		(w.vs.Persistent && have.Timeout != w.vs.Timeout):
+		// The kernel swaps the scheduler in place; connections keep their real server.
+		if err := ipvs.UpdateVirtualServer(ctx, w.vs); err != nil {
+			return []error{fmt.Errorf("service port %s: %w", w.port, err)}
+		}
+	}
+	reals, err := ipvs.RealServers(ctx, w.vs.Key)
+	if err != nil {
+		return []error{fmt.Errorf("service port %s: %w", w.port, err)}
+	}
+	var errs []error
+	for _, rs := range reals {
+		weight, wanted := w.reals[rs.Addr]
+		delete(w.reals, rs.Addr) // what is left after the loop is missing
+		var err error
+		switch {
+		case !wanted:
+			err = p.drain(ctx, w.vs.Key, rs)
+		case rs.Weight != weight:
+			delete(p.draining, realKey{w.vs.Key, rs.Addr}) // back before it was gone
+			err = ipvs.UpdateRealServer(ctx, w.vs.Key, kipvs.RealServer{Addr: rs.Addr, Weight: weight})
+		default:
+			delete(p.draining, realKey{w.vs.Key, rs.Addr})
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("service port %s: %w", w.port, err))
+		}
+	}
+	for addr, weight := range w.reals {
+		err := ipvs.AddRealServer(ctx, w.vs.Key, kipvs.RealServer{Addr: addr, Weight: weight})
+		if err != nil && !errors.Is(err, kipvs.ErrExist) {
+			errs = append(errs, fmt.Errorf("service port %s: %w", w.port, err))
+		}
+	}
+	return errs
+}
+
+// drain takes a real server that is no longer wanted out of service. TCP and SCTP:
+// weight 0 first (no new connections), deleted once it has no connections left (as
+// kube-proxy's graceful termination: active and inactive, since a half-closed
+// connection still carries data) or GracePeriod after the drain began. UDP has no
+// connection to finish: deleted at once.
+func (p *Proxier) drain(ctx context.Context, vs kipvs.Key, rs kipvs.RealServer) error {
+	key := realKey{vs, rs.Addr}
+	now := p.cfg.Now()
+	start, draining := p.draining[key]
+	if !draining {
+		start = now
+	}
+	idle := rs.ActiveConns+rs.InactiveConns == 0
+	if vs.Protocol == kipvs.UDP || idle || now.Sub(start) >= p.cfg.GracePeriod {
+		delete(p.draining, key)
+		err := p.cfg.IPVS.DeleteRealServer(ctx, vs, rs.Addr)
+		if errors.Is(err, kipvs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	p.draining[key] = start
+	if rs.Weight == 0 {
+		return nil
+	}
+	return p.cfg.IPVS.UpdateRealServer(ctx, vs, kipvs.RealServer{Addr: rs.Addr, Weight: 0})
+}
+
+func (p *Proxier) forgetDrains(vs kipvs.Key) {
+	for k := range p.draining {
+		if k.vs == vs {
+			delete(p.draining, k)
+		}
+	}
+}
+
+// Draining is the number of real servers waiting at weight 0 for their connections
+// to end.
+func (p *Proxier) Draining() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.draining)
+}
+
+// Cleanup removes what svcproxy made in IPVS mode: its virtual servers and the dummy
+// interface with the service IPs (svcproxy --cleanup). Nothing there is no error.
+func (p *Proxier) Cleanup(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	onDev := map[netip.Addr]bool{}
+	have, err := p.cfg.Links.Addresses(ctx, p.cfg.Interface)
+	if err != nil && !errors.Is(err, link.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	for _, pfx := range have {
+		onDev[pfx.Addr()] = true
+	}
+	vss, err := p.cfg.IPVS.VirtualServers(ctx)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	for _, vs := range vss {
+		if p.ours(vs.Key, onDev) {
+			if err := p.cfg.IPVS.DeleteVirtualServer(ctx, vs.Key); err != nil && !errors.Is(err, kipvs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	clear(p.draining)
+	if err := p.cfg.Links.DeleteLink(ctx, p.cfg.Interface); err != nil && !errors.Is(err, link.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
