@@ -144,15 +144,16 @@ func (r *Real) EnsureRule(ctx context.Context, pos Position, t Table, chain stri
 	return false, nil
 }
 
-// DeleteRule implements Interface. `iptables -D` exits 1 both when the rule and when
-// the chain is missing; both mean there is nothing to delete.
+// DeleteRule implements Interface. A missing rule, chain or jump target all mean
+// there is nothing to delete: `iptables -D` exits 1 for the first two, and
+// iptables-nft exits 2 with "Chain 'X' does not exist" for the last.
 func (r *Real) DeleteRule(ctx context.Context, t Table, chain string, args ...string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	err := r.ipt.Delete(string(t), chain, args...)
 	var e *goipt.Error
-	if errors.As(err, &e) && e.ExitStatus() == 1 {
+	if errors.As(err, &e) && (e.ExitStatus() == 1 || e.IsNotExist()) {
 		return nil
 	}
 	if err != nil {

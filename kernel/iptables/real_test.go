@@ -89,6 +89,8 @@ func TestRealEnsureDelete(t *testing.T) {
 		require.NoError(t, r.DeleteRule(ctx, TableNAT, "PREROUTING", args...))
 		require.NoError(t, r.DeleteRule(ctx, TableNAT, "PREROUTING", args...), "deleting twice is fine")
 		require.NoError(t, r.DeleteRule(ctx, TableNAT, "SVCP-NOPE", args...), "a missing chain is fine")
+		gone := []string{"-m", "comment", "--comment", "svcproxy portals", "-j", "SVCP-GONE"}
+		require.NoError(t, r.DeleteRule(ctx, TableNAT, "PREROUTING", gone...), "a missing jump target is fine")
 		out, err = r.Save(ctx, TableNAT)
 		require.NoError(t, err)
 		assert.NotContains(t, string(out), "-j SVCP-A")
