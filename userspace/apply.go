@@ -1,0 +1,88 @@
+package userspace
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/svcproxy/svcproxy/kernel/iptables"
+)
+
+// portalState remembers what the last restore did.
+type portalState struct {
+	applied  []byte // text of the last successful restore
+	err      error  // error of the last restore, nil after a success
+	failures uint64 // failed restores since start
+}
+
+// applyPortals renders the portals of the served ports and applies them in one
+// restore, then makes sure our chains are hooked. It does nothing when the text
+// has not changed since the last successful restore.
+func (p *Proxier) applyPortals(ctx context.Context) error {
+	ipt := p.cfg.IPTables
+	if ipt == nil {
+		return nil
+	}
+	rules := Render(portalsOf(p.ports))
+	if p.portals.err == nil && bytes.Equal(rules, p.portals.applied) {
+		return nil
+	}
+	err := p.cfg.NetNS(func() error { return apply(ctx, ipt, rules) })
+	if err != nil {
+		p.portals.failures++
+		p.portals.err = err
+		return err
+	}
+	p.portals.applied, p.portals.err = rules, nil
+	return nil
+}
+
+// apply restores rules, then ensures the hooks: the chains must exist before a
+// rule can jump to them.
+func apply(ctx context.Context, ipt iptables.Interface, rules []byte) error {
+	if err := ipt.Restore(ctx, rules); err != nil {
+		return fmt.Errorf("portals: %w", err)
+	}
+	for _, h := range hooks {
+		if _, err := ipt.EnsureRule(ctx, iptables.Append, h.table, h.chain, h.args()...); err != nil {
+			return fmt.Errorf("portals: hook %s/%s -> %s: %w", h.table, h.chain, h.jump, err)
+		}
+	}
+	return nil
+}
+
+// Cleanup removes every hook and chain the userspace mode makes, whether or not a
+// Proxier is running: `svcproxy --cleanup` calls it on a node where a previous run
+// may have left them. Missing hooks and chains are not an error, so it can run
+// twice. It acts on the namespace of the calling thread (see package iptables).
+func Cleanup(ctx context.Context, ipt iptables.Interface) error {
+	var errs []error
+	saved := map[iptables.Table]string{}
+	for _, h := range hooks {
+		// Only hooks that are there: `iptables -D` of a rule jumping to a chain
+		// that does not exist fails differently in the legacy and nf_tables
+		// variants, and a clean node has neither.
+		if _, ok := saved[h.table]; !ok {
+			b, err := ipt.Save(ctx, h.table)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			saved[h.table] = string(b)
+		}
+		if !strings.Contains(saved[h.table], "-j "+h.jump) {
+			continue
+		}
+		if err := ipt.DeleteRule(ctx, h.table, h.chain, h.args()...); err != nil {
+			errs = append(errs, fmt.Errorf("hook %s/%s -> %s: %w", h.table, h.chain, h.jump, err))
+		}
+	}
+	if err := ipt.Restore(ctx, renderCleanup()); err != nil {
+		errs = append(errs, fmt.Errorf("chains: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("userspace cleanup: %w", err)
+	}
+	return nil
+}

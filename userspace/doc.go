@@ -1,0 +1,29 @@
+// Package userspace proxies ClusterIP traffic in Go: a REDIRECT rule (a "portal")
+// delivers a packet sent to a Service's virtual address to a local listener, and
+// the Proxier copies the bytes to one of the Service's endpoints.
+//
+// This is kube-proxy's historic userspace mode (removed in Kubernetes 1.26), done
+// again with today's data model and a few things it got wrong made right:
+//
+//   - one listener per service port, TCP and UDP, on a port chosen by the kernel
+//     or taken from a configured range; a NodePort gets a listener of its own on
+//     the node port of every node address;
+//   - TCP: a goroutine per connection, bytes copied both ways with io.Copy between
+//     two *net.TCPConn (so Linux splices them), half-close passed through, and
+//     endpoints tried with growing timeouts (250ms, 500ms, 1s, 2s, as kube-proxy's
+//     tryConnect) so a refusing or dead endpoint costs the client nothing;
+//   - UDP: one session per client address, with its own socket to the endpoint
+//     and an idle timeout; replies leave from the listener socket and the address
+//     the client wrote to, so conntrack can turn them back into the Service's;
+//   - a Balancer: round-robin over the usable endpoints, ClientIP session
+//     affinity with the Service's timeout;
+//   - portals rendered as iptables-restore text (Render, a pure function) and
+//     applied in one transaction; a port with no endpoints is REJECTed at once
+//     instead of leaving clients to time out;
+//   - counters per service port (Stats) for metrics and the offload promoter.
+//
+// The Proxier is driven by Snapshots (Sync) and stopped by Shutdown: it stops
+// accepting, removes its portals, lets open connections finish within a grace
+// period, then closes those that remain. Cleanup removes every chain and hook
+// this package ever makes, for `svcproxy --cleanup`.
+package userspace

@@ -1,0 +1,44 @@
+package userspace_test
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/svcproxy/svcproxy/service"
+	"github.com/svcproxy/svcproxy/userspace"
+)
+
+// A Service "default/web" with ClusterIP 198.18.0.10 and port 80 is served by a
+// listener on port 40123: its portals send the ClusterIP's packets there, from
+// pods (PREROUTING) and from the node itself (OUTPUT). "default/empty" has no
+// endpoints, so its packets are rejected instead of left to time out.
+func ExampleRender() {
+	web := service.NamespacedName{Namespace: "default", Name: "web"}
+	empty := service.NamespacedName{Namespace: "default", Name: "empty"}
+	fmt.Printf("%s", userspace.Render([]userspace.Portal{{
+		Name:         service.PortName{NamespacedName: web, Port: "http", Protocol: service.TCP},
+		Protocol:     service.TCP,
+		IPs:          []netip.Addr{netip.MustParseAddr("198.18.0.10")},
+		Port:         80,
+		Listener:     40123,
+		HasEndpoints: true,
+	}, {
+		Name:     service.PortName{NamespacedName: empty, Port: "http", Protocol: service.TCP},
+		Protocol: service.TCP,
+		IPs:      []netip.Addr{netip.MustParseAddr("198.18.0.11")},
+		Port:     80,
+		Listener: 40124,
+	}}))
+	// Output:
+	// *filter
+	// :SVCP-REJECT - [0:0]
+	// :SVCP-NODEPORTS-REJECT - [0:0]
+	// -A SVCP-REJECT -d 198.18.0.11/32 -p tcp -m comment --comment "default/empty:http has no endpoints" -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable
+	// COMMIT
+	// *nat
+	// :SVCP-PORTALS-CONTAINER - [0:0]
+	// :SVCP-PORTALS-HOST - [0:0]
+	// -A SVCP-PORTALS-CONTAINER -d 198.18.0.10/32 -p tcp -m comment --comment "default/web:http" -m tcp --dport 80 -j REDIRECT --to-ports 40123
+	// -A SVCP-PORTALS-HOST -d 198.18.0.10/32 -p tcp -m comment --comment "default/web:http" -m tcp --dport 80 -j REDIRECT --to-ports 40123
+	// COMMIT
+}

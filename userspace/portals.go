@@ -1,0 +1,173 @@
+package userspace
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/svcproxy/svcproxy/kernel/iptables"
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// The chains of the userspace mode. Each is hooked from built-in chains by one
+// rule (hooks); their content is rewritten as a whole by every sync.
+const (
+	// ChainPortalsContainer REDIRECTs packets arriving from other hosts (pods,
+	// other nodes) for a ClusterIP or external IP to the port's listener. It is
+	// hooked from nat PREROUTING.
+	ChainPortalsContainer = "SVCP-PORTALS-CONTAINER"
+	// ChainPortalsHost does the same for packets the node itself sends, hooked
+	// from nat OUTPUT. REDIRECT there rewrites the destination to 127.0.0.1,
+	// which a listener bound to 0.0.0.0 accepts.
+	ChainPortalsHost = "SVCP-PORTALS-HOST"
+	// ChainReject REJECTs packets for the virtual addresses of a port without
+	// endpoints, so clients fail at once instead of timing out. It is hooked from
+	// filter INPUT, FORWARD and OUTPUT: a ClusterIP is not a local address, so
+	// packets for it are forwarded (from other hosts) or sent (from the node).
+	ChainReject = "SVCP-REJECT"
+	// ChainNodePortsReject REJECTs packets for the node port of a port without
+	// endpoints. It is hooked from filter INPUT only, where every packet is
+	// addressed to the node, including the node's own packets (they come back
+	// in on lo).
+	ChainNodePortsReject = "SVCP-NODEPORTS-REJECT"
+)
+
+// hook is a rule that sends packets from a built-in chain to one of ours.
+type hook struct {
+	table iptables.Table
+	chain string // built-in
+	jump  string // ours
+}
+
+func (h hook) args() []string {
+	return []string{"-m", "comment", "--comment", "svcproxy userspace", "-j", h.jump}
+}
+
+// hooks are appended (not prepended): the offload chains are prepended, so that a
+// promoted port's kernel path is met before its portal (see DESIGN.md).
+var hooks = []hook{
+	{iptables.TableFilter, "INPUT", ChainReject},
+	{iptables.TableFilter, "INPUT", ChainNodePortsReject},
+	{iptables.TableFilter, "FORWARD", ChainReject},
+	{iptables.TableFilter, "OUTPUT", ChainReject},
+	{iptables.TableNAT, "PREROUTING", ChainPortalsContainer},
+	{iptables.TableNAT, "OUTPUT", ChainPortalsHost},
+}
+
+var (
+	filterChains = []string{ChainReject, ChainNodePortsReject}
+	natChains    = []string{ChainPortalsContainer, ChainPortalsHost}
+)
+
+// Portal is what Render needs to know of one service port.
+type Portal struct {
+	Name     service.PortName
+	Protocol service.Protocol // TCP or UDP
+	// IPs are the addresses clients send to: ClusterIPs, external IPs, then
+	// load-balancer IPs. Only IPv4 ones are rendered (iptables, not ip6tables).
+	IPs      []netip.Addr
+	Port     uint16
+	NodePort uint16 // 0: none
+	// Listener is the local port the portals redirect to; 0 when it could not be
+	// bound, which makes the port rejected like one without endpoints.
+	Listener uint16
+	// HasEndpoints is false when the port has no usable endpoint.
+	HasEndpoints bool
+}
+
+// Render returns the iptables-restore text of the portals: the filter table first
+// (so that the REJECTs are in place before a portal is removed), then nat. Every
+// chain of ours is declared, so it is created or flushed; the hooks are not part
+// of the text (EnsureRule adds them). Portals are rendered in the order given.
+func Render(portals []Portal) []byte {
+	var filter, container, host bytes.Buffer
+	for _, p := range portals {
+		proto := strings.ToLower(string(p.Protocol))
+		if !p.HasEndpoints || p.Listener == 0 {
+			why := p.Name.String() + " has no endpoints"
+			if p.HasEndpoints {
+				why = p.Name.String() + " has no listener"
+			}
+			match := fmt.Sprintf("-p %s -m comment --comment %q -m %s --dport", proto, why, proto)
+			const reject = "-j REJECT --reject-with icmp-port-unreachable"
+			for _, ip := range ipv4Only(p.IPs) {
+				fmt.Fprintf(&filter, "-A %s -d %s/32 %s %d %s\n", ChainReject, ip, match, p.Port, reject)
+			}
+			if p.NodePort != 0 {
+				fmt.Fprintf(&filter, "-A %s %s %d %s\n", ChainNodePortsReject, match, p.NodePort, reject)
+			}
+			continue
+		}
+		match := fmt.Sprintf("-p %s -m comment --comment %q -m %s --dport", proto, p.Name.String(), proto)
+		for _, ip := range ipv4Only(p.IPs) {
+			rule := fmt.Sprintf("-d %s/32 %s %d -j REDIRECT --to-ports %d\n", ip, match, p.Port, p.Listener)
+			fmt.Fprintf(&container, "-A %s %s", ChainPortalsContainer, rule)
+			fmt.Fprintf(&host, "-A %s %s", ChainPortalsHost, rule)
+		}
+	}
+	var b bytes.Buffer
+	writeTable(&b, iptables.TableFilter, filterChains, filter.Bytes())
+	container.Write(host.Bytes())
+	writeTable(&b, iptables.TableNAT, natChains, container.Bytes())
+	return b.Bytes()
+}
+
+func writeTable(b *bytes.Buffer, table iptables.Table, chains []string, rules []byte) {
+	fmt.Fprintf(b, "*%s\n", table)
+	for _, c := range chains {
+		fmt.Fprintf(b, ":%s - [0:0]\n", c)
+	}
+	b.Write(rules)
+	b.WriteString("COMMIT\n")
+}
+
+// renderCleanup returns the text that deletes every chain of ours: declared (so
+// they exist, flushed) and then removed. The hooks must be gone first.
+func renderCleanup() []byte {
+	var b bytes.Buffer
+	for _, t := range []struct {
+		table  iptables.Table
+		chains []string
+	}{{iptables.TableNAT, natChains}, {iptables.TableFilter, filterChains}} {
+		fmt.Fprintf(&b, "*%s\n", t.table)
+		for _, c := range t.chains {
+			fmt.Fprintf(&b, ":%s - [0:0]\n", c)
+		}
+		for _, c := range t.chains {
+			fmt.Fprintf(&b, "-X %s\n", c)
+		}
+		b.WriteString("COMMIT\n")
+	}
+	return b.Bytes()
+}
+
+func ipv4Only(ips []netip.Addr) []netip.Addr {
+	return slices.DeleteFunc(slices.Clone(ips), func(a netip.Addr) bool { return !a.Unmap().Is4() })
+}
+
+// portalsOf lists the portals of the served ports, sorted by port name so that
+// the rendered text is stable.
+func portalsOf(ports map[service.PortName]*servicePort) []Portal {
+	out := make([]Portal, 0, len(ports))
+	for _, sp := range ports {
+		sp.mu.Lock()
+		port := sp.port
+		pt := Portal{
+			Name:         port.Name,
+			Protocol:     port.Protocol,
+			IPs:          slices.Concat(port.Service.ClusterIPs, port.Service.ExternalIPs, port.Service.LoadBalancerIPs),
+			Port:         port.Port,
+			NodePort:     port.NodePort,
+			HasEndpoints: len(port.Usable()) > 0,
+		}
+		if sp.listener != nil {
+			pt.Listener = sp.listener.port()
+		}
+		sp.mu.Unlock()
+		out = append(out, pt)
+	}
+	slices.SortFunc(out, func(a, b Portal) int { return strings.Compare(a.Name.String(), b.Name.String()) })
+	return out
+}

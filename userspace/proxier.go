@@ -1,0 +1,395 @@
+package userspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/svcproxy/svcproxy/kernel/iptables"
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// Defaults of Config.
+const (
+	// DefaultUDPIdleTimeout is kube-proxy's --udp-timeout default (250ms): a UDP
+	// session with no traffic for that long is closed.
+	DefaultUDPIdleTimeout = 250 * time.Millisecond
+	// DefaultShutdownGrace is how long Run lets open connections finish after its
+	// context is cancelled.
+	DefaultShutdownGrace = 5 * time.Second
+)
+
+// ErrClosed is returned by Sync after Shutdown.
+var ErrClosed = errors.New("userspace proxier is shut down")
+
+// Config configures a Proxier. The zero value is usable: listeners on kernel-chosen
+// ports of 0.0.0.0, no portals, the wall clock.
+type Config struct {
+	// BindAddress is the IPv4 address the listeners bind. If invalid (the zero
+	// netip.Addr), 0.0.0.0: REDIRECT sends packets to the address of the interface
+	// they came in on (127.0.0.1 for the node's own packets), so only a wildcard
+	// listener is reached from everywhere.
+	BindAddress netip.Addr
+
+	// PortRange is where listener ports come from (--proxy-port-range). The zero
+	// value lets the kernel choose.
+	PortRange PortRange
+
+	// UDPIdleTimeout closes a UDP session after this much silence. If zero,
+	// DefaultUDPIdleTimeout.
+	UDPIdleTimeout time.Duration
+
+	// ShutdownGrace is how long Run, when its context ends, lets open connections
+	// finish before closing them. If zero, DefaultShutdownGrace.
+	ShutdownGrace time.Duration
+
+	// IPTables receives the portals. If nil, no portals are installed: clients must
+	// connect to the listeners themselves (Status says where they are).
+	IPTables iptables.Interface
+
+	// NetNS runs fn where the proxier's sockets and iptables calls belong. If nil,
+	// fn is called directly (svcproxy runs inside the namespace it serves). Tests
+	// pass netnstest.NS.Do: a socket made inside keeps its namespace, and so do the
+	// iptables processes started from that thread.
+	NetNS func(fn func() error) error
+
+	// Clock drives session affinity. If nil, the wall clock.
+	Clock Clock
+
+	// DialTimeouts are the timeouts of successive attempts to reach an endpoint of
+	// a TCP service port; each attempt may pick another endpoint. If nil,
+	// kube-proxy's tryConnect timeouts: 250ms, 500ms, 1s, 2s.
+	DialTimeouts []time.Duration
+}
+
+// kube-proxy's tryConnect (pkg/proxy/userspace/proxysocket.go): 250ms, 500ms, 1s, 2s.
+var defaultDialTimeouts = []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second}
+
+// Proxier serves the TCP and UDP ports of the Services in a Snapshot: one listener
+// per service port (plus one per NodePort), portals that bring ClusterIP traffic
+// to the listeners, and the goroutines that copy the bytes. Create it with New,
+// feed it with Sync, stop it with Shutdown (or by cancelling Run's context).
+type Proxier struct {
+	cfg      Config
+	balancer *Balancer
+
+	// ctx is cancelled when the proxier has shut down: it stops every goroutine
+	// the proxier owns (accept loops, connections, dials, UDP sessions), which wg
+	// counts.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	conns  sync.WaitGroup // TCP connections only: what Shutdown waits for
+	kick   chan struct{}  // a Sync left something to retry
+
+	mu       sync.Mutex
+	snap     *service.Snapshot
+	ports    map[service.PortName]*servicePort
+	nextPort uint16 // next port to try in cfg.PortRange
+	synced   bool
+	closed   bool
+	portals  portalState
+}
+
+// New returns a Proxier that serves nothing until the first Sync.
+func New(cfg Config) *Proxier {
+	if !cfg.BindAddress.IsValid() {
+		cfg.BindAddress = netip.IPv4Unspecified()
+	}
+	if cfg.UDPIdleTimeout <= 0 {
+		cfg.UDPIdleTimeout = DefaultUDPIdleTimeout
+	}
+	if cfg.ShutdownGrace <= 0 {
+		cfg.ShutdownGrace = DefaultShutdownGrace
+	}
+	if cfg.NetNS == nil {
+		cfg.NetNS = func(fn func() error) error { return fn() }
+	}
+	if cfg.DialTimeouts == nil {
+		cfg.DialTimeouts = defaultDialTimeouts
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Proxier{
+		cfg:      cfg,
+		balancer: NewBalancer(cfg.Clock),
+		ctx:      ctx,
+		cancel:   cancel,
+		kick:     make(chan struct{}, 1),
+		ports:    make(map[service.PortName]*servicePort),
+		nextPort: cfg.PortRange.Min,
+	}
+}
+
+// Sync makes the proxier serve snap: listeners are opened for new service ports
+// and closed, with their connections, for removed ones; connections to endpoints
+// that left are closed (those to a terminating but serving endpoint are not); and
+// the portals are rewritten in one iptables-restore. The returned error joins the
+// ports that could not be bound and a failed restore; every other port is served.
+// Run retries what failed, with backoff.
+func (p *Proxier) Sync(snap *service.Snapshot) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	p.snap = snap
+	err := p.syncLocked(p.ctx)
+	p.synced = true
+	if err != nil {
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+	}
+	return err
+}
+
+// served reports whether the proxier serves a service port: TCP and UDP ports of
+// Services that have a virtual address or a node port.
+func served(port *service.Port) bool {
+	if port.Protocol != service.TCP && port.Protocol != service.UDP {
+		return false // SCTP: not in userspace mode
+	}
+	svc := port.Service
+	return len(svc.ClusterIPs) > 0 || len(svc.ExternalIPs) > 0 || len(svc.LoadBalancerIPs) > 0 || port.NodePort != 0
+}
+
+func (p *Proxier) syncLocked(ctx context.Context) error {
+	var want []*service.Port
+	if p.snap != nil {
+		for _, port := range p.snap.Ports() {
+			if served(port) {
+				want = append(want, port)
+			}
+		}
+	}
+	p.balancer.Update(want)
+
+	seen := make(map[service.PortName]bool, len(want))
+	var errs []error
+	for _, port := range want {
+		seen[port.Name] = true
+		sp := p.ports[port.Name]
+		if sp == nil {
+			sp = newServicePort(port.Name)
+			p.ports[port.Name] = sp
+		}
+		sp.setPort(port)
+		if err := p.openListeners(sp); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for name, sp := range p.ports {
+		if !seen[name] {
+			sp.closeListeners()
+			sp.closeAll()
+			delete(p.ports, name)
+		}
+	}
+	if err := p.applyPortals(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// openListeners binds what sp is missing: its listener and, when its NodePort
+// changed, the node port listener. A failure is recorded on sp (Status shows it)
+// and returned; the other ports are not affected.
+func (p *Proxier) openListeners(sp *servicePort) error {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	var errs []error
+	if sp.listener == nil {
+		l, err := p.listen(sp, 0)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("listener: %w", err))
+		}
+		sp.listener = l
+	}
+	nodePort := sp.port.NodePort
+	if sp.nodePort != nil && sp.nodePort.port() != nodePort {
+		sp.nodePort.close()
+		sp.nodePort = nil
+	}
+	if sp.nodePort == nil && nodePort != 0 {
+		l, err := p.listen(sp, nodePort)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("nodePort %d: %w", nodePort, err))
+		}
+		sp.nodePort = l
+	}
+	sp.err = nil
+	if len(errs) > 0 {
+		sp.err = fmt.Errorf("service port %s: %w", sp.name, errors.Join(errs...))
+	}
+	return sp.err
+}
+
+// listener is a bound TCP or UDP socket serving one service port.
+type listener interface {
+	port() uint16
+	close()
+}
+
+// listen binds a listener for sp on port, or on a port from the range (or the
+// kernel's choice) when port is 0, and starts serving it.
+func (p *Proxier) listen(sp *servicePort, port uint16) (listener, error) {
+	if port != 0 || p.cfg.PortRange.IsZero() {
+		return p.listenOn(sp, port)
+	}
+	r := p.cfg.PortRange
+	var lastErr error
+	for range r.Size() {
+		port := p.nextPort
+		p.nextPort++
+		if p.nextPort > r.Max || p.nextPort < r.Min { // past the end, or wrapped at 65535
+			p.nextPort = r.Min
+		}
+		l, err := p.listenOn(sp, port)
+		if err == nil {
+			return l, nil
+		}
+		lastErr = err
+	}
+	return nil, fmt.Errorf("no free port in range %s: %w", r, lastErr)
+}
+
+func (p *Proxier) listenOn(sp *servicePort, port uint16) (listener, error) {
+	addr := netip.AddrPortFrom(p.cfg.BindAddress, port)
+	switch sp.name.Protocol {
+	case service.TCP:
+		var ln *net.TCPListener
+		err := p.cfg.NetNS(func() (err error) {
+			ln, err = net.ListenTCP("tcp4", net.TCPAddrFromAddrPort(addr))
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		l := &tcpListener{ln: ln, sp: sp}
+		p.wg.Go(func() { p.serveTCP(l) })
+		return l, nil
+	case service.UDP:
+		l, err := p.newUDPListener(sp, addr)
+		if err != nil {
+			return nil, err
+		}
+		p.wg.Go(func() { p.serveUDP(l) })
+		return l, nil
+	}
+	return nil, fmt.Errorf("protocol %s: not supported", sp.name.Protocol)
+}
+
+// Run retries failed syncs with backoff (500ms doubling to 30s), restores the
+// portals every 30s, and sweeps expired affinity entries, until ctx is
+// cancelled; then it shuts the proxier down, giving open connections
+// Config.ShutdownGrace to finish, and returns Shutdown's error.
+func (p *Proxier) Run(ctx context.Context) error {
+	const sweepEvery = 10 * time.Second
+	sweep := time.NewTicker(sweepEvery)
+	defer sweep.Stop()
+	// kube-proxy's --iptables-sync-period (30s): restore the portals even when
+	// nothing changed, in case something else flushed them.
+	const resyncEvery = 30 * time.Second
+	resync := time.NewTicker(resyncEvery)
+	defer resync.Stop()
+	retry := time.NewTimer(0)
+	retry.Stop()
+	var backoff backoff
+	for {
+		select {
+		case <-ctx.Done():
+			sctx, cancel := context.WithTimeout(context.Background(), p.cfg.ShutdownGrace)
+			defer cancel()
+			return p.Shutdown(sctx)
+		case <-sweep.C:
+			p.balancer.Sweep()
+		case <-resync.C:
+			if err := p.resync(true); err != nil {
+				retry.Reset(backoff.next())
+			}
+		case <-p.kick:
+			retry.Reset(backoff.next())
+		case <-retry.C:
+			if err := p.resync(false); err != nil {
+				retry.Reset(backoff.next())
+			} else {
+				backoff.reset()
+			}
+		}
+	}
+}
+
+// resync runs the last Sync again: bind what could not be bound, restore the
+// portals that failed, or (force) restore them even if they did not change.
+func (p *Proxier) resync(force bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.snap == nil {
+		return nil
+	}
+	if force {
+		p.portals.applied = nil
+	}
+	return p.syncLocked(p.ctx)
+}
+
+// backoff doubles from 500ms to 30s.
+type backoff struct{ d time.Duration }
+
+func (b *backoff) next() time.Duration {
+	b.d = min(max(2*b.d, 500*time.Millisecond), 30*time.Second)
+	return b.d
+}
+
+func (b *backoff) reset() { b.d = 0 }
+
+// Shutdown stops the proxier: it stops accepting (listeners are closed, UDP
+// sessions with them: a UDP reply can only leave from the listener), removes the
+// portals, then waits for open TCP connections to finish until ctx is done, and
+// closes the ones left. It returns ctx's error if connections had to be cut, or
+// the error of removing the portals. Shutdown is safe to call more than once.
+func (p *Proxier) Shutdown(ctx context.Context) error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		p.wg.Wait()
+		return nil
+	}
+	p.closed = true
+	for _, sp := range p.ports {
+		sp.closeListeners()
+	}
+	var err error
+	if p.cfg.IPTables != nil {
+		err = p.cfg.NetNS(func() error { return Cleanup(ctx, p.cfg.IPTables) })
+	}
+	p.mu.Unlock()
+
+	done := make(chan struct{})
+	go waitAll(&p.conns, done) // ends with the last connection, which we close below at the latest
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = errors.Join(err, fmt.Errorf("closing open connections: %w", ctx.Err()))
+		p.mu.Lock()
+		for _, sp := range p.ports {
+			sp.closeAll()
+		}
+		p.mu.Unlock()
+		<-done
+	}
+	p.cancel()
+	p.wg.Wait()
+	return err
+}
+
+// waitAll closes done when wg's count reaches zero.
+func waitAll(wg *sync.WaitGroup, done chan<- struct{}) {
+	wg.Wait()
+	close(done)
+}

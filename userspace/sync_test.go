@@ -1,0 +1,100 @@
+package userspace
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/kernel/iptables"
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// TestSyncPortals follows a Service through its life in the portals: the trace of
+// a packet to its ClusterIP, from a pod and from the node, after each Sync.
+func TestSyncPortals(t *testing.T) {
+	ipt := iptables.NewFake()
+	be := startTCPBackend(t, direct, "a", "127.0.0.1:0", sayName)
+	p := startProxier(t, Config{IPTables: ipt})
+	vip := netip.MustParseAddrPort("198.18.0.10:80")
+	pod := iptables.Packet{Src: netip.MustParseAddr("198.19.2.2"), Dst: vip, InIface: "eth0"}
+	node := iptables.Packet{Src: netip.MustParseAddr("198.19.0.1"), Dst: vip, Local: true}
+
+	steps := []struct {
+		name     string
+		snap     *service.Snapshot
+		verdict  string
+		redirect bool
+	}{
+		{"with an endpoint: redirected to the listener", snapshotOf(t, webSpec(service.Affinity{}, be.addr.String())), "ACCEPT", true},
+		{"without endpoints: rejected", snapshotOf(t, webSpec(service.Affinity{})), "REJECT", false},
+		{"endpoint back", snapshotOf(t, webSpec(service.Affinity{}, be.addr.String())), "ACCEPT", true},
+		{"service gone: nothing of ours", snapshotOf(t), "ACCEPT", false},
+	}
+	for _, st := range steps {
+		mustSync(t, p, st.snap)
+		var want uint16
+		if st.redirect {
+			want = portStatus(t, p, "default/web:http").Listener
+		}
+		for _, pkt := range []iptables.Packet{pod, node} {
+			tr, err := ipt.Trace(pkt)
+			if err != nil {
+				t.Fatalf("%s: trace: %v", st.name, err)
+			}
+			if tr.Verdict != st.verdict || tr.Redirect != want {
+				t.Errorf("%s: got %s :%d, want %s :%d\n%s", st.name, tr.Verdict, tr.Redirect, st.verdict, want, tr)
+			}
+		}
+	}
+	if !p.Healthy() {
+		t.Errorf("not healthy: %v", p.LastError())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := p.Run(ctx); err != nil { // Run ends at once and shuts down: portals removed
+		t.Fatalf("Run: %v", err)
+	}
+	if dump := ipt.Dump(); strings.Contains(dump, "SVCP") {
+		t.Errorf("portals left after shutdown:\n%s", dump)
+	}
+}
+
+// flakyIPTables fails its first failures Restores.
+type flakyIPTables struct {
+	*iptables.Fake
+	failures atomic.Int32
+}
+
+func (f *flakyIPTables) Restore(ctx context.Context, rules []byte) error {
+	if f.failures.Add(-1) >= 0 {
+		return errors.New("iptables-restore: resource temporarily unavailable")
+	}
+	return f.Fake.Restore(ctx, rules)
+}
+
+func TestRestoreFailureIsRetried(t *testing.T) {
+	ipt := &flakyIPTables{Fake: iptables.NewFake()}
+	ipt.failures.Store(2)
+	p := New(Config{IPTables: ipt})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+
+	if err := p.Sync(snapshotOf(t, webSpec(service.Affinity{}))); err == nil {
+		t.Fatal("Sync succeeded, want the restore error")
+	}
+	if p.Healthy() || p.LastError() == nil {
+		t.Errorf("healthy after a failed restore")
+	}
+	eventually(t, "a retry succeeds", p.Healthy)
+	if st := p.Status(); st.PortalsFailures != 2 || st.PortalsError != "" {
+		t.Errorf("status %+v, want 2 failures and no error", st)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
