@@ -1,0 +1,11 @@
+// Package conntrack is svcproxy's boundary to the kernel's connection tracking table.
+//
+// A UDP "connection" through a Service is a conntrack entry that remembers the DNAT
+// decision: as long as the client keeps sending, its packets follow the entry, not the
+// rules. When the endpoint goes away the entry still points at it and the client is
+// blackholed (kubernetes #19029, #48370), so the dataplane deletes such entries when
+// it removes an endpoint or when a Service gets its first endpoints.
+//
+// Real runs the conntrack(8) tool (conntrack-tools), which, like every program, acts on
+// the network namespace it is started in. Fake keeps flows in memory.
+package conntrack

@@ -1,0 +1,73 @@
+package conntrack
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"sync"
+)
+
+// Flow is one conntrack entry as the Fake keeps it.
+type Flow struct {
+	Protocol string
+	Src      netip.AddrPort // the client
+	OrigDst  netip.AddrPort // where it sent: the VIP or node port
+	DstNAT   netip.AddrPort // where it went: the endpoint (OrigDst if not NATed)
+}
+
+// matches reports whether f selects the flow.
+func (f Filter) matches(fl Flow) bool {
+	return f.Protocol == fl.Protocol &&
+		(!f.OrigDst.IsValid() || f.OrigDst == fl.OrigDst.Addr()) &&
+		(f.OrigDstPort == 0 || f.OrigDstPort == fl.OrigDst.Port()) &&
+		(!f.DstNAT.IsValid() || f.DstNAT == fl.DstNAT.Addr())
+}
+
+// Fake is an in-memory conntrack table. It records every Delete call.
+type Fake struct {
+	mu      sync.Mutex
+	flows   []Flow
+	deletes []Filter
+}
+
+var _ Interface = (*Fake)(nil)
+
+// NewFake returns a Fake holding flows.
+func NewFake(flows ...Flow) *Fake { return &Fake{flows: slices.Clone(flows)} }
+
+// Add adds flows.
+func (f *Fake) Add(flows ...Flow) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.flows = append(f.flows, flows...)
+}
+
+// Flows returns the flows left.
+func (f *Fake) Flows() []Flow {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.flows)
+}
+
+// Deletes returns the filters of every Delete call so far, in order.
+func (f *Fake) Deletes() []Filter {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.deletes)
+}
+
+// Delete implements Interface.
+func (f *Fake) Delete(ctx context.Context, flt Filter) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := flt.validate(); err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deletes = append(f.deletes, flt)
+	before := len(f.flows)
+	f.flows = slices.DeleteFunc(f.flows, flt.matches)
+	return before - len(f.flows), nil
+}

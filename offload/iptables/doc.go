@@ -1,0 +1,26 @@
+// Package iptables is svcproxy's first kernel dataplane: kube-proxy's iptables mode.
+//
+// A Snapshot is rendered, by a pure function, into iptables-restore text: per service
+// port a SVCP-SVC- chain that spreads new connections over SVCP-SEP- endpoint chains
+// with the statistic match (probability 1/n, 1/(n-1), ... 1), each endpoint chain
+// DNATing to its pod. The kernel then does the rest, connection by connection, and
+// conntrack remembers each decision, so established connections never consult the
+// rules again. The text is applied in one `iptables-restore --noflush` call.
+//
+// A packet from a pod to a ClusterIP walks:
+//
+//	nat PREROUTING -> SVCP-SERVICES -> SVCP-SVC-<hash> -> SVCP-SEP-<hash> (DNAT)
+//	nat POSTROUTING -> SVCP-POSTROUTING (MASQUERADE if SVCP-MARK-MASQ marked it)
+//
+// NodePorts, externalIPs and LoadBalancer IPs enter through SVCP-EXT-<hash>, which
+// marks for masquerade (externalTrafficPolicy: Cluster) or sends to the node-local
+// endpoints of SVCP-SVL-<hash> keeping the client address (Local). A port without
+// endpoints is rejected in the filter table (SVCP-SERVICES, SVCP-EXTERNAL-SERVICES).
+//
+// Proxier keeps the kernel in step with Snapshots: a partial sync rewrites only the
+// chains of changed service ports (kube-proxy KEP-3453), a full sync every SyncPeriod
+// and after any failure rewrites everything and deletes chains that belong to nothing.
+// The rules outlive the process; a new Proxier adopts them, and Cleanup removes them.
+//
+// Only IPv4 is rendered: IPv6 addresses of a Service or endpoint are skipped.
+package iptables

@@ -1,0 +1,94 @@
+package iptables
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
+)
+
+// ensureHooks adds the jumps from the built-in chains to ours where missing.
+func ensureHooks(ctx context.Context, ipt kiptables.Interface) error {
+	for _, h := range hooks {
+		if _, err := ipt.EnsureRule(ctx, kiptables.Prepend, kiptables.Table(h.table), h.chain, h.args...); err != nil {
+			return fmt.Errorf("hook %s/%s -> %s: %w", h.table, h.chain, h.args[len(h.args)-1], err)
+		}
+	}
+	return nil
+}
+
+// ourChains reads the kernel's nat and filter tables and returns the chains this
+// package owns, per table: how a new process finds what an old one left.
+func ourChains(ctx context.Context, ipt kiptables.Interface) (map[string]map[string]bool, error) {
+	out := map[string]map[string]bool{}
+	for _, table := range []string{tableFilter, tableNAT} {
+		b, err := ipt.Save(ctx, kiptables.Table(table))
+		if err != nil {
+			return nil, fmt.Errorf("read table %s: %w", table, err)
+		}
+		out[table] = map[string]bool{}
+		for _, c := range savedChains(b) {
+			if isOurChain(table, c) {
+				out[table][c] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// savedChains returns the chain names declared in iptables-save output.
+func savedChains(save []byte) []string {
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(save))
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, ":") {
+			if name, _, ok := strings.Cut(line[1:], " "); ok {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
+// Cleanup removes every hook and chain this package made (svcproxy --cleanup):
+// the hooks first, so that the chains are no longer referenced, then the chains,
+// flushed and deleted in one restore. Running it twice is harmless.
+func Cleanup(ctx context.Context, ipt kiptables.Interface) error {
+	var errs []error
+	for _, h := range hooks {
+		if err := ipt.DeleteRule(ctx, kiptables.Table(h.table), h.chain, h.args...); err != nil {
+			errs = append(errs, fmt.Errorf("delete hook %s/%s: %w", h.table, h.chain, err))
+		}
+	}
+	chains, err := ourChains(ctx, ipt)
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	var b bytes.Buffer
+	for _, table := range []string{tableFilter, tableNAT} {
+		names := sortedKeys(chains[table])
+		if len(names) == 0 {
+			continue
+		}
+		b.WriteString("*" + table + "\n")
+		for _, c := range names {
+			b.WriteString(":" + c + " - [0:0]\n")
+		}
+		for _, c := range names {
+			b.WriteString("-X " + c + "\n")
+		}
+		b.WriteString("COMMIT\n")
+	}
+	if b.Len() > 0 {
+		if err := ipt.Restore(ctx, b.Bytes()); err != nil {
+			errs = append(errs, fmt.Errorf("delete chains: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}

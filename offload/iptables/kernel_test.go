@@ -1,0 +1,235 @@
+package iptables
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// Real-kernel tests: the rules applied with iptables-restore in a node namespace,
+// real sockets in client and backend namespaces. They need root.
+
+func labService(l *lab, opts ...svcOpt) *service.Snapshot {
+	return snapshot(svc("web", "198.18.0.10", 80, l.endpoints(8080), opts...))
+}
+
+// Even spread over 3 backends, and no proxy hop: each backend sees the client.
+func TestKernelSpread(t *testing.T) {
+	l := newLab(t)
+	l.serveTCP(t, 8080)
+	l.sync(t, l.proxier(t), labService(l))
+	answers, err := dial(l.client, "198.18.0.10:80", 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, a := range answers {
+		count[a.backend]++
+		if a.client != labClient.String() {
+			t.Errorf("%s saw client %s, want %s (DNAT only, no SNAT)", a.backend, a.client, labClient)
+		}
+	}
+	// Each backend's count is Binomial(60, 1/3): below 5 has probability ~1e-5.
+	for _, b := range []string{"b0", "b1", "b2"} {
+		if count[b] < 5 {
+			t.Errorf("backend %s got %d of 60 connections, want a fair share: %v", b, count[b], count)
+		}
+	}
+	t.Logf("connections per backend: %v", count)
+}
+
+func TestKernelAffinity(t *testing.T) {
+	l := newLab(t)
+	l.serveTCP(t, 8080)
+	l.sync(t, l.proxier(t), labService(l, withAffinity(time.Minute)))
+	answers, err := dial(l.client, "198.18.0.10:80", 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range answers[1:] {
+		if a.backend != answers[0].backend {
+			t.Fatalf("affinity broken: first connection went to %s, a later one to %s", answers[0].backend, a.backend)
+		}
+	}
+}
+
+// NodePort from another namespace: Cluster policy masquerades, so the backend
+// sees the node; policy Local keeps the client.
+func TestKernelNodePort(t *testing.T) {
+	l := newLab(t)
+	l.serveTCP(t, 8080)
+	p := l.proxier(t)
+	for _, tt := range []struct {
+		name       string
+		opts       []svcOpt
+		masquerade bool
+	}{
+		{"Cluster", []svcOpt{withNodePort(30080)}, true},
+		{"Local", []svcOpt{withNodePort(30080), withExternalLocal()}, false},
+	} {
+		l.sync(t, p, labService(l, tt.opts...))
+		answers, err := dial(l.client, "198.19.10.1:30080", 6)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		for _, a := range answers {
+			// Masqueraded, the source is the node's address on the backend's link.
+			want := labClient.String()
+			if tt.masquerade {
+				want = "198.19.1" + string(a.backend[1]+1) + ".1"
+			}
+			if a.client != want {
+				t.Errorf("%s: backend %s saw %s, want %s", tt.name, a.backend, a.client, want)
+			}
+		}
+	}
+}
+
+// The node itself reaches a ClusterIP (OUTPUT), and a port without endpoints is
+// refused at once.
+func TestKernelLocalAndReject(t *testing.T) {
+	l := newLab(t)
+	l.serveTCP(t, 8080)
+	l.sync(t, l.proxier(t), snapshot(
+		svc("web", "198.18.0.10", 80, l.endpoints(8080)),
+		svc("empty", "198.18.0.20", 80, nil),
+	))
+	if _, err := dial(l.node, "198.18.0.10:80", 3); err != nil {
+		t.Errorf("from the node: %v", err)
+	}
+	for _, ns := range []struct {
+		name string
+		do   func() error
+	}{
+		{"client", func() error { _, err := dial(l.client, "198.18.0.20:80", 1); return err }},
+		{"node", func() error { _, err := dial(l.node, "198.18.0.20:80", 1); return err }},
+	} {
+		if err := ns.do(); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("%s to a port without endpoints: %v, want connection refused (REJECT)\n%s", ns.name, err,
+				l.node.Run(t, "iptables-save", "-c", "-t", "filter"))
+		}
+	}
+}
+
+// The rules outlive the Proxier; a new one adopts them without a gap, and
+// Cleanup leaves nothing.
+func TestKernelRestartAndCleanup(t *testing.T) {
+	l := newLab(t)
+	l.serveTCP(t, 8080)
+	l.sync(t, l.proxier(t), labService(l))
+	// The old process is gone; traffic flows while a new one takes over.
+	ctx, cancel := context.WithCancel(context.Background())
+	var ok, failed atomic.Int64
+	done := make(chan struct{})
+	go func() { // owned by this test, stopped by cancel
+		defer close(done)
+		for ctx.Err() == nil {
+			if _, err := dial(l.client, "198.18.0.10:80", 1); err != nil {
+				failed.Add(1)
+				t.Logf("during restart: %v", err)
+			} else {
+				ok.Add(1)
+			}
+		}
+	}()
+	for ok.Load() < 5 {
+		time.Sleep(10 * time.Millisecond) // waits for traffic to flow, asserts nothing about time
+	}
+	restarted := l.proxier(t)
+	for range 3 {
+		l.sync(t, restarted, labService(l, withNodePort(30080)))
+	}
+	for n := ok.Load(); ok.Load() < n+5; {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if failed.Load() > 0 {
+		t.Errorf("%d of %d connections failed during the restart", failed.Load(), ok.Load()+failed.Load())
+	}
+	if h := restarted.Health(); h.FullSyncs != 1 || h.PartialSyncs != 2 {
+		t.Errorf("restarted proxier: %+v, want one full sync then partial ones", h)
+	}
+
+	ipt, _ := kiptables.New(kiptables.Config{})
+	if err := l.node.Do(func() error { return Cleanup(context.Background(), ipt) }); err != nil {
+		t.Fatal(err)
+	}
+	if save := l.node.Run(t, "iptables-save"); strings.Contains(save, "SVCP-") {
+		t.Errorf("after Cleanup:\n%s", save)
+	}
+	if _, err := dial(l.client, "198.18.0.10:80", 1); err == nil {
+		t.Error("the ClusterIP still answers after Cleanup")
+	}
+}
+
+// A UDP flow keeps its endpoint while the endpoint lives; when the endpoint is
+// removed, the conntrack cleanup moves it to a live one (kubernetes #19029).
+func TestKernelUDPConntrack(t *testing.T) {
+	l := newLab(t)
+	netnstestRequireConntrack(t)
+	l.serveUDP(t, 5353)
+	p := l.proxier(t)
+	dns := func(eps []service.Endpoint) *service.Snapshot {
+		return snapshot(svc("dns", "198.18.0.53", 53, eps, withProtocol(service.UDP)))
+	}
+	l.sync(t, p, dns(l.endpoints(5353)))
+	c := newUDPClient(t, l.client, "198.18.0.53:53")
+	first, err := c.ask()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if got, err := c.ask(); err != nil || got != first {
+			t.Fatalf("the flow moved from %s to %s (%v) without a change", first, got, err)
+		}
+	}
+	var keep []service.Endpoint
+	for i, e := range l.endpoints(5353) {
+		if first != "b"+string(rune('0'+i)) {
+			keep = append(keep, e)
+		}
+	}
+	l.sync(t, p, dns(keep)) // the removed backend still runs: only conntrack moves the flow
+	got, err := c.ask()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got == first {
+		t.Errorf("after removing %s, the flow still goes there (conntrack entry not deleted)", first)
+	}
+	if h := p.Health(); h.ConntrackDeleted == 0 || h.ConntrackErrors != 0 {
+		t.Errorf("health %+v: want conntrack entries deleted without errors", h)
+	}
+}
+
+// Chains that belong to nothing any more are deleted in the same transaction that
+// drops the jumps to them: by a partial sync (from what it applied) and by a new
+// Proxier's full sync (from iptables-save).
+func TestKernelStaleChains(t *testing.T) {
+	l := newLab(t)
+	two := snapshot(svc("web", "198.18.0.10", 80, l.endpoints(8080), withNodePort(30080)),
+		svc("api", "198.18.0.20", 80, l.endpoints(8080), withAffinity(time.Minute)))
+	p := l.proxier(t)
+	l.sync(t, p, two)
+	l.sync(t, p, labService(l)) // partial: api goes, web loses its NodePort
+	save := l.node.Run(t, "iptables-save", "-t", "nat")
+	if strings.Contains(save, "default/api") || strings.Contains(save, prefixEXT) {
+		t.Errorf("after a partial sync, stale chains are left:\n%s", save)
+	}
+	l.sync(t, l.proxier(t), two)        // restarted with both
+	l.sync(t, l.proxier(t), snapshot()) // restarted with none: a full sync reads what is there
+	save = l.node.Run(t, "iptables-save", "-t", "nat")
+	for _, prefix := range portChainPrefixes {
+		if strings.Contains(save, prefix) {
+			t.Errorf("after a full sync of nothing, %s chains are left:\n%s", prefix, save)
+		}
+	}
+}

@@ -1,0 +1,104 @@
+package iptables
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"net/netip"
+	"strings"
+
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// Tables we write to.
+const (
+	tableNAT    = "nat"
+	tableFilter = "filter"
+)
+
+// The chains every sync writes whole ("top" chains). Their names are fixed; the
+// userspace proxier and other dataplanes must not use them.
+const (
+	chainServices         = "SVCP-SERVICES"          // nat: VIP -> service chain; filter: REJECT ClusterIPs with no endpoints
+	chainNodePorts        = "SVCP-NODEPORTS"         // nat: node port -> external chain
+	chainPostrouting      = "SVCP-POSTROUTING"       // nat: MASQUERADE what is marked
+	chainMarkMasq         = "SVCP-MARK-MASQ"         // nat: set the masquerade mark
+	chainExternalServices = "SVCP-EXTERNAL-SERVICES" // filter: REJECT external destinations with no endpoints
+	chainForward          = "SVCP-FORWARD"           // filter: accept marked service traffic when FORWARD's policy is DROP
+)
+
+// Prefixes of the per-service-port chains. A chain with one of these prefixes that
+// no service port claims is stale and a full sync deletes it.
+const (
+	prefixSVC = "SVCP-SVC-" // cluster policy: every usable endpoint
+	prefixSVL = "SVCP-SVL-" // local policy: the endpoints on this node
+	prefixEXT = "SVCP-EXT-" // external destinations (NodePort, externalIPs, LoadBalancer)
+	prefixSEP = "SVCP-SEP-" // one endpoint: DNAT
+)
+
+var portChainPrefixes = []string{prefixSVC, prefixSVL, prefixEXT, prefixSEP}
+
+// isPortChain reports whether a chain name is one of our per-port chains.
+func isPortChain(name string) bool {
+	for _, p := range portChainPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// topChains are the fixed chains per table, in the order they are declared.
+var topChains = map[string][]string{
+	tableFilter: {chainServices, chainExternalServices, chainForward},
+	tableNAT:    {chainServices, chainNodePorts, chainPostrouting, chainMarkMasq},
+}
+
+// isOurChain reports whether a chain of table belongs to this package.
+func isOurChain(table, name string) bool {
+	for _, c := range topChains[table] {
+		if c == name {
+			return true
+		}
+	}
+	return table == tableNAT && isPortChain(name)
+}
+
+// hashBase is kube-proxy's servicePortChainNameBase: the first 16 characters of the
+// base32 SHA-256 of the port name and the lower-case protocol. Stable across
+// restarts and processes, so a new Proxier finds the chains of the old one.
+func hashBase(parts ...string) string {
+	h := sha256.Sum256([]byte(strings.Join(parts, "")))
+	return base32.StdEncoding.EncodeToString(h[:])[:16]
+}
+
+func portHash(n service.PortName) string {
+	return hashBase(n.String(), strings.ToLower(string(n.Protocol)))
+}
+
+// sepChain is kube-proxy's servicePortEndpointChainName: the hash also covers the
+// endpoint, so each endpoint of each port has its own chain (and its own ClientIP
+// affinity list, which the recent match names after the chain).
+func sepChain(n service.PortName, ep netip.AddrPort) string {
+	return prefixSEP + hashBase(n.String(), strings.ToLower(string(n.Protocol)), ep.String())
+}
+
+// hook is a jump from a built-in chain to one of ours. Hooks live outside the
+// restore text (a --noflush restore appends, it cannot "ensure"), so Proxier
+// ensures them with EnsureRule and Cleanup deletes them.
+type hook struct {
+	table, chain string // the built-in chain
+	args         []string
+}
+
+// hooks, in kube-proxy's iptablesJumpChains order. Each is prepended, so the offload
+// jump sits before the userspace portal chain (DESIGN.md: promote kernel first).
+var hooks = []hook{
+	{tableFilter, "FORWARD", []string{"-m", "comment", "--comment", "svcproxy service portals", "-j", chainServices}},
+	{tableFilter, "OUTPUT", []string{"-m", "comment", "--comment", "svcproxy service portals", "-j", chainServices}},
+	{tableFilter, "INPUT", []string{"-m", "comment", "--comment", "svcproxy externally-visible service portals", "-j", chainExternalServices}},
+	{tableFilter, "FORWARD", []string{"-m", "comment", "--comment", "svcproxy externally-visible service portals", "-j", chainExternalServices}},
+	{tableFilter, "FORWARD", []string{"-m", "comment", "--comment", "svcproxy forwarding rules", "-j", chainForward}},
+	{tableNAT, "PREROUTING", []string{"-m", "comment", "--comment", "svcproxy service portals", "-j", chainServices}},
+	{tableNAT, "OUTPUT", []string{"-m", "comment", "--comment", "svcproxy service portals", "-j", chainServices}},
+	{tableNAT, "POSTROUTING", []string{"-m", "comment", "--comment", "svcproxy postrouting rules", "-j", chainPostrouting}},
+}

@@ -1,0 +1,286 @@
+package iptables
+
+import (
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// portPlan is what a service port needs, decided before any line is written; it
+// follows kube-proxy's syncProxyRules (pkg/proxy/iptables/proxier.go).
+type portPlan struct {
+	p                    *service.Port
+	name, proto, port    string
+	svcChain, svlChain   string
+	extChain             string
+	cluster, local       []service.Endpoint
+	hasEndpoints         bool // usable endpoints anywhere
+	hasInternal          bool // ClusterIP traffic has somewhere to go
+	hasExternal          bool // external traffic has somewhere to go
+	internalChain        string
+	externalPolicyChain  string
+	usesClusterChain     bool
+	usesLocalChain       bool
+	usesExtChain         bool
+	clusterIPs, extIPs   []netip.Addr
+	lbIPs                []netip.Addr
+	externallyAccessible bool
+}
+
+func planPort(cfg *Config, p *service.Port) *portPlan {
+	svc := p.Service
+	pp := &portPlan{
+		p:          p,
+		name:       p.Name.String(),
+		proto:      strings.ToLower(string(p.Protocol)),
+		port:       strconv.Itoa(int(p.Port)),
+		clusterIPs: v4(svc.ClusterIPs),
+		extIPs:     v4(svc.ExternalIPs),
+		lbIPs:      v4(svc.LoadBalancerIPs),
+		cluster:    v4Endpoints(p.Usable()),
+		local:      v4Endpoints(localUsable(p, cfg.NodeName)),
+	}
+	if len(pp.clusterIPs) == 0 {
+		return nil // headless, ExternalName or IPv6-only: nothing for iptables
+	}
+	base := portHash(p.Name)
+	pp.svcChain, pp.svlChain, pp.extChain = prefixSVC+base, prefixSVL+base, prefixEXT+base
+	pp.externallyAccessible = p.NodePort != 0 || len(pp.extIPs) > 0 || len(pp.lbIPs) > 0
+	pp.hasEndpoints = len(pp.cluster) > 0
+
+	// kube-proxy's UsesClusterEndpoints / UsesLocalEndpoints: external traffic
+	// with policy Local still needs the cluster chain for pod short-circuiting.
+	usesCluster := !svc.InternalPolicyLocal || pp.externallyAccessible
+	usesLocal := svc.InternalPolicyLocal || (svc.ExternalPolicyLocal && pp.externallyAccessible)
+	pp.usesClusterChain = len(pp.cluster) > 0 && usesCluster
+	pp.usesLocalChain = len(pp.local) > 0 && usesLocal
+
+	pp.internalChain, pp.hasInternal = pp.svcChain, pp.hasEndpoints
+	if svc.InternalPolicyLocal {
+		pp.internalChain, pp.hasInternal = pp.svlChain, len(pp.local) > 0
+	}
+	pp.externalPolicyChain, pp.hasExternal = pp.svcChain, pp.hasEndpoints
+	if svc.ExternalPolicyLocal {
+		pp.externalPolicyChain, pp.hasExternal = pp.svlChain, len(pp.local) > 0
+	}
+	// Based on hasEndpoints, not hasExternal: the short-circuit rules are
+	// needed even when no endpoint is local.
+	pp.usesExtChain = pp.hasEndpoints && pp.externallyAccessible
+	return pp
+}
+
+// filterTarget is what the filter table does with traffic that has nowhere to go:
+// REJECT (ICMP port unreachable, the client fails fast) if the port has no
+// endpoints at all, DROP if it has some but none for this traffic policy.
+func (pp *portPlan) filterTarget() (string, string) {
+	if !pp.hasEndpoints {
+		return "REJECT", pp.name + " has no endpoints"
+	}
+	return "DROP", pp.name + " has no local endpoints"
+}
+
+// match writes the protocol, destination and port matches of a frontend rule.
+func (pp *portPlan) match(l *lines, dst, dport string) *lines {
+	l.w("-m", pp.proto, "-p", pp.proto)
+	if dst != "" {
+		l.w("-d", dst)
+	}
+	return l.w("--dport", dport)
+}
+
+// renderPort renders one service port, or returns nil if it has no IPv4 ClusterIP.
+func renderPort(cfg *Config, p *service.Port) *portRules {
+	pp := planPort(cfg, p)
+	if pp == nil {
+		return nil
+	}
+	pr := &portRules{port: p, name: p.Name, status: PortStatus{Port: pp.name, Protocol: string(p.Protocol)}}
+	var sh [numShared]lines
+	// A port has at most 3 policy chains plus one chain per endpoint.
+	own := make(map[string]*lines, 3+len(p.Endpoints))
+	chain := func(name string) *lines {
+		if own[name] == nil {
+			own[name] = &lines{}
+			pr.chains = append(pr.chains, name)
+		}
+		return own[name]
+	}
+	// Declare in a fixed order, so the text is stable.
+	for _, c := range [...]struct {
+		name string
+		used bool
+	}{{pp.svcChain, pp.usesClusterChain}, {pp.svlChain, pp.usesLocalChain}, {pp.extChain, pp.usesExtChain}} {
+		if c.used {
+			chain(c.name)
+		}
+	}
+	renderFrontends(cfg, pp, &sh, chain)
+	if pp.usesExtChain {
+		renderExternalChain(cfg, pp, chain(pp.extChain))
+	}
+	seps := make(map[netip.AddrPort]string, len(p.Endpoints))
+	if pp.usesClusterChain {
+		pr.status.Endpoints = append(pr.status.Endpoints, renderSpread(pp, pp.svcChain, chain(pp.svcChain), pp.cluster, seps)...)
+	}
+	if pp.usesLocalChain {
+		pr.status.Endpoints = append(pr.status.Endpoints, renderSpread(pp, pp.svlChain, chain(pp.svlChain), pp.local, seps)...)
+	}
+	renderEndpointChains(pp, seps, chain)
+	pr.flows = flowInfo{proto: pp.proto, port: p.Port, nodePort: p.NodePort,
+		frontends: slices.Concat(pp.clusterIPs, pp.extIPs, pp.lbIPs), hasEndpoints: pp.hasEndpoints}
+	for a := range seps {
+		pr.flows.endpoints = append(pr.flows.endpoints, a.Addr().Unmap())
+	}
+	slices.SortFunc(pr.flows.endpoints, netip.Addr.Compare)
+
+	for i := range sh {
+		pr.shared[i] = sh[i].b
+	}
+	n := 0
+	for _, c := range pr.chains {
+		n += len(own[c].b)
+	}
+	pr.text = make([]byte, 0, n)
+	for _, c := range pr.chains {
+		pr.text = append(pr.text, own[c].b...)
+	}
+	pr.status.Chains = slices.Clone(pr.chains)
+	pr.status.HasEndpoints = pp.hasEndpoints
+	return pr
+}
+
+// renderFrontends writes the rules that catch a port's destinations: ClusterIPs,
+// externalIPs, LoadBalancer IPs and the NodePort, or reject them in filter.
+func renderFrontends(cfg *Config, pp *portPlan, sh *[numShared]lines, chain func(string) *lines) {
+	target, why := pp.filterTarget()
+	for _, ip := range pp.clusterIPs {
+		dst := ip.String()
+		if !pp.hasInternal {
+			pp.match(sh[filterServices].rule(chainServices).comment(why), dst, pp.port).w("-j", target).end()
+			continue
+		}
+		pp.match(sh[natServices].rule(chainServices).comment(pp.name+" cluster IP"), dst, pp.port).w("-j", pp.internalChain).end()
+		// Masquerade ClusterIP traffic from outside the pod network: someone
+		// routing the service range to this node may get a reply from an
+		// endpoint on another node otherwise (kube-proxy's IfNotLocal rule).
+		switch {
+		case cfg.MasqueradeAll:
+			pp.match(chain(pp.internalChain).rule(pp.internalChain).comment(pp.name+" cluster IP"), dst, pp.port).
+				w("-j", chainMarkMasq).end()
+		case cfg.ClusterCIDR.IsValid():
+			pp.match(chain(pp.internalChain).rule(pp.internalChain).comment(pp.name+" cluster IP"), dst, pp.port).
+				w("!", "-s", cfg.ClusterCIDR.Masked().String(), "-j", chainMarkMasq).end()
+		}
+	}
+	external := [...]struct {
+		ips  []netip.Addr
+		kind string
+	}{{pp.extIPs, " external IP"}, {pp.lbIPs, " loadbalancer IP"}}
+	for _, e := range external {
+		for _, ip := range e.ips {
+			if pp.hasEndpoints {
+				pp.match(sh[natServices].rule(chainServices).comment(pp.name+e.kind), ip.String(), pp.port).w("-j", pp.extChain).end()
+			}
+			if !pp.hasExternal {
+				pp.match(sh[filterExternal].rule(chainExternalServices).comment(why), ip.String(), pp.port).w("-j", target).end()
+			}
+		}
+	}
+	if pp.p.NodePort == 0 {
+		return
+	}
+	np := strconv.Itoa(int(pp.p.NodePort))
+	if pp.hasEndpoints {
+		pp.match(sh[natNodePorts].rule(chainNodePorts).comment(pp.name), "", np).w("-j", pp.extChain).end()
+	}
+	if !pp.hasExternal {
+		pp.match(sh[filterExternal].rule(chainExternalServices).comment(why).w("-m", "addrtype", "--dst-type", "LOCAL"), "", np).
+			w("-j", target).end()
+	}
+}
+
+// renderExternalChain writes SVCP-EXT-: where NodePort, externalIP and LoadBalancer
+// traffic goes, by externalTrafficPolicy.
+func renderExternalChain(cfg *Config, pp *portPlan, l *lines) {
+	if !pp.p.Service.ExternalPolicyLocal {
+		// The endpoint may be on another node: SNAT so the reply comes back here.
+		l.rule(pp.extChain).comment("masquerade traffic for "+pp.name+" external destinations").w("-j", chainMarkMasq).end()
+	} else {
+		// Policy Local keeps the client address. Pods reaching an external
+		// destination are treated as if they went out to a load balancer and came
+		// back: any endpoint. The node itself has the external address as its
+		// own, so it needs masquerade (and also goes to any endpoint).
+		if cfg.ClusterCIDR.IsValid() {
+			l.rule(pp.extChain).comment("pod traffic for "+pp.name+" external destinations").
+				w("-s", cfg.ClusterCIDR.Masked().String(), "-j", pp.svcChain).end()
+		}
+		l.rule(pp.extChain).comment("masquerade LOCAL traffic for "+pp.name+" external destinations").
+			w("-m", "addrtype", "--src-type", "LOCAL", "-j", chainMarkMasq).end()
+		l.rule(pp.extChain).comment("route LOCAL traffic for "+pp.name+" external destinations").
+			w("-m", "addrtype", "--src-type", "LOCAL", "-j", pp.svcChain).end()
+	}
+	if pp.hasExternal {
+		l.rule(pp.extChain).w("-j", pp.externalPolicyChain).end()
+	}
+}
+
+// renderSpread writes a policy chain's endpoint rules: ClientIP affinity checks
+// first, then the statistic spread. It records each endpoint's chain in seps.
+func renderSpread(pp *portPlan, chainName string, l *lines, eps []service.Endpoint, seps map[netip.AddrPort]string) []EndpointStatus {
+	aff := pp.p.Service.Affinity
+	names := make([]string, len(eps))
+	addrs := make([]string, len(eps))
+	for i, e := range eps {
+		if names[i] = seps[e.Addr]; names[i] == "" {
+			names[i] = sepChain(pp.p.Name, e.Addr)
+			seps[e.Addr] = names[i]
+		}
+		addrs[i] = e.Addr.String()
+	}
+	if aff.ClientIP {
+		secs := affinitySeconds(aff)
+		for i := range eps {
+			l.rule(chainName).comment(pp.name+" -> "+addrs[i]).
+				w("-m", "recent", "--name", names[i], "--mask", "255.255.255.255", "--rsource",
+					"--rcheck", "--seconds", secs, "--reap", "-j", names[i]).end()
+		}
+	}
+	status := make([]EndpointStatus, len(eps))
+	n := len(eps)
+	for i, e := range eps {
+		l.rule(chainName).comment(pp.name + " -> " + addrs[i])
+		prob := "1"
+		if i < n-1 {
+			prob = probability(n - i)
+			l.w("-m", "statistic", "--mode", "random", "--probability", prob)
+		}
+		l.w("-j", names[i]).end()
+		status[i] = EndpointStatus{Addr: addrs[i], Node: e.NodeName, From: chainName, Chain: names[i],
+			Probability: prob, Share: 1 / float64(n), Terminating: e.Terminating}
+	}
+	return status
+}
+
+// renderEndpointChains writes one SVCP-SEP- chain per endpoint: mark hairpin
+// traffic (a pod reaching itself must see the node, not itself, as the source, or
+// it would answer itself directly), remember the client for affinity, DNAT.
+func renderEndpointChains(pp *portPlan, seps map[netip.AddrPort]string, chain func(string) *lines) {
+	addrs := make([]netip.AddrPort, 0, len(seps))
+	for a := range seps {
+		addrs = append(addrs, a)
+	}
+	slices.SortFunc(addrs, func(a, b netip.AddrPort) int { return a.Compare(b) })
+	for _, a := range addrs {
+		name := seps[a]
+		l := chain(name)
+		l.rule(name).comment(pp.name).w("-s", a.Addr().Unmap().String(), "-j", chainMarkMasq).end()
+		l.rule(name).comment(pp.name)
+		if pp.p.Service.Affinity.ClientIP {
+			l.w("-m", "recent", "--name", name, "--mask", "255.255.255.255", "--rsource", "--set")
+		}
+		l.w("-m", pp.proto, "-p", pp.proto, "-j", "DNAT", "--to-destination", a.String()).end()
+	}
+}

@@ -1,0 +1,314 @@
+package iptables
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/svcproxy/svcproxy/kernel/conntrack"
+	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// flakyIPT is a Fake whose next fail restores fail, and which reports each restore.
+type flakyIPT struct {
+	*kiptables.Fake
+	mu       sync.Mutex
+	fail     int
+	restored chan error // if set, gets each Restore's result
+}
+
+func (f *flakyIPT) Restore(ctx context.Context, rules []byte) error {
+	f.mu.Lock()
+	var err error
+	if f.fail > 0 {
+		f.fail--
+		err = errors.New("iptables-restore: line 7 failed")
+	}
+	f.mu.Unlock()
+	if err == nil {
+		err = f.Fake.Restore(ctx, rules)
+	}
+	if f.restored != nil {
+		f.restored <- err
+	}
+	return err
+}
+
+func newProxier(t *testing.T, ipt kiptables.Interface, ct conntrack.Interface) *Proxier {
+	t.Helper()
+	p, err := NewProxier(ProxierConfig{Rules: testConfig, IPTables: ipt, Conntrack: ct})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func mustSync(t *testing.T, p *Proxier, snap *service.Snapshot) {
+	t.Helper()
+	p.Update(snap)
+	if err := p.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// freshDump is what a new Proxier's full sync of snap leaves in an empty kernel.
+func freshDump(t *testing.T, snap *service.Snapshot) string {
+	t.Helper()
+	f := kiptables.NewFake()
+	mustSync(t, newProxier(t, f, nil), snap)
+	return f.Dump()
+}
+
+// The snapshots a cluster goes through; each step is synced partially.
+func history() []*service.Snapshot {
+	web := func(eps []service.Endpoint, opts ...svcOpt) *service.Service {
+		return svc("web", "198.18.0.10", 80, eps, append([]svcOpt{withNodePort(30080)}, opts...)...)
+	}
+	api := svc("api", "198.18.0.20", 443, threeEndpoints()[:2])
+	dns := svc("dns", "198.18.0.53", 53, threeEndpoints(), withProtocol(service.UDP))
+	return []*service.Snapshot{
+		snapshot(web(threeEndpoints()), api),
+		snapshot(web(threeEndpoints()[1:]), api),                             // an endpoint leaves
+		snapshot(web(threeEndpoints()[1:]), api, dns),                        // a service arrives
+		snapshot(web(nil), api, dns),                                         // no endpoints: REJECT
+		snapshot(web(threeEndpoints(), withAffinity(time.Minute)), api, dns), // back, with affinity
+		snapshot(web(threeEndpoints(), withExternalLocal()), dns),            // a service leaves, policy Local
+		snapshot(),
+	}
+}
+
+// Partial syncs must leave the kernel exactly as a full sync from scratch would.
+func TestPartialSyncConverges(t *testing.T) {
+	f := kiptables.NewFake()
+	p := newProxier(t, f, nil)
+	for i, snap := range history() {
+		mustSync(t, p, snap)
+		if got, want := f.Dump(), freshDump(t, snap); got != want {
+			t.Fatalf("step %d: partial sync differs from a full one\n--- partial:\n%s\n--- full:\n%s", i, got, want)
+		}
+	}
+	h := p.Health()
+	if h.FullSyncs != 1 || h.PartialSyncs != uint64(len(history())-1) || !h.Healthy {
+		t.Errorf("health %+v: want 1 full sync and %d partial ones", h, len(history())-1)
+	}
+}
+
+// A partial sync writes only what changed: one endpoint leaving rewrites its
+// port's chains and deletes the endpoint's chain; SVCP-SERVICES is untouched.
+func TestPartialSyncText(t *testing.T) {
+	tests := []struct {
+		name     string
+		from, to *service.Snapshot
+	}{
+		{"partial-endpoint-removed", history()[0], history()[1]},
+		{"partial-service-added", history()[1], history()[2]},
+		{"partial-no-change", history()[2], history()[2]},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := kiptables.NewFake()
+			p := newProxier(t, f, nil)
+			mustSync(t, p, tt.from)
+			n0, _ := f.Restores()
+			mustSync(t, p, tt.to)
+			n, last := f.Restores()
+			if n == n0 {
+				last = []byte("# no restore\n")
+			}
+			checkGolden(t, tt.name, last)
+		})
+	}
+}
+
+func TestFullSyncEverySyncPeriod(t *testing.T) {
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	f := kiptables.NewFake()
+	p, _ := NewProxier(ProxierConfig{Rules: testConfig, IPTables: f, SyncPeriod: time.Minute, Now: func() time.Time { return now }})
+	snap := history()[0]
+	mustSync(t, p, snap)
+	now = now.Add(30 * time.Second)
+	mustSync(t, p, snap)
+	now = now.Add(31 * time.Second)
+	mustSync(t, p, snap)
+	if h := p.Health(); h.FullSyncs != 2 || h.PartialSyncs != 1 {
+		t.Errorf("health %+v: want 2 full syncs (start, after a minute) and 1 partial", h)
+	}
+}
+
+// A failed restore is reported, and the next sync is a full one that repairs
+// whatever the failure left.
+func TestSyncFailure(t *testing.T) {
+	ipt := &flakyIPT{Fake: kiptables.NewFake()}
+	p := newProxier(t, ipt, nil)
+	mustSync(t, p, history()[0])
+	ipt.fail = 1
+	p.Update(history()[1])
+	if err := p.Sync(context.Background()); err == nil {
+		t.Fatal("sync succeeded with a failing restore")
+	}
+	h := p.Health()
+	if h.Healthy || !strings.Contains(h.LastError, "line 7 failed") || h.Failures != 1 || !h.Synced {
+		t.Errorf("after a failure: health %+v", h)
+	}
+	if err := p.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h = p.Health()
+	if !h.Healthy || h.LastError != "" || h.FullSyncs != 2 || h.ConsecutiveFailures != 0 {
+		t.Errorf("after recovery: health %+v, want healthy after a second full sync", h)
+	}
+	if got, want := ipt.Dump(), freshDump(t, history()[1]); got != want {
+		t.Errorf("after recovery:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// A new process adopts the rules of the old one: its first (full) sync rewrites
+// them in place and deletes the chains that belong to nothing now. Chains of other
+// owners stay.
+func TestAdoptOnRestart(t *testing.T) {
+	f := kiptables.NewFake()
+	ctx := context.Background()
+	if err := f.Restore(ctx, []byte("*nat\n:SVCP-PORTALS - [0:0]\n-A OUTPUT -j SVCP-PORTALS\nCOMMIT\n")); err != nil {
+		t.Fatal(err)
+	}
+	mustSync(t, newProxier(t, f, nil), history()[2]) // the old process
+	restarted := newProxier(t, f, nil)
+	mustSync(t, restarted, history()[5])
+	got := f.Dump()
+	for _, c := range []string{"SVCP-PORTALS"} {
+		if !strings.Contains(got, ":"+c+" ") {
+			t.Errorf("foreign chain %s deleted", c)
+		}
+	}
+	want := freshDump(t, history()[5])
+	got = strings.ReplaceAll(strings.ReplaceAll(got, ":SVCP-PORTALS - [0:0]\n", ""), "-A OUTPUT -j SVCP-PORTALS\n", "")
+	if got != want {
+		t.Errorf("after restart:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestCleanup(t *testing.T) {
+	f := kiptables.NewFake()
+	ctx := context.Background()
+	foreign := "*nat\n:SVCP-PORTALS - [0:0]\n-A OUTPUT -j SVCP-PORTALS\nCOMMIT\n"
+	if err := f.Restore(ctx, []byte(foreign)); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.Save(ctx, kiptables.TableFilter) // the kernel has an empty filter table
+	before := f.Dump()
+	mustSync(t, newProxier(t, f, nil), history()[4])
+	for range 2 {
+		if err := Cleanup(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.Dump(); got != before {
+			t.Errorf("after Cleanup:\n%s\nwant:\n%s", got, before)
+		}
+		if got := f.Dump(); strings.Contains(strings.ReplaceAll(got, "SVCP-PORTALS", ""), "SVCP-") {
+			t.Errorf("after Cleanup, rules of ours are left:\n%s", got)
+		}
+	}
+}
+
+func TestStatus(t *testing.T) {
+	p := newProxier(t, kiptables.NewFake(), nil)
+	mustSync(t, p, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints(), withNodePort(30080), withExternalLocal())))
+	st := p.Status()
+	if len(st) != 1 || st[0].Port != "default/web:p" || !st[0].HasEndpoints || len(st[0].Chains) != 6 {
+		t.Fatalf("status %+v", st)
+	}
+	var got []string
+	for _, e := range st[0].Endpoints {
+		got = append(got, e.From[:8]+" "+e.Addr+" "+e.Probability)
+	}
+	want := []string{
+		"SVCP-SVC 198.19.1.10:8080 0.3333333333", "SVCP-SVC 198.19.1.11:8080 0.5000000000", "SVCP-SVC 198.19.1.130:8080 1",
+		"SVCP-SVL 198.19.1.10:8080 0.5000000000", "SVCP-SVL 198.19.1.11:8080 1",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("endpoints:\n%q\nwant\n%q", got, want)
+	}
+}
+
+// UDP flows to a removed endpoint are deleted, flows to the others stay; a UDP
+// port getting its first endpoints clears flows to its addresses.
+func TestConntrackCleanup(t *testing.T) {
+	vip := netip.MustParseAddr("198.18.0.53")
+	client := netip.MustParseAddrPort("198.19.1.50:5353")
+	flow := func(dst, ep string) conntrack.Flow {
+		return conntrack.Flow{Protocol: "udp", Src: client, OrigDst: netip.MustParseAddrPort(dst), DstNAT: netip.MustParseAddrPort(ep)}
+	}
+	dns := func(eps []service.Endpoint) *service.Service {
+		return svc("dns", "198.18.0.53", 53, eps, withProtocol(service.UDP), withNodePort(30053))
+	}
+	ct := conntrack.NewFake()
+	p := newProxier(t, kiptables.NewFake(), ct)
+	mustSync(t, p, snapshot(dns(threeEndpoints())))
+	ct.Add(flow("198.18.0.53:53", "198.19.1.10:8080"), flow("198.18.0.53:53", "198.19.1.11:8080"),
+		flow("198.19.0.1:30053", "198.19.1.10:8080"))
+	mustSync(t, p, snapshot(dns(threeEndpoints()[1:])))
+	if got, want := ct.Flows(), []conntrack.Flow{flow("198.18.0.53:53", "198.19.1.11:8080")}; !slices.Equal(got, want) {
+		t.Errorf("flows after removing 198.19.1.10: %v, want %v", got, want)
+	}
+
+	mustSync(t, p, snapshot(dns(nil)))
+	ct.Add(flow("198.18.0.53:53", "198.18.0.53:53")) // sent while rejected
+	before := len(ct.Deletes())
+	mustSync(t, p, snapshot(dns(threeEndpoints())))
+	if got := ct.Flows(); len(got) != 0 {
+		t.Errorf("flows after the first endpoints: %v, want none", got)
+	}
+	want := []conntrack.Filter{{Protocol: "udp", OrigDstPort: 30053}, {Protocol: "udp", OrigDst: vip, OrigDstPort: 53}}
+	if got := ct.Deletes()[before:]; !slices.Equal(got, want) {
+		t.Errorf("deletes %v, want %v", got, want)
+	}
+	if h := p.Health(); h.ConntrackDeleted != 4 {
+		t.Errorf("health %+v: want 4 conntrack entries deleted (2 of the removed endpoint, 1 of the last one, 1 sent while rejected)", h)
+	}
+}
+
+// Run syncs after Update, retries a failed sync, and stops with its context.
+func TestRun(t *testing.T) {
+	ipt := &flakyIPT{Fake: kiptables.NewFake(), fail: 1, restored: make(chan error, 16)}
+	p, err := NewProxier(ProxierConfig{Rules: testConfig, IPTables: ipt,
+		MinSyncPeriod: time.Millisecond, RetryAfter: time.Millisecond, SyncPeriod: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Update(history()[0])
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { // the test owns this goroutine: it runs Run until cancel
+		defer close(done)
+		p.Run(ctx)
+	}()
+	if err := <-ipt.restored; err == nil {
+		t.Fatal("first restore: want the injected failure")
+	}
+	if err := <-ipt.restored; err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	p.Update(history()[1])
+	if err := <-ipt.restored; err != nil {
+		t.Fatalf("after Update: %v", err)
+	}
+	cancel()
+	<-done
+	if h := p.Health(); !h.Healthy || h.Failures != 1 || h.FullSyncs != 1 || h.PartialSyncs != 1 {
+		t.Errorf("health %+v", h)
+	}
+}
+
+func TestRetryDelay(t *testing.T) {
+	for n, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 4: 8 * time.Second, 10: 30 * time.Second} {
+		if got := retryDelay(n, time.Second, 30*time.Second); got != want {
+			t.Errorf("retryDelay(%d) = %v, want %v", n, got, want)
+		}
+	}
+}

@@ -1,0 +1,290 @@
+package iptables
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// Config is what the rules depend on besides the Snapshot. The zero value renders
+// rules for a node with no name, NodePorts on every local address, no masquerade of
+// off-cluster traffic, and the masquerade mark 0x4000.
+type Config struct {
+	// NodeName selects the endpoints of this node for the Local traffic policies.
+	NodeName string
+	// NodeIPs are the addresses NodePorts answer on (kube-proxy's
+	// --nodeport-addresses). Empty: every local address but loopback
+	// (addrtype LOCAL).
+	NodeIPs []netip.Addr
+	// ClusterCIDR is the pod network (--cluster-cidr). Traffic to a ClusterIP from
+	// outside it is masqueraded; pod traffic to an external destination of a
+	// Local-policy Service goes to every endpoint. Invalid (zero): neither.
+	ClusterCIDR netip.Prefix
+	// MasqueradeAll masquerades every connection to a ClusterIP.
+	MasqueradeAll bool
+	// MasqueradeBit is the fwmark bit that asks SVCP-POSTROUTING for SNAT,
+	// 0-31; 0 means kube-proxy's default, 14 (mark 0x4000).
+	MasqueradeBit int
+	// Include selects the service ports this dataplane serves (hybrid mode
+	// promotes some ports to the kernel). Nil: every port.
+	Include func(*service.Port) bool
+}
+
+func (c *Config) validate() error {
+	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {
+		return fmt.Errorf("iptables config: MasqueradeBit %d: not in 0..31", c.MasqueradeBit)
+	}
+	for _, ip := range c.NodeIPs {
+		if !ip.IsValid() {
+			return fmt.Errorf("iptables config: NodeIPs: invalid address")
+		}
+	}
+	return nil
+}
+
+func (c *Config) mark() string {
+	bit := c.MasqueradeBit
+	if bit == 0 {
+		bit = 14 // kube-proxy's --iptables-masquerade-bit default
+	}
+	return fmt.Sprintf("%#08x", uint32(1)<<bit)
+}
+
+// Render returns the iptables-restore text (for --noflush) of every chain and rule
+// the Snapshot needs: the text a full sync applies. It is a pure function.
+// Hooks from the built-in chains (nat PREROUTING -j SVCP-SERVICES, ...) are not in
+// it: they are ensured one by one, see Proxier.
+func Render(cfg Config, snap *service.Snapshot) ([]byte, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	rs := render(cfg, snap, nil)
+	return rs.text(rs.fullPlan(nil)), nil
+}
+
+// Shared chains that service ports add lines to.
+const (
+	natServices = iota
+	natNodePorts
+	filterServices
+	filterExternal
+	numShared
+)
+
+var sharedChains = [numShared]struct{ table, chain string }{
+	natServices:    {tableNAT, chainServices},
+	natNodePorts:   {tableNAT, chainNodePorts},
+	filterServices: {tableFilter, chainServices},
+	filterExternal: {tableFilter, chainExternalServices},
+}
+
+// portRules is what one service port contributes to the rule set.
+type portRules struct {
+	port   *service.Port // what it was rendered from
+	name   service.PortName
+	shared [numShared][]byte // lines for the shared chains
+	chains []string          // its own nat chains, in declaration order
+	text   []byte            // the "-A" lines of its own chains
+	status PortStatus
+	flows  flowInfo // for conntrack cleanup
+}
+
+// lines builds restore text a line at a time.
+type lines struct{ b []byte }
+
+// rule starts a rule: "-A chain".
+func (l *lines) rule(chain string) *lines {
+	l.b = append(l.b, "-A "...)
+	l.b = append(l.b, chain...)
+	return l
+}
+
+// comment adds the comment match, quoted.
+func (l *lines) comment(s string) *lines {
+	l.b = append(l.b, ` -m comment --comment "`...)
+	l.b = append(l.b, s...)
+	l.b = append(l.b, '"')
+	return l
+}
+
+// w adds words, each after a space.
+func (l *lines) w(words ...string) *lines {
+	for _, w := range words {
+		l.b = append(l.b, ' ')
+		l.b = append(l.b, w...)
+	}
+	return l
+}
+
+// end ends the line.
+func (l *lines) end() { l.b = append(l.b, '\n') }
+
+// add writes a whole line of words.
+func (l *lines) add(words ...string) {
+	for i, w := range words {
+		if i > 0 {
+			l.b = append(l.b, ' ')
+		}
+		l.b = append(l.b, w...)
+	}
+	l.b = append(l.b, '\n')
+}
+
+func comment(s string) []string { return []string{"-m", "comment", "--comment", `"` + s + `"`} }
+
+// probability is kube-proxy's computeProbability: the i-th of n endpoint rules
+// matches with 1/(n-i), which gives each endpoint 1/n of new connections.
+func probability(n int) string { return fmt.Sprintf("%0.10f", 1.0/float64(n)) }
+
+func v4(addrs []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range addrs {
+		if a.Is4() || a.Is4In6() {
+			out = append(out, a.Unmap())
+		}
+	}
+	return out
+}
+
+func v4Endpoints(eps []service.Endpoint) []service.Endpoint {
+	return slices.DeleteFunc(slices.Clone(eps), func(e service.Endpoint) bool { return !e.Addr.Addr().Unmap().Is4() })
+}
+
+// localUsable is Port.Usable restricted to one node: the ready endpoints on it or,
+// if none, its serving terminating ones (kube-proxy's CategorizeEndpoints).
+func localUsable(p *service.Port, node string) []service.Endpoint {
+	var ready, terminating []service.Endpoint
+	for _, e := range p.Endpoints {
+		switch {
+		case e.NodeName != node:
+		case e.Ready:
+			ready = append(ready, e)
+		case e.Serving && e.Terminating:
+			terminating = append(terminating, e)
+		}
+	}
+	if len(ready) > 0 {
+		return ready
+	}
+	return terminating
+}
+
+// affinitySeconds is the recent match's --seconds for a ClientIP Service.
+func affinitySeconds(a service.Affinity) string {
+	t := a.Timeout
+	if t <= 0 {
+		t = service.DefaultAffinityTimeout
+	}
+	return strconv.Itoa(int(t / time.Second))
+}
+
+// ruleset is a rendered Snapshot: the shared chains' fixed lines and every port.
+type ruleset struct {
+	cfg   Config
+	fixed map[string]map[string][]byte // table -> top chain -> lines not from ports
+	ports []*portRules
+
+	// Against the previous rendering (when there was one): the ports rendered
+	// anew (with what they replace, nil for a new port) and the ports gone. A
+	// port reused as it was is in neither.
+	changed []change
+	removed []*portRules
+}
+
+// change is a port rendered anew: old is its previous rendering, or nil.
+type change struct{ old, cur *portRules }
+
+// render renders snap. A port equal to the one a rendering in prev was made from
+// reuses that rendering: a sync after one change renders one port, not 10,000.
+func render(cfg Config, snap *service.Snapshot, prev map[service.PortName]*portRules) *ruleset {
+	rs := &ruleset{cfg: cfg, fixed: renderFixed(&cfg), ports: make([]*portRules, 0, len(snap.Ports()))}
+	matched := 0 // ports of prev that are still here
+	for _, p := range snap.Ports() {
+		if cfg.Include != nil && !cfg.Include(p) {
+			continue
+		}
+		old := prev[p.Name]
+		if old != nil {
+			matched++
+			if samePort(old.port, p) {
+				rs.ports = append(rs.ports, old)
+				continue
+			}
+		}
+		pr := renderPort(&cfg, p)
+		if pr != nil {
+			rs.ports = append(rs.ports, pr)
+			rs.changed = append(rs.changed, change{old, pr})
+		} else if old != nil {
+			rs.removed = append(rs.removed, old) // e.g. became headless
+		}
+	}
+	if matched < len(prev) {
+		here := make(map[service.PortName]bool, len(rs.ports))
+		for _, pr := range rs.ports {
+			here[pr.name] = true
+		}
+		for name, old := range prev {
+			if !here[name] {
+				rs.removed = append(rs.removed, old)
+			}
+		}
+	}
+	return rs
+}
+
+// samePort reports whether two ports render the same rules: every field renderPort
+// reads is equal. Snapshots are immutable, so the same pointer is the same port.
+func samePort(a, b *service.Port) bool {
+	if a == b {
+		return true
+	}
+	as, bs := a.Service, b.Service
+	return a.Name == b.Name && a.Port == b.Port && a.Protocol == b.Protocol && a.NodePort == b.NodePort &&
+		slices.Equal(a.Endpoints, b.Endpoints) &&
+		slices.Equal(as.ClusterIPs, bs.ClusterIPs) && slices.Equal(as.ExternalIPs, bs.ExternalIPs) &&
+		slices.Equal(as.LoadBalancerIPs, bs.LoadBalancerIPs) && as.Affinity == bs.Affinity &&
+		as.ExternalPolicyLocal == bs.ExternalPolicyLocal && as.InternalPolicyLocal == bs.InternalPolicyLocal
+}
+
+// renderFixed renders the lines of the top chains that do not come from ports.
+// SVCP-SERVICES' NodePort jump is rendered last by ruleset.top.
+func renderFixed(cfg *Config) map[string]map[string][]byte {
+	mark := cfg.mark()
+	var masq, post, fwd, nodePorts lines
+	masq.add("-A", chainMarkMasq, "-j", "MARK", "--or-mark", mark)
+	post.add("-A", chainPostrouting, "-m", "mark", "!", "--mark", mark+"/"+mark, "-j", "RETURN")
+	// Clear the mark so a packet re-entering the stack (e.g. after an IPsec
+	// transform) is not masqueraded twice, as kube-proxy does.
+	post.add("-A", chainPostrouting, "-j", "MARK", "--xor-mark", mark)
+	post.add(slices.Concat([]string{"-A", chainPostrouting}, comment("svcproxy service traffic requiring SNAT"),
+		[]string{"-j", "MASQUERADE", "--random-fully"})...)
+	fwd.add(slices.Concat([]string{"-A", chainForward}, comment("svcproxy forwarding rules"),
+		[]string{"-m", "mark", "--mark", mark + "/" + mark, "-j", "ACCEPT"})...)
+	fwd.add(slices.Concat([]string{"-A", chainForward}, comment("svcproxy forwarding conntrack rule"),
+		[]string{"-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"})...)
+	// The jump to SVCP-NODEPORTS must be the last rule of SVCP-SERVICES: a
+	// ClusterIP or externalIP match must win over "any local address".
+	nodeIPs := v4(cfg.NodeIPs)
+	c := comment("svcproxy service nodeports; NOTE: this must be the last rule in this chain")
+	if len(nodeIPs) == 0 {
+		// Loopback NodePorts would need route_localnet; kube-proxy blocks them too.
+		nodePorts.add(slices.Concat([]string{"-A", chainServices}, c,
+			[]string{"-m", "addrtype", "--dst-type", "LOCAL", "!", "-d", "127.0.0.0/8", "-j", chainNodePorts})...)
+	}
+	for _, ip := range nodeIPs {
+		nodePorts.add(slices.Concat([]string{"-A", chainServices}, c, []string{"-d", ip.String(), "-j", chainNodePorts})...)
+	}
+	return map[string]map[string][]byte{
+		tableFilter: {chainForward: fwd.b},
+		tableNAT: {
+			chainMarkMasq:    masq.b,
+			chainPostrouting: post.b,
+			chainServices:    nodePorts.b, // appended after the ports' lines
+		},
+	}
+}

@@ -1,0 +1,140 @@
+package iptables
+
+import (
+	"bytes"
+	"slices"
+)
+
+// plan says which chains one restore transaction writes. A chain that is declared
+// is flushed and rewritten; a chain that is not declared is left as it is
+// (--noflush), which is what makes a partial sync cheap.
+type plan struct {
+	top   map[string]map[string][]byte // table -> top chain -> its rules, if written
+	ports []*portRules                 // ports whose own chains are rewritten
+	stale []string                     // nat chains to flush and delete (-X)
+}
+
+func (p *plan) empty() bool {
+	for _, t := range p.top {
+		if len(t) > 0 {
+			return false
+		}
+	}
+	return len(p.ports) == 0 && len(p.stale) == 0
+}
+
+// fullPlan writes every chain and deletes stale ones.
+func (rs *ruleset) fullPlan(stale []string) *plan {
+	return &plan{top: rs.tops(), ports: rs.ports, stale: stale}
+}
+
+// tops returns the rules of every top chain.
+func (rs *ruleset) tops() map[string]map[string][]byte {
+	m := map[string]map[string][]byte{}
+	for table, chains := range topChains {
+		m[table] = map[string][]byte{}
+		for _, c := range chains {
+			m[table][c] = rs.topLines(table, c)
+		}
+	}
+	return m
+}
+
+// topLines returns the rules of one top chain: the ports' lines, then the fixed
+// ones (so SVCP-SERVICES ends with its NodePort jump).
+func (rs *ruleset) topLines(table, chain string) []byte {
+	var b bytes.Buffer
+	for i, sc := range sharedChains {
+		if sc.table == table && sc.chain == chain {
+			n := 0
+			for _, pr := range rs.ports {
+				n += len(pr.shared[i])
+			}
+			b.Grow(n + len(rs.fixed[table][chain]))
+			for _, pr := range rs.ports {
+				b.Write(pr.shared[i])
+			}
+		}
+	}
+	b.Write(rs.fixed[table][chain])
+	return b.Bytes()
+}
+
+// text renders a plan as iptables-restore input: per table the chain
+// declarations, the rules, the deletions, COMMIT. A table with nothing to write is
+// left out. Each COMMIT is atomic: a packet sees the old table or the new one.
+func (rs *ruleset) text(p *plan) []byte {
+	var b bytes.Buffer
+	size := 256 + 40*len(p.stale)
+	for _, t := range p.top {
+		for _, rules := range t {
+			size += len(rules) + 40
+		}
+	}
+	for _, pr := range p.ports {
+		size += len(pr.text) + 40*len(pr.chains)
+	}
+	b.Grow(size)
+	for _, table := range []string{tableFilter, tableNAT} {
+		var top []string
+		for _, c := range topChains[table] {
+			if _, ok := p.top[table][c]; ok {
+				top = append(top, c)
+			}
+		}
+		nat := table == tableNAT
+		if len(top) == 0 && (!nat || (len(p.ports) == 0 && len(p.stale) == 0)) {
+			continue
+		}
+		b.WriteString("*" + table + "\n")
+		declare := func(c string) { b.WriteString(":" + c + " - [0:0]\n") }
+		for _, c := range top {
+			declare(c)
+		}
+		if nat {
+			for _, pr := range p.ports {
+				for _, c := range pr.chains {
+					declare(c)
+				}
+			}
+			for _, c := range p.stale {
+				declare(c)
+			}
+		}
+		for _, c := range top {
+			b.Write(p.top[table][c])
+		}
+		if nat {
+			for _, pr := range p.ports {
+				b.Write(pr.text)
+			}
+			// Deleting after the rewrite: the rules that jumped to a stale
+			// chain are gone by now, so -X succeeds in the same transaction.
+			for _, c := range p.stale {
+				b.WriteString("-X " + c + "\n")
+			}
+		}
+		b.WriteString("COMMIT\n")
+	}
+	return b.Bytes()
+}
+
+// chains returns every nat chain of the rule set's ports.
+func (rs *ruleset) chains() map[string]bool {
+	m := make(map[string]bool, len(rs.ports)*4)
+	for _, pr := range rs.ports {
+		for _, c := range pr.chains {
+			m[c] = true
+		}
+	}
+	return m
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
