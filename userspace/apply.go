@@ -25,7 +25,7 @@ func (p *Proxier) applyPortals(ctx context.Context) error {
 	if ipt == nil {
 		return nil
 	}
-	rules := Render(portalsOf(p.ports))
+	rules := Render(portalsOf(p.ports, p.cfg.Exclude))
 	if p.portals.err == nil && bytes.Equal(rules, p.portals.applied) {
 		return nil
 	}
@@ -37,6 +37,25 @@ func (p *Proxier) applyPortals(ctx context.Context) error {
 	}
 	p.portals.applied, p.portals.err = rules, nil
 	return nil
+}
+
+// ApplyPortals renders the portals again and applies them if they changed,
+// returning once the kernel has them: for a caller whose Config.Exclude changed
+// its answer. A failure is retried by Run, as after Sync.
+func (p *Proxier) ApplyPortals() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	err := p.applyPortals(p.ctx)
+	if err != nil {
+		select {
+		case p.kick <- struct{}{}:
+		default:
+		}
+	}
+	return err
 }
 
 // apply restores rules, then ensures the hooks: the chains must exist before a

@@ -147,11 +147,14 @@ func ipv4Only(ips []netip.Addr) []netip.Addr {
 	return slices.DeleteFunc(slices.Clone(ips), func(a netip.Addr) bool { return !a.Unmap().Is4() })
 }
 
-// portalsOf lists the portals of the served ports, sorted by port name so that
-// the rendered text is stable.
-func portalsOf(ports map[service.PortName]*servicePort) []Portal {
+// portalsOf lists the portals of the served ports but those exclude names (nil:
+// none), sorted by port name so that the rendered text is stable.
+func portalsOf(ports map[service.PortName]*servicePort, exclude func(service.PortName) bool) []Portal {
 	out := make([]Portal, 0, len(ports))
-	for _, sp := range ports {
+	for name, sp := range ports {
+		if exclude != nil && exclude(name) {
+			continue
+		}
 		sp.mu.Lock()
 		port := sp.port
 		pt := Portal{

@@ -60,6 +60,14 @@ type Config struct {
 	// Clock drives session affinity. If nil, the wall clock.
 	Clock Clock
 
+	// Exclude, if not nil, names the service ports that get no portal (and no
+	// REJECT rule): hybrid mode has promoted them to a kernel path, whose rules
+	// then decide alone. Their listeners stay open, so a connection a portal
+	// brought in before finishes here (conntrack keeps sending it to the
+	// listener); so do their NodePort listeners, which a kernel DNAT of the node
+	// port passes by. Call ApplyPortals after its answer changes.
+	Exclude func(service.PortName) bool
+
 	// DialTimeouts are the timeouts of successive attempts to reach an endpoint of
 	// a TCP service port; each attempt may pick another endpoint. If nil,
 	// kube-proxy's tryConnect timeouts: 250ms, 500ms, 1s, 2s.
