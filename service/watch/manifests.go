@@ -1,0 +1,324 @@
+package watch
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/yaml"
+)
+
+// ErrUnsupportedKind is wrapped by the DocumentError of a document whose kind is
+// not one of the three that make up Services: v1 Service, discovery.k8s.io/v1
+// EndpointSlice, v1 Endpoints. Such a document is skipped; the others still load.
+var ErrUnsupportedKind = errors.New("unsupported kind (want v1 Service, discovery.k8s.io/v1 EndpointSlice or v1 Endpoints)")
+
+// DocumentError is a document (or an item of a List) of a manifests file that
+// did not load. Its text reads "services.yaml:12: v1 Service default/web: ...".
+type DocumentError struct {
+	File string
+	// Line is 1-based: the line a YAML syntax error points at, otherwise the
+	// first line of the document.
+	Line int
+	// Object names the object as far as it is known: "v1 Service default/web",
+	// "items[2]: v1 Service default/web", or "" when nothing could be read.
+	Object string
+	Err    error
+}
+
+func (e *DocumentError) Error() string {
+	if e.Object == "" {
+		return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err)
+	}
+	return fmt.Sprintf("%s:%d: %s: %v", e.File, e.Line, e.Object, e.Err)
+}
+
+func (e *DocumentError) Unwrap() error { return e.Err }
+
+// supported are the kinds a manifests file may hold, by apiVersion and kind.
+var supported = map[schema.GroupVersionKind]bool{
+	v1.SchemeGroupVersion.WithKind("Service"):                true,
+	v1.SchemeGroupVersion.WithKind("Endpoints"):              true,
+	discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"): true,
+}
+
+// typedLists are the list kinds whose items may omit apiVersion and kind, as
+// the API server writes them (`kubectl get --raw .../services`).
+var typedLists = map[schema.GroupVersionKind]schema.GroupVersionKind{
+	v1.SchemeGroupVersion.WithKind("ServiceList"):                v1.SchemeGroupVersion.WithKind("Service"),
+	v1.SchemeGroupVersion.WithKind("EndpointsList"):              v1.SchemeGroupVersion.WithKind("Endpoints"),
+	discoveryv1.SchemeGroupVersion.WithKind("EndpointSliceList"): discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"),
+}
+
+// strictDecoder decodes JSON into the client-go types and reports unknown and
+// duplicate fields, as `kubectl apply --validate=strict` does: a misspelt
+// "clusterIp" should fail loudly, not vanish.
+var strictDecoder = kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
+	kjson.SerializerOptions{Strict: true})
+
+// LoadManifests parses a manifests file: YAML documents separated by "---", or
+// JSON, each a v1 Service, discovery.k8s.io/v1 EndpointSlice or v1 Endpoints,
+// or a List of them. name is used only in errors. Objects without a namespace
+// get "default", as kubectl gives them.
+//
+// The error joins one *DocumentError per document that did not load. Documents
+// of other kinds wrap ErrUnsupportedKind and leave the rest loaded; any other
+// error means the file as a whole should not be trusted (a caller keeps its
+// last good state). The objects returned are those that loaded, in file order.
+func LoadManifests(name string, data []byte) ([]runtime.Object, error) {
+	l := loader{file: name, seen: make(map[objectKey]int)}
+	for _, doc := range splitDocuments(data) {
+		l.document(doc)
+	}
+	return l.objs, errors.Join(l.errs...)
+}
+
+// onlyUnsupported reports whether err (from LoadManifests) holds nothing but
+// ErrUnsupportedKind errors, so that the objects that loaded can be used.
+func onlyUnsupported(err error) bool {
+	if err == nil {
+		return true
+	}
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return errors.Is(err, ErrUnsupportedKind)
+	}
+	for _, e := range j.Unwrap() {
+		if !errors.Is(e, ErrUnsupportedKind) {
+			return false
+		}
+	}
+	return true
+}
+
+// objectKey identifies an object across the file, to catch duplicates.
+type objectKey struct {
+	gvk             schema.GroupVersionKind
+	namespace, name string
+}
+
+type loader struct {
+	file string
+	objs []runtime.Object
+	errs []error
+	seen map[objectKey]int // first line of each object
+}
+
+func (l *loader) fail(line int, object string, err error) {
+	l.errs = append(l.errs, &DocumentError{File: l.file, Line: line, Object: object, Err: err})
+}
+
+// header is what every object says about itself before it is decoded.
+type header struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	} `json:"metadata"`
+	Items []json.RawMessage `json:"items"`
+}
+
+func (h *header) gvk() schema.GroupVersionKind {
+	return schema.FromAPIVersionAndKind(h.APIVersion, h.Kind)
+}
+
+func (h *header) describe() string {
+	s := strings.TrimSpace(h.APIVersion + " " + h.Kind)
+	if h.Metadata.Name != "" {
+		ns := h.Metadata.Namespace
+		if ns == "" {
+			ns = metav1.NamespaceDefault
+		}
+		s = strings.TrimSpace(s + " " + ns + "/" + h.Metadata.Name)
+	}
+	return s
+}
+
+// document loads one YAML document: an object, a List, or nothing.
+func (l *loader) document(doc document) {
+	js, err := yaml.YAMLToJSONStrict(doc.data)
+	if err != nil {
+		line, msg := yamlErrorLine(err, doc.line)
+		l.fail(line, "", errors.New(msg))
+		return
+	}
+	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
+		return // only comments, or an empty document
+	}
+	line := doc.contentLine()
+	var h header
+	if err := json.Unmarshal(js, &h); err != nil {
+		l.fail(line, "", fmt.Errorf("not a Kubernetes object: %w", err))
+		return
+	}
+	gvk := h.gvk()
+	if elem, typed := typedLists[gvk]; typed || gvk == v1.SchemeGroupVersion.WithKind("List") {
+		for i, item := range h.Items {
+			l.object(line, fmt.Sprintf("items[%d]", i), item, elem)
+		}
+		return
+	}
+	l.object(line, "", js, schema.GroupVersionKind{})
+}
+
+// object decodes one object; defaults fills in a missing apiVersion and kind
+// (items of a typed list).
+func (l *loader) object(line int, where string, js []byte, defaults schema.GroupVersionKind) {
+	var h header
+	if err := json.Unmarshal(js, &h); err != nil {
+		l.fail(line, where, fmt.Errorf("not a Kubernetes object: %w", err))
+		return
+	}
+	if h.APIVersion == "" && h.Kind == "" {
+		h.APIVersion, h.Kind = defaults.ToAPIVersionAndKind()
+	}
+	desc := h.describe()
+	if where != "" {
+		desc = where + ": " + desc
+	}
+	switch gvk := h.gvk(); {
+	case h.Kind == "" || h.APIVersion == "":
+		l.fail(line, desc, errors.New("apiVersion and kind are required"))
+		return
+	case !supported[gvk]:
+		l.fail(line, desc, ErrUnsupportedKind)
+		return
+	case h.Metadata.Name == "":
+		l.fail(line, desc, errors.New("metadata.name: required"))
+		return
+	}
+	gvk := h.gvk()
+	obj, _, err := strictDecoder.Decode(js, &gvk, nil)
+	if err != nil {
+		l.fail(line, desc, trimDecodeError(err))
+		return
+	}
+	obj.GetObjectKind().SetGroupVersionKind(gvk) // typed list items may lack it
+	m, ok := obj.(metav1.Object)
+	if !ok { // cannot happen for the supported kinds
+		l.fail(line, desc, fmt.Errorf("decoded into %T, not an object", obj))
+		return
+	}
+	if m.GetNamespace() == "" {
+		m.SetNamespace(metav1.NamespaceDefault)
+	}
+	key := objectKey{gvk: gvk, namespace: m.GetNamespace(), name: m.GetName()}
+	if first, dup := l.seen[key]; dup {
+		l.fail(line, desc, fmt.Errorf("duplicate of the object at line %d", first))
+		return
+	}
+	l.seen[key] = line
+	l.objs = append(l.objs, obj)
+}
+
+// trimDecodeError drops the decoder's boilerplate so the field leads.
+func trimDecodeError(err error) error {
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, "strict decoding error: ")
+	return errors.New(msg)
+}
+
+// yamlLineRE finds the line numbers the YAML parser puts in its messages.
+var yamlLineRE = regexp.MustCompile(`line (\d+)`)
+
+// yamlErrorLine turns a YAML error, whose line numbers count from the start of
+// its document, into an absolute line and a message without the line prefix.
+func yamlErrorLine(err error, docLine int) (int, string) {
+	msg := err.Error()
+	msg = strings.TrimPrefix(msg, "error converting YAML to JSON: ")
+	line := docLine
+	first := true
+	msg = yamlLineRE.ReplaceAllStringFunc(msg, func(m string) string {
+		n, convErr := strconv.Atoi(m[len("line "):])
+		if convErr != nil {
+			return m
+		}
+		abs := docLine + n - 1
+		if first {
+			line, first = abs, false
+		}
+		return "line " + strconv.Itoa(abs)
+	})
+	// "yaml: line 12: did not find expected key" reads best as
+	// "file:12: yaml: did not find expected key".
+	msg = strings.Replace(msg, "line "+strconv.Itoa(line)+": ", "", 1)
+	return line, msg
+}
+
+// document is one YAML document of a stream and the line it starts on.
+type document struct {
+	line int // 1-based line of data's first line
+	data []byte
+}
+
+// contentLine is the first line of the document that is neither blank nor a
+// comment: where a reader looks for the object.
+func (d document) contentLine() int {
+	for i, line := range bytes.Split(d.data, []byte("\n")) {
+		if t := bytes.TrimSpace(line); len(t) > 0 && t[0] != '#' {
+			return d.line + i
+		}
+	}
+	return d.line
+}
+
+// splitDocuments splits a YAML stream at its "---" (and "...") marker lines,
+// remembering where each document starts so that errors can name the file's
+// line, not the document's. Like kubectl's YAMLReader it looks only at lines
+// that start with the marker; a marker followed by content ("--- a: 1") keeps
+// that content, blanked marker and all, on its line.
+func splitDocuments(data []byte) []document {
+	var docs []document
+	cur := document{line: 1}
+	lineNo := 0
+	for len(data) > 0 {
+		lineNo++
+		end := bytes.IndexByte(data, '\n')
+		var line []byte
+		if end < 0 {
+			line, data = data, nil
+		} else {
+			line, data = data[:end+1], data[end+1:]
+		}
+		rest, isMarker := markerLine(line)
+		if !isMarker {
+			cur.data = append(cur.data, line...)
+			continue
+		}
+		docs = append(docs, cur)
+		cur = document{line: lineNo + 1}
+		if len(bytes.TrimSpace(rest)) > 0 && rest[0] != '#' {
+			// Content after "--- " belongs to the next document, on this line.
+			cur.line = lineNo
+			cur.data = append(bytes.Repeat([]byte(" "), len(line)-len(rest)), rest...)
+		}
+	}
+	return append(docs, cur)
+}
+
+// markerLine reports whether line starts or ends a document, and what follows
+// the marker. "---" must be followed by white space or the end of the line.
+func markerLine(line []byte) (rest []byte, ok bool) {
+	for _, marker := range []string{"---", "..."} {
+		if !bytes.HasPrefix(line, []byte(marker)) {
+			continue
+		}
+		rest = line[len(marker):]
+		if len(rest) == 0 || rest[0] == ' ' || rest[0] == '\t' || rest[0] == '\n' || rest[0] == '\r' {
+			return bytes.TrimLeft(rest, " \t"), true
+		}
+	}
+	return nil, false
+}

@@ -1,0 +1,341 @@
+package watch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// Defaults of Config.
+const (
+	// DefaultMinSyncPeriod is kube-proxy's --iptables-min-sync-period default.
+	DefaultMinSyncPeriod = time.Second
+	// DefaultResyncPeriod is kube-proxy's --iptables-sync-period default.
+	DefaultResyncPeriod = 30 * time.Second
+)
+
+// Config says where Services come from and how often Snapshots are made.
+type Config struct {
+	// Kubeconfig is the path of a kubeconfig file. When both it and
+	// ServicesFile are "", the in-cluster config (service account) is used.
+	Kubeconfig string
+	// ServicesFile is a manifests file (see LoadManifests), watched for changes.
+	ServicesFile string
+	// Client, if set, is used instead of both (tests: a fake clientset).
+	Client kubernetes.Interface
+
+	// MinSyncPeriod: at most one Snapshot per this interval, however many
+	// changes arrive. 0 means DefaultMinSyncPeriod.
+	MinSyncPeriod time.Duration
+	// ResyncPeriod: at least one Snapshot per this interval, even when nothing
+	// changed. 0 means DefaultResyncPeriod.
+	ResyncPeriod time.Duration
+
+	// Logger receives parse errors of the file, validation errors of objects
+	// (each distinct error once) and source events. nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Watcher turns a stream of API object changes into a stream of Snapshots.
+type Watcher struct {
+	cfg     Config
+	log     *slog.Logger
+	client  kubernetes.Interface
+	file    *fileSource // nil unless Config.ServicesFile
+	tracker *changeTracker
+
+	syncs atomic.Int64 // Snapshots published, for tests
+
+	mu     sync.Mutex
+	subs   []chan *service.Snapshot
+	latest *service.Snapshot
+
+	// reported are the validation errors already logged, so that each is
+	// logged once while it lasts rather than on every sync.
+	reported map[string]bool
+}
+
+// New checks cfg and connects the source; nothing runs until Run. With a
+// ServicesFile, the file is read now and must load (a wrong path or a broken
+// file at startup is an error, not a silently empty proxy).
+func New(cfg Config) (*Watcher, error) {
+	if cfg.MinSyncPeriod <= 0 {
+		cfg.MinSyncPeriod = DefaultMinSyncPeriod
+	}
+	if cfg.ResyncPeriod <= 0 {
+		cfg.ResyncPeriod = DefaultResyncPeriod
+	}
+	if cfg.ResyncPeriod < cfg.MinSyncPeriod {
+		return nil, fmt.Errorf("resync period %v is shorter than min sync period %v", cfg.ResyncPeriod, cfg.MinSyncPeriod)
+	}
+	w := &Watcher{cfg: cfg, log: cfg.Logger, tracker: newChangeTracker(), reported: make(map[string]bool)}
+	if w.log == nil {
+		w.log = slog.Default()
+	}
+	w.log = w.log.With("component", "watch")
+
+	switch {
+	case cfg.Client != nil:
+		w.client = cfg.Client
+	case cfg.ServicesFile != "":
+		fs, err := newFileSource(cfg.ServicesFile, w.log, w.tracker.events)
+		if err != nil {
+			return nil, err
+		}
+		w.file, w.client = fs, fs.client
+	default:
+		rc, err := restConfig(cfg.Kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		rc.WarningHandler = &warningLogger{log: w.log, seen: make(map[string]bool)}
+		cs, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			return nil, fmt.Errorf("api client: %w", err)
+		}
+		w.client = listWatchClient{cs}
+	}
+	return w, nil
+}
+
+// listWatchClient makes the informers use a plain LIST then WATCH, as
+// kube-proxy did for years, instead of client-go's streaming watch-list
+// (WatchListClient, on by default since client-go 1.35). The reason is
+// shutdown: while the API server is unreachable, the watch-list path sleeps
+// out its backoff (up to a minute) without looking at the stop signal
+// (client-go tools/cache/reflector.go, watchList), and Run could not return
+// until it woke. The LIST+WATCH path waits on the stop signal.
+type listWatchClient struct{ kubernetes.Interface }
+
+// IsWatchListSemanticsUnSupported is the method client-go looks for
+// (tools/cache.ToListWatcherWithWatchListSemantics).
+func (listWatchClient) IsWatchListSemanticsUnSupported() bool { return true }
+
+// restConfig loads a kubeconfig file, or the in-cluster config when path is "".
+func restConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		rc, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster config (no --kubeconfig or --services given): %w", err)
+		}
+		return rc, nil
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
+	}
+	rc.UserAgent = "svcproxy"
+	// No rest.Config.Timeout: it would cut every watch short.
+	return rc, nil
+}
+
+// Subscribe returns a channel that receives each new Snapshot. It has capacity
+// one and the latest Snapshot wins: one that the subscriber has not taken yet is
+// replaced by a newer one, so a slow subscriber skips states but never lags.
+// Call it before Run; a later subscriber gets the latest Snapshot at once. The
+// channel is never closed: stop on your own context.
+func (w *Watcher) Subscribe() <-chan *service.Snapshot {
+	ch := make(chan *service.Snapshot, 1)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.subs = append(w.subs, ch)
+	if w.latest != nil {
+		ch <- w.latest
+	}
+	return ch
+}
+
+// Latest returns the last Snapshot published, or nil before the first sync.
+func (w *Watcher) Latest() *service.Snapshot {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.latest
+}
+
+// Run starts the informers (and, for a file, its watcher), waits until they
+// have listed everything, publishes the first Snapshot, and then publishes
+// one whenever something changed (at most once per MinSyncPeriod) and at
+// least once per ResyncPeriod. It blocks until ctx is done, then stops every
+// goroutine it started and returns nil; it returns an error only when the
+// file watcher cannot start. Run may be called once.
+//
+// When the API server goes away (a restart), the informers keep their last
+// state and the reflectors retry with backoff; once it is back they list
+// again and any difference arrives as ordinary events.
+func (w *Watcher) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+
+	// No informer resync (0): our own ResyncPeriod rebuilds from the listers.
+	factory := informers.NewSharedInformerFactory(w.client, 0)
+	defer factory.Shutdown() // waits for the informers' goroutines...
+	defer cancel()           // ...which this, running first, stops
+
+	svcInf := factory.Core().V1().Services()
+	sliceInf := factory.Discovery().V1().EndpointSlices()
+	epInf := factory.Core().V1().Endpoints()
+	var synced []cache.InformerSynced
+	for _, reg := range []struct {
+		inf cache.SharedIndexInformer
+		h   cache.ResourceEventHandler
+	}{
+		{svcInf.Informer(), serviceEvents(w.tracker)},
+		{sliceInf.Informer(), endpointSliceEvents(w.tracker)},
+		{epInf.Informer(), endpointsEvents(w.tracker)},
+	} {
+		r, err := reg.inf.AddEventHandler(reg.h)
+		if err != nil {
+			return fmt.Errorf("informer handler: %w", err)
+		}
+		synced = append(synced, r.HasSynced) // the handler has seen the initial list
+	}
+	factory.Start(ctx.Done())
+
+	w.log.Info("waiting for informers to sync", "source", w.source())
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return nil // ctx done before the first list
+	}
+
+	var fileDone chan error
+	if w.file != nil {
+		fileDone = make(chan error, 1)
+		ready := make(chan struct{})
+		go w.file.runTo(ctx, ready, fileDone)
+		select {
+		case <-ready:
+		case err := <-fileDone:
+			return err
+		}
+	}
+
+	l := listers{svc: svcInf.Lister(), slice: sliceInf.Lister(), ep: epInf.Lister()}
+	w.loop(ctx, l)
+	if fileDone != nil {
+		cancel()
+		if err := <-fileDone; err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *Watcher) source() string {
+	switch {
+	case w.cfg.Client != nil:
+		return "client"
+	case w.file != nil:
+		return "file " + w.cfg.ServicesFile
+	case w.cfg.Kubeconfig != "":
+		return "kubeconfig " + w.cfg.Kubeconfig
+	}
+	return "in-cluster"
+}
+
+type listers struct {
+	svc   corelisters.ServiceLister
+	slice discoverylisters.EndpointSliceLister
+	ep    corelisters.EndpointsLister
+}
+
+// loop is the coalescing loop, kube-proxy's BoundedFrequencyRunner in a select:
+// a change that arrives less than MinSyncPeriod after the last sync waits for
+// the rest of that interval, and every change that arrives meanwhile rides
+// along; the resync timer fires when nothing changed for ResyncPeriod.
+func (w *Watcher) loop(ctx context.Context, l listers) {
+	w.sync(l)
+	last := time.Now()
+	resync := time.NewTimer(w.cfg.ResyncPeriod)
+	defer resync.Stop()
+	var held <-chan time.Time // non-nil while a change waits out MinSyncPeriod
+
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.tracker.dirty:
+			if held != nil {
+				continue // already scheduled
+			}
+			if wait := time.Until(last.Add(w.cfg.MinSyncPeriod)); wait > 0 {
+				held = time.After(wait)
+				continue
+			}
+		case <-held:
+		case <-resync.C:
+		}
+		// Take a pending mark first: whatever it announced is in the
+		// listers now, so this sync covers it.
+		select {
+		case <-w.tracker.dirty:
+		default:
+		}
+		held = nil
+		w.sync(l)
+		last = time.Now()
+		resync.Reset(w.cfg.ResyncPeriod)
+	}
+}
+
+// sync builds a Snapshot from the listers and publishes it.
+func (w *Watcher) sync(l listers) {
+	svcs, err1 := l.svc.List(labels.Everything())
+	slices, err2 := l.slice.List(labels.Everything())
+	eps, err3 := l.ep.List(labels.Everything())
+	if err := errors.Join(err1, err2, err3); err != nil {
+		// Listing an informer's cache cannot fail for labels.Everything().
+		w.log.Error("listing informer caches", "err", err)
+		return
+	}
+	snap := service.Build(svcs, slices, eps)
+	w.reportErrors(snap.Errors())
+	w.publish(snap)
+}
+
+// reportErrors logs each validation error once, when it first appears; one that
+// goes away and comes back is logged again.
+func (w *Watcher) reportErrors(errs []error) {
+	now := make(map[string]bool, len(errs))
+	for _, err := range errs {
+		msg := err.Error()
+		now[msg] = true
+		if !w.reported[msg] {
+			w.log.Warn("object skipped", "err", msg)
+		}
+	}
+	for msg := range w.reported {
+		if !now[msg] {
+			w.log.Info("object error resolved", "err", msg)
+		}
+	}
+	w.reported = now
+}
+
+// publish hands snap to every subscriber, replacing a Snapshot it has not
+// taken yet. Only the loop sends, so after the drain the send cannot block.
+func (w *Watcher) publish(snap *service.Snapshot) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.latest = snap
+	w.syncs.Add(1)
+	for _, ch := range w.subs {
+		select {
+		case <-ch:
+		default:
+		}
+		ch <- snap
+	}
+}
