@@ -11,9 +11,10 @@ all: build
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-## lab: the narrated demo in network namespaces (root)
-lab: build
-	@echo "make lab: not yet: the lab lands with issue 7 (cmd/svclab)"
+## lab: the narrated demo in network namespaces (root): up, a walk through the
+## modes, down
+lab: deps build
+	$(BIN)/svclab demo
 
 ## deps: Debian packages the tests need (apt-get, only when root and missing)
 deps:
@@ -28,7 +29,9 @@ test: deps vet
 
 ## bench: benchmarks with side-by-side ratios; figures go to docs/benchmarks.md
 bench: deps build
-	@echo "make bench: no benchmarks yet"
+	$(GO) run ./bench/userspace
+	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./bench/iptables/
+	bench/dns/run.sh
 
 clean:
 	rm -rf $(BIN)

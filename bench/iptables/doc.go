@@ -13,5 +13,5 @@
 //
 //	go test -run '^$' -bench . -benchtime 10x ./bench/iptables/
 //
-// Figures and how to read them: docs/benchmarks-iptables.md.
+// Figures and how to read them: docs/benchmarks.md ("The iptables dataplane").
 package iptables

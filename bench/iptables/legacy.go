@@ -14,7 +14,7 @@ import (
 // Legacy is kiptables.Interface over the iptables-legacy binaries (x_tables), for
 // the benchmarks only: the sync figures are taken with both backends, because
 // iptables-nft 1.8.9's --noflush restore grows faster than linearly with the size
-// of its input (see docs/benchmarks-iptables.md). Never mix the two backends in one
+// of its input (see docs/benchmarks.md ("The iptables dataplane")). Never mix the two backends in one
 // namespace: both would filter every packet.
 type Legacy struct{}
 

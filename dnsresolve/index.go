@@ -1,0 +1,230 @@
+package dnsresolve
+
+import (
+	"net/netip"
+	"strings"
+
+	"github.com/miekg/dns"
+
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// SchemaVersion is the version of the Kubernetes DNS-Based Service Discovery
+// specification these records follow, served as dns-version.<zone> TXT.
+const SchemaVersion = "1.1.0"
+
+// DefaultZone is the cluster domain when none is configured.
+const DefaultZone = "cluster.local."
+
+// IndexConfig says how an Index names and times its records.
+type IndexConfig struct {
+	// Zone is the cluster domain ("cluster.local"); empty means DefaultZone.
+	Zone string
+	// TTL of every record, and of negative answers (the SOA's minimum).
+	TTL uint32
+	// Serial is the SOA serial; the Server raises it with every Snapshot.
+	Serial uint32
+}
+
+// Index holds every record one Snapshot produces, keyed by lower-case name, so
+// a question costs one map lookup. It is immutable once built: the Server
+// builds a new Index for every Snapshot and swaps it in atomically.
+type Index struct {
+	zone     string
+	soa      *dns.SOA
+	names    map[string]*node
+	services int
+}
+
+// node is one owner name: its records and, for SRV, the A/AAAA of its targets.
+type node struct {
+	rrs   []dns.RR
+	extra []dns.RR
+	cname bool // rrs is a single CNAME (an ExternalName Service)
+}
+
+// Result is the answer to a question the Index is authoritative for.
+type Result struct {
+	Rcode  int // dns.RcodeSuccess (with or without records) or dns.RcodeNameError
+	Answer []dns.RR
+	Ns     []dns.RR // the zone's SOA when Answer is empty
+	Extra  []dns.RR // A/AAAA of SRV targets
+}
+
+// NewIndex builds the records of snap (nil: no Services) under cfg.Zone.
+func NewIndex(snap *service.Snapshot, cfg IndexConfig) *Index {
+	zone := dns.CanonicalName(cfg.Zone)
+	if cfg.Zone == "" {
+		zone = DefaultZone
+	}
+	b := &builder{ttl: cfg.TTL, ix: &Index{zone: zone, names: make(map[string]*node)}}
+	if snap != nil {
+		b.ix.names = make(map[string]*node, 3*snap.Len())
+		b.ix.services = snap.Len()
+	}
+	b.ix.soa = &dns.SOA{
+		// CoreDNS's kubernetes plugin uses the same mailbox, timers and ns name.
+		Hdr:     b.hdr(zone, dns.TypeSOA),
+		Ns:      "ns.dns." + zone,
+		Mbox:    "hostmaster." + zone,
+		Serial:  cfg.Serial,
+		Refresh: 7200,
+		Retry:   1800,
+		Expire:  86400,
+		Minttl:  cfg.TTL,
+	}
+	b.add(zone, b.ix.soa)
+	b.add("dns-version."+zone, &dns.TXT{Hdr: b.hdr("dns-version."+zone, dns.TypeTXT), Txt: []string{SchemaVersion}})
+	if snap != nil {
+		for _, svc := range snap.Services() {
+			b.service(svc)
+		}
+	}
+	return b.ix
+}
+
+// Zone returns the cluster domain as a lower-case FQDN ("cluster.local.").
+func (ix *Index) Zone() string { return ix.zone }
+
+// Len is the number of Services indexed.
+func (ix *Index) Len() int { return ix.services }
+
+// InZone reports whether name (any case) is the zone or below it.
+func (ix *Index) InZone(name string) bool {
+	return dns.IsSubDomain(ix.zone, strings.ToLower(dns.Fqdn(name)))
+}
+
+// Lookup answers a question for qname (any case) and qtype. ok is false when
+// the name is not the Index's to answer: outside the zone, or a reverse name
+// (in-addr.arpa, ip6.arpa) of no Service or endpoint. The caller forwards those,
+// as CoreDNS's "fallthrough in-addr.arpa ip6.arpa" does.
+//
+// Record owner names are spelled as in qname: a resolver that randomises the
+// case of its questions (DNS 0x20) finds them as it asked.
+func (ix *Index) Lookup(qname string, qtype uint16) (r Result, ok bool) {
+	qname = dns.Fqdn(qname)
+	lname := strings.ToLower(qname)
+	n := ix.names[lname]
+	if n == nil {
+		if !dns.IsSubDomain(ix.zone, lname) {
+			return Result{}, false
+		}
+		return Result{Rcode: dns.RcodeNameError, Ns: []dns.RR{ix.soa}}, true
+	}
+	switch {
+	case qtype == dns.TypeANY:
+		r.Answer = n.rrs
+	case n.cname:
+		// RFC 1034 3.6.2: a CNAME answers every type; the resolver follows it.
+		r.Answer = n.rrs
+	default:
+		r.Answer = ofType(n.rrs, qtype)
+	}
+	if len(r.Answer) == 0 {
+		r.Ns = []dns.RR{ix.soa}
+		return r, true
+	}
+	if qtype == dns.TypeSRV || qtype == dns.TypeANY {
+		r.Extra = n.extra
+	}
+	if qname != lname {
+		r.Answer = renamed(r.Answer, qname)
+	}
+	return r, true
+}
+
+// ofType returns the records of rrs with type t, sharing rrs when all are.
+func ofType(rrs []dns.RR, t uint16) []dns.RR {
+	n := 0
+	for _, rr := range rrs {
+		if rr.Header().Rrtype == t {
+			n++
+		}
+	}
+	switch n {
+	case 0:
+		return nil
+	case len(rrs):
+		return rrs
+	}
+	out := make([]dns.RR, 0, n)
+	for _, rr := range rrs {
+		if rr.Header().Rrtype == t {
+			out = append(out, rr)
+		}
+	}
+	return out
+}
+
+// renamed copies rrs with their owner name set to name. The Index's records are
+// shared between queries and never modified.
+func renamed(rrs []dns.RR, name string) []dns.RR {
+	out := make([]dns.RR, len(rrs))
+	for i, rr := range rrs {
+		out[i] = dns.Copy(rr)
+		out[i].Header().Name = name
+	}
+	return out
+}
+
+// builder fills an Index; the per-Service record forms are in records.go.
+type builder struct {
+	ttl uint32
+	ix  *Index
+}
+
+func (b *builder) hdr(name string, t uint16) dns.RR_Header {
+	return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: b.ttl}
+}
+
+// node returns the node of name, creating it and, inside the zone, every empty
+// ancestor down to the zone (RFC 8020: an empty non-terminal exists, so its
+// answer is NODATA, not NXDOMAIN).
+func (b *builder) node(name string) *node {
+	if n := b.ix.names[name]; n != nil {
+		return n
+	}
+	n := &node{}
+	b.ix.names[name] = n
+	if name != b.ix.zone && dns.IsSubDomain(b.ix.zone, name) {
+		if i, end := dns.NextLabel(name, 0); !end {
+			b.node(name[i:])
+		}
+	}
+	return n
+}
+
+func (b *builder) add(name string, rr dns.RR) {
+	n := b.node(name)
+	n.rrs = append(n.rrs, rr)
+}
+
+// addr adds an A or AAAA record for ip at name.
+func (b *builder) addr(name string, ip netip.Addr) dns.RR {
+	rr := addrRR(b.hdr(name, dns.TypeA), ip)
+	b.add(name, rr)
+	return rr
+}
+
+// ptr adds the reverse record of ip (in-addr.arpa, or ip6.arpa nibbles) to target.
+func (b *builder) ptr(ip netip.Addr, target string) {
+	rev, err := dns.ReverseAddr(ip.Unmap().String())
+	if err != nil {
+		return // cannot happen for a valid netip.Addr
+	}
+	b.add(rev, &dns.PTR{Hdr: b.hdr(rev, dns.TypePTR), Ptr: target})
+}
+
+// addrRR is an A record for an IPv4 address, an AAAA record otherwise; hdr's
+// type is set accordingly.
+func addrRR(hdr dns.RR_Header, ip netip.Addr) dns.RR {
+	ip = ip.Unmap()
+	if ip.Is4() {
+		hdr.Rrtype = dns.TypeA
+		a := ip.As4()
+		return &dns.A{Hdr: hdr, A: a[:]}
+	}
+	hdr.Rrtype = dns.TypeAAAA
+	a := ip.As16()
+	return &dns.AAAA{Hdr: hdr, AAAA: a[:]}
+}

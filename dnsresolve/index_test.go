@@ -1,0 +1,256 @@
+package dnsresolve
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/miekg/dns"
+
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// testSnapshot holds one Service of every kind the specification names.
+func testSnapshot(t testing.TB) *service.Snapshot {
+	t.Helper()
+	web := newService("default", "web", "198.18.0.10", "fd00::a")
+	addPort(web, "http", service.TCP, 80)
+	addPort(web, "dns", service.UDP, 53)
+	addPort(web, "dns", service.TCP, 53)
+
+	single := newService("default", "single", "198.18.0.11")
+	addPort(single, "", service.TCP, 8080)
+
+	db := newService("default", "db")
+	db.Headless = true
+	addPort(db, "pg", service.TCP, 5432,
+		ep("198.19.0.1:5432", "db-0", true),
+		ep("198.19.0.2:5432", "db-1", true),
+		ep("198.19.0.3:5432", "", true),
+		ep("[fd00::19:5]:5432", "db-5", true),
+		ep("198.19.0.4:5432", "db-3", false))
+	addPort(db, "metrics", service.TCP, 9187, ep("198.19.0.1:9187", "db-0", true))
+
+	all := newService("default", "all")
+	all.Headless, all.PublishNotReadyAddresses = true, true
+	addPort(all, "peer", service.SCTP, 7000, ep("198.19.1.4:7000", "x", false))
+
+	// A headless Service without ports (allowed by the API) still has A records.
+	bare := newService("default", "bare")
+	bare.Headless = true
+	bare.Endpoints = []service.Endpoint{ep("198.19.2.1:0", "bare-0", true)}
+
+	ext := newService("default", "ext")
+	ext.Type, ext.ExternalName = service.TypeExternalName, "example.org"
+
+	otherWeb := newService("other", "web", "198.18.1.10")
+	addPort(otherWeb, "http", service.TCP, 8080)
+
+	v6 := newService("kube-system", "v6", "fd00::53")
+	return service.NewSnapshot([]*service.Service{web, single, db, all, bare, ext, otherWeb, v6}, nil)
+}
+
+func newService(ns, name string, ips ...string) *service.Service {
+	s := &service.Service{NamespacedName: service.NamespacedName{Namespace: ns, Name: name}, Type: service.TypeClusterIP}
+	for _, ip := range ips {
+		s.ClusterIPs = append(s.ClusterIPs, netip.MustParseAddr(ip))
+	}
+	return s
+}
+
+func addPort(s *service.Service, name string, proto service.Protocol, port uint16, eps ...service.Endpoint) {
+	s.Ports = append(s.Ports, &service.Port{
+		Name:      service.PortName{NamespacedName: s.NamespacedName, Port: name, Protocol: proto},
+		Service:   s,
+		Port:      port,
+		Protocol:  proto,
+		Endpoints: eps,
+	})
+	// Service.Endpoints holds each address once, as service.Build makes it.
+	for _, e := range eps {
+		if !slices.ContainsFunc(s.Endpoints, func(have service.Endpoint) bool { return have.Addr.Addr() == e.Addr.Addr() }) {
+			e.Addr = netip.AddrPortFrom(e.Addr.Addr(), 0)
+			s.Endpoints = append(s.Endpoints, e)
+		}
+	}
+}
+
+func ep(addr, hostname string, ready bool) service.Endpoint {
+	return service.Endpoint{Addr: netip.MustParseAddrPort(addr), Hostname: hostname, Ready: ready, Serving: ready}
+}
+
+const testSOA = "cluster.local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1 7200 1800 86400 5"
+
+func TestIndexLookup(t *testing.T) {
+	ix := NewIndex(testSnapshot(t), IndexConfig{Zone: "cluster.local", TTL: 5, Serial: 1})
+	tests := []struct {
+		name   string
+		qname  string
+		qtype  uint16
+		rcode  int
+		answer []string
+		ns     []string
+		extra  []string
+	}{
+		{name: "schema version", qname: "dns-version.cluster.local.", qtype: dns.TypeTXT,
+			answer: []string{`dns-version.cluster.local. 5 IN TXT "1.1.0"`}},
+		{name: "zone SOA", qname: "cluster.local.", qtype: dns.TypeSOA, answer: []string{testSOA}},
+		{name: "clusterIP A", qname: "web.default.svc.cluster.local.", qtype: dns.TypeA,
+			answer: []string{"web.default.svc.cluster.local. 5 IN A 198.18.0.10"}},
+		{name: "clusterIP AAAA", qname: "web.default.svc.cluster.local.", qtype: dns.TypeAAAA,
+			answer: []string{"web.default.svc.cluster.local. 5 IN AAAA fd00::a"}},
+		{name: "same name other namespace", qname: "web.other.svc.cluster.local.", qtype: dns.TypeA,
+			answer: []string{"web.other.svc.cluster.local. 5 IN A 198.18.1.10"}},
+		{name: "ipv6-only service has no A", qname: "v6.kube-system.svc.cluster.local.", qtype: dns.TypeA,
+			ns: []string{testSOA}},
+		{name: "ipv6-only AAAA", qname: "v6.kube-system.svc.cluster.local.", qtype: dns.TypeAAAA,
+			answer: []string{"v6.kube-system.svc.cluster.local. 5 IN AAAA fd00::53"}},
+		{name: "clusterIP SRV tcp", qname: "_http._tcp.web.default.svc.cluster.local.", qtype: dns.TypeSRV,
+			answer: []string{"_http._tcp.web.default.svc.cluster.local. 5 IN SRV 0 100 80 web.default.svc.cluster.local."},
+			extra:  []string{"web.default.svc.cluster.local. 5 IN A 198.18.0.10", "web.default.svc.cluster.local. 5 IN AAAA fd00::a"}},
+		{name: "clusterIP SRV udp", qname: "_dns._udp.web.default.svc.cluster.local.", qtype: dns.TypeSRV,
+			answer: []string{"_dns._udp.web.default.svc.cluster.local. 5 IN SRV 0 100 53 web.default.svc.cluster.local."},
+			extra:  []string{"web.default.svc.cluster.local. 5 IN A 198.18.0.10", "web.default.svc.cluster.local. 5 IN AAAA fd00::a"}},
+		{name: "unnamed port has no SRV", qname: "_tcp.single.default.svc.cluster.local.", qtype: dns.TypeSRV,
+			rcode: dns.RcodeNameError, ns: []string{testSOA}},
+		{name: "SRV of unknown port", qname: "_nope._tcp.web.default.svc.cluster.local.", qtype: dns.TypeSRV,
+			rcode: dns.RcodeNameError, ns: []string{testSOA}},
+		{name: "clusterIP PTR v4", qname: "10.0.18.198.in-addr.arpa.", qtype: dns.TypePTR,
+			answer: []string{"10.0.18.198.in-addr.arpa. 5 IN PTR web.default.svc.cluster.local."}},
+		{name: "clusterIP PTR v6 nibbles", qname: "a.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa.", qtype: dns.TypePTR,
+			answer: []string{"a.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.f.ip6.arpa. 5 IN PTR web.default.svc.cluster.local."}},
+		{name: "headless without ports", qname: "bare.default.svc.cluster.local.", qtype: dns.TypeA,
+			answer: []string{"bare.default.svc.cluster.local. 5 IN A 198.19.2.1"}},
+		{name: "headless without ports: hostname", qname: "bare-0.bare.default.svc.cluster.local.", qtype: dns.TypeA,
+			answer: []string{"bare-0.bare.default.svc.cluster.local. 5 IN A 198.19.2.1"}},
+		{name: "headless A: ready endpoints only", qname: "db.default.svc.cluster.local.", qtype: dns.TypeA,
+			answer: []string{
+				"db.default.svc.cluster.local. 5 IN A 198.19.0.1",
+				"db.default.svc.cluster.local. 5 IN A 198.19.0.2",
+				"db.default.svc.cluster.local. 5 IN A 198.19.0.3",
+			}},
+		{name: "headless AAAA", qname: "db.default.svc.cluster.local.", qtype: dns.TypeAAAA,
+			answer: []string{"db.default.svc.cluster.local. 5 IN AAAA fd00::19:5"}},
+		{name: "headless hostname", qname: "db-1.db.default.svc.cluster.local.", qtype: dns.TypeA,
+			answer: []string{"db-1.db.default.svc.cluster.local. 5 IN A 198.19.0.2"}},
+		{name: "not-ready hostname unpublished", qname: "db-3.db.default.svc.cluster.local.", qtype: dns.TypeA,
+			rcode: dns.RcodeNameError, ns: []string{testSOA}},
+		{name: "headless SRV per endpoint with hostname", qname: "_pg._tcp.db.default.svc.cluster.local.", qtype: dns.TypeSRV,
+			answer: []string{
+				"_pg._tcp.db.default.svc.cluster.local. 5 IN SRV 0 33 5432 db-0.db.default.svc.cluster.local.",
+				"_pg._tcp.db.default.svc.cluster.local. 5 IN SRV 0 33 5432 db-1.db.default.svc.cluster.local.",
+				"_pg._tcp.db.default.svc.cluster.local. 5 IN SRV 0 33 5432 db-5.db.default.svc.cluster.local.",
+			},
+			extra: []string{
+				"db-0.db.default.svc.cluster.local. 5 IN A 198.19.0.1",
+				"db-1.db.default.svc.cluster.local. 5 IN A 198.19.0.2",
+				"db-5.db.default.svc.cluster.local. 5 IN AAAA fd00::19:5",
+			}},
+		{name: "headless SRV on the endpoint's port", qname: "_metrics._tcp.db.default.svc.cluster.local.", qtype: dns.TypeSRV,
+			answer: []string{"_metrics._tcp.db.default.svc.cluster.local. 5 IN SRV 0 100 9187 db-0.db.default.svc.cluster.local."},
+			extra:  []string{"db-0.db.default.svc.cluster.local. 5 IN A 198.19.0.1"}},
+		{name: "headless PTR", qname: "2.0.19.198.in-addr.arpa.", qtype: dns.TypePTR,
+			answer: []string{"2.0.19.198.in-addr.arpa. 5 IN PTR db-1.db.default.svc.cluster.local."}},
+		{name: "publishNotReadyAddresses", qname: "x.all.default.svc.cluster.local.", qtype: dns.TypeA,
+			answer: []string{"x.all.default.svc.cluster.local. 5 IN A 198.19.1.4"}},
+		{name: "SCTP SRV", qname: "_peer._sctp.all.default.svc.cluster.local.", qtype: dns.TypeSRV,
+			answer: []string{"_peer._sctp.all.default.svc.cluster.local. 5 IN SRV 0 100 7000 x.all.default.svc.cluster.local."},
+			extra:  []string{"x.all.default.svc.cluster.local. 5 IN A 198.19.1.4"}},
+		{name: "ExternalName CNAME", qname: "ext.default.svc.cluster.local.", qtype: dns.TypeA,
+			answer: []string{"ext.default.svc.cluster.local. 5 IN CNAME example.org."}},
+		{name: "ExternalName CNAME query", qname: "ext.default.svc.cluster.local.", qtype: dns.TypeCNAME,
+			answer: []string{"ext.default.svc.cluster.local. 5 IN CNAME example.org."}},
+		{name: "case-insensitive, answered in the question's case", qname: "WEB.Default.SVC.cluster.LOCAL.", qtype: dns.TypeA,
+			answer: []string{"WEB.Default.SVC.cluster.LOCAL. 5 IN A 198.18.0.10"}},
+		{name: "unqualified name", qname: "web.default.svc.cluster.local", qtype: dns.TypeA,
+			answer: []string{"web.default.svc.cluster.local. 5 IN A 198.18.0.10"}},
+		{name: "ANY", qname: "web.default.svc.cluster.local.", qtype: dns.TypeANY,
+			answer: []string{"web.default.svc.cluster.local. 5 IN A 198.18.0.10", "web.default.svc.cluster.local. 5 IN AAAA fd00::a"}},
+		{name: "NODATA: existing name, no such type", qname: "web.default.svc.cluster.local.", qtype: dns.TypeTXT,
+			ns: []string{testSOA}},
+		{name: "NODATA: empty non-terminal namespace", qname: "default.svc.cluster.local.", qtype: dns.TypeA,
+			ns: []string{testSOA}},
+		{name: "NODATA: svc", qname: "svc.cluster.local.", qtype: dns.TypeA, ns: []string{testSOA}},
+		{name: "NXDOMAIN: no such service", qname: "nope.default.svc.cluster.local.", qtype: dns.TypeA,
+			rcode: dns.RcodeNameError, ns: []string{testSOA}},
+		{name: "NXDOMAIN: no such namespace", qname: "web.nope.svc.cluster.local.", qtype: dns.TypeA,
+			rcode: dns.RcodeNameError, ns: []string{testSOA}},
+		{name: "NXDOMAIN: below a service", qname: "a.b.web.default.svc.cluster.local.", qtype: dns.TypeA,
+			rcode: dns.RcodeNameError, ns: []string{testSOA}},
+		{name: "NXDOMAIN: search-path expansion", qname: "web.default.svc.cluster.local.default.svc.cluster.local.", qtype: dns.TypeA,
+			rcode: dns.RcodeNameError, ns: []string{testSOA}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, ok := ix.Lookup(tt.qname, tt.qtype)
+			if !ok {
+				t.Fatalf("Lookup(%s): not authoritative", tt.qname)
+			}
+			if r.Rcode != tt.rcode {
+				t.Errorf("rcode = %s, want %s", dns.RcodeToString[r.Rcode], dns.RcodeToString[tt.rcode])
+			}
+			assertRRs(t, "answer", r.Answer, tt.answer)
+			assertRRs(t, "authority", r.Ns, tt.ns)
+			assertRRs(t, "additional", r.Extra, tt.extra)
+		})
+	}
+}
+
+func TestIndexNotOurs(t *testing.T) {
+	ix := NewIndex(testSnapshot(t), IndexConfig{Zone: "cluster.local", TTL: 5, Serial: 1})
+	for _, name := range []string{
+		"example.org.",
+		"local.",
+		"cluster.local.example.org.",
+		"99.0.18.198.in-addr.arpa.", // a reverse name of no Service: fall through
+		"in-addr.arpa.",
+	} {
+		if r, ok := ix.Lookup(name, dns.TypeA); ok {
+			t.Errorf("Lookup(%s) = %v, want not authoritative", name, r)
+		}
+	}
+}
+
+func TestIndexOtherZone(t *testing.T) {
+	ix := NewIndex(testSnapshot(t), IndexConfig{Zone: "Corp.Example.", TTL: 30, Serial: 7})
+	r, ok := ix.Lookup("web.default.svc.corp.example.", dns.TypeA)
+	if !ok {
+		t.Fatal("not authoritative for the configured zone")
+	}
+	assertRRs(t, "answer", r.Answer, []string{"web.default.svc.corp.example. 30 IN A 198.18.0.10"})
+	if _, ok := ix.Lookup("web.default.svc.cluster.local.", dns.TypeA); ok {
+		t.Error("authoritative for cluster.local with zone corp.example")
+	}
+}
+
+func TestIndexEmpty(t *testing.T) {
+	ix := NewIndex(nil, IndexConfig{TTL: 5, Serial: 1})
+	r, ok := ix.Lookup("web.default.svc.cluster.local.", dns.TypeA)
+	if !ok || r.Rcode != dns.RcodeNameError {
+		t.Fatalf("Lookup in an empty zone = %v %v, want NXDOMAIN", r, ok)
+	}
+	r, _ = ix.Lookup("dns-version.cluster.local.", dns.TypeTXT)
+	assertRRs(t, "answer", r.Answer, []string{`dns-version.cluster.local. 5 IN TXT "1.1.0"`})
+}
+
+// assertRRs compares records with the expected ones written in zone-file
+// syntax, ignoring order.
+func assertRRs(t *testing.T, section string, got []dns.RR, want []string) {
+	t.Helper()
+	var g, w []string
+	for _, rr := range got {
+		g = append(g, rr.String())
+	}
+	for _, s := range want {
+		rr, err := dns.NewRR(s)
+		if err != nil {
+			t.Fatalf("bad expected record %q: %v", s, err)
+		}
+		w = append(w, rr.String())
+	}
+	slices.Sort(g)
+	slices.Sort(w)
+	if !slices.Equal(g, w) {
+		t.Errorf("%s:\n got: %q\nwant: %q", section, g, w)
+	}
+}
