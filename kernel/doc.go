@@ -7,6 +7,8 @@
 //   - iptables: netfilter rules, applied as iptables-restore text in one transaction per
 //     table, read back with iptables-save, plus a packet tracer over a Fake rule set;
 //   - ipvs: IPVS virtual and real servers;
+//   - ipset: IP sets, so that IPVS mode's masquerade rules do not grow with the
+//     number of Services;
 //   - link: interfaces and addresses (the dummy interface that holds service IPs);
 //   - conntrack: deleting stale connection-tracking entries.
 //

@@ -90,3 +90,39 @@ func TestNetlink(t *testing.T) {
 		t.Error("EnsureDummy(lo): no error, want 'want dummy'")
 	}
 }
+
+func TestSysctls(t *testing.T) {
+	ctx := context.Background()
+	f := &FakeSysctls{}
+	if v, err := f.Sysctl(ctx, "net.ipv4.vs.conntrack"); err != nil || v != "0" {
+		t.Errorf("unset key = %q, %v; want 0", v, err)
+	}
+	if err := f.SetSysctl(ctx, "net.ipv4.vs.conntrack", "1"); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := f.Sysctl(ctx, "net.ipv4.vs.conntrack"); v != "1" {
+		t.Errorf("after set: %q, want 1", v)
+	}
+	for _, bad := range []string{"kernel.panic", "net/ipv4/ip_forward", "net.ipv4....x"} {
+		if err := f.SetSysctl(ctx, bad, "1"); err == nil {
+			t.Errorf("SetSysctl(%q): no error", bad)
+		}
+	}
+
+	netnstest.RequireRoot(t)
+	ns := netnstest.New(t)
+	err := ns.Do(func() error {
+		p := ProcSys{}
+		if err := p.SetSysctl(ctx, "net.ipv4.conf.all.arp_ignore", "1"); err != nil {
+			return err
+		}
+		v, err := p.Sysctl(ctx, "net.ipv4.conf.all.arp_ignore")
+		if err == nil && v != "1" {
+			err = errors.New("arp_ignore reads " + v + " after writing 1")
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/svcproxy/svcproxy/kernel/ipset"
+	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
 	"github.com/svcproxy/svcproxy/kernel/link"
 	"github.com/svcproxy/svcproxy/service"
@@ -60,6 +62,33 @@ type Config struct {
 	Select func(service.PortName) bool
 	// Now is the clock for draining. If nil, time.Now.
 	Now func() time.Time
+
+	// IPTables and IPSets carry the masquerade rules (masq.go): a few fixed rules in
+	// nat chains of ours, matching ip sets of service addresses. If either is nil,
+	// svcproxy adds no iptables rules and nothing is masqueraded. IPv4 only.
+	IPTables kiptables.Interface
+	IPSets   ipset.Interface
+	// ClusterCIDR is where pods live: traffic to a ClusterIP from outside it is
+	// masqueraded, so replies come back through this node. If not valid, traffic to
+	// ClusterIPs is not masqueraded (unless MasqueradeAll), as kube-proxy does
+	// without --cluster-cidr.
+	ClusterCIDR netip.Prefix
+	// MasqueradeAll masquerades all traffic to ClusterIPs.
+	MasqueradeAll bool
+	// MasqueradeBit is the packet mark bit (0-31) that asks for SNAT; 0 means
+	// kube-proxy's 14 (mark 0x4000).
+	MasqueradeBit int
+
+	// Sysctls, if not nil, get the parameters IPVS mode needs (kube-proxy's):
+	// net.ipv4.vs.conntrack=1 when masquerading (so IPVS traffic passes netfilter's
+	// nat POSTROUTING), expire_nodest_conn=1 and expire_quiescent_template=1 (a
+	// deleted or drained real server loses its connections and persistence
+	// templates). Only ever the node's namespace.
+	Sysctls link.Sysctls
+	// StrictARP sets net.ipv4.conf.all.arp_ignore=1 and arp_announce=2, so the node
+	// does not answer ARP for the service IPs on its dummy interface (needed when
+	// a load balancer such as MetalLB announces them).
+	StrictARP bool
 }
 
 // Proxier reconciles Snapshots into IPVS. Its methods are safe for concurrent use;
@@ -71,6 +100,8 @@ type Proxier struct {
 	// draining holds when each real server being drained got weight 0, to bound the
 	// drain. A restart forgets it; the drain then starts again at the next Sync.
 	draining map[realKey]time.Time
+	// sysctlsDone: the sysctls were set once; they are not re-checked every Sync.
+	sysctlsDone bool
 }
 
 type realKey struct {
@@ -103,6 +134,15 @@ func New(cfg Config) (*Proxier, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.MasqueradeBit == 0 {
+		cfg.MasqueradeBit = 14
+	}
+	if cfg.MasqueradeBit < 0 || cfg.MasqueradeBit > 31 {
+		return nil, fmt.Errorf("offload/ipvs: config: masquerade bit %d: not in 0..31", cfg.MasqueradeBit)
+	}
+	if cfg.ClusterCIDR.IsValid() && !cfg.ClusterCIDR.Addr().Is4() {
+		return nil, fmt.Errorf("offload/ipvs: config: cluster CIDR %s: masquerade rules are IPv4 only", cfg.ClusterCIDR)
 	}
 	for _, ip := range cfg.NodeIPs {
 		if !ip.IsValid() || ip.Is4In6() {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/svcproxy/svcproxy/kernel/ipset"
 	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -14,6 +15,8 @@ import (
 type wanted struct {
 	vss   map[kipvs.Key]*wantedVS
 	addrs map[netip.Addr]bool // on the dummy interface
+	// Members of the masquerade ip sets (masq.go), IPv4 only.
+	clusterIPs, external, loopback map[string]bool
 }
 
 type wantedVS struct {
@@ -26,7 +29,10 @@ type wantedVS struct {
 // snap. It is pure. Bad annotations are reported and replaced by defaults, so one
 // Service's typo does not stop the others.
 func (p *Proxier) desired(snap *service.Snapshot) (wanted, []error) {
-	w := wanted{vss: map[kipvs.Key]*wantedVS{}, addrs: map[netip.Addr]bool{}}
+	w := wanted{
+		vss: map[kipvs.Key]*wantedVS{}, addrs: map[netip.Addr]bool{},
+		clusterIPs: map[string]bool{}, external: map[string]bool{}, loopback: map[string]bool{},
+	}
 	var errs []error
 	for _, port := range snap.Ports() {
 		svc := port.Service
@@ -46,7 +52,9 @@ func (p *Proxier) desired(snap *service.Snapshot) (wanted, []error) {
 		internal := p.local(usable, svc.InternalPolicyLocal)
 		external := p.local(usable, svc.ExternalPolicyLocal)
 
-		add := func(ip netip.Addr, portNum uint16, eps []service.Endpoint, onDummy bool) {
+		// masq is the ip set of the address, if any: traffic to an external address
+		// with policy Local keeps its source (no masquerade).
+		add := func(ip netip.Addr, portNum uint16, eps []service.Endpoint, onDummy bool, masq map[string]bool) {
 			vs := kipvs.VirtualServer{
 				Key:       kipvs.Key{Protocol: proto, Addr: netip.AddrPortFrom(ip, portNum)},
 				Scheduler: sched,
@@ -62,22 +70,33 @@ func (p *Proxier) desired(snap *service.Snapshot) (wanted, []error) {
 			for _, ep := range eps {
 				if ep.Addr.Addr().Is4() == ip.Is4() { // masquerading keeps the family
 					wvs.reals[ep.Addr] = weightOf(weights, ep.Addr.Addr())
+					if ip.Is4() {
+						a := ep.Addr.Addr()
+						w.loopback[ipset.IPPortIP(a, string(proto), ep.Addr.Port(), a)] = true
+					}
 				}
 			}
 			w.vss[vs.Key] = wvs
+			if masq != nil && ip.Is4() {
+				masq[ipset.IPPort(ip, string(proto), portNum)] = true
+			}
 			if onDummy {
 				w.addrs[ip] = true
 			}
 		}
+		extSet := w.external
+		if svc.ExternalPolicyLocal {
+			extSet = nil
+		}
 		for _, ip := range svc.ClusterIPs {
-			add(ip, port.Port, internal, true)
+			add(ip, port.Port, internal, true, w.clusterIPs)
 		}
 		for _, ip := range append(append([]netip.Addr(nil), svc.ExternalIPs...), svc.LoadBalancerIPs...) {
-			add(ip, port.Port, external, true)
+			add(ip, port.Port, external, true, extSet)
 		}
 		if port.NodePort != 0 {
 			for _, ip := range p.cfg.NodeIPs {
-				add(ip, port.NodePort, external, false)
+				add(ip, port.NodePort, external, false, extSet)
 			}
 		}
 	}

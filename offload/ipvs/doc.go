@@ -13,5 +13,11 @@
 // Sync of the same Snapshot changes nothing. A real server that leaves is drained
 // rather than cut: it gets weight 0 (no new connections) and is deleted once its
 // connections are gone, or after Config.GracePeriod; UDP has no connections to wait
-// for and is deleted at once. Cleanup removes everything svcproxy made (--cleanup).
+// for and is deleted at once.
+//
+// IPVS rewrites destinations only, so traffic from outside the cluster CIDR (and to
+// external IPs and NodePorts) is marked and masqueraded by a few nat rules in chains
+// of ours (SVCP-IPVS-*), which match ip sets of the service addresses: the rules do
+// not grow with the services, the sets do (masq.go, kube-proxy's KUBE-CLUSTER-IP).
+// Cleanup removes everything svcproxy made (--cleanup).
 package ipvs

@@ -20,6 +20,14 @@ func (p *Proxier) Sync(ctx context.Context, snap *service.Snapshot) error {
 	defer p.mu.Unlock()
 	w, errs := p.desired(snap)
 	dev := p.cfg.Interface
+	if err := p.syncSysctls(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	// Masquerade before the virtual servers: a new service's first packets are
+	// already marked.
+	if err := p.syncMasq(ctx, w); err != nil {
+		errs = append(errs, err)
+	}
 
 	if err := p.cfg.Links.EnsureDummy(ctx, dev); err != nil {
 		return errors.Join(append(errs, err)...)
@@ -183,8 +191,9 @@ func (p *Proxier) Draining() int {
 	return len(p.draining)
 }
 
-// Cleanup removes what svcproxy made in IPVS mode: its virtual servers and the dummy
-// interface with the service IPs (svcproxy --cleanup). Nothing there is no error.
+// Cleanup removes what svcproxy made in IPVS mode: its virtual servers, the dummy
+// interface with the service IPs, and the masquerade rules and ip sets (svcproxy
+// --cleanup). Nothing there is no error. Sysctls are left as they are.
 func (p *Proxier) Cleanup(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -210,6 +219,9 @@ func (p *Proxier) Cleanup(ctx context.Context) error {
 	}
 	clear(p.draining)
 	if err := p.cfg.Links.DeleteLink(ctx, p.cfg.Interface); err != nil && !errors.Is(err, link.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	if err := p.cleanupMasq(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

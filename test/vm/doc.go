@@ -15,6 +15,9 @@
 //     QEMU exits 0 whether the guest passed, failed or panicked, so /init prints a
 //     result line that Run reads from the console.
 //
-// TestIPVS in this package builds test/vm/guest with `go test -c` (CGO_ENABLED=0) and
-// runs it in the guest; `go test -run TestIPVS -v ./test/vm/` is `make test-ipvs`.
+// TestIPVS in this package builds test/vm/guest with `go test -c` and cmd/svcproxy
+// with `go build` (both CGO_ENABLED=0), adds the host's legacy iptables and ipset with
+// their libraries (Guest.AddIPTables), and runs the guest tests, which include the
+// whole svcproxy in --mode ipvs; `go test -run TestIPVS -v ./test/vm/` is
+// `make test-ipvs`.
 package vm

@@ -18,6 +18,9 @@ type Guest struct {
 	Modules []string
 	// Files maps guest paths to host files copied into the initramfs, executable.
 	Files map[string]string
+	// Symlinks maps guest paths to their targets (after busybox's applets, so a
+	// name here wins over an applet of the same name).
+	Symlinks map[string]string
 	// Command is run by /init once the modules are loaded; its exit code is the
 	// result. Arguments are passed as they are (no shell expansion).
 	Command []string
@@ -41,6 +44,9 @@ func buildInitramfs(k *Kernel, g Guest, out string) error {
 	for guest, host := range g.Files {
 		a.file(guest, host, 0o755)
 	}
+	for guest, target := range g.Symlinks {
+		a.symlink(guest, target)
+	}
 	for _, d := range []string{"/proc", "/sys", "/dev", "/tmp", "/run", "/etc"} {
 		a.dir(d)
 	}
@@ -63,7 +69,7 @@ func buildInitramfs(k *Kernel, g Guest, out string) error {
 func initScript(g Guest) string {
 	var b strings.Builder
 	b.WriteString(`#!/bin/sh
-export PATH=/bin:/sbin HOME=/tmp
+export PATH=/bin:/sbin HOME=/tmp LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev

@@ -54,3 +54,24 @@ func TestModuleName(t *testing.T) {
 		}
 	}
 }
+
+func TestAddHostBinary(t *testing.T) {
+	const ipset = "/usr/sbin/ipset"
+	if _, err := exec.LookPath(ipset); err != nil {
+		t.Skip("needs ipset on the host")
+	}
+	var g Guest
+	if err := g.AddHostBinary("/bin/ipset", ipset); err != nil {
+		t.Fatal(err)
+	}
+	var libs []string
+	for p := range g.Files {
+		libs = append(libs, p)
+	}
+	joined := strings.Join(libs, " ")
+	for _, want := range []string{"/bin/ipset", "libipset.so", "libc.so.6", "ld-linux-x86-64.so.2"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("guest files %v lack %s", libs, want)
+		}
+	}
+}

@@ -36,7 +36,8 @@ var (
 )
 
 // backendPort is where every backend listens: it greets each connection with its own
-// IP address and a newline, then echoes.
+// IP address and the client's address as it sees it ("198.19.1.2 198.19.0.2"), then
+// echoes.
 const backendPort = 8080
 
 type lab struct {
@@ -188,25 +189,38 @@ func acceptLoop(ln net.Listener, self netip.Addr, wg *sync.WaitGroup) {
 func greetAndEcho(c net.Conn, self netip.Addr) {
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(time.Minute)) // a test that forgets a connection does not hang cleanup
-	if _, err := fmt.Fprintf(c, "%s\n", self); err != nil {
+	peer, _ := netip.ParseAddrPort(c.RemoteAddr().String())
+	if _, err := fmt.Fprintf(c, "%s %s\n", self, peer.Addr()); err != nil {
 		return
 	}
 	io.Copy(c, c)
 }
 
-// conn is a client connection through a virtual server and the backend it reached.
+// conn is a client connection through a virtual server, the backend it reached, and
+// the source address the backend saw (the client's, or the node's when masqueraded).
 type conn struct {
 	net.Conn
 	r       *bufio.Reader
 	backend string
+	peer    string
 }
 
 // dial connects from the client namespace, from src, to dst and reads the greeting.
 func (l *lab) dial(t *testing.T, src netip.Addr, dst netip.AddrPort) *conn {
 	t.Helper()
+	return dialFrom(t, l.client, src, dst)
+}
+
+// dialFrom connects from a namespace, from src (any when not valid), to dst and reads
+// the greeting.
+func dialFrom(t *testing.T, ns *netNS, src netip.Addr, dst netip.AddrPort) *conn {
+	t.Helper()
 	var c net.Conn
-	l.client.do(t, func() (err error) {
-		d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0)), Timeout: 5 * time.Second}
+	ns.do(t, func() (err error) {
+		d := net.Dialer{Timeout: 5 * time.Second}
+		if src.IsValid() {
+			d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(src, 0))
+		}
 		c, err = d.DialContext(context.Background(), "tcp", dst.String())
 		return err
 	})
@@ -217,7 +231,8 @@ func (l *lab) dial(t *testing.T, src netip.Addr, dst netip.AddrPort) *conn {
 	if err != nil {
 		t.Fatalf("%s -> %s: greeting: %v", src, dst, err)
 	}
-	return &conn{Conn: c, r: r, backend: strings.TrimSpace(line)}
+	backend, peer, _ := strings.Cut(strings.TrimSpace(line), " ")
+	return &conn{Conn: c, r: r, backend: backend, peer: peer}
 }
 
 // echo checks that the connection still carries data both ways.

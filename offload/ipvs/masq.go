@@ -1,0 +1,257 @@
+package ipvs
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/svcproxy/svcproxy/kernel/ipset"
+	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
+)
+
+// IPVS rewrites the destination of a packet but not its source. A client outside the
+// cluster CIDR (the node itself, another host) would get its reply straight from the
+// pod, with the pod's address as source, and drop it. So, as kube-proxy's ipvs mode
+// does, such traffic is marked on the way in and masqueraded on the way out, by a
+// handful of rules whose number does not depend on the number of services: the
+// service addresses are members of ip sets, and one rule matches each set.
+//
+// The chain names do not collide with offload/iptables' (SVCP-SERVICES,
+// SVCP-POSTROUTING, SVCP-MARK-MASQ, SVCP-SVC-...): both dataplanes may have rules
+// in the same namespace (hybrid mode, or a switch of --mode).
+const (
+	chainServices    = "SVCP-IPVS-SERVICES"    // nat: mark service traffic that needs SNAT
+	chainMarkMasq    = "SVCP-IPVS-MARK-MASQ"   // nat: set the mark
+	chainPostrouting = "SVCP-IPVS-POSTROUTING" // nat: MASQUERADE what is marked
+
+	// SetClusterIPs holds ClusterIP,proto:port of every service port (kube-proxy's
+	// KUBE-CLUSTER-IP).
+	SetClusterIPs = "SVCP-IPVS-CLUSTER-IP"
+	// SetExternal holds externalIP/LoadBalancer IP,proto:port and nodeIP,proto:NodePort
+	// of the ports whose external traffic policy is Cluster: always masqueraded
+	// (kube-proxy's KUBE-EXTERNAL-IP, KUBE-LOAD-BALANCER, KUBE-NODE-PORT-*).
+	SetExternal = "SVCP-IPVS-EXTERNAL"
+	// SetLoopback holds endpointIP,proto:port,endpointIP: a pod that reaches itself
+	// through its service is masqueraded, or its own reply would not match the
+	// connection (kube-proxy's KUBE-LOOP-BACK).
+	SetLoopback = "SVCP-IPVS-LOOPBACK"
+)
+
+// ourChains are the nat chains of this file, in declaration order.
+var ourChains = []string{chainServices, chainMarkMasq, chainPostrouting}
+
+// ourSets are the ip sets of this file, with their types.
+var ourSets = []ipset.Set{
+	{Name: SetClusterIPs, Type: ipset.HashIPPort, Family: ipset.Inet},
+	{Name: SetExternal, Type: ipset.HashIPPort, Family: ipset.Inet},
+	{Name: SetLoopback, Type: ipset.HashIPPortIP, Family: ipset.Inet},
+}
+
+// masqHooks jump from the built-in nat chains to ours. They are ensured with
+// EnsureRule (a --noflush restore cannot "ensure" a rule in a chain it does not own)
+// and deleted by Cleanup. Prepended, like offload/iptables' hooks: a mark is all they
+// add, so their order against the userspace portals does not matter.
+var masqHooks = []struct {
+	chain string
+	args  []string
+}{
+	{"PREROUTING", []string{"-m", "comment", "--comment", "svcproxy ipvs service traffic", "-j", chainServices}},
+	{"OUTPUT", []string{"-m", "comment", "--comment", "svcproxy ipvs service traffic", "-j", chainServices}},
+	{"POSTROUTING", []string{"-m", "comment", "--comment", "svcproxy ipvs postrouting rules", "-j", chainPostrouting}},
+}
+
+// renderRules renders the nat rules for cfg as iptables-restore text. They depend on
+// the configuration only, never on the services: those are in the sets.
+func renderRules(cfg *Config) []byte {
+	mark := fmt.Sprintf("0x%08x", uint32(1)<<cfg.MasqueradeBit)
+	var b bytes.Buffer
+	b.WriteString("*nat\n")
+	for _, c := range ourChains {
+		fmt.Fprintf(&b, ":%s - [0:0]\n", c)
+	}
+	rule := func(chain, comment string, args ...string) {
+		b.WriteString("-A " + chain)
+		if comment != "" {
+			fmt.Fprintf(&b, " -m comment --comment %q", comment)
+		}
+		b.WriteString(" " + strings.Join(args, " ") + "\n")
+	}
+	switch {
+	case cfg.MasqueradeAll:
+		rule(chainServices, "svcproxy ipvs: cluster IP, masquerade all",
+			"-m set --match-set", SetClusterIPs, "dst,dst -j", chainMarkMasq)
+	case cfg.ClusterCIDR.IsValid():
+		rule(chainServices, "svcproxy ipvs: cluster IP from outside the cluster CIDR",
+			"-m set --match-set", SetClusterIPs, "dst,dst ! -s", cfg.ClusterCIDR.Masked().String(), "-j", chainMarkMasq)
+	}
+	rule(chainServices, "svcproxy ipvs: external IP, load balancer IP or node port",
+		"-m set --match-set", SetExternal, "dst,dst -j", chainMarkMasq)
+	rule(chainMarkMasq, "", "-j MARK --or-mark", mark)
+	rule(chainPostrouting, "svcproxy ipvs: hairpin, an endpoint reaching itself through its service",
+		"-m set --match-set", SetLoopback, "dst,dst,src -j MASQUERADE")
+	rule(chainPostrouting, "", "-m mark ! --mark", mark+"/"+mark, "-j RETURN")
+	// Clear the mark so a packet that re-enters the stack (a tunnel) is not
+	// masqueraded twice (kube-proxy does the same).
+	rule(chainPostrouting, "", "-j MARK --xor-mark", mark)
+	rule(chainPostrouting, "svcproxy ipvs: service traffic requiring SNAT", "-j MASQUERADE --random-fully")
+	b.WriteString("COMMIT\n")
+	return b.Bytes()
+}
+
+// wantedSets are the sets w asks for, members sorted.
+func wantedSets(w wanted) []ipset.Set {
+	members := map[string]map[string]bool{SetClusterIPs: w.clusterIPs, SetExternal: w.external, SetLoopback: w.loopback}
+	out := slices.Clone(ourSets)
+	for i := range out {
+		out[i].Members = slices.Sorted(maps.Keys(members[out[i].Name]))
+	}
+	return out
+}
+
+// syncMasq makes the ip sets and the nat rules match w: the sets first (a rule can
+// only name a set that exists), then the rules, then the hooks. Each is written only
+// when the kernel differs, so a Sync that changes nothing writes nothing.
+func (p *Proxier) syncMasq(ctx context.Context, w wanted) error {
+	if p.cfg.IPTables == nil || p.cfg.IPSets == nil {
+		return nil
+	}
+	have, err := p.cfg.IPSets.List(ctx)
+	if err != nil {
+		return fmt.Errorf("masquerade: %w", err)
+	}
+	var stale []ipset.Set
+	for _, s := range wantedSets(w) {
+		if !sameSet(s, have) {
+			stale = append(stale, s)
+		}
+	}
+	if len(stale) > 0 {
+		if err := p.cfg.IPSets.Restore(ctx, ipset.ReplaceScript(stale...)); err != nil {
+			return fmt.Errorf("masquerade: %w", err)
+		}
+	}
+	rules := renderRules(&p.cfg)
+	saved, err := p.cfg.IPTables.Save(ctx, kiptables.TableNAT)
+	if err != nil {
+		return fmt.Errorf("masquerade: %w", err)
+	}
+	if !maps.Equal(ruleCounts(saved), ruleCounts(rules)) {
+		if err := p.cfg.IPTables.Restore(ctx, rules); err != nil {
+			return fmt.Errorf("masquerade: %w", err)
+		}
+	}
+	for _, h := range masqHooks {
+		if _, err := p.cfg.IPTables.EnsureRule(ctx, kiptables.Prepend, kiptables.TableNAT, h.chain, h.args...); err != nil {
+			return fmt.Errorf("masquerade: hook nat/%s -> %s: %w", h.chain, h.args[len(h.args)-1], err)
+		}
+	}
+	return nil
+}
+
+func sameSet(want ipset.Set, have []ipset.Set) bool {
+	for _, h := range have {
+		if h.Name == want.Name {
+			m := slices.Clone(h.Members)
+			slices.Sort(m)
+			return h.Type == want.Type && h.Family == want.Family && slices.Equal(m, want.Members)
+		}
+	}
+	return false
+}
+
+// ruleCounts counts the rules of our chains in iptables-save or -restore text (the
+// kernel prints rules in its own canonical form, so text is not compared; a chain
+// that was flushed, deleted or edited by hand changes its count, or is missing).
+func ruleCounts(text []byte) map[string]int {
+	out := map[string]int{}
+	sc := bufio.NewScanner(bytes.NewReader(text))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		switch {
+		case len(f) > 0 && strings.HasPrefix(f[0], ":") && slices.Contains(ourChains, f[0][1:]):
+			out[f[0][1:]] += 0
+		case len(f) > 1 && f[0] == "-A" && slices.Contains(ourChains, f[1]):
+			out[f[1]]++
+		}
+	}
+	return out
+}
+
+// cleanupMasq removes the hooks, then the chains (flushed and deleted in one
+// restore), then the sets, which the kernel keeps while a rule names them.
+func (p *Proxier) cleanupMasq(ctx context.Context) error {
+	if p.cfg.IPTables == nil || p.cfg.IPSets == nil {
+		return nil
+	}
+	var errs []error
+	for _, h := range masqHooks {
+		if err := p.cfg.IPTables.DeleteRule(ctx, kiptables.TableNAT, h.chain, h.args...); err != nil {
+			errs = append(errs, fmt.Errorf("masquerade: delete hook nat/%s: %w", h.chain, err))
+		}
+	}
+	var b bytes.Buffer
+	b.WriteString("*nat\n")
+	for _, c := range ourChains {
+		fmt.Fprintf(&b, ":%s - [0:0]\n", c)
+	}
+	for _, c := range ourChains {
+		fmt.Fprintf(&b, "-X %s\n", c)
+	}
+	b.WriteString("COMMIT\n")
+	if err := p.cfg.IPTables.Restore(ctx, b.Bytes()); err != nil {
+		errs = append(errs, fmt.Errorf("masquerade: delete chains: %w", err))
+	}
+	have, err := p.cfg.IPSets.List(ctx)
+	if err != nil {
+		return errors.Join(append(errs, fmt.Errorf("masquerade: %w", err))...)
+	}
+	var names []string
+	for _, s := range have {
+		for _, o := range ourSets {
+			if s.Name == o.Name || s.Name == ipset.TempName(o.Name) {
+				names = append(names, s.Name)
+			}
+		}
+	}
+	if len(names) > 0 {
+		if err := p.cfg.IPSets.Restore(ctx, ipset.DestroyScript(names...)); err != nil {
+			errs = append(errs, fmt.Errorf("masquerade: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// syncSysctls sets the parameters of Config.Sysctls once, writing only those that
+// differ.
+func (p *Proxier) syncSysctls(ctx context.Context) error {
+	if p.cfg.Sysctls == nil || p.sysctlsDone {
+		return nil
+	}
+	want := [][2]string{
+		{"net.ipv4.vs.expire_nodest_conn", "1"},
+		{"net.ipv4.vs.expire_quiescent_template", "1"},
+	}
+	if p.cfg.IPTables != nil && p.cfg.IPSets != nil {
+		want = append(want, [2]string{"net.ipv4.vs.conntrack", "1"})
+	}
+	if p.cfg.StrictARP {
+		want = append(want, [2]string{"net.ipv4.conf.all.arp_ignore", "1"}, [2]string{"net.ipv4.conf.all.arp_announce", "2"})
+	}
+	for _, kv := range want {
+		v, err := p.cfg.Sysctls.Sysctl(ctx, kv[0])
+		if err == nil && v == kv[1] {
+			continue
+		}
+		if err := p.cfg.Sysctls.SetSysctl(ctx, kv[0], kv[1]); err != nil {
+			return err
+		}
+	}
+	p.sysctlsDone = true
+	return nil
+}
