@@ -1,0 +1,112 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// Modes of --mode.
+const (
+	modeUserspace = "userspace"
+	modeIPTables  = "iptables"
+	modeIPVS      = "ipvs"
+	modeHybrid    = "hybrid"
+)
+
+// Config is everything the flags say; run takes it and nothing else.
+type Config struct {
+	ServicesFile string
+	Kubeconfig   string
+	Mode         string
+	Offload      string
+
+	PromoteConnRate float64
+	PromoteAfter    time.Duration
+	DemoteAfter     time.Duration
+
+	IPVSScheduler string
+	IPVSStrictARP bool
+
+	HealthzAddr string
+	MetricsAddr string
+
+	NodeName       string
+	NodeIPs        []netip.Addr
+	ClusterCIDR    netip.Prefix
+	MasqueradeAll  bool
+	ProxyPortRange string
+	UDPIdleTimeout time.Duration
+	MinSyncPeriod  time.Duration
+	SyncPeriod     time.Duration
+	ShutdownGrace  time.Duration
+
+	Cleanup bool
+}
+
+// parseFlags reads args into a Config, checking what can be checked before
+// anything runs.
+func parseFlags(args []string) (*Config, error) {
+	c := &Config{}
+	fs := flag.NewFlagSet("svcproxy", flag.ContinueOnError)
+	fs.StringVar(&c.ServicesFile, "services", "", "Kubernetes manifests `FILE` (Services, EndpointSlices, Endpoints), reloaded when it changes")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "watch the API server of this kubeconfig `FILE`; without --services or --kubeconfig, the in-cluster config")
+	fs.StringVar(&c.Mode, "mode", modeHybrid, "proxy mode: userspace, iptables, ipvs or hybrid")
+	fs.StringVar(&c.Offload, "offload", modeIPVS, "hybrid's kernel path: ipvs or iptables (ipvs falls back to iptables when the kernel has no IPVS)")
+	fs.Float64Var(&c.PromoteConnRate, "promote-conn-rate", 50, "hybrid: new connections per second that make a service port hot")
+	fs.DurationVar(&c.PromoteAfter, "promote-after", 5*time.Second, "hybrid: how long the rate must hold before promotion")
+	fs.DurationVar(&c.DemoteAfter, "demote-after", 5*time.Minute, "hybrid: how long a promoted port must stay quiet before it returns to userspace (0: never)")
+	fs.StringVar(&c.IPVSScheduler, "ipvs-scheduler", "rr", "IPVS scheduler: rr, wrr, lc, wlc, sh, dh, sed, nq")
+	fs.BoolVar(&c.IPVSStrictARP, "ipvs-strict-arp", false, "IPVS: set arp_ignore=1 and arp_announce=2, so the node does not answer ARP for service IPs (as MetalLB needs)")
+	fs.StringVar(&c.HealthzAddr, "healthz-bind-address", "0.0.0.0:10256", "serve /healthz here once the first sync is done")
+	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", "127.0.0.1:10249", "serve /metrics, /proxyMode and /status here")
+	fs.StringVar(&c.NodeName, "hostname-override", "", "this node's name, for traffic policy Local (default: the hostname)")
+	nodeIPs := fs.String("node-ip", "", "this node's addresses, comma-separated, for NodePorts (default: every address of the namespace)")
+	cidr := fs.String("cluster-cidr", "198.19.0.0/16", "pod addresses; traffic from outside it to a ClusterIP is masqueraded (iptables mode)")
+	fs.BoolVar(&c.MasqueradeAll, "masquerade-all", false, "iptables mode: SNAT all traffic to a service")
+	fs.StringVar(&c.ProxyPortRange, "proxy-port-range", "", "userspace: local ports for the listeners, `FROM-TO` (default: chosen by the kernel)")
+	fs.DurationVar(&c.UDPIdleTimeout, "udp-idle-timeout", 250*time.Millisecond, "userspace: how long an idle UDP session lives (kube-proxy's default)")
+	fs.DurationVar(&c.MinSyncPeriod, "min-sync-period", time.Second, "at most one sync per this interval")
+	fs.DurationVar(&c.SyncPeriod, "sync-period", 30*time.Second, "at least one full sync per this interval")
+	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "userspace: on SIGTERM, how long open connections may finish before they are closed")
+	fs.BoolVar(&c.Cleanup, "cleanup", false, "remove every rule, virtual server, interface and address svcproxy made, then exit")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	var errs []error
+	switch c.Mode {
+	case modeUserspace, modeIPTables, modeIPVS, modeHybrid:
+	default:
+		errs = append(errs, fmt.Errorf("--mode %q: must be userspace, iptables, ipvs or hybrid", c.Mode))
+	}
+	switch c.Offload {
+	case modeIPVS, modeIPTables:
+	default:
+		errs = append(errs, fmt.Errorf("--offload %q: must be ipvs or iptables", c.Offload))
+	}
+	if c.ServicesFile != "" && c.Kubeconfig != "" {
+		errs = append(errs, errors.New("--services and --kubeconfig: choose one source"))
+	}
+	if *nodeIPs != "" {
+		for _, s := range strings.Split(*nodeIPs, ",") {
+			ip, err := netip.ParseAddr(strings.TrimSpace(s))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("--node-ip %q: not an IP address", s))
+				continue
+			}
+			c.NodeIPs = append(c.NodeIPs, ip)
+		}
+	}
+	p, err := netip.ParsePrefix(*cidr)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("--cluster-cidr %q: not a CIDR", *cidr))
+	}
+	c.ClusterCIDR = p
+	return c, errors.Join(errs...)
+}
