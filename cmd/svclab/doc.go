@@ -1,0 +1,17 @@
+// Command svclab builds a one-node Kubernetes cluster out of network
+// namespaces on this machine, runs svcproxy and clusterdns in it, and lets you
+// send traffic through it and look at the rules that carried it.
+//
+//	svclab up [--mode MODE]          build the lab (svcproxy in MODE, default userspace)
+//	svclab exec HOST -- CMD...       run CMD in a lab host: node, client, web-0...
+//	svclab traffic [--n N] [--rate R] TARGET
+//	                                 N requests from the client; who answered, who they saw
+//	svclab rules                     svcproxy's iptables chains and the IPVS table, in the node
+//	svclab mode MODE                 restart svcproxy in another mode
+//	svclab down                      remove everything the lab made
+//	svclab demo                      up, a narrated walk, down (what `make lab` runs)
+//
+// svcproxy and clusterdns are looked for next to svclab, then on PATH:
+// `go build -o bin/ ./cmd/...` puts all three together. Everything but the
+// demo's first line needs root.
+package main

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/svcproxy/svcproxy/lab"
+)
+
+const usage = `usage: svclab [--state DIR] [--bin DIR] COMMAND [ARGS]
+
+commands:
+  up [--mode MODE]                      build the lab; svcproxy runs in MODE (default userspace)
+  exec HOST -- CMD [ARGS...]            run a command in a lab host (node, client, web-0, ...)
+  traffic [--n N] [--rate R] TARGET     send N requests from the client and show who answered
+                                        TARGET: web, web.default.svc.cluster.local,
+                                        198.18.0.20:80, udp://echo:7
+  rules                                 svcproxy's iptables chains and the IPVS table, in the node
+  mode MODE                             restart svcproxy in MODE: userspace, iptables, ipvs, hybrid
+  down                                  remove every namespace, process and file of the lab
+  demo                                  up, a narrated walk through the lab, down
+
+Every command needs root. svcproxy and clusterdns are looked for next to svclab,
+then on PATH (go build -o bin/ ./cmd/... builds all three).
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// exitError carries a command's own exit status through (svclab exec).
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return "exit status " + strconv.Itoa(e.code) }
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("svclab", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, usage) }
+	stateDir := fs.String("state", lab.DefaultStateDir, "the lab's state `DIR`: pid files, logs, manifests")
+	binDir := fs.String("bin", "", "look for svcproxy and clusterdns in `DIR` first (default: next to svclab)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	name, rest := fs.Arg(0), fs.Args()[1:]
+	c, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(stderr, "svclab: unknown command %q\n%s", name, usage)
+		return 2
+	}
+	if c.root && os.Geteuid() != 0 {
+		fmt.Fprintf(stderr, "svclab %s needs root: it creates network namespaces and runs svcproxy inside them (try: sudo make lab)\n", name)
+		return 1
+	}
+	cfg := lab.Config{StateDir: *stateDir, BinDir: *binDir, Stdout: stdout, Stderr: stderr, Progress: isTerminal(stdout)}
+	err := c.run(ctx, cfg, rest)
+	var ee exitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	default:
+		fmt.Fprintf(stderr, "svclab %s: %v\n", name, err)
+		return 1
+	}
+}
+
+type command struct {
+	root bool
+	run  func(ctx context.Context, cfg lab.Config, args []string) error
+}
+
+var commands = map[string]command{
+	"up":      {root: true, run: cmdUp},
+	"exec":    {root: true, run: cmdExec},
+	"traffic": {root: true, run: cmdTraffic},
+	"rules":   {root: true, run: cmdRules},
+	"mode":    {root: true, run: cmdMode},
+	"down":    {root: true, run: cmdDown},
+	"demo":    {root: true, run: cmdDemo},
+	// Run by svclab itself inside lab hosts.
+	"pod":   {run: cmdPod},
+	"probe": {run: cmdProbe},
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// parse parses a command's flags and wants exactly want positional arguments.
+func parse(fs *flag.FlagSet, args []string, want int) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != want {
+		return fmt.Errorf("want %d argument(s), got %d: %s", want, fs.NArg(), strings.Join(fs.Args(), " "))
+	}
+	return nil
+}
+
+func cmdUp(ctx context.Context, cfg lab.Config, args []string) error {
+	fs := flag.NewFlagSet("svclab up", flag.ContinueOnError)
+	mode := fs.String("mode", "userspace", "svcproxy's `MODE`: userspace, iptables, ipvs or hybrid")
+	if err := parse(fs, args, 0); err != nil {
+		return err
+	}
+	l, err := lab.New(cfg)
+	if err != nil {
+		return err
+	}
+	if err := l.Up(ctx, *mode); err != nil {
+		return err
+	}
+	return l.Plan().WriteHosts(cfg.Stdout, *mode)
+}
+
+func cmdExec(ctx context.Context, cfg lab.Config, args []string) error {
+	if len(args) < 3 || args[1] != "--" {
+		return errors.New("usage: svclab exec HOST -- CMD [ARGS...]")
+	}
+	l, err := lab.New(cfg)
+	if err != nil {
+		return err
+	}
+	err = l.Exec(ctx, args[0], args[2:], os.Stdin, cfg.Stdout, cfg.Stderr)
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return exitError{ee.ExitCode()}
+	}
+	return err
+}
+
+func cmdTraffic(ctx context.Context, cfg lab.Config, args []string) error {
+	fs := flag.NewFlagSet("svclab traffic", flag.ContinueOnError)
+	n := fs.Int("n", 30, "how many requests")
+	rate := fs.Float64("rate", 0, "requests per second (0: each as soon as the last is answered)")
+	from := fs.String("from", "client", "the lab `HOST` that sends")
+	if err := parse(fs, args, 1); err != nil {
+		return err
+	}
+	l, err := lab.New(cfg)
+	if err != nil {
+		return err
+	}
+	t, err := l.Traffic(ctx, lab.TrafficOptions{Target: fs.Arg(0), N: *n, Rate: *rate, From: *from})
+	if err != nil {
+		return err
+	}
+	if t.Failed > 0 {
+		return fmt.Errorf("%d of %d requests failed", t.Failed, t.Total)
+	}
+	return nil
+}
+
+func cmdRules(ctx context.Context, cfg lab.Config, args []string) error {
+	if err := parse(flag.NewFlagSet("svclab rules", flag.ContinueOnError), args, 0); err != nil {
+		return err
+	}
+	l, err := lab.New(cfg)
+	if err != nil {
+		return err
+	}
+	_, err = l.Rules(ctx)
+	return err
+}
+
+func cmdMode(ctx context.Context, cfg lab.Config, args []string) error {
+	if err := parse(flag.NewFlagSet("svclab mode", flag.ContinueOnError), args, 1); err != nil {
+		return err
+	}
+	l, err := lab.New(cfg)
+	if err != nil {
+		return err
+	}
+	if err := l.SetMode(ctx, args[0]); err != nil {
+		return err
+	}
+	fmt.Fprintf(cfg.Stdout, "svcproxy restarted in %s mode\n", args[0])
+	return nil
+}
+
+func cmdDown(ctx context.Context, cfg lab.Config, args []string) error {
+	if err := parse(flag.NewFlagSet("svclab down", flag.ContinueOnError), args, 0); err != nil {
+		return err
+	}
+	l, err := lab.New(cfg)
+	if err != nil {
+		return err
+	}
+	return l.Down(ctx)
+}
+
+func cmdDemo(ctx context.Context, cfg lab.Config, args []string) error {
+	if err := parse(flag.NewFlagSet("svclab demo", flag.ContinueOnError), args, 0); err != nil {
+		return err
+	}
+	l, err := lab.New(cfg)
+	if err != nil {
+		return err
+	}
+	return l.Demo(ctx)
+}

@@ -1,0 +1,203 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"strings"
+)
+
+// demoSteps is the walk, in order. The texts say why before the commands say
+// how, as each lab of kubernetes-the-hard-way does.
+func (l *Lab) demoSteps() []step {
+	p := l.cfg.Plan
+	names := p.Names()
+	client, _ := p.Host("client")
+	web := []string{"web-0", "web-1", "web-2"}
+	return []step{
+		{
+			title: "Build the lab",
+			why: `A node is a network namespace with svcproxy and clusterdns running in it. Each pod
+is a namespace of its own, wired to the node by a veth pair and routed like
+Calico routes pods: a /32 route per pod on the node; on the pod, routes to the
+Service and pod ranges via the node, and no way out. Every pod runs a tiny
+server that answers with its name and the address it saw the client come from.
+Services and their EndpointSlices come from one manifests file, as an API
+server would serve them.
+`,
+			run: func(ctx context.Context, d *demo) error {
+				d.cmd("svclab up")
+				if err := l.Up(ctx, "userspace"); err != nil {
+					return err
+				}
+				return p.WriteHosts(d.out, "userspace")
+			},
+			ok: "the node runs svcproxy (userspace mode) and clusterdns; five pods answer",
+		},
+		{
+			title: "Resolve a Service's name",
+			why: `A pod's resolv.conf names the cluster DNS Service (kube-dns, 198.18.0.10) and
+searches default.svc.cluster.local first, so "web" is found as
+web.default.svc.cluster.local, the ClusterIP of Service web. A headless Service
+(clusterIP: None) has no ClusterIP: its name resolves to the pods themselves.
+`,
+			run: func(ctx context.Context, d *demo) error {
+				out, err := d.exec(ctx, "client", "dig", "+search", "+noall", "+answer", "web")
+				if err != nil {
+					return err
+				}
+				if err := expectLines(out, "web.default.svc.cluster.local.", "198.18.0.20"); err != nil {
+					return err
+				}
+				out, err = d.exec(ctx, "client", "dig", "+search", "+noall", "+answer", "db")
+				if err != nil {
+					return err
+				}
+				return expectLines(out, "db.default.svc.cluster.local.", "198.19.1.20", "198.19.1.21")
+			},
+			ok: "web is 198.18.0.20, a virtual address; db is its two pods",
+		},
+		{
+			title: "Spread over three pods",
+			why: `Thirty connections to web. In userspace mode an iptables REDIRECT rule (a
+"portal") hands each one to svcproxy, which picks a pod round-robin and opens a
+connection of its own to it. So each pod gets every third connection, and each
+saw the node's address, not the client's: the proxy is the pods' client.
+`,
+			run: func(ctx context.Context, d *demo) error {
+				t, err := d.traffic(ctx, 30, "web.default.svc.cluster.local")
+				if err != nil {
+					return err
+				}
+				if err := expectPods(t, web...); err != nil {
+					return err
+				}
+				return expectSources(t, names, p.Node.Addr)
+			},
+			ok: "three pods shared the connections; each saw the node (198.19.0.1) as its client",
+		},
+		{
+			title: "Session affinity: ClientIP",
+			why: `Service web-sticky has the same pods and sessionAffinity: ClientIP. The proxy
+remembers which pod a client address got and sends every later connection from
+that address there, until the client is idle for timeoutSeconds.
+`,
+			run: func(ctx context.Context, d *demo) error {
+				t, err := d.traffic(ctx, 20, "web-sticky")
+				if err != nil {
+					return err
+				}
+				if t.Failed > 0 || len(t.Pods) != 1 {
+					return expectPods(t, "(one pod)")
+				}
+				return nil
+			},
+			ok: "one pod took every connection",
+		},
+		{
+			title: "A UDP Service",
+			why: `UDP has no connections, so the proxy makes sessions: datagrams from one client
+address and port go to one pod, until the session is idle. Each request here
+comes from a new socket, so each is a new session and they spread.
+`,
+			run: func(ctx context.Context, d *demo) error {
+				t, err := d.traffic(ctx, 12, "udp://echo:7")
+				if err != nil {
+					return err
+				}
+				return expectPods(t, web...)
+			},
+			ok: "every datagram was answered, by all three pods in turn",
+		},
+		{
+			title: "The portal rules",
+			why: `Where did the packets turn? svcproxy wrote iptables rules in the node. In the
+nat table, PREROUTING (packets from pods) jumps to SVCP-PORTALS-CONTAINER and
+OUTPUT (the node's own) to SVCP-PORTALS-HOST; their rules REDIRECT each
+ClusterIP:port to the local port where svcproxy listens for that service port.
+In the filter table, SVCP-REJECT refuses ports that have no endpoints at once.
+`,
+			run: func(ctx context.Context, d *demo) error {
+				d.cmd("svclab rules")
+				out, err := l.Rules(ctx)
+				if err != nil {
+					return err
+				}
+				return expectLines(out, "SVCP-PORTALS", "-d 198.18.0.20/32", "REDIRECT")
+			},
+			ok: "each ClusterIP:port has a REDIRECT to svcproxy",
+		},
+		{
+			title: "Switch to iptables mode",
+			why: `kube-proxy's iptables mode takes Go off the data path: svcproxy writes DNAT rules
+and the kernel rewrites each new connection's destination to a pod, chosen by
+the statistic match (1/3, then 1/2, then the last), and conntrack remembers it.
+The packet the pod receives is the client's own, so the pod now sees the
+client's address. kube-proxy users switch modes by editing its ConfigMap and
+restarting it; here: stop svcproxy, run svcproxy --cleanup, start it again.
+`,
+			run: func(ctx context.Context, d *demo) error {
+				d.cmd("svclab mode iptables")
+				if err := l.SetMode(ctx, "iptables"); err != nil {
+					return err
+				}
+				d.cmd("svclab rules")
+				out, err := l.Rules(ctx)
+				if err != nil {
+					return err
+				}
+				if err := expectLines(out, "SVCP-SERVICES", "-d 198.18.0.20/32", "--probability", "DNAT --to-destination 198.19.1.10:8080"); err != nil {
+					return err
+				}
+				if strings.Contains(out, "REDIRECT") {
+					return errors.New("the userspace portals are still there after --cleanup")
+				}
+				t, err := d.traffic(ctx, 30, "web")
+				if err != nil {
+					return err
+				}
+				if t.Failed > 0 || len(t.Pods) < 2 {
+					return expectPods(t, web...)
+				}
+				return expectSources(t, names, client.Addr)
+			},
+			ok: "the kernel spread the connections, and the pods saw the client (198.19.1.2) itself",
+		},
+		{
+			title: "A NodePort",
+			why: `A NodePort Service is reached from outside the cluster on a port of every node
+address: here 198.19.0.1:30080. The rules send it on to the same pods; such
+traffic is masqueraded (externalTrafficPolicy: Cluster), so replies come back
+through this node even when the pod is on another.
+`,
+			run: func(ctx context.Context, d *demo) error {
+				t, err := d.traffic(ctx, 10, p.Node.Addr.String()+":30080")
+				if err != nil {
+					return err
+				}
+				if t.Failed > 0 || len(t.Pods) == 0 {
+					return expectPods(t, web...)
+				}
+				return nil
+			},
+			ok: "the node port reached the web pods",
+		},
+		{
+			title: "Take it all down",
+			why: `Deleting a network namespace deletes its links, routes and rules with it. svclab
+stops every process in the lab's namespaces, deletes the namespaces and removes
+its files.
+`,
+			run: func(ctx context.Context, d *demo) error {
+				d.cmd("svclab down")
+				if err := l.Down(ctx); err != nil {
+					return err
+				}
+				if left := l.Leftovers(); len(left) > 0 {
+					return errors.New("left behind: " + strings.Join(left, "; "))
+				}
+				return nil
+			},
+			ok: "no namespace, process, mount or file of the lab is left",
+		},
+	}
+}

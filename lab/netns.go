@@ -1,0 +1,171 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// netnsDir is where `ip netns add` pins named namespaces.
+const netnsDir = "/run/netns"
+
+// etcNetnsDir holds per-namespace files that `ip netns exec` bind-mounts over
+// /etc (resolv.conf).
+const etcNetnsDir = "/etc/netns"
+
+// namespaces lists the named network namespaces that start with prefix.
+func namespaces(prefix string) ([]string, error) {
+	des, err := os.ReadDir(netnsDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, de := range des {
+		if strings.HasPrefix(de.Name(), prefix) {
+			out = append(out, de.Name())
+		}
+	}
+	return out, nil
+}
+
+// nsPids lists the processes whose network namespace is the named one, as
+// `ip netns pids` does. Zombies have no namespace and are not listed.
+func nsPids(ns string) ([]int, error) {
+	var want unix.Stat_t
+	if err := unix.Stat(filepath.Join(netnsDir, ns), &want); err != nil {
+		return nil, fmt.Errorf("namespace %s: %w", ns, err)
+	}
+	des, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, de := range des {
+		pid, err := strconv.Atoi(de.Name())
+		if err != nil {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat(filepath.Join("/proc", de.Name(), "ns/net"), &st) != nil {
+			continue
+		}
+		if st.Dev == want.Dev && st.Ino == want.Ino {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// inNamespace reports whether process pid lives in namespace ns.
+func inNamespace(pid int, ns string) bool {
+	pids, err := nsPids(ns)
+	if err != nil {
+		return false
+	}
+	for _, p := range pids {
+		if p == pid {
+			return true
+		}
+	}
+	return false
+}
+
+// waitExit waits up to d for process pid to exit, without polling: a pidfd
+// becomes readable when its process ends. It reports whether it did.
+func waitExit(pid int, d time.Duration) bool {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return errors.Is(err, unix.ESRCH) // already gone
+	}
+	defer unix.Close(fd)
+	deadline := time.Now().Add(d)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false
+		}
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, int(left.Milliseconds())+1)
+		if err == unix.EINTR {
+			continue
+		}
+		return err == nil && n > 0
+	}
+}
+
+// alive reports whether pid runs (a zombie does not count).
+func alive(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	// "pid (comm) S ...": the state follows the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
+}
+
+// stopPids sends SIGTERM to pids, waits up to grace for them, then SIGKILLs
+// the rest and waits for those too.
+func stopPids(pids []int, grace time.Duration) error {
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+	}
+	var left []int
+	deadline := time.Now().Add(grace)
+	for _, pid := range pids {
+		if !waitExit(pid, time.Until(deadline)) {
+			left = append(left, pid)
+		}
+	}
+	var errs []error
+	for _, pid := range left {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		if !waitExit(pid, 5*time.Second) {
+			errs = append(errs, fmt.Errorf("process %d: still running after SIGKILL", pid))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// dialIn dials addr from inside namespace ns. The socket is made on a thread
+// that entered the namespace and stays there; the connection is then usable
+// from any goroutine. The thread is never unlocked, so it ends with the
+// goroutine instead of carrying the namespace to other goroutines.
+func dialIn(ctx context.Context, ns, network, addr string) (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		runtime.LockOSThread()
+		fd, err := unix.Open(filepath.Join(netnsDir, ns), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			ch <- result{err: fmt.Errorf("open namespace %s: %w", ns, err)}
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			ch <- result{err: fmt.Errorf("enter namespace %s: %w", ns, err)}
+			return
+		}
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		ch <- result{c, err}
+	}()
+	r := <-ch
+	return r.c, r.err
+}

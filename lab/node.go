@@ -1,0 +1,209 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/miekg/dns"
+)
+
+// readyTimeout bounds how long a lab process may take to start serving.
+const readyTimeout = 30 * time.Second
+
+// startPod starts `svclab pod` in h's namespace and waits for its ready line.
+func (l *Lab) startPod(ctx context.Context, h Host) error {
+	name := "pod-" + h.Name
+	argv := []string{l.cfg.Self, "pod", "--name", h.Name, "--ready-fd", "3"}
+	if len(h.TCP) > 0 {
+		argv = append(argv, "--tcp", joinPorts(h.TCP))
+	}
+	if len(h.UDP) > 0 {
+		argv = append(argv, "--udp", joinPorts(h.UDP))
+	}
+	_, ready, err := l.start(name, h.Name, argv, true)
+	if err != nil {
+		return err
+	}
+	defer ready.Close()
+	_ = ready.SetReadDeadline(time.Now().Add(readyTimeout))
+	// The child writes one line once its ports are bound; EOF means it died.
+	line, err := bufio.NewReader(ready).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "ready" {
+		return fmt.Errorf("pod %s: did not become ready: %v%s", h.Name, err, l.logTail(name))
+	}
+	return nil
+}
+
+func joinPorts(ps []uint16) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = fmt.Sprint(p)
+	}
+	return strings.Join(s, ",")
+}
+
+// dnsListen is where clusterdns listens: port 53 of the node's address, the
+// kube-dns Service's endpoint.
+func (l *Lab) dnsListen() string { return net.JoinHostPort(l.cfg.Plan.Node.Addr.String(), "53") }
+
+// startDNS starts clusterdns in the node and waits until it answers a query.
+func (l *Lab) startDNS(ctx context.Context, bin string) error {
+	argv := []string{bin,
+		"--services", l.ManifestsPath(),
+		"--listen", l.dnsListen(),
+		"--zone", "cluster.local",
+		"--upstream", dnsUpstream,
+		"--metrics-bind-address", dnsMetricsAddr,
+	}
+	cmd, _, err := l.start("clusterdns", l.cfg.Plan.Node.Name, argv, false)
+	if err != nil {
+		return err
+	}
+	q := new(dns.Msg)
+	q.SetQuestion("kube-dns.kube-system.svc.cluster.local.", dns.TypeA)
+	return l.waitReady(ctx, "clusterdns", cmd.Process.Pid, func(ctx context.Context) error {
+		c, err := dialIn(ctx, l.nodeNS(), "udp", l.dnsListen())
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(200 * time.Millisecond))
+		co := &dns.Conn{Conn: c}
+		if err := co.WriteMsg(q); err != nil {
+			return err
+		}
+		r, err := co.ReadMsg()
+		if err != nil {
+			return err
+		}
+		if r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
+			return fmt.Errorf("kube-dns.kube-system.svc.cluster.local: %s", dns.RcodeToString[r.Rcode])
+		}
+		return nil
+	})
+}
+
+func (l *Lab) nodeNS() string { return l.cfg.Plan.Namespace(l.cfg.Plan.Node.Name) }
+
+// nodeHTTP is an HTTP client whose connections start inside the node.
+func (l *Lab) nodeHTTP() *http.Client {
+	return &http.Client{
+		Timeout: 2 * time.Second,
+		Transport: &http.Transport{
+			DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return dialIn(ctx, l.nodeNS(), network, addr)
+			},
+		},
+	}
+}
+
+// NodeGet fetches path from svcproxy's metrics server (e.g. "/status").
+func (l *Lab) NodeGet(ctx context.Context, path string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+metricsAddr+path, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := l.nodeHTTP().Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return string(b), fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return string(b), err
+}
+
+// startProxy starts svcproxy in the node and waits for its /healthz, which
+// answers 200 once the first sync is done.
+func (l *Lab) startProxy(ctx context.Context, bin, mode string) error {
+	argv := []string{bin,
+		"--services", l.ManifestsPath(),
+		"--mode", mode,
+		"--healthz-bind-address", healthzAddr,
+		"--metrics-bind-address", metricsAddr,
+	}
+	cmd, _, err := l.start("svcproxy", l.cfg.Plan.Node.Name, argv, false)
+	if err != nil {
+		return err
+	}
+	client := l.nodeHTTP()
+	return l.waitReady(ctx, "svcproxy", cmd.Process.Pid, func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+healthzAddr+"/healthz", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/healthz: %s: %s", resp.Status, strings.TrimSpace(string(body)))
+		}
+		return nil
+	})
+}
+
+// waitReady tries check until it succeeds, the process exits, or
+// readyTimeout passes. Between tries it waits on the process's exit, so a
+// crash is seen at once.
+func (l *Lab) waitReady(ctx context.Context, name string, pid int, check func(context.Context) error) error {
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		err := check(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not ready after %s: %w%s", name, readyTimeout, err, l.logTail(name))
+		}
+		if waitExit(pid, 100*time.Millisecond) {
+			return fmt.Errorf("%s: exited while starting%s", name, l.logTail(name))
+		}
+	}
+}
+
+// SetMode restarts svcproxy in another mode, as kube-proxy users do by
+// editing its ConfigMap and deleting its pod: stop it, remove its rules with
+// `svcproxy --cleanup`, start it again, wait for /healthz.
+func (l *Lab) SetMode(ctx context.Context, mode string) error {
+	if !validMode(mode) {
+		return fmt.Errorf("mode %q: want one of %s", mode, strings.Join(Modes, ", "))
+	}
+	st, err := l.readState()
+	if err != nil {
+		return err
+	}
+	bin, err := l.binary("svcproxy")
+	if err != nil {
+		return err
+	}
+	if pid, ok := l.readPid("svcproxy", l.cfg.Plan.Node.Name); ok {
+		if err := stopPids([]int{pid}, 15*time.Second); err != nil {
+			return fmt.Errorf("stop svcproxy: %w", err)
+		}
+		l.reap()
+	}
+	var out strings.Builder
+	if err := l.Exec(ctx, l.cfg.Plan.Node.Name, []string{bin, "--cleanup"}, nil, &out, &out); err != nil {
+		return fmt.Errorf("svcproxy --cleanup: %w: %s", err, strings.TrimSpace(out.String()))
+	}
+	st.Mode = mode
+	if err := l.writeState(st); err != nil {
+		return err
+	}
+	return l.startProxy(ctx, bin, mode)
+}

@@ -1,0 +1,153 @@
+package lab
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os/exec"
+	"strings"
+)
+
+// TrafficOptions are the flags of `svclab traffic`.
+type TrafficOptions struct {
+	Target string
+	N      int
+	Rate   float64 // requests per second, 0: back to back
+	// From is the host that sends; "" is the client.
+	From string
+}
+
+// Traffic sends opts.N requests to opts.Target from the client (a Probe run
+// as `svclab probe` inside the client's namespace, so it resolves names with
+// the client's resolv.conf), shows their progress, then writes a table and a
+// bar chart of the answers to Stdout. The Tally is returned for checks.
+func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) {
+	target, err := ParseTarget(opts.Target)
+	if err != nil {
+		return nil, err
+	}
+	if opts.N <= 0 {
+		return nil, fmt.Errorf("--n %d: want at least 1", opts.N)
+	}
+	from := opts.From
+	if from == "" {
+		from = "client"
+	}
+	if _, ok := l.cfg.Plan.Host(from); !ok {
+		return nil, fmt.Errorf("host %q: no such lab host", from)
+	}
+	if err := l.checkUp(from); err != nil {
+		return nil, err
+	}
+	argv := []string{"ip", "netns", "exec", l.cfg.Plan.Namespace(from), l.cfg.Self, "probe",
+		"--n", fmt.Sprint(opts.N), "--rate", fmt.Sprint(opts.Rate), opts.Target}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	t := &Tally{Target: opts.Target}
+	var lookupErr string
+	named := false
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		var ev Event
+		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			continue
+		}
+		if ev.Seq == 0 && ev.Err != "" {
+			lookupErr = ev.Err
+		}
+		t.Add(ev)
+		if ev.Addr != "" && !named {
+			named = true
+			if host, _, _ := net.SplitHostPort(ev.Addr); host != target.Host {
+				fmt.Fprintf(l.cfg.Stdout, "%s is %s\n", target.Host, host)
+			}
+		}
+		if l.cfg.Progress && ev.Seq > 0 {
+			fmt.Fprintf(l.cfg.Stdout, "\r%s", Progress(t.Total, opts.N, 40))
+		}
+	}
+	werr := cmd.Wait()
+	if lookupErr != "" {
+		return t, errors.New(lookupErr)
+	}
+	if werr != nil {
+		return t, fmt.Errorf("probe from %s: %w: %s", from, werr, strings.TrimSpace(stderr.String()))
+	}
+	if l.cfg.Progress {
+		fmt.Fprintln(l.cfg.Stdout)
+	} else {
+		fmt.Fprintln(l.cfg.Stdout, Progress(t.Total, opts.N, 40))
+	}
+	fmt.Fprintln(l.cfg.Stdout)
+	if err := t.WriteTable(l.cfg.Stdout, l.cfg.Plan.Names()); err != nil {
+		return t, err
+	}
+	fmt.Fprintln(l.cfg.Stdout)
+	return t, t.WriteChart(l.cfg.Stdout, 40)
+}
+
+// Rules writes svcproxy's rules as the node's kernel holds them: the lines of
+// `iptables-save` that belong to SVCP- chains, then the IPVS table of
+// `ipvsadm -ln`, or a line saying the kernel has none. It returns what it wrote.
+func (l *Lab) Rules(ctx context.Context) (string, error) {
+	node := l.cfg.Plan.Node.Name
+	var save, serr bytes.Buffer
+	if err := l.Exec(ctx, node, []string{"iptables-save"}, nil, &save, &serr); err != nil {
+		return "", fmt.Errorf("iptables-save in the node: %w: %s", err, strings.TrimSpace(serr.String()))
+	}
+	var b strings.Builder
+	b.WriteString(FilterRules(save.String(), "SVCP-"))
+	var ipvs, ierr bytes.Buffer
+	if err := l.Exec(ctx, node, []string{"ipvsadm", "-ln"}, nil, &ipvs, &ierr); err != nil {
+		msg := strings.TrimSpace(strings.SplitN(ierr.String()+ipvs.String(), "\n", 2)[0])
+		if _, lookErr := exec.LookPath("ipvsadm"); lookErr != nil {
+			msg = "ipvsadm is not installed"
+		}
+		fmt.Fprintf(&b, "\n# IPVS: none. This kernel has no IPVS, so --mode ipvs cannot run here.\n# (ipvsadm -ln: %s)\n", msg)
+	} else {
+		b.WriteString("\n# IPVS (ipvsadm -ln)\n")
+		b.WriteString(ipvs.String())
+	}
+	_, err := io.WriteString(l.cfg.Stdout, b.String())
+	return b.String(), err
+}
+
+// FilterRules keeps, from iptables-save output, the lines that mention prefix
+// (chain declarations, jumps and rules), each under its table's "*table"
+// line; tables without any are left out, and so are comments and counters.
+func FilterRules(save, prefix string) string {
+	var b strings.Builder
+	table, printed := "", false
+	for _, line := range strings.Split(save, "\n") {
+		switch {
+		case strings.HasPrefix(line, "*"):
+			table, printed = line, false
+		case strings.Contains(line, prefix):
+			if !printed {
+				if b.Len() > 0 {
+					b.WriteString("\n")
+				}
+				b.WriteString("# table " + strings.TrimPrefix(table, "*") + "\n")
+				printed = true
+			}
+			b.WriteString(line + "\n")
+		}
+	}
+	if b.Len() == 0 {
+		return "# no " + prefix + " rules\n"
+	}
+	return b.String()
+}

@@ -1,0 +1,211 @@
+package lab
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"text/tabwriter"
+)
+
+// Role is what a lab host is for.
+type Role string
+
+// The roles of lab hosts.
+const (
+	RoleNode   Role = "node"   // runs svcproxy and clusterdns; routes for everyone
+	RoleClient Role = "client" // sends the traffic
+	RolePod    Role = "pod"    // runs a Pod server behind Services
+)
+
+// Host is one network namespace of the lab.
+type Host struct {
+	Name string // "web-0"; the namespace is Plan.Prefix+Name
+	Role Role
+	Addr netip.Addr
+	// NodeLink is the node's end of the veth pair to this host ("" for the node).
+	// The host's end is always eth0, as in a pod.
+	NodeLink string
+	// TCP and UDP are the ports a pod's server answers on.
+	TCP, UDP []uint16
+}
+
+// Plan is the lab's topology. Its zero value is not useful; start from
+// DefaultPlan.
+type Plan struct {
+	// Prefix starts every namespace name, so that `svclab down` can find them all.
+	Prefix string
+	Node   Host
+	// Hosts are the client and the pods, each linked to the node.
+	Hosts []Host
+
+	ServiceCIDR netip.Prefix // the ClusterIPs
+	ClusterCIDR netip.Prefix // the node, pods and client
+	// DNS is the kube-dns Service's ClusterIP, the nameserver of every pod.
+	DNS netip.Addr
+	// Search is the resolv.conf search list of a pod in namespace "default".
+	Search []string
+}
+
+func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// DefaultPlan is the lab that manifests.yaml describes.
+func DefaultPlan() *Plan {
+	web := []uint16{8080}
+	return &Plan{
+		Prefix: "svclab-",
+		Node:   Host{Name: "node", Role: RoleNode, Addr: addr("198.19.0.1")},
+		Hosts: []Host{
+			{Name: "client", Role: RoleClient, Addr: addr("198.19.1.2"), NodeLink: "veth-client"},
+			{Name: "web-0", Role: RolePod, Addr: addr("198.19.1.10"), NodeLink: "veth-web-0", TCP: web, UDP: web},
+			{Name: "web-1", Role: RolePod, Addr: addr("198.19.1.11"), NodeLink: "veth-web-1", TCP: web, UDP: web},
+			{Name: "web-2", Role: RolePod, Addr: addr("198.19.1.12"), NodeLink: "veth-web-2", TCP: web, UDP: web},
+			{Name: "db-0", Role: RolePod, Addr: addr("198.19.1.20"), NodeLink: "veth-db-0", TCP: []uint16{5432}},
+			{Name: "db-1", Role: RolePod, Addr: addr("198.19.1.21"), NodeLink: "veth-db-1", TCP: []uint16{5432}},
+		},
+		ServiceCIDR: netip.MustParsePrefix("198.18.0.0/16"),
+		ClusterCIDR: netip.MustParsePrefix("198.19.0.0/16"),
+		DNS:         addr("198.18.0.10"),
+		Search:      []string{"default.svc.cluster.local", "svc.cluster.local", "cluster.local"},
+	}
+}
+
+// Namespace is the network namespace of the host named name.
+func (p *Plan) Namespace(name string) string { return p.Prefix + name }
+
+// Host returns the host named name, the node included.
+func (p *Plan) Host(name string) (Host, bool) {
+	if name == p.Node.Name {
+		return p.Node, true
+	}
+	for _, h := range p.Hosts {
+		if h.Name == name {
+			return h, true
+		}
+	}
+	return Host{}, false
+}
+
+// Pods are the hosts that run a Pod server.
+func (p *Plan) Pods() []Host {
+	var pods []Host
+	for _, h := range p.Hosts {
+		if h.Role == RolePod {
+			pods = append(pods, h)
+		}
+	}
+	return pods
+}
+
+// Names maps each host's address to its name, for reports.
+func (p *Plan) Names() map[netip.Addr]string {
+	m := map[netip.Addr]string{p.Node.Addr: p.Node.Name}
+	for _, h := range p.Hosts {
+		m[h.Addr] = h.Name
+	}
+	return m
+}
+
+// Validate checks what would make Commands fail half-way: names, addresses
+// and link names.
+func (p *Plan) Validate() error {
+	seenName := map[string]bool{}
+	seenAddr := map[netip.Addr]bool{}
+	for _, h := range append([]Host{p.Node}, p.Hosts...) {
+		switch {
+		case h.Name == "" || strings.ContainsAny(h.Name, "/ \t"):
+			return fmt.Errorf("host %q: name: must be non-empty, without slashes or spaces", h.Name)
+		case seenName[h.Name]:
+			return fmt.Errorf("host %s: name: used twice", h.Name)
+		case !p.ClusterCIDR.Contains(h.Addr):
+			return fmt.Errorf("host %s: addr %s: not in the cluster range %s", h.Name, h.Addr, p.ClusterCIDR)
+		case seenAddr[h.Addr]:
+			return fmt.Errorf("host %s: addr %s: used twice", h.Name, h.Addr)
+		case h.Role != RoleNode && (h.NodeLink == "" || len(h.NodeLink) > 15):
+			// IFNAMSIZ is 16 bytes with the terminating NUL.
+			return fmt.Errorf("host %s: node link %q: must be 1 to 15 characters", h.Name, h.NodeLink)
+		}
+		seenName[h.Name], seenAddr[h.Addr] = true, true
+	}
+	if !p.ServiceCIDR.Contains(p.DNS) {
+		return fmt.Errorf("dns %s: not in the service range %s", p.DNS, p.ServiceCIDR)
+	}
+	return nil
+}
+
+// ResolvConf is the resolv.conf of the client and the pods: the kubelet's
+// for a pod in namespace "default" with dnsPolicy ClusterFirst.
+func (p *Plan) ResolvConf() string {
+	return fmt.Sprintf("# written by svclab, as the kubelet writes a pod's\nnameserver %s\nsearch %s\noptions ndots:5\n",
+		p.DNS, strings.Join(p.Search, " "))
+}
+
+// Commands renders the topology as the `ip` and `sysctl` command lines that
+// build it, in order. Running them on a machine without the namespaces
+// builds the lab; nothing here touches the machine's own namespace (every
+// command names a namespace with -n or `ip netns exec`).
+func (p *Plan) Commands() [][]string {
+	node := p.Namespace(p.Node.Name)
+	nodeAddr := p.Node.Addr.String()
+	cmds := [][]string{
+		{"ip", "netns", "add", node},
+		{"ip", "-n", node, "link", "set", "lo", "up"},
+		// The node forwards between pods, and must not send ICMP redirects for
+		// traffic that leaves the way it came (DESIGN.md, "Known traps").
+		{"ip", "netns", "exec", node, "sysctl", "-qw",
+			"net.ipv4.ip_forward=1",
+			"net.ipv4.conf.all.send_redirects=0",
+			"net.ipv4.conf.default.send_redirects=0"},
+	}
+	for _, h := range p.Hosts {
+		ns := p.Namespace(h.Name)
+		a := h.Addr.String()
+		cmds = append(cmds,
+			[]string{"ip", "netns", "add", ns},
+			[]string{"ip", "-n", ns, "link", "set", "lo", "up"},
+			// Made in the node and moved, so no name ever exists in the machine's
+			// own namespace.
+			[]string{"ip", "-n", node, "link", "add", h.NodeLink, "type", "veth", "peer", "name", "eth0", "netns", ns},
+			// The node's end carries the node address: REDIRECT (userspace mode)
+			// rewrites a packet to the address of the link it came in on, and drops
+			// it when that link has none.
+			[]string{"ip", "-n", node, "addr", "add", nodeAddr + "/32", "dev", h.NodeLink},
+			[]string{"ip", "-n", node, "link", "set", h.NodeLink, "up"},
+			[]string{"ip", "-n", node, "route", "add", a + "/32", "dev", h.NodeLink, "src", nodeAddr},
+			[]string{"ip", "-n", ns, "addr", "add", a + "/32", "dev", "eth0"},
+			[]string{"ip", "-n", ns, "link", "set", "eth0", "up"},
+			[]string{"ip", "-n", ns, "route", "add", nodeAddr + "/32", "dev", "eth0", "scope", "link"},
+			[]string{"ip", "-n", ns, "route", "add", p.ServiceCIDR.String(), "via", nodeAddr, "dev", "eth0", "src", a},
+			[]string{"ip", "-n", ns, "route", "add", p.ClusterCIDR.String(), "via", nodeAddr, "dev", "eth0", "src", a},
+		)
+	}
+	// A packet the node sends itself needs a route to a ClusterIP before
+	// netfilter sees it; nat OUTPUT then rewrites it and the kernel routes it
+	// again, to the pod (DESIGN.md, "Known traps"). Last: its source address
+	// must already be the node's.
+	return append(cmds, []string{"ip", "-n", node, "route", "add", p.ServiceCIDR.String(), "dev", "lo", "src", nodeAddr})
+}
+
+// WriteHosts writes a table of the lab's hosts: namespace, address and what
+// runs there (svcproxy in mode).
+func (p *Plan) WriteHosts(w io.Writer, mode string) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tNAMESPACE\tADDRESS\tRUNS")
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Node.Name, p.Namespace(p.Node.Name), p.Node.Addr,
+		fmt.Sprintf("svcproxy --mode %s, clusterdns on :53", mode))
+	for _, h := range p.Hosts {
+		runs := "-"
+		if h.Role == RolePod {
+			var ports []string
+			for _, port := range h.TCP {
+				ports = append(ports, fmt.Sprintf("%d/tcp", port))
+			}
+			for _, port := range h.UDP {
+				ports = append(ports, fmt.Sprintf("%d/udp", port))
+			}
+			runs = "svclab pod (" + strings.Join(ports, ", ") + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", h.Name, p.Namespace(h.Name), h.Addr, runs)
+	}
+	return tw.Flush()
+}

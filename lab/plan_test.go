@@ -1,0 +1,176 @@
+package lab
+
+import (
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/svcproxy/svcproxy/service"
+	"github.com/svcproxy/svcproxy/service/watch"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		require.NoError(t, os.WriteFile(path, []byte(got), 0o644))
+		return
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run go test ./lab -update to create it")
+	require.Equal(t, string(want), got)
+}
+
+func TestPlanCommands(t *testing.T) {
+	var b strings.Builder
+	for _, argv := range DefaultPlan().Commands() {
+		b.WriteString(strings.Join(argv, " ") + "\n")
+	}
+	golden(t, "plan.golden", b.String())
+}
+
+// Every command names a lab namespace: nothing may touch the machine's own.
+func TestPlanCommandsStayInNamespaces(t *testing.T) {
+	p := DefaultPlan()
+	for _, argv := range p.Commands() {
+		line := strings.Join(argv, " ")
+		ok := strings.HasPrefix(line, "ip netns add "+p.Prefix) ||
+			strings.HasPrefix(line, "ip -n "+p.Prefix) ||
+			strings.HasPrefix(line, "ip netns exec "+p.Prefix)
+		require.True(t, ok, "command outside the lab's namespaces: %s", line)
+	}
+}
+
+func TestPlanValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(p *Plan)
+		want   string
+	}{
+		{"default", func(*Plan) {}, ""},
+		{"duplicate name", func(p *Plan) { p.Hosts[1].Name = "client" }, "host client: name: used twice"},
+		{"duplicate addr", func(p *Plan) { p.Hosts[2].Addr = p.Hosts[1].Addr }, "addr 198.19.1.10: used twice"},
+		{"addr outside", func(p *Plan) { p.Hosts[0].Addr = netip.MustParseAddr("10.0.0.1") }, "not in the cluster range"},
+		{"long link", func(p *Plan) { p.Hosts[0].NodeLink = "veth-much-too-long" }, "node link \"veth-much-too-long\": must be 1 to 15 characters"},
+		{"dns outside", func(p *Plan) { p.DNS = netip.MustParseAddr("198.19.0.10") }, "not in the service range"},
+		{"slash", func(p *Plan) { p.Hosts[0].Name = "a/b" }, "without slashes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := DefaultPlan()
+			tt.change(p)
+			err := p.Validate()
+			if tt.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tt.want)
+		})
+	}
+}
+
+func TestResolvConf(t *testing.T) {
+	require.Equal(t, `# written by svclab, as the kubelet writes a pod's
+nameserver 198.18.0.10
+search default.svc.cluster.local svc.cluster.local cluster.local
+options ndots:5
+`, DefaultPlan().ResolvConf())
+}
+
+func TestWriteHosts(t *testing.T) {
+	var b strings.Builder
+	require.NoError(t, DefaultPlan().WriteHosts(&b, "iptables"))
+	golden(t, "hosts.golden", b.String())
+}
+
+// loadManifests builds the Snapshot that svcproxy and clusterdns see.
+func loadManifests(t *testing.T) *service.Snapshot {
+	t.Helper()
+	objs, err := watch.LoadManifests("manifests.yaml", Manifests)
+	require.NoError(t, err)
+	var svcs []*v1.Service
+	var slices []*discoveryv1.EndpointSlice
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *v1.Service:
+			svcs = append(svcs, o)
+		case *discoveryv1.EndpointSlice:
+			slices = append(slices, o)
+		default:
+			t.Fatalf("manifests.yaml: unexpected %T", o)
+		}
+	}
+	snap := service.Build(svcs, slices, nil)
+	require.Empty(t, snap.Errors())
+	return snap
+}
+
+// The manifests and the plan describe one cluster: every endpoint is a lab
+// host that serves the endpoint's port, and every address is in its range.
+func TestManifestsMatchPlan(t *testing.T) {
+	p := DefaultPlan()
+	snap := loadManifests(t)
+	hosts := map[netip.Addr]Host{p.Node.Addr: p.Node}
+	for _, h := range p.Hosts {
+		hosts[h.Addr] = h
+	}
+	for _, port := range snap.Ports() {
+		for _, ip := range port.Service.ClusterIPs {
+			require.True(t, p.ServiceCIDR.Contains(ip), "%s: ClusterIP %s outside %s", port, ip, p.ServiceCIDR)
+		}
+		require.NotEmpty(t, port.Endpoints, "%s: no endpoints", port)
+		for _, ep := range port.Endpoints {
+			h, ok := hosts[ep.Addr.Addr()]
+			require.True(t, ok, "%s: endpoint %s is no lab host", port, ep)
+			if h.Role == RoleNode {
+				continue // clusterdns
+			}
+			served := h.TCP
+			if port.Protocol == service.UDP {
+				served = h.UDP
+			}
+			require.Contains(t, served, ep.Addr.Port(), "%s: %s does not serve %s/%s", port, h.Name, ep.Addr, port.Protocol)
+		}
+	}
+}
+
+// The demo and the tutorial rely on these.
+func TestManifestsServices(t *testing.T) {
+	snap := loadManifests(t)
+	want := map[string]string{
+		"default/web":          "ClusterIP 198.18.0.20",
+		"default/web-sticky":   "ClusterIP 198.18.0.21",
+		"default/web-nodeport": "NodePort 198.18.0.22",
+		"default/echo":         "ClusterIP 198.18.0.30",
+		"default/db":           "ClusterIP headless",
+		"default/frontend":     "ExternalName web.default.svc.cluster.local",
+		"kube-system/kube-dns": "ClusterIP " + DefaultPlan().DNS.String(),
+	}
+	got := map[string]string{}
+	for _, s := range snap.Services() {
+		v := string(s.Type)
+		switch {
+		case s.Headless:
+			v += " headless"
+		case s.ExternalName != "":
+			v += " " + s.ExternalName
+		default:
+			v += " " + s.ClusterIPs[0].String()
+		}
+		got[s.NamespacedName.String()] = v
+	}
+	require.Equal(t, want, got)
+	sticky, ok := snap.Service(service.NamespacedName{Namespace: "default", Name: "web-sticky"})
+	require.True(t, ok)
+	require.True(t, sticky.Affinity.ClientIP)
+}

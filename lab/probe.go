@@ -1,0 +1,210 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Target is what `svclab traffic` sends to: a name or address, a port, and
+// how to talk to it.
+type Target struct {
+	Proto string // "http" or "udp"
+	Host  string // a DNS name or an IP address
+	Port  uint16
+}
+
+func (t Target) String() string {
+	return t.Proto + "://" + net.JoinHostPort(t.Host, strconv.Itoa(int(t.Port)))
+}
+
+// ParseTarget reads "web", "web.default.svc.cluster.local",
+// "198.18.0.20:80", "http://web:80" or "udp://echo:7". Without a scheme it is
+// HTTP; without a port, 80 (HTTP) or 7 (UDP).
+func ParseTarget(s string) (Target, error) {
+	t := Target{Proto: "http"}
+	rest := s
+	if scheme, after, ok := strings.Cut(s, "://"); ok {
+		switch scheme {
+		case "http", "tcp":
+			t.Proto = "http"
+		case "udp":
+			t.Proto = "udp"
+		default:
+			return Target{}, fmt.Errorf("target %q: scheme %q: want http, tcp or udp", s, scheme)
+		}
+		rest = after
+	}
+	rest = strings.TrimSuffix(rest, "/")
+	host, port, err := net.SplitHostPort(rest)
+	if err != nil {
+		// No port: the whole rest is the host.
+		host, port = rest, "80"
+		if t.Proto == "udp" {
+			port = "7"
+		}
+	}
+	if host == "" || strings.ContainsAny(host, "/ ") {
+		return Target{}, fmt.Errorf("target %q: host %q: want a name or an IP address", s, host)
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || n == 0 {
+		return Target{}, fmt.Errorf("target %q: port %q: want 1 to 65535", s, port)
+	}
+	t.Host, t.Port = host, uint16(n)
+	return t, nil
+}
+
+// Event is one line of a probe's output (JSON): first the resolved address,
+// then one line per request.
+type Event struct {
+	// Addr is the address the target resolved to (first line only).
+	Addr string `json:"addr,omitempty"`
+	Seq  int    `json:"seq,omitempty"`
+	Pod  string `json:"pod,omitempty"`
+	From string `json:"from,omitempty"`
+	Err  string `json:"err,omitempty"`
+}
+
+// Probe sends N requests to a Target, each on a new connection (or, for UDP,
+// from a new socket) so that the proxy chooses an endpoint for each one.
+type Probe struct {
+	Target Target
+	N      int
+	// Rate is requests per second; 0 sends each as soon as the last is answered.
+	Rate float64
+	// Timeout bounds one request (default 2s).
+	Timeout time.Duration
+	// Resolver looks the name up; nil is the Go resolver reading
+	// /etc/resolv.conf, which in a lab pod is the pod's own.
+	Resolver *net.Resolver
+}
+
+// Run resolves the target once, then sends the requests, writing one Event
+// per line to w. A failed request is an Event with Err; only a failed lookup
+// or a broken w ends Run early.
+func (p *Probe) Run(ctx context.Context, w io.Writer) error {
+	enc := json.NewEncoder(w)
+	ip, err := p.resolve(ctx)
+	if err != nil {
+		_ = enc.Encode(Event{Err: err.Error()})
+		return err
+	}
+	addr := net.JoinHostPort(ip.String(), strconv.Itoa(int(p.Target.Port)))
+	if err := enc.Encode(Event{Addr: addr}); err != nil {
+		return err
+	}
+	var tick <-chan time.Time
+	if p.Rate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / p.Rate))
+		defer t.Stop()
+		tick = t.C
+	}
+	for i := 1; i <= p.N; i++ {
+		if tick != nil && i > 1 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-tick:
+			}
+		}
+		ev := Event{Seq: i}
+		a, err := p.once(ctx, addr)
+		if err != nil {
+			ev.Err = err.Error()
+		} else {
+			ev.Pod, ev.From = a.Pod, a.From
+		}
+		if err := enc.Encode(ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *Probe) resolve(ctx context.Context) (netip.Addr, error) {
+	if ip, err := netip.ParseAddr(p.Target.Host); err == nil {
+		return ip, nil
+	}
+	r := p.Resolver
+	if r == nil {
+		r = &net.Resolver{PreferGo: true}
+	}
+	// A pod's resolver would try for 40s (4 search names, 5s, 2 attempts);
+	// a lab whose DNS is broken should say so sooner.
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ips, err := r.LookupNetIP(ctx, "ip4", p.Target.Host)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("resolve %s: %w", p.Target.Host, err)
+	}
+	return ips[0].Unmap(), nil
+}
+
+func (p *Probe) timeout() time.Duration {
+	if p.Timeout > 0 {
+		return p.Timeout
+	}
+	return 2 * time.Second
+}
+
+// once sends one request and reads the pod's answer.
+func (p *Probe) once(ctx context.Context, addr string) (Answer, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout())
+	defer cancel()
+	if p.Target.Proto == "udp" {
+		return udpOnce(ctx, addr)
+	}
+	return httpOnce(ctx, addr)
+}
+
+func httpOnce(ctx context.Context, addr string) (Answer, error) {
+	u := url.URL{Scheme: "http", Host: addr, Path: "/"}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return Answer{}, err
+	}
+	// A new connection per request: the proxy balances connections, not requests.
+	tr := &http.Transport{DisableKeepAlives: true, Proxy: nil}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		return Answer{}, err
+	}
+	defer resp.Body.Close()
+	line, err := bufio.NewReader(io.LimitReader(resp.Body, 4096)).ReadString('\n')
+	if err != nil && line == "" {
+		return Answer{}, fmt.Errorf("read answer: %w", err)
+	}
+	return ParseAnswer(line)
+}
+
+func udpOnce(ctx context.Context, addr string) (Answer, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "udp", addr)
+	if err != nil {
+		return Answer{}, err
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	if _, err := c.Write([]byte("hello\n")); err != nil {
+		return Answer{}, err
+	}
+	buf := make([]byte, 2048)
+	n, err := c.Read(buf)
+	if err != nil {
+		return Answer{}, err
+	}
+	return ParseAnswer(string(buf[:n]))
+}

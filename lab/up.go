@@ -1,0 +1,260 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Up builds the lab: it removes what a crashed run left behind, creates the
+// namespaces and links of the Plan, writes the pods' resolv.conf, starts a Pod
+// server in each pod, then clusterdns and svcproxy (in mode) in the node, and
+// returns once each answers.
+func (l *Lab) Up(ctx context.Context, mode string) error {
+	if !validMode(mode) {
+		return fmt.Errorf("mode %q: want one of %s", mode, strings.Join(Modes, ", "))
+	}
+	if s, err := l.readState(); err == nil && s.Demo != 0 && s.Demo != os.Getpid() && alive(s.Demo) {
+		return fmt.Errorf("svclab demo (pid %d) is using the lab; wait for it to end", s.Demo)
+	}
+	proxy, err := l.binary("svcproxy")
+	if err != nil {
+		return err
+	}
+	dns, err := l.binary("clusterdns")
+	if err != nil {
+		return err
+	}
+	if err := l.Down(ctx); err != nil {
+		return fmt.Errorf("remove the leftovers of an earlier lab: %w", err)
+	}
+	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(l.ManifestsPath(), l.cfg.Manifests, 0o644); err != nil {
+		return err
+	}
+	st := state{Mode: mode}
+	if l.inDemo {
+		st.Demo = os.Getpid()
+	}
+	if err := l.writeState(st); err != nil {
+		return err
+	}
+	p := l.cfg.Plan
+	for _, argv := range p.Commands() {
+		if err := run(ctx, argv...); err != nil {
+			return err
+		}
+	}
+	for _, h := range p.Hosts {
+		dir := filepath.Join(etcNetnsDir, p.Namespace(h.Name))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "resolv.conf"), []byte(p.ResolvConf()), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, h := range p.Pods() {
+		if err := l.startPod(ctx, h); err != nil {
+			return err
+		}
+	}
+	if err := l.startDNS(ctx, dns); err != nil {
+		return err
+	}
+	return l.startProxy(ctx, proxy, mode)
+}
+
+func validMode(m string) bool {
+	for _, v := range Modes {
+		if m == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Down removes everything the lab made: the processes in its namespaces, the
+// namespaces (and with them their links, routes and rules), their /etc/netns
+// files and the state directory. It is safe to run when nothing is up.
+func (l *Lab) Down(ctx context.Context) error {
+	nss, err := namespaces(l.cfg.Plan.Prefix)
+	if err != nil {
+		return err
+	}
+	var pids []int
+	for _, ns := range nss {
+		ps, err := nsPids(ns)
+		if err != nil {
+			return err
+		}
+		pids = append(pids, ps...)
+	}
+	var errs []error
+	if err := stopPids(pids, 5*time.Second); err != nil {
+		errs = append(errs, err)
+	}
+	l.reap()
+	for _, ns := range nss {
+		if err := run(ctx, "ip", "netns", "del", ns); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	etc, _ := filepath.Glob(filepath.Join(etcNetnsDir, l.cfg.Plan.Prefix+"*"))
+	for _, dir := range etc {
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := os.RemoveAll(l.cfg.StateDir); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Leftovers lists what the lab left on the machine: namespaces, their mounts,
+// /etc/netns directories, the state directory, and processes whose command
+// line names the state directory or the namespace prefix. Empty after Down.
+func (l *Lab) Leftovers() []string {
+	var out []string
+	prefix := l.cfg.Plan.Prefix
+	nss, _ := namespaces(prefix)
+	for _, ns := range nss {
+		out = append(out, "namespace "+ns)
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(line, "/"+prefix) || strings.Contains(line, l.cfg.StateDir) {
+				out = append(out, "mount "+line)
+			}
+		}
+	}
+	etc, _ := filepath.Glob(filepath.Join(etcNetnsDir, prefix+"*"))
+	for _, f := range etc {
+		out = append(out, "file "+f)
+	}
+	if _, err := os.Stat(l.cfg.StateDir); err == nil {
+		out = append(out, "file "+l.cfg.StateDir)
+	}
+	des, _ := os.ReadDir("/proc")
+	for _, de := range des {
+		pid, err := strconv.Atoi(de.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", de.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		cmdline := strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " ")
+		if strings.Contains(cmdline, l.cfg.StateDir) || strings.Contains(cmdline, " "+prefix) {
+			out = append(out, fmt.Sprintf("process %d: %s", pid, cmdline))
+		}
+	}
+	return out
+}
+
+// start runs argv in host's namespace in the background, in a session of its
+// own so it outlives this command, with output to the state directory's
+// NAME.log and its pid in NAME.pid. ready, when not nil, is the child's end of
+// a pipe that the child writes a line to once it serves (fd 3).
+func (l *Lab) start(name, host string, argv []string, withReady bool) (*exec.Cmd, *os.File, error) {
+	logf, err := os.OpenFile(l.logPath(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer logf.Close()
+	ns := l.cfg.Plan.Namespace(host)
+	cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	var readyR, readyW *os.File
+	if withReady {
+		if readyR, readyW, err = os.Pipe(); err != nil {
+			return nil, nil, err
+		}
+		cmd.ExtraFiles = []*os.File{readyW}
+	}
+	err = cmd.Start()
+	if readyW != nil {
+		readyW.Close() // the child has its own copy now
+	}
+	if err != nil {
+		if readyR != nil {
+			readyR.Close()
+		}
+		return nil, nil, fmt.Errorf("start %s in %s: %w", name, ns, err)
+	}
+	l.mu.Lock()
+	l.children = append(l.children, cmd)
+	l.mu.Unlock()
+	// `ip netns exec` execs the command, so this pid is the command's own.
+	if err := os.WriteFile(l.pidPath(name), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
+		return nil, nil, err
+	}
+	return cmd, readyR, nil
+}
+
+// reap collects the exit status of the processes this process started and
+// that have ended, so none stays a zombie while the demo runs on.
+func (l *Lab) reap() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var keep []*exec.Cmd
+	for _, c := range l.children {
+		var ws syscall.WaitStatus
+		pid, err := syscall.Wait4(c.Process.Pid, &ws, syscall.WNOHANG, nil)
+		if pid == 0 && err == nil {
+			keep = append(keep, c) // still running
+		}
+	}
+	l.children = keep
+}
+
+func (l *Lab) logPath(name string) string { return filepath.Join(l.cfg.StateDir, name+".log") }
+func (l *Lab) pidPath(name string) string { return filepath.Join(l.cfg.StateDir, name+".pid") }
+
+// readPid returns the pid of the lab process name, if it still runs in host.
+func (l *Lab) readPid(name, host string) (int, bool) {
+	b, err := os.ReadFile(l.pidPath(name))
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0, false
+	}
+	// The pid may have been reused since: trust it only if it lives in our namespace.
+	return pid, inNamespace(pid, l.cfg.Plan.Namespace(host))
+}
+
+// logTail is the end of a process's log, for error messages.
+func (l *Lab) logTail(name string) string {
+	f, err := os.Open(l.logPath(name))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > 10 {
+			lines = lines[1:]
+		}
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	return "\n" + name + " log (" + l.logPath(name) + "):\n  " + strings.Join(lines, "\n  ")
+}
