@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 TIMEOUT ?= 25m
 
-.PHONY: all build lab test test-ipvs vet deps bench clean
+.PHONY: all build lab test test-ipvs vet deps kapi bench clean
 
 all: build
 
@@ -23,8 +23,14 @@ deps:
 vet:
 	$(GO) vet ./...
 
+## kapi: build (once, then cached in ~/.cache/svcproxy) the kube-apiserver and
+## etcd that the API-server tests start; exit status 2 means no Go module proxy,
+## and those tests skip
+kapi:
+	@./test/kapi/build.sh || [ $$? -eq 2 ]
+
 ## test: everything, root-only tests included (they skip without root)
-test: deps vet
+test: deps vet kapi
 	$(GO) test -count=1 -timeout $(TIMEOUT) ./...
 
 ## bench: benchmarks with side-by-side ratios; figures go to docs/benchmarks.md

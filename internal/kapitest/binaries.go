@@ -1,0 +1,68 @@
+package kapitest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/svcproxy/svcproxy/internal/kapitest/kapibin"
+)
+
+// buildTimeout bounds a cold build; `go test`'s own -timeout (10 min by
+// default) may stop it sooner, which is why `make test` builds first.
+const buildTimeout = 30 * time.Minute
+
+// deadlineMargin is left of a test's deadline when a build is cut short, for
+// the test to fail and clean up.
+const deadlineMargin = 30 * time.Second
+
+var binaries struct {
+	once sync.Once
+	bins kapibin.Binaries
+	err  error
+	took time.Duration
+}
+
+// Binaries builds (or finds cached) kube-apiserver and etcd, cached outside the
+// repository keyed by their versions ($XDG_CACHE_HOME or ~/.cache, under
+// svcproxy/kapi/<versions>/). It skips the test if go or the module proxy is
+// unavailable, and fails it if the build itself fails. A test process builds
+// at most once; other processes wait on a file lock for the one that builds.
+func Binaries(t testing.TB) kapibin.Binaries {
+	t.Helper()
+	binaries.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+		defer cancel()
+		// Stop before `go test -timeout` panics, to fail with advice instead.
+		if d, ok := t.(interface{ Deadline() (time.Time, bool) }); ok {
+			if deadline, ok := d.Deadline(); ok {
+				ctx, cancel = context.WithDeadline(ctx, deadline.Add(-deadlineMargin))
+				defer cancel()
+			}
+		}
+		start := time.Now()
+		binaries.bins, binaries.err = kapibin.Build(ctx, kapibin.Config{Log: logWriter{t}})
+		binaries.took = time.Since(start)
+	})
+	switch {
+	case errors.Is(binaries.err, kapibin.ErrUnavailable):
+		t.Skipf("needs kube-apiserver and etcd, which cannot be built here: %v", binaries.err)
+	case errors.Is(binaries.err, context.DeadlineExceeded):
+		t.Fatalf("build kube-apiserver and etcd: not done before the test's deadline (%v); "+
+			"a cold build takes minutes: run test/kapi/build.sh first (make test does), or raise go test -timeout. "+
+			"What was compiled is kept in the go build cache.", binaries.err)
+	case binaries.err != nil:
+		t.Fatalf("build kube-apiserver and etcd: %v", binaries.err)
+	}
+	return binaries.bins
+}
+
+// logWriter sends build progress to the test log of the first caller.
+type logWriter struct{ t testing.TB }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.t.Logf("%s", p)
+	return len(p), nil
+}
