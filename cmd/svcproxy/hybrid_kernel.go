@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,7 +32,12 @@ func newIPTablesKernel(cfg *Config, ipt kiptables.Interface, log *slog.Logger, c
 	if err != nil {
 		return nil, err
 	}
-	return &iptablesKernel{iptablesMode: m, saveCounters: saveNATCounters}, nil
+	cr, ok := ipt.(kiptables.CounterReader)
+	if !ok {
+		return nil, fmt.Errorf("hybrid: %T cannot read rule counters", ipt)
+	}
+	save := func(ctx context.Context) ([]byte, error) { return cr.SaveCounters(ctx, kiptables.TableNAT) }
+	return &iptablesKernel{iptablesMode: m, saveCounters: save}, nil
 }
 
 // apply hands snap to the proxier (whose own loop keeps resyncing it) and syncs
@@ -108,20 +112,6 @@ func dnatCounts(save []byte) map[string]uint64 {
 		}
 	}
 	return out
-}
-
-// saveNATCounters runs `iptables-save -c -t nat` in this process's namespace.
-// kernel/iptables.Interface has no way to read counters yet; until it has, this
-// is the one place where hybrid mode runs a kernel tool itself.
-func saveNATCounters(ctx context.Context) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, "iptables-save", "-c", "-t", "nat")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("iptables-save -c -t nat: %w: %s", err, strings.TrimSpace(stderr.String()))
-	}
-	return out, nil
 }
 
 // ipvsKernel is hybrid's IPVS path: ipvs mode restricted to the promoted ports.

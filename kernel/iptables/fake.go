@@ -10,7 +10,10 @@ import (
 	"time"
 )
 
-var _ Interface = (*Fake)(nil)
+var (
+	_ Interface     = (*Fake)(nil)
+	_ CounterReader = (*Fake)(nil)
+)
 
 // Fake is an in-memory netfilter: it keeps tables, chains and rules, applies restore
 // text with the transaction rules of iptables-restore --noflush, rejects what the
@@ -82,6 +85,23 @@ func (f *Fake) Save(ctx context.Context, t Table) ([]byte, error) {
 	defer f.mu.Unlock()
 	var b strings.Builder
 	f.table(t).dump(&b)
+	return []byte(b.String()), nil
+}
+
+// SaveCounters implements CounterReader. The Fake counts no packets: every
+// rule and chain shows [0:0], in the form iptables-save -c prints.
+func (f *Fake) SaveCounters(ctx context.Context, t Table) ([]byte, error) {
+	save, err := f.Save(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	var b strings.Builder
+	for _, line := range strings.SplitAfter(string(save), "\n") {
+		if strings.HasPrefix(line, "-A ") {
+			b.WriteString("[0:0] ")
+		}
+		b.WriteString(line)
+	}
 	return []byte(b.String()), nil
 }
 

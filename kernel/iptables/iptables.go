@@ -30,6 +30,15 @@ type Interface interface {
 	DeleteRule(ctx context.Context, table Table, chain string, args ...string) error
 }
 
+// CounterReader reads a table with its packet and byte counters, as
+// `iptables-save -c` prints them ("[packets:bytes] -A CHAIN ..."). Hybrid mode
+// reads the counters of a promoted port's DNAT rules: in the nat table only a
+// connection's first packet is evaluated, so they count new connections.
+// Real and Fake implement it.
+type CounterReader interface {
+	SaveCounters(ctx context.Context, table Table) ([]byte, error)
+}
+
 // Table is a netfilter table.
 type Table string
 

@@ -14,7 +14,10 @@ import (
 	goipt "github.com/coreos/go-iptables/iptables"
 )
 
-var _ Interface = (*Real)(nil)
+var (
+	_ Interface     = (*Real)(nil)
+	_ CounterReader = (*Real)(nil)
+)
 
 // Config configures Real.
 type Config struct {
@@ -117,6 +120,18 @@ func (r *Real) Save(ctx context.Context, t Table) ([]byte, error) {
 	out, err := cmd.Output()
 	if err != nil {
 		return nil, fmt.Errorf("iptables-save -t %s: %w: %s", t, err, strings.TrimSpace(stderr.String()))
+	}
+	return out, nil
+}
+
+// SaveCounters implements CounterReader: `iptables-save -c -t table`.
+func (r *Real) SaveCounters(ctx context.Context, t Table) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, r.save, "-c", "-t", string(t))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("iptables-save -c -t %s: %w: %s", t, err, strings.TrimSpace(stderr.String()))
 	}
 	return out, nil
 }

@@ -272,3 +272,22 @@ func TestRealCanonicalForms(t *testing.T) {
 		return nil
 	}))
 }
+
+func TestRealSaveCounters(t *testing.T) {
+	ctx := context.Background()
+	inNS(t, func(r *Real) error {
+		rules := "*nat\n:SVCP-C - [0:0]\n-A SVCP-C -d 198.18.0.1/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 198.19.1.1:80\nCOMMIT\n"
+		require.NoError(t, r.Restore(ctx, []byte(rules)))
+		out, err := r.SaveCounters(ctx, TableNAT)
+		require.NoError(t, err)
+		assert.Contains(t, string(out), "[0:0] -A SVCP-C -d 198.18.0.1/32")
+
+		// The Fake prints the same form, with counters it does not keep.
+		f := NewFake()
+		require.NoError(t, f.Restore(ctx, []byte(rules)))
+		fake, err := f.SaveCounters(ctx, TableNAT)
+		require.NoError(t, err)
+		assert.Contains(t, string(fake), "[0:0] -A SVCP-C -d 198.18.0.1/32")
+		return nil
+	})
+}
