@@ -42,7 +42,13 @@ type Config struct {
 	// Log receives progress lines and the go command's output. If nil, they
 	// are discarded.
 	Log io.Writer
+	// CachedOnly returns ErrNotBuilt instead of building when the cache does
+	// not hold the binaries yet.
+	CachedOnly bool
 }
+
+// ErrNotBuilt is Build's error with CachedOnly when the binaries are not cached.
+var ErrNotBuilt = errors.New("kube-apiserver and etcd are not built yet")
 
 // module is one of the nested modules under test/kapi and the command it builds.
 type module struct {
@@ -105,6 +111,9 @@ func Build(ctx context.Context, cfg Config) (Binaries, error) {
 	}
 	if complete(dir) {
 		return bins, nil
+	}
+	if cfg.CachedOnly {
+		return Binaries{}, fmt.Errorf("%w (looked in %s)", ErrNotBuilt, dir)
 	}
 	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
 		return Binaries{}, fmt.Errorf("kapi cache: %w", err)
