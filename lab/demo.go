@@ -26,6 +26,9 @@ type step struct {
 type demo struct {
 	l   *Lab
 	out io.Writer
+	// ok, when a step's run sets it, replaces the step's ok line: for a step
+	// whose outcome depends on the kernel (IPVS or the fallback).
+	ok string
 }
 
 // cmd prints a command line as the student would type it.
@@ -51,7 +54,7 @@ func (d *demo) traffic(ctx context.Context, n int, target string) (*Tally, error
 const stepTimeout = 40 * time.Second
 
 // DemoTools are the programs the demo runs besides svclab, svcproxy and clusterdns.
-var DemoTools = []string{"ip", "iptables-save", "dig"}
+var DemoTools = []string{"ip", "iptables-save", "dig", "curl"}
 
 // Demo builds the lab, walks through it step by step, and takes it down
 // again, also when a step fails or ctx ends. It returns an error naming every
@@ -80,6 +83,7 @@ func (l *Lab) Demo(ctx context.Context) (err error) {
 	for i, s := range steps {
 		fmt.Fprintf(d.out, "\n## %d. %s\n\n%s", i+1, s.title, s.why)
 		sctx, cancel := context.WithTimeout(ctx, stepTimeout)
+		d.ok = ""
 		serr := s.run(sctx, d)
 		cancel()
 		if ctx.Err() != nil {
@@ -93,7 +97,11 @@ func (l *Lab) Demo(ctx context.Context) (err error) {
 			}
 			continue
 		}
-		fmt.Fprintf(d.out, "\nok: %s\n", s.ok)
+		ok := s.ok
+		if d.ok != "" {
+			ok = d.ok
+		}
+		fmt.Fprintf(d.out, "\nok: %s\n", ok)
 	}
 	if len(failed) > 0 {
 		fmt.Fprintf(d.out, "\n%d of %d steps failed (%s).\n", len(failed), len(steps), time.Since(start).Round(time.Second))

@@ -181,6 +181,7 @@ through this node even when the pod is on another.
 			},
 			ok: "the node port reached the web pods",
 		},
+		l.ipvsStep(),
 		{
 			title: "Take it all down",
 			why: `Deleting a network namespace deletes its links, routes and rules with it. svclab

@@ -103,6 +103,16 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 // `iptables-save` that belong to SVCP- chains, then the IPVS table of
 // `ipvsadm -ln`, or a line saying the kernel has none. It returns what it wrote.
 func (l *Lab) Rules(ctx context.Context) (string, error) {
+	s, err := l.rules(ctx)
+	if err != nil {
+		return "", err
+	}
+	_, err = io.WriteString(l.cfg.Stdout, s)
+	return s, err
+}
+
+// rules is what Rules writes.
+func (l *Lab) rules(ctx context.Context) (string, error) {
 	node := l.cfg.Plan.Node.Name
 	var save, serr bytes.Buffer
 	if err := l.Exec(ctx, node, []string{"iptables-save"}, nil, &save, &serr); err != nil {
@@ -114,15 +124,15 @@ func (l *Lab) Rules(ctx context.Context) (string, error) {
 	if err := l.Exec(ctx, node, []string{"ipvsadm", "-ln"}, nil, &ipvs, &ierr); err != nil {
 		msg := strings.TrimSpace(strings.SplitN(ierr.String()+ipvs.String(), "\n", 2)[0])
 		if _, lookErr := exec.LookPath("ipvsadm"); lookErr != nil {
-			msg = "ipvsadm is not installed"
+			b.WriteString("\n# IPVS: not shown, ipvsadm is not installed (Debian: apt-get install ipvsadm).\n")
+		} else {
+			fmt.Fprintf(&b, "\n# IPVS: none. This kernel has no IPVS, so --mode ipvs cannot run here.\n# (ipvsadm -ln: %s)\n", msg)
 		}
-		fmt.Fprintf(&b, "\n# IPVS: none. This kernel has no IPVS, so --mode ipvs cannot run here.\n# (ipvsadm -ln: %s)\n", msg)
 	} else {
 		b.WriteString("\n# IPVS (ipvsadm -ln)\n")
 		b.WriteString(ipvs.String())
 	}
-	_, err := io.WriteString(l.cfg.Stdout, b.String())
-	return b.String(), err
+	return b.String(), nil
 }
 
 // FilterRules keeps, from iptables-save output, the lines that mention prefix

@@ -199,7 +199,17 @@ func cmdMode(ctx context.Context, cfg lab.Config, args []string) error {
 	if err := l.SetMode(ctx, args[0]); err != nil {
 		return err
 	}
-	fmt.Fprintf(cfg.Stdout, "svcproxy restarted in %s mode\n", args[0])
+	// Ask what really runs: --mode ipvs on a kernel without IPVS runs iptables.
+	running, err := l.NodeGet(ctx, "/proxyMode")
+	running = strings.TrimSpace(running)
+	switch {
+	case err != nil:
+		fmt.Fprintf(cfg.Stdout, "svcproxy restarted with --mode %s\n", args[0])
+	case running == args[0]:
+		fmt.Fprintf(cfg.Stdout, "svcproxy restarted in %s mode\n", running)
+	default:
+		fmt.Fprintf(cfg.Stdout, "svcproxy restarted with --mode %s; it runs %s mode (see its log for why)\n", args[0], running)
+	}
 	return nil
 }
 

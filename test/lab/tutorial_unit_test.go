@@ -16,6 +16,10 @@ func TestExpectIn(t *testing.T) {
 		{"nothing expected", nil, true},
 		{"prefix", []string{"web is ...", "web-1 ..."}, true},
 		{"prefix missing", []string{"db is ..."}, false},
+		{"gap within a line", []string{"...is 198.18.0.20", "web-... 10"}, true},
+		{"gap at the start", []string{"... ANSWERS"}, true},
+		{"gap within, missing", []string{"...is db"}, false},
+		{"two gaps, wrong order", []string{"...ANSWERS...POD..."}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
