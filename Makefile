@@ -36,7 +36,9 @@ test: deps vet kapi
 ## bench: benchmarks with side-by-side ratios; figures go to docs/benchmarks.md
 bench: deps build
 	$(GO) run ./bench/userspace
-	$(GO) test -run '^$$' -bench . -benchtime 3x -timeout 60m ./bench/iptables/
+	$(GO) test -run '^$$' -bench 'FullSync|OneServiceChange|AddService|SyncCPU|Render' -benchtime 3x -timeout 60m ./bench/iptables/
+	$(GO) test -run '^$$' -bench 'Naive' -benchtime 1x -timeout 30m ./bench/iptables/
+	$(GO) test -run '^$$' -bench 'DataPath' -benchtime 2s -count 6 ./bench/iptables/
 	bench/dns/run.sh
 
 clean:

@@ -19,16 +19,30 @@ import (
 // The data path topology: client -- node -- 3 backends, veth pairs, routed.
 //
 //	client 198.19.10.2 --- 198.19.10.1 [node] 198.19.1x.1 --- 198.19.1x.2 backend x
+//
+// Each dataplane row has its own pair of ports, on the VIP and on the backends
+// (rowPorts), so no two rows ever use the same 4-tuple. With one shared port, the
+// backends (which close first) still held the direct rows' TIME_WAIT sockets when
+// the NAT rows ran; a NAT'd SYN from a reused client port met one of them, the
+// client reset the stale answer and sent its SYN again after the 1 s initial RTO:
+// about one connection in 77 stalled, and the NAT rows' conn/s measured the stalls
+// (docs/benchmarks.md, "Data path").
 const (
 	benchVIP  = "198.18.200.10" // outside Cluster(10000)'s 198.18.0.0-198.18.39.255
-	connPort  = 8080            // answers one byte and closes
-	bulkPort  = 8081            // sends bulkBytes and closes
-	bulkBytes = 256 << 20
+	basePort  = 8080            // row i: conn port basePort+2i (answers one byte and closes), bulk port +1
+	bulkBytes = 256 << 20       // sent on the bulk port, then closed
 )
+
+// rowPorts are row i's conn and bulk ports, on the VIP as on the backends.
+func rowPorts(i int) (conn, bulk uint16) {
+	conn = basePort + uint16(2*i)
+	return conn, conn + 1
+}
 
 type benchLab struct {
 	node, client *netnstest.NS
 	backends     []netip.Addr
+	rows         []dataplane
 }
 
 func newBenchLab(b *testing.B) *benchLab {
@@ -38,6 +52,7 @@ func newBenchLab(b *testing.B) *benchLab {
 	l.node.Sysctl(b, "net.ipv4.ip_forward", "1")
 	l.node.Sysctl(b, "net.ipv4.conf.all.send_redirects", "0")
 	l.node.Sysctl(b, "net.ipv4.conf.default.send_redirects", "0")
+	var backendNS []*netnstest.NS
 	netnstest.Veth(b, l.node, "n-client", netip.MustParsePrefix("198.19.10.1/24"), l.client, "eth0", netip.MustParsePrefix("198.19.10.2/24"))
 	l.client.Run(b, "ip", "route", "add", "default", "via", "198.19.10.1")
 	for i := range 3 {
@@ -47,13 +62,19 @@ func newBenchLab(b *testing.B) *benchLab {
 		netnstest.Veth(b, l.node, fmt.Sprintf("n-b%d", i), netip.PrefixFrom(gw, 24), ns, "eth0", netip.PrefixFrom(addr, 24))
 		ns.Run(b, "ip", "route", "add", "default", "via", gw.String())
 		l.backends = append(l.backends, addr)
-		serve(b, ns, connPort, oneByte)
-		serve(b, ns, bulkPort, bulk)
+		backendNS = append(backendNS, ns)
+	}
+	l.rows = l.dataplanes()
+	for _, ns := range backendNS {
+		for _, dp := range l.rows {
+			serve(b, ns, dp.conn, oneByte)
+			serve(b, ns, dp.bulk, bulk)
+		}
 	}
 	return l
 }
 
-func serve(b *testing.B, ns *netnstest.NS, port int, handle func(net.Conn)) {
+func serve(b *testing.B, ns *netnstest.NS, port uint16, handle func(net.Conn)) {
 	b.Helper()
 	var ln net.Listener
 	if err := ns.Do(func() (err error) {
@@ -95,31 +116,37 @@ func bulk(c net.Conn) {
 
 // dataplane is one way to get from the VIP (or a backend) to the backends.
 type dataplane struct {
-	name    string
-	dst     string // the address the client dials, without port
-	install func(b *testing.B, l *benchLab)
-	remove  func(b *testing.B, l *benchLab)
+	name       string
+	dst        string // the address the client dials, without port
+	conn, bulk uint16 // this row's ports on dst and on the backends (rowPorts)
+	install    func(b *testing.B, l *benchLab, dp dataplane)
+	remove     func(b *testing.B, l *benchLab)
 }
 
 func (l *benchLab) dataplanes() []dataplane {
-	none := func(*testing.B, *benchLab) {}
-	return []dataplane{
-		{"direct", l.backends[0].String(), none, none},
+	none := func(*testing.B, *benchLab, dataplane) {}
+	flushPrerouting := func(b *testing.B, l *benchLab) { l.node.Run(b, "iptables", "-t", "nat", "-F", "PREROUTING") }
+	rows := []dataplane{
+		{name: "direct", dst: l.backends[0].String(), install: none, remove: func(*testing.B, *benchLab) {}},
 		// As direct, with connection tracking and NAT hooks active in the node
 		// (any nat rule turns them on): the fair baseline for the NAT paths.
-		{"direct-conntrack", l.backends[0].String(), func(b *testing.B, l *benchLab) {
+		{name: "direct-conntrack", dst: l.backends[0].String(), install: func(b *testing.B, l *benchLab, _ dataplane) {
 			l.node.Run(b, "iptables", "-t", "nat", "-A", "PREROUTING", "-d", "198.18.255.255/32", "-j", "ACCEPT")
-		}, func(b *testing.B, l *benchLab) { l.node.Run(b, "iptables", "-t", "nat", "-F", "PREROUTING") }},
-		{"dnat-by-hand", benchVIP, handDNAT, func(b *testing.B, l *benchLab) { l.node.Run(b, "iptables", "-t", "nat", "-F", "PREROUTING") }},
-		{"svcproxy-1-service", benchVIP, svcproxyRules(0), cleanup},
-		{"svcproxy-10000-services", benchVIP, svcproxyRulesFlushing(9999), flushAll},
+		}, remove: flushPrerouting},
+		{name: "dnat-by-hand", dst: benchVIP, install: handDNAT, remove: flushPrerouting},
+		{name: "svcproxy-1-service", dst: benchVIP, install: svcproxyRules(0), remove: cleanup},
+		{name: "svcproxy-10000-services", dst: benchVIP, install: svcproxyRulesFlushing(9999), remove: flushAll},
 	}
+	for i := range rows {
+		rows[i].conn, rows[i].bulk = rowPorts(i)
+	}
+	return rows
 }
 
 // handDNAT is what one would write by hand for 3 backends: three rules.
-func handDNAT(b *testing.B, l *benchLab) {
+func handDNAT(b *testing.B, l *benchLab, dp dataplane) {
 	for i, be := range l.backends {
-		args := []string{"-t", "nat", "-A", "PREROUTING", "-d", benchVIP, "-p", "tcp", "-m", "multiport", "--dports", "8080,8081"}
+		args := []string{"-t", "nat", "-A", "PREROUTING", "-d", benchVIP, "-p", "tcp", "-m", "multiport", "--dports", fmt.Sprintf("%d,%d", dp.conn, dp.bulk)}
 		if i < len(l.backends)-1 {
 			args = append(args, "-m", "statistic", "--mode", "random", "--probability", fmt.Sprintf("%0.10f", 1/float64(len(l.backends)-i)))
 		}
@@ -127,21 +154,22 @@ func handDNAT(b *testing.B, l *benchLab) {
 	}
 }
 
-// svcproxyRules installs the bench service (ports 8080 and 8081 to the 3
+// svcproxyRules installs the bench service (the row's two ports to the 3
 // backends) after others Services; "zzz" sorts last, so in SVCP-SERVICES a new
 // connection passes every other Service's rule first (the worst case).
-func svcproxyRules(others int) func(*testing.B, *benchLab) {
-	return func(b *testing.B, l *benchLab) {
+func svcproxyRules(others int) func(*testing.B, *benchLab, dataplane) {
+	return func(b *testing.B, l *benchLab, dp dataplane) {
 		svcs := Cluster(others).Services()
-		sync(b, l.node, newProxier(b), service.NewSnapshot(append(svcs, benchService(l)), nil))
+		sync(b, l.node, newProxier(b), service.NewSnapshot(append(svcs, benchService(l, dp)), nil))
 	}
 }
 
-// benchService is "zzz/bench": ports 8080 and 8081 on the VIP, to the 3 backends.
-func benchService(l *benchLab) *service.Service {
+// benchService is "zzz/bench": the row's conn and bulk ports on the VIP, to the
+// same ports on the 3 backends.
+func benchService(l *benchLab, dp dataplane) *service.Service {
 	s := &service.Service{NamespacedName: service.NamespacedName{Namespace: "zzz", Name: "bench"},
 		Type: service.TypeClusterIP, ClusterIPs: []netip.Addr{netip.MustParseAddr(benchVIP)}}
-	for _, port := range []uint16{connPort, bulkPort} {
+	for _, port := range []uint16{dp.conn, dp.bulk} {
 		p := &service.Port{Name: service.PortName{NamespacedName: s.NamespacedName, Port: fmt.Sprint(port), Protocol: service.TCP},
 			Service: s, Port: port, Protocol: service.TCP}
 		for _, be := range l.backends {
@@ -156,10 +184,10 @@ func benchService(l *benchLab) *service.Service {
 // in one iptables-restore *without* --noflush (the node namespace has no other
 // rules). With --noflush, iptables-nft 1.8.9 needs many minutes for 10,000
 // services' rules (see the doc); the rules, and so the data path, are the same.
-func svcproxyRulesFlushing(others int) func(*testing.B, *benchLab) {
-	return func(b *testing.B, l *benchLab) {
+func svcproxyRulesFlushing(others int) func(*testing.B, *benchLab, dataplane) {
+	return func(b *testing.B, l *benchLab, dp dataplane) {
 		svcs := Cluster(others).Services()
-		text, err := offload.Render(rulesConfig, service.NewSnapshot(append(svcs, benchService(l)), nil))
+		text, err := offload.Render(rulesConfig, service.NewSnapshot(append(svcs, benchService(l, dp)), nil))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -200,58 +228,99 @@ func cleanup(b *testing.B, l *benchLab) {
 }
 
 // BenchmarkDataPath: new connections per second (connect, read 1 byte, close;
-// one at a time) and bulk throughput of one connection, per dataplane.
+// one at a time) and bulk throughput of one connection, per dataplane. The conn
+// rows also report the client's SYN retransmissions and resets during their last
+// run: a non-zero syn-retrans means 1 s stalls are in the figure (see rowPorts).
 func BenchmarkDataPath(b *testing.B) {
 	l := newBenchLab(b)
-	for _, dp := range l.dataplanes() {
-		dp.install(b, l)
+	b.Logf("client namespace: net.ipv4.tcp_tw_reuse=%s net.ipv4.ip_local_port_range=%s",
+		strings.TrimSpace(l.client.Run(b, "sysctl", "-n", "net.ipv4.tcp_tw_reuse")),
+		strings.Join(strings.Fields(l.client.Run(b, "sysctl", "-n", "net.ipv4.ip_local_port_range")), "-"))
+	for _, dp := range l.rows {
+		dp.install(b, l, dp)
+		before := l.tcpStats(b)
+		conns := 0
 		b.Run("conn/"+dp.name, func(b *testing.B) {
-			dst := net.JoinHostPort(dp.dst, fmt.Sprint(connPort))
-			start := time.Now()
-			err := l.client.Do(func() error {
-				buf := make([]byte, 1)
-				for range b.N {
-					c, err := net.DialTimeout("tcp4", dst, 3*time.Second)
-					if err != nil {
-						return err
-					}
-					_, err = io.ReadFull(c, buf)
-					c.Close()
-					if err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "conn/s")
+			dst := net.JoinHostPort(dp.dst, fmt.Sprint(dp.conn))
+			start := l.tcpStats(b)
+			elapsed := l.connect(b, dst)
+			d := l.tcpStats(b).sub(start)
+			conns += b.N
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "conn/s")
+			b.ReportMetric(float64(d.SynRetrans), "syn-retrans")
+			b.ReportMetric(float64(d.OutRsts), "resets")
 		})
+		if d := l.tcpStats(b).sub(before); conns > 0 { // 0: the row is filtered out by -bench
+			b.Logf("%s: %d connections (all runs and counts, port %d): %d SYN retransmissions, %d segments retransmitted, %d resets",
+				dp.name, conns, dp.conn, d.SynRetrans, d.RetransSegs, d.OutRsts)
+		}
 		b.Run("bulk/"+dp.name, func(b *testing.B) {
-			dst := net.JoinHostPort(dp.dst, fmt.Sprint(bulkPort))
-			var n int64
-			start := time.Now()
-			err := l.client.Do(func() error {
-				for range b.N {
-					c, err := net.DialTimeout("tcp4", dst, 3*time.Second)
-					if err != nil {
-						return err
-					}
-					m, err := io.Copy(io.Discard, c)
-					c.Close()
-					n += m
-					if err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(float64(n)*8/1e9/time.Since(start).Seconds(), "Gbit/s")
+			dst := net.JoinHostPort(dp.dst, fmt.Sprint(dp.bulk))
+			n, elapsed := l.download(b, dst)
+			b.ReportMetric(float64(n)*8/1e9/elapsed.Seconds(), "Gbit/s")
 		})
 		dp.remove(b, l)
 	}
+}
+
+func (l *benchLab) tcpStats(b *testing.B) tcpStats {
+	b.Helper()
+	s, err := readTCPStats(l.client)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// connect makes b.N connections to dst from the client, one at a time, each
+// reading the server's one byte, and returns the time they took.
+func (l *benchLab) connect(b *testing.B, dst string) time.Duration {
+	b.Helper()
+	start := time.Now()
+	err := l.client.Do(func() error {
+		buf := make([]byte, 1)
+		for range b.N {
+			c, err := net.DialTimeout("tcp4", dst, 3*time.Second)
+			if err != nil {
+				return err
+			}
+			_, err = io.ReadFull(c, buf)
+			c.Close()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(start)
+}
+
+// download reads b.N bulk transfers from dst, one at a time, and returns the
+// bytes read and the time they took.
+func (l *benchLab) download(b *testing.B, dst string) (int64, time.Duration) {
+	b.Helper()
+	var n int64
+	start := time.Now()
+	err := l.client.Do(func() error {
+		for range b.N {
+			c, err := net.DialTimeout("tcp4", dst, 3*time.Second)
+			if err != nil {
+				return err
+			}
+			m, err := io.Copy(io.Discard, c)
+			c.Close()
+			n += m
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n, time.Since(start)
 }
