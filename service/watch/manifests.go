@@ -150,7 +150,7 @@ func (h *header) describe() string {
 func (l *loader) document(doc document) {
 	js, err := yaml.YAMLToJSONStrict(doc.data)
 	if err != nil {
-		line, msg := yamlErrorLine(err, doc.line)
+		line, msg := yamlErrorLine(err, doc.line, doc.lastLine())
 		l.fail(line, "", errors.New(msg))
 		return
 	}
@@ -235,7 +235,10 @@ var yamlLineRE = regexp.MustCompile(`line (\d+)`)
 
 // yamlErrorLine turns a YAML error, whose line numbers count from the start of
 // its document, into an absolute line and a message without the line prefix.
-func yamlErrorLine(err error, docLine int) (int, string) {
+// The parser reports an error at the end of input on the line after the last
+// one; such a line is clamped to lastLine, so it names a line the file has
+// (found by FuzzLoadManifests: "0: \n0").
+func yamlErrorLine(err error, docLine, lastLine int) (int, string) {
 	msg := err.Error()
 	msg = strings.TrimPrefix(msg, "error converting YAML to JSON: ")
 	line := docLine
@@ -245,7 +248,7 @@ func yamlErrorLine(err error, docLine int) (int, string) {
 		if convErr != nil {
 			return m
 		}
-		abs := docLine + n - 1
+		abs := min(docLine+n-1, lastLine)
 		if first {
 			line, first = abs, false
 		}
@@ -261,6 +264,12 @@ func yamlErrorLine(err error, docLine int) (int, string) {
 type document struct {
 	line int // 1-based line of data's first line
 	data []byte
+}
+
+// lastLine is the document's last line (its trailing newline ends it; it
+// starts no new one).
+func (d document) lastLine() int {
+	return d.line + bytes.Count(bytes.TrimSuffix(d.data, []byte("\n")), []byte("\n"))
 }
 
 // contentLine is the first line of the document that is neither blank nor a
