@@ -69,7 +69,7 @@ ports: [{name: http, port: 8080, protocol: TCP}]
 endpoints: [{addresses: [198.19.2.2], conditions: {ready: true}}]
 `
 
-// TestHelperSvcproxy is not a test: TestHybridPromotion runs the test binary as
+// TestHelperSvcproxy is not a test: TestHybridPromotion and TestIPVSFallback run the test binary as
 // svcproxy inside the node namespace (os/exec's helper-process pattern), so no
 // build step is needed.
 func TestHelperSvcproxy(t *testing.T) {

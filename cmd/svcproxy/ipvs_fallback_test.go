@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -33,11 +32,7 @@ func TestIPVSFallback(t *testing.T) {
 	if err := kipvs.Available(); err == nil {
 		t.Skip("this kernel has IPVS: nothing to fall back from (test/vm covers IPVS mode)")
 	}
-	netnstest.RequireRoot(t, "go", "iptables-restore", "iptables-save")
-	bin := filepath.Join(t.TempDir(), "svcproxy")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	netnstest.RequireRoot(t, "iptables-restore", "iptables-save")
 	file := filepath.Join(t.TempDir(), "services.yaml")
 	if err := os.WriteFile(file, []byte(fallbackManifests), 0o644); err != nil {
 		t.Fatal(err)
@@ -45,7 +40,10 @@ func TestIPVSFallback(t *testing.T) {
 	ns := netnstest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := ns.Command(ctx, bin, "--mode", "ipvs", "--services", file,
+	// The test binary itself runs as svcproxy (TestHelperSvcproxy), so no
+	// build step is needed.
+	cmd := ns.Command(ctx, "env", "SVCPROXY_HELPER=1", os.Args[0], "-test.run=^TestHelperSvcproxy$", "--",
+		"--mode", "ipvs", "--services", file,
 		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249")
 	logs, err := cmd.StderrPipe()
 	if err != nil {
