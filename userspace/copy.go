@@ -38,8 +38,13 @@ func proxyCopy(dst, src net.Conn, bytes *atomic.Uint64) {
 		endCopy(dst, src, err)
 		return
 	}
+	rc, err := sc.SyscallConn() // once per connection, not per wait
+	if err != nil {
+		endCopy(dst, src, err)
+		return
+	}
 	for {
-		queued, err := waitData(sc)
+		queued, err := waitData(rc)
 		if err != nil || queued == 0 { // an error, or the end of the stream
 			endCopy(dst, src, err)
 			return
@@ -70,14 +75,10 @@ func endCopy(dst, src net.Conn, err error) {
 
 // waitData blocks (in Go's poller, like a Read) until c has data or has ended,
 // and returns how many bytes are queued: 0 means the peer closed its side.
-func waitData(c syscall.Conn) (int, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
+func waitData(rc syscall.RawConn) (int, error) {
 	var queued int
 	var opErr error
-	err = rc.Read(func(fd uintptr) bool {
+	err := rc.Read(func(fd uintptr) bool {
 		var b [1]byte
 		for {
 			n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
