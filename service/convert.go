@@ -126,11 +126,14 @@ func clusterIPStrings(spec *v1.ServiceSpec) []string {
 }
 
 // attachSlices fills the endpoints of svc's ports from its EndpointSlices.
+// Each slice endpoint is converted once and reused for every port.
 func attachSlices(svc *Service, ess []*discoveryv1.EndpointSlice) {
+	converted := make([][]Endpoint, len(ess)) // per slice, port 0
 	byIP := make(map[netip.Addr]Endpoint)
-	for _, es := range ess {
+	for i, es := range ess {
 		for _, e := range es.Endpoints {
 			ep := sliceEndpoint(e)
+			converted[i] = append(converted[i], ep)
 			if _, dup := byIP[ep.Addr.Addr()]; !dup {
 				byIP[ep.Addr.Addr()] = ep
 			}
@@ -140,13 +143,12 @@ func attachSlices(svc *Service, ess []*discoveryv1.EndpointSlice) {
 
 	for _, p := range svc.Ports {
 		seen := make(map[netip.AddrPort]bool)
-		for _, es := range ess {
+		for i, es := range ess {
 			number, ok := slicePort(es, p)
 			if !ok {
 				continue
 			}
-			for _, e := range es.Endpoints {
-				ep := sliceEndpoint(e)
+			for _, ep := range converted[i] {
 				ep.Addr = netip.AddrPortFrom(ep.Addr.Addr(), number)
 				if !seen[ep.Addr] { // the same endpoint may sit in two slices while they are rebalanced
 					seen[ep.Addr] = true
