@@ -159,6 +159,20 @@ func (n *NS) Start(t testing.TB, name string, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// ResolvConf gives the namespace its own resolv.conf: `ip netns exec` (and so
+// Command, Run and Start) bind-mounts /etc/netns/NAME/resolv.conf over
+// /etc/resolv.conf. The directory goes with the namespace.
+func (n *NS) ResolvConf(t testing.TB, conf string) {
+	t.Helper()
+	dir := filepath.Join("/etc/netns", n.Name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "resolv.conf"), []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Sysctl sets a net.* sysctl inside the namespace.
 func (n *NS) Sysctl(t testing.TB, key, value string) {
 	t.Helper()

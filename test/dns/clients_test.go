@@ -47,7 +47,7 @@ func TestDig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out := l.run(t, append([]string{"dig", "@127.0.0.1"}, tt.args...)...)
+			out := l.ns.Run(t, "dig", append([]string{"@127.0.0.1"}, tt.args...)...)
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			if !sameSet(lines, tt.want) {
 				t.Errorf("dig %s:\n%s\nwant %q", strings.Join(tt.args, " "), out, tt.want)
@@ -74,7 +74,7 @@ func TestDigStatus(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out := l.run(t, append([]string{"dig", "@127.0.0.1"}, tt.args...)...)
+			out := l.ns.Run(t, "dig", append([]string{"@127.0.0.1"}, tt.args...)...)
 			if !strings.Contains(out, "status: "+tt.status) || !strings.Contains(out, tt.count) {
 				t.Errorf("want status %s and %q:\n%s", tt.status, tt.count, out)
 			}
@@ -104,7 +104,7 @@ func TestLibcResolver(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := strings.TrimSpace(l.run(t, "getent", "hosts", tt.name))
+			got := strings.TrimSpace(l.ns.Run(t, "getent", "hosts", tt.name))
 			if got != tt.want {
 				t.Errorf("getent hosts %s = %q, want %q", tt.name, got, tt.want)
 			}
@@ -119,7 +119,7 @@ func TestLibcResolver(t *testing.T) {
 // seconds, without a restart.
 func TestServiceAdded(t *testing.T) {
 	l := newLab(t, "127.0.0.1:5353")
-	if out := l.run(t, "dig", "@127.0.0.1", "late.default.svc.cluster.local"); !strings.Contains(out, "NXDOMAIN") {
+	if out := l.ns.Run(t, "dig", "@127.0.0.1", "late.default.svc.cluster.local"); !strings.Contains(out, "NXDOMAIN") {
 		t.Fatalf("late exists before it was added:\n%s", out)
 	}
 	late := `
@@ -149,7 +149,7 @@ spec:
 // send its queries round in a circle.
 func TestLoop(t *testing.T) {
 	l := newLab(t, "", "--upstream-timeout", "1s")
-	out := l.run(t, "dig", "@127.0.0.1", "+tries=1", "+time=4", "upstream.test")
+	out := l.ns.Run(t, "dig", "@127.0.0.1", "+tries=1", "+time=4", "upstream.test")
 	if !strings.Contains(out, "status: SERVFAIL") {
 		t.Errorf("want SERVFAIL with no usable upstream:\n%s", out)
 	}

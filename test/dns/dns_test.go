@@ -133,7 +133,7 @@ func newLab(t *testing.T, upstream string, clusterdnsArgs ...string) *lab {
 	bin := buildClusterDNS(t)
 	ns := netnstest.New(t)
 	l := &lab{ns: ns, file: filepath.Join(t.TempDir(), "services.yaml"), logs: &logBuffer{}}
-	writeResolvConf(t, ns.Name, podResolvConf)
+	ns.ResolvConf(t, podResolvConf)
 	if err := os.WriteFile(l.file, []byte(manifests+bigService()), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -182,30 +182,6 @@ func (l *lab) waitFor(t *testing.T, what, want string, args ...string) string {
 			t.Fatalf("%s: %q never contained %q; last output:\n%s\nclusterdns log:\n%s", what, strings.Join(args, " "), want, out, l.logs)
 		}
 		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// run runs a command in the namespace and returns its output, failing the test
-// on a non-zero exit.
-func (l *lab) run(t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := l.ns.Command(context.Background(), args[0], args[1:]...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
-
-// writeResolvConf makes `ip netns exec NAME` bind-mount conf over /etc/resolv.conf.
-func writeResolvConf(t *testing.T, ns, conf string) {
-	t.Helper()
-	dir := filepath.Join("/etc/netns", ns)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.WriteFile(filepath.Join(dir, "resolv.conf"), []byte(conf), 0o644); err != nil {
-		t.Fatal(err)
 	}
 }
 
