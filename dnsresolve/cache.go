@@ -55,7 +55,7 @@ func keyOf(req *dns.Msg) cacheKey {
 // get returns a copy of the cached answer to req with its TTLs lowered by the
 // time it spent in the cache, or nil.
 func (c *cache) get(req *dns.Msg) *dns.Msg {
-	if c == nil || c.size <= 0 {
+	if c.size <= 0 {
 		return nil
 	}
 	k := keyOf(req)
@@ -87,7 +87,7 @@ func (c *cache) get(req *dns.Msg) *dns.Msg {
 // put stores resp, the answer to req, if it may be cached: NOERROR or
 // NXDOMAIN, not truncated, and with a TTL above zero.
 func (c *cache) put(req, resp *dns.Msg) {
-	if c == nil || c.size <= 0 || resp.Truncated {
+	if c.size <= 0 || resp.Truncated {
 		return
 	}
 	if resp.Rcode != dns.RcodeSuccess && resp.Rcode != dns.RcodeNameError {
@@ -113,9 +113,6 @@ func (c *cache) put(req, resp *dns.Msg) {
 
 // len is the number of entries, expired ones included.
 func (c *cache) len() int {
-	if c == nil {
-		return 0
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.entries)

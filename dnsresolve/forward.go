@@ -225,17 +225,6 @@ func (f *forwarder) markLooping(u *upstream, msg string) {
 	}
 }
 
-// active is the number of upstreams not known to loop.
-func (f *forwarder) active() int {
-	n := 0
-	for _, u := range f.upstreams {
-		if !u.looping.Load() {
-			n++
-		}
-	}
-	return n
-}
-
 // upstreamAddr normalises an --upstream entry: a bare IP gets port 53.
 func upstreamAddr(s string) (string, error) {
 	if ap, err := netip.ParseAddrPort(s); err == nil {

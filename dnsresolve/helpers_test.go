@@ -199,3 +199,14 @@ func (c *clock) Advance(d time.Duration) {
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
 }
+
+// active is the number of upstreams not known to loop.
+func (f *forwarder) active() int {
+	n := 0
+	for _, u := range f.upstreams {
+		if !u.looping.Load() {
+			n++
+		}
+	}
+	return n
+}

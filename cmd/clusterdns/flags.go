@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/svcproxy/svcproxy/dnsresolve"
 )
 
 // Config is everything the flags say; run takes it and nothing else.
@@ -38,8 +40,8 @@ func parseFlags(args []string) (*Config, error) {
 	upstream := fs.String("upstream", "", "forward names outside the zone to these resolvers, `ADDR[,ADDR]` (IP or IP:port), tried in order (default: the nameservers of --resolv-conf)")
 	fs.StringVar(&c.ResolvConf, "resolv-conf", "/etc/resolv.conf", "where the default upstreams come from")
 	ttl := fs.Uint("ttl", 5, "TTL of the cluster's records and negative answers, in seconds")
-	fs.DurationVar(&c.UpstreamTimeout, "upstream-timeout", 2*time.Second, "how long one upstream may take to answer")
-	fs.IntVar(&c.CacheSize, "cache-size", 10000, "forwarded answers to cache (0: no cache)")
+	fs.DurationVar(&c.UpstreamTimeout, "upstream-timeout", dnsresolve.DefaultUpstreamTimeout, "how long one upstream may take to answer")
+	fs.IntVar(&c.CacheSize, "cache-size", dnsresolve.DefaultCacheSize, "forwarded answers to cache (0: no cache)")
 	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", "127.0.0.1:9153", "serve /metrics and /healthz here (CoreDNS's port); empty: don't")
 	fs.StringVar(&c.LogLevel, "v", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
