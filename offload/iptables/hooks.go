@@ -21,11 +21,11 @@ func ensureHooks(ctx context.Context, ipt kiptables.Interface) error {
 	return nil
 }
 
-// ourChains reads the kernel's nat and filter tables and returns the chains this
-// package owns, per table: how a new process finds what an old one left.
-func ourChains(ctx context.Context, ipt kiptables.Interface) (map[string]map[string]bool, error) {
+// ourChains reads the given tables and returns the chains this package owns,
+// per table: how a new process finds what an old one left.
+func ourChains(ctx context.Context, ipt kiptables.Interface, tables ...string) (map[string]map[string]bool, error) {
 	out := map[string]map[string]bool{}
-	for _, table := range []string{tableFilter, tableNAT} {
+	for _, table := range tables {
 		b, err := ipt.Save(ctx, kiptables.Table(table))
 		if err != nil {
 			return nil, fmt.Errorf("read table %s: %w", table, err)
@@ -66,7 +66,7 @@ func Cleanup(ctx context.Context, ipt kiptables.Interface) error {
 			errs = append(errs, fmt.Errorf("delete hook %s/%s: %w", h.table, h.chain, err))
 		}
 	}
-	chains, err := ourChains(ctx, ipt)
+	chains, err := ourChains(ctx, ipt, tableFilter, tableNAT)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}

@@ -218,7 +218,8 @@ func (p *Proxier) record(f func(*Health)) {
 func (p *Proxier) apply(ctx context.Context, rs *ruleset, tops map[string]map[string][]byte, full bool) ([]byte, error) {
 	var pl *plan
 	if full {
-		existing, err := ourChains(ctx, p.cfg.IPTables)
+		// Per-port chains live only in nat: no need to read filter.
+		existing, err := ourChains(ctx, p.cfg.IPTables, tableNAT)
 		if err != nil {
 			return nil, err
 		}
