@@ -50,10 +50,7 @@ func (p *Proxier) ApplyPortals() error {
 	}
 	err := p.applyPortals(p.ctx)
 	if err != nil {
-		select {
-		case p.kick <- struct{}{}:
-		default:
-		}
+		p.retryLater()
 	}
 	return err
 }

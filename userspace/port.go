@@ -93,16 +93,6 @@ func (sp *servicePort) closeListeners() {
 	sp.listener, sp.nodePort = nil, nil
 }
 
-// listenerPort returns the port portals redirect to, 0 if not bound.
-func (sp *servicePort) listenerPort() uint16 {
-	sp.mu.Lock()
-	defer sp.mu.Unlock()
-	if sp.listener == nil {
-		return 0
-	}
-	return sp.listener.port()
-}
-
 // PortStatus is the state of one service port, for /status and tests.
 type PortStatus struct {
 	Port service.PortName `json:"-"`

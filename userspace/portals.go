@@ -171,6 +171,6 @@ func portalsOf(ports map[service.PortName]*servicePort, exclude func(service.Por
 		sp.mu.Unlock()
 		out = append(out, pt)
 	}
-	slices.SortFunc(out, func(a, b Portal) int { return strings.Compare(a.Name.String(), b.Name.String()) })
+	slices.SortFunc(out, func(a, b Portal) int { return compareNames(a.Name, b.Name) })
 	return out
 }

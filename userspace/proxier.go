@@ -148,12 +148,17 @@ func (p *Proxier) Sync(snap *service.Snapshot) error {
 	err := p.syncLocked(p.ctx)
 	p.synced = true
 	if err != nil {
-		select {
-		case p.kick <- struct{}{}:
-		default:
-		}
+		p.retryLater()
 	}
 	return err
+}
+
+// retryLater wakes Run to retry what a sync could not do (with backoff).
+func (p *Proxier) retryLater() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
 }
 
 // served reports whether the proxier serves a service port: TCP and UDP ports of

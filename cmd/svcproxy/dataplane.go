@@ -14,7 +14,7 @@ import (
 
 // newDataplane builds the dataplane of cfg.Mode in the current network
 // namespace.
-func newDataplane(ctx context.Context, cfg *Config, log *slog.Logger) (dataplane, error) {
+func newDataplane(cfg *Config, log *slog.Logger) (dataplane, error) {
 	ipt, err := iptables.New(iptables.Config{})
 	if err != nil {
 		return nil, err
@@ -34,7 +34,7 @@ func newDataplane(ctx context.Context, cfg *Config, log *slog.Logger) (dataplane
 	case modeIPTables:
 		return newIPTables(cfg, ipt, log, nil)
 	case modeIPVS:
-		return newIPVS(cfg, log, nil)
+		return newIPVS(cfg, ipt, log, nil)
 	case modeHybrid:
 		return newHybrid(cfg, ipt, log)
 	}
@@ -55,7 +55,7 @@ func cleanup(ctx context.Context, log *slog.Logger) error {
 		errs = append(errs, fmt.Errorf("iptables rules: %w", err))
 	}
 	if offloadipvs.Available() == nil {
-		if err := cleanupIPVS(ctx); err != nil {
+		if err := cleanupIPVS(ctx, ipt); err != nil {
 			errs = append(errs, fmt.Errorf("ipvs: %w", err))
 		}
 	}

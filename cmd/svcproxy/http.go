@@ -49,11 +49,10 @@ func (e *endpoints) markSynced() {
 func (e *endpoints) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	status, msg := http.StatusOK, "ok"
-	switch {
-	case !e.synced.Load():
+	if !e.synced.Load() {
 		status, msg = http.StatusServiceUnavailable, "waiting for the first sync"
-	case e.dp.Healthy() != nil:
-		status, msg = http.StatusServiceUnavailable, e.dp.Healthy().Error()
+	} else if err := e.dp.Healthy(); err != nil {
+		status, msg = http.StatusServiceUnavailable, err.Error()
 	}
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(map[string]string{

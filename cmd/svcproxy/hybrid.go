@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -364,8 +363,7 @@ func (h *hybridMode) WriteMetrics(w io.Writer) {
 	off := h.kernel.Mode()
 	fmt.Fprintf(w, "# HELP svcproxy_hybrid_promotions_total Service ports moved from userspace to the kernel path.\n# TYPE svcproxy_hybrid_promotions_total counter\nsvcproxy_hybrid_promotions_total{offload=%q} %d\n", off, h.promotions.Load())
 	fmt.Fprintf(w, "# HELP svcproxy_hybrid_demotions_total Service ports moved from the kernel path back to userspace.\n# TYPE svcproxy_hybrid_demotions_total counter\nsvcproxy_hybrid_demotions_total{offload=%q} %d\n", off, h.demotions.Load())
-	st := h.promoter.Status()
-	sort.Slice(st, func(i, j int) bool { return st[i].Name < st[j].Name })
+	st := h.promoter.Status() // sorted by name
 	fmt.Fprintf(w, "# HELP svcproxy_hybrid_port_path 1 for the path each service port takes now.\n# TYPE svcproxy_hybrid_port_path gauge\n")
 	for _, p := range st {
 		path := string(p.Path)

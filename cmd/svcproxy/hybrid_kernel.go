@@ -116,18 +116,17 @@ func dnatCounts(save []byte) map[string]uint64 {
 
 // ipvsKernel is hybrid's IPVS path: ipvs mode restricted to the promoted ports.
 type ipvsKernel struct {
-	*ipvsMode
-	nodeIPs []netip.Addr
+	*ipvsMode // its nodeIPs are where NodePort virtual servers listen
 }
 
 var _ kernelPath = (*ipvsKernel)(nil)
 
-func newIPVSKernel(cfg *Config, _ kiptables.Interface, log *slog.Logger, carried func(service.PortName) bool) (*ipvsKernel, error) {
-	m, err := newIPVS(cfg, log, carried)
+func newIPVSKernel(cfg *Config, ipt kiptables.Interface, log *slog.Logger, carried func(service.PortName) bool) (*ipvsKernel, error) {
+	m, err := newIPVS(cfg, ipt, log, carried)
 	if err != nil {
 		return nil, err
 	}
-	return &ipvsKernel{ipvsMode: m, nodeIPs: m.nodeIPs}, nil
+	return &ipvsKernel{ipvsMode: m}, nil
 }
 
 // apply is ipvs mode's Sync, which reconciles IPVS before it returns.

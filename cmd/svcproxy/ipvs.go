@@ -38,7 +38,7 @@ type ipvsMode struct {
 
 // newIPVS builds ipvs mode; carried, if not nil, restricts it to some ports
 // (hybrid mode's promoted ones).
-func newIPVS(cfg *Config, log *slog.Logger, carried func(service.PortName) bool) (*ipvsMode, error) {
+func newIPVS(cfg *Config, ipt kiptables.Interface, log *slog.Logger, carried func(service.PortName) bool) (*ipvsMode, error) {
 	k, err := kipvs.New()
 	if err != nil {
 		return nil, fmt.Errorf("ipvs: %w", err)
@@ -52,10 +52,6 @@ func newIPVS(cfg *Config, log *slog.Logger, carried func(service.PortName) bool)
 		return nil, err
 	}
 	// Masquerade needs both: a few nat rules that match ip sets of the services.
-	ipt, err := kiptables.New(kiptables.Config{})
-	if err != nil {
-		return nil, err
-	}
 	sets, err := ipset.New()
 	if err != nil {
 		return nil, err
@@ -160,7 +156,7 @@ func (m *ipvsMode) WriteMetrics(w io.Writer) {
 
 // cleanupIPVS removes svcproxy's virtual servers, dummy interface, masquerade
 // rules and ip sets. Without the ipset tool there can be none of the last two.
-func cleanupIPVS(ctx context.Context) error {
+func cleanupIPVS(ctx context.Context, ipt kiptables.Interface) error {
 	k, err := kipvs.New()
 	if err != nil {
 		return err
@@ -173,10 +169,7 @@ func cleanupIPVS(ctx context.Context) error {
 	defer links.Close()
 	cfg := offloadipvs.Config{IPVS: k, Links: links}
 	if sets, err := ipset.New(); err == nil {
-		if cfg.IPTables, err = kiptables.New(kiptables.Config{}); err != nil {
-			return err
-		}
-		cfg.IPSets = sets
+		cfg.IPTables, cfg.IPSets = ipt, sets
 	}
 	p, err := offloadipvs.New(cfg)
 	if err != nil {

@@ -61,7 +61,7 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	dp, err := newDataplane(ctx, cfg, log)
+	dp, err := newDataplane(cfg, log)
 	if err != nil {
 		return err
 	}
