@@ -126,21 +126,8 @@ func writeTable(b *bytes.Buffer, table iptables.Table, chains []string, rules []
 // renderCleanup returns the text that deletes every chain of ours: declared (so
 // they exist, flushed) and then removed. The hooks must be gone first.
 func renderCleanup() []byte {
-	var b bytes.Buffer
-	for _, t := range []struct {
-		table  iptables.Table
-		chains []string
-	}{{iptables.TableNAT, natChains}, {iptables.TableFilter, filterChains}} {
-		fmt.Fprintf(&b, "*%s\n", t.table)
-		for _, c := range t.chains {
-			fmt.Fprintf(&b, ":%s - [0:0]\n", c)
-		}
-		for _, c := range t.chains {
-			fmt.Fprintf(&b, "-X %s\n", c)
-		}
-		b.WriteString("COMMIT\n")
-	}
-	return b.Bytes()
+	return append(iptables.DeleteChains(iptables.TableNAT, natChains...),
+		iptables.DeleteChains(iptables.TableFilter, filterChains...)...)
 }
 
 func ipv4Only(ips []netip.Addr) []netip.Addr {

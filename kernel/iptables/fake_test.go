@@ -231,3 +231,14 @@ func TestRuleCanonical(t *testing.T) {
 		assert.Equal(t, tc.want, r.String(), tc.in)
 	}
 }
+
+func TestDeleteChains(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake()
+	require.NoError(t, f.Restore(ctx, []byte("*nat\n:SVCP-A - [0:0]\n:SVCP-B - [0:0]\n-A SVCP-A -j SVCP-B\nCOMMIT\n")))
+	text := DeleteChains(TableNAT, "SVCP-A", "SVCP-B")
+	assert.Equal(t, "*nat\n:SVCP-A - [0:0]\n:SVCP-B - [0:0]\n-X SVCP-A\n-X SVCP-B\nCOMMIT\n", string(text))
+	require.NoError(t, f.Restore(ctx, text), "the chains go even though one jumped to the other")
+	assert.NotContains(t, f.Dump(), "SVCP-")
+	assert.Nil(t, DeleteChains(TableNAT), "no chains, no text")
+}

@@ -1,6 +1,9 @@
 package iptables
 
-import "context"
+import (
+	"context"
+	"strings"
+)
 
 // Interface is the netfilter boundary. Real talks to the kernel; Fake keeps the rules in
 // memory and can trace packets through them.
@@ -86,4 +89,24 @@ func isBuiltin(t Table, chain string) bool {
 		}
 	}
 	return false
+}
+
+// DeleteChains renders the iptables-restore text that deletes chains of one
+// table: declaring a chain flushes it, then -X deletes it, so the chains go
+// whatever rules they held (they must no longer be jumped to from elsewhere).
+// No chains: no text.
+func DeleteChains(table Table, chains ...string) []byte {
+	if len(chains) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	b.WriteString("*" + string(table) + "\n")
+	for _, c := range chains {
+		b.WriteString(":" + c + " - [0:0]\n")
+	}
+	for _, c := range chains {
+		b.WriteString("-X " + c + "\n")
+	}
+	b.WriteString("COMMIT\n")
+	return []byte(b.String())
 }

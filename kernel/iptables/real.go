@@ -114,24 +114,21 @@ func failingLine(msg, rules string) (int, string) {
 
 // Save implements Interface.
 func (r *Real) Save(ctx context.Context, t Table) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, r.save, "-t", string(t))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return nil, fmt.Errorf("iptables-save -t %s: %w: %s", t, err, strings.TrimSpace(stderr.String()))
-	}
-	return out, nil
+	return r.runSave(ctx, "-t", string(t))
 }
 
 // SaveCounters implements CounterReader: `iptables-save -c -t table`.
 func (r *Real) SaveCounters(ctx context.Context, t Table) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, r.save, "-c", "-t", string(t))
+	return r.runSave(ctx, "-c", "-t", string(t))
+}
+
+func (r *Real) runSave(ctx context.Context, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, r.save, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("iptables-save -c -t %s: %w: %s", t, err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("iptables-save %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return out, nil
 }

@@ -70,23 +70,12 @@ func Cleanup(ctx context.Context, ipt kiptables.Interface) error {
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	var b bytes.Buffer
+	var b []byte
 	for _, table := range []string{tableFilter, tableNAT} {
-		names := sortedKeys(chains[table])
-		if len(names) == 0 {
-			continue
-		}
-		b.WriteString("*" + table + "\n")
-		for _, c := range names {
-			b.WriteString(":" + c + " - [0:0]\n")
-		}
-		for _, c := range names {
-			b.WriteString("-X " + c + "\n")
-		}
-		b.WriteString("COMMIT\n")
+		b = append(b, kiptables.DeleteChains(kiptables.Table(table), sortedKeys(chains[table])...)...)
 	}
-	if b.Len() > 0 {
-		if err := ipt.Restore(ctx, b.Bytes()); err != nil {
+	if len(b) > 0 {
+		if err := ipt.Restore(ctx, b); err != nil {
 			errs = append(errs, fmt.Errorf("delete chains: %w", err))
 		}
 	}

@@ -195,16 +195,7 @@ func (p *Proxier) cleanupMasq(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("masquerade: delete hook nat/%s: %w", h.chain, err))
 		}
 	}
-	var b bytes.Buffer
-	b.WriteString("*nat\n")
-	for _, c := range ourChains {
-		fmt.Fprintf(&b, ":%s - [0:0]\n", c)
-	}
-	for _, c := range ourChains {
-		fmt.Fprintf(&b, "-X %s\n", c)
-	}
-	b.WriteString("COMMIT\n")
-	if err := p.cfg.IPTables.Restore(ctx, b.Bytes()); err != nil {
+	if err := p.cfg.IPTables.Restore(ctx, kiptables.DeleteChains(kiptables.TableNAT, ourChains...)); err != nil {
 		errs = append(errs, fmt.Errorf("masquerade: delete chains: %w", err))
 	}
 	have, err := p.cfg.IPSets.List(ctx)
