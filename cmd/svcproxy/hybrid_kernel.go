@@ -6,13 +6,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
-	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -116,7 +114,7 @@ func dnatCounts(save []byte) map[string]uint64 {
 
 // ipvsKernel is hybrid's IPVS path: ipvs mode restricted to the promoted ports.
 type ipvsKernel struct {
-	*ipvsMode // its nodeIPs are where NodePort virtual servers listen
+	*ipvsMode
 }
 
 var _ kernelPath = (*ipvsKernel)(nil)
@@ -135,43 +133,18 @@ func (k *ipvsKernel) apply(ctx context.Context, snap *service.Snapshot) error {
 }
 
 // connections sums the Connections counters of each port's virtual servers (one
-// per service address, one per node address for a NodePort).
+// per service address, one per node address for a NodePort), as offload/ipvs
+// computes them.
 func (k *ipvsKernel) connections(ctx context.Context, snap *service.Snapshot, ports portSet) (map[service.PortName]uint64, error) {
-	vss, err := k.ipvs.VirtualServers(ctx)
+	all, err := k.p.Connections(ctx, snap)
 	if err != nil {
 		return nil, err
 	}
-	conns := make(map[kipvs.Key]uint32, len(vss))
-	for _, vs := range vss {
-		conns[vs.Key] = vs.Stats.Connections
-	}
-	out := map[service.PortName]uint64{}
+	out := make(map[service.PortName]uint64, len(ports))
 	for name := range ports {
-		p, ok := snap.Port(name)
-		if !ok {
-			continue
+		if _, ok := snap.Port(name); ok {
+			out[name] = all[name]
 		}
-		var n uint64
-		for _, key := range ipvsKeys(p, k.nodeIPs) {
-			n += uint64(conns[key])
-		}
-		out[name] = n
 	}
 	return out, nil
-}
-
-// ipvsKeys are the virtual servers offload/ipvs makes for p.
-func ipvsKeys(p *service.Port, nodeIPs []netip.Addr) []kipvs.Key {
-	proto := kipvs.Protocol(p.Protocol)
-	var out []kipvs.Key
-	svc := p.Service
-	for _, ip := range slices.Concat(svc.ClusterIPs, svc.ExternalIPs, svc.LoadBalancerIPs) {
-		out = append(out, kipvs.Key{Protocol: proto, Addr: netip.AddrPortFrom(ip.Unmap(), p.Port)})
-	}
-	if p.NodePort != 0 {
-		for _, ip := range nodeIPs {
-			out = append(out, kipvs.Key{Protocol: proto, Addr: netip.AddrPortFrom(ip, p.NodePort)})
-		}
-	}
-	return out
 }

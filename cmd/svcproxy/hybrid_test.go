@@ -2,12 +2,8 @@ package main
 
 import (
 	"maps"
-	"net/netip"
-	"slices"
 	"testing"
 	"time"
-
-	"github.com/svcproxy/svcproxy/service"
 )
 
 func TestDNATCounts(t *testing.T) {
@@ -29,23 +25,6 @@ COMMIT
 	want := map[string]uint64{"SVCP-SEP-AAAA": 40, "SVCP-SEP-BBBB": 7}
 	if !maps.Equal(got, want) {
 		t.Errorf("dnatCounts: %v, want %v", got, want)
-	}
-}
-
-func TestIPVSKeys(t *testing.T) {
-	svc := &service.Service{
-		ClusterIPs:  []netip.Addr{netip.MustParseAddr("198.18.0.10")},
-		ExternalIPs: []netip.Addr{netip.MustParseAddr("198.18.1.1")},
-	}
-	p := &service.Port{Service: svc, Protocol: service.UDP, Port: 53, NodePort: 30053}
-	got := ipvsKeys(p, []netip.Addr{netip.MustParseAddr("198.19.0.1")})
-	var s []string
-	for _, k := range got {
-		s = append(s, k.String())
-	}
-	want := []string{"UDP 198.18.0.10:53", "UDP 198.18.1.1:53", "UDP 198.19.0.1:30053"}
-	if !slices.Equal(s, want) {
-		t.Errorf("ipvsKeys: %v, want %v", s, want)
 	}
 }
 

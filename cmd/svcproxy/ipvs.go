@@ -25,8 +25,6 @@ type ipvsMode struct {
 	ipvs kipvs.Interface
 	log  *slog.Logger
 	sync time.Duration
-	// nodeIPs are the addresses NodePort virtual servers listen on.
-	nodeIPs []netip.Addr
 
 	mu    sync.Mutex
 	last  *service.Snapshot
@@ -73,7 +71,7 @@ func newIPVS(cfg *Config, ipt kiptables.Interface, log *slog.Logger, carried fun
 	if err != nil {
 		return nil, err
 	}
-	return &ipvsMode{p: p, ipvs: k, log: log, sync: cfg.SyncPeriod, nodeIPs: nodeIPs, kick: make(chan struct{}, 1)}, nil
+	return &ipvsMode{p: p, ipvs: k, log: log, sync: cfg.SyncPeriod, kick: make(chan struct{}, 1)}, nil
 }
 
 func (m *ipvsMode) Mode() string { return modeIPVS }

@@ -41,6 +41,18 @@ func (f *Fake) Writes() int {
 	return f.writes
 }
 
+// SetStats sets the counters of a virtual server, as traffic would.
+func (f *Fake) SetStats(k Key, st Stats) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v, ok := f.vss[k]
+	if !ok {
+		return fmt.Errorf("fake ipvs: virtual server %s: %w", k, ErrNotExist)
+	}
+	v.vs.Stats = st
+	return nil
+}
+
 // SetConns sets the connection counters of a real server, as traffic would.
 func (f *Fake) SetConns(k Key, addr netip.AddrPort, active, inactive int) error {
 	f.mu.Lock()

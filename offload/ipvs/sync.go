@@ -183,6 +183,27 @@ func (p *Proxier) forgetDrains(vs kipvs.Key) {
 	}
 }
 
+// Connections returns, per service port this Proxier carries, the connections
+// its virtual servers have accepted (one per service address, one per node
+// address for a NodePort): what hybrid mode's promoter watches once a port is
+// in the kernel. The keys come from the same desired state Sync applies.
+func (p *Proxier) Connections(ctx context.Context, snap *service.Snapshot) (map[service.PortName]uint64, error) {
+	vss, err := p.cfg.IPVS.VirtualServers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conns := make(map[kipvs.Key]uint32, len(vss))
+	for _, vs := range vss {
+		conns[vs.Key] = vs.Stats.Connections
+	}
+	w, _ := p.desired(snap) // annotation errors are Sync's to report
+	out := make(map[service.PortName]uint64)
+	for key, wvs := range w.vss {
+		out[wvs.port] += uint64(conns[key])
+	}
+	return out, nil
+}
+
 // Draining is the number of real servers waiting at weight 0 for their connections
 // to end.
 func (p *Proxier) Draining() int {

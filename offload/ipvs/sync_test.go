@@ -322,3 +322,33 @@ func TestNewConfig(t *testing.T) {
 		})
 	}
 }
+
+// Connections sums a port's virtual servers: its ClusterIP, external IP and
+// NodePort on each node address.
+func TestConnections(t *testing.T) {
+	f := newFixture(t)
+	svc := web([]string{"198.19.1.2"}, func(s *service.Service) {
+		s.Type = service.TypeNodePort
+		s.Ports[0].NodePort = 30080
+		s.ExternalIPs = []netip.Addr{netip.MustParseAddr("198.18.1.1")}
+	}, withUDP)
+	f.sync(t, svc)
+	for key, n := range map[string]uint32{"198.18.0.10:80": 5, "198.18.1.1:80": 2, "198.19.0.1:30080": 1, "198.18.0.10:53": 7} {
+		proto := kipvs.TCP
+		if strings.HasSuffix(key, ":53") {
+			proto = kipvs.UDP
+		}
+		k := kipvs.Key{Protocol: proto, Addr: netip.MustParseAddrPort(key)}
+		if err := f.ipvs.SetStats(k, kipvs.Stats{Connections: n}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := f.p.Connections(context.Background(), service.NewSnapshot([]*service.Service{svc}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	http, dns := svc.Ports[0].Name, svc.Ports[1].Name
+	if got[http] != 8 || got[dns] != 7 {
+		t.Errorf("Connections = %v, want %s=8 %s=7", got, http, dns)
+	}
+}
