@@ -146,11 +146,24 @@ func (p *Proxier) syncMasq(ctx context.Context, w wanted) error {
 		}
 	}
 	for _, h := range masqHooks {
+		if hooked(saved, h.chain, h.args[len(h.args)-1]) {
+			continue // the nat table just saved shows it: no `iptables -C` per sync
+		}
 		if _, err := p.cfg.IPTables.EnsureRule(ctx, kiptables.Prepend, kiptables.TableNAT, h.chain, h.args...); err != nil {
 			return fmt.Errorf("masquerade: hook nat/%s -> %s: %w", h.chain, h.args[len(h.args)-1], err)
 		}
 	}
 	return nil
+}
+
+// hooked reports whether iptables-save text has a rule in chain jumping to target.
+func hooked(saved []byte, chain, target string) bool {
+	for line := range strings.Lines(string(saved)) {
+		if strings.HasPrefix(line, "-A "+chain+" ") && strings.HasSuffix(strings.TrimSpace(line), "-j "+target) {
+			return true
+		}
+	}
+	return false
 }
 
 func sameSet(want ipset.Set, have []ipset.Set) bool {
