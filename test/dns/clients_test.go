@@ -4,24 +4,12 @@ import (
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/svcproxy/svcproxy/internal/testbin"
 )
 
-var (
-	buildOnce sync.Once
-	builtDir  string
-	builtBin  string
-	buildErr  error
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if builtDir != "" {
-		os.RemoveAll(builtDir)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testbin.Main(m)) }
 
 func TestDig(t *testing.T) {
 	l := newLab(t, "127.0.0.1:5353")

@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/internal/testbin"
 )
 
 // manifests are the Services of the test, as a user would write them.
@@ -130,7 +130,7 @@ func (l *logBuffer) String() string {
 func newLab(t *testing.T, upstream string, clusterdnsArgs ...string) *lab {
 	t.Helper()
 	netnstest.RequireRoot(t, "dig", "getent", "dnsmasq", "go")
-	bin := buildClusterDNS(t)
+	bin := filepath.Join(testbin.Build(t, "./cmd/clusterdns"), "clusterdns")
 	ns := netnstest.New(t)
 	l := &lab{ns: ns, file: filepath.Join(t.TempDir(), "services.yaml"), logs: &logBuffer{}}
 	ns.ResolvConf(t, podResolvConf)
@@ -183,28 +183,4 @@ func (l *lab) waitFor(t *testing.T, what, want string, args ...string) string {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// buildClusterDNS builds cmd/clusterdns once per test binary.
-func buildClusterDNS(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "svcp-clusterdns-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		builtDir = dir
-		bin := filepath.Join(dir, "clusterdns")
-		out, err := exec.Command("go", "build", "-o", bin, "github.com/svcproxy/svcproxy/cmd/clusterdns").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
-			return
-		}
-		builtBin = bin
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBin
 }

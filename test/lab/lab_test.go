@@ -3,53 +3,25 @@ package lab
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/internal/testbin"
 	"github.com/svcproxy/svcproxy/lab"
 )
 
-// binDir holds the binaries both tests use, built once (linking client-go
-// takes a while); TestMain removes it.
-var (
-	binDir   string
-	buildErr error
-	building sync.Once
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(testbin.Main(m)) }
 
 // build compiles svclab, svcproxy and clusterdns into one directory, as
-// `go build -o bin/ ./cmd/...` does, and returns it.
+// `go build -o bin/ ./cmd/...` does (once per test binary), and returns it.
 func build(t *testing.T) string {
 	t.Helper()
-	building.Do(func() {
-		if binDir, buildErr = os.MkdirTemp("", "svclab-test-"); buildErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", binDir+"/", "./cmd/svclab", "./cmd/svcproxy", "./cmd/clusterdns")
-		cmd.Dir = filepath.Join("..", "..")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binDir
+	return testbin.Build(t, "./cmd/svclab", "./cmd/svcproxy", "./cmd/clusterdns")
 }
 
 // requireClean fails the test for anything of the lab left on the machine:
