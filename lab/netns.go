@@ -69,18 +69,15 @@ func nsPids(ns string) ([]int, error) {
 	return pids, nil
 }
 
-// inNamespace reports whether process pid lives in namespace ns.
+// inNamespace reports whether process pid lives in namespace ns: its
+// /proc/PID/ns/net is the namespace's file (same device and inode).
 func inNamespace(pid int, ns string) bool {
-	pids, err := nsPids(ns)
-	if err != nil {
-		return false
+	var want, st unix.Stat_t
+	if unix.Stat(filepath.Join(netnsDir, ns), &want) != nil ||
+		unix.Stat(filepath.Join("/proc", strconv.Itoa(pid), "ns/net"), &st) != nil {
+		return false // no namespace, or no such process (a zombie has no ns link either)
 	}
-	for _, p := range pids {
-		if p == pid {
-			return true
-		}
-	}
-	return false
+	return st.Dev == want.Dev && st.Ino == want.Ino
 }
 
 // waitExit waits up to d for process pid to exit, without polling: a pidfd
