@@ -161,9 +161,6 @@ func (l *Lab) binary(name string) (string, error) {
 // (nil: Config's Stdout and Stderr, no stdin). `ip netns exec` bind-mounts the
 // host's resolv.conf over /etc/resolv.conf, so names resolve as in a pod.
 func (l *Lab) Exec(ctx context.Context, host string, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if _, ok := l.cfg.Plan.Host(host); !ok {
-		return fmt.Errorf("host %q: no such lab host (want one of %s)", host, strings.Join(l.hostNames(), ", "))
-	}
 	if len(argv) == 0 {
 		return errors.New("exec: no command")
 	}
@@ -173,14 +170,33 @@ func (l *Lab) Exec(ctx context.Context, host string, argv []string, stdin io.Rea
 	if stderr == nil {
 		stderr = l.cfg.Stderr
 	}
-	ns := l.cfg.Plan.Namespace(host)
-	if err := l.checkUp(host); err != nil {
+	cmd, err := l.command(ctx, host, argv)
+	if err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, argv...)...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
 	cmd.WaitDelay = time.Second
 	return cmd.Run()
+}
+
+// command is `ip netns exec NS argv...` for a lab host that is up.
+func (l *Lab) command(ctx context.Context, host string, argv []string) (*exec.Cmd, error) {
+	if _, ok := l.cfg.Plan.Host(host); !ok {
+		return nil, fmt.Errorf("host %q: no such lab host (want one of %s)", host, strings.Join(l.hostNames(), ", "))
+	}
+	if err := l.checkUp(host); err != nil {
+		return nil, err
+	}
+	ns := l.cfg.Plan.Namespace(host)
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, argv...)...), nil
+}
+
+// checkMode says whether mode is one svcproxy takes.
+func checkMode(mode string) error {
+	if !validMode(mode) {
+		return fmt.Errorf("mode %q: want one of %s", mode, strings.Join(Modes, ", "))
+	}
+	return nil
 }
 
 // checkUp says when host's namespace is missing.

@@ -180,8 +180,8 @@ func (l *Lab) waitReady(ctx context.Context, name string, pid int, check func(co
 // editing its ConfigMap and deleting its pod: stop it, remove its rules with
 // `svcproxy --cleanup`, start it again, wait for /healthz.
 func (l *Lab) SetMode(ctx context.Context, mode string) error {
-	if !validMode(mode) {
-		return fmt.Errorf("mode %q: want one of %s", mode, strings.Join(Modes, ", "))
+	if err := checkMode(mode); err != nil {
+		return err
 	}
 	st, err := l.readState()
 	if err != nil {

@@ -38,15 +38,11 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 	if from == "" {
 		from = "client"
 	}
-	if _, ok := l.cfg.Plan.Host(from); !ok {
-		return nil, fmt.Errorf("host %q: no such lab host", from)
-	}
-	if err := l.checkUp(from); err != nil {
+	cmd, err := l.command(ctx, from, []string{l.cfg.Self, "probe",
+		"--n", fmt.Sprint(opts.N), "--rate", fmt.Sprint(opts.Rate), opts.Target})
+	if err != nil {
 		return nil, err
 	}
-	argv := []string{"ip", "netns", "exec", l.cfg.Plan.Namespace(from), l.cfg.Self, "probe",
-		"--n", fmt.Sprint(opts.N), "--rate", fmt.Sprint(opts.Rate), opts.Target}
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()

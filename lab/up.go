@@ -19,8 +19,8 @@ import (
 // server in each pod, then clusterdns and svcproxy (in mode) in the node, and
 // returns once each answers.
 func (l *Lab) Up(ctx context.Context, mode string) error {
-	if !validMode(mode) {
-		return fmt.Errorf("mode %q: want one of %s", mode, strings.Join(Modes, ", "))
+	if err := checkMode(mode); err != nil {
+		return err
 	}
 	if s, err := l.readState(); err == nil && s.Demo != 0 && s.Demo != os.Getpid() && alive(s.Demo) {
 		return fmt.Errorf("svclab demo (pid %d) is using the lab; wait for it to end", s.Demo)
