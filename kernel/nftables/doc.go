@@ -1,0 +1,25 @@
+// Package nftables is svcproxy's boundary to nf_tables: one table of svcproxy's own
+// (`ip svcproxy`), written in transactions of nft commands through
+// sigs.k8s.io/knftables, the library kube-proxy's nftables mode uses.
+//
+// Callers render what they want as a transaction, print it if they like, and run it
+// once; the kernel applies it atomically:
+//
+//	tx := nft.NewTransaction()
+//	tx.Add(&knftables.Chain{Name: "services"})           // rendered, golden-tested
+//	err := nft.Run(ctx, tx)                              // one `nft -f -` run
+//
+// Real runs the nft binary (Debian's nftables package), which acts on the network
+// namespace of the OS thread that starts it, as iptables does: svcproxy runs inside
+// the namespace it serves, and tests call Real from netnstest's NS.Do.
+//
+// Fake keeps the table in memory (knftables.Fake, which validates what it is given and
+// prints itself with Dump) and traces a packet through it (Trace): which base chains it
+// meets at each hook, in priority order, which verdict map elements and rules send it
+// on, where it is DNATed, whether it is masqueraded. Verdict maps, sets, dynamic sets
+// with timeouts (ClientIP affinity) and `numgen random` are modelled, for the rule
+// shapes svcproxy writes. The trace is written to be read:
+//
+//	nat-prerouting  jump services
+//	services        ip daddr . meta l4proto . th dport vmap @service-ips  => 198.18.0.10 . tcp . 80 : goto service-...
+package nftables

@@ -1,0 +1,82 @@
+package nftables
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"time"
+
+	"sigs.k8s.io/knftables"
+)
+
+var _ Interface = (*Fake)(nil)
+
+// Fake is an in-memory nftables table: knftables.Fake, which applies transactions with
+// the kernel's rules (a transaction that fails changes nothing; objects must exist
+// before they are referenced, and cannot be deleted while referenced) and prints the
+// table in `nft list` form with Dump, plus what a tracer needs: the node's local
+// addresses, a clock, and the contents of dynamic sets (which the kernel fills as
+// packets pass, so knftables does not keep them). It is safe for concurrent use.
+type Fake struct {
+	*knftables.Fake
+
+	// Now is the clock of dynamic set timeouts (ClientIP affinity); nil means
+	// time.Now. Set it before the first Trace.
+	Now func() time.Time
+
+	mu      sync.Mutex
+	local   []netip.Addr
+	dynamic map[string]map[netip.Addr]time.Time // set -> address -> last update
+	runs    int
+}
+
+// NewFake returns a Fake for the IPv4 table name, with no table yet.
+func NewFake(table string) *Fake {
+	return &Fake{Fake: knftables.NewFake(knftables.IPv4Family, table), dynamic: map[string]map[netip.Addr]time.Time{}}
+}
+
+// Run implements Interface. It counts the transactions, for tests of what a sync
+// sends (LastTransaction is the last one).
+func (f *Fake) Run(ctx context.Context, tx *knftables.Transaction) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.runs++
+	f.mu.Unlock()
+	return f.Fake.Run(ctx, tx)
+}
+
+// Runs returns how many transactions Run was given (failed ones included).
+func (f *Fake) Runs() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.runs
+}
+
+// SetLocalAddrs sets the node's own addresses (loopback is always local): they decide
+// `fib daddr type local` and whether a packet is delivered (input) or forwarded.
+func (f *Fake) SetLocalAddrs(addrs ...netip.Addr) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.local = append([]netip.Addr(nil), addrs...)
+}
+
+func (f *Fake) isLocal(a netip.Addr) bool {
+	if a.IsLoopback() {
+		return true
+	}
+	for _, l := range f.local {
+		if l == a {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *Fake) now() time.Time {
+	if f.Now != nil {
+		return f.Now()
+	}
+	return time.Now()
+}
