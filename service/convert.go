@@ -82,15 +82,25 @@ func convertService(obj *v1.Service) (*Service, error) {
 				svc.Headless = true
 				continue
 			}
-			svc.ClusterIPs = append(svc.ClusterIPs, netip.MustParseAddr(s))
+			svc.ClusterIPs = append(svc.ClusterIPs, mustParseAddr(s))
 		}
 	}
 	for _, s := range spec.ExternalIPs {
-		svc.ExternalIPs = append(svc.ExternalIPs, netip.MustParseAddr(s))
+		svc.ExternalIPs = append(svc.ExternalIPs, mustParseAddr(s))
 	}
 	for _, ing := range obj.Status.LoadBalancer.Ingress {
-		if ing.IP != "" {
-			svc.LoadBalancerIPs = append(svc.LoadBalancerIPs, netip.MustParseAddr(ing.IP))
+		if ing.IP != "" && (ing.IPMode == nil || *ing.IPMode != v1.LoadBalancerIPModeProxy) {
+			svc.LoadBalancerIPs = append(svc.LoadBalancerIPs, mustParseAddr(ing.IP))
+		}
+	}
+	if svc.Type == TypeLoadBalancer {
+		_, ranges := sourceRanges(obj)
+		for _, s := range ranges {
+			p, _ := ParsePrefix(s)
+			svc.LoadBalancerSourceRanges = append(svc.LoadBalancerSourceRanges, p)
+		}
+		if spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal {
+			svc.HealthCheckNodePort = uint16(spec.HealthCheckNodePort)
 		}
 	}
 	if spec.SessionAffinity == v1.ServiceAffinityClientIP {
@@ -182,7 +192,7 @@ func slicePort(es *discoveryv1.EndpointSlice, p *Port) (uint16, bool) {
 // sliceEndpoint converts one slice endpoint (its first address, as kube-proxy
 // uses) with the API's defaults for unset conditions.
 func sliceEndpoint(e discoveryv1.Endpoint) Endpoint {
-	ep := Endpoint{Addr: netip.AddrPortFrom(netip.MustParseAddr(e.Addresses[0]), 0)}
+	ep := Endpoint{Addr: netip.AddrPortFrom(mustParseAddr(e.Addresses[0]), 0)}
 	c := e.Conditions
 	ep.Ready = c.Ready == nil || *c.Ready
 	ep.Serving = ep.Ready
@@ -208,7 +218,7 @@ func attachEndpoints(svc *Service, obj *v1.Endpoints) {
 	byIP := make(map[netip.Addr]Endpoint)
 	for _, ss := range obj.Subsets {
 		each := func(a v1.EndpointAddress, ready bool) Endpoint {
-			ep := Endpoint{Addr: netip.AddrPortFrom(netip.MustParseAddr(a.IP), 0), Ready: ready, Serving: ready, Hostname: a.Hostname}
+			ep := Endpoint{Addr: netip.AddrPortFrom(mustParseAddr(a.IP), 0), Ready: ready, Serving: ready, Hostname: a.Hostname}
 			if a.NodeName != nil {
 				ep.NodeName = *a.NodeName
 			}

@@ -2,6 +2,7 @@ package service
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -295,6 +296,14 @@ func TestBuildRejectsInvalid(t *testing.T) {
 		}), `spec.externalName "not a name": not a DNS name`},
 		{"bad traffic policy", svc("web", func(s *v1.Service) { s.Spec.ExternalTrafficPolicy = "Nearby" }),
 			`spec.externalTrafficPolicy "Nearby": must be Cluster or Local`},
+		{"bad source range", svc("web", func(s *v1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"203.0.113.0/33"} }),
+			`spec.loadBalancerSourceRanges[0] "203.0.113.0/33": not a CIDR`},
+		{"bad source range annotation", svc("web", func(s *v1.Service) {
+			s.Annotations = map[string]string{annotationSourceRanges: "203.0.113.0/25, nope"}
+		}), `metadata.annotations[service.beta.kubernetes.io/load-balancer-source-ranges] "nope": not a CIDR`},
+		{"bad ipMode", svc("web", func(s *v1.Service) {
+			s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "198.19.200.1", IPMode: ptr.To[v1.LoadBalancerIPMode]("Tunnel")}}
+		}), `status.loadBalancer.ingress[0].ipMode "Tunnel": must be VIP or Proxy`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -361,5 +370,85 @@ func TestSnapshotOrder(t *testing.T) {
 	}, nil, nil)
 	if snap.Len() != 2 || snap.Services()[0].Name != "a" || snap.Ports()[1].Name.Name != "b" {
 		t.Errorf("not sorted: %v", snap.Ports())
+	}
+}
+
+// The LoadBalancer fields a kernel path needs: source ranges (field, or the older
+// annotation), the health check port of policy Local, and ingress IPs without the
+// ipMode: Proxy ones.
+func TestBuildLoadBalancer(t *testing.T) {
+	lb := func(edit func(*v1.Service)) *Service {
+		t.Helper()
+		obj := svc("web", func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeLoadBalancer
+			s.Spec.Ports[0].NodePort = 30080
+			s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{
+				{IP: "198.19.200.1"},
+				{IP: "198.19.200.2", IPMode: ptr.To(v1.LoadBalancerIPModeProxy)},
+				{IP: "198.19.200.3", IPMode: ptr.To(v1.LoadBalancerIPModeVIP)},
+			}
+			edit(s)
+		})
+		snap := Build([]*v1.Service{obj}, nil, nil)
+		if errs := snap.Errors(); len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		s, _ := snap.Service(NamespacedName{"default", "web"})
+		return s
+	}
+	s := lb(func(s *v1.Service) {
+		s.Spec.LoadBalancerSourceRanges = []string{"203.0.113.0/25", " 198.19.10.7/32"}
+		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+		s.Spec.HealthCheckNodePort = 32000
+		s.Annotations = map[string]string{annotationSourceRanges: "10.0.0.0/8"} // the field wins
+	})
+	wantIPs := []netip.Addr{netip.MustParseAddr("198.19.200.1"), netip.MustParseAddr("198.19.200.3")}
+	if !slices.Equal(s.LoadBalancerIPs, wantIPs) {
+		t.Errorf("LoadBalancerIPs %v, want %v (ipMode Proxy left out)", s.LoadBalancerIPs, wantIPs)
+	}
+	wantRanges := []netip.Prefix{netip.MustParsePrefix("203.0.113.0/25"), netip.MustParsePrefix("198.19.10.7/32")}
+	if !slices.Equal(s.LoadBalancerSourceRanges, wantRanges) {
+		t.Errorf("LoadBalancerSourceRanges %v, want %v", s.LoadBalancerSourceRanges, wantRanges)
+	}
+	if s.HealthCheckNodePort != 32000 {
+		t.Errorf("HealthCheckNodePort %d, want 32000", s.HealthCheckNodePort)
+	}
+	s = lb(func(s *v1.Service) {
+		s.Annotations = map[string]string{annotationSourceRanges: "203.0.113.7/24,198.19.10.0/24"}
+		s.Spec.HealthCheckNodePort = 32000 // without policy Local there is no health check
+	})
+	wantRanges = []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.19.10.0/24")}
+	if !slices.Equal(s.LoadBalancerSourceRanges, wantRanges) || s.HealthCheckNodePort != 0 {
+		t.Errorf("from the annotation: ranges %v (want %v), health check port %d (want 0)",
+			s.LoadBalancerSourceRanges, wantRanges, s.HealthCheckNodePort)
+	}
+}
+
+// Leading zeros in IPv4 addresses are decimal, as kube-proxy reads them.
+func TestBuildLeadingZeros(t *testing.T) {
+	obj := svc("web", func(s *v1.Service) {
+		s.Spec.ClusterIP = "198.018.000.010"
+		s.Spec.ExternalIPs = []string{"198.19.100.010"}
+	})
+	snap := Build([]*v1.Service{obj}, []*discoveryv1.EndpointSlice{
+		slice("web-1", "web", []discoveryv1.EndpointPort{port("http", 8080, v1.ProtocolTCP)}, ep("198.19.1.010", true)),
+	}, nil)
+	if errs := snap.Errors(); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	s, _ := snap.Service(NamespacedName{"default", "web"})
+	if got := s.ClusterIPs[0].String(); got != "198.18.0.10" {
+		t.Errorf("clusterIP 198.018.000.010 read as %s, want 198.18.0.10 (decimal, not octal)", got)
+	}
+	if got := s.ExternalIPs[0].String(); got != "198.19.100.10" {
+		t.Errorf("externalIP read as %s", got)
+	}
+	if got := s.Ports[0].Endpoints[0].Addr.String(); got != "198.19.1.10:8080" {
+		t.Errorf("endpoint read as %s", got)
+	}
+	for _, bad := range []string{"198.18.0.0010.1", "::ffff:198.018.0.1", "fe80::1%eth0", "0x0a.0.0.1"} {
+		if a, ok := ParseAddr(bad); ok {
+			t.Errorf("ParseAddr(%q) = %s, want an error", bad, a)
+		}
 	}
 }

@@ -80,8 +80,18 @@ type Service struct {
 	// ExternalName is the DNS name of an ExternalName Service.
 	ExternalName string
 
-	ExternalIPs     []netip.Addr
-	LoadBalancerIPs []netip.Addr // status.loadBalancer.ingress[].ip
+	ExternalIPs []netip.Addr
+	// LoadBalancerIPs are status.loadBalancer.ingress[].ip, without those whose
+	// ipMode is Proxy: the load balancer proxies that traffic itself and sends it
+	// to a node address, so the node must not capture the address (kube-proxy's
+	// LoadBalancerIPMode, KEP-1860).
+	LoadBalancerIPs []netip.Addr
+	// LoadBalancerSourceRanges is spec.loadBalancerSourceRanges: when set, traffic
+	// to a LoadBalancer IP from any other source is dropped.
+	LoadBalancerSourceRanges []netip.Prefix
+	// HealthCheckNodePort is spec.healthCheckNodePort (externalTrafficPolicy:
+	// Local): the node answers the load balancer's health check there. 0: none.
+	HealthCheckNodePort uint16
 
 	Affinity Affinity
 

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"regexp"
 	"strconv"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -51,8 +52,8 @@ func (f *fieldErrors) result() error {
 
 // checkIP parses s as an IP address of the given family ("" for any).
 func (f *fieldErrors) checkIP(field, s string, family v1.IPFamily) {
-	ip, err := netip.ParseAddr(s)
-	if err != nil || ip.Zone() != "" {
+	ip, ok := ParseAddr(s)
+	if !ok {
 		f.add(field, s, "not an IP address")
 		return
 	}
@@ -92,6 +93,22 @@ func validateService(obj *v1.Service) error {
 		if ing.IP != "" {
 			f.checkIP(fmt.Sprintf("status.loadBalancer.ingress[%d].ip", i), ing.IP, "")
 		}
+		if m := ing.IPMode; m != nil && *m != v1.LoadBalancerIPModeVIP && *m != v1.LoadBalancerIPModeProxy {
+			f.add(fmt.Sprintf("status.loadBalancer.ingress[%d].ipMode", i), string(*m), "must be VIP or Proxy")
+		}
+	}
+	field, ranges := sourceRanges(obj)
+	for i, s := range ranges {
+		if _, ok := ParsePrefix(s); !ok {
+			if field == annotationSourceRanges {
+				f.add("metadata.annotations["+annotationSourceRanges+"]", s, "not a CIDR")
+			} else {
+				f.add(fmt.Sprintf("spec.loadBalancerSourceRanges[%d]", i), s, "not a CIDR")
+			}
+		}
+	}
+	if p := spec.HealthCheckNodePort; p < 0 || p > 65535 {
+		f.add("spec.healthCheckNodePort", strconv.Itoa(int(p)), "must be between 0 and 65535")
 	}
 	switch spec.SessionAffinity {
 	case "", v1.ServiceAffinityNone:
@@ -114,6 +131,27 @@ func validateService(obj *v1.Service) error {
 		f.add("spec.internalTrafficPolicy", string(*p), "must be Cluster or Local")
 	}
 	return f.result()
+}
+
+// annotationSourceRanges is the older form of spec.loadBalancerSourceRanges, which
+// kube-proxy still reads when the field is empty.
+const annotationSourceRanges = "service.beta.kubernetes.io/load-balancer-source-ranges"
+
+// sourceRanges returns spec.loadBalancerSourceRanges, or the annotation's
+// comma-separated list when the field is empty, each entry trimmed, and which of the
+// two it came from.
+func sourceRanges(obj *v1.Service) (string, []string) {
+	field, raw := "spec.loadBalancerSourceRanges", obj.Spec.LoadBalancerSourceRanges
+	if len(raw) == 0 {
+		if a := strings.TrimSpace(obj.Annotations[annotationSourceRanges]); a != "" {
+			field, raw = annotationSourceRanges, strings.Split(a, ",")
+		}
+	}
+	out := make([]string, 0, len(raw))
+	for _, s := range raw {
+		out = append(out, strings.TrimSpace(s))
+	}
+	return field, out
 }
 
 // validateClusterIPs checks spec.clusterIP, spec.clusterIPs and their families.
@@ -150,7 +188,7 @@ func validateClusterIPs(f *fieldErrors, spec *v1.ServiceSpec) {
 		}
 		f.checkIP(field(i), s, family)
 	}
-	if len(ips) == 2 && f.err == nil && familyOf(netip.MustParseAddr(ips[0])) == familyOf(netip.MustParseAddr(ips[1])) {
+	if len(ips) == 2 && f.err == nil && familyOf(mustParseAddr(ips[0])) == familyOf(mustParseAddr(ips[1])) {
 		f.add("spec.clusterIPs[1]", ips[1], "must be of the other family than spec.clusterIPs[0]")
 	}
 }
