@@ -1,0 +1,28 @@
+// Package nftables is svcproxy's nftables dataplane: kube-proxy's nftables mode.
+//
+// A Snapshot is rendered, by a pure function, into one transaction of nft commands
+// for a table of svcproxy's own, `ip svcproxy`, applied with one `nft -f` run
+// (sigs.k8s.io/knftables). Where iptables mode walks a chain with a rule per
+// service port, this table looks a packet's destination up in verdict maps:
+//
+//	nat-prerouting -> services:
+//	    ip daddr . meta l4proto . th dport vmap @service-ips        (ClusterIPs, externalIPs, LB IPs)
+//	    fib daddr type local ... meta l4proto . th dport vmap @service-nodeports
+//	-> service-<port> (numgen random spread) -> endpoint-<port>__<endpoint> (DNAT)
+//	nat-postrouting -> masquerading (MASQUERADE what mark-for-masquerade marked)
+//
+// A lookup in a map costs the same with one Service or 10,000, so the cost of a new
+// connection does not grow with the number of Services. Ports without endpoints are
+// REJECTed (or DROPped, for a Local policy without local endpoints) through the
+// no-endpoint-services and no-endpoint-nodeports maps, LoadBalancer IPs with source
+// ranges go through firewall-ips, and a ClusterIP's ports that no Service has are
+// rejected (cluster-ips).
+//
+// Proxier keeps the kernel in step with Snapshots: a partial sync writes only the
+// chains, sets and map elements of changed service ports, a full sync every
+// SyncPeriod and after any failure writes the whole table and deletes chains that
+// belong to nothing. The table outlives the process; a new Proxier adopts it, and
+// Cleanup deletes it.
+//
+// Only IPv4 is rendered: IPv6 addresses of a Service or endpoint are skipped.
+package nftables

@@ -1,0 +1,94 @@
+package nftables
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"net/netip"
+	"strings"
+
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// Table is the name of svcproxy's table, in the ip family: `ip svcproxy`. Nothing
+// else writes to it, and nothing of ours lives outside it.
+const Table = "svcproxy"
+
+// Base chains: where the table hooks into the packet's path, at kube-proxy's
+// priorities except for NAT (see natPriority).
+const (
+	chainFilterPrerouting     = "filter-prerouting"
+	chainFilterInput          = "filter-input"
+	chainFilterForward        = "filter-forward"
+	chainFilterOutput         = "filter-output"
+	chainFilterOutputPostDNAT = "filter-output-post-dnat"
+	chainNATPrerouting        = "nat-prerouting"
+	chainNATOutput            = "nat-output"
+	chainNATPostrouting       = "nat-postrouting"
+)
+
+// Regular chains every sync writes whole.
+const (
+	chainServices               = "services"                 // ClusterIPs, externalIPs, LB IPs, NodePorts -> their chains
+	chainServiceEndpointsCheck  = "service-endpoints-check"  // REJECT/DROP what has no endpoints
+	chainNodePortEndpointsCheck = "nodeport-endpoints-check" // the same for NodePorts
+	chainFirewallCheck          = "firewall-check"           // loadBalancerSourceRanges
+	chainClusterIPsCheck        = "cluster-ips-check"        // a ClusterIP's ports that no Service has
+	chainMarkMasq               = "mark-for-masquerade"
+	chainMasquerading           = "masquerading"
+	chainReject                 = "reject-chain" // maps cannot say "reject": they say goto reject-chain
+)
+
+// Sets and maps.
+const (
+	setClusterIPs         = "cluster-ips"
+	setNodePortIPs        = "nodeport-ips"
+	mapServiceIPs         = "service-ips"
+	mapServiceNodePorts   = "service-nodeports"
+	mapNoEndpointServices = "no-endpoint-services"
+	mapNoEndpointNodePort = "no-endpoint-nodeports"
+	mapFirewallIPs        = "firewall-ips"
+)
+
+// Prefixes of the per-service-port chains and sets. One with a prefix that no
+// service port claims is stale, and a full sync deletes it.
+const (
+	prefixService  = "service-"  // cluster policy: every usable endpoint
+	prefixLocal    = "local-"    // local policy: the endpoints on this node
+	prefixExternal = "external-" // NodePort, externalIPs, LoadBalancer IPs
+	prefixFirewall = "firewall-" // loadBalancerSourceRanges
+	prefixEndpoint = "endpoint-" // one endpoint: DNAT
+	prefixAffinity = "affinity-" // a set: the clients of one endpoint (ClientIP affinity)
+)
+
+var portChainPrefixes = []string{prefixService, prefixLocal, prefixExternal, prefixFirewall, prefixEndpoint}
+
+func isPortChain(name string) bool {
+	for _, p := range portChainPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// hashBase is kube-proxy's hashAndTruncate for nftables names: 8 characters of the
+// base32 SHA-256, enough to tell apart names that the readable part alone might
+// not (nft names are not limited to 28 characters, so the rest stays readable).
+func hashBase(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return base32.StdEncoding.EncodeToString(h[:])[:8]
+}
+
+// portBase is kube-proxy's servicePortChainNameBase: "HASH-ns/name/proto/port".
+func portBase(n service.PortName) string {
+	s := n.Namespace + "/" + n.Name + "/" + strings.ToLower(string(n.Protocol)) + "/" + n.Port
+	return hashBase(s) + "-" + s
+}
+
+// endpointBase is kube-proxy's servicePortEndpointChainNameBase:
+// "HASH-ns/name/proto/port__ip/port".
+func endpointBase(n service.PortName, ep netip.AddrPort) string {
+	s := n.Namespace + "/" + n.Name + "/" + strings.ToLower(string(n.Protocol)) + "/" + n.Port +
+		"__" + ep.Addr().Unmap().String() + "/" + itoa(ep.Port())
+	return hashBase(s) + "-" + s
+}

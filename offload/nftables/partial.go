@@ -1,0 +1,117 @@
+package nftables
+
+import (
+	"slices"
+
+	"sigs.k8s.io/knftables"
+)
+
+// partialTx writes what differs from the last applied state, and nothing else: the
+// chains and sets of changed ports, their elements, the cluster-ips set's
+// difference, and the deletion of what removed ports and endpoints leave. The fixed
+// part of the table and the other 9,999 ports are not touched. It returns false when
+// there is nothing to write.
+func (rs *ruleset) partialTx(tx *knftables.Transaction, appliedIPs []string) bool {
+	var addEls, delEls []element
+	var staleChains, staleSets []string
+	for _, c := range rs.changed {
+		addPort(tx, c.cur)
+		var oldEls []element
+		if c.old != nil {
+			oldEls = c.old.elements
+			staleChains = append(staleChains, missing(chainNames(c.old), chainNames(c.cur))...)
+			staleSets = append(staleSets, missing(setNames(c.old), setNames(c.cur))...)
+		}
+		add, del := diffElements(oldEls, c.cur.elements)
+		addEls, delEls = append(addEls, add...), append(delEls, del...)
+	}
+	for _, old := range rs.removed {
+		delEls = append(delEls, old.elements...)
+		staleChains = append(staleChains, chainNames(old)...)
+		staleSets = append(staleSets, setNames(old)...)
+	}
+	for _, ip := range missingSorted(appliedIPs, rs.clusterIPs) {
+		delEls = append(delEls, element{set: setClusterIPs, key: []string{ip}})
+	}
+	for _, ip := range missingSorted(rs.clusterIPs, appliedIPs) {
+		addEls = append(addEls, element{set: setClusterIPs, key: []string{ip}})
+	}
+	// Elements go before the chains they point to, and are added after the
+	// chains they point to exist.
+	for _, e := range delEls {
+		deleteElement(tx, e)
+	}
+	for _, e := range addEls {
+		addElement(tx, e)
+	}
+	slices.Sort(staleChains)
+	slices.Sort(staleSets)
+	deleteObjects(tx, staleChains, staleSets)
+	return tx.NumOperations() > 0
+}
+
+// diffElements returns the elements of cur to add and those of old to delete. An
+// element whose verdict changed is deleted and added again: `add element` does not
+// replace the value of an existing key.
+func diffElements(old, cur []element) (add, del []element) {
+	was := make(map[string]element, len(old))
+	for _, e := range old {
+		was[e.id()] = e
+	}
+	is := make(map[string]bool, len(cur))
+	for _, e := range cur {
+		is[e.id()] = true
+		o, ok := was[e.id()]
+		if !ok || o.value != e.value {
+			if ok {
+				del = append(del, o)
+			}
+			add = append(add, e)
+		}
+	}
+	for _, e := range old {
+		if !is[e.id()] {
+			del = append(del, e)
+		}
+	}
+	return add, del
+}
+
+func chainNames(po *portObjects) []string {
+	out := make([]string, len(po.chains))
+	for i, c := range po.chains {
+		out[i] = c.name
+	}
+	return out
+}
+
+func setNames(po *portObjects) []string {
+	out := make([]string, len(po.sets))
+	for i, s := range po.sets {
+		out[i] = s.name
+	}
+	return out
+}
+
+// missing returns the strings of a that are not in b.
+func missing(a, b []string) []string {
+	var out []string
+	for _, s := range a {
+		if !slices.Contains(b, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// missingSorted is missing for sorted slices, in O(n log n): the cluster-ips set has
+// an element per Service.
+func missingSorted(a, b []string) []string {
+	var out []string
+	for _, s := range a {
+		if _, found := slices.BinarySearch(b, s); !found {
+			out = append(out, s)
+		}
+	}
+	return out
+}

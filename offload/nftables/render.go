@@ -1,0 +1,284 @@
+package nftables
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// portObjects is what one service port contributes to the table: its own chains and
+// affinity sets, and its elements in the shared maps. Chain and set names include
+// the port's name, so each belongs to one port only.
+type portObjects struct {
+	port     *service.Port // what it was rendered from
+	name     service.PortName
+	chains   []chainRules // its own chains, in declaration order
+	sets     []affinitySet
+	elements []element // in the shared maps
+	status   PortStatus
+	flows    flowInfo
+}
+
+// chainRules is a chain and its rules, in nft syntax.
+type chainRules struct {
+	name  string
+	rules []string
+}
+
+// affinitySet is the dynamic set of one endpoint's clients (ClientIP affinity).
+type affinitySet struct {
+	name    string
+	timeout time.Duration
+}
+
+// element is one element of a shared map: its key and verdict.
+type element struct {
+	set     string
+	key     []string
+	value   string
+	comment string
+}
+
+func (e element) id() string { return e.set + " " + strings.Join(e.key, " . ") }
+
+// chainBuilder collects a port's chains in declaration order.
+type chainBuilder struct {
+	order []string
+	rules map[string][]string
+}
+
+func (b *chainBuilder) add(chain string, words ...string) {
+	if _, ok := b.rules[chain]; !ok {
+		b.order = append(b.order, chain)
+	}
+	b.rules[chain] = append(b.rules[chain], strings.Join(words, " "))
+}
+
+// declare makes chain exist (in declaration order) even before it has rules.
+func (b *chainBuilder) declare(chain string) {
+	if _, ok := b.rules[chain]; !ok {
+		b.order = append(b.order, chain)
+		b.rules[chain] = nil
+	}
+}
+
+// renderPort renders one service port, or returns nil if it has no IPv4 ClusterIP.
+func renderPort(cfg *Config, p *service.Port) *portObjects {
+	pp := planPort(cfg, p)
+	if pp == nil {
+		return nil
+	}
+	po := &portObjects{port: p, name: p.Name, status: PortStatus{Port: pp.name, Protocol: string(p.Protocol)}}
+	b := &chainBuilder{rules: map[string][]string{}}
+	// Declare in a fixed order, so the text is stable.
+	for _, c := range [...]struct {
+		name string
+		used bool
+	}{{pp.svcChain, pp.usesClusterChain}, {pp.localChain, pp.usesLocalChain}, {pp.extChain, pp.usesExtChain},
+		{pp.fwChain, len(pp.sourceRanges) > 0 && len(pp.lbIPs) > 0}} {
+		if c.used {
+			b.declare(c.name)
+		}
+	}
+	po.elements = renderFrontends(cfg, pp, b)
+	if pp.usesExtChain {
+		renderExternalChain(cfg, pp, b)
+	}
+	if len(pp.sourceRanges) > 0 && len(pp.lbIPs) > 0 {
+		ranges := make([]string, len(pp.sourceRanges))
+		for i, r := range pp.sourceRanges {
+			ranges[i] = r.String()
+		}
+		b.add(pp.fwChain, "ip saddr != {", strings.Join(ranges, ", "), "}", "drop")
+	}
+	eps := map[netip.AddrPort]bool{}
+	if pp.usesClusterChain {
+		po.status.Endpoints = append(po.status.Endpoints, renderSpread(pp, pp.svcChain, pp.cluster, b, eps)...)
+	}
+	if pp.usesLocalChain {
+		po.status.Endpoints = append(po.status.Endpoints, renderSpread(pp, pp.localChain, pp.local, b, eps)...)
+	}
+	po.sets = renderEndpointChains(pp, eps, b)
+	for _, name := range b.order {
+		po.chains = append(po.chains, chainRules{name: name, rules: b.rules[name]})
+		po.status.Chains = append(po.status.Chains, name)
+	}
+	po.status.HasEndpoints = pp.hasEndpoints
+	po.flows = flowInfo{proto: pp.proto, port: p.Port, nodePort: p.NodePort,
+		frontends: slices.Concat(pp.clusterIPs, pp.extIPs, pp.lbIPs), hasEndpoints: pp.hasEndpoints}
+	for a := range eps {
+		po.flows.endpoints = append(po.flows.endpoints, a.Addr().Unmap())
+	}
+	slices.SortFunc(po.flows.endpoints, netip.Addr.Compare)
+	return po
+}
+
+// renderFrontends returns the map elements that catch a port's destinations
+// (ClusterIPs, externalIPs, LoadBalancer IPs, the NodePort) or reject them, and
+// writes the ClusterIP masquerade rule.
+func renderFrontends(cfg *Config, pp *portPlan, b *chainBuilder) []element {
+	var out []element
+	port := itoa(pp.p.Port)
+	el := func(set string, key []string, value string) {
+		out = append(out, element{set: set, key: key, value: value, comment: pp.name})
+	}
+	for _, ip := range pp.clusterIPs {
+		key := []string{ip.String(), pp.proto, port}
+		if !pp.hasInternal {
+			el(mapNoEndpointServices, key, pp.noEndpointVerdict)
+			continue
+		}
+		el(mapServiceIPs, key, "goto "+pp.internalChain)
+		// Masquerade ClusterIP traffic from outside the pod network: someone
+		// routing the service range to this node may get a reply from an
+		// endpoint on another node otherwise (kube-proxy's IfNotLocal rule).
+		match := []string{"ip daddr", ip.String(), pp.proto, "dport", port}
+		switch {
+		case cfg.MasqueradeAll:
+			b.add(pp.internalChain, slices.Concat(match, []string{"jump", chainMarkMasq})...)
+		case cfg.ClusterCIDR.IsValid():
+			b.add(pp.internalChain, slices.Concat(match, []string{"ip saddr !=", cfg.ClusterCIDR.Masked().String(), "jump", chainMarkMasq})...)
+		}
+	}
+	for _, ips := range [][]netip.Addr{pp.extIPs, pp.lbIPs} {
+		for _, ip := range ips {
+			key := []string{ip.String(), pp.proto, port}
+			if pp.hasEndpoints {
+				el(mapServiceIPs, key, "goto "+pp.extChain)
+			}
+			if !pp.hasExternal {
+				el(mapNoEndpointServices, key, pp.noEndpointVerdict)
+			}
+		}
+	}
+	if len(pp.sourceRanges) > 0 {
+		for _, ip := range pp.lbIPs {
+			el(mapFirewallIPs, []string{ip.String(), pp.proto, port}, "goto "+pp.fwChain)
+		}
+	}
+	if np := pp.p.NodePort; np != 0 {
+		key := []string{pp.proto, itoa(np)}
+		if pp.hasEndpoints {
+			el(mapServiceNodePorts, key, "goto "+pp.extChain)
+		}
+		if !pp.hasExternal {
+			el(mapNoEndpointNodePort, key, pp.noEndpointVerdict)
+		}
+	}
+	return out
+}
+
+// renderExternalChain writes external-: where NodePort, externalIP and LoadBalancer
+// traffic goes, by externalTrafficPolicy.
+func renderExternalChain(cfg *Config, pp *portPlan, b *chainBuilder) {
+	c := pp.extChain
+	if !pp.p.Service.ExternalPolicyLocal {
+		// The endpoint may be on another node: SNAT so the reply comes back here.
+		b.add(c, "jump", chainMarkMasq)
+	} else {
+		// Policy Local keeps the client address. Pods reaching an external
+		// destination are treated as if they went out to a load balancer and came
+		// back: any endpoint. The node itself has the external address as its
+		// own, so it needs masquerade (and also goes to any endpoint).
+		if cfg.ClusterCIDR.IsValid() {
+			b.add(c, "ip saddr", cfg.ClusterCIDR.Masked().String(), "goto", pp.svcChain)
+		}
+		b.add(c, "fib saddr type local jump", chainMarkMasq)
+		b.add(c, "fib saddr type local goto", pp.svcChain)
+	}
+	if pp.hasExternal {
+		b.add(c, "goto", pp.externalPolicyChain)
+	}
+}
+
+// renderSpread writes a policy chain: ClientIP affinity lookups first, then the
+// random spread. It records each endpoint in eps.
+//
+// kube-proxy spreads with one rule, `numgen random mod N vmap { 0 : goto A, ... }`:
+// an anonymous verdict map per service port. The kernel's loop check walks every
+// verdict map of the table for each jump it validates, so with 10,000 such maps a
+// full sync takes minutes (measured: docs/architecture.md). svcproxy writes one rule
+// per endpoint instead, as iptables mode does: endpoint i of n is taken with
+// `numgen random mod (n-i) == 0`, 1/n, 1/(n-1), ..., and the last one always, which
+// gives each endpoint 1/n of new connections and leaves the table with a handful of
+// maps whatever the number of Services.
+func renderSpread(pp *portPlan, chain string, eps []service.Endpoint, b *chainBuilder, seen map[netip.AddrPort]bool) []EndpointStatus {
+	aff := pp.p.Service.Affinity
+	names := make([]string, len(eps))
+	for i, e := range eps {
+		names[i] = prefixEndpoint + endpointBase(pp.p.Name, e.Addr)
+		seen[e.Addr] = true
+	}
+	if aff.ClientIP {
+		for i, e := range eps {
+			b.add(chain, "ip saddr @"+prefixAffinity+endpointBase(pp.p.Name, e.Addr), "goto", names[i])
+		}
+	}
+	status := make([]EndpointStatus, len(eps))
+	n := len(eps)
+	for i, e := range eps {
+		rule := "always"
+		if i < n-1 {
+			rule = fmt.Sprintf("numgen random mod %d == 0", n-i)
+			b.add(chain, rule, "goto", names[i])
+		} else {
+			b.add(chain, "goto", names[i])
+		}
+		status[i] = EndpointStatus{Addr: e.Addr.String(), Node: e.NodeName, From: chain, Chain: names[i],
+			Share: 1 / float64(n), Terminating: e.Terminating}
+	}
+	return status
+}
+
+// renderEndpointChains writes one endpoint- chain per endpoint: mark hairpin traffic
+// (a pod reaching itself must see the node, not itself, as the source, or it would
+// answer itself directly), remember the client for affinity, DNAT. It returns the
+// affinity sets the chains update.
+func renderEndpointChains(pp *portPlan, eps map[netip.AddrPort]bool, b *chainBuilder) []affinitySet {
+	addrs := make([]netip.AddrPort, 0, len(eps))
+	for a := range eps {
+		addrs = append(addrs, a)
+	}
+	slices.SortFunc(addrs, netip.AddrPort.Compare)
+	aff := pp.p.Service.Affinity
+	var sets []affinitySet
+	for _, a := range addrs {
+		base := endpointBase(pp.p.Name, a)
+		c := prefixEndpoint + base
+		b.add(c, "ip saddr", a.Addr().Unmap().String(), "jump", chainMarkMasq)
+		if aff.ClientIP {
+			set := affinitySet{name: prefixAffinity + base, timeout: affinityTimeout(aff)}
+			sets = append(sets, set)
+			b.add(c, "update @"+set.name, "{ ip saddr }")
+		}
+		b.add(c, "meta l4proto", pp.proto, "dnat to", netip.AddrPortFrom(a.Addr().Unmap(), a.Port()).String())
+	}
+	return sets
+}
+
+func affinityTimeout(a service.Affinity) time.Duration {
+	if a.Timeout <= 0 {
+		return service.DefaultAffinityTimeout
+	}
+	return a.Timeout
+}
+
+// samePort reports whether two ports render the same objects: every field
+// renderPort reads is equal. Snapshots are immutable, so the same pointer is the
+// same port.
+func samePort(a, b *service.Port) bool {
+	if a == b {
+		return true
+	}
+	as, bs := a.Service, b.Service
+	return a.Name == b.Name && a.Port == b.Port && a.Protocol == b.Protocol && a.NodePort == b.NodePort &&
+		slices.Equal(a.Endpoints, b.Endpoints) &&
+		slices.Equal(as.ClusterIPs, bs.ClusterIPs) && slices.Equal(as.ExternalIPs, bs.ExternalIPs) &&
+		slices.Equal(as.LoadBalancerIPs, bs.LoadBalancerIPs) && slices.Equal(as.LoadBalancerSourceRanges, bs.LoadBalancerSourceRanges) &&
+		as.Affinity == bs.Affinity &&
+		as.ExternalPolicyLocal == bs.ExternalPolicyLocal && as.InternalPolicyLocal == bs.InternalPolicyLocal
+}

@@ -1,0 +1,97 @@
+package nftables
+
+import (
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/svcproxy/svcproxy/service"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
+
+// checkGolden compares got with testdata/<name>.golden (or rewrites it with -update).
+func checkGolden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if string(got) != string(want) {
+		t.Errorf("%s: transaction differs from the golden file (go test -update rewrites it)\n--- got:\n%s\n--- want:\n%s", path, got, want)
+	}
+}
+
+func TestRenderGolden(t *testing.T) {
+	remoteOnly := []service.Endpoint{ep("198.19.1.130:8080", "node-b")}
+	tests := []struct {
+		name string
+		cfg  Config
+		snap *service.Snapshot
+	}{
+		{"empty", testConfig, snapshot()},
+		{"clusterip", testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()))},
+		{"masquerade-all", Config{NodeName: thisNode, MasqueradeAll: true, MasqueradeBit: 5},
+			snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()[:1]))},
+		{"udp", testConfig, snapshot(svc("dns", "198.18.0.53", 53, threeEndpoints()[:2], withProtocol(service.UDP)))},
+		{"nodeport-node-ips", Config{NodeName: thisNode, ClusterCIDR: testConfig.ClusterCIDR, NodeIPs: addrs("198.19.0.1", "127.0.0.1", "2001:db8::1")},
+			snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()[:1], withNodePort(30080)))},
+		{"loadbalancer", testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()[:2],
+			withNodePort(30080), withExternalIPs("198.18.100.1"), withLoadBalancer("198.18.200.1"), withSourceRanges("203.0.113.0/25", "198.19.10.0/24")))},
+		{"affinity", testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()[:2], withAffinity(600*time.Second)))},
+		{"no-endpoints", testConfig, snapshot(svc("web", "198.18.0.10", 80, nil,
+			withNodePort(30080), withExternalIPs("198.18.100.1"), withLoadBalancer("198.18.200.1")))},
+		{"external-local", testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints(),
+			withNodePort(30080), withExternalLocal()))},
+		{"external-local-none-here", testConfig, snapshot(svc("web", "198.18.0.10", 80, remoteOnly,
+			withNodePort(30080), withExternalIPs("198.18.100.1"), withExternalLocal()))},
+		{"internal-local-none-here", testConfig, snapshot(svc("web", "198.18.0.10", 80, remoteOnly, withInternalLocal()))},
+		{"skipped", testConfig, snapshot(
+			svc("headless", "198.18.0.1", 80, threeEndpoints(), withHeadless()),
+			svc("v6only", "2001:db8::10", 80, threeEndpoints()),
+		)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Render(tt.cfg, tt.snap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkGolden(t, tt.name, []byte(got))
+		})
+	}
+}
+
+func TestRenderInvalidConfig(t *testing.T) {
+	for _, cfg := range []Config{{MasqueradeBit: 32}, {MasqueradeBit: -1}, {NodeIPs: []netip.Addr{{}}}} {
+		if _, err := Render(cfg, snapshot()); err == nil {
+			t.Errorf("Render(%+v): no error", cfg)
+		}
+	}
+}
+
+// Chain names are part of the contract with a running kernel: a new process must
+// find the chains and affinity sets of the old one. They are kube-proxy's names
+// (the same hashes as its nftables proxier_test.go).
+func TestNamesStable(t *testing.T) {
+	n := service.PortName{NamespacedName: service.NamespacedName{Namespace: "ns1", Name: "svc1"}, Port: "p80", Protocol: service.TCP}
+	tests := []struct{ got, want string }{
+		{prefixService + portBase(n), "service-ULMVA6XW-ns1/svc1/tcp/p80"},
+		{prefixEndpoint + endpointBase(n, netip.MustParseAddrPort("10.180.0.1:80")), "endpoint-5OJB2KTY-ns1/svc1/tcp/p80__10.180.0.1/80"},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("chain %s, want %s", tt.got, tt.want)
+		}
+	}
+}

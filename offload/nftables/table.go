@@ -1,0 +1,293 @@
+package nftables
+
+import (
+	"slices"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// ruleset is a rendered Snapshot: every port, and the ClusterIPs they make up.
+type ruleset struct {
+	cfg        Config
+	ports      []*portObjects
+	clusterIPs []string // sorted, for the cluster-ips set
+
+	// Against the previous rendering (when there was one): the ports rendered
+	// anew (with what they replace, nil for a new port) and the ports gone. A
+	// port reused as it was is in neither.
+	changed []change
+	removed []*portObjects
+}
+
+// change is a port rendered anew: old is its previous rendering, or nil.
+type change struct{ old, cur *portObjects }
+
+// render renders snap. A port equal to the one a rendering in prev was made from
+// reuses that rendering: a sync after one change renders one port, not 10,000.
+func render(cfg Config, snap *service.Snapshot, prev map[service.PortName]*portObjects) *ruleset {
+	rs := &ruleset{cfg: cfg, ports: make([]*portObjects, 0, len(snap.Ports()))}
+	matched := 0
+	for _, p := range snap.Ports() {
+		if cfg.Include != nil && !cfg.Include(p) {
+			continue
+		}
+		old := prev[p.Name]
+		if old != nil {
+			matched++
+		}
+		po := old
+		if old == nil || !samePort(old.port, p) {
+			po = renderPort(&cfg, p)
+			if po != nil {
+				rs.changed = append(rs.changed, change{old, po})
+			} else if old != nil {
+				rs.removed = append(rs.removed, old) // e.g. became headless
+			}
+		}
+		if po == nil {
+			continue
+		}
+		rs.ports = append(rs.ports, po)
+	}
+	if matched < len(prev) {
+		here := make(map[service.PortName]bool, len(rs.ports))
+		for _, po := range rs.ports {
+			here[po.name] = true
+		}
+		for name, old := range prev {
+			if !here[name] {
+				rs.removed = append(rs.removed, old)
+			}
+		}
+	}
+	return rs
+}
+
+// ipsChanged reports whether the ClusterIPs of the rendered ports may differ from
+// the previous rendering's: a port came, went, or changed its Service's ClusterIPs.
+func (rs *ruleset) ipsChanged() bool {
+	if len(rs.removed) > 0 {
+		return true
+	}
+	for _, c := range rs.changed {
+		if c.old == nil || !slices.Equal(c.old.port.Service.ClusterIPs, c.cur.port.Service.ClusterIPs) {
+			return true
+		}
+	}
+	return false
+}
+
+// collectClusterIPs fills rs.clusterIPs from the ports: the cluster-ips set.
+func (rs *ruleset) collectClusterIPs() {
+	ips := map[string]bool{}
+	for _, po := range rs.ports {
+		for _, ip := range v4(po.port.Service.ClusterIPs) {
+			ips[ip.String()] = true
+		}
+	}
+	rs.clusterIPs = sortedKeys(ips)
+}
+
+// addTable writes the table's fixed part: the table, its base chains, the shared
+// chains with their rules, the sets and maps (flushed: a full sync adds every
+// element again).
+func addTable(tx *knftables.Transaction, cfg *Config) {
+	tx.Add(&knftables.Table{Comment: knftables.PtrTo("rules for svcproxy")})
+	for _, bc := range baseChains {
+		tx.Add(&knftables.Chain{Name: bc.name, Type: knftables.PtrTo(bc.typ), Hook: knftables.PtrTo(bc.hook),
+			Priority: knftables.PtrTo(bc.priority)})
+	}
+	for _, s := range []struct {
+		name, typ, comment string
+		isMap              bool
+	}{
+		{setClusterIPs, "ipv4_addr", "ClusterIPs with at least one port", false},
+		{setNodePortIPs, "ipv4_addr", "addresses that accept NodePort traffic", false},
+		{mapServiceIPs, "ipv4_addr . inet_proto . inet_service : verdict", "ClusterIP, external IP and LoadBalancer IP traffic", true},
+		{mapServiceNodePorts, "inet_proto . inet_service : verdict", "NodePort traffic", true},
+		{mapNoEndpointServices, "ipv4_addr . inet_proto . inet_service : verdict", "REJECT or DROP service traffic without endpoints", true},
+		{mapNoEndpointNodePort, "inet_proto . inet_service : verdict", "REJECT or DROP NodePort traffic without endpoints", true},
+		{mapFirewallIPs, "ipv4_addr . inet_proto . inet_service : verdict", "LoadBalancer IPs with loadBalancerSourceRanges", true},
+	} {
+		if s.name == setNodePortIPs && len(cfg.nodeIPs()) == 0 {
+			continue
+		}
+		if s.isMap {
+			m := &knftables.Map{Name: s.name, Type: s.typ, Comment: knftables.PtrTo(s.comment)}
+			tx.Add(m)
+			tx.Flush(m)
+		} else {
+			set := &knftables.Set{Name: s.name, Type: s.typ, Comment: knftables.PtrTo(s.comment)}
+			tx.Add(set)
+			tx.Flush(set)
+		}
+	}
+	for _, ip := range cfg.nodeIPs() {
+		tx.Add(&knftables.Element{Set: setNodePortIPs, Key: []string{ip.String()}})
+	}
+	fixed := fixedChains(cfg)
+	for _, c := range fixed[len(baseChains):] { // base chains were added above, with their hooks
+		tx.Add(&knftables.Chain{Name: c.name})
+	}
+	for _, c := range fixed {
+		tx.Flush(&knftables.Chain{Name: c.name})
+		for _, r := range c.rules {
+			tx.Add(&knftables.Rule{Chain: c.name, Rule: r})
+		}
+	}
+}
+
+// baseChain is where the table hooks into the packet's path.
+type baseChain struct {
+	name     string
+	typ      knftables.BaseChainType
+	hook     knftables.BaseChainHook
+	priority knftables.BaseChainPriority
+}
+
+// natPriority is one before dstnat (-100), where iptables' nat table sits. When
+// two nat chains at one hook could DNAT a new connection, the kernel runs them in
+// priority order and stops at the first that binds: at dstnat-1 svcproxy's table is
+// met before any iptables nat rule, so in hybrid mode a promoted port's DNAT wins
+// over its userspace REDIRECT portal while both exist (install the kernel path
+// first, then remove the portal). kube-proxy uses dstnat; nothing else changes.
+const natPriority = knftables.DNATPriority + "-1"
+
+// baseChains are kube-proxy's: filter chains just before DNAT (dstnat-10), so that
+// they see the address the client sent to, and one just after it in output.
+var baseChains = []baseChain{
+	{chainFilterPrerouting, knftables.FilterType, knftables.PreroutingHook, knftables.DNATPriority + "-10"},
+	{chainFilterInput, knftables.FilterType, knftables.InputHook, knftables.DNATPriority + "-10"},
+	{chainFilterForward, knftables.FilterType, knftables.ForwardHook, knftables.DNATPriority + "-10"},
+	{chainFilterOutput, knftables.FilterType, knftables.OutputHook, knftables.DNATPriority + "-10"},
+	{chainFilterOutputPostDNAT, knftables.FilterType, knftables.OutputHook, knftables.DNATPriority + "+10"},
+	{chainNATPrerouting, knftables.NATType, knftables.PreroutingHook, natPriority},
+	{chainNATOutput, knftables.NATType, knftables.OutputHook, natPriority},
+	{chainNATPostrouting, knftables.NATType, knftables.PostroutingHook, knftables.SNATPriority},
+}
+
+// fixedChains are the chains every full sync writes whole: the base chains first,
+// in the order of baseChains, then the shared regular chains.
+func fixedChains(cfg *Config) []chainRules {
+	mark := cfg.mark()
+	// NodePorts: on the configured node addresses, or on every local one but
+	// loopback (a NodePort on 127.0.0.1 would need route_localnet).
+	nodePorts := "fib daddr type local ip daddr != 127.0.0.0/8"
+	if len(cfg.nodeIPs()) > 0 {
+		nodePorts = "ip daddr @" + setNodePortIPs
+	}
+	const isNew = "ct state new "
+	return []chainRules{
+		{chainFilterPrerouting, []string{isNew + "jump " + chainFirewallCheck}},
+		{chainFilterInput, []string{isNew + "jump " + chainNodePortEndpointsCheck, isNew + "jump " + chainServiceEndpointsCheck}},
+		{chainFilterForward, []string{isNew + "jump " + chainServiceEndpointsCheck, isNew + "jump " + chainClusterIPsCheck}},
+		{chainFilterOutput, []string{isNew + "jump " + chainServiceEndpointsCheck, isNew + "jump " + chainFirewallCheck}},
+		{chainFilterOutputPostDNAT, []string{isNew + "jump " + chainClusterIPsCheck}},
+		{chainNATPrerouting, []string{"jump " + chainServices}},
+		{chainNATOutput, []string{"jump " + chainServices}},
+		{chainNATPostrouting, []string{"jump " + chainMasquerading}},
+		{chainServices, []string{
+			"ip daddr . meta l4proto . th dport vmap @" + mapServiceIPs,
+			nodePorts + " meta l4proto . th dport vmap @" + mapServiceNodePorts,
+		}},
+		{chainServiceEndpointsCheck, []string{"ip daddr . meta l4proto . th dport vmap @" + mapNoEndpointServices}},
+		{chainNodePortEndpointsCheck, []string{nodePorts + " meta l4proto . th dport vmap @" + mapNoEndpointNodePort}},
+		{chainFirewallCheck, []string{"ip daddr . meta l4proto . th dport vmap @" + mapFirewallIPs}},
+		// A ClusterIP answers only on its Services' ports; anything else is
+		// refused at once rather than routed out towards the service range.
+		// (kube-proxy also drops traffic to unallocated ClusterIPs of its
+		// --service-cluster-ip-range; svcproxy is not told that range.)
+		{chainClusterIPsCheck, []string{"ip daddr @" + setClusterIPs + " reject"}},
+		{chainMarkMasq, []string{"mark set mark or " + mark}},
+		{chainMasquerading, []string{
+			"mark and " + mark + " == 0 return",
+			// Clear the mark so a packet re-entering the stack (e.g. after an
+			// IPsec transform) is not masqueraded twice, as kube-proxy does.
+			"mark set mark xor " + mark,
+			"masquerade fully-random",
+		}},
+		{chainReject, []string{"reject"}},
+	}
+}
+
+// addPort writes a port's sets and chains (each chain flushed, then its rules).
+func addPort(tx *knftables.Transaction, po *portObjects) {
+	for _, s := range po.sets {
+		tx.Add(&knftables.Set{Name: s.name, Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
+			Timeout: knftables.PtrTo(s.timeout)})
+	}
+	for _, c := range po.chains {
+		ch := &knftables.Chain{Name: c.name}
+		tx.Add(ch)
+		tx.Flush(ch)
+	}
+	for _, c := range po.chains {
+		for _, r := range c.rules {
+			tx.Add(&knftables.Rule{Chain: c.name, Rule: r})
+		}
+	}
+}
+
+func addElement(tx *knftables.Transaction, e element) {
+	el := &knftables.Element{Key: e.key, Value: []string{e.value}, Comment: knftables.PtrTo(e.comment)}
+	if e.set == setClusterIPs {
+		el.Set, el.Value, el.Comment = e.set, nil, nil
+	} else {
+		el.Map = e.set
+	}
+	tx.Add(el)
+}
+
+func deleteElement(tx *knftables.Transaction, e element) {
+	el := &knftables.Element{Key: e.key}
+	if e.set == setClusterIPs {
+		el.Set = e.set
+	} else {
+		el.Map = e.set
+	}
+	tx.Delete(el)
+}
+
+// deleteObjects flushes and deletes chains, then deletes sets: the chains may
+// jump to one another and update the sets, and within one transaction the kernel
+// lets an object go once nothing refers to it any more.
+func deleteObjects(tx *knftables.Transaction, chains, sets []string) {
+	for _, c := range chains {
+		tx.Flush(&knftables.Chain{Name: c})
+	}
+	for _, c := range chains {
+		tx.Delete(&knftables.Chain{Name: c})
+	}
+	for _, s := range sets {
+		tx.Delete(&knftables.Set{Name: s})
+	}
+}
+
+// fullTx writes everything: the fixed part, every port, every element, and the
+// deletion of stale port chains and sets (found in the kernel by the caller).
+func (rs *ruleset) fullTx(tx *knftables.Transaction, staleChains, staleSets []string) {
+	addTable(tx, &rs.cfg)
+	for _, po := range rs.ports {
+		addPort(tx, po)
+	}
+	for _, ip := range rs.clusterIPs {
+		addElement(tx, element{set: setClusterIPs, key: []string{ip}})
+	}
+	for _, po := range rs.ports {
+		for _, e := range po.elements {
+			addElement(tx, e)
+		}
+	}
+	deleteObjects(tx, staleChains, staleSets)
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,188 @@
+package nftables
+
+import (
+	"context"
+	"math"
+	"net/netip"
+	"testing"
+	"time"
+
+	knft "github.com/svcproxy/svcproxy/kernel/nftables"
+	"github.com/svcproxy/svcproxy/service"
+)
+
+var (
+	nodeIP    = netip.MustParseAddr("198.19.0.1")
+	podIP     = netip.MustParseAddr("198.19.1.50")  // a client pod on this node
+	outsideIP = netip.MustParseAddr("198.19.200.7") // a client outside the cluster
+)
+
+// syncedFake syncs snap into a new Fake (this node's address: nodeIP) and returns it.
+func syncedFake(t *testing.T, cfg Config, snap *service.Snapshot) *knft.Fake {
+	t.Helper()
+	f := knft.NewFake(Table)
+	f.SetLocalAddrs(nodeIP)
+	p, err := NewProxier(ProxierConfig{Rules: cfg, NFT: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Update(snap)
+	if err := p.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// The traffic cases of kube-proxy's nftables tests (written with tracePacket):
+// where does a packet from A to B end up? The same cases as offload/iptables', with
+// the same answers.
+func TestTrace(t *testing.T) {
+	cluster := snapshot(
+		svc("web", "198.18.0.10", 80, threeEndpoints(), withNodePort(30080),
+			withExternalIPs("198.18.100.1"), withLoadBalancer("198.18.200.1")),
+		svc("empty", "198.18.0.20", 80, nil, withNodePort(30081), withExternalIPs("198.18.100.2")),
+		svc("local", "198.18.0.30", 80, threeEndpoints(), withNodePort(30082), withExternalLocal()),
+		svc("remote", "198.18.0.40", 80, []service.Endpoint{ep("198.19.1.130:8080", "node-b")},
+			withNodePort(30083), withExternalLocal(), withInternalLocal()),
+		svc("dns", "198.18.0.53", 53, threeEndpoints()[:1], withProtocol(service.UDP)),
+		svc("fw", "198.18.0.60", 80, threeEndpoints()[:1], withLoadBalancer("198.18.200.6"), withSourceRanges("198.19.200.0/24")),
+	)
+	f := syncedFake(t, testConfig, cluster)
+	tcp := func(src netip.Addr, dst string, pick int) knft.Packet {
+		return knft.Packet{Src: src, Dst: netip.MustParseAddrPort(dst), Pick: pick}
+	}
+	local := func(dst string) knft.Packet {
+		return knft.Packet{Src: nodeIP, Dst: netip.MustParseAddrPort(dst), Local: true}
+	}
+	tests := []struct {
+		name string
+		pkt  knft.Packet
+		want string
+	}{
+		{"pod to ClusterIP", tcp(podIP, "198.18.0.10:80", 0), "DNAT 198.19.1.10:8080"},
+		{"pod to ClusterIP, third endpoint", tcp(podIP, "198.18.0.10:80", 2), "DNAT 198.19.1.130:8080"},
+		{"node to ClusterIP", local("198.18.0.10:80"), "DNAT 198.19.1.10:8080, MASQUERADE"},
+		{"outside to ClusterIP", tcp(outsideIP, "198.18.0.10:80", 1), "DNAT 198.19.1.11:8080, MASQUERADE"},
+		{"hairpin: pod to its own service", tcp(netip.MustParseAddr("198.19.1.11"), "198.18.0.10:80", 1), "DNAT 198.19.1.11:8080, MASQUERADE"},
+		{"outside to NodePort", tcp(outsideIP, "198.19.0.1:30080", 0), "DNAT 198.19.1.10:8080, MASQUERADE"},
+		{"node to its NodePort", local("198.19.0.1:30080"), "DNAT 198.19.1.10:8080, MASQUERADE"},
+		{"no NodePort on loopback", local("127.0.0.1:30080"), "ACCEPT"},
+		{"outside to externalIP", tcp(outsideIP, "198.18.100.1:80", 2), "DNAT 198.19.1.130:8080, MASQUERADE"},
+		{"pod to externalIP", tcp(podIP, "198.18.100.1:80", 0), "DNAT 198.19.1.10:8080, MASQUERADE"},
+		{"outside to LoadBalancer IP", tcp(outsideIP, "198.18.200.1:80", 0), "DNAT 198.19.1.10:8080, MASQUERADE"},
+		{"UDP to ClusterIP", knft.Packet{Proto: "udp", Src: podIP, Dst: netip.MustParseAddrPort("198.18.0.53:53")}, "DNAT 198.19.1.10:8080"},
+
+		// A ClusterIP answers only on its ports.
+		{"not a service port", tcp(outsideIP, "198.18.0.10:81", 0), "REJECT"},
+		{"TCP to a UDP port", tcp(podIP, "198.18.0.53:53", 0), "REJECT"},
+		{"node to a ClusterIP's other port", local("198.18.0.10:81"), "REJECT"},
+		{"an address that is no ClusterIP passes", tcp(podIP, "198.18.0.99:80", 0), "ACCEPT"},
+
+		{"pod to ClusterIP without endpoints", tcp(podIP, "198.18.0.20:80", 0), "REJECT"},
+		{"node to ClusterIP without endpoints", local("198.18.0.20:80"), "REJECT"},
+		{"outside to NodePort without endpoints", tcp(outsideIP, "198.19.0.1:30081", 0), "REJECT"},
+		{"outside to externalIP without endpoints", tcp(outsideIP, "198.18.100.2:80", 0), "REJECT"},
+
+		// externalTrafficPolicy: Local: only this node's endpoints, client kept.
+		{"Local: outside to NodePort", tcp(outsideIP, "198.19.0.1:30082", 1), "DNAT 198.19.1.11:8080"},
+		{"Local: pod to NodePort goes anywhere", tcp(podIP, "198.19.0.1:30082", 2), "DNAT 198.19.1.130:8080"},
+		{"Local: node to NodePort goes anywhere, masqueraded", local("198.19.0.1:30082"), "DNAT 198.19.1.10:8080, MASQUERADE"},
+		{"Local: ClusterIP is still Cluster", tcp(podIP, "198.18.0.30:80", 2), "DNAT 198.19.1.130:8080"},
+		{"Local, no local endpoint: outside to NodePort", tcp(outsideIP, "198.19.0.1:30083", 0), "DROP"},
+		{"Local, no local endpoint: pod to NodePort", tcp(podIP, "198.19.0.1:30083", 0), "DNAT 198.19.1.130:8080"},
+		{"internal Local, no local endpoint: pod to ClusterIP", tcp(podIP, "198.18.0.40:80", 0), "DROP"},
+
+		// loadBalancerSourceRanges: only the ranges reach the LB IP.
+		{"LB source range: inside", tcp(outsideIP, "198.18.200.6:80", 0), "DNAT 198.19.1.10:8080, MASQUERADE"},
+		{"LB source range: outside", tcp(netip.MustParseAddr("198.19.201.1"), "198.18.200.6:80", 0), "DROP"},
+		{"LB source range: the ClusterIP is not filtered", tcp(netip.MustParseAddr("198.19.201.1"), "198.18.0.60:80", 0), "DNAT 198.19.1.10:8080, MASQUERADE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, err := f.Trace(tt.pkt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := tr.Result(); got != tt.want {
+				t.Errorf("result %q, want %q\n%s", got, tt.want, tr)
+			}
+		})
+	}
+}
+
+// A trace to read: a client outside the cluster reaches a LoadBalancer IP with
+// source ranges; the firewall lets it through, service-ips sends it to the external
+// chain, which marks it for masquerade and spreads it.
+func TestTraceGolden(t *testing.T) {
+	f := syncedFake(t, testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()[:2],
+		withLoadBalancer("198.18.200.1"), withSourceRanges("198.19.200.0/24"))))
+	tr, err := f.Trace(knft.Packet{Src: outsideIP, Dst: netip.MustParseAddrPort("198.18.200.1:80"), Pick: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkGolden(t, "trace-loadbalancer", []byte(tr.String()))
+}
+
+// Even spread: every endpoint gets 1/n of new connections.
+func TestTraceEvenSpread(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 7} {
+		var eps []service.Endpoint
+		for i := range n {
+			eps = append(eps, ep(netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 19, 1, byte(10 + i)}), 8080).String(), thisNode))
+		}
+		f := syncedFake(t, testConfig, snapshot(svc("web", "198.18.0.10", 80, eps)))
+		trs, err := f.TraceAll(knft.Packet{Src: podIP, Dst: netip.MustParseAddrPort("198.18.0.10:80")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		share := map[netip.AddrPort]float64{}
+		for _, tr := range trs {
+			share[tr.DNAT] += tr.Probability
+		}
+		if len(share) != n {
+			t.Errorf("%d endpoints: reached %d: %v", n, len(share), share)
+		}
+		for a, p := range share {
+			if math.Abs(p-1/float64(n)) > 1e-6 {
+				t.Errorf("%d endpoints: %s gets %.6f, want %.6f", n, a, p, 1/float64(n))
+			}
+		}
+	}
+}
+
+// ClientIP affinity: whatever the random choice, a client returns to its endpoint
+// until the timeout passes.
+func TestTraceAffinity(t *testing.T) {
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	f := knft.NewFake(Table)
+	f.Now = func() time.Time { return now }
+	p, err := NewProxier(ProxierConfig{Rules: testConfig, NFT: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Update(snapshot(svc("web", "198.18.0.10", 80, threeEndpoints(), withAffinity(60*time.Second))))
+	if err := p.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	trace := func(src netip.Addr, pick int) netip.AddrPort {
+		t.Helper()
+		tr, err := f.Trace(knft.Packet{Src: src, Dst: netip.MustParseAddrPort("198.18.0.10:80"), Pick: pick})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.DNAT
+	}
+	first := trace(podIP, 1)
+	for pick := range 3 {
+		if got := trace(podIP, pick); got != first {
+			t.Errorf("pick %d: went to %s, want %s (affinity)", pick, got, first)
+		}
+	}
+	if got := trace(netip.MustParseAddr("198.19.1.51"), 2); got == first {
+		t.Errorf("another client followed the first one's affinity to %s", got)
+	}
+	now = now.Add(61 * time.Second)
+	if got := trace(podIP, 2); got == first {
+		t.Errorf("after the timeout: still %s", got)
+	}
+}
