@@ -13,25 +13,25 @@ import (
 // follows kube-proxy's syncProxyRules (pkg/proxy/nftables/proxier.go), and makes the
 // same decisions as offload/iptables.
 type portPlan struct {
-	p                       *service.Port
-	name, proto             string
-	base                    string // the readable part of the port's chain names
-	svcChain, localChain    string
-	extChain, fwChain       string
-	cluster, local          []service.Endpoint
-	hasEndpoints            bool // usable endpoints anywhere
-	hasInternal             bool // ClusterIP traffic has somewhere to go
-	hasExternal             bool // external traffic has somewhere to go
-	internalChain           string
-	externalPolicyChain     string
-	usesClusterChain        bool
-	usesLocalChain          bool
-	usesExtChain            bool
-	clusterIPs, extIPs      []netip.Addr
-	lbIPs                   []netip.Addr
-	sourceRanges            []netip.Prefix
-	externallyAccessible    bool
-	noEndpointVerdict, why  string
+	p                      *service.Port
+	name, proto            string
+	base                   string // the readable part of the port's chain names
+	svcChain, localChain   string
+	extChain, fwChain      string
+	cluster, local         []service.Endpoint
+	hasEndpoints           bool // usable endpoints anywhere
+	hasInternal            bool // ClusterIP traffic has somewhere to go
+	hasExternal            bool // external traffic has somewhere to go
+	internalChain          string
+	externalPolicyChain    string
+	usesClusterChain       bool
+	usesLocalChain         bool
+	usesExtChain           bool
+	clusterIPs, extIPs     []netip.Addr
+	lbIPs                  []netip.Addr
+	sourceRanges           []netip.Prefix
+	externallyAccessible   bool
+	noEndpointVerdict, why string
 }
 
 func planPort(cfg *Config, p *service.Port) *portPlan {
