@@ -62,9 +62,11 @@ const (
 
 var portChainPrefixes = []string{prefixService, prefixLocal, prefixExternal, prefixFirewall, prefixEndpoint}
 
+// isPortChain reports whether a chain belongs to a service port: a port prefix,
+// and the port's "namespace/name" (no fixed chain has a "/").
 func isPortChain(name string) bool {
 	for _, p := range portChainPrefixes {
-		if strings.HasPrefix(name, p) {
+		if strings.HasPrefix(name, p) && strings.Contains(name, "/") {
 			return true
 		}
 	}

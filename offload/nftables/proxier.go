@@ -191,7 +191,7 @@ func (p *Proxier) apply(ctx context.Context, rs *ruleset, full bool) (int, error
 // a failure. No table yet: nothing is stale.
 func (p *Proxier) stale(ctx context.Context, rs *ruleset) (chains, sets []string, err error) {
 	objs, err := p.cfg.NFT.ListAll(ctx)
-	if knftables.IsNotFound(err) {
+	if knft.IsNotFound(err) {
 		return nil, nil, nil
 	}
 	if err != nil {
@@ -307,12 +307,12 @@ func Render(cfg Config, snap *service.Snapshot) (string, error) {
 // svcproxy's nftables path goes with it, in one transaction. Running it twice is
 // harmless.
 func Cleanup(ctx context.Context, nft knft.Interface) error {
-	if _, err := nft.ListAll(ctx); knftables.IsNotFound(err) {
+	if _, err := nft.ListAll(ctx); knft.IsNotFound(err) {
 		return nil
 	}
 	tx := nft.NewTransaction()
 	tx.Delete(&knftables.Table{})
-	if err := nft.Run(ctx, tx); err != nil && !knftables.IsNotFound(err) {
+	if err := nft.Run(ctx, tx); err != nil && !knft.IsNotFound(err) {
 		return fmt.Errorf("delete table %s: %w", Table, err)
 	}
 	return nil

@@ -1,0 +1,347 @@
+package nftables
+
+import (
+	"context"
+	"errors"
+	"net"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// Real-kernel tests: the table applied with nft in a node namespace, real sockets
+// in client and backend namespaces. They need root and nft.
+
+func labService(l *lab, opts ...svcOpt) *service.Snapshot {
+	return snapshot(svc("web", "198.18.0.10", 80, l.endpoints(8080), opts...))
+}
+
+// Even spread over 3 backends, and no proxy hop: each backend sees the client.
+func TestKernelSpread(t *testing.T) {
+	l := newLab(t)
+	l.serveTCP(t, 8080)
+	l.sync(t, l.proxier(t), labService(l))
+	answers, err := dial(l.client, "198.18.0.10:80", 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, a := range answers {
+		count[a.backend]++
+		if a.client != labClient.String() {
+			t.Errorf("%s saw client %s, want %s (DNAT only, no SNAT)", a.backend, a.client, labClient)
+		}
+	}
+	// Each backend's count is Binomial(60, 1/3): below 5 has probability ~1e-5.
+	for _, b := range []string{"b0", "b1", "b2"} {
+		if count[b] < 5 {
+			t.Errorf("backend %s got %d of 60 connections, want a fair share: %v", b, count[b], count)
+		}
+	}
+}
+
+func TestKernelAffinity(t *testing.T) {
+	l := newLab(t)
+	l.serveTCP(t, 8080)
+	l.sync(t, l.proxier(t), labService(l, withAffinity(time.Minute)))
+	answers, err := dial(l.client, "198.18.0.10:80", 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range answers[1:] {
+		if a.backend != answers[0].backend {
+			t.Fatalf("affinity broken: first connection went to %s, a later one to %s", answers[0].backend, a.backend)
+		}
+	}
+}
+
+// NodePort from another namespace: Cluster policy masquerades, so the backend
+// sees the node; policy Local keeps the client.
+func TestKernelNodePort(t *testing.T) {
+	l := newLab(t)
+	l.serveTCP(t, 8080)
+	p := l.proxier(t)
+	for _, tt := range []struct {
+		name       string
+		opts       []svcOpt
+		masquerade bool
+	}{
+		{"Cluster", []svcOpt{withNodePort(30080)}, true},
+		{"Local", []svcOpt{withNodePort(30080), withExternalLocal()}, false},
+	} {
+		l.sync(t, p, labService(l, tt.opts...))
+		answers, err := dial(l.client, "198.19.10.1:30080", 6)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		for _, a := range answers {
+			want := labClient.String()
+			if tt.masquerade {
+				want = "198.19.1" + string(a.backend[1]+1) + ".1"
+			}
+			if a.client != want {
+				t.Errorf("%s: backend %s saw %s, want %s", tt.name, a.backend, a.client, want)
+			}
+		}
+	}
+}
+
+// externalIPs and LoadBalancer IPs: reached from the client through the node;
+// loadBalancerSourceRanges drop what comes from elsewhere, and an ingress IP with
+// ipMode Proxy is not captured at all.
+func TestKernelExternalAndLoadBalancer(t *testing.T) {
+	l := newLab(t)
+	l.serveTCP(t, 8080)
+	p := l.proxier(t)
+	lb := func(ranges ...string) *service.Snapshot {
+		obj := &v1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+			Spec: v1.ServiceSpec{
+				Type: v1.ServiceTypeLoadBalancer, ClusterIP: "198.18.0.10", ExternalIPs: []string{"198.18.100.1"},
+				Ports:                    []v1.ServicePort{{Name: "p", Port: 80, NodePort: 30080}},
+				LoadBalancerSourceRanges: ranges,
+			},
+			Status: v1.ServiceStatus{LoadBalancer: v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{
+				{IP: "198.18.200.1"}, {IP: "198.18.200.2", IPMode: ptr.To(v1.LoadBalancerIPModeProxy)},
+			}}},
+		}
+		var eps []discoveryv1.Endpoint
+		for _, e := range l.endpoints(8080) {
+			eps = append(eps, discoveryv1.Endpoint{Addresses: []string{e.Addr.Addr().String()}, NodeName: ptr.To(thisNode)})
+		}
+		es := &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("p"), Port: ptr.To[int32](8080), Protocol: ptr.To(v1.ProtocolTCP)}},
+			Endpoints:   eps,
+		}
+		snap := service.Build([]*v1.Service{obj}, []*discoveryv1.EndpointSlice{es}, nil)
+		if errs := snap.Errors(); len(errs) > 0 {
+			t.Fatal(errs)
+		}
+		return snap
+	}
+	l.sync(t, p, lb("198.19.10.0/24"))
+	for _, dst := range []string{"198.18.100.1:80", "198.18.200.1:80"} {
+		if _, err := dial(l.client, dst, 3); err != nil {
+			t.Errorf("%s from inside the source ranges: %v", dst, err)
+		}
+	}
+	if _, err := dialOnce(l.client, "198.18.200.2:80"); err == nil {
+		t.Error("198.18.200.2 has ipMode Proxy: the node must not DNAT it, yet a backend answered")
+	}
+	l.sync(t, p, lb("203.0.113.0/24"))
+	if _, err := dialOnce(l.client, "198.18.200.1:80"); err == nil {
+		t.Error("from outside the source ranges: a backend answered, want the SYN dropped")
+	}
+	if _, err := dial(l.client, "198.18.100.1:80", 1); err != nil {
+		t.Errorf("the external IP is not subject to the LoadBalancer's source ranges: %v", err)
+	}
+}
+
+// dialOnce makes one connection with a short timeout: for destinations that must
+// not answer (a dropped SYN never does).
+func dialOnce(ns interface{ Do(func() error) error }, dst string) (net.Conn, error) {
+	var c net.Conn
+	err := ns.Do(func() (err error) {
+		c, err = net.DialTimeout("tcp4", dst, time.Second)
+		return err
+	})
+	if c != nil {
+		c.Close()
+	}
+	return c, err
+}
+
+// The node itself reaches a ClusterIP (output), a port without endpoints and a
+// ClusterIP's port that no Service has are refused at once.
+func TestKernelLocalAndReject(t *testing.T) {
+	l := newLab(t)
+	l.serveTCP(t, 8080)
+	l.sync(t, l.proxier(t), snapshot(
+		svc("web", "198.18.0.10", 80, l.endpoints(8080)),
+		svc("empty", "198.18.0.20", 80, nil),
+	))
+	if _, err := dial(l.node, "198.18.0.10:80", 3); err != nil {
+		t.Errorf("from the node: %v", err)
+	}
+	for _, tc := range []struct{ name, ns, dst string }{
+		{"client, no endpoints", "client", "198.18.0.20:80"},
+		{"node, no endpoints", "node", "198.18.0.20:80"},
+		{"client, no such port", "client", "198.18.0.10:81"},
+		{"node, no such port", "node", "198.18.0.10:81"},
+	} {
+		ns := l.client
+		if tc.ns == "node" {
+			ns = l.node
+		}
+		if _, err := dial(ns, tc.dst, 1); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("%s: %v, want connection refused (REJECT)\n%s", tc.name, err, l.node.Run(t, "nft", "list", "table", "ip", Table))
+		}
+	}
+}
+
+// A partial sync writes only the changed port's objects; the others keep working.
+func TestKernelPartialSync(t *testing.T) {
+	l := newLab(t)
+	l.serveTCP(t, 8080)
+	p := l.proxier(t)
+	many := func(webEndpoints []service.Endpoint) *service.Snapshot {
+		svcs := []*service.Service{svc("web", "198.18.0.10", 80, webEndpoints)}
+		for i := range 50 {
+			ip := "198.18.1." + itoa(i+1)
+			svcs = append(svcs, svc("other-"+itoa(i), ip, 80, l.endpoints(8080)))
+		}
+		return snapshot(svcs...)
+	}
+	l.sync(t, p, many(l.endpoints(8080)))
+	full := p.Health().Operations
+	l.sync(t, p, many(l.endpoints(8080)[:1]))
+	h := p.Health()
+	if h.PartialSyncs != 1 || h.Operations*10 > full {
+		t.Errorf("one service changed: %d operations (full sync: %d), health %+v: want a small partial sync", h.Operations, full, h)
+	}
+	answers, err := dial(l.client, "198.18.0.10:80", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range answers {
+		if a.backend != "b0" {
+			t.Errorf("after the change web has one endpoint, b0; %s answered", a.backend)
+		}
+	}
+	if _, err := dial(l.client, "198.18.1.50:80", 3); err != nil {
+		t.Errorf("an unchanged service: %v", err)
+	}
+	table := l.node.Run(t, "nft", "list", "table", "ip", Table)
+	if strings.Contains(table, "default/web/tcp/p__198.19.12.2/8080") {
+		t.Errorf("the removed endpoints' chains are left:\n%s", table)
+	}
+}
+
+// The table outlives the Proxier; a new one adopts it without a gap, and Cleanup
+// deletes it.
+func TestKernelRestartAndCleanup(t *testing.T) {
+	l := newLab(t)
+	l.serveTCP(t, 8080)
+	l.sync(t, l.proxier(t), labService(l))
+	ctx, cancel := context.WithCancel(context.Background())
+	var ok, failed atomic.Int64
+	done := make(chan struct{})
+	go func() { // owned by this test, stopped by cancel
+		defer close(done)
+		for ctx.Err() == nil {
+			if _, err := dial(l.client, "198.18.0.10:80", 1); err != nil {
+				failed.Add(1)
+				t.Logf("during restart: %v", err)
+			} else {
+				ok.Add(1)
+			}
+		}
+	}()
+	for ok.Load() < 5 {
+		time.Sleep(10 * time.Millisecond) // waits for traffic to flow, asserts nothing about time
+	}
+	restarted := l.proxier(t)
+	for range 3 {
+		l.sync(t, restarted, labService(l, withNodePort(30080)))
+	}
+	for n := ok.Load(); ok.Load() < n+5; {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if failed.Load() > 0 {
+		t.Errorf("%d of %d connections failed during the restart", failed.Load(), ok.Load()+failed.Load())
+	}
+	if h := restarted.Health(); h.FullSyncs != 1 || h.PartialSyncs != 2 {
+		t.Errorf("restarted proxier: %+v, want one full sync then partial ones", h)
+	}
+
+	nft := l.nft(t)
+	for range 2 { // twice: the second finds nothing, and that is fine
+		if err := l.node.Do(func() error { return Cleanup(context.Background(), nft) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := l.node.Run(t, "nft", "list", "tables"); strings.Contains(out, Table) {
+		t.Errorf("after Cleanup: %s", out)
+	}
+	if _, err := dialOnce(l.client, "198.18.0.10:80"); err == nil {
+		t.Error("the ClusterIP still answers after Cleanup")
+	}
+}
+
+// A UDP flow keeps its endpoint while the endpoint lives; when the endpoint is
+// removed, the conntrack cleanup moves it to a live one (kubernetes #19029).
+func TestKernelUDPConntrack(t *testing.T) {
+	l := newLab(t)
+	netnstestRequireConntrack(t)
+	l.serveUDP(t, 5353)
+	p := l.proxier(t)
+	dns := func(eps []service.Endpoint) *service.Snapshot {
+		return snapshot(svc("dns", "198.18.0.53", 53, eps, withProtocol(service.UDP)))
+	}
+	l.sync(t, p, dns(l.endpoints(5353)))
+	c := newUDPClient(t, l.client, "198.18.0.53:53")
+	first, err := c.ask()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if got, err := c.ask(); err != nil || got != first {
+			t.Fatalf("the flow moved from %s to %s (%v) without a change", first, got, err)
+		}
+	}
+	var keep []service.Endpoint
+	for i, e := range l.endpoints(5353) {
+		if first != "b"+string(rune('0'+i)) {
+			keep = append(keep, e)
+		}
+	}
+	l.sync(t, p, dns(keep)) // the removed backend still runs: only conntrack moves the flow
+	got, err := c.ask()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got == first {
+		t.Errorf("after removing %s, the flow still goes there (conntrack entry not deleted)", first)
+	}
+	if h := p.Health(); h.ConntrackDeleted == 0 || h.ConntrackErrors != 0 {
+		t.Errorf("health %+v: want conntrack entries deleted without errors", h)
+	}
+}
+
+// Chains and sets that belong to nothing any more are deleted in the transaction
+// that drops the references to them: by a partial sync (from what it applied) and by
+// a new Proxier's full sync (from the kernel's table).
+func TestKernelStaleChains(t *testing.T) {
+	l := newLab(t)
+	two := snapshot(svc("web", "198.18.0.10", 80, l.endpoints(8080), withNodePort(30080)),
+		svc("api", "198.18.0.20", 80, l.endpoints(8080), withAffinity(time.Minute)))
+	p := l.proxier(t)
+	l.sync(t, p, two)
+	l.sync(t, p, labService(l)) // partial: api goes, web loses its NodePort
+	table := l.node.Run(t, "nft", "list", "table", "ip", Table)
+	if strings.Contains(table, "default/api") || strings.Contains(table, prefixExternal) {
+		t.Errorf("after a partial sync, stale objects are left:\n%s", table)
+	}
+	l.sync(t, l.proxier(t), two)        // restarted with both
+	l.sync(t, l.proxier(t), snapshot()) // restarted with none: a full sync reads what is there
+	table = l.node.Run(t, "nft", "list", "table", "ip", Table)
+	for _, prefix := range append(portChainPrefixes, prefixAffinity) {
+		if regexp.MustCompile(prefix + `[A-Z2-7]{8}-`).MatchString(table) {
+			t.Errorf("after a full sync of nothing, %s objects are left:\n%s", prefix, table)
+		}
+	}
+}
