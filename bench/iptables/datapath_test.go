@@ -47,7 +47,14 @@ type benchLab struct {
 
 func newBenchLab(b *testing.B) *benchLab {
 	b.Helper()
-	netnstest.RequireRoot(b, "iptables", "iptables-restore", "iptables-save", "sysctl")
+	return newLabWith(b, []string{"iptables", "iptables-restore", "iptables-save", "sysctl"}, (*benchLab).dataplanes)
+}
+
+// newLabWith builds the topology (with tools required) and serves rows' ports on
+// the backends.
+func newLabWith(b *testing.B, tools []string, rows func(*benchLab) []dataplane) *benchLab {
+	b.Helper()
+	netnstest.RequireRoot(b, tools...)
 	l := &benchLab{node: netnstest.New(b), client: netnstest.New(b)}
 	l.node.Sysctl(b, "net.ipv4.ip_forward", "1")
 	l.node.Sysctl(b, "net.ipv4.conf.all.send_redirects", "0")
@@ -64,7 +71,7 @@ func newBenchLab(b *testing.B) *benchLab {
 		l.backends = append(l.backends, addr)
 		backendNS = append(backendNS, ns)
 	}
-	l.rows = l.dataplanes()
+	l.rows = rows(l)
 	for _, ns := range backendNS {
 		for _, dp := range l.rows {
 			serve(b, ns, dp.conn, oneByte)

@@ -30,11 +30,14 @@ func (rs *ruleset) partialTx(tx *knftables.Transaction, appliedIPs []string) boo
 		staleChains = append(staleChains, chainNames(old)...)
 		staleSets = append(staleSets, setNames(old)...)
 	}
-	for _, ip := range missingSorted(appliedIPs, rs.clusterIPs) {
-		delEls = append(delEls, element{set: setClusterIPs, key: []string{ip}})
-	}
-	for _, ip := range missingSorted(rs.clusterIPs, appliedIPs) {
-		addEls = append(addEls, element{set: setClusterIPs, key: []string{ip}})
+	if !sameSlice(appliedIPs, rs.clusterIPs) {
+		gone, added := diffSorted(appliedIPs, rs.clusterIPs)
+		for _, ip := range gone {
+			delEls = append(delEls, element{set: setClusterIPs, key: []string{ip}})
+		}
+		for _, ip := range added {
+			addEls = append(addEls, element{set: setClusterIPs, key: []string{ip}})
+		}
 	}
 	// Elements go before the chains they point to, and are added after the
 	// chains they point to exist.
@@ -104,14 +107,28 @@ func missing(a, b []string) []string {
 	return out
 }
 
-// missingSorted is missing for sorted slices, in O(n log n): the cluster-ips set has
-// an element per Service.
-func missingSorted(a, b []string) []string {
-	var out []string
-	for _, s := range a {
-		if _, found := slices.BinarySearch(b, s); !found {
-			out = append(out, s)
+// diffSorted returns the strings only in old and those only in cur, both sorted, in
+// one merge walk: the cluster-ips set has an element per Service.
+func diffSorted(old, cur []string) (gone, added []string) {
+	i, j := 0, 0
+	for i < len(old) || j < len(cur) {
+		switch {
+		case j == len(cur) || (i < len(old) && old[i] < cur[j]):
+			gone = append(gone, old[i])
+			i++
+		case i == len(old) || cur[j] < old[i]:
+			added = append(added, cur[j])
+			j++
+		default:
+			i++
+			j++
 		}
 	}
-	return out
+	return gone, added
+}
+
+// sameSlice reports whether a and b are the same slice (not only equal): the
+// ClusterIPs a sync did not recompute.
+func sameSlice(a, b []string) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }

@@ -42,10 +42,10 @@ type Proxier struct {
 	cfg     ProxierConfig
 	trigger chan struct{} // Update -> Run; buffered, one pending signal
 
-	mu     sync.Mutex // guards snap, health, status
+	mu     sync.Mutex // guards snap, health, ports
 	snap   *service.Snapshot
 	health Health
-	status []PortStatus
+	ports  []*portObjects // as last applied; each is immutable
 
 	syncMu   sync.Mutex // one sync at a time; guards the fields below
 	applied  *applied   // the last successful sync; nil before the first
@@ -121,10 +121,17 @@ func (p *Proxier) Health() Health {
 }
 
 // Status returns the service ports as last applied: chains and endpoint shares.
+// It is built when asked for, not at every sync: a sync at 10,000 ports that
+// changes one should not copy 10,000 statuses.
 func (p *Proxier) Status() []PortStatus {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.status)
+	ports := p.ports
+	p.mu.Unlock()
+	out := make([]PortStatus, len(ports))
+	for i, po := range ports {
+		out[i] = po.status
+	}
+	return out
 }
 
 // Sync applies the latest Snapshot now: a partial sync if the last sync
@@ -149,7 +156,7 @@ func (p *Proxier) Sync(ctx context.Context) error {
 	if full || rs.ipsChanged() {
 		rs.collectClusterIPs()
 	} else {
-		rs.clusterIPs = p.applied.clusterIPs
+		rs.clusterIPs = p.applied.clusterIPs // the same slice: partialTx skips the set
 	}
 	ops, err := p.apply(ctx, rs, full)
 	if err != nil {
@@ -243,13 +250,9 @@ func (p *Proxier) commit(ctx context.Context, rs *ruleset, full bool, start time
 		p.lastFull, p.needFull = start, false
 	}
 	deleted, ctErr := p.cleanFlows(ctx, first, rs)
-	status := make([]PortStatus, len(rs.ports))
-	for i, po := range rs.ports {
-		status[i] = po.status
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.status = status
+	p.ports = rs.ports
 	h := &p.health
 	h.Synced, h.Healthy, h.LastError, h.ConsecutiveFailures = true, true, "", 0
 	h.LastSync, h.LastSyncDuration, h.Operations = p.cfg.Now(), p.cfg.Now().Sub(start), ops
