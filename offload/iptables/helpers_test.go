@@ -100,3 +100,15 @@ func snapshot(svcs ...*service.Service) *service.Snapshot { return service.NewSn
 func threeEndpoints() []service.Endpoint {
 	return []service.Endpoint{ep("198.19.1.10:8080", thisNode), ep("198.19.1.11:8080", thisNode), ep("198.19.1.130:8080", "node-b")}
 }
+
+func withSourceRanges(ranges ...string) svcOpt {
+	return func(s *service.Service) {
+		for _, r := range ranges {
+			s.LoadBalancerSourceRanges = append(s.LoadBalancerSourceRanges, netip.MustParsePrefix(r))
+		}
+	}
+}
+
+func withHealthCheck(port uint16) svcOpt {
+	return func(s *service.Service) { s.HealthCheckNodePort = port }
+}

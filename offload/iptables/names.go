@@ -32,10 +32,11 @@ const (
 	prefixSVC = "SVCP-SVC-" // cluster policy: every usable endpoint
 	prefixSVL = "SVCP-SVL-" // local policy: the endpoints on this node
 	prefixEXT = "SVCP-EXT-" // external destinations (NodePort, externalIPs, LoadBalancer)
+	prefixFW  = "SVCP-FW-"  // LoadBalancer IPs with loadBalancerSourceRanges: allowed sources
 	prefixSEP = "SVCP-SEP-" // one endpoint: DNAT
 )
 
-var portChainPrefixes = []string{prefixSVC, prefixSVL, prefixEXT, prefixSEP}
+var portChainPrefixes = []string{prefixSVC, prefixSVL, prefixEXT, prefixFW, prefixSEP}
 
 // isPortChain reports whether a chain name is one of our per-port chains.
 func isPortChain(name string) bool {

@@ -15,7 +15,7 @@ type portPlan struct {
 	p                    *service.Port
 	name, proto, port    string
 	svcChain, svlChain   string
-	extChain             string
+	extChain, fwChain    string
 	cluster, local       []service.Endpoint
 	hasEndpoints         bool // usable endpoints anywhere
 	hasInternal          bool // ClusterIP traffic has somewhere to go
@@ -27,27 +27,29 @@ type portPlan struct {
 	usesExtChain         bool
 	clusterIPs, extIPs   []netip.Addr
 	lbIPs                []netip.Addr
+	sourceRanges         []netip.Prefix // IPv4 loadBalancerSourceRanges
 	externallyAccessible bool
 }
 
 func planPort(cfg *Config, p *service.Port) *portPlan {
 	svc := p.Service
 	pp := &portPlan{
-		p:          p,
-		name:       p.Name.String(),
-		proto:      strings.ToLower(string(p.Protocol)),
-		port:       strconv.Itoa(int(p.Port)),
-		clusterIPs: v4(svc.ClusterIPs),
-		extIPs:     v4(svc.ExternalIPs),
-		lbIPs:      v4(svc.LoadBalancerIPs),
-		cluster:    v4Endpoints(p.Usable()),
-		local:      v4Endpoints(localUsable(p, cfg.NodeName)),
+		p:            p,
+		name:         p.Name.String(),
+		proto:        strings.ToLower(string(p.Protocol)),
+		port:         strconv.Itoa(int(p.Port)),
+		clusterIPs:   v4(svc.ClusterIPs),
+		extIPs:       v4(svc.ExternalIPs),
+		lbIPs:        v4(svc.LoadBalancerIPs),
+		sourceRanges: v4Prefixes(svc.LoadBalancerSourceRanges),
+		cluster:      v4Endpoints(p.Usable()),
+		local:        v4Endpoints(localUsable(p, cfg.NodeName)),
 	}
 	if len(pp.clusterIPs) == 0 {
 		return nil // headless, ExternalName or IPv6-only: nothing for iptables
 	}
 	base := portHash(p.Name)
-	pp.svcChain, pp.svlChain, pp.extChain = prefixSVC+base, prefixSVL+base, prefixEXT+base
+	pp.svcChain, pp.svlChain, pp.extChain, pp.fwChain = prefixSVC+base, prefixSVL+base, prefixEXT+base, prefixFW+base
 	pp.externallyAccessible = p.NodePort != 0 || len(pp.extIPs) > 0 || len(pp.lbIPs) > 0
 	pp.hasEndpoints = len(pp.cluster) > 0
 
@@ -70,6 +72,11 @@ func planPort(cfg *Config, p *service.Port) *portPlan {
 	// needed even when no endpoint is local.
 	pp.usesExtChain = pp.hasEndpoints && pp.externallyAccessible
 	return pp
+}
+
+// usesFirewall: LoadBalancer IPs with loadBalancerSourceRanges go through SVCP-FW-.
+func (pp *portPlan) usesFirewall() bool {
+	return len(pp.sourceRanges) > 0 && len(pp.lbIPs) > 0 && pp.hasEndpoints
 }
 
 // filterTarget is what the filter table does with traffic that has nowhere to go:
@@ -112,7 +119,8 @@ func renderPort(cfg *Config, p *service.Port) *portRules {
 	for _, c := range [...]struct {
 		name string
 		used bool
-	}{{pp.svcChain, pp.usesClusterChain}, {pp.svlChain, pp.usesLocalChain}, {pp.extChain, pp.usesExtChain}} {
+	}{{pp.svcChain, pp.usesClusterChain}, {pp.svlChain, pp.usesLocalChain}, {pp.extChain, pp.usesExtChain},
+		{pp.fwChain, pp.usesFirewall()}} {
 		if c.used {
 			chain(c.name)
 		}
@@ -120,6 +128,12 @@ func renderPort(cfg *Config, p *service.Port) *portRules {
 	renderFrontends(cfg, pp, &sh, chain)
 	if pp.usesExtChain {
 		renderExternalChain(cfg, pp, chain(pp.extChain))
+	}
+	if pp.usesFirewall() {
+		l := chain(pp.fwChain)
+		for _, r := range pp.sourceRanges {
+			l.rule(pp.fwChain).comment(pp.name+" loadbalancer IP").w("-s", r.String(), "-j", pp.extChain).end()
+		}
 	}
 	seps := make(map[netip.AddrPort]string, len(p.Endpoints))
 	if pp.usesClusterChain {
@@ -182,12 +196,27 @@ func renderFrontends(cfg *Config, pp *portPlan, sh *[numShared]lines, chain func
 	for _, e := range external {
 		for _, ip := range e.ips {
 			if pp.hasEndpoints {
-				pp.match(sh[natServices].rule(chainServices).comment(pp.name+e.kind), ip.String(), pp.port).w("-j", pp.extChain).end()
+				to := pp.extChain
+				if e.kind == " loadbalancer IP" && pp.usesFirewall() {
+					to = pp.fwChain
+					// kube-proxy's KUBE-PROXY-FIREWALL: SVCP-FW- DNATs only the
+					// allowed sources; what is left still has the LB IP as its
+					// destination when filter sees it, and is dropped.
+					pp.match(sh[filterExternal].rule(chainExternalServices).comment(pp.name+" traffic not accepted by "+pp.fwChain),
+						ip.String(), pp.port).w("-j", "DROP").end()
+				}
+				pp.match(sh[natServices].rule(chainServices).comment(pp.name+e.kind), ip.String(), pp.port).w("-j", to).end()
 			}
 			if !pp.hasExternal {
 				pp.match(sh[filterExternal].rule(chainExternalServices).comment(why), ip.String(), pp.port).w("-j", target).end()
 			}
 		}
+	}
+	if hc := pp.p.Service.HealthCheckNodePort; hc != 0 && pp.p.Service.ExternalPolicyLocal && pp.p == pp.p.Service.Ports[0] {
+		// The load balancer's health check must reach healthcheck's server even
+		// where INPUT's policy is DROP (kube-proxy's KUBE-NODEPORTS in filter).
+		sh[filterExternal].rule(chainExternalServices).comment(pp.p.Service.NamespacedName.String()+" health check node port").
+			w("-m", "tcp", "-p", "tcp", "--dport", strconv.Itoa(int(hc)), "-m", "addrtype", "--dst-type", "LOCAL", "-j", "ACCEPT").end()
 	}
 	if pp.p.NodePort == 0 {
 		return

@@ -18,7 +18,7 @@ type Config struct {
 	NodeName string
 	// NodeIPs are the addresses NodePorts answer on (kube-proxy's
 	// --nodeport-addresses). Empty: every local address but loopback
-	// (addrtype LOCAL).
+	// (addrtype LOCAL). Loopback addresses are left out: see renderFixed.
 	NodeIPs []netip.Addr
 	// ClusterCIDR is the pod network (--cluster-cidr). Traffic to a ClusterIP from
 	// outside it is masqueraded; pod traffic to an external destination of a
@@ -44,6 +44,18 @@ func (c *Config) validate() error {
 		}
 	}
 	return nil
+}
+
+// nodeIPs are the IPv4 NodeIPs without loopback ones (see renderFixed); cmd/svcproxy
+// logs the ones it leaves out.
+func (c *Config) nodeIPs() []netip.Addr {
+	var out []netip.Addr
+	for _, a := range v4(c.NodeIPs) {
+		if !a.IsLoopback() {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 func (c *Config) mark() string {
@@ -150,6 +162,16 @@ func v4(addrs []netip.Addr) []netip.Addr {
 	return out
 }
 
+func v4Prefixes(ps []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range ps {
+		if p.Addr().Is4() {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
 func v4Endpoints(eps []service.Endpoint) []service.Endpoint {
 	return slices.DeleteFunc(slices.Clone(eps), func(e service.Endpoint) bool { return !e.Addr.Addr().Unmap().Is4() })
 }
@@ -247,7 +269,8 @@ func samePort(a, b *service.Port) bool {
 	return a.Name == b.Name && a.Port == b.Port && a.Protocol == b.Protocol && a.NodePort == b.NodePort &&
 		slices.Equal(a.Endpoints, b.Endpoints) &&
 		slices.Equal(as.ClusterIPs, bs.ClusterIPs) && slices.Equal(as.ExternalIPs, bs.ExternalIPs) &&
-		slices.Equal(as.LoadBalancerIPs, bs.LoadBalancerIPs) && as.Affinity == bs.Affinity &&
+		slices.Equal(as.LoadBalancerIPs, bs.LoadBalancerIPs) && slices.Equal(as.LoadBalancerSourceRanges, bs.LoadBalancerSourceRanges) &&
+		as.HealthCheckNodePort == bs.HealthCheckNodePort && as.Affinity == bs.Affinity &&
 		as.ExternalPolicyLocal == bs.ExternalPolicyLocal && as.InternalPolicyLocal == bs.InternalPolicyLocal
 }
 
@@ -269,10 +292,14 @@ func renderFixed(cfg *Config) map[string]map[string][]byte {
 		[]string{"-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"})...)
 	// The jump to SVCP-NODEPORTS must be the last rule of SVCP-SERVICES: a
 	// ClusterIP or externalIP match must win over "any local address".
-	nodeIPs := v4(cfg.NodeIPs)
+	nodeIPs := cfg.nodeIPs()
 	c := comment("svcproxy service nodeports; NOTE: this must be the last rule in this chain")
 	if len(nodeIPs) == 0 {
-		// Loopback NodePorts would need route_localnet; kube-proxy blocks them too.
+		// No NodePorts on 127.0.0.0/8: a DNATed packet from loopback could only
+		// leave the node with route_localnet=1, which svcproxy never sets
+		// (CVE-2020-8558). kube-proxy's iptables mode does set it by default
+		// and serves localhost NodePorts (--iptables-localhost-nodeports);
+		// its nftables and IPVS modes do not. See docs/operations.md.
 		nodePorts.add(slices.Concat([]string{"-A", chainServices}, c,
 			[]string{"-m", "addrtype", "--dst-type", "LOCAL", "!", "-d", "127.0.0.0/8", "-j", chainNodePorts})...)
 	}
