@@ -4,7 +4,7 @@
 # that need those tools skip with a message.
 set -eu
 
-PACKAGES="iptables ipset ipvsadm conntrack iproute2 procps netbase dnsutils dnsmasq-base
+PACKAGES="iptables nftables ipset ipvsadm conntrack iproute2 procps netbase dnsutils dnsmasq-base
   qemu-system-x86 busybox-static cpio kmod xz-utils haproxy wrk dnsperf curl socat"
 
 missing=""
