@@ -44,6 +44,9 @@ func (w *walker) rule(chain, text string) (verdict, error) {
 			i += 2
 		case word == "counter":
 			i++
+			if arg(0) == "name" { // a named counter: "counter name NAME"
+				i += 2
+			}
 		case word == "accept" || word == "drop" || word == "reject" || word == "return":
 			return step(verdict{kind: word}), nil
 		case word == "jump" || word == "goto":

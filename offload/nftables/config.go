@@ -27,6 +27,10 @@ type Config struct {
 	// MasqueradeBit is the fwmark bit that asks for SNAT, 0-31; 0 means
 	// kube-proxy's default, 14 (mark 0x4000).
 	MasqueradeBit int
+	// CountConnections gives each service port a named counter that its DNAT
+	// rules count (hybrid mode samples it: Proxier.Connections). A counter
+	// outlives rewrites of the port's chains.
+	CountConnections bool
 	// Include selects the service ports this dataplane serves (hybrid mode
 	// promotes some ports to the kernel). Nil: every port.
 	Include func(*service.Port) bool

@@ -108,3 +108,6 @@ func withSourceRanges(ranges ...string) svcOpt {
 		}
 	}
 }
+
+// labPort is the port of svc("web", ...).
+var labPort = service.PortName{NamespacedName: service.NamespacedName{Namespace: "default", Name: "web"}, Port: "p", Protocol: service.TCP}

@@ -345,3 +345,37 @@ func TestKernelStaleChains(t *testing.T) {
 		}
 	}
 }
+
+// Hybrid mode samples each promoted port's new connections from its named counter,
+// which survives rewrites of the port's chains.
+func TestKernelConnections(t *testing.T) {
+	l := newLab(t)
+	l.serveTCP(t, 8080)
+	l.cfg.CountConnections = true
+	p := l.proxier(t)
+	l.sync(t, p, labService(l))
+	count := func() uint64 {
+		t.Helper()
+		var got map[service.PortName]uint64
+		if err := l.node.Do(func() (err error) {
+			got, err = p.Connections(context.Background(), map[service.PortName]bool{labPort: true})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got[labPort]
+	}
+	if _, err := dial(l.client, "198.18.0.10:80", 5); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 5 {
+		t.Errorf("after 5 connections: %d", n)
+	}
+	l.sync(t, p, snapshot(svc("web", "198.18.0.10", 80, l.endpoints(8080)[:2]))) // the port's chains are rewritten
+	if _, err := dial(l.client, "198.18.0.10:80", 3); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 8 {
+		t.Errorf("after a rewrite and 3 more connections: %d, want 8", n)
+	}
+}

@@ -58,6 +58,7 @@ const (
 	prefixFirewall = "firewall-" // loadBalancerSourceRanges
 	prefixEndpoint = "endpoint-" // one endpoint: DNAT
 	prefixAffinity = "affinity-" // a set: the clients of one endpoint (ClientIP affinity)
+	prefixCounter  = "connections-" // a named counter: one port's new connections (CountConnections)
 )
 
 var portChainPrefixes = []string{prefixService, prefixLocal, prefixExternal, prefixFirewall, prefixEndpoint}

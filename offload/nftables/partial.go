@@ -13,7 +13,7 @@ import (
 // there is nothing to write.
 func (rs *ruleset) partialTx(tx *knftables.Transaction, appliedIPs []string) bool {
 	var addEls, delEls []element
-	var staleChains, staleSets []string
+	var staleChains, staleSets, staleCounters []string
 	for _, c := range rs.changed {
 		addPort(tx, c.cur)
 		var oldEls []element
@@ -21,6 +21,9 @@ func (rs *ruleset) partialTx(tx *knftables.Transaction, appliedIPs []string) boo
 			oldEls = c.old.elements
 			staleChains = append(staleChains, missing(chainNames(c.old), chainNames(c.cur))...)
 			staleSets = append(staleSets, missing(setNames(c.old), setNames(c.cur))...)
+			if c.old.counter != c.cur.counter && c.old.counter != "" {
+				staleCounters = append(staleCounters, c.old.counter)
+			}
 		}
 		add, del := diffElements(oldEls, c.cur.elements)
 		addEls, delEls = append(addEls, add...), append(delEls, del...)
@@ -29,6 +32,9 @@ func (rs *ruleset) partialTx(tx *knftables.Transaction, appliedIPs []string) boo
 		delEls = append(delEls, old.elements...)
 		staleChains = append(staleChains, chainNames(old)...)
 		staleSets = append(staleSets, setNames(old)...)
+		if old.counter != "" {
+			staleCounters = append(staleCounters, old.counter)
+		}
 	}
 	if !sameSlice(appliedIPs, rs.clusterIPs) {
 		gone, added := diffSorted(appliedIPs, rs.clusterIPs)
@@ -49,7 +55,8 @@ func (rs *ruleset) partialTx(tx *knftables.Transaction, appliedIPs []string) boo
 	}
 	slices.Sort(staleChains)
 	slices.Sort(staleSets)
-	deleteObjects(tx, staleChains, staleSets)
+	slices.Sort(staleCounters)
+	deleteObjects(tx, staleChains, staleSets, staleCounters)
 	return tx.NumOperations() > 0
 }
 

@@ -179,11 +179,11 @@ func (p *Proxier) Sync(ctx context.Context) error {
 func (p *Proxier) apply(ctx context.Context, rs *ruleset, full bool) (int, error) {
 	tx := p.cfg.NFT.NewTransaction()
 	if full {
-		staleChains, staleSets, err := p.stale(ctx, rs)
+		stale, err := p.stale(ctx, rs)
 		if err != nil {
 			return 0, err
 		}
-		rs.fullTx(tx, staleChains, staleSets)
+		rs.fullTx(tx, stale.chains, stale.sets, stale.counters)
 	} else if !rs.partialTx(tx, p.applied.clusterIPs) {
 		return 0, nil
 	}
@@ -193,39 +193,50 @@ func (p *Proxier) apply(ctx context.Context, rs *ruleset, full bool) (int, error
 	return tx.NumOperations(), nil
 }
 
-// stale reads the table and returns the port chains and affinity sets in it that
-// rs does not have: those of ports removed while no process was syncing, or before
-// a failure. No table yet: nothing is stale.
-func (p *Proxier) stale(ctx context.Context, rs *ruleset) (chains, sets []string, err error) {
+// staleObjects are port objects in the kernel that no port of a rendering has.
+type staleObjects struct{ chains, sets, counters []string }
+
+// stale reads the table and returns the port chains, affinity sets and counters in
+// it that rs does not have: those of ports removed while no process was syncing,
+// or before a failure. No table yet: nothing is stale.
+func (p *Proxier) stale(ctx context.Context, rs *ruleset) (staleObjects, error) {
+	var out staleObjects
 	objs, err := p.cfg.NFT.ListAll(ctx)
 	if knft.IsNotFound(err) {
-		return nil, nil, nil
+		return out, nil
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("read table %s: %w", Table, err)
+		return out, fmt.Errorf("read table %s: %w", Table, err)
 	}
-	wantChains, wantSets := map[string]bool{}, map[string]bool{}
+	want := map[string]bool{}
 	for _, po := range rs.ports {
 		for _, c := range po.chains {
-			wantChains[c.name] = true
+			want[c.name] = true
 		}
 		for _, s := range po.sets {
-			wantSets[s.name] = true
+			want[s.name] = true
 		}
+		want[po.counter] = true
 	}
 	for _, c := range objs["chain"] {
-		if isPortChain(c) && !wantChains[c] {
-			chains = append(chains, c)
+		if isPortChain(c) && !want[c] {
+			out.chains = append(out.chains, c)
 		}
 	}
 	for _, s := range objs["set"] {
-		if strings.HasPrefix(s, prefixAffinity) && !wantSets[s] {
-			sets = append(sets, s)
+		if strings.HasPrefix(s, prefixAffinity) && !want[s] {
+			out.sets = append(out.sets, s)
 		}
 	}
-	slices.Sort(chains)
-	slices.Sort(sets)
-	return chains, sets, nil
+	for _, c := range objs["counter"] {
+		if strings.HasPrefix(c, prefixCounter) && !want[c] {
+			out.counters = append(out.counters, c)
+		}
+	}
+	slices.Sort(out.chains)
+	slices.Sort(out.sets)
+	slices.Sort(out.counters)
+	return out, nil
 }
 
 // commit records a successful sync: what the kernel holds now, the conntrack
@@ -302,7 +313,7 @@ func Render(cfg Config, snap *service.Snapshot) (string, error) {
 	rs := render(cfg, snap, nil)
 	rs.collectClusterIPs()
 	tx := knftables.NewFake(knftables.IPv4Family, Table).NewTransaction()
-	rs.fullTx(tx, nil, nil)
+	rs.fullTx(tx, nil, nil, nil)
 	return tx.String(), nil
 }
 

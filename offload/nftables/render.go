@@ -18,6 +18,7 @@ type portObjects struct {
 	name     service.PortName
 	chains   []chainRules // its own chains, in declaration order
 	sets     []affinitySet
+	counter  string    // its named counter ("" unless Config.CountConnections)
 	elements []element // in the shared maps
 	status   PortStatus
 	flows    flowInfo
@@ -102,7 +103,10 @@ func renderPort(cfg *Config, p *service.Port) *portObjects {
 	if pp.usesLocalChain {
 		po.status.Endpoints = append(po.status.Endpoints, renderSpread(pp, pp.localChain, pp.local, b, eps)...)
 	}
-	po.sets = renderEndpointChains(pp, eps, b)
+	if cfg.CountConnections {
+		po.counter = prefixCounter + pp.base
+	}
+	po.sets = renderEndpointChains(pp, eps, po.counter, b)
 	for _, name := range b.order {
 		po.chains = append(po.chains, chainRules{name: name, rules: b.rules[name]})
 		po.status.Chains = append(po.status.Chains, name)
@@ -238,7 +242,7 @@ func renderSpread(pp *portPlan, chain string, eps []service.Endpoint, b *chainBu
 // (a pod reaching itself must see the node, not itself, as the source, or it would
 // answer itself directly), remember the client for affinity, DNAT. It returns the
 // affinity sets the chains update.
-func renderEndpointChains(pp *portPlan, eps map[netip.AddrPort]bool, b *chainBuilder) []affinitySet {
+func renderEndpointChains(pp *portPlan, eps map[netip.AddrPort]bool, counter string, b *chainBuilder) []affinitySet {
 	addrs := make([]netip.AddrPort, 0, len(eps))
 	for a := range eps {
 		addrs = append(addrs, a)
@@ -255,7 +259,13 @@ func renderEndpointChains(pp *portPlan, eps map[netip.AddrPort]bool, b *chainBui
 			sets = append(sets, set)
 			b.add(c, "update @"+set.name, "{ ip saddr }")
 		}
-		b.add(c, "meta l4proto", pp.proto, "dnat to", netip.AddrPortFrom(a.Addr().Unmap(), a.Port()).String())
+		dnat := []string{"meta l4proto", pp.proto}
+		if counter != "" {
+			// Only a connection's first packet meets the nat chains: the
+			// counter counts new connections (UDP: new flows).
+			dnat = append(dnat, "counter name", `"`+counter+`"`)
+		}
+		b.add(c, append(dnat, "dnat to", netip.AddrPortFrom(a.Addr().Unmap(), a.Port()).String())...)
 	}
 	return sets
 }

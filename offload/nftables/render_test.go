@@ -56,6 +56,8 @@ func TestRenderGolden(t *testing.T) {
 		{"external-local-none-here", testConfig, snapshot(svc("web", "198.18.0.10", 80, remoteOnly,
 			withNodePort(30080), withExternalIPs("198.18.100.1"), withExternalLocal()))},
 		{"internal-local-none-here", testConfig, snapshot(svc("web", "198.18.0.10", 80, remoteOnly, withInternalLocal()))},
+		{"count-connections", Config{NodeName: thisNode, CountConnections: true},
+			snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()[:2]))},
 		{"skipped", testConfig, snapshot(
 			svc("headless", "198.18.0.1", 80, threeEndpoints(), withHeadless()),
 			svc("v6only", "2001:db8::10", 80, threeEndpoints()),

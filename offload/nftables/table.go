@@ -214,6 +214,9 @@ func fixedChains(cfg *Config) []chainRules {
 
 // addPort writes a port's sets and chains (each chain flushed, then its rules).
 func addPort(tx *knftables.Transaction, po *portObjects) {
+	if po.counter != "" {
+		tx.Add(&knftables.Counter{Name: po.counter}) // an existing counter keeps its count
+	}
 	for _, s := range po.sets {
 		tx.Add(&knftables.Set{Name: s.name, Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
 			Timeout: knftables.PtrTo(s.timeout)})
@@ -253,7 +256,7 @@ func deleteElement(tx *knftables.Transaction, e element) {
 // deleteObjects flushes and deletes chains, then deletes sets: the chains may
 // jump to one another and update the sets, and within one transaction the kernel
 // lets an object go once nothing refers to it any more.
-func deleteObjects(tx *knftables.Transaction, chains, sets []string) {
+func deleteObjects(tx *knftables.Transaction, chains, sets, counters []string) {
 	for _, c := range chains {
 		tx.Flush(&knftables.Chain{Name: c})
 	}
@@ -263,11 +266,14 @@ func deleteObjects(tx *knftables.Transaction, chains, sets []string) {
 	for _, s := range sets {
 		tx.Delete(&knftables.Set{Name: s})
 	}
+	for _, c := range counters {
+		tx.Delete(&knftables.Counter{Name: c})
+	}
 }
 
 // fullTx writes everything: the fixed part, every port, every element, and the
 // deletion of stale port chains and sets (found in the kernel by the caller).
-func (rs *ruleset) fullTx(tx *knftables.Transaction, staleChains, staleSets []string) {
+func (rs *ruleset) fullTx(tx *knftables.Transaction, staleChains, staleSets, staleCounters []string) {
 	addTable(tx, &rs.cfg)
 	for _, po := range rs.ports {
 		addPort(tx, po)
@@ -280,7 +286,7 @@ func (rs *ruleset) fullTx(tx *knftables.Transaction, staleChains, staleSets []st
 			addElement(tx, e)
 		}
 	}
-	deleteObjects(tx, staleChains, staleSets)
+	deleteObjects(tx, staleChains, staleSets, staleCounters)
 }
 
 func sortedKeys(m map[string]bool) []string {

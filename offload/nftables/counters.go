@@ -1,0 +1,39 @@
+package nftables
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// Connections returns, for each of ports that the last sync applied, the new
+// connections (UDP: new flows) its DNAT rules have taken, however they came
+// (ClusterIP, NodePort, external IP, affinity): the packets of the port's named
+// counter (Config.CountConnections), which only a connection's first packet meets.
+// The counter lives as long as the port: rewriting the port's chains does not
+// reset it; a port removed and added again starts at 0.
+func (p *Proxier) Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
+	p.syncMu.Lock()
+	defer p.syncMu.Unlock()
+	out := map[service.PortName]uint64{}
+	if p.applied == nil || !p.cfg.Rules.CountConnections {
+		return out, nil
+	}
+	counters, err := p.cfg.NFT.ListCounters(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read counters of table %s: %w", Table, err)
+	}
+	packets := make(map[string]uint64, len(counters))
+	for _, c := range counters {
+		if c.Packets != nil {
+			packets[c.Name] = *c.Packets
+		}
+	}
+	for name := range ports {
+		if po, ok := p.applied.ports[name]; ok && po.counter != "" {
+			out[name] = packets[po.counter]
+		}
+	}
+	return out, nil
+}
