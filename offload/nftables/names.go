@@ -52,12 +52,12 @@ const (
 // Prefixes of the per-service-port chains and sets. One with a prefix that no
 // service port claims is stale, and a full sync deletes it.
 const (
-	prefixService  = "service-"  // cluster policy: every usable endpoint
-	prefixLocal    = "local-"    // local policy: the endpoints on this node
-	prefixExternal = "external-" // NodePort, externalIPs, LoadBalancer IPs
-	prefixFirewall = "firewall-" // loadBalancerSourceRanges
-	prefixEndpoint = "endpoint-" // one endpoint: DNAT
-	prefixAffinity = "affinity-" // a set: the clients of one endpoint (ClientIP affinity)
+	prefixService  = "service-"     // cluster policy: every usable endpoint
+	prefixLocal    = "local-"       // local policy: the endpoints on this node
+	prefixExternal = "external-"    // NodePort, externalIPs, LoadBalancer IPs
+	prefixFirewall = "firewall-"    // loadBalancerSourceRanges
+	prefixEndpoint = "endpoint-"    // one endpoint: DNAT
+	prefixAffinity = "affinity-"    // a set: the clients of one endpoint (ClientIP affinity)
 	prefixCounter  = "connections-" // a named counter: one port's new connections (CountConnections)
 )
 
