@@ -1,0 +1,44 @@
+package iptables
+
+import (
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/svcproxy/svcproxy/internal/netnstest"
+)
+
+// loadBalancerSourceRanges on the real kernel: the client reaches the LoadBalancer
+// IP while its address is in the ranges, and its SYN is dropped when it is not.
+func TestKernelSourceRanges(t *testing.T) {
+	l := newLab(t)
+	l.serveTCP(t, 8080)
+	p := l.proxier(t)
+	l.sync(t, p, labService(l, withLoadBalancer("198.18.200.1"), withSourceRanges("198.19.10.0/24")))
+	if _, err := dial(l.client, "198.18.200.1:80", 3); err != nil {
+		t.Errorf("from inside the source ranges: %v", err)
+	}
+	l.sync(t, p, labService(l, withLoadBalancer("198.18.200.1"), withSourceRanges("203.0.113.0/24")))
+	if err := dialFails(l.client, "198.18.200.1:80"); err != nil {
+		t.Error(err)
+	}
+	if _, err := dial(l.client, "198.18.0.10:80", 1); err != nil {
+		t.Errorf("the ClusterIP is not subject to the source ranges: %v", err)
+	}
+}
+
+// dialFails makes one connection with a short timeout and says so if a backend
+// answered: for destinations whose SYN must be dropped.
+func dialFails(ns *netnstest.NS, dst string) error {
+	var c net.Conn
+	_ = ns.Do(func() (err error) {
+		c, err = net.DialTimeout("tcp4", dst, time.Second)
+		return err
+	})
+	if c != nil {
+		c.Close()
+		return errors.New(dst + " from outside the source ranges: a backend answered, want the SYN dropped")
+	}
+	return nil
+}
