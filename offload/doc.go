@@ -8,8 +8,8 @@
 // port is hot when every sampled interval for PromoteAfter had a new-connection rate
 // of at least PromoteConnRate; it goes back to userspace after DemoteAfter of
 // intervals below that rate (never, when DemoteAfter is 0). The caller carries a
-// Move out (kernel path first, then remove the portal; or the reverse to demote, see
-// DESIGN.md) and confirms it with Moved; until then the Promoter proposes it again.
+// Move out (kernel path first, then remove the portal; or the reverse to demote: package
+// dataplane/hybrid) and confirms it with Moved; until then the Promoter proposes it again.
 //
 // A Clock drives it, so tests step time by hand.
 package offload

@@ -7,14 +7,16 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/svcproxy/svcproxy/dataplane"
 )
 
-// Modes of --mode.
+// Modes of --mode (dataplane's names).
 const (
-	modeUserspace = "userspace"
-	modeIPTables  = "iptables"
-	modeIPVS      = "ipvs"
-	modeHybrid    = "hybrid"
+	modeUserspace = dataplane.ModeUserspace
+	modeIPTables  = dataplane.ModeIPTables
+	modeIPVS      = dataplane.ModeIPVS
+	modeHybrid    = dataplane.ModeHybrid
 )
 
 // Config is everything the flags say; run takes it and nothing else.

@@ -5,53 +5,56 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"sync/atomic"
 	"time"
 
-	"github.com/svcproxy/svcproxy/service"
-)
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-// dataplane is one proxy mode: what run feeds and the HTTP endpoints read.
-type dataplane interface {
-	// Mode is the mode that really runs (after any fallback).
-	Mode() string
-	// Sync makes the dataplane serve snap; an error means part of it is not
-	// served yet and will be retried.
-	Sync(ctx context.Context, snap *service.Snapshot) error
-	// Run owns the dataplane's goroutines until ctx ends, then shuts down.
-	Run(ctx context.Context) error
-	// Healthy is nil while the last sync succeeded.
-	Healthy() error
-	// Status is the /status document (JSON).
-	Status() any
-	// WriteMetrics writes Prometheus text-format samples.
-	WriteMetrics(w io.Writer)
-}
+	"github.com/svcproxy/svcproxy/dataplane"
+)
 
 // endpoints serves /healthz on one address and /metrics, /proxyMode, /status
 // on another, as kube-proxy does (10256 and 10249).
 type endpoints struct {
-	dp       dataplane
-	synced   atomic.Bool  // the first sync is done
-	lastSync atomic.Int64 // unix nanos of the last successful sync
+	dp       dataplane.Interface
+	registry *prometheus.Registry
+	lastSync atomic.Int64 // unix nanos of the last Sync that returned no error
 	log      *slog.Logger
 }
 
-func (e *endpoints) markSynced() {
-	e.lastSync.Store(time.Now().UnixNano())
-	e.synced.Store(true)
+// newEndpoints registers dp, the Go runtime's and the process's metrics in a
+// registry of their own: one per process.
+func newEndpoints(dp dataplane.Interface, log *slog.Logger) *endpoints {
+	e := &endpoints{dp: dp, registry: prometheus.NewRegistry(), log: log}
+	e.registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "svcproxy_healthy",
+			Help:        "1 while /healthz answers 200: the rules are synced and do not lag the Snapshot beyond the bound.",
+			ConstLabels: prometheus.Labels{"mode": dp.Mode()},
+		}, func() float64 {
+			if dp.Healthy() != nil {
+				return 0
+			}
+			return 1
+		}),
+		dp,
+	)
+	return e
 }
+
+func (e *endpoints) markSynced() { e.lastSync.Store(time.Now().UnixNano()) }
 
 func (e *endpoints) healthz(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	status, msg := http.StatusOK, "ok"
-	if !e.synced.Load() {
-		status, msg = http.StatusServiceUnavailable, "waiting for the first sync"
-	} else if err := e.dp.Healthy(); err != nil {
+	if err := e.dp.Healthy(); err != nil {
 		status, msg = http.StatusServiceUnavailable, err.Error()
 	}
 	w.WriteHeader(status)
@@ -73,17 +76,6 @@ func (e *endpoints) status(w http.ResponseWriter, _ *http.Request) {
 	_ = enc.Encode(e.dp.Status())
 }
 
-func (e *endpoints) metrics(w http.ResponseWriter, _ *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-	up := 0
-	if e.synced.Load() && e.dp.Healthy() == nil {
-		up = 1
-	}
-	fmt.Fprintf(w, "# HELP svcproxy_healthy 1 when the last sync succeeded.\n# TYPE svcproxy_healthy gauge\nsvcproxy_healthy{mode=%q} %d\n", e.dp.Mode(), up)
-	fmt.Fprintf(w, "# HELP svcproxy_last_sync_timestamp_seconds When the last successful sync ended.\n# TYPE svcproxy_last_sync_timestamp_seconds gauge\nsvcproxy_last_sync_timestamp_seconds %.3f\n", float64(e.lastSync.Load())/1e9)
-	e.dp.WriteMetrics(w)
-}
-
 // serve runs the two HTTP servers until ctx ends. An address of "" or "0"
 // turns a server off, as kube-proxy allows.
 func (e *endpoints) serve(ctx context.Context, healthzAddr, metricsAddr string) error {
@@ -91,7 +83,7 @@ func (e *endpoints) serve(ctx context.Context, healthzAddr, metricsAddr string) 
 	health.HandleFunc("/healthz", e.healthz)
 	health.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	metrics := http.NewServeMux()
-	metrics.HandleFunc("/metrics", e.metrics)
+	metrics.Handle("/metrics", promhttp.HandlerFor(e.registry, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(e.log.Handler(), slog.LevelWarn)}))
 	metrics.HandleFunc("/proxyMode", e.proxyMode)
 	metrics.HandleFunc("/status", e.status)
 	metrics.HandleFunc("/healthz", e.healthz)

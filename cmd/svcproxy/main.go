@@ -34,7 +34,7 @@ func main() {
 	defer stop()
 
 	if cfg.Cleanup {
-		if err := cleanup(ctx, log); err != nil {
+		if err := cleanup(ctx); err != nil {
 			log.Error("cleanup incomplete", "err", err)
 			os.Exit(1)
 		}
@@ -66,7 +66,7 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		return err
 	}
 	log.Info("svcproxy starting", "mode", dp.Mode(), "source", sourceName(cfg))
-	ep := &endpoints{dp: dp, log: log.With("component", "http")}
+	ep := newEndpoints(dp, log.With("component", "http"))
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -95,8 +95,8 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		select {
 		case snap := <-snaps:
 			if err := dp.Sync(ctx, snap); err != nil {
-				// The dataplane keeps what it could apply and retries the rest;
-				// /healthz says so until it succeeds.
+				// The dataplane keeps what it could apply and its Run retries
+				// the rest; /healthz says so until it succeeds.
 				log.Warn("sync incomplete", "err", err)
 			} else {
 				ep.markSynced()

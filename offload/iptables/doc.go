@@ -18,9 +18,11 @@
 // endpoints is rejected in the filter table (SVCP-SERVICES, SVCP-EXTERNAL-SERVICES).
 //
 // Proxier keeps the kernel in step with Snapshots: a partial sync rewrites only the
-// chains of changed service ports (kube-proxy KEP-3453), a full sync every SyncPeriod
-// and after any failure rewrites everything and deletes chains that belong to nothing.
-// The rules outlive the process; a new Proxier adopts them, and Cleanup removes them.
+// chains of changed service ports (kube-proxy KEP-3453), a full sync (SyncPeriod after
+// the last one ended, and after any failure) rewrites everything and deletes chains
+// that belong to nothing. Dataplane drives it with the lifecycle all kernel modes
+// share (dataplane.Syncer). The rules outlive the process; a new Proxier adopts them
+// at its first Sync (never before the first Snapshot), and Cleanup removes them.
 //
 // Only IPv4 is rendered: IPv6 addresses of a Service or endpoint are skipped.
 package iptables

@@ -21,23 +21,23 @@ type ProxierConfig struct {
 	// Conntrack deletes stale UDP flows; nil: no conntrack cleanup.
 	Conntrack conntrack.Interface
 
-	// SyncPeriod is how often Run does a full sync even without changes
-	// (kube-proxy --iptables-sync-period; default 30s).
+	// SyncPeriod is how long after the end of the last full sync a Sync is full
+	// again: it rewrites every chain and deletes those that belong to nothing
+	// (kube-proxy --iptables-sync-period; default 30s). Counted from the end, a
+	// full sync that takes longer than SyncPeriod does not make every later
+	// sync full.
 	SyncPeriod time.Duration
-	// MinSyncPeriod is the least time between two syncs in Run, so a burst of
-	// updates is applied once (kube-proxy --iptables-min-sync-period; default 1s).
-	MinSyncPeriod time.Duration
-	// RetryAfter is the first delay after a failed sync; it doubles with each
-	// further failure up to SyncPeriod (default 1s).
-	RetryAfter time.Duration
+	// CountConnections keeps, across syncs, the packet counts of the DNAT rules
+	// that Connections reads: a sync that rewrites a port's chains first adds
+	// their counts to the port's carried total (hybrid mode's kernel path).
+	CountConnections bool
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
 
 // Proxier keeps the kernel's rules in step with the latest Snapshot.
 type Proxier struct {
-	cfg     ProxierConfig
-	trigger chan struct{} // Update -> Run; buffered, one pending signal
+	cfg ProxierConfig
 
 	mu     sync.Mutex // guards snap, health, status
 	snap   *service.Snapshot
@@ -47,7 +47,10 @@ type Proxier struct {
 	syncMu   sync.Mutex // one sync at a time; guards the fields below
 	applied  *applied   // the last successful sync; nil before the first
 	needFull bool       // a sync failed: the kernel may not be what applied says
-	lastFull time.Time
+	lastFull time.Time  // when the last full sync ended
+	// carried is, per port, the DNAT packets of its chains that a sync
+	// rewrote or deleted (CountConnections).
+	carried map[service.PortName]uint64
 }
 
 // applied is what the last successful sync left in the kernel.
@@ -76,7 +79,8 @@ type Health struct {
 }
 
 // NewProxier checks cfg and returns a Proxier with no Snapshot: until the first
-// Update it syncs an empty rule set (its top chains and hooks).
+// Update, Sync does nothing (a restart must not replace the rules of the last
+// process with an empty set while the sources are still listing).
 func NewProxier(cfg ProxierConfig) (*Proxier, error) {
 	if cfg.IPTables == nil {
 		return nil, errors.New("iptables proxier: IPTables is nil")
@@ -87,27 +91,17 @@ func NewProxier(cfg ProxierConfig) (*Proxier, error) {
 	if cfg.SyncPeriod <= 0 {
 		cfg.SyncPeriod = 30 * time.Second
 	}
-	if cfg.MinSyncPeriod <= 0 {
-		cfg.MinSyncPeriod = time.Second
-	}
-	if cfg.RetryAfter <= 0 {
-		cfg.RetryAfter = time.Second
-	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Proxier{cfg: cfg, trigger: make(chan struct{}, 1)}, nil
+	return &Proxier{cfg: cfg, carried: map[service.PortName]uint64{}}, nil
 }
 
-// Update makes snap the state to sync to and wakes Run.
+// Update makes snap the state the next Sync applies.
 func (p *Proxier) Update(snap *service.Snapshot) {
 	p.mu.Lock()
 	p.snap = snap
 	p.mu.Unlock()
-	select {
-	case p.trigger <- struct{}{}:
-	default:
-	}
 }
 
 // Health returns the sync record.
@@ -125,7 +119,8 @@ func (p *Proxier) Status() []PortStatus {
 }
 
 // Sync applies the latest Snapshot now: a partial sync if the last sync
-// succeeded and the SyncPeriod has not passed, a full sync otherwise.
+// succeeded and the SyncPeriod has not passed since the last full one, a full
+// sync otherwise. Before the first Update it does nothing.
 func (p *Proxier) Sync(ctx context.Context) error {
 	p.syncMu.Lock()
 	defer p.syncMu.Unlock()
@@ -133,7 +128,7 @@ func (p *Proxier) Sync(ctx context.Context) error {
 	snap := p.snap
 	p.mu.Unlock()
 	if snap == nil {
-		snap = service.NewSnapshot(nil, nil)
+		return nil
 	}
 	start := p.cfg.Now()
 	full := p.applied == nil || p.needFull || start.Sub(p.lastFull) >= p.cfg.SyncPeriod
@@ -182,8 +177,9 @@ func (p *Proxier) commit(ctx context.Context, rs *ruleset, tops map[string]map[s
 		}
 	}
 	p.applied.top = tops
+	p.forget()
 	if full {
-		p.lastFull, p.needFull = start, false
+		p.lastFull, p.needFull = p.cfg.Now(), false
 	}
 	deleted, ctErr := p.cleanFlows(ctx, first, rs)
 	status := make([]PortStatus, len(rs.ports))
@@ -236,6 +232,9 @@ func (p *Proxier) apply(ctx context.Context, rs *ruleset, tops map[string]map[st
 	}
 	if pl.empty() {
 		return nil, nil
+	}
+	if err := p.carryCounts(ctx, pl); err != nil {
+		return nil, err
 	}
 	text := rs.text(pl)
 	if err := p.cfg.IPTables.Restore(ctx, text); err != nil {

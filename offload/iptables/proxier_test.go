@@ -15,12 +15,11 @@ import (
 	"github.com/svcproxy/svcproxy/service"
 )
 
-// flakyIPT is a Fake whose next fail restores fail, and which reports each restore.
+// flakyIPT is a Fake whose next fail restores fail.
 type flakyIPT struct {
 	*kiptables.Fake
-	mu       sync.Mutex
-	fail     int
-	restored chan error // if set, gets each Restore's result
+	mu   sync.Mutex
+	fail int
 }
 
 func (f *flakyIPT) Restore(ctx context.Context, rules []byte) error {
@@ -33,9 +32,6 @@ func (f *flakyIPT) Restore(ctx context.Context, rules []byte) error {
 	f.mu.Unlock()
 	if err == nil {
 		err = f.Fake.Restore(ctx, rules)
-	}
-	if f.restored != nil {
-		f.restored <- err
 	}
 	return err
 }
@@ -138,6 +134,54 @@ func TestFullSyncEverySyncPeriod(t *testing.T) {
 	mustSync(t, p, snap)
 	if h := p.Health(); h.FullSyncs != 2 || h.PartialSyncs != 1 {
 		t.Errorf("health %+v: want 2 full syncs (start, after a minute) and 1 partial", h)
+	}
+}
+
+// Issue 10 point 9: the SyncPeriod counts from the end of the last full sync,
+// so a full sync that takes longer than the period is followed by partial
+// syncs, not by another full one.
+func TestFullSyncPeriodFromTheEnd(t *testing.T) {
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	slow := &slowIPT{Fake: kiptables.NewFake(), now: &now}
+	p, _ := NewProxier(ProxierConfig{Rules: testConfig, IPTables: slow, SyncPeriod: time.Minute, Now: func() time.Time { return now }})
+	slow.took = 90 * time.Second // the first (full) restore takes longer than the period
+	mustSync(t, p, history()[0])
+	slow.took = 0
+	now = now.Add(time.Second)
+	mustSync(t, p, history()[1])
+	if h := p.Health(); h.FullSyncs != 1 || h.PartialSyncs != 1 {
+		t.Errorf("health %+v: want the sync right after a long full sync to be partial", h)
+	}
+}
+
+// slowIPT is a Fake whose restores take took on a fake clock.
+type slowIPT struct {
+	*kiptables.Fake
+	now  *time.Time
+	took time.Duration
+}
+
+func (s *slowIPT) Restore(ctx context.Context, rules []byte) error {
+	*s.now = s.now.Add(s.took)
+	return s.Fake.Restore(ctx, rules)
+}
+
+// Issue 10 point 1: before the first Update there is nothing to apply, so a
+// new Proxier leaves the rules it finds alone.
+func TestNoSyncBeforeUpdate(t *testing.T) {
+	f := kiptables.NewFake()
+	mustSync(t, newProxier(t, f, nil), history()[0])
+	before := f.Dump()
+	n0, _ := f.Restores()
+	restarted := newProxier(t, f, nil)
+	if err := restarted.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := f.Restores(); n != n0 || f.Dump() != before {
+		t.Errorf("a Sync before the first Update changed the rules:\n%s", f.Dump())
+	}
+	if h := restarted.Health(); h.Synced {
+		t.Errorf("health %+v: want not synced before the first Update", h)
 	}
 }
 
@@ -270,45 +314,5 @@ func TestConntrackCleanup(t *testing.T) {
 	}
 	if h := p.Health(); h.ConntrackDeleted != 4 {
 		t.Errorf("health %+v: want 4 conntrack entries deleted (2 of the removed endpoint, 1 of the last one, 1 sent while rejected)", h)
-	}
-}
-
-// Run syncs after Update, retries a failed sync, and stops with its context.
-func TestRun(t *testing.T) {
-	ipt := &flakyIPT{Fake: kiptables.NewFake(), fail: 1, restored: make(chan error, 16)}
-	p, err := NewProxier(ProxierConfig{Rules: testConfig, IPTables: ipt,
-		MinSyncPeriod: time.Millisecond, RetryAfter: time.Millisecond, SyncPeriod: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.Update(history()[0])
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { // the test owns this goroutine: it runs Run until cancel
-		defer close(done)
-		p.Run(ctx)
-	}()
-	if err := <-ipt.restored; err == nil {
-		t.Fatal("first restore: want the injected failure")
-	}
-	if err := <-ipt.restored; err != nil {
-		t.Fatalf("retry: %v", err)
-	}
-	p.Update(history()[1])
-	if err := <-ipt.restored; err != nil {
-		t.Fatalf("after Update: %v", err)
-	}
-	cancel()
-	<-done
-	if h := p.Health(); !h.Healthy || h.Failures != 1 || h.FullSyncs != 1 || h.PartialSyncs != 1 {
-		t.Errorf("health %+v", h)
-	}
-}
-
-func TestRetryDelay(t *testing.T) {
-	for n, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 4: 8 * time.Second, 10: 30 * time.Second} {
-		if got := retryDelay(n, time.Second, 30*time.Second); got != want {
-			t.Errorf("retryDelay(%d) = %v, want %v", n, got, want)
-		}
 	}
 }

@@ -184,9 +184,7 @@ func TestHooksPrepended(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, _ := NewProxier(ProxierConfig{Rules: testConfig, IPTables: f})
-	if err := p.Sync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	mustSync(t, p, service.NewSnapshot(nil, nil))
 	nat, _ := f.Save(context.Background(), kiptables.TableNAT)
 	ours := strings.Index(string(nat), "-A PREROUTING -m comment --comment \"svcproxy service portals\" -j SVCP-SERVICES")
 	theirs := strings.Index(string(nat), "-A PREROUTING -j SVCP-PORTALS")

@@ -1,4 +1,4 @@
-package main
+package hybrid_test
 
 import (
 	"bufio"
@@ -6,22 +6,20 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"os"
-	"os/signal"
+	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/internal/testbin"
 )
 
 // The hybrid topology: a client and a backend namespace, each joined to the node
@@ -69,36 +67,7 @@ ports: [{name: http, port: 8080, protocol: TCP}]
 endpoints: [{addresses: [198.19.2.2], conditions: {ready: true}}]
 `
 
-// TestHelperSvcproxy is not a test: TestHybridPromotion and TestIPVSFallback run the test binary as
-// svcproxy inside the node namespace (os/exec's helper-process pattern), so no
-// build step is needed.
-func TestHelperSvcproxy(t *testing.T) {
-	if os.Getenv("SVCPROXY_HELPER") != "1" {
-		t.Skip("the svcproxy process of TestHybridPromotion")
-	}
-	args := os.Args[slices.Index(os.Args, "--")+1:]
-	cfg, err := parseFlags(args)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "svcproxy:", err)
-		os.Exit(2)
-	}
-	var w io.Writer = os.Stderr
-	if path := os.Getenv("SVCPROXY_HELPER_LOG"); path != "" {
-		f, err := os.Create(path)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "svcproxy:", err)
-			os.Exit(2)
-		}
-		w = io.MultiWriter(os.Stderr, f)
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-	defer stop()
-	if err := run(ctx, cfg, slog.New(slog.NewTextHandler(w, nil))); err != nil {
-		fmt.Fprintln(os.Stderr, "svcproxy:", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
+func TestMain(m *testing.M) { os.Exit(testbin.Main(m)) }
 
 // TestHybridPromotion drives one service port hot and watches it move to the
 // kernel and back, live: in userspace its backend sees the node's address, on
@@ -192,6 +161,7 @@ type hybridEnv struct {
 	node, client, backend *netnstest.NS
 	dir                   string
 	http                  *http.Client
+	proxy                 *exec.Cmd // the svcproxy process
 }
 
 func newHybridEnv(t *testing.T) *hybridEnv {
@@ -224,12 +194,43 @@ func (e *hybridEnv) startProxy(t *testing.T, flags ...string) {
 	if err := os.WriteFile(manifests, []byte(hybridManifests), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	args := []string{"SVCPROXY_HELPER=1", "SVCPROXY_HELPER_LOG=" + filepath.Join(e.dir, "svcproxy.log"),
-		os.Args[0], "-test.run=^TestHelperSvcproxy$", "--",
-		"--mode", "hybrid", "--offload", "iptables", "--services", manifests,
+	args := []string{"--mode", "hybrid", "--offload", "iptables", "--services", manifests,
 		"--node-ip", hybridNodeC.Addr().String(),
 		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}
-	e.node.Start(t, "env", append(args, flags...)...)
+	e.proxy = e.start(t, append(args, flags...)...)
+	e.waitHealthy(t)
+	e.waitPort(t, "default/web:http", "sampled", func(p statusPort) bool { return p.Samples > 0 })
+}
+
+// start runs the svcproxy binary in the node namespace, its log appended to
+// svcproxy.log; it is killed at the end of the test if it still runs.
+func (e *hybridEnv) start(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	bin := filepath.Join(testbin.Build(t, "./cmd/svcproxy"), "svcproxy")
+	log, err := os.OpenFile(filepath.Join(e.dir, "svcproxy.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := e.node.Command(context.Background(), bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		log.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(filepath.Join(e.dir, "svcproxy.log"))
+			t.Logf("svcproxy log:\n%s", b)
+		}
+	})
+	return cmd
+}
+
+// waitHealthy polls /healthz until it answers 200: svcproxy's readiness signal.
+func (e *hybridEnv) waitHealthy(t *testing.T) {
+	t.Helper()
 	waitFor(t, "svcproxy healthy", func() (bool, string) {
 		resp, err := e.http.Get("http://127.0.0.1:10256/healthz")
 		if err != nil {
@@ -239,7 +240,6 @@ func (e *hybridEnv) startProxy(t *testing.T, flags ...string) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode == http.StatusOK, string(b)
 	})
-	e.waitPort(t, "default/web:http", "sampled", func(p statusPort) bool { return p.Samples > 0 })
 }
 
 func (e *hybridEnv) get(t *testing.T, path string) string {

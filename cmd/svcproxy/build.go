@@ -1,0 +1,219 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+
+	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/dataplane/hybrid"
+	"github.com/svcproxy/svcproxy/kernel/conntrack"
+	"github.com/svcproxy/svcproxy/kernel/ipset"
+	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
+	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
+	"github.com/svcproxy/svcproxy/kernel/link"
+	"github.com/svcproxy/svcproxy/offload"
+	offloadiptables "github.com/svcproxy/svcproxy/offload/iptables"
+	offloadipvs "github.com/svcproxy/svcproxy/offload/ipvs"
+	"github.com/svcproxy/svcproxy/service"
+	"github.com/svcproxy/svcproxy/userspace"
+)
+
+// newDataplane builds the dataplane of cfg.Mode in the current network
+// namespace: Config in, one dataplane.Interface out. Each mode's lifecycle
+// lives in its own package.
+func newDataplane(cfg *Config, log *slog.Logger) (dataplane.Interface, error) {
+	ipt, err := kiptables.New(kiptables.Config{})
+	if err != nil {
+		return nil, err
+	}
+	switch cfg.Mode {
+	case dataplane.ModeUserspace:
+		uc, err := userspaceConfig(cfg, ipt)
+		if err != nil {
+			return nil, err
+		}
+		return userspace.NewDataplane(userspace.New(uc), 0), nil
+	case dataplane.ModeIPTables, dataplane.ModeIPVS:
+		return kernelPath(cfg, cfg.Mode, ipt, log, nil)
+	case dataplane.ModeHybrid:
+		uc, err := userspaceConfig(cfg, ipt)
+		if err != nil {
+			return nil, err
+		}
+		m, err := hybrid.New(hybrid.Config{
+			Userspace: uc,
+			Kernel: func(carried func(service.PortName) bool) (dataplane.KernelPath, error) {
+				return kernelPath(cfg, cfg.Offload, ipt, log, carried)
+			},
+			Promoter: offload.Config{PromoteConnRate: cfg.PromoteConnRate, PromoteAfter: cfg.PromoteAfter, DemoteAfter: cfg.DemoteAfter},
+			Logger:   log,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("--promote-conn-rate, --promote-after, --demote-after: %w", err)
+		}
+		return m, nil
+	}
+	return nil, fmt.Errorf("--mode %s: not built yet", cfg.Mode)
+}
+
+// kernelPath builds the kernel dataplane of mode (--mode, or hybrid's
+// --offload), restricted to the ports carried accepts when it is not nil.
+// IPVS on a kernel without it falls back to iptables, as kube-proxy does, with
+// one logged reason.
+func kernelPath(cfg *Config, mode string, ipt kiptables.Interface, log *slog.Logger, carried func(service.PortName) bool) (dataplane.KernelPath, error) {
+	if mode == dataplane.ModeIPVS {
+		if err := offloadipvs.Available(); err != nil {
+			what := "running iptables mode instead"
+			if carried != nil {
+				what = "hybrid mode offloads to iptables instead"
+			}
+			log.Warn("IPVS not available, "+what, "reason", err)
+			mode = dataplane.ModeIPTables
+		}
+	}
+	if mode == dataplane.ModeIPVS {
+		return ipvsPath(cfg, ipt, carried)
+	}
+	var include func(*service.Port) bool
+	if carried != nil {
+		include = func(p *service.Port) bool { return carried(p.Name) }
+	}
+	return offloadiptables.NewDataplane(offloadiptables.ProxierConfig{
+		Rules: offloadiptables.Config{
+			NodeName:      cfg.NodeName,
+			NodeIPs:       cfg.NodeIPs,
+			ClusterCIDR:   cfg.ClusterCIDR,
+			MasqueradeAll: cfg.MasqueradeAll,
+			Include:       include,
+		},
+		IPTables:         ipt,
+		Conntrack:        conntrack.Netlink{},
+		SyncPeriod:       cfg.SyncPeriod,
+		CountConnections: carried != nil,
+	}, 0)
+}
+
+func ipvsPath(cfg *Config, ipt kiptables.Interface, carried func(service.PortName) bool) (dataplane.KernelPath, error) {
+	k, err := kipvs.New()
+	if err != nil {
+		return nil, fmt.Errorf("ipvs: %w", err)
+	}
+	links, err := link.New()
+	if err != nil {
+		return nil, fmt.Errorf("links: %w", err)
+	}
+	nodeIPs, err := nodeAddresses(cfg)
+	if err != nil {
+		return nil, err
+	}
+	// Masquerade needs both: a few nat rules that match ip sets of the services.
+	sets, err := ipset.New()
+	if err != nil {
+		return nil, err
+	}
+	return offloadipvs.NewDataplane(offloadipvs.Config{
+		IPVS:          k,
+		Links:         links,
+		Scheduler:     cfg.IPVSScheduler,
+		NodeName:      cfg.NodeName,
+		NodeIPs:       nodeIPs,
+		IPTables:      ipt,
+		IPSets:        sets,
+		ClusterCIDR:   cfg.ClusterCIDR,
+		MasqueradeAll: cfg.MasqueradeAll,
+		Sysctls:       link.ProcSys{},
+		StrictARP:     cfg.IPVSStrictARP,
+		Select:        carried,
+	}, offloadipvs.DataplaneConfig{SyncPeriod: cfg.SyncPeriod})
+}
+
+func userspaceConfig(cfg *Config, ipt kiptables.Interface) (userspace.Config, error) {
+	pr, err := userspace.ParsePortRange(cfg.ProxyPortRange)
+	if err != nil {
+		return userspace.Config{}, fmt.Errorf("--proxy-port-range: %w", err)
+	}
+	return userspace.Config{
+		PortRange:      pr,
+		UDPIdleTimeout: cfg.UDPIdleTimeout,
+		ShutdownGrace:  cfg.ShutdownGrace,
+		IPTables:       ipt,
+	}, nil
+}
+
+// nodeAddresses returns --node-ip, or every address of this namespace's
+// interfaces except loopback and svcproxy's own dummy interface: the addresses
+// NodePorts answer on.
+func nodeAddresses(cfg *Config) ([]netip.Addr, error) {
+	if len(cfg.NodeIPs) > 0 {
+		return cfg.NodeIPs, nil
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil, fmt.Errorf("node addresses: %w", err)
+	}
+	var out []netip.Addr
+	for _, ifc := range ifs {
+		if ifc.Flags&net.FlagLoopback != 0 || ifc.Name == offloadipvs.DefaultInterface {
+			continue
+		}
+		addrs, err := ifc.Addrs()
+		if err != nil {
+			continue
+		}
+		for _, a := range addrs {
+			if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().IsGlobalUnicast() {
+				out = append(out, p.Addr())
+			}
+		}
+	}
+	return out, nil
+}
+
+// cleanup removes what every mode may have left in this namespace.
+func cleanup(ctx context.Context) error {
+	ipt, err := kiptables.New(kiptables.Config{})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	if err := userspace.Cleanup(ctx, ipt); err != nil {
+		errs = append(errs, fmt.Errorf("userspace portals: %w", err))
+	}
+	if err := offloadiptables.Cleanup(ctx, ipt); err != nil {
+		errs = append(errs, fmt.Errorf("iptables rules: %w", err))
+	}
+	if offloadipvs.Available() == nil {
+		if err := cleanupIPVS(ctx, ipt); err != nil {
+			errs = append(errs, fmt.Errorf("ipvs: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cleanupIPVS removes svcproxy's virtual servers, dummy interface, masquerade
+// rules and ip sets. Without the ipset tool there can be none of the last two.
+func cleanupIPVS(ctx context.Context, ipt kiptables.Interface) error {
+	k, err := kipvs.New()
+	if err != nil {
+		return err
+	}
+	defer k.Close()
+	links, err := link.New()
+	if err != nil {
+		return err
+	}
+	defer links.Close()
+	cfg := offloadipvs.Config{IPVS: k, Links: links}
+	if sets, err := ipset.New(); err == nil {
+		cfg.IPTables, cfg.IPSets = ipt, sets
+	}
+	p, err := offloadipvs.New(cfg)
+	if err != nil {
+		return err
+	}
+	return p.Cleanup(ctx)
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/svcproxy/svcproxy/dataplane"
+	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
+	offloadiptables "github.com/svcproxy/svcproxy/offload/iptables"
+	"github.com/svcproxy/svcproxy/service"
+	"github.com/svcproxy/svcproxy/userspace"
+)
+
+func testSnapshot() *service.Snapshot {
+	s := &service.Service{
+		NamespacedName: service.NamespacedName{Namespace: "default", Name: "web"},
+		Type:           service.TypeClusterIP,
+		ClusterIPs:     []netip.Addr{netip.MustParseAddr("198.18.0.10")},
+	}
+	s.Ports = []*service.Port{{
+		Name:      service.PortName{NamespacedName: s.NamespacedName, Port: "http", Protocol: service.TCP},
+		Service:   s,
+		Port:      80,
+		Protocol:  service.TCP,
+		Endpoints: []service.Endpoint{{Addr: netip.MustParseAddrPort("198.19.1.10:8080"), Ready: true, Serving: true}},
+	}}
+	return service.NewSnapshot([]*service.Service{s}, nil)
+}
+
+// scrape serves e's registry as /metrics does and parses the answer with
+// Prometheus' own text parser.
+func scrape(t *testing.T, e *endpoints) map[string]*dto.MetricFamily {
+	t.Helper()
+	srv := httptest.NewServer(promhttp.HandlerFor(e.registry, promhttp.HandlerOpts{}))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("/metrics does not parse: %v", err)
+	}
+	return fams
+}
+
+// /metrics is one client_golang registry: kube-proxy's sync metrics next to
+// svcproxy's own, each mode's collector, the Go runtime's and the process's.
+func TestMetricsScrape(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	modes := []struct {
+		name string
+		dp   func(t *testing.T) dataplane.Interface
+		want []string
+	}{
+		{"userspace", func(t *testing.T) dataplane.Interface {
+			p := userspace.New(userspace.Config{BindAddress: netip.MustParseAddr("127.0.0.1")})
+			t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+			return userspace.NewDataplane(p, 0)
+		}, []string{"svcproxy_userspace_connections_total", "svcproxy_userspace_dial_failures_total"}},
+		{"iptables", func(t *testing.T) dataplane.Interface {
+			d, err := offloadiptables.NewDataplane(offloadiptables.ProxierConfig{IPTables: kiptables.NewFake()}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}, []string{"svcproxy_iptables_syncs_total", "svcproxy_iptables_restore_bytes", "svcproxy_conntrack_deleted_total"}},
+	}
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			dp := m.dp(t)
+			e := newEndpoints(dp, log)
+			if err := dp.Sync(context.Background(), testSnapshot()); err != nil {
+				t.Fatal(err)
+			}
+			fams := scrape(t, e)
+			for _, name := range append([]string{
+				"kubeproxy_sync_proxy_rules_duration_seconds",
+				"kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+				"kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds",
+				"kubeproxy_network_programming_duration_seconds",
+				"svcproxy_sync_failures_total",
+				"svcproxy_healthy",
+				"go_goroutines",
+				"process_open_fds",
+			}, m.want...) {
+				if fams[name] == nil {
+					t.Errorf("/metrics lacks %s", name)
+				}
+			}
+			if f := fams["kubeproxy_sync_proxy_rules_duration_seconds"]; f != nil {
+				if n := f.Metric[0].GetHistogram().GetSampleCount(); n != 1 {
+					t.Errorf("kubeproxy_sync_proxy_rules_duration_seconds: %d samples, want 1 (one sync)", n)
+				}
+			}
+			if f := fams["svcproxy_healthy"]; f != nil {
+				if v := f.Metric[0].GetGauge().GetValue(); v != 1 {
+					t.Errorf("svcproxy_healthy = %v after a good sync, want 1", v)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,135 @@
+package iptables
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// Connections returns, for each of ports that the last sync applied, the new
+// connections (UDP: new flows) its DNAT rules have taken: the packet counters
+// of the DNAT rules in its SVCP-SEP- chains, plus what syncs that rewrote
+// those chains carried over (ProxierConfig.CountConnections). In the nat table
+// only the first packet of a connection is evaluated, so packets are
+// connections, however they came: ClusterIP, NodePort, external IP, affinity.
+func (p *Proxier) Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
+	p.syncMu.Lock()
+	defer p.syncMu.Unlock()
+	out := map[service.PortName]uint64{}
+	if p.applied == nil {
+		return out, nil
+	}
+	var dnat map[string]uint64
+	for name := range ports {
+		pr, ok := p.applied.ports[name]
+		if !ok {
+			continue
+		}
+		if dnat == nil {
+			var err error
+			if dnat, err = p.dnatCounts(ctx); err != nil {
+				return nil, err
+			}
+		}
+		n := p.carried[name]
+		for _, c := range pr.chains {
+			n += dnat[c]
+		}
+		out[name] = n
+	}
+	return out, nil
+}
+
+// carryCounts adds, before a restore of pl, the counters of the chains pl
+// rewrites or deletes to their ports' carried totals: a declared chain starts
+// again at [0:0]. The packets that arrive between the read and the restore
+// are the only ones not counted.
+func (p *Proxier) carryCounts(ctx context.Context, pl *plan) error {
+	if !p.cfg.CountConnections || p.applied == nil {
+		return nil
+	}
+	touched := map[string]bool{}
+	for _, pr := range pl.ports {
+		for _, c := range pr.chains {
+			touched[c] = true
+		}
+	}
+	for _, c := range pl.stale {
+		touched[c] = true
+	}
+	var dnat map[string]uint64
+	for name, pr := range p.applied.ports {
+		for _, c := range pr.chains {
+			if !touched[c] {
+				continue
+			}
+			if dnat == nil {
+				var err error
+				if dnat, err = p.dnatCounts(ctx); err != nil {
+					return fmt.Errorf("iptables sync: carrying the connection counters over: %w", err)
+				}
+			}
+			p.carried[name] += dnat[c]
+		}
+	}
+	return nil
+}
+
+// forget drops the carried counts of ports the last sync removed: a port that
+// comes back starts at 0.
+func (p *Proxier) forget() {
+	for name := range p.carried {
+		if _, ok := p.applied.ports[name]; !ok {
+			delete(p.carried, name)
+		}
+	}
+}
+
+func (p *Proxier) dnatCounts(ctx context.Context) (map[string]uint64, error) {
+	cr, ok := p.cfg.IPTables.(kiptables.CounterReader)
+	if !ok {
+		return nil, fmt.Errorf("%T cannot read rule counters", p.cfg.IPTables)
+	}
+	save, err := cr.SaveCounters(ctx, kiptables.TableNAT)
+	if err != nil {
+		return nil, err
+	}
+	return dnatCounts(save), nil
+}
+
+// dnatCounts reads `iptables-save -c` output and returns, per chain, the packets
+// that its DNAT rules matched. A counted rule reads
+//
+//	[12:720] -A SVCP-SEP-XYZ -m comment --comment "default/web:http" -m tcp -p tcp -j DNAT --to-destination 198.19.2.2:8080
+func dnatCounts(save []byte) map[string]uint64 {
+	out := map[string]uint64{}
+	sc := bufio.NewScanner(bytes.NewReader(save))
+	sc.Buffer(make([]byte, 0, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := sc.Text()
+		end := strings.IndexByte(line, ']')
+		if !strings.HasPrefix(line, "[") || end < 0 {
+			continue
+		}
+		packets, _, _ := strings.Cut(line[1:end], ":")
+		n, err := strconv.ParseUint(packets, 10, 64)
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(line[end+1:])
+		if len(f) < 2 || f[0] != "-A" {
+			continue
+		}
+		if i := slices.Index(f, "-j"); i > 0 && i+1 < len(f) && f[i+1] == "DNAT" {
+			out[f[1]] += n
+		}
+	}
+	return out
+}

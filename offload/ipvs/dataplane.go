@@ -1,0 +1,102 @@
+package ipvs
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/svcproxy/svcproxy/dataplane"
+	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// Dataplane is --mode ipvs, and hybrid mode's IPVS path: a Proxier driven by
+// the lifecycle every kernel mode shares (dataplane.Syncer), which also
+// resyncs every second while real servers drain (a drain ends only at a
+// sync). When its context ends the virtual servers stay: traffic keeps
+// flowing while svcproxy restarts, and the next process adopts them.
+type Dataplane struct {
+	p *Proxier
+	*dataplane.Syncer
+}
+
+var _ dataplane.KernelPath = (*Dataplane)(nil)
+
+// DataplaneConfig configures a Dataplane.
+type DataplaneConfig struct {
+	// SyncPeriod is how long after a sync the next one comes without a change
+	// (default 30s); LagBound is the Syncer's (0: twice SyncPeriod).
+	SyncPeriod time.Duration
+	LagBound   time.Duration
+}
+
+// NewDataplane returns the IPVS mode of cfg; cfg.Select restricts it to some
+// ports (hybrid's promoted ones).
+func NewDataplane(cfg Config, dc DataplaneConfig) (*Dataplane, error) {
+	p, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dataplane{p: p}
+	d.Syncer = dataplane.NewSyncer(dataplane.SyncerConfig{
+		Mode:     dataplane.ModeIPVS,
+		Apply:    p.Sync,
+		Period:   dc.SyncPeriod,
+		Pending:  func() bool { return p.Draining() > 0 },
+		LagBound: dc.LagBound,
+	})
+	return d, nil
+}
+
+// Mode implements dataplane.Interface.
+func (d *Dataplane) Mode() string { return dataplane.ModeIPVS }
+
+// Healthy implements dataplane.Interface.
+func (d *Dataplane) Healthy() error {
+	if err := d.Syncer.Healthy(); err != nil {
+		return fmt.Errorf("ipvs: %w", err)
+	}
+	return nil
+}
+
+// Status implements dataplane.Interface: the IPVS table as `ipvsadm -ln`
+// prints it, and the real servers draining.
+func (d *Dataplane) Status() any {
+	table, err := kipvs.List(context.Background(), d.p.cfg.IPVS)
+	if err != nil {
+		table = "error: " + err.Error()
+	}
+	return map[string]any{"mode": dataplane.ModeIPVS, "ipvs": table, "draining": d.p.Draining()}
+}
+
+// Connections implements dataplane.KernelPath (see Proxier.Connections).
+func (d *Dataplane) Connections(ctx context.Context, snap *service.Snapshot, ports dataplane.PortSet) (map[service.PortName]uint64, error) {
+	all, err := d.p.Connections(ctx, snap)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[service.PortName]uint64, len(ports))
+	for name := range ports {
+		if _, ok := snap.Port(name); ok {
+			out[name] = all[name]
+		}
+	}
+	return out, nil
+}
+
+var descDraining = prometheus.NewDesc("svcproxy_ipvs_draining_real_servers",
+	"Real servers at weight 0 waiting for their connections to end.", nil, nil)
+
+// Describe implements prometheus.Collector.
+func (d *Dataplane) Describe(ch chan<- *prometheus.Desc) {
+	d.Syncer.Describe(ch)
+	ch <- descDraining
+}
+
+// Collect implements prometheus.Collector.
+func (d *Dataplane) Collect(ch chan<- prometheus.Metric) {
+	d.Syncer.Collect(ch)
+	ch <- prometheus.MustNewConstMetric(descDraining, prometheus.GaugeValue, float64(d.p.Draining()))
+}
