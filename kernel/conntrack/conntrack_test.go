@@ -10,7 +10,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 )
 
-func TestFilterArgs(t *testing.T) {
+func TestFilterString(t *testing.T) {
 	tests := []struct {
 		f    Filter
 		want string
@@ -21,7 +21,7 @@ func TestFilterArgs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		if got := tt.f.String(); got != tt.want {
-			t.Errorf("args %q, want %q", got, tt.want)
+			t.Errorf("String() %q, want %q", got, tt.want)
 		}
 	}
 }
@@ -45,30 +45,52 @@ func TestFake(t *testing.T) {
 	}
 }
 
-// Real deletes a UDP flow in a namespace and counts; no match is not an error.
-func TestReal(t *testing.T) {
-	netnstest.RequireRoot(t, "conntrack", "iptables")
+// Netlink deletes UDP flows in a namespace, by destination and port and by
+// the address they were DNATed to, and counts; no match is not an error.
+func TestNetlink(t *testing.T) {
+	netnstest.RequireRoot(t, "iptables")
 	ns := netnstest.New(t)
 	ns.Run(t, "ip", "addr", "add", "198.19.0.1/32", "dev", "lo")
-	// A namespace tracks connections only once a rule needs it.
-	ns.Run(t, "iptables", "-A", "OUTPUT", "-m", "conntrack", "--ctstate", "NEW", "-j", "ACCEPT")
-	var conn net.Conn
-	if err := ns.Do(func() (err error) {
-		conn, err = net.Dial("udp4", "198.19.0.1:9") // nobody listens: the flow exists anyway
-		if err == nil {
-			_, err = conn.Write([]byte("x"))
+	// A namespace tracks connections only once a rule needs it; the DNAT
+	// makes one flow whose reply comes from another address.
+	ns.Run(t, "ip", "addr", "add", "198.19.0.2/32", "dev", "lo")
+	ns.Run(t, "iptables", "-t", "nat", "-A", "OUTPUT", "-d", "198.18.0.53", "-p", "udp", "-j", "DNAT", "--to-destination", "198.19.0.2:53")
+	ns.Run(t, "ip", "route", "add", "198.18.0.0/16", "dev", "lo")
+	var conns []net.Conn
+	send := func(dst string) {
+		t.Helper()
+		if err := ns.Do(func() error {
+			c, err := net.Dial("udp4", dst) // nobody listens: the flow exists anyway
+			if err == nil {
+				conns = append(conns, c)
+				_, err = c.Write([]byte("x"))
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
 		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
 	}
-	defer conn.Close()
-	r := &Real{Command: ns.Command}
-	ctx := context.Background()
-	if n, err := r.Delete(ctx, Filter{Protocol: "udp", OrigDst: netip.MustParseAddr("198.19.0.2")}); err != nil || n != 0 {
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	send("198.19.0.1:9")
+	send("198.18.0.53:53")
+	del := func(f Filter) (n int, err error) {
+		err = ns.Do(func() error { n, err = Netlink{}.Delete(context.Background(), f); return err })
+		return n, err
+	}
+	if n, err := del(Filter{Protocol: "udp", OrigDst: netip.MustParseAddr("198.19.0.3")}); err != nil || n != 0 {
 		t.Errorf("no match: %d, %v; want 0, nil", n, err)
 	}
-	if n, err := r.Delete(ctx, Filter{Protocol: "udp", OrigDst: netip.MustParseAddr("198.19.0.1"), OrigDstPort: 9}); err != nil || n != 1 {
-		t.Errorf("match: %d, %v; want 1, nil", n, err)
+	if n, err := del(Filter{Protocol: "udp", OrigDst: netip.MustParseAddr("198.19.0.1"), OrigDstPort: 9}); err != nil || n != 1 {
+		t.Errorf("by destination: %d, %v; want 1, nil", n, err)
+	}
+	if n, err := del(Filter{Protocol: "udp", OrigDstPort: 53, DstNAT: netip.MustParseAddr("198.19.0.3")}); err != nil || n != 0 {
+		t.Errorf("DNATed elsewhere: %d, %v; want 0, nil", n, err)
+	}
+	if n, err := del(Filter{Protocol: "udp", OrigDst: netip.MustParseAddr("198.18.0.53"), OrigDstPort: 53, DstNAT: netip.MustParseAddr("198.19.0.2")}); err != nil || n != 1 {
+		t.Errorf("by DNAT: %d, %v; want 1, nil", n, err)
 	}
 }

@@ -6,6 +6,7 @@
 // blackholed (kubernetes #19029, #48370), so the dataplane deletes such entries when
 // it removes an endpoint or when a Service gets its first endpoints.
 //
-// Real runs the conntrack(8) tool (conntrack-tools), which, like every program, acts on
-// the network namespace it is started in. Fake keeps flows in memory.
+// Netlink talks to the kernel's conntrack table over netlink (github.com/vishvananda/
+// netlink), in the network namespace of the calling thread, as kube-proxy does since it
+// stopped running conntrack(8). Fake keeps flows in memory.
 package conntrack

@@ -69,7 +69,7 @@ func (l *lab) proxier(t *testing.T) *Proxier {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewProxier(ProxierConfig{Rules: l.cfg, IPTables: ipt, Conntrack: &conntrack.Real{}})
+	p, err := NewProxier(ProxierConfig{Rules: l.cfg, IPTables: ipt, Conntrack: conntrack.Netlink{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,5 +219,5 @@ func (u *udpClient) ask() (string, error) {
 
 func netnstestRequireConntrack(t *testing.T) {
 	t.Helper()
-	netnstest.RequireRoot(t, "conntrack")
+	netnstest.RequireRoot(t)
 }
