@@ -2,6 +2,7 @@ package service
 
 import (
 	"cmp"
+	"fmt"
 	"net/netip"
 	"slices"
 	"time"
@@ -45,18 +46,26 @@ func Build(services []*v1.Service, slices []*discoveryv1.EndpointSlice, endpoint
 	}
 
 	out := make([]*Service, 0, len(services))
-	for _, obj := range services {
+	vips := newAllocator()
+	for _, obj := range byCreation(services) {
 		svc, err := convertService(obj)
+		if err == nil {
+			err = vips.allocate(svc)
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if ess := slicesBySvc[svc.NamespacedName]; len(ess) > 0 {
-			attachSlices(svc, ess)
-		} else if ep := legacy[svc.NamespacedName]; ep != nil {
-			attachEndpoints(svc, ep)
-		}
 		out = append(out, svc)
+	}
+	// Endpoints last, once every virtual address is known: an endpoint must
+	// not be one of them.
+	for _, svc := range out {
+		if ess := slicesBySvc[svc.NamespacedName]; len(ess) > 0 {
+			errs = append(errs, attachSlices(svc, ess, vips.refuse)...)
+		} else if ep := legacy[svc.NamespacedName]; ep != nil {
+			errs = append(errs, attachEndpoints(svc, ep, vips.refuse)...)
+		}
 	}
 	return NewSnapshot(out, errs)
 }
@@ -136,13 +145,20 @@ func clusterIPStrings(spec *v1.ServiceSpec) []string {
 }
 
 // attachSlices fills the endpoints of svc's ports from its EndpointSlices.
-// Each slice endpoint is converted once and reused for every port.
-func attachSlices(svc *Service, ess []*discoveryv1.EndpointSlice) {
+// Each slice endpoint is converted once and reused for every port. An address
+// that refuse names a reason for is left out, with an error naming it.
+func attachSlices(svc *Service, ess []*discoveryv1.EndpointSlice, refuse func(netip.Addr) string) []error {
+	var errs []error
 	converted := make([][]Endpoint, len(ess)) // per slice, port 0
 	byIP := make(map[netip.Addr]Endpoint)
 	for i, es := range ess {
-		for _, e := range es.Endpoints {
+		for j, e := range es.Endpoints {
 			ep := sliceEndpoint(e)
+			if why := refuse(ep.Addr.Addr()); why != "" {
+				errs = append(errs, &InvalidError{Kind: "endpointslice", Object: NamespacedName{Namespace: es.Namespace, Name: es.Name},
+					Field: fmt.Sprintf("endpoints[%d].addresses[0]", j), Value: e.Addresses[0], Reason: why})
+				continue
+			}
 			converted[i] = append(converted[i], ep)
 			if _, dup := byIP[ep.Addr.Addr()]; !dup {
 				byIP[ep.Addr.Addr()] = ep
@@ -168,6 +184,7 @@ func attachSlices(svc *Service, ess []*discoveryv1.EndpointSlice) {
 		}
 		sortEndpoints(p.Endpoints)
 	}
+	return errs
 }
 
 // slicePort finds the number that a slice gives to service port p: the slice
@@ -214,9 +231,18 @@ func sliceEndpoint(e discoveryv1.Endpoint) Endpoint {
 
 // attachEndpoints fills svc's endpoints from a v1.Endpoints object: addresses
 // are ready and serving, notReadyAddresses neither.
-func attachEndpoints(svc *Service, obj *v1.Endpoints) {
+func attachEndpoints(svc *Service, obj *v1.Endpoints, refuse func(netip.Addr) string) []error {
+	var errs []error
 	byIP := make(map[netip.Addr]Endpoint)
-	for _, ss := range obj.Subsets {
+	for i, ss := range obj.Subsets {
+		refused := func(field string, j int, a v1.EndpointAddress) bool {
+			why := refuse(netip.MustParseAddr(a.IP))
+			if why != "" {
+				errs = append(errs, &InvalidError{Kind: "endpoints", Object: NamespacedName{Namespace: obj.Namespace, Name: obj.Name},
+					Field: fmt.Sprintf("subsets[%d].%s[%d].ip", i, field, j), Value: a.IP, Reason: why})
+			}
+			return why != ""
+		}
 		each := func(a v1.EndpointAddress, ready bool) Endpoint {
 			ep := Endpoint{Addr: netip.AddrPortFrom(mustParseAddr(a.IP), 0), Ready: ready, Serving: ready, Hostname: a.Hostname}
 			if a.NodeName != nil {
@@ -228,11 +254,15 @@ func attachEndpoints(svc *Service, obj *v1.Endpoints) {
 			return ep
 		}
 		var eps []Endpoint
-		for _, a := range ss.Addresses {
-			eps = append(eps, each(a, true))
+		for j, a := range ss.Addresses {
+			if !refused("addresses", j, a) {
+				eps = append(eps, each(a, true))
+			}
 		}
-		for _, a := range ss.NotReadyAddresses {
-			eps = append(eps, each(a, false))
+		for j, a := range ss.NotReadyAddresses {
+			if !refused("notReadyAddresses", j, a) {
+				eps = append(eps, each(a, false))
+			}
 		}
 		for _, p := range svc.Ports {
 			for _, sp := range ss.Ports {
@@ -251,6 +281,7 @@ func attachEndpoints(svc *Service, obj *v1.Endpoints) {
 		sortEndpoints(p.Endpoints)
 		p.Endpoints = slices.CompactFunc(p.Endpoints, func(a, b Endpoint) bool { return a.Addr == b.Addr })
 	}
+	return errs
 }
 
 func sortedEndpoints(byIP map[netip.Addr]Endpoint) []Endpoint {

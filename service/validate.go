@@ -62,6 +62,17 @@ func (f *fieldErrors) checkIP(field, s string, family v1.IPFamily) {
 	}
 }
 
+// checkEndpointIP is checkIP for an endpoint address, which must also not be
+// one the API server refuses (specialIP).
+func (f *fieldErrors) checkEndpointIP(field, s string, family v1.IPFamily) {
+	f.checkIP(field, s, family)
+	if ip, err := netip.ParseAddr(s); err == nil && f.err == nil {
+		if why := specialIP(ip.Unmap()); why != "" {
+			f.add(field, s, why)
+		}
+	}
+}
+
 func familyOf(ip netip.Addr) v1.IPFamily {
 	if ip.Unmap().Is4() {
 		return v1.IPv4Protocol
@@ -266,7 +277,7 @@ func validateSlice(es *discoveryv1.EndpointSlice) error {
 			continue
 		}
 		for j, a := range e.Addresses {
-			f.checkIP(fmt.Sprintf("endpoints[%d].addresses[%d]", i, j), a, family)
+			f.checkEndpointIP(fmt.Sprintf("endpoints[%d].addresses[%d]", i, j), a, family)
 		}
 	}
 	return f.result()
@@ -276,10 +287,10 @@ func validateEndpoints(ep *v1.Endpoints) error {
 	f := &fieldErrors{kind: "endpoints", obj: NamespacedName{Namespace: ep.Namespace, Name: ep.Name}}
 	for i, ss := range ep.Subsets {
 		for j, a := range ss.Addresses {
-			f.checkIP(fmt.Sprintf("subsets[%d].addresses[%d].ip", i, j), a.IP, "")
+			f.checkEndpointIP(fmt.Sprintf("subsets[%d].addresses[%d].ip", i, j), a.IP, "")
 		}
 		for j, a := range ss.NotReadyAddresses {
-			f.checkIP(fmt.Sprintf("subsets[%d].notReadyAddresses[%d].ip", i, j), a.IP, "")
+			f.checkEndpointIP(fmt.Sprintf("subsets[%d].notReadyAddresses[%d].ip", i, j), a.IP, "")
 		}
 		for j, p := range ss.Ports {
 			if p.Port < 1 || p.Port > 65535 {

@@ -67,6 +67,7 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	}
 	log.Info("svcproxy starting", "mode", dp.Mode(), "source", sourceName(cfg))
 	ep := newEndpoints(dp, log.With("component", "http"))
+	own := newOwnListeners(cfg, log)
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -94,7 +95,7 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	for {
 		select {
 		case snap := <-snaps:
-			if err := dp.Sync(ctx, snap); err != nil {
+			if err := dp.Sync(ctx, own.filter(snap)); err != nil {
 				// The dataplane keeps what it could apply and its Run retries
 				// the rest; /healthz says so until it succeeds.
 				log.Warn("sync incomplete", "err", err)

@@ -113,3 +113,20 @@ func TestMetricsScrape(t *testing.T) {
 		})
 	}
 }
+
+// Issue 10 point 10: an endpoint that is svcproxy's own listener (healthz on
+// every address, metrics on one) is refused; others pass.
+func TestOwnListeners(t *testing.T) {
+	cfg := &Config{HealthzAddr: "0.0.0.0:10256", MetricsAddr: "198.19.0.1:10249",
+		NodeIPs: []netip.Addr{netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("198.19.0.2")}}
+	o := newOwnListeners(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for addr, refused := range map[string]bool{
+		"198.19.0.1:10249": true, "198.19.0.2:10256": true, "198.19.0.1:10256": true,
+		"198.19.0.2:10249": false, "198.19.1.5:10256": false, "198.19.0.1:8080": false,
+	} {
+		why := o.why(service.Endpoint{Addr: netip.MustParseAddrPort(addr)})
+		if (why != "") != refused {
+			t.Errorf("%s: %q, want refused=%v", addr, why, refused)
+		}
+	}
+}

@@ -1,0 +1,141 @@
+package service
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// byCreation orders Services as the API server's ClusterIP allocator saw them:
+// by creation time, then by namespace and name (a manifests file sets no
+// creation time: name order decides).
+func byCreation(services []*v1.Service) []*v1.Service {
+	out := slices.Clone(services)
+	slices.SortStableFunc(out, func(a, b *v1.Service) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
+// allocator knows which Service holds each virtual address of a Snapshot.
+type allocator struct {
+	clusterIPs map[netip.Addr]NamespacedName
+	// vips are every service address: ClusterIPs, externalIPs and
+	// LoadBalancer IPs, with the kind of address, for refuse's reason.
+	vips map[netip.Addr]string
+}
+
+func newAllocator() *allocator {
+	return &allocator{clusterIPs: map[netip.Addr]NamespacedName{}, vips: map[netip.Addr]string{}}
+}
+
+// allocate claims svc's ClusterIPs, as the API server's allocator does: a
+// ClusterIP already held by an earlier Service is refused, and svc with it
+// (two Services on one ClusterIP would each be served differently by each
+// path). Nothing is claimed when it fails.
+func (a *allocator) allocate(svc *Service) error {
+	for i, ip := range svc.ClusterIPs {
+		if holder, taken := a.clusterIPs[ip]; taken {
+			field := "spec.clusterIP"
+			if i > 0 {
+				field = fmt.Sprintf("spec.clusterIPs[%d]", i)
+			}
+			return &InvalidError{Kind: "service", Object: svc.NamespacedName, Field: field, Value: ip.String(),
+				Reason: "already allocated to service " + holder.String()}
+		}
+	}
+	for _, ip := range svc.ClusterIPs {
+		a.clusterIPs[ip] = svc.NamespacedName
+		a.vips[ip] = "the ClusterIP of service " + svc.NamespacedName.String()
+	}
+	for _, ip := range svc.ExternalIPs {
+		a.vips[ip] = "an external IP of service " + svc.NamespacedName.String()
+	}
+	for _, ip := range svc.LoadBalancerIPs {
+		a.vips[ip] = "a load balancer IP of service " + svc.NamespacedName.String()
+	}
+	return nil
+}
+
+// refuse says why ip must not be an endpoint: it is a service address, and a
+// connection to it would come back into the proxy (each hop one more
+// connection and file descriptor, until they run out).
+func (a *allocator) refuse(ip netip.Addr) string {
+	if what, ok := a.vips[ip.Unmap()]; ok {
+		return "is " + what + ": an endpoint must not lead back into the proxy"
+	}
+	return ""
+}
+
+// specialIP says why the API server refuses ip as an endpoint address
+// (ValidateNonSpecialIP): it would lead into the node itself, not to a pod.
+func specialIP(ip netip.Addr) string {
+	switch {
+	case ip.IsUnspecified():
+		return "is unspecified: an endpoint must be a pod's or node's address"
+	case ip.IsLoopback():
+		return "is loopback: it would reach the node's own listeners, not a pod"
+	case ip.IsLinkLocalUnicast(), ip.IsLinkLocalMulticast():
+		return "is link-local: it would reach the node's own listeners, not a pod"
+	case ip.IsMulticast():
+		return "is multicast: an endpoint must be one host"
+	}
+	return ""
+}
+
+// RefuseEndpoints returns snap without the endpoints refuse names a reason
+// for, and an error for each (the node's own listeners, which only the node's
+// configuration knows: svcproxy's /healthz and /metrics addresses). snap is
+// not changed; Services without such endpoints are shared with the result.
+func RefuseEndpoints(snap *Snapshot, refuse func(Endpoint) string) (*Snapshot, []error) {
+	var errs []error
+	out := make([]*Service, 0, snap.Len())
+	for _, svc := range snap.Services() {
+		var copied *Service
+		for pi, p := range svc.Ports {
+			keep := p.Endpoints[:0:0]
+			dropped := false
+			for _, ep := range p.Endpoints {
+				if why := refuse(ep); why != "" {
+					errs = append(errs, fmt.Errorf("service port %s: endpoint %s: %s", p.Name, ep.Addr, why))
+					dropped = true
+					continue
+				}
+				keep = append(keep, ep)
+			}
+			if !dropped {
+				continue
+			}
+			if copied == nil {
+				c := *svc
+				c.Ports = slices.Clone(svc.Ports)
+				copied = &c
+			}
+			np := *p
+			np.Service, np.Endpoints = copied, keep
+			copied.Ports[pi] = &np
+		}
+		if copied == nil {
+			out = append(out, svc)
+			continue
+		}
+		for i, p := range copied.Ports {
+			if p.Service != copied {
+				np := *p
+				np.Service = copied
+				copied.Ports[i] = &np
+			}
+		}
+		out = append(out, copied)
+	}
+	if len(errs) == 0 {
+		return snap, nil
+	}
+	return NewSnapshot(out, append(slices.Clone(snap.Errors()), errs...)), errs
+}
