@@ -61,19 +61,24 @@ func (p *Proxier) Sync(ctx context.Context, snap *service.Snapshot) error {
 		errs = append(errs, p.syncVirtualServer(ctx, wvs, current)...)
 		delete(current, key)
 	}
-	// What is left is not wanted: delete it if it is ours.
+	// What is left is not wanted: if it is ours, it is retired: drained, then
+	// deleted. Its address stays while it drains.
+	retiring := map[netip.Addr]bool{}
 	for key := range current {
 		if !p.ours(key, onDev) {
 			continue
 		}
-		if err := p.cfg.IPVS.DeleteVirtualServer(ctx, key); err != nil && !errors.Is(err, kipvs.ErrNotExist) {
+		gone, err := p.retire(ctx, key)
+		if err != nil {
 			errs = append(errs, err)
 		}
-		p.forgetDrains(key)
+		if !gone {
+			retiring[key.Addr.Addr()] = true
+		}
 	}
 	// Addresses last, once no virtual server uses them.
 	for _, pfx := range have {
-		if !w.addrs[pfx.Addr()] && !pfx.Addr().IsLinkLocalUnicast() {
+		if !w.addrs[pfx.Addr()] && !retiring[pfx.Addr()] && !pfx.Addr().IsLinkLocalUnicast() {
 			if err := p.cfg.Links.DeleteAddress(ctx, dev, pfx); err != nil && !errors.Is(err, link.ErrNotExist) {
 				errs = append(errs, err)
 			}
@@ -173,6 +178,45 @@ func (p *Proxier) drain(ctx context.Context, vs kipvs.Key, rs kipvs.RealServer) 
 		return nil
 	}
 	return p.cfg.IPVS.UpdateRealServer(ctx, vs, kipvs.RealServer{Addr: rs.Addr, Weight: 0})
+}
+
+// retire takes a virtual server that is no longer wanted (its Service was
+// deleted, or hybrid mode demoted its port) out of service without cutting its
+// connections: each real server drains as a removed endpoint does (weight 0,
+// deleted once idle or after GracePeriod; UDP at once), and the virtual server
+// goes with its last real server. Deleting it at once would, with
+// expire_nodest_conn=1, drop every connection it carries. While it drains, a
+// new connection finds no real server to take it (IPVS answers with ICMP
+// port unreachable), unless a portal or another path catches it first (hybrid
+// adds the portal before it lets the port go). It reports whether the virtual
+// server is gone.
+func (p *Proxier) retire(ctx context.Context, vs kipvs.Key) (bool, error) {
+	reals, err := p.cfg.IPVS.RealServers(ctx, vs)
+	if errors.Is(err, kipvs.ErrNotExist) {
+		p.forgetDrains(vs)
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("retiring virtual server %s: %w", vs.Addr, err)
+	}
+	var errs []error
+	for _, rs := range reals {
+		if err := p.drain(ctx, vs, rs); err != nil {
+			errs = append(errs, fmt.Errorf("retiring virtual server %s: %w", vs.Addr, err))
+		}
+	}
+	for k := range p.draining {
+		if k.vs == vs {
+			return false, errors.Join(errs...) // still draining
+		}
+	}
+	if len(errs) > 0 {
+		return false, errors.Join(errs...)
+	}
+	if err := p.cfg.IPVS.DeleteVirtualServer(ctx, vs); err != nil && !errors.Is(err, kipvs.ErrNotExist) {
+		return false, err
+	}
+	return true, nil
 }
 
 func (p *Proxier) forgetDrains(vs kipvs.Key) {

@@ -352,3 +352,57 @@ func TestConnections(t *testing.T) {
 		t.Errorf("Connections = %v, want %s=8 %s=7", got, http, dns)
 	}
 }
+
+// Issue 10 points 2 and 4: a virtual server that is no longer wanted (its
+// Service deleted, or hybrid mode demoted its port) drains: its real servers
+// get weight 0, and it and its address stay until the last connection ends
+// (or the grace period passes). Deleting it at once would drop its
+// connections (expire_nodest_conn=1).
+func TestSyncRetiresDraining(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		after func(f *fixture) *service.Snapshot
+	}{
+		{"service deleted", func(f *fixture) *service.Snapshot { return service.NewSnapshot(nil, nil) }},
+		{"port deselected (hybrid demotion)", func(f *fixture) *service.Snapshot {
+			f.p.cfg.Select = func(service.PortName) bool { return false }
+			return service.NewSnapshot([]*service.Service{web([]string{"198.19.1.2", "198.19.1.3"})}, nil)
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t)
+			ctx := context.Background()
+			tcp := kipvs.Key{Protocol: kipvs.TCP, Addr: netip.MustParseAddrPort("198.18.0.10:80")}
+			busy := netip.MustParseAddrPort("198.19.1.2:8080")
+			f.sync(t, web([]string{"198.19.1.2", "198.19.1.3"}))
+			if err := f.ipvs.SetConns(tcp, busy, 1, 0); err != nil {
+				t.Fatal(err)
+			}
+			snap := tt.after(f)
+			if err := f.p.Sync(ctx, snap); err != nil {
+				t.Fatal(err)
+			}
+			f.want(t, `
+				TCP  198.18.0.10:80 rr
+				  -> 198.19.1.2:8080              Masq    0      1          0`)
+			if got, want := f.links.Dump(), "svcp-ipvs0 dummy up 198.18.0.10/32\n"; got != want {
+				t.Errorf("links while draining = %q, want %q", got, want)
+			}
+			if err := f.ipvs.SetConns(tcp, busy, 0, 0); err != nil { // the connection ends
+				t.Fatal(err)
+			}
+			if err := f.p.Sync(ctx, snap); err != nil {
+				t.Fatal(err)
+			}
+			if vss, _ := f.ipvs.VirtualServers(ctx); len(vss) != 0 {
+				t.Errorf("after the drain: virtual servers %v, want none", vss)
+			}
+			if got := f.links.Dump(); got != "svcp-ipvs0 dummy up\n" {
+				t.Errorf("links after the drain = %q, want no address", got)
+			}
+			if n := f.p.Draining(); n != 0 {
+				t.Errorf("Draining() = %d, want 0", n)
+			}
+		})
+	}
+}
