@@ -1,0 +1,243 @@
+package restart
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/internal/proxytest"
+	"github.com/svcproxy/svcproxy/internal/testbin"
+)
+
+func TestMain(m *testing.M) { os.Exit(testbin.Main(m)) }
+
+const (
+	webVIP = "198.18.0.10:80"
+	dnsVIP = "198.18.0.53:53"
+)
+
+// manifests: default/web (TCP, the backend's peer server) and default/dns
+// (UDP, for the conntrack entries a restart must leave alone).
+const manifests = `apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  clusterIP: 198.18.0.10
+  ports: [{name: http, port: 80, protocol: TCP, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: dns, namespace: default}
+spec:
+  clusterIP: 198.18.0.53
+  ports: [{name: dns, port: 53, protocol: UDP, targetPort: 5353}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-1, namespace: default, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints: [{addresses: [198.19.2.2], conditions: {ready: true}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: dns-1, namespace: default, labels: {kubernetes.io/service-name: dns}}
+addressType: IPv4
+ports: [{name: dns, port: 5353, protocol: UDP}]
+endpoints: [{addresses: [198.19.2.2], conditions: {ready: true}}]
+`
+
+// phase is one disruption and the connections the 1 ms loop saw across it.
+type phase struct {
+	name       string
+	ok, failed int64
+	lastErr    error
+}
+
+// TestRestart runs each mode under a connection loop (one connection at a
+// time, a new one 1 ms after the last ended) across a SIGTERM restart, a
+// SIGKILL restart and a shutdown, and counts the failed connections of each.
+func TestRestart(t *testing.T) {
+	netnstest.RequireRoot(t, "iptables-save", "iptables-restore")
+	modes := []struct {
+		mode  string
+		flags []string
+		// zero: the mode promises no failed connection across restarts.
+		zero bool
+	}{
+		{"iptables", []string{"--mode", "iptables"}, true},
+		// web is promoted before the loop starts and never demoted.
+		{"hybrid", []string{"--mode", "hybrid", "--offload", "iptables", "--promote-conn-rate", "20", "--promote-after", "1s", "--demote-after", "0"}, true},
+		{"userspace", []string{"--mode", "userspace", "--shutdown-grace", "1s"}, false},
+	}
+	var report []string
+	for _, m := range modes {
+		t.Run(m.mode, func(t *testing.T) {
+			phases := runMode(t, m.mode, m.flags)
+			for _, p := range phases {
+				line := fmt.Sprintf("%-9s %-16s %6d connections, %4d failed", m.mode, p.name, p.ok+p.failed, p.failed)
+				if p.lastErr != nil {
+					line += fmt.Sprintf(" (last: %v)", p.lastErr)
+				}
+				report = append(report, line)
+				if m.zero && p.name != "shutdown" && p.failed > 0 {
+					t.Errorf("%s: %d of %d connections failed across %s; last: %v", m.mode, p.failed, p.ok+p.failed, p.name, p.lastErr)
+				}
+				if m.zero && p.name == "shutdown" && m.mode == "iptables" && p.failed > 0 {
+					t.Errorf("iptables: %d connections failed after svcproxy stopped: the rules must outlive it", p.failed)
+				}
+			}
+		})
+	}
+	t.Logf("failed connections (1 ms loop; load average %s):\n%s", loadAverage(), strings.Join(report, "\n"))
+}
+
+func runMode(t *testing.T, mode string, flags []string) []phase {
+	e := proxytest.New(t)
+	file := filepath.Join(e.Dir, "services.yaml")
+	if err := os.WriteFile(file, []byte(manifests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"--services", file, "--node-ip", proxytest.NodeAddrC.Addr().String(),
+		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}, flags...)
+	e.Start(t, args...)
+	e.WaitHealthy(t)
+	// In hybrid mode the promise is for a promoted port: a new process starts
+	// every port in userspace (portal first, so nothing is lost), and the loop
+	// makes web hot again before the next disruption.
+	promoted := func() {
+		if mode == "hybrid" {
+			e.WaitPort(t, "default/web:http", "promoted", func(p proxytest.StatusPort) bool { return p.Path == "iptables" })
+		}
+	}
+	udp := udpFlow(t, e)
+	var phases []phase
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		b := proxytest.StartBurst(t, e.Client, webVIP, time.Millisecond)
+		waitConnections(t, b, 50)
+		promoted()
+		stop(t, e, sig)
+		e.Start(t, args...)
+		e.WaitHealthy(t)
+		waitConnections(t, b, 50) // well after the new process's first sync
+		ok, failed, last := b.Stop()
+		phases = append(phases, phase{"restart " + sig.String(), ok, failed, last})
+		if mode != "userspace" && !hasFlow(t, e, udp) {
+			t.Errorf("%s: after a %s restart the UDP flow %s lost its conntrack entry", mode, sig, udp)
+		}
+	}
+	// Shutdown: SIGTERM and no new process, the loop going on for a second.
+	b := proxytest.StartBurst(t, e.Client, webVIP, time.Millisecond)
+	waitConnections(t, b, 50)
+	promoted()
+	stop(t, e, syscall.SIGTERM)
+	time.Sleep(time.Second) // the loop runs on for a fixed time: what is measured
+	ok, failed, last := b.Stop()
+	phases = append(phases, phase{"shutdown", ok, failed, last})
+	return phases
+}
+
+// stop signals the running svcproxy and waits for it to exit.
+func stop(t *testing.T, e *proxytest.Env, sig syscall.Signal) {
+	t.Helper()
+	if err := e.Proxy.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	_ = e.Proxy.Wait()
+}
+
+// waitConnections waits until the loop has made n more connections: a
+// readiness signal that traffic flows, not a timing.
+func waitConnections(t *testing.T, b *proxytest.Burst, n int64) {
+	t.Helper()
+	start := b.Total()
+	proxytest.WaitFor(t, fmt.Sprintf("%d more connections", n), func() (bool, string) {
+		got := b.Total() - start
+		return got >= n, fmt.Sprintf("%d", got)
+	})
+}
+
+// udpFlow sends one datagram from the client to the dns VIP, making a
+// conntrack entry DNATed to the backend, and returns the client's address.
+func udpFlow(t *testing.T, e *proxytest.Env) netip.AddrPort {
+	t.Helper()
+	var c net.Conn
+	if err := e.Client.Do(func() (err error) {
+		c, err = net.Dial("udp4", dnsVIP)
+		if err == nil {
+			_, err = c.Write([]byte("query"))
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Keep the flow alive as a client would (an unanswered UDP entry times
+	// out after 30s): a datagram every 200ms until the test ends.
+	done := make(chan struct{})
+	go keepSending(c, done)
+	t.Cleanup(func() { close(done); c.Close() })
+	src := netip.MustParseAddrPort(c.LocalAddr().String())
+	proxytest.WaitFor(t, "the UDP flow's conntrack entry", func() (bool, string) {
+		return hasFlow(t, e, src), "none"
+	})
+	return src
+}
+
+func keepSending(c net.Conn, done <-chan struct{}) {
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+			_, _ = c.Write([]byte("query")) // ECONNREFUSED from the backend's ICMP: no matter
+		}
+	}
+}
+
+// hasFlow reports whether the node's conntrack table has the UDP flow from src
+// to the dns VIP.
+func hasFlow(t *testing.T, e *proxytest.Env, src netip.AddrPort) bool {
+	t.Helper()
+	var found bool
+	if err := e.Node.Do(func() error {
+		h, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		flows, err := h.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
+		if err != nil {
+			return err
+		}
+		for _, f := range flows {
+			if f.Forward.Protocol == unix.IPPROTO_UDP && f.Forward.SrcIP.String() == src.Addr().String() &&
+				f.Forward.SrcPort == src.Port() && f.Forward.DstIP.String() == "198.18.0.53" {
+				found = true
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
