@@ -121,6 +121,14 @@ func TestSvcproxy(t *testing.T) {
 // sends SIGTERM and waits; cleanup kills it if the test did not stop it.
 func (l *lab) startSvcproxy(t *testing.T, args ...string) (stop func()) {
 	t.Helper()
+	signal := l.startSvcproxySignal(t, args...)
+	return func() { signal(syscall.SIGTERM) }
+}
+
+// startSvcproxySignal is startSvcproxy with the signal to stop it by: after
+// SIGTERM svcproxy must exit cleanly; after SIGKILL nothing is checked.
+func (l *lab) startSvcproxySignal(t *testing.T, args ...string) (signal func(syscall.Signal)) {
+	t.Helper()
 	cmd := exec.Command(svcproxyBin, args...)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
@@ -136,26 +144,19 @@ func (l *lab) startSvcproxy(t *testing.T, args ...string) (stop func()) {
 	// Started from the director's thread, the process is in the director's namespace.
 	l.director.do(t, cmd.Start)
 	var once sync.Once
-	stop = func() {
+	signal = func(sig syscall.Signal) {
 		once.Do(func() {
-			cmd.Process.Signal(syscall.SIGTERM)
+			cmd.Process.Signal(sig)
 			err := cmd.Wait()
 			pw.Close()
 			logs.Wait()
-			if err != nil {
+			if err != nil && sig == syscall.SIGTERM {
 				t.Errorf("svcproxy exited: %v", err)
 			}
 		})
 	}
-	t.Cleanup(func() {
-		once.Do(func() { // the test ended early: no verdict on the exit
-			cmd.Process.Kill()
-			cmd.Wait()
-			pw.Close()
-			logs.Wait()
-		})
-	})
-	return stop
+	t.Cleanup(func() { signal(syscall.SIGKILL) }) // the test ended early: no verdict on the exit
+	return signal
 }
 
 // waitHealthy polls /healthz until the first sync is done (svcproxy's readiness

@@ -1,0 +1,180 @@
+package guest
+
+import (
+	"bufio"
+	"encoding/json"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestSvcproxyHybridIPVS runs svcproxy --mode hybrid --offload ipvs: a burst
+// promotes default/web to IPVS and a trickle lets it be demoted. A connection
+// opened in userspace finishes after the promotion; one opened on IPVS
+// finishes after the demotion (the virtual server drains at weight 0 instead
+// of being deleted with its connections); no connection of the burst or the
+// trickle fails.
+func TestSvcproxyHybridIPVS(t *testing.T) {
+	if _, err := os.Stat(svcproxyBin); err != nil {
+		t.Skipf("needs %s (test/vm puts it in the guest): %v", svcproxyBin, err)
+	}
+	l := newLab(t)
+	file := filepath.Join(t.TempDir(), "services.yaml")
+	must(t, os.WriteFile(file, []byte(manifests), 0o644))
+	vip := netip.MustParseAddrPort("198.18.0.30:80")
+	stop := l.startSvcproxy(t, "--mode", "hybrid", "--offload", "ipvs", "--services", file, "--node-ip", nodeIP.String(),
+		"--cluster-cidr", "198.19.0.0/16", "--promote-conn-rate", "20", "--promote-after", "1s", "--demote-after", "3s",
+		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249")
+	l.waitHealthy(t)
+
+	inUserspace := l.dial(t, clientIPs[0], vip)
+	loop := l.startLoop(vip, 10*time.Millisecond) // ~100/s: hot
+	l.waitPath(t, "default/web:http", "ipvs")
+	onIPVS := l.dial(t, clientIPs[0], vip)
+	inUserspace.echo(t)
+	ok, failed, last := loop.stop()
+	t.Logf("across the promotion: %d connections, %d failed (last: %v)", ok+failed, failed, last)
+	if failed > 0 {
+		t.Errorf("%d of %d connections failed across the promotion; last: %v", failed, ok+failed, last)
+	}
+
+	trickle := l.startLoop(vip, 200*time.Millisecond) // ~5/s: quiet
+	l.waitPath(t, "default/web:http", "userspace")
+	onIPVS.echo(t) // the demoted virtual server still carries it
+	ok, failed, last = trickle.stop()
+	t.Logf("across the demotion: %d connections, %d failed (last: %v)", ok+failed, failed, last)
+	if failed > 0 {
+		t.Errorf("%d of %d connections failed across the demotion; last: %v", failed, ok+failed, last)
+	}
+	inUserspace.Close()
+	onIPVS.Close()
+	stop()
+}
+
+// TestSvcproxyRestartIPVS restarts svcproxy --mode ipvs (SIGTERM, then
+// SIGKILL) under a connection loop: the virtual servers outlive the process
+// and a new one syncs nothing before its first Snapshot, so no connection
+// fails.
+func TestSvcproxyRestartIPVS(t *testing.T) {
+	if _, err := os.Stat(svcproxyBin); err != nil {
+		t.Skipf("needs %s (test/vm puts it in the guest): %v", svcproxyBin, err)
+	}
+	l := newLab(t)
+	file := filepath.Join(t.TempDir(), "services.yaml")
+	must(t, os.WriteFile(file, []byte(manifests), 0o644))
+	vip := netip.MustParseAddrPort("198.18.0.30:80")
+	args := []string{"--mode", "ipvs", "--services", file, "--node-ip", nodeIP.String(), "--cluster-cidr", "198.19.0.0/16",
+		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}
+	signal := l.startSvcproxySignal(t, args...)
+	l.waitHealthy(t)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		loop := l.startLoop(vip, time.Millisecond)
+		loop.waitMore(t, 20)
+		signal(sig)
+		signal = l.startSvcproxySignal(t, args...)
+		l.waitHealthy(t)
+		loop.waitMore(t, 20)
+		ok, failed, last := loop.stop()
+		t.Logf("ipvs restart %s: %d connections, %d failed (last: %v)", sig, ok+failed, failed, last)
+		if failed > 0 {
+			t.Errorf("ipvs restart %s: %d of %d connections failed; last: %v", sig, failed, ok+failed, last)
+		}
+	}
+	signal(syscall.SIGTERM)
+}
+
+// loop makes connections from the client to a VIP, one at a time, each
+// greeted and closed, every interval at most, until stopped.
+type loop struct {
+	ok, failed atomic.Int64
+	last       atomic.Pointer[error]
+	stopc      chan struct{}
+	done       chan struct{}
+}
+
+func (l *lab) startLoop(vip netip.AddrPort, every time.Duration) *loop {
+	lp := &loop{stopc: make(chan struct{}), done: make(chan struct{})}
+	go func() { // the loop's goroutine: each dial runs on the client's thread
+		defer close(lp.done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-lp.stopc:
+				return
+			case <-tick.C:
+			}
+			errc := make(chan error, 1)
+			l.client.work <- func() {
+				c, err := net.DialTimeout("tcp", vip.String(), 5*time.Second)
+				if err == nil {
+					c.SetDeadline(time.Now().Add(5 * time.Second))
+					_, err = bufio.NewReader(c).ReadString('\n')
+					c.Close()
+				}
+				errc <- err
+			}
+			if err := <-errc; err != nil {
+				lp.failed.Add(1)
+				lp.last.Store(&err)
+			} else {
+				lp.ok.Add(1)
+			}
+		}
+	}()
+	return lp
+}
+
+// waitMore waits until the loop has made n more connections (30s at most).
+func (lp *loop) waitMore(t *testing.T, n int64) {
+	t.Helper()
+	start := lp.ok.Load() + lp.failed.Load()
+	deadline := time.Now().Add(30 * time.Second)
+	for lp.ok.Load()+lp.failed.Load()-start < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the connection loop made fewer than %d connections in 30s", n)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a counter
+	}
+}
+
+func (lp *loop) stop() (ok, failed int64, last error) {
+	close(lp.stopc)
+	<-lp.done
+	if p := lp.last.Load(); p != nil {
+		last = *p
+	}
+	return lp.ok.Load(), lp.failed.Load(), last
+}
+
+// waitPath polls /status until the port takes path (60s at most).
+func (l *lab) waitPath(t *testing.T, port, path string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		_, body, err := l.request("127.0.0.1:10249", "/status")
+		if err == nil {
+			var st struct {
+				Ports []struct{ Name, Path string }
+			}
+			if json.Unmarshal([]byte(body), &st) == nil {
+				for _, p := range st.Ports {
+					if p.Name == port {
+						last = p.Path
+						if p.Path == path {
+							return
+						}
+					}
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // polling a status endpoint
+	}
+	t.Fatalf("%s: path %q after 60s, want %s", port, last, path)
+}
