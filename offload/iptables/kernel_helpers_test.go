@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -220,4 +222,70 @@ func (u *udpClient) ask() (string, error) {
 func netnstestRequireConntrack(t *testing.T) {
 	t.Helper()
 	netnstest.RequireRoot(t)
+}
+
+// serveEcho runs, in each backend, a server that greets each connection with
+// "b<i>" on a line, then echoes it until the client closes.
+func (l *lab) serveEcho(t *testing.T, port uint16) {
+	t.Helper()
+	for i, b := range l.backends {
+		var ln net.Listener
+		if err := b.Do(func() (err error) {
+			ln, err = net.Listen("tcp4", fmt.Sprintf(":%d", port))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var conns sync.WaitGroup
+		t.Cleanup(func() { ln.Close(); conns.Wait() })
+		go echoServer(ln, fmt.Sprintf("b%d", i), &conns)
+	}
+}
+
+func echoServer(ln net.Listener, name string, conns *sync.WaitGroup) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		conns.Go(func() {
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(time.Minute)) // a forgotten connection does not hang cleanup
+			fmt.Fprintf(c, "%s\n", name)
+			_, _ = io.Copy(c, c)
+		})
+	}
+}
+
+// dialEcho connects from the client to dst and returns the connection and the
+// backend that answered.
+func dialEcho(t *testing.T, l *lab, dst string) (net.Conn, string) {
+	t.Helper()
+	var c net.Conn
+	if err := l.client.Do(func() (err error) { c, err = net.DialTimeout("tcp4", dst, 3*time.Second); return err }); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		c.Close()
+		t.Fatalf("greeting from %s: %v", dst, err)
+	}
+	return c, strings.TrimSpace(line)
+}
+
+// echoLine writes msg on c and expects it back.
+func echoLine(c net.Conn, msg string) error {
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, msg+"\n"); err != nil {
+		return err
+	}
+	got, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if strings.TrimSpace(got) != msg {
+		return fmt.Errorf("echo %q, want %q", got, msg)
+	}
+	return nil
 }

@@ -233,3 +233,40 @@ func TestKernelStaleChains(t *testing.T) {
 		}
 	}
 }
+
+// Issue 10 point 4: an established TCP connection is left alone when its
+// endpoint turns not ready, leaves the slice, or its Service is deleted: the
+// endpoint is no longer picked, and conntrack carries the connection on.
+func TestKernelEstablishedSurvive(t *testing.T) {
+	l := newLab(t)
+	l.serveEcho(t, 9090)
+	p := l.proxier(t)
+	all := func() *service.Snapshot { return snapshot(svc("web", "198.18.0.10", 80, l.endpoints(9090))) }
+	without := func(backend string, change func(eps []service.Endpoint, i int) []service.Endpoint) *service.Snapshot {
+		eps := l.endpoints(9090)
+		i := int(backend[1] - '0')
+		return snapshot(svc("web", "198.18.0.10", 80, change(eps, i)))
+	}
+	for _, tt := range []struct {
+		name string
+		snap func(backend string) *service.Snapshot
+	}{
+		{"endpoint not ready", func(b string) *service.Snapshot {
+			return without(b, func(eps []service.Endpoint, i int) []service.Endpoint { eps[i].Ready = false; return eps })
+		}},
+		{"endpoint left the slice", func(b string) *service.Snapshot {
+			return without(b, func(eps []service.Endpoint, i int) []service.Endpoint { return append(eps[:i], eps[i+1:]...) })
+		}},
+		{"service deleted", func(string) *service.Snapshot { return snapshot() }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l.sync(t, p, all())
+			c, backend := dialEcho(t, l, "198.18.0.10:80")
+			defer c.Close()
+			l.sync(t, p, tt.snap(backend))
+			if err := echoLine(c, "still here"); err != nil {
+				t.Errorf("the connection to %s after %s: %v", backend, tt.name, err)
+			}
+		})
+	}
+}
