@@ -53,7 +53,8 @@ func TestMain(m *testing.M) { os.Exit(testbin.Main(m)) }
 // TestHybridPromotion drives one service port hot and watches it move to the
 // kernel and back, live: in userspace its backend sees the node's address, on
 // the iptables path the client's; a connection opened before the promotion
-// finishes after it; the port that stays cool keeps its portal throughout.
+// finishes after it, and one opened on the kernel path finishes after the
+// demotion; the port that stays cool keeps its portal throughout.
 func TestHybridPromotion(t *testing.T) {
 	netnstest.RequireRoot(t, "iptables-save", "iptables-restore")
 	e := proxytest.New(t)
@@ -100,6 +101,12 @@ func TestHybridPromotion(t *testing.T) {
 	if want := proxytest.NodeAddrB.Addr().String(); peer != want {
 		t.Errorf("cold: backend saw %s, want the node's %s", peer, want)
 	}
+	// A connection the kernel carries, to finish after the demotion.
+	onKernel, peer := e.Dial(t, hotVIP)
+	defer onKernel.Close()
+	if want := proxytest.ClientAddr.Addr().String(); peer != want {
+		t.Fatalf("connection on iptables: backend saw %s, want the client's %s", peer, want)
+	}
 	// The kernel's counters are read: the burst shows as a rate on the iptables path.
 	e.WaitPort(t, "default/web:http", "a kernel rate", func(p proxytest.StatusPort) bool { return p.Path == "iptables" && p.Rate > 0 })
 	proxytest.Echo(t, long, "still here")
@@ -114,6 +121,7 @@ func TestHybridPromotion(t *testing.T) {
 	// A trickle, well below the rate, goes on across the demotion.
 	trickle := proxytest.StartBurst(t, e.Client, hotVIP, 200*time.Millisecond) // ~5/s
 	e.WaitPort(t, "default/web:http", "demoted to userspace", func(p proxytest.StatusPort) bool { return p.Path == "userspace" })
+	proxytest.Echo(t, onKernel, "still here after the demotion")
 	ok, failed, lastErr = trickle.Stop()
 	t.Logf("trickle: %d connections, %d failed", ok, failed)
 	if failed > 0 {
