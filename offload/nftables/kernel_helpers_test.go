@@ -78,7 +78,7 @@ func (l *lab) nft(t *testing.T) knft.Interface {
 // proxier returns a Proxier on the node's real nftables and conntrack.
 func (l *lab) proxier(t *testing.T) *Proxier {
 	t.Helper()
-	p, err := NewProxier(ProxierConfig{Rules: l.cfg, NFT: l.nft(t), Conntrack: &conntrack.Real{}})
+	p, err := NewProxier(ProxierConfig{Rules: l.cfg, NFT: l.nft(t), Conntrack: conntrack.Netlink{}})
 	if err != nil {
 		t.Fatal(err)
 	}
