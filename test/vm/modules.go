@@ -10,4 +10,7 @@ var IPVSModules = []string{
 	"x_tables", "nf_nat", "ip_tables", "iptable_nat", "iptable_filter", "xt_MASQUERADE", "xt_mark", "xt_comment",
 	"xt_addrtype", "xt_conntrack", "nfnetlink", "ip_set", "xt_set", "ip_set_hash_ip", "ip_set_hash_ipport",
 	"ip_set_hash_ipportip", "ip_set_hash_ipportnet", "ip_set_hash_net", "ip_set_bitmap_port",
+	// hybrid mode's userspace portals: -m tcp/-m udp, REDIRECT, and REJECT for ports
+	// without endpoints.
+	"xt_tcpudp", "xt_REDIRECT", "nf_reject_ipv4", "ipt_REJECT",
 }

@@ -28,7 +28,7 @@ func TestSvcproxyHybridIPVS(t *testing.T) {
 	must(t, os.WriteFile(file, []byte(manifests), 0o644))
 	vip := netip.MustParseAddrPort("198.18.0.30:80")
 	stop := l.startSvcproxy(t, "--mode", "hybrid", "--offload", "ipvs", "--services", file, "--node-ip", nodeIP.String(),
-		"--cluster-cidr", "198.19.0.0/16", "--promote-conn-rate", "20", "--promote-after", "1s", "--demote-after", "3s",
+		"--cluster-cidr", "198.19.1.0/24", "--promote-conn-rate", "20", "--promote-after", "1s", "--demote-after", "3s",
 		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249")
 	l.waitHealthy(t)
 
