@@ -35,7 +35,10 @@ func (d *Dataplane) Sync(_ context.Context, snap *service.Snapshot) error {
 	d.record.Queued()
 	a := d.record.Begin()
 	err := d.p.Sync(snap)
-	d.record.End(a, err)
+	// The Proxier serves every port it could and its Run retries the rest,
+	// so the record only tracks that snap was taken up; what failed shows in
+	// LastError (portals) and Status (listeners) until the retry succeeds.
+	d.record.End(a, nil)
 	return err
 }
 

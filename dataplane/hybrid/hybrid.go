@@ -129,7 +129,7 @@ func (m *Mode) Sync(ctx context.Context, snap *service.Snapshot) error {
 	}
 	a := m.record.Begin()
 	errU := m.us.Sync(snap)
-	m.record.End(a, errU)
+	m.record.End(a, nil) // as userspace.Dataplane: failures show in LastError and Status until retried
 	errK := m.kernel.Sync(ctx, snap)
 	return errors.Join(errU, errK)
 }
