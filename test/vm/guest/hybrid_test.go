@@ -57,9 +57,9 @@ func TestSvcproxyHybridIPVS(t *testing.T) {
 }
 
 // TestSvcproxyRestartIPVS restarts svcproxy --mode ipvs (SIGTERM, then
-// SIGKILL) under a connection loop: the virtual servers outlive the process
-// and a new one syncs nothing before its first Snapshot, so no connection
-// fails.
+// SIGKILL) under a connection loop, then stops it: the virtual servers outlive
+// the process and a new one syncs nothing before its first Snapshot, so no
+// connection fails.
 func TestSvcproxyRestartIPVS(t *testing.T) {
 	if _, err := os.Stat(svcproxyBin); err != nil {
 		t.Skipf("needs %s (test/vm puts it in the guest): %v", svcproxyBin, err)
@@ -85,7 +85,16 @@ func TestSvcproxyRestartIPVS(t *testing.T) {
 			t.Errorf("ipvs restart %s: %d of %d connections failed; last: %v", sig, failed, ok+failed, last)
 		}
 	}
+	// Shutdown: SIGTERM and no new process; the loop goes on for a second.
+	loop := l.startLoop(vip, time.Millisecond)
+	loop.waitMore(t, 20)
 	signal(syscall.SIGTERM)
+	time.Sleep(time.Second) // the loop runs on for a fixed time: what is measured
+	ok, failed, last := loop.stop()
+	t.Logf("ipvs shutdown: %d connections, %d failed (last: %v)", ok+failed, failed, last)
+	if failed > 0 {
+		t.Errorf("ipvs: %d connections failed after svcproxy stopped: the virtual servers must outlive it", failed)
+	}
 }
 
 // loop makes connections from the client to a VIP, one at a time, each
