@@ -141,6 +141,24 @@ func TestBuildDefaults(t *testing.T) {
 	}
 }
 
+// TestBuildExternalNameTrailingDot: the API server trims one trailing dot
+// before it validates spec.externalName, so an absolute name is a valid
+// Service (it was skipped, and its DNS name was NXDOMAIN).
+func TestBuildExternalNameTrailingDot(t *testing.T) {
+	obj := svc("ext", func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeExternalName
+		s.Spec.ExternalName = "svc1.testns.svc.cluster.local."
+	})
+	snap := Build([]*v1.Service{obj}, nil, nil)
+	ext, ok := snap.Service(NamespacedName{"default", "ext"})
+	if !ok {
+		t.Fatalf("skipped: %v", snap.Errors())
+	}
+	if ext.ExternalName != "svc1.testns.svc.cluster.local." {
+		t.Errorf("ExternalName = %q", ext.ExternalName)
+	}
+}
+
 func TestBuildHeadlessAndExternalName(t *testing.T) {
 	headless := svc("db", func(s *v1.Service) { s.Spec.ClusterIP = "None"; s.Spec.Ports = nil })
 	ext := svc("mail", func(s *v1.Service) {
@@ -294,6 +312,14 @@ func TestBuildRejectsInvalid(t *testing.T) {
 			s.Spec.Type = v1.ServiceTypeExternalName
 			s.Spec.ExternalName = "not a name"
 		}), `spec.externalName "not a name": not a DNS name`},
+		{"externalName only a dot", svc("web", func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeExternalName
+			s.Spec.ExternalName = "."
+		}), `spec.externalName ".": not a DNS name`},
+		{"externalName two trailing dots", svc("web", func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeExternalName
+			s.Spec.ExternalName = "db.example.org.."
+		}), `spec.externalName "db.example.org..": not a DNS name`},
 		{"bad traffic policy", svc("web", func(s *v1.Service) { s.Spec.ExternalTrafficPolicy = "Nearby" }),
 			`spec.externalTrafficPolicy "Nearby": must be Cluster or Local`},
 		{"bad source range", svc("web", func(s *v1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"203.0.113.0/33"} }),

@@ -90,7 +90,10 @@ func validateService(obj *v1.Service) error {
 	case "", v1.ServiceTypeClusterIP, v1.ServiceTypeNodePort, v1.ServiceTypeLoadBalancer:
 		validateClusterIPs(f, spec)
 	case v1.ServiceTypeExternalName:
-		if errs := validation.IsDNS1123Subdomain(spec.ExternalName); spec.ExternalName == "" || len(errs) > 0 {
+		// The API server trims one trailing dot before it validates: an
+		// absolute name ("db.example.org.") is accepted.
+		name := strings.TrimSuffix(spec.ExternalName, ".")
+		if errs := validation.IsDNS1123Subdomain(name); name == "" || len(errs) > 0 {
 			f.add("spec.externalName", spec.ExternalName, "not a DNS name")
 		}
 	default:
