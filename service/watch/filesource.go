@@ -1,14 +1,14 @@
 package watch
 
 import (
-	"bytes"
-	"cmp"
 	"context"
+	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -17,48 +17,78 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
 )
 
-// debounce is how long the file must be quiet before it is read again: an
-// editor's save or a `cp` is several writes, and a reload per write would
-// publish half a file.
-const debounce = 100 * time.Millisecond
+// DefaultMaxFileBytes bounds a manifests file (Config.MaxFileBytes). A JSON
+// List of 20,000 Services with their EndpointSlices is about 12 MB; parsing
+// costs several times the file's size in memory while it lasts.
+const DefaultMaxFileBytes = 32 << 20
 
-// applyBatch bounds the writes made to the fake clientset before waiting for
-// the informers to catch up. The fake's watch channels hold 100 events and
-// panic when full (k8s.io/apimachinery/pkg/watch.DefaultChanSize), so a file
-// that changes 500 Services at once must not be written in one go.
-const applyBatch = 50
+// ErrFileTooLarge is wrapped by the error about a manifests file larger than
+// Config.MaxFileBytes. At startup New returns it; on a reload it is logged and
+// the last good state stays in force.
+var ErrFileTooLarge = errors.New("larger than the limit (--services-max-bytes)")
 
-// catchUpTimeout bounds that wait; the informers normally take microseconds.
-const catchUpTimeout = 10 * time.Second
+const (
+	// settle is how long the file's size and modification time must hold
+	// still before it is read: an editor's save or a `cp` is several writes,
+	// and a file read between two of them is half a file.
+	settle = 300 * time.Millisecond
+	// pollPeriod: the file is also looked at this often, in case a change
+	// event was lost (inotify's queue overflowed, or no watch could be added).
+	pollPeriod = 5 * time.Second
+	// retryPeriod: a failed read (a missing file, EMFILE) is tried again this
+	// often, so that service resumes within seconds once the cause is gone.
+	retryPeriod = time.Second
+)
 
-// resources maps each supported kind to the resource the fake clientset's
-// tracker files it under.
-var resources = map[schema.GroupVersionKind]schema.GroupVersionResource{
-	v1.SchemeGroupVersion.WithKind("Service"):                v1.SchemeGroupVersion.WithResource("services"),
-	v1.SchemeGroupVersion.WithKind("Endpoints"):              v1.SchemeGroupVersion.WithResource("endpoints"),
-	discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"): discoveryv1.SchemeGroupVersion.WithResource("endpointslices"),
-}
+// kinds are the stores of a file source, by the kind of object they hold.
+var (
+	serviceKind   = v1.SchemeGroupVersion.WithKind("Service")
+	endpointsKind = v1.SchemeGroupVersion.WithKind("Endpoints")
+	sliceKind     = discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice")
+)
 
-// fileSource keeps a fake clientset in step with a manifests file.
+// fileSource keeps one store per kind in step with a manifests file. The
+// stores are client-go's thread-safe indexers, read through the same listers
+// as an informer's cache, and they are the only copy of the objects (a fake
+// clientset under informers would hold each twice). A reload applies the
+// difference under mu, which the Watcher also takes to list, so a Snapshot
+// never sees half a reload.
 type fileSource struct {
-	path   string
-	log    *slog.Logger
-	client *fake.Clientset
-	events *counter // informer events seen, to pace writes
+	path     string
+	maxBytes int64
+	log      *slog.Logger
+	changed  func() // wakes the Watcher's loop
+	now      func() time.Time
 
-	data    []byte                       // the content last read
-	applied map[objectKey]runtime.Object // what the fake clientset holds
+	mu     sync.Mutex
+	stores map[schema.GroupVersionKind]cache.Indexer
+
+	// Owned by the goroutine of run.
+	last    fileStamp // the file as last read, applied or refused
+	pending fileStamp // a stamp waiting to hold still (modified in the future)
+	readErr string    // the read error last logged, logged once while it lasts
 }
+
+// fileStamp identifies one version of the file.
+type fileStamp struct {
+	size  int64
+	mtime time.Time
+	sum   [sha256.Size]byte // of the content; zero until read
+}
+
+func (s fileStamp) sameStat(o fileStamp) bool { return s.size == o.size && s.mtime.Equal(o.mtime) }
 
 // newFileSource reads and loads the file; it must load.
-func newFileSource(path string, log *slog.Logger, events *counter) (*fileSource, error) {
-	data, err := os.ReadFile(path)
+func newFileSource(path string, maxBytes int64, log *slog.Logger, changed func()) (*fileSource, error) {
+	f := &fileSource{path: path, maxBytes: maxBytes, log: log, changed: changed, now: time.Now, stores: newStores()}
+	data, st, err := f.readSettled()
 	if err != nil {
 		return nil, fmt.Errorf("services file: %w", err)
 	}
@@ -66,36 +96,85 @@ func newFileSource(path string, log *slog.Logger, events *counter) (*fileSource,
 	if !onlyUnsupported(err) {
 		return nil, err
 	}
-	f := &fileSource{path: path, log: log, events: events, data: data}
 	f.logSkipped(err)
-	f.applied, _ = index(objs)
-	f.client = fake.NewSimpleClientset(objs...)
+	f.last = st
+	f.apply(objs)
 	return f, nil
 }
 
-// index keys objects by kind, namespace and name.
-func index(objs []runtime.Object) (map[objectKey]runtime.Object, error) {
-	m := make(map[objectKey]runtime.Object, len(objs))
-	for _, obj := range objs {
-		k, err := keyOf(obj)
-		if err != nil {
-			return nil, err
-		}
-		m[k] = obj
+// newStores returns an empty store per kind, indexed as informers index.
+func newStores() map[schema.GroupVersionKind]cache.Indexer {
+	stores := make(map[schema.GroupVersionKind]cache.Indexer)
+	for _, k := range []schema.GroupVersionKind{serviceKind, endpointsKind, sliceKind} {
+		stores[k] = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	}
-	return m, nil
+	return stores
 }
 
-func keyOf(obj runtime.Object) (objectKey, error) {
-	gvk := obj.GetObjectKind().GroupVersionKind()
-	if _, ok := resources[gvk]; !ok {
-		return objectKey{}, fmt.Errorf("%T: %w", obj, ErrUnsupportedKind)
+// readSettled reads the file at startup, waiting (a little) for a file that
+// is being written to hold still.
+func (f *fileSource) readSettled() ([]byte, fileStamp, error) {
+	for attempt := 0; ; attempt++ {
+		data, st, wait, err := f.read()
+		if err != nil || wait == 0 || attempt == 20 {
+			return data, st, err
+		}
+		time.Sleep(wait)
 	}
-	m, err := meta.Accessor(obj)
+}
+
+// read reads the file once it has settled. wait > 0 says it has not: ask
+// again after wait.
+func (f *fileSource) read() (data []byte, st fileStamp, wait time.Duration, err error) {
+	fi, err := os.Stat(f.path)
 	if err != nil {
-		return objectKey{}, err
+		return nil, st, 0, err
 	}
-	return objectKey{gvk: gvk, namespace: m.GetNamespace(), name: m.GetName()}, nil
+	st = fileStamp{size: fi.Size(), mtime: fi.ModTime()}
+	if st.size > f.maxBytes {
+		return nil, st, 0, fmt.Errorf("%s: %d bytes: %w (%d bytes)", f.path, st.size, ErrFileTooLarge, f.maxBytes)
+	}
+	if age := f.now().Sub(st.mtime); age < settle {
+		if age >= 0 {
+			return nil, st, settle - age, nil
+		}
+		// Modified "in the future" (a clock step): wait until it holds still.
+		if !st.sameStat(f.pending) {
+			f.pending = st
+			return nil, st, settle, nil
+		}
+	}
+	file, err := os.Open(f.path)
+	if err != nil {
+		return nil, st, 0, err
+	}
+	defer file.Close()
+	data, err = io.ReadAll(io.LimitReader(file, f.maxBytes+1))
+	if err != nil {
+		return nil, st, 0, err
+	}
+	if int64(len(data)) > f.maxBytes {
+		return nil, st, 0, fmt.Errorf("%s: %w (%d bytes)", f.path, ErrFileTooLarge, f.maxBytes)
+	}
+	after, err := file.Stat()
+	if err != nil {
+		return nil, st, 0, err
+	}
+	if after.Size() != int64(len(data)) || !after.ModTime().Equal(st.mtime) {
+		return nil, st, settle, nil // written while we read: not settled
+	}
+	st.sum = sha256.Sum256(data)
+	return data, st, 0, nil
+}
+
+// listers read the stores; lock is held by the Watcher while it lists.
+func (f *fileSource) listers() listers {
+	return listers{
+		lock:  &f.mu,
+		svc:   corelisters.NewServiceLister(f.stores[serviceKind]),
+		slice: discoverylisters.NewEndpointSliceLister(f.stores[sliceKind]),
+		ep:    corelisters.NewEndpointsLister(f.stores[endpointsKind]),
+	}
 }
 
 // runTo is the file source's goroutine, owned by Watcher.Run and stopped by
@@ -108,7 +187,8 @@ func (f *fileSource) runTo(ctx context.Context, ready chan<- struct{}, done chan
 // not the file, is what catches a replace-by-rename: the file's inode changes,
 // and a watch on the old inode would go silent. ConfigMap volumes swap a
 // "..data" symlink instead, which shows up as events on "..*" names. ready is
-// closed once the watch is in place.
+// closed once the watch is in place. Besides the events, the file is looked at
+// every pollPeriod, and a failed read is retried every retryPeriod.
 func (f *fileSource) run(ctx context.Context, ready chan<- struct{}) error {
 	fw, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -128,11 +208,11 @@ func (f *fileSource) run(ctx context.Context, ready chan<- struct{}) error {
 		}
 	}
 	close(ready)
-	f.reload(ctx) // catch a change made between New and now
 
-	timer := time.NewTimer(0)
-	<-timer.C
+	timer := time.NewTimer(0) // catch a change made between New and now
 	defer timer.Stop()
+	poll := time.NewTicker(pollPeriod)
+	defer poll.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -143,31 +223,65 @@ func (f *fileSource) run(ctx context.Context, ready chan<- struct{}) error {
 			}
 			base := filepath.Base(ev.Name)
 			if names[base] || strings.HasPrefix(base, "..") {
-				timer.Reset(debounce)
+				timer.Reset(settle)
 			}
 		case err, ok := <-fw.Errors:
 			if !ok {
 				return nil
 			}
 			f.log.Warn("services file watch", "file", f.path, "err", err)
+		case <-poll.C:
+			if again := f.check(); again > 0 {
+				timer.Reset(again)
+			}
 		case <-timer.C:
-			f.reload(ctx)
+			if again := f.check(); again > 0 {
+				timer.Reset(again)
+			}
 		}
 	}
 }
 
-// reload reads the file and, if it loads, applies the difference.
-func (f *fileSource) reload(ctx context.Context) {
-	data, err := os.ReadFile(f.path)
-	if err != nil {
-		f.log.Error("services file unreadable, keeping the last good state", "file", f.path, "err", err)
-		f.data = nil // read it again once it is back, even unchanged
-		return
+// check reads the file if it changed since it was last read and has settled,
+// and applies it when it loads. It returns when to check again (0: at the next
+// event or poll).
+func (f *fileSource) check() time.Duration {
+	fi, err := os.Stat(f.path)
+	if err == nil && f.last.sameStat(fileStamp{size: fi.Size(), mtime: fi.ModTime()}) && f.readErr == "" {
+		return 0 // unchanged since it was last read
 	}
-	if bytes.Equal(data, f.data) {
-		return
+	data, st, wait, err := f.read()
+	switch {
+	case errors.Is(err, ErrFileTooLarge):
+		if !f.last.sameStat(st) {
+			f.log.Error("services file refused, keeping the last good state", "err", err)
+		}
+		f.last, f.readErr = st, ""
+		return 0
+	case err != nil:
+		if msg := err.Error(); msg != f.readErr {
+			f.log.Error("services file unreadable, keeping the last good state; retrying", "file", f.path, "err", err)
+			f.readErr = msg
+		}
+		return retryPeriod
+	case wait > 0:
+		return wait
 	}
-	f.data = data
+	if f.readErr != "" {
+		f.log.Info("services file readable again", "file", f.path)
+		f.readErr = ""
+	}
+	prev := f.last
+	f.last = st
+	if st.sum == prev.sum {
+		return 0 // touched, same content
+	}
+	f.load(data)
+	return 0
+}
+
+// load parses data and, if it loads, applies it.
+func (f *fileSource) load(data []byte) {
 	objs, err := LoadManifests(f.path, data)
 	if !onlyUnsupported(err) {
 		for _, e := range unjoin(err) {
@@ -176,12 +290,15 @@ func (f *fileSource) reload(ctx context.Context) {
 		return
 	}
 	f.logSkipped(err)
-	n, err := f.apply(ctx, objs)
-	if err != nil {
-		f.log.Error("services file: applying changes", "file", f.path, "err", err)
-		return
+	had := len(f.stores[serviceKind].ListKeys())
+	n := f.apply(objs)
+	services := len(f.stores[serviceKind].ListKeys())
+	if had > 0 && services == 0 {
+		// An empty file is valid, and is applied; but it is far more often a
+		// truncated write or a mistake than an intent.
+		f.log.Error("services file reloaded WITHOUT ANY SERVICE: every Service was removed", "file", f.path, "removed", had)
 	}
-	f.log.Info("services file reloaded", "file", f.path, "objects", len(objs), "changes", n)
+	f.log.Info("services file reloaded", "file", f.path, "objects", len(objs), "services", services, "changes", n)
 }
 
 func (f *fileSource) logSkipped(err error) {
@@ -200,110 +317,50 @@ func unjoin(err error) []error {
 	return []error{err}
 }
 
-// change is one write to the fake clientset: obj is nil for a delete.
-type change struct {
-	key objectKey
-	obj runtime.Object
-}
-
-// diff lists the writes that turn have into want, in a stable order.
-func diff(have, want map[objectKey]runtime.Object) []change {
-	var out []change
-	for k, obj := range want {
-		if old, ok := have[k]; !ok || !equality.Semantic.DeepEqual(old, obj) {
-			out = append(out, change{k, obj})
+// apply makes the stores hold exactly objs, under mu, writing only what
+// changed, and wakes the Watcher if anything did. It returns the number of
+// objects added, updated or deleted.
+func (f *fileSource) apply(objs []runtime.Object) int {
+	want := make(map[schema.GroupVersionKind]map[string]runtime.Object)
+	for _, obj := range objs {
+		gvk := obj.GetObjectKind().GroupVersionKind()
+		if f.stores[gvk] == nil {
+			continue // LoadManifests returns only the supported kinds
 		}
-	}
-	for k := range have {
-		if _, ok := want[k]; !ok {
-			out = append(out, change{key: k})
+		_, _ = trim(obj)
+		key, err := cache.MetaNamespaceKeyFunc(obj)
+		if err != nil {
+			continue // cannot happen: LoadManifests checked the name
 		}
+		if want[gvk] == nil {
+			want[gvk] = make(map[string]runtime.Object)
+		}
+		want[gvk][key] = obj
 	}
-	slices.SortFunc(out, func(a, b change) int {
-		return cmp.Or(cmp.Compare(a.key.gvk.Kind, b.key.gvk.Kind),
-			cmp.Compare(a.key.namespace, b.key.namespace), cmp.Compare(a.key.name, b.key.name))
-	})
-	return out
-}
 
-// apply writes the difference between the fake clientset and objs, in batches
-// that the informers drain before the next one starts.
-func (f *fileSource) apply(ctx context.Context, objs []runtime.Object) (int, error) {
-	want, err := index(objs)
-	if err != nil {
-		return 0, err
-	}
-	changes := diff(f.applied, want)
-	tracker := f.client.Tracker()
-	for start := 0; start < len(changes); start += applyBatch {
-		base := f.events.value()
-		batch := changes[start:min(start+applyBatch, len(changes))]
-		for _, c := range batch {
-			gvr := resources[c.key.gvk]
-			var err error
-			switch _, exists := f.applied[c.key]; {
-			case c.obj == nil:
-				err = tracker.Delete(gvr, c.key.namespace, c.key.name)
-			case exists:
-				err = tracker.Update(gvr, c.obj, c.key.namespace)
-			default:
-				err = tracker.Create(gvr, c.obj, c.key.namespace)
-			}
-			if err != nil {
-				return 0, fmt.Errorf("%s %s/%s: %w", c.key.gvk.Kind, c.key.namespace, c.key.name, err)
-			}
-			if c.obj == nil {
-				delete(f.applied, c.key)
-			} else {
-				f.applied[c.key] = c.obj
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for gvk, store := range f.stores {
+		for _, key := range store.ListKeys() {
+			if _, keep := want[gvk][key]; !keep {
+				if old, exists, _ := store.GetByKey(key); exists {
+					_ = store.Delete(old)
+					n++
+				}
 			}
 		}
-		wctx, cancel := context.WithTimeout(ctx, catchUpTimeout)
-		err := f.events.waitFor(wctx, base+int64(len(batch)))
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			f.log.Warn("informers slow to catch up with the services file", "err", err)
+		for key, obj := range want[gvk] {
+			old, exists, _ := store.GetByKey(key)
+			if exists && equality.Semantic.DeepEqual(old, obj) {
+				continue
+			}
+			_ = store.Add(obj) // Add replaces an object with the same key
+			n++
 		}
 	}
-	return len(changes), nil
-}
-
-// counter counts events and lets a goroutine wait for a count.
-type counter struct {
-	mu      sync.Mutex
-	n       int64
-	changed chan struct{} // closed and replaced on every increment
-}
-
-func newCounter() *counter { return &counter{changed: make(chan struct{})} }
-
-func (c *counter) inc() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.n++
-	close(c.changed)
-	c.changed = make(chan struct{})
-}
-
-func (c *counter) value() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.n
-}
-
-// waitFor returns once the count reaches n, or ctx's error.
-func (c *counter) waitFor(ctx context.Context, n int64) error {
-	for {
-		c.mu.Lock()
-		cur, ch := c.n, c.changed
-		c.mu.Unlock()
-		if cur >= n {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("%d of %d events: %w", cur, n, ctx.Err())
-		}
+	if n > 0 {
+		f.changed()
 	}
+	return n
 }

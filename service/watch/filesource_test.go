@@ -134,8 +134,8 @@ func TestFileSourceConfigMapSwap(t *testing.T) {
 	await(t, snaps, "the swapped version", hasPorts("90 91"))
 }
 
-// TestFileSourceLargeChange changes more objects at once than the fake
-// clientset's watch channels hold; the writes are paced, nothing panics.
+// TestFileSourceLargeChange changes hundreds of objects at once; the
+// Snapshot after it holds all of them.
 func TestFileSourceLargeChange(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "services.yaml")
 	snaps, _, _ := newFileWatcher(t, path, manifest(80))

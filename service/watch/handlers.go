@@ -1,6 +1,8 @@
 package watch
 
 import (
+	"sync/atomic"
+
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/tools/cache"
@@ -73,11 +75,11 @@ func endpointsEvents(h EndpointsHandler) cache.ResourceEventHandler {
 
 // changeTracker is the Watcher's handler for all three kinds. It keeps no copy
 // of the objects (the informers' listers have them); it only marks the state
-// dirty, which wakes the coalescing loop, and counts events, which lets the
-// file source pace its writes.
+// dirty, which wakes the coalescing loop, and counts changes, which tells a
+// resync whether anything is new.
 type changeTracker struct {
-	dirty  chan struct{} // capacity 1: a pending mark absorbs further ones
-	events *counter
+	dirty chan struct{} // capacity 1: a pending mark absorbs further ones
+	gen   atomic.Uint64 // raised by every change
 }
 
 var (
@@ -87,11 +89,11 @@ var (
 )
 
 func newChangeTracker() *changeTracker {
-	return &changeTracker{dirty: make(chan struct{}, 1), events: newCounter()}
+	return &changeTracker{dirty: make(chan struct{}, 1)}
 }
 
 func (c *changeTracker) changed() {
-	c.events.inc()
+	c.gen.Add(1)
 	select {
 	case c.dirty <- struct{}{}:
 	default: // already dirty

@@ -36,6 +36,9 @@ type Config struct {
 	Kubeconfig string
 	// ServicesFile is a manifests file (see LoadManifests), watched for changes.
 	ServicesFile string
+	// MaxFileBytes bounds ServicesFile; a larger file is refused with
+	// ErrFileTooLarge. 0 means DefaultMaxFileBytes.
+	MaxFileBytes int64
 	// Client, if set, is used instead of both (tests: a fake clientset).
 	Client kubernetes.Interface
 
@@ -60,6 +63,12 @@ type Watcher struct {
 	tracker *changeTracker
 
 	syncs atomic.Int64 // Snapshots published, for tests
+	built atomic.Int64 // Snapshots built (a resync without changes builds none), for tests
+
+	// builtGen is the tracker's generation the latest Snapshot was built at:
+	// while it is unchanged, no object changed and a resync republishes the
+	// latest Snapshot instead of building an equal one. Owned by the loop.
+	builtGen uint64
 
 	mu     sync.Mutex
 	subs   []chan *service.Snapshot
@@ -93,11 +102,14 @@ func New(cfg Config) (*Watcher, error) {
 	case cfg.Client != nil:
 		w.client = cfg.Client
 	case cfg.ServicesFile != "":
-		fs, err := newFileSource(cfg.ServicesFile, w.log, w.tracker.events)
+		if cfg.MaxFileBytes <= 0 {
+			cfg.MaxFileBytes = DefaultMaxFileBytes
+		}
+		fs, err := newFileSource(cfg.ServicesFile, cfg.MaxFileBytes, w.log, w.tracker.changed)
 		if err != nil {
 			return nil, err
 		}
-		w.file, w.client = fs, fs.client
+		w.file = fs
 	default:
 		rc, err := restConfig(cfg.Kubeconfig)
 		if err != nil {
@@ -179,6 +191,10 @@ func (w *Watcher) Latest() *service.Snapshot {
 // again and any difference arrives as ordinary events.
 func (w *Watcher) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if w.file != nil {
+		return w.runFile(ctx)
+	}
 
 	// No informer resync (0): our own ResyncPeriod rebuilds from the listers.
 	factory := informers.NewSharedInformerFactory(w.client, 0)
@@ -197,6 +213,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 		{sliceInf.Informer(), endpointSliceEvents(w.tracker)},
 		{epInf.Informer(), endpointsEvents(w.tracker)},
 	} {
+		// Cache only what is read: managedFields alone are often half an object.
+		if err := reg.inf.SetTransform(trim); err != nil {
+			return fmt.Errorf("informer transform: %w", err)
+		}
 		r, err := reg.inf.AddEventHandler(reg.h)
 		if err != nil {
 			return fmt.Errorf("informer handler: %w", err)
@@ -209,26 +229,24 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil // ctx done before the first list
 	}
+	w.loop(ctx, listers{svc: svcInf.Lister(), slice: sliceInf.Lister(), ep: epInf.Lister()})
+	return nil
+}
 
-	var fileDone chan error
-	if w.file != nil {
-		fileDone = make(chan error, 1)
-		ready := make(chan struct{})
-		go w.file.runTo(ctx, ready, fileDone)
-		select {
-		case <-ready:
-		case err := <-fileDone:
-			return err
-		}
+// runFile is Run for a manifests file: its stores are already loaded; the
+// file source's goroutine applies later versions while the loop publishes.
+func (w *Watcher) runFile(ctx context.Context) error {
+	done := make(chan error, 1)
+	ready := make(chan struct{})
+	go w.file.runTo(ctx, ready, done)
+	select {
+	case <-ready:
+	case err := <-done:
+		return err
 	}
-
-	l := listers{svc: svcInf.Lister(), slice: sliceInf.Lister(), ep: epInf.Lister()}
-	w.loop(ctx, l)
-	if fileDone != nil {
-		cancel()
-		if err := <-fileDone; err != nil && !errors.Is(err, context.Canceled) {
-			return err
-		}
+	w.loop(ctx, w.file.listers())
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		return err
 	}
 	return nil
 }
@@ -246,6 +264,7 @@ func (w *Watcher) source() string {
 }
 
 type listers struct {
+	lock  sync.Locker // held while listing, if set
 	svc   corelisters.ServiceLister
 	slice discoverylisters.EndpointSliceLister
 	ep    corelisters.EndpointsLister
@@ -290,8 +309,22 @@ func (w *Watcher) loop(ctx context.Context, l listers) {
 	}
 }
 
-// sync builds a Snapshot from the listers and publishes it.
+// sync builds a Snapshot from the listers and publishes it. When no object
+// changed since the latest Snapshot was built (a resync), it publishes that
+// one again: subscribers can tell "nothing new" by the pointer, and nobody
+// rebuilds an index for an equal Snapshot.
 func (w *Watcher) sync(l listers) {
+	if l.lock != nil {
+		l.lock.Lock()
+		defer l.lock.Unlock()
+	}
+	// Read before listing: a change that lands in the listers after this
+	// raises the generation, so the next sync builds.
+	gen := w.tracker.gen.Load()
+	if latest := w.Latest(); latest != nil && gen == w.builtGen {
+		w.publish(latest)
+		return
+	}
 	svcs, err1 := l.svc.List(labels.Everything())
 	slices, err2 := l.slice.List(labels.Everything())
 	eps, err3 := l.ep.List(labels.Everything())
@@ -301,6 +334,8 @@ func (w *Watcher) sync(l listers) {
 		return
 	}
 	snap := service.Build(svcs, slices, eps)
+	w.builtGen = gen
+	w.built.Add(1)
 	w.reportErrors(snap.Errors())
 	w.publish(snap)
 }
