@@ -9,12 +9,19 @@
 // at most once per MinSyncPeriod and at least once per ResyncPeriod, and hands
 // it to every subscriber.
 //
-// There are two sources and one path. With a kubeconfig (or in a pod) the
-// informers list and watch a real API server. With a manifests file,
-// LoadManifests parses it, the objects go into client-go's fake clientset, and
-// the very same informers watch that; when the file changes (written in place,
-// or replaced by a rename as editors, kubectl-style tools and ConfigMap volumes
-// do) the difference is applied to the fake clientset as creates, updates and
-// deletes. A file that does not parse is reported with file:line and the last
-// good state stays in force.
+// There are two sources and one path to the Snapshot. With a kubeconfig (or
+// in a pod) the informers list and watch a real API server, caching only the
+// fields svcproxy reads (a transform drops managedFields, foreign annotations,
+// target references...). With a manifests file, LoadManifests parses it and
+// its objects go into client-go stores of the same kind the informers keep,
+// read through the same listers: each object is held once. When the file
+// changes (written in place, or replaced by a rename as editors, kubectl-style
+// tools and ConfigMap volumes do) it is read again once its size and mtime
+// have settled, and the difference is applied. A file that does not parse, is
+// larger than the limit, or cannot be read is reported and the last good state
+// stays in force; a failed read is retried.
+//
+// A resync in which no object changed publishes the latest Snapshot again
+// (the same pointer), so that subscribers can skip rebuilding what they
+// derived from it.
 package watch
