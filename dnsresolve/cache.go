@@ -1,6 +1,7 @@
 package dnsresolve
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +29,15 @@ type cacheKey struct {
 	qtype  uint16
 	qclass uint16
 	do     bool // DNSSEC records were asked for
+	// cd: the client asked the upstream not to validate (Checking Disabled):
+	// such an answer may be bogus and must not reach a client that wants
+	// validated data.
+	cd bool
+}
+
+// flight is the key as a string, for singleflight.
+func (k cacheKey) flight() string {
+	return fmt.Sprintf("%s|%d|%d|%t|%t", k.name, k.qtype, k.qclass, k.do, k.cd)
 }
 
 type cacheEntry struct {
@@ -45,7 +55,7 @@ func newCache(size int, now func() time.Time) *cache {
 
 func keyOf(req *dns.Msg) cacheKey {
 	q := req.Question[0]
-	k := cacheKey{name: strings.ToLower(q.Name), qtype: q.Qtype, qclass: q.Qclass}
+	k := cacheKey{name: strings.ToLower(q.Name), qtype: q.Qtype, qclass: q.Qclass, cd: req.CheckingDisabled}
 	if opt := req.IsEdns0(); opt != nil {
 		k.do = opt.Do()
 	}

@@ -3,63 +3,94 @@ package dnsresolve
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
+	"golang.org/x/sync/singleflight"
 )
 
 // upstreamUDPSize is the EDNS0 buffer size offered to upstreams: the DNS Flag
 // Day 2020 value, which avoids IP fragmentation on common paths.
 const upstreamUDPSize = 1232
 
-// loopOption is the EDNS0 option code (RFC 6891 local/experimental range) that
-// carries this process's nonce on every forwarded query: a query that arrives
-// with it is one of ours that an upstream sent straight back.
-const loopOption = 65042
-
-// forwarder sends questions the Index does not own to upstream resolvers, in
-// order: UDP first, TCP when the answer comes back truncated; on an error,
-// a timeout, SERVFAIL or REFUSED the next upstream is asked.
+// forwarder sends questions the Index does not own to upstream resolvers, as
+// CoreDNS's forward plugin does with kubeadm's options:
+//
+//   - in order, healthy upstreams first: UDP, TCP when the answer comes back
+//     truncated; on an error, a timeout, SERVFAIL or REFUSED the next one is
+//     asked. An upstream whose exchanges failed MaxFails times in a row is
+//     down: it is asked only when no upstream is healthy, and probed in the
+//     background until it answers again (health.go);
+//   - at most MaxConcurrent client queries wait for upstreams at once; beyond
+//     that a query is REFUSED at once instead of holding a goroutine and a
+//     socket;
+//   - one upstream exchange per (name, type, class, DO, CD) at a time: the
+//     clients asking the same question meanwhile share its answer
+//     (singflight), and the cache keeps it for its TTL;
+//   - a query of ours that comes back to us is a forwarding loop (loop.go).
 type forwarder struct {
-	upstreams []*upstream
-	timeout   time.Duration
-	udp, tcp  *dns.Client
-	cache     *cache
-	metrics   *metrics
-	log       *slog.Logger
-	nonce     [8]byte
+	upstreams     []*upstream
+	timeout       time.Duration
+	maxFails      uint32
+	maxConcurrent int64
+	udp, tcp      *dns.Client
+	cache         *cache
+	metrics       *metrics
+	log           *slog.Logger
+	nonce         [8]byte
+	now           func() time.Time
 
-	probes sync.Map // probe name (lower-case FQDN) -> *upstream
+	inflight atomic.Int64 // client queries waiting for an upstream
+	flights  singleflight.Group
+	loops    loopDetector
 }
 
-// upstream is one resolver; looping is set when we find that it is ourselves.
+// upstream is one resolver and what we know about its health.
 type upstream struct {
-	addr    string // host:port
-	looping atomic.Bool
+	addr     string        // host:port
+	maxFails uint32        // consecutive failures that mark it down
+	fails    atomic.Uint32 // consecutive failed exchanges
+	looping  atomic.Bool   // it sends our queries back to us (loop.go)
+	self     bool          // it is our own socket: a loop that cannot end
 }
 
-// errNoUpstream is returned when every upstream failed or loops back to us.
-var errNoUpstream = errors.New("no upstream answered")
+// healthy reports whether u is not marked down.
+func (u *upstream) healthy() bool { return u.fails.Load() < u.maxFails }
 
-func newForwarder(addrs []string, timeout time.Duration, c *cache, m *metrics, log *slog.Logger) *forwarder {
+var (
+	// errNoUpstream is returned when every upstream failed or loops back to us.
+	errNoUpstream = errors.New("no upstream answered")
+	// errMaxConcurrent is returned when MaxConcurrent queries are in flight.
+	errMaxConcurrent = errors.New("too many concurrent upstream queries")
+)
+
+// forwarderConfig holds the forwarder's settings, defaults already applied.
+type forwarderConfig struct {
+	timeout       time.Duration
+	maxFails      uint32
+	maxConcurrent int
+	now           func() time.Time
+}
+
+func newForwarder(addrs []string, cfg forwarderConfig, c *cache, log *slog.Logger) *forwarder {
 	f := &forwarder{
-		timeout: timeout,
-		udp:     &dns.Client{Net: "udp", UDPSize: upstreamUDPSize, Timeout: timeout},
-		tcp:     &dns.Client{Net: "tcp", Timeout: timeout},
-		cache:   c,
-		metrics: m,
-		log:     log,
+		timeout:       cfg.timeout,
+		maxFails:      cfg.maxFails,
+		maxConcurrent: int64(cfg.maxConcurrent),
+		udp:           &dns.Client{Net: "udp", UDPSize: upstreamUDPSize, Timeout: cfg.timeout},
+		tcp:           &dns.Client{Net: "tcp", Timeout: cfg.timeout},
+		cache:         c,
+		log:           log,
+		now:           cfg.now,
 	}
 	for _, a := range addrs {
-		f.upstreams = append(f.upstreams, &upstream{addr: a})
+		f.upstreams = append(f.upstreams, &upstream{addr: a, maxFails: cfg.maxFails})
 	}
 	_, _ = rand.Read(f.nonce[:])
 	return f
@@ -69,40 +100,90 @@ func newForwarder(addrs []string, timeout time.Duration, c *cache, m *metrics, l
 // ID and question and no OPT record: the Server adds its own.
 func (f *forwarder) forward(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
 	if m := f.cache.get(req); m != nil {
-		f.metrics.cacheHits.Add(1)
+		f.metrics.cacheHits.Inc()
 		return m, nil
 	}
-	f.metrics.cacheMisses.Add(1)
+	f.metrics.cacheMisses.Inc()
+	if f.inflight.Add(1) > f.maxConcurrent {
+		f.inflight.Add(-1)
+		f.metrics.maxConcurrentRejects.Inc()
+		return nil, errMaxConcurrent
+	}
+	defer f.inflight.Add(-1)
+
+	// The flight is not tied to one client's context: others may wait on it.
+	v, err, shared := f.flights.Do(keyOf(req).flight(), func() (any, error) {
+		return f.resolve(context.WithoutCancel(ctx), req)
+	})
+	if err != nil {
+		return nil, err
+	}
+	resp := v.(*dns.Msg)
+	if shared {
+		resp = resp.Copy() // every waiter rewrites its own ID and question
+	}
+	return reply(req, resp), nil
+}
+
+// resolve asks the upstreams for req, healthy ones first, and caches the answer.
+func (f *forwarder) resolve(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
 	q := f.query(req)
 	var last *dns.Msg
 	var errs []error
-	for i, u := range f.upstreams {
-		if u.looping.Load() {
-			continue
-		}
-		f.tag(q, i)
+	for _, i := range f.order() {
+		u := f.upstreams[i]
+		f.loops.tag(q, f.nonce, i)
 		resp, err := f.exchange(ctx, q, u.addr)
 		if err != nil {
+			f.failed(u, err)
 			errs = append(errs, fmt.Errorf("upstream %s: %w", u.addr, err))
 			continue
 		}
+		u.fails.Store(0)
 		if resp.Rcode == dns.RcodeServerFailure || resp.Rcode == dns.RcodeRefused {
 			last = resp
 			continue
 		}
-		resp = reply(req, resp)
 		f.cache.put(req, resp)
 		return resp, nil
 	}
 	if last != nil {
-		return reply(req, last), nil
+		return last, nil
 	}
 	return nil, fmt.Errorf("%w: %w", errNoUpstream, errors.Join(errs...))
 }
 
+// order returns the indexes of the upstreams to ask, in configured order: the
+// healthy ones; when none is healthy, every one that does not loop (CoreDNS
+// then picks one at random: an upstream that is down may be back).
+func (f *forwarder) order() []int {
+	var healthy, all []int
+	for i, u := range f.upstreams {
+		if u.looping.Load() {
+			continue
+		}
+		all = append(all, i)
+		if u.healthy() {
+			healthy = append(healthy, i)
+		}
+	}
+	if len(healthy) > 0 {
+		return healthy
+	}
+	return all
+}
+
+// failed counts a failed exchange with u; the one that reaches maxFails marks
+// it down, and the health checker starts probing it.
+func (f *forwarder) failed(u *upstream, err error) {
+	if u.fails.Add(1) == u.maxFails {
+		f.log.Warn("upstream down: asking the others first and probing it", "upstream", u.addr, "err", err)
+	}
+}
+
 // query is the message sent upstream for req: a fresh ID (a forwarder must not
-// reuse its client's), the one question, and our own EDNS0 record (tag adds
-// the loop nonce); DO and CD are passed on.
+// reuse its client's), the one question, and our own EDNS0 record (the loop
+// detector adds its nonce); DO and CD are passed on.
 func (f *forwarder) query(req *dns.Msg) *dns.Msg {
 	q := new(dns.Msg)
 	q.Id = dns.Id()
@@ -117,26 +198,19 @@ func (f *forwarder) query(req *dns.Msg) *dns.Msg {
 	return q
 }
 
-// tag sets q's loop option to our nonce and the index of the upstream it is
-// sent to, so that, should it come back, isLoop knows which upstream is us.
-func (f *forwarder) tag(q *dns.Msg, i int) {
-	opt := q.IsEdns0()
-	opt.Option = []dns.EDNS0{&dns.EDNS0_LOCAL{Code: loopOption, Data: append(f.nonce[:], byte(i))}}
-}
-
 // exchange asks one upstream over UDP and again over TCP if the answer was
 // truncated (RFC 7766).
 func (f *forwarder) exchange(ctx context.Context, q *dns.Msg, addr string) (*dns.Msg, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	f.metrics.forwards.Add(1)
+	f.metrics.forwards.Inc()
 	resp, _, err := f.udp.ExchangeContext(ctx, q, addr)
 	if err == nil && resp.Truncated {
-		f.metrics.forwardsTCP.Add(1)
+		f.metrics.forwardsTCP.Inc()
 		resp, _, err = f.tcp.ExchangeContext(ctx, q, addr)
 	}
 	if err != nil {
-		f.metrics.forwardErrors.Add(1)
+		f.metrics.forwardErrors.Inc()
 		return nil, err
 	}
 	return resp, nil
@@ -156,52 +230,6 @@ func reply(req, resp *dns.Msg) *dns.Msg {
 	return resp
 }
 
-// isLoop reports whether req is one we forwarded (it carries our nonce) or a
-// loop probe, and if so marks the upstream that brought it back.
-func (f *forwarder) isLoop(req *dns.Msg) bool {
-	if opt := req.IsEdns0(); opt != nil {
-		for _, o := range opt.Option {
-			l, ok := o.(*dns.EDNS0_LOCAL)
-			if !ok || l.Code != loopOption || len(l.Data) != len(f.nonce)+1 || string(l.Data[:len(f.nonce)]) != string(f.nonce[:]) {
-				continue
-			}
-			if i := int(l.Data[len(f.nonce)]); i < len(f.upstreams) {
-				f.markLooping(f.upstreams[i], "upstream forwards back to this server; not forwarding to it")
-			}
-			return true
-		}
-	}
-	if len(req.Question) != 1 {
-		return false
-	}
-	if u, ok := f.probes.Load(dns.CanonicalName(req.Question[0].Name)); ok {
-		f.markLooping(u.(*upstream), "upstream forwards back to this server; not forwarding to it")
-		return true
-	}
-	return false
-}
-
-// probe sends each upstream a question for a random name, as CoreDNS's loop
-// plugin does: if the question arrives back here, isLoop marks that upstream.
-// A direct loop (the upstream is our own address) is caught by the nonce, an
-// indirect one (a resolver that forwards to us) by the name.
-func (f *forwarder) probe(ctx context.Context) {
-	for _, u := range f.upstreams {
-		if u.looping.Load() {
-			continue
-		}
-		var r [16]byte
-		_, _ = rand.Read(r[:])
-		name := fmt.Sprintf("%d.%d.", binary.BigEndian.Uint64(r[:8])>>1, binary.BigEndian.Uint64(r[8:])>>1)
-		f.probes.Store(name, u)
-		q := new(dns.Msg).SetQuestion(name, dns.TypeHINFO)
-		q.Id = dns.Id()
-		pctx, cancel := context.WithTimeout(ctx, f.timeout)
-		_, _, _ = f.udp.ExchangeContext(pctx, q, u.addr) // the answer does not matter
-		cancel()
-	}
-}
-
 // markSelf marks upstreams that are the server's own socket: the same address
 // and port, or, when listening on every address, a loopback address on the same
 // port (the 127.0.0.53 trap: a host's resolv.conf inside a pod's namespace).
@@ -213,15 +241,9 @@ func (f *forwarder) markSelf(local netip.AddrPort) {
 		}
 		ip, lip := ap.Addr().Unmap(), local.Addr().Unmap()
 		if ip == lip || (lip.IsUnspecified() && ip.IsLoopback()) {
+			u.self = true
 			f.markLooping(u, "upstream is this server's own address; not forwarding to it")
 		}
-	}
-}
-
-func (f *forwarder) markLooping(u *upstream, msg string) {
-	if !u.looping.Swap(true) {
-		f.metrics.loops.Add(1)
-		f.log.Error(msg, "upstream", u.addr)
 	}
 }
 

@@ -206,8 +206,8 @@ func TestLoopRelay(t *testing.T) {
 			s := newServer(t, Config{Upstreams: []string{relay.addr}, UpstreamTimeout: time.Second})
 			serve(t, s, pc, ln)
 
-			// probe returns once the relay answered, so after the probe came back to us.
-			s.fwd.probe(context.Background())
+			// probeLoop returns once the relay answered, so after the probe came back to us.
+			s.fwd.probeLoop(context.Background(), s.fwd.upstreams[0])
 			if s.fwd.active() != 0 {
 				t.Fatal("relay back to us not detected")
 			}
@@ -222,7 +222,7 @@ func TestLoopNonce(t *testing.T) {
 	s := newServer(t, Config{Upstreams: []string{"192.0.2.53", "192.0.2.54:5353"}})
 	f := s.fwd
 	q := f.query(question("example.org.", dns.TypeA))
-	f.tag(q, 1)
+	f.loops.tag(q, f.nonce, 1)
 	if !f.isLoop(q) {
 		t.Fatal("our own forwarded query not recognised")
 	}

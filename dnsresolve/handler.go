@@ -2,6 +2,7 @@ package dnsresolve
 
 import (
 	"context"
+	"errors"
 	"net"
 	"slices"
 	"time"
@@ -23,11 +24,16 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		s.log.Debug("write dns answer", "client", w.RemoteAddr(), "err", err)
 		return
 	}
-	var qtype uint16
+	var q dns.Question
 	if len(req.Question) > 0 {
-		qtype = req.Question[0].Qtype
+		q = req.Question[0]
 	}
-	s.metrics.observe(qtype, resp.Rcode, time.Since(start))
+	took := time.Since(start)
+	s.metrics.observe(q.Qtype, resp.Rcode, took)
+	if s.logQueries {
+		s.log.Info("query", "client", w.RemoteAddr().String(), "name", q.Name, "type", dns.TypeToString[q.Qtype],
+			"rcode", rcodeLabel(resp.Rcode), "duration", took)
+	}
 }
 
 // answer returns the response to req, or nil when req must not be answered.
@@ -88,6 +94,9 @@ func (s *Server) forward(ctx context.Context, req, m *dns.Msg) *dns.Msg {
 		return rcode(m, dns.RcodeRefused)
 	}
 	resp, err := s.fwd.forward(ctx, req)
+	if errors.Is(err, errMaxConcurrent) {
+		return rcode(m, dns.RcodeRefused) // as CoreDNS's max_concurrent does
+	}
 	if err != nil {
 		s.log.Debug("forward", "name", req.Question[0].Name, "err", err)
 		return rcode(m, dns.RcodeServerFailure)
@@ -153,6 +162,6 @@ func (s *Server) fit(resp, req *dns.Msg, udp bool) {
 	tc := resp.Truncated
 	resp.Truncate(size)
 	if resp.Truncated && !tc {
-		s.metrics.truncated.Add(1)
+		s.metrics.truncated.Inc()
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -182,27 +181,5 @@ func TestTruncation(t *testing.T) {
 				t.Errorf("%d answers, want %d", len(m.Answer), tt.answers)
 			}
 		})
-	}
-}
-
-func TestMetrics(t *testing.T) {
-	s := newServer(t, Config{})
-	ask(t, s, question("web.default.svc.cluster.local.", dns.TypeA), true)
-	ask(t, s, question("nope.default.svc.cluster.local.", dns.TypeAAAA), true)
-	rec := httptest.NewRecorder()
-	s.HTTPHandler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	body := rec.Body.String()
-	for _, want := range []string{
-		`clusterdns_requests_total{type="A",rcode="NOERROR"} 1`,
-		`clusterdns_requests_total{type="AAAA",rcode="NXDOMAIN"} 1`,
-		`clusterdns_request_duration_seconds_count 2`,
-		`clusterdns_request_duration_seconds_bucket{le="+Inf"} 2`,
-		"clusterdns_services 8",
-		"clusterdns_ready 1",
-		"clusterdns_cache_hits_total 0",
-	} {
-		if !strings.Contains(body, want+"\n") {
-			t.Errorf("/metrics lacks %q:\n%s", want, body)
-		}
 	}
 }

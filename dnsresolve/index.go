@@ -24,6 +24,13 @@ type IndexConfig struct {
 	TTL uint32
 	// Serial is the SOA serial; the Server raises it with every Snapshot.
 	Serial uint32
+	// NSAddrs are the addresses of ns.dns.<zone>, the name server that the
+	// zone's NS and SOA records name: the DNS server's own addresses. None:
+	// the name exists without addresses.
+	NSAddrs []netip.Addr
+	// Pods says how names under pod.<zone> are answered; empty means
+	// PodsInsecure (kubeadm's Corefile).
+	Pods PodMode
 }
 
 // Index holds every record one Snapshot produces, keyed by lower-case name, so
@@ -31,9 +38,12 @@ type IndexConfig struct {
 // builds a new Index for every Snapshot and swaps it in atomically.
 type Index struct {
 	zone     string
+	podZone  string // "pod.<zone>", or "" when pod names are disabled
+	ttl      uint32
 	soa      *dns.SOA
 	names    map[string]*node
 	services int
+	snap     *service.Snapshot // the Snapshot indexed, to tell an unchanged one
 }
 
 // node is one owner name: its records and, for SRV, the A/AAAA of its targets.
@@ -48,7 +58,7 @@ type Result struct {
 	Rcode  int // dns.RcodeSuccess (with or without records) or dns.RcodeNameError
 	Answer []dns.RR
 	Ns     []dns.RR // the zone's SOA when Answer is empty
-	Extra  []dns.RR // A/AAAA of SRV targets
+	Extra  []dns.RR // A/AAAA of SRV targets, or of the name server for NS
 }
 
 // NewIndex builds the records of snap (nil: no Services) under cfg.Zone.
@@ -57,7 +67,10 @@ func NewIndex(snap *service.Snapshot, cfg IndexConfig) *Index {
 	if cfg.Zone == "" {
 		zone = DefaultZone
 	}
-	b := &builder{ttl: cfg.TTL, ix: &Index{zone: zone, names: make(map[string]*node)}}
+	b := &builder{ttl: cfg.TTL, ix: &Index{zone: zone, ttl: cfg.TTL, names: make(map[string]*node), snap: snap}}
+	if cfg.Pods != PodsDisabled {
+		b.ix.podZone = "pod." + zone
+	}
 	if snap != nil {
 		b.ix.names = make(map[string]*node, 3*snap.Len())
 		b.ix.services = snap.Len()
@@ -73,8 +86,7 @@ func NewIndex(snap *service.Snapshot, cfg IndexConfig) *Index {
 		Expire:  86400,
 		Minttl:  cfg.TTL,
 	}
-	b.add(zone, b.ix.soa)
-	b.add("dns-version."+zone, &dns.TXT{Hdr: b.hdr("dns-version."+zone, dns.TypeTXT), Txt: []string{SchemaVersion}})
+	b.apex(zone, cfg.NSAddrs)
 	if snap != nil {
 		for _, svc := range snap.Services() {
 			b.service(svc)
@@ -109,6 +121,9 @@ func (ix *Index) Lookup(qname string, qtype uint16) (r Result, ok bool) {
 		if !dns.IsSubDomain(ix.zone, lname) {
 			return Result{}, false
 		}
+		if ix.podZone != "" && dns.IsSubDomain(ix.podZone, lname) {
+			return ix.pod(qname, lname, qtype), true
+		}
 		return Result{Rcode: dns.RcodeNameError, Ns: []dns.RR{ix.soa}}, true
 	}
 	switch {
@@ -124,7 +139,7 @@ func (ix *Index) Lookup(qname string, qtype uint16) (r Result, ok bool) {
 		r.Ns = []dns.RR{ix.soa}
 		return r, true
 	}
-	if qtype == dns.TypeSRV || qtype == dns.TypeANY {
+	if qtype == dns.TypeSRV || qtype == dns.TypeNS {
 		r.Extra = n.extra
 	}
 	if qname != lname {

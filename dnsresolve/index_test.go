@@ -47,7 +47,31 @@ func testSnapshot(t testing.TB) *service.Snapshot {
 	addPort(otherWeb, "http", service.TCP, 8080)
 
 	v6 := newService("kube-system", "v6", "fd00::53")
-	return service.NewSnapshot([]*service.Service{web, single, db, all, bare, ext, otherWeb, v6}, nil)
+
+	// A StatefulSet pod of a dual-stack headless Service: one hostname, two
+	// addresses, so one SRV target.
+	dual := newService("default", "dual")
+	dual.Headless = true
+	addPort(dual, "web", service.TCP, 80,
+		ep("198.19.3.1:80", "web-0", true),
+		ep("[2001:db8:19::3:1]:80", "web-0", true))
+
+	// Pods without hostnames (a Deployment behind a headless Service).
+	anon := newService("default", "anon")
+	anon.Headless = true
+	addPort(anon, "", service.UDP, 9000,
+		ep("198.19.4.1:9000", "", true),
+		ep("[2001:db8:19::4:1]:9000", "", true))
+
+	// No ready endpoint: spec 2.4.1 says NXDOMAIN.
+	empty := newService("default", "empty")
+	empty.Headless = true
+	addPort(empty, "http", service.TCP, 80, ep("198.19.5.1:80", "e-0", false))
+
+	// The API accepts an absolute externalName (one trailing dot).
+	abs := newService("default", "abs")
+	abs.Type, abs.ExternalName = service.TypeExternalName, "svc1.testns.svc.cluster.local."
+	return service.NewSnapshot([]*service.Service{web, single, db, all, bare, ext, otherWeb, v6, dual, anon, empty, abs}, nil)
 }
 
 func newService(ns, name string, ips ...string) *service.Service {
@@ -82,7 +106,8 @@ func ep(addr, hostname string, ready bool) service.Endpoint {
 const testSOA = "cluster.local. 5 IN SOA ns.dns.cluster.local. hostmaster.cluster.local. 1 7200 1800 86400 5"
 
 func TestIndexLookup(t *testing.T) {
-	ix := NewIndex(testSnapshot(t), IndexConfig{Zone: "cluster.local", TTL: 5, Serial: 1})
+	ix := NewIndex(testSnapshot(t), IndexConfig{Zone: "cluster.local", TTL: 5, Serial: 1,
+		NSAddrs: []netip.Addr{netip.MustParseAddr("198.18.0.53"), netip.MustParseAddr("2001:db8:18::53")}})
 	tests := []struct {
 		name   string
 		qname  string
@@ -135,17 +160,82 @@ func TestIndexLookup(t *testing.T) {
 			answer: []string{"db-1.db.default.svc.cluster.local. 5 IN A 198.19.0.2"}},
 		{name: "not-ready hostname unpublished", qname: "db-3.db.default.svc.cluster.local.", qtype: dns.TypeA,
 			rcode: dns.RcodeNameError, ns: []string{testSOA}},
-		{name: "headless SRV per endpoint with hostname", qname: "_pg._tcp.db.default.svc.cluster.local.", qtype: dns.TypeSRV,
+		{name: "headless SRV per ready endpoint", qname: "_pg._tcp.db.default.svc.cluster.local.", qtype: dns.TypeSRV,
 			answer: []string{
-				"_pg._tcp.db.default.svc.cluster.local. 5 IN SRV 0 33 5432 db-0.db.default.svc.cluster.local.",
-				"_pg._tcp.db.default.svc.cluster.local. 5 IN SRV 0 33 5432 db-1.db.default.svc.cluster.local.",
-				"_pg._tcp.db.default.svc.cluster.local. 5 IN SRV 0 33 5432 db-5.db.default.svc.cluster.local.",
+				"_pg._tcp.db.default.svc.cluster.local. 5 IN SRV 0 25 5432 db-0.db.default.svc.cluster.local.",
+				"_pg._tcp.db.default.svc.cluster.local. 5 IN SRV 0 25 5432 db-1.db.default.svc.cluster.local.",
+				"_pg._tcp.db.default.svc.cluster.local. 5 IN SRV 0 25 5432 198-19-0-3.db.default.svc.cluster.local.",
+				"_pg._tcp.db.default.svc.cluster.local. 5 IN SRV 0 25 5432 db-5.db.default.svc.cluster.local.",
 			},
 			extra: []string{
 				"db-0.db.default.svc.cluster.local. 5 IN A 198.19.0.1",
 				"db-1.db.default.svc.cluster.local. 5 IN A 198.19.0.2",
+				"198-19-0-3.db.default.svc.cluster.local. 5 IN A 198.19.0.3",
 				"db-5.db.default.svc.cluster.local. 5 IN AAAA fd00::19:5",
 			}},
+		{name: "headless endpoint without hostname: dashed name", qname: "198-19-0-3.db.default.svc.cluster.local.", qtype: dns.TypeA,
+			answer: []string{"198-19-0-3.db.default.svc.cluster.local. 5 IN A 198.19.0.3"}},
+		{name: "dashed name PTR", qname: "3.0.19.198.in-addr.arpa.", qtype: dns.TypePTR,
+			answer: []string{"3.0.19.198.in-addr.arpa. 5 IN PTR 198-19-0-3.db.default.svc.cluster.local."}},
+		{name: "dashed IPv6 name", qname: "2001-db8-19--4-1.anon.default.svc.cluster.local.", qtype: dns.TypeAAAA,
+			answer: []string{"2001-db8-19--4-1.anon.default.svc.cluster.local. 5 IN AAAA 2001:db8:19::4:1"}},
+		{name: "dashed IPv6 name PTR", qname: "1.0.0.0.4.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.9.1.0.0.8.b.d.0.1.0.0.2.ip6.arpa.", qtype: dns.TypePTR,
+			answer: []string{"1.0.0.0.4.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.9.1.0.0.8.b.d.0.1.0.0.2.ip6.arpa. 5 IN PTR 2001-db8-19--4-1.anon.default.svc.cluster.local."}},
+		{name: "headless SRV at the bare name, unnamed port", qname: "anon.default.svc.cluster.local.", qtype: dns.TypeSRV,
+			answer: []string{
+				"anon.default.svc.cluster.local. 5 IN SRV 0 50 9000 198-19-4-1.anon.default.svc.cluster.local.",
+				"anon.default.svc.cluster.local. 5 IN SRV 0 50 9000 2001-db8-19--4-1.anon.default.svc.cluster.local.",
+			},
+			extra: []string{
+				"198-19-4-1.anon.default.svc.cluster.local. 5 IN A 198.19.4.1",
+				"2001-db8-19--4-1.anon.default.svc.cluster.local. 5 IN AAAA 2001:db8:19::4:1",
+			}},
+		{name: "dual-stack pod: one SRV target", qname: "_web._tcp.dual.default.svc.cluster.local.", qtype: dns.TypeSRV,
+			answer: []string{"_web._tcp.dual.default.svc.cluster.local. 5 IN SRV 0 100 80 web-0.dual.default.svc.cluster.local."},
+			extra: []string{
+				"web-0.dual.default.svc.cluster.local. 5 IN A 198.19.3.1",
+				"web-0.dual.default.svc.cluster.local. 5 IN AAAA 2001:db8:19::3:1",
+			}},
+		{name: "dual-stack pod: bare-name SRV too", qname: "dual.default.svc.cluster.local.", qtype: dns.TypeSRV,
+			answer: []string{"dual.default.svc.cluster.local. 5 IN SRV 0 100 80 web-0.dual.default.svc.cluster.local."},
+			extra: []string{
+				"web-0.dual.default.svc.cluster.local. 5 IN A 198.19.3.1",
+				"web-0.dual.default.svc.cluster.local. 5 IN AAAA 2001:db8:19::3:1",
+			}},
+		{name: "headless without ready endpoints: NXDOMAIN", qname: "empty.default.svc.cluster.local.", qtype: dns.TypeA,
+			rcode: dns.RcodeNameError, ns: []string{testSOA}},
+		{name: "headless without ready endpoints: SRV NXDOMAIN", qname: "_http._tcp.empty.default.svc.cluster.local.", qtype: dns.TypeSRV,
+			rcode: dns.RcodeNameError, ns: []string{testSOA}},
+		{name: "headless without ready endpoints: hostname NXDOMAIN", qname: "e-0.empty.default.svc.cluster.local.", qtype: dns.TypeA,
+			rcode: dns.RcodeNameError, ns: []string{testSOA}},
+		{name: "clusterIP SRV at the bare name: every port once", qname: "web.default.svc.cluster.local.", qtype: dns.TypeSRV,
+			answer: []string{
+				"web.default.svc.cluster.local. 5 IN SRV 0 50 80 web.default.svc.cluster.local.",
+				"web.default.svc.cluster.local. 5 IN SRV 0 50 53 web.default.svc.cluster.local.",
+			},
+			extra: []string{"web.default.svc.cluster.local. 5 IN A 198.18.0.10", "web.default.svc.cluster.local. 5 IN AAAA fd00::a"}},
+		{name: "bare-name SRV of an unnamed port", qname: "single.default.svc.cluster.local.", qtype: dns.TypeSRV,
+			answer: []string{"single.default.svc.cluster.local. 5 IN SRV 0 100 8080 single.default.svc.cluster.local."},
+			extra:  []string{"single.default.svc.cluster.local. 5 IN A 198.18.0.11"}},
+		{name: "ExternalName with a trailing dot", qname: "abs.default.svc.cluster.local.", qtype: dns.TypeA,
+			answer: []string{"abs.default.svc.cluster.local. 5 IN CNAME svc1.testns.svc.cluster.local."}},
+		{name: "zone apex NS", qname: "cluster.local.", qtype: dns.TypeNS,
+			answer: []string{"cluster.local. 5 IN NS ns.dns.cluster.local."},
+			extra:  []string{"ns.dns.cluster.local. 5 IN A 198.18.0.53", "ns.dns.cluster.local. 5 IN AAAA 2001:db8:18::53"}},
+		{name: "the name server's address", qname: "ns.dns.cluster.local.", qtype: dns.TypeA,
+			answer: []string{"ns.dns.cluster.local. 5 IN A 198.18.0.53"}},
+		{name: "pods insecure: A", qname: "198-19-0-9.default.pod.cluster.local.", qtype: dns.TypeA,
+			answer: []string{"198-19-0-9.default.pod.cluster.local. 5 IN A 198.19.0.9"}},
+		{name: "pods insecure: AAAA", qname: "2001-db8-19--9.kube-system.pod.cluster.local.", qtype: dns.TypeAAAA,
+			answer: []string{"2001-db8-19--9.kube-system.pod.cluster.local. 5 IN AAAA 2001:db8:19::9"}},
+		{name: "pods insecure: other type NODATA", qname: "198-19-0-9.default.pod.cluster.local.", qtype: dns.TypeAAAA,
+			ns: []string{testSOA}},
+		{name: "pods insecure: not an address", qname: "web.default.pod.cluster.local.", qtype: dns.TypeA,
+			rcode: dns.RcodeNameError, ns: []string{testSOA}},
+		{name: "pods insecure: namespace NODATA", qname: "default.pod.cluster.local.", qtype: dns.TypeA,
+			ns: []string{testSOA}},
+		{name: "pods insecure: too deep", qname: "a.198-19-0-9.default.pod.cluster.local.", qtype: dns.TypeA,
+			rcode: dns.RcodeNameError, ns: []string{testSOA}},
 		{name: "headless SRV on the endpoint's port", qname: "_metrics._tcp.db.default.svc.cluster.local.", qtype: dns.TypeSRV,
 			answer: []string{"_metrics._tcp.db.default.svc.cluster.local. 5 IN SRV 0 100 9187 db-0.db.default.svc.cluster.local."},
 			extra:  []string{"db-0.db.default.svc.cluster.local. 5 IN A 198.19.0.1"}},
@@ -165,7 +255,9 @@ func TestIndexLookup(t *testing.T) {
 		{name: "unqualified name", qname: "web.default.svc.cluster.local", qtype: dns.TypeA,
 			answer: []string{"web.default.svc.cluster.local. 5 IN A 198.18.0.10"}},
 		{name: "ANY", qname: "web.default.svc.cluster.local.", qtype: dns.TypeANY,
-			answer: []string{"web.default.svc.cluster.local. 5 IN A 198.18.0.10", "web.default.svc.cluster.local. 5 IN AAAA fd00::a"}},
+			answer: []string{"web.default.svc.cluster.local. 5 IN A 198.18.0.10", "web.default.svc.cluster.local. 5 IN AAAA fd00::a",
+				"web.default.svc.cluster.local. 5 IN SRV 0 50 80 web.default.svc.cluster.local.",
+				"web.default.svc.cluster.local. 5 IN SRV 0 50 53 web.default.svc.cluster.local."}},
 		{name: "NODATA: existing name, no such type", qname: "web.default.svc.cluster.local.", qtype: dns.TypeTXT,
 			ns: []string{testSOA}},
 		{name: "NODATA: empty non-terminal namespace", qname: "default.svc.cluster.local.", qtype: dns.TypeA,
@@ -193,6 +285,28 @@ func TestIndexLookup(t *testing.T) {
 			assertRRs(t, "authority", r.Ns, tt.ns)
 			assertRRs(t, "additional", r.Extra, tt.extra)
 		})
+	}
+}
+
+func TestIndexPodsDisabled(t *testing.T) {
+	ix := NewIndex(testSnapshot(t), IndexConfig{Zone: "cluster.local", TTL: 5, Serial: 1, Pods: PodsDisabled})
+	for _, name := range []string{"198-19-0-9.default.pod.cluster.local.", "default.pod.cluster.local.", "pod.cluster.local."} {
+		if r, ok := ix.Lookup(name, dns.TypeA); !ok || r.Rcode != dns.RcodeNameError {
+			t.Errorf("Lookup(%s) = %v %v, want NXDOMAIN", name, r.Rcode, ok)
+		}
+	}
+}
+
+func TestEndpointName(t *testing.T) {
+	for _, tt := range []struct{ addr, hostname, want string }{
+		{"172.0.0.2:80", "", "172-0-0-2"},
+		{"[5678:abcd::1]:80", "", "5678-abcd--1"}, // the specification's example
+		{"[::ffff:198.19.0.1]:80", "", "198-19-0-1"},
+		{"198.19.0.1:80", "Web-0", "web-0"},
+	} {
+		if got := endpointName(ep(tt.addr, tt.hostname, true)); got != tt.want {
+			t.Errorf("endpointName(%s, %q) = %q, want %q", tt.addr, tt.hostname, got, tt.want)
+		}
 	}
 }
 

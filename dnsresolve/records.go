@@ -12,14 +12,31 @@ import (
 // This file holds the record forms of the specification, one function each.
 // Every name is built lower-case; Lookup spells answers as the question did.
 
-// service adds the records of one Service at <svc>.<ns>.svc.<zone>. The name
-// exists (NODATA rather than NXDOMAIN) even when the Service has no address yet.
+// apex adds the zone's own records: the SOA, the NS that the SOA names
+// (ns.dns.<zone>, as CoreDNS's kubernetes plugin calls itself) with that
+// name's addresses, and the dns-version TXT of spec 2.2.
+func (b *builder) apex(zone string, nsAddrs []netip.Addr) {
+	b.add(zone, b.ix.soa)
+	nsName := b.ix.soa.Ns
+	b.add(zone, &dns.NS{Hdr: b.hdr(zone, dns.TypeNS), Ns: nsName})
+	var glue []dns.RR
+	for _, ip := range nsAddrs {
+		glue = append(glue, b.addr(nsName, ip))
+	}
+	b.node(zone).extra = glue
+	b.add("dns-version."+zone, &dns.TXT{Hdr: b.hdr("dns-version."+zone, dns.TypeTXT), Txt: []string{SchemaVersion}})
+}
+
+// service adds the records of one Service at <svc>.<ns>.svc.<zone>. The
+// namespace exists (NODATA, not NXDOMAIN) as soon as one of its Services does.
 func (b *builder) service(svc *service.Service) {
 	base := strings.ToLower(svc.Name + "." + svc.Namespace + ".svc." + b.ix.zone)
-	n := b.node(base)
+	if i, _ := dns.NextLabel(base, 0); i > 0 {
+		b.node(base[i:])
+	}
 	switch {
 	case svc.ExternalName != "":
-		b.externalName(n, base, svc.ExternalName)
+		b.externalName(base, svc.ExternalName)
 	case svc.Headless:
 		b.headless(svc, base)
 	default:
@@ -28,92 +45,137 @@ func (b *builder) service(svc *service.Service) {
 }
 
 // externalName is spec 2.5: <svc>.<ns>.svc.<zone>. <ttl> IN CNAME <extname>.
-func (b *builder) externalName(n *node, base, target string) {
-	n.rrs = []dns.RR{&dns.CNAME{Hdr: b.hdr(base, dns.TypeCNAME), Target: dns.Fqdn(target)}}
+// The API accepts the name with one trailing dot or without; either way the
+// target is fully qualified.
+func (b *builder) externalName(base, target string) {
+	n := b.node(base)
+	n.rrs = []dns.RR{&dns.CNAME{Hdr: b.hdr(base, dns.TypeCNAME), Target: dns.Fqdn(strings.ToLower(target))}}
 	n.cname = true
 }
 
 // clusterIP is spec 2.3: A/AAAA of each ClusterIP, SRV per named port with the
 // Service's name as target (and its addresses as additional records), PTR of
-// each ClusterIP back to the Service.
+// each ClusterIP back to the Service. The Service's own name also answers SRV
+// with every port, as CoreDNS does.
 func (b *builder) clusterIP(svc *service.Service, base string) {
+	b.node(base) // exists even without an address yet (NODATA)
 	var addrs []dns.RR
 	for _, ip := range svc.ClusterIPs {
 		addrs = append(addrs, b.addr(base, ip))
 		b.ptr(ip, base)
 	}
+	targets := map[string][]dns.RR{base: addrs}
+	var all srvSet
 	for _, p := range svc.Ports {
-		if p.Name.Port == "" {
-			continue // spec: SRV records exist for named ports only
+		srv := srvTarget{target: base, port: p.Port}
+		all.add(srv)
+		if p.Name.Port != "" { // spec: SRV records exist for named ports only
+			b.srvs(srvName(p, base), srvSet{srv}, targets)
 		}
-		name := srvName(p, base)
-		b.add(name, &dns.SRV{Hdr: b.hdr(name, dns.TypeSRV), Weight: 100, Port: p.Port, Target: base})
-		b.node(name).extra = addrs
 	}
+	b.srvs(base, all, targets)
 }
 
-// headless is spec 2.4: an A/AAAA per published endpoint at the Service's name,
-// <hostname>.<svc>.<ns>.svc.<zone> and a PTR for each endpoint with a hostname,
-// and SRV per named port and such endpoint, targeting the hostname, on the
-// endpoint's own port (no proxy stands between client and pod).
+// headless is spec 2.4: an A/AAAA per published endpoint at the Service's
+// name, and each such endpoint named <hostname>.<svc>.<ns>.svc.<zone> with its
+// A/AAAA and PTR. An endpoint without a hostname is named by its address with
+// dashes (spec 2.4.1's "unique, system-assigned identifier", in CoreDNS's form:
+// 198-19-0-3, 2001-db8--1). SRV per named port and endpoint targets that name
+// on the endpoint's own port (no proxy stands between client and pod).
+//
+// A headless Service with no published endpoint has no name at all: spec
+// 2.4.1 says NXDOMAIN, and CoreDNS answers so.
 func (b *builder) headless(svc *service.Service, base string) {
 	published := func(e service.Endpoint) bool { return e.Ready || svc.PublishNotReadyAddresses }
 
 	// Service.Endpoints has every endpoint address once, whatever the ports:
 	// a headless Service may have no ports at all and still has A records.
-	seenIP := make(map[netip.Addr]bool)
-	seenHost := make(map[string]bool)
 	hostAddrs := make(map[string][]dns.RR)
+	seenIP := make(map[netip.Addr]bool)
 	for _, e := range svc.Endpoints {
 		if !published(e) {
 			continue
 		}
 		ip := e.Addr.Addr()
-		if !seenIP[ip] {
-			seenIP[ip] = true
-			b.addr(base, ip)
-		}
-		if e.Hostname == "" {
+		if seenIP[ip] {
 			continue
 		}
-		host := strings.ToLower(e.Hostname) + "." + base
-		if key := host + "|" + ip.String(); !seenHost[key] {
-			seenHost[key] = true
-			hostAddrs[host] = append(hostAddrs[host], b.addr(host, ip))
-			b.ptr(ip, host)
-		}
+		seenIP[ip] = true
+		b.addr(base, ip)
+		host := endpointName(e) + "." + base
+		hostAddrs[host] = append(hostAddrs[host], b.addr(host, ip))
+		b.ptr(ip, host)
+	}
+	if len(seenIP) == 0 {
+		return
 	}
 
+	var all srvSet
 	for _, p := range svc.Ports {
-		if p.Name.Port == "" {
-			continue
-		}
-		var srvs []*dns.SRV
-		seen := make(map[string]bool)
+		var set srvSet
 		for _, e := range p.Endpoints {
-			if !published(e) || e.Hostname == "" {
-				continue
-			}
-			host := strings.ToLower(e.Hostname) + "." + base
-			if key := host + "|" + e.Addr.String(); !seen[key] {
-				seen[key] = true
-				srvs = append(srvs, &dns.SRV{Port: e.Addr.Port(), Target: host})
+			if published(e) {
+				set.add(srvTarget{target: endpointName(e) + "." + base, port: e.Addr.Port()})
 			}
 		}
-		if len(srvs) == 0 {
-			continue
+		for _, s := range set {
+			all.add(s)
 		}
-		name := srvName(p, base)
-		n := b.node(name)
-		targets := make(map[string]bool)
-		for _, srv := range srvs {
-			// CoreDNS spreads a weight of 100 over the records of one SRV set.
-			srv.Hdr, srv.Weight = b.hdr(name, dns.TypeSRV), uint16(max(1, 100/len(srvs)))
-			n.rrs = append(n.rrs, srv)
-			if !targets[srv.Target] {
-				targets[srv.Target] = true
-				n.extra = append(n.extra, hostAddrs[srv.Target]...)
-			}
+		if p.Name.Port != "" && len(set) > 0 {
+			b.srvs(srvName(p, base), set, hostAddrs)
+		}
+	}
+	b.srvs(base, all, hostAddrs)
+}
+
+// endpointName is the first label of a headless endpoint's name: its hostname,
+// or its address with dashes (CoreDNS's endpointHostname).
+func endpointName(e service.Endpoint) string {
+	if e.Hostname != "" {
+		return strings.ToLower(e.Hostname)
+	}
+	ip := e.Addr.Addr().Unmap().String()
+	if strings.Contains(ip, ".") {
+		return strings.ReplaceAll(ip, ".", "-")
+	}
+	return strings.ReplaceAll(ip, ":", "-")
+}
+
+// srvTarget is one SRV record's data before it gets its weight.
+type srvTarget struct {
+	target string
+	port   uint16
+}
+
+// srvSet is a list of SRV targets without repeats: RFC 2181 section 5 forbids
+// identical records in one RRset, and a dual-stack pod (one hostname, two
+// addresses) or a port number served over TCP and UDP would make them.
+type srvSet []srvTarget
+
+func (s *srvSet) add(t srvTarget) {
+	for _, have := range *s {
+		if have == t {
+			return
+		}
+	}
+	*s = append(*s, t)
+}
+
+// srvs adds the SRV RRset set at name, with the addresses of its targets
+// (from addrs) as additional records. CoreDNS spreads a weight of 100 over
+// the records of one set.
+func (b *builder) srvs(name string, set srvSet, addrs map[string][]dns.RR) {
+	if len(set) == 0 {
+		return
+	}
+	n := b.node(name)
+	weight := uint16(max(1, 100/len(set)))
+	seen := make(map[string]bool)
+	for _, s := range set {
+		n.rrs = append(n.rrs, &dns.SRV{Hdr: b.hdr(name, dns.TypeSRV), Weight: weight, Port: s.port, Target: s.target})
+		if !seen[s.target] {
+			seen[s.target] = true
+			n.extra = append(n.extra, addrs[s.target]...)
 		}
 	}
 }
@@ -121,4 +183,58 @@ func (b *builder) headless(svc *service.Service, base string) {
 // srvName is _<port>._<proto>.<svc>.<ns>.svc.<zone>.
 func srvName(p *service.Port, base string) string {
 	return "_" + strings.ToLower(p.Name.Port) + "._" + strings.ToLower(string(p.Protocol)) + "." + base
+}
+
+// PodMode says how <address>.<namespace>.pod.<zone> is answered, as CoreDNS's
+// "pods" option does.
+type PodMode string
+
+const (
+	// PodsInsecure answers any such name with the address it spells, without
+	// checking that a pod has it: CoreDNS's "pods insecure", kubeadm's default.
+	PodsInsecure PodMode = "insecure"
+	// PodsDisabled answers NXDOMAIN for every name under pod.<zone>.
+	PodsDisabled PodMode = "disabled"
+)
+
+// pod answers a question for a name under pod.<zone> (lname is lower-case)
+// in PodsInsecure mode: "1-2-3-4.ns.pod.<zone>" is 1.2.3.4, "2001-db8--1.ns..."
+// is 2001:db8::1. The pod zone and a namespace in it exist (NODATA); anything
+// that does not spell an address is NXDOMAIN.
+func (ix *Index) pod(qname, lname string, qtype uint16) Result {
+	nodata := Result{Ns: []dns.RR{ix.soa}}
+	nxdomain := Result{Rcode: dns.RcodeNameError, Ns: []dns.RR{ix.soa}}
+	labels := dns.SplitDomainName(strings.TrimSuffix(lname, ix.podZone))
+	switch len(labels) {
+	case 0, 1: // pod.<zone>, <ns>.pod.<zone>
+		return nodata
+	case 2:
+	default:
+		return nxdomain
+	}
+	ip, ok := podAddr(labels[0])
+	if !ok {
+		return nxdomain
+	}
+	rr := addrRR(dns.RR_Header{Name: qname, Class: dns.ClassINET, Ttl: ix.ttl}, ip)
+	if qtype != rr.Header().Rrtype && qtype != dns.TypeANY {
+		return nodata
+	}
+	return Result{Answer: []dns.RR{rr}}
+}
+
+// podAddr reads the address a pod name's first label spells, as CoreDNS does:
+// three dashes and no "--" is IPv4, anything else IPv6.
+func podAddr(label string) (netip.Addr, bool) {
+	var s string
+	if strings.Count(label, "-") == 3 && !strings.Contains(label, "--") {
+		s = strings.ReplaceAll(label, "-", ".")
+	} else {
+		s = strings.ReplaceAll(label, "-", ":")
+	}
+	ip, err := netip.ParseAddr(s)
+	if err != nil || ip.Zone() != "" {
+		return netip.Addr{}, false
+	}
+	return ip, true
 }

@@ -8,11 +8,14 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -45,6 +48,28 @@ type Config struct {
 	// CacheSize is how many forwarded answers to keep; zero means
 	// DefaultCacheSize, negative disables the cache.
 	CacheSize int
+	// MaxConcurrent bounds the queries waiting for upstreams; beyond it a
+	// query is answered REFUSED at once. Zero means DefaultMaxConcurrent.
+	MaxConcurrent int
+	// MaxFails is how many exchanges in a row may fail before an upstream is
+	// marked down. Zero means DefaultMaxFails.
+	MaxFails int
+	// HealthCheckInterval, LoopCheckInterval and LoopLogInterval are the
+	// periods of the forwarder's background checks; zero means the Default
+	// of each.
+	HealthCheckInterval time.Duration
+	LoopCheckInterval   time.Duration
+	LoopLogInterval     time.Duration
+	// NSAddrs are the addresses of ns.dns.<zone>, the name the zone's NS and
+	// SOA records give for this server (see IndexConfig).
+	NSAddrs []netip.Addr
+	// Pods: PodsInsecure (the default, as kubeadm's Corefile) or PodsDisabled.
+	Pods PodMode
+	// LogQueries logs one line per query: client, name, type, rcode, duration.
+	LogQueries bool
+	// Registry receives the Server's metrics. If nil, the Server makes its
+	// own; either way HTTPHandler serves it.
+	Registry *prometheus.Registry
 	// Logger receives loop detections and serving errors. If nil, nothing is logged.
 	Logger *slog.Logger
 	// Now is the cache's clock. If nil, time.Now is used.
@@ -55,12 +80,17 @@ type Config struct {
 // Index, everything else through the forwarder. It is a dns.Handler; Serve
 // runs it on a UDP and a TCP socket.
 type Server struct {
-	zone    string
-	ttl     uint32
-	fwd     *forwarder
-	cache   *cache
-	metrics *metrics
-	log     *slog.Logger
+	zone       string
+	ttl        uint32
+	nsAddrs    []netip.Addr
+	pods       PodMode
+	logQueries bool
+	checks     checkIntervals
+	fwd        *forwarder
+	cache      *cache
+	metrics    *metrics
+	registry   *prometheus.Registry
+	log        *slog.Logger
 
 	index  atomic.Pointer[Index] // nil until the first Update
 	mu     sync.Mutex            // serializes Update
@@ -77,6 +107,11 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("zone %q: not a domain name", cfg.Zone)
 		}
 	}
+	switch cfg.Pods {
+	case "", PodsInsecure, PodsDisabled:
+	default:
+		return nil, fmt.Errorf("pods %q: want %q or %q", cfg.Pods, PodsInsecure, PodsDisabled)
+	}
 	upstreams := make([]string, 0, len(cfg.Upstreams))
 	for _, u := range cfg.Upstreams {
 		a, err := upstreamAddr(u)
@@ -85,13 +120,38 @@ func New(cfg Config) (*Server, error) {
 		}
 		upstreams = append(upstreams, a)
 	}
-	s := &Server{zone: zone, ttl: cfg.TTL, metrics: &metrics{}, log: cfg.Logger}
+	s := &Server{zone: zone, ttl: cfg.TTL, nsAddrs: cfg.NSAddrs, pods: cfg.Pods, logQueries: cfg.LogQueries,
+		registry: cfg.Registry, log: cfg.Logger}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	size := orDefault(cfg.CacheSize, DefaultCacheSize)
-	s.cache = newCache(size, cfg.Now)
-	s.fwd = newForwarder(upstreams, orDefaultDuration(cfg.UpstreamTimeout, DefaultUpstreamTimeout), s.cache, s.metrics, s.log)
+	if s.registry == nil {
+		s.registry = prometheus.NewRegistry()
+	}
+	s.checks = checkIntervals{
+		health:  orDefaultDuration(cfg.HealthCheckInterval, DefaultHealthCheckInterval),
+		loop:    orDefaultDuration(cfg.LoopCheckInterval, DefaultLoopCheckInterval),
+		loopLog: orDefaultDuration(cfg.LoopLogInterval, DefaultLoopLogInterval),
+	}
+	s.cache = newCache(orDefault(cfg.CacheSize, DefaultCacheSize), cfg.Now)
+	s.fwd = newForwarder(upstreams, forwarderConfig{
+		timeout:       orDefaultDuration(cfg.UpstreamTimeout, DefaultUpstreamTimeout),
+		maxFails:      uint32(max(1, orDefault(cfg.MaxFails, DefaultMaxFails))),
+		maxConcurrent: max(1, orDefault(cfg.MaxConcurrent, DefaultMaxConcurrent)),
+	}, s.cache, s.log)
+	s.metrics = newMetrics(s.registry, gauges{
+		services: func() int {
+			if ix := s.index.Load(); ix != nil {
+				return ix.Len()
+			}
+			return 0
+		},
+		cacheEntries: s.cache.len,
+		ready:        s.Ready,
+		inflight:     s.fwd.inflight.Load,
+		upstreams:    s.fwd.upstreams,
+	})
+	s.fwd.metrics = s.metrics
 	return s, nil
 }
 
@@ -110,14 +170,20 @@ func orDefaultDuration(v, def time.Duration) time.Duration {
 }
 
 // Update indexes snap and makes it the answer to every later question. Queries
-// in flight keep the Index they started with.
-func (s *Server) Update(snap *service.Snapshot) {
+// in flight keep the Index they started with. The Snapshot already indexed
+// (a resync that found nothing new hands over the same one) costs nothing.
+// It reports whether it built a new Index.
+func (s *Server) Update(snap *service.Snapshot) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if ix := s.index.Load(); ix != nil && ix.snap == snap {
+		return false
+	}
 	// The SOA serial only grows: seconds since the epoch, or one more.
 	s.serial = max(s.serial+1, uint32(time.Now().Unix()))
-	s.index.Store(NewIndex(snap, IndexConfig{Zone: s.zone, TTL: s.ttl, Serial: s.serial}))
-	s.metrics.snapshots.Add(1)
+	s.index.Store(NewIndex(snap, IndexConfig{Zone: s.zone, TTL: s.ttl, Serial: s.serial, NSAddrs: s.nsAddrs, Pods: s.pods}))
+	s.metrics.snapshots.Inc()
+	return true
 }
 
 // Ready reports whether a Snapshot has been indexed.
@@ -159,7 +225,7 @@ func (s *Server) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) 
 	for _, srv := range servers {
 		srv.Handler = s
 		srv.MsgAcceptFunc = accept
-		srv.MsgInvalidFunc = func([]byte, error) { s.metrics.invalid.Add(1) }
+		srv.MsgInvalidFunc = func([]byte, error) { s.metrics.invalid.Inc() }
 		srv.NotifyStartedFunc = func() { started <- struct{}{} }
 		wg.Add(1)
 		go runDNSServer(&wg, srv, errc)
@@ -177,8 +243,7 @@ func (s *Server) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) 
 		}
 	}
 	if err == nil && ctx.Err() == nil {
-		wg.Add(1)
-		go probeLoops(ctx, &wg, s.fwd)
+		wg.Go(func() { s.fwd.runChecks(ctx, s.checks) })
 		select {
 		case <-ctx.Done():
 		case err = <-errc:
@@ -204,12 +269,6 @@ func runDNSServer(wg *sync.WaitGroup, srv *dns.Server, errc chan<- error) {
 	}
 }
 
-// probeLoops sends each upstream a loop probe once, at start.
-func probeLoops(ctx context.Context, wg *sync.WaitGroup, f *forwarder) {
-	defer wg.Done()
-	f.probe(ctx)
-}
-
 // accept is miekg/dns's DefaultMsgAcceptFunc without NOTIFY: we are no
 // secondary, so NOTIFY is not implemented.
 func accept(dh dns.Header) dns.MsgAcceptAction {
@@ -220,24 +279,29 @@ func accept(dh dns.Header) dns.MsgAcceptAction {
 	return dns.DefaultMsgAcceptFunc(dh)
 }
 
-// HTTPHandler serves /metrics (Prometheus text format) and /healthz (200 once
-// the first Snapshot is indexed, 503 before).
+// HTTPHandler serves /metrics (the Prometheus registry) and /healthz: 200
+// once the first Snapshot is indexed and while no forwarding loop is known,
+// 503 otherwise, with the reason.
 func (s *Server) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		services := 0
-		if ix := s.index.Load(); ix != nil {
-			services = ix.Len()
-		}
-		s.metrics.write(w, services, s.cache.len(), s.Ready())
-	})
+	mux.Handle("/metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.Ready() {
-			http.Error(w, "no service snapshot yet", http.StatusServiceUnavailable)
+		if err := s.Healthy(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ok")
 	})
 	return mux
+}
+
+// Healthy returns nil when the Server is ready and forwards without a loop.
+func (s *Server) Healthy() error {
+	if !s.Ready() {
+		return errors.New("no service snapshot yet")
+	}
+	if l := s.fwd.looping(); len(l) > 0 {
+		return fmt.Errorf("forwarding loop through upstream %s", strings.Join(l, ", "))
+	}
+	return nil
 }

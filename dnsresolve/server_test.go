@@ -39,7 +39,7 @@ func TestServeSockets(t *testing.T) {
 			assertRRs(t, "answer", m.Answer, []string{"web.default.svc.cluster.local. 5 IN A 198.18.0.10"})
 		})
 	}
-	if n := s.metrics.invalid.Load(); n == 0 {
+	if n := metricValue(t, s, "clusterdns_invalid_messages_total", nil); n == 0 {
 		t.Error("no invalid message counted")
 	}
 }

@@ -8,11 +8,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/svcproxy/svcproxy/dnsresolve"
@@ -56,24 +59,35 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 			log.Warn("no upstreams: names outside the zone will be refused", "err", err)
 		}
 	}
-	srv, err := dnsresolve.New(dnsresolve.Config{
-		Zone:            cfg.Zone,
-		TTL:             cfg.TTL,
-		Upstreams:       upstreams,
-		UpstreamTimeout: cfg.UpstreamTimeout,
-		CacheSize:       cfg.CacheSize,
-		Logger:          log,
-	})
-	if err != nil {
-		return err
-	}
 	watch.SetClientLogger(log)
-	w, err := watch.New(watch.Config{ServicesFile: cfg.ServicesFile, Kubeconfig: cfg.Kubeconfig, Logger: log})
+	w, err := watch.New(watch.Config{ServicesFile: cfg.ServicesFile, MaxFileBytes: cfg.ServicesMaxBytes,
+		Kubeconfig: cfg.Kubeconfig, Logger: log})
 	if err != nil {
 		return err
 	}
 	pc, ln, err := dnsresolve.Listen(cfg.Listen)
 	if err != nil {
+		return err
+	}
+	// One registry for the process: the server's metrics, Go's and the process's.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := dnsresolve.New(dnsresolve.Config{
+		Zone:            cfg.Zone,
+		TTL:             cfg.TTL,
+		Upstreams:       upstreams,
+		UpstreamTimeout: cfg.UpstreamTimeout,
+		MaxConcurrent:   cfg.MaxConcurrent,
+		CacheSize:       cfg.CacheSize,
+		NSAddrs:         nsAddrs(cfg.Advertise, pc.LocalAddr()),
+		Pods:            cfg.Pods,
+		LogQueries:      cfg.LogQueries,
+		Registry:        reg,
+		Logger:          log,
+	})
+	if err != nil {
+		pc.Close()
+		ln.Close()
 		return err
 	}
 	var metrics net.Listener
@@ -84,7 +98,7 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 			return fmt.Errorf("metrics: %w", err)
 		}
 	}
-	log.Info("clusterdns serving", "listen", pc.LocalAddr().String(), "zone", cfg.Zone,
+	log.Info("clusterdns serving", "listen", pc.LocalAddr().String(), "zone", cfg.Zone, "pods", cfg.Pods,
 		"upstreams", upstreams, "ttl", cfg.TTL, "metrics", cfg.MetricsAddr)
 
 	g, ctx := errgroup.WithContext(ctx)
@@ -93,9 +107,26 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	g.Go(func() error { return applySnapshots(ctx, snaps, srv, log) })
 	g.Go(func() error { return srv.Serve(ctx, pc, ln) })
 	if metrics != nil {
-		g.Go(func() error { return serveHTTP(ctx, metrics, srv.HTTPHandler()) })
+		h := srv.HTTPHandler()
+		if cfg.Profiling {
+			h = withProfiling(h)
+		}
+		g.Go(func() error { return serveHTTP(ctx, metrics, h) })
 	}
 	return g.Wait()
+}
+
+// withProfiling adds Go's profiler (/debug/pprof/) to h, as kube-proxy's
+// enableProfiling does on its metrics address.
+func withProfiling(h http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", h)
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
 }
 
 // applySnapshots indexes every Snapshot the watcher publishes until ctx is done.
@@ -107,7 +138,9 @@ func applySnapshots(ctx context.Context, snaps <-chan *service.Snapshot, srv *dn
 			return nil
 		case snap := <-snaps:
 			start := time.Now()
-			srv.Update(snap)
+			if !srv.Update(snap) {
+				continue // the Snapshot already indexed: a resync found nothing new
+			}
 			if first {
 				log.Info("first snapshot indexed: ready", "services", snap.Len(), "took", time.Since(start))
 				first = false

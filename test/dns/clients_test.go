@@ -30,6 +30,25 @@ func TestDig(t *testing.T) {
 			want: []string{"0 50 5432 db-0.db.default.svc.cluster.local.", "0 50 5432 db-1.db.default.svc.cluster.local."}},
 		{name: "ExternalName, chased upstream", args: []string{"+short", "ext.default.svc.cluster.local"},
 			want: []string{"upstream.test.", "192.0.2.7"}},
+		// Issue 16: the specification's rows and kubeadm's Corefile.
+		{name: "ExternalName with a trailing dot, chased in the zone", args: []string{"+short", "abs.default.svc.cluster.local"},
+			want: []string{"web.default.svc.cluster.local.", "198.18.0.10"}},
+		{name: "no hostname: dashed IPv4 name", args: []string{"+short", "198-19-2-1.anon.default.svc.cluster.local"}, want: []string{"198.19.2.1"}},
+		{name: "no hostname: dashed IPv6 name", args: []string{"+short", "2001-db8-19--2-1.anon.default.svc.cluster.local", "AAAA"},
+			want: []string{"2001:db8:19::2:1"}},
+		{name: "dashed name PTR over ip6.arpa", args: []string{"+short", "-x", "2001:db8:19::2:1"},
+			want: []string{"2001-db8-19--2-1.anon.default.svc.cluster.local."}},
+		{name: "dual-stack pod: one SRV target", args: []string{"+short", "_http._tcp.anon.default.svc.cluster.local", "SRV"},
+			want: []string{"0 33 8080 198-19-2-1.anon.default.svc.cluster.local.", "0 33 8080 anon-1.anon.default.svc.cluster.local.",
+				"0 33 8080 2001-db8-19--2-1.anon.default.svc.cluster.local."}},
+		{name: "SRV at the bare service name", args: []string{"+short", "web.default.svc.cluster.local", "SRV"},
+			want: []string{"0 100 80 web.default.svc.cluster.local."}},
+		{name: "AAAA of a dual-stack ClusterIP", args: []string{"+short", "dual.default.svc.cluster.local", "AAAA"}, want: []string{"2001:db8:18::20"}},
+		{name: "ClusterIP PTR over ip6.arpa", args: []string{"+short", "-x", "2001:db8:18::20"}, want: []string{"dual.default.svc.cluster.local."}},
+		{name: "zone apex NS", args: []string{"+short", "cluster.local", "NS"}, want: []string{"ns.dns.cluster.local."}},
+		{name: "the name server's address", args: []string{"+short", "ns.dns.cluster.local"}, want: []string{"127.0.0.1"}},
+		{name: "pods insecure", args: []string{"+short", "198-19-0-7.default.pod.cluster.local"}, want: []string{"198.19.0.7"}},
+		{name: "pods insecure, IPv6", args: []string{"+short", "2001-db8-19--7.default.pod.cluster.local", "AAAA"}, want: []string{"2001:db8:19::7"}},
 		{name: "forwarded to dnsmasq", args: []string{"+short", "upstream.test"}, want: []string{"192.0.2.7"}},
 		{name: "forwarded over TCP", args: []string{"+tcp", "+short", "upstream.test"}, want: []string{"192.0.2.7"}},
 	}
@@ -59,6 +78,9 @@ func TestDigStatus(t *testing.T) {
 		{name: "dig retries the TC answer over TCP", args: []string{"+noedns", "big.default.svc.cluster.local"}, status: "NOERROR", count: "ANSWER: 100,"},
 		{name: "EDNS0 4096 fits", args: []string{"+bufsize=4096", "big.default.svc.cluster.local"}, status: "NOERROR", count: "ANSWER: 100,"},
 		{name: "forwarded NXDOMAIN", args: []string{"nope.test"}, status: "NXDOMAIN"},
+		{name: "headless without ready endpoints: NXDOMAIN", args: []string{"idle.default.svc.cluster.local"}, status: "NXDOMAIN", flags: "aa"},
+		{name: "not-ready endpoint has no dashed name", args: []string{"2001-db8-19--2-3.anon.default.svc.cluster.local", "AAAA"}, status: "NXDOMAIN"},
+		{name: "NS answer carries the server's address", args: []string{"cluster.local", "NS"}, status: "NOERROR", count: "ANSWER: 1, AUTHORITY: 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -87,6 +109,9 @@ func TestLibcResolver(t *testing.T) {
 		{name: "web.default.svc.cluster.local.", want: "198.18.0.10     web.default.svc.cluster.local"},
 		// Through the search list (NXDOMAIN each time), then upstream.
 		{name: "upstream.test", want: "192.0.2.7       upstream.test"},
+		{name: "198-19-2-1.anon", want: "198.19.2.1      198-19-2-1.anon.default.svc.cluster.local"},
+		{name: "198-19-0-7.default.pod", want: "198.19.0.7      198-19-0-7.default.pod.cluster.local"},
+		{name: "dual.default", want: "2001:db8:18::20 dual.default.svc.cluster.local"},
 		// ExternalName: glibc does not chase CNAMEs, clusterdns did.
 		{name: "ext", want: "192.0.2.7       upstream.test ext.default.svc.cluster.local"},
 	}

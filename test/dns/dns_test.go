@@ -57,6 +57,89 @@ spec: {type: ExternalName, externalName: upstream.test}
 ---
 apiVersion: v1
 kind: Service
+metadata: {name: abs, namespace: default}
+spec: {type: ExternalName, externalName: web.default.svc.cluster.local.}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: dual, namespace: default}
+spec:
+  clusterIP: 198.18.0.20
+  clusterIPs: [198.18.0.20, "2001:db8:18::20"]
+  ipFamilies: [IPv4, IPv6]
+  ports: [{name: http, port: 80, protocol: TCP}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: anon, namespace: default}
+spec:
+  clusterIP: None
+  ports: [{name: http, port: 8080, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: anon-v4
+  namespace: default
+  labels: {kubernetes.io/service-name: anon}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+- addresses: [198.19.2.1]
+  conditions: {ready: true}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: anon-v6
+  namespace: default
+  labels: {kubernetes.io/service-name: anon}
+addressType: IPv6
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+- addresses: ["2001:db8:19::2:1"]
+  conditions: {ready: true}
+- addresses: ["2001:db8:19::2:2"]
+  hostname: anon-1
+  conditions: {ready: true}
+- addresses: ["2001:db8:19::2:3"]
+  conditions: {ready: false}
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: anon-v4-1
+  namespace: default
+  labels: {kubernetes.io/service-name: anon}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints:
+- addresses: [198.19.2.2]
+  hostname: anon-1
+  conditions: {ready: true}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: idle, namespace: default}
+spec:
+  clusterIP: None
+  ports: [{name: http, port: 80, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: idle-1
+  namespace: default
+  labels: {kubernetes.io/service-name: idle}
+addressType: IPv4
+ports: [{name: http, port: 80, protocol: TCP}]
+endpoints:
+- addresses: [198.19.3.1]
+  hostname: idle-0
+  conditions: {ready: false}
+---
+apiVersion: v1
+kind: Service
 metadata: {name: api, namespace: kube-system}
 spec:
   clusterIP: 198.18.0.1
@@ -129,7 +212,7 @@ func (l *logBuffer) String() string {
 // the nameservers of the namespace's resolv.conf (itself).
 func newLab(t *testing.T, upstream string, clusterdnsArgs ...string) *lab {
 	t.Helper()
-	netnstest.RequireRoot(t, "dig", "getent", "dnsmasq", "go")
+	netnstest.RequireRoot(t, "dig", "getent", "dnsmasq", "curl", "go")
 	bin := filepath.Join(testbin.Build(t, "./cmd/clusterdns"), "clusterdns")
 	ns := netnstest.New(t)
 	l := &lab{ns: ns, file: filepath.Join(t.TempDir(), "services.yaml"), logs: &logBuffer{}}
