@@ -28,7 +28,8 @@ func writeManifests(path string, n int) error {
 	items := make([]any, 0, 2*n)
 	for i := range n {
 		name, ns := svcName(i)
-		ip := fmt.Sprintf("198.18.%d.%d", (i+1)/256, (i+1)%256)
+		// From 198.18.0.2: the API server gives .1 to its own "kubernetes" Service.
+		ip := fmt.Sprintf("198.18.%d.%d", (i+2)/256, (i+2)%256)
 		items = append(items, map[string]any{
 			"apiVersion": "v1", "kind": "Service",
 			"metadata": map[string]any{"name": name, "namespace": ns},

@@ -125,7 +125,7 @@ func (b *bench) run(n int) ([]row, error) {
 
 	var rows []row
 	for _, s := range sets {
-		r, err := b.dnsperf(port, s.file)
+		r, err := b.dnsperf(port, s.file, 0)
 		if err != nil {
 			return nil, fmt.Errorf("%d services, %s: %w", n, s.name, err)
 		}
@@ -160,11 +160,16 @@ func waitReady(ctx context.Context, addr string, limit time.Duration) error {
 }
 
 // dnsperf runs dnsperf with -v (one line per answer, with its latency) and
-// reads QPS from its summary and percentiles from the lines.
-func (b *bench) dnsperf(port, file string) (row, error) {
-	cmd := exec.Command("dnsperf", "-s", "127.0.0.1", "-p", port, "-d", file,
+// reads QPS from its summary and percentiles from the lines. rate > 0 sends
+// at most that many queries per second (-Q): latency at a fixed load.
+func (b *bench) dnsperf(port, file string, rate int) (row, error) {
+	args := []string{"-s", "127.0.0.1", "-p", port, "-d", file,
 		"-l", strconv.Itoa(int(b.duration.Seconds())), "-c", strconv.Itoa(b.clients),
-		"-q", strconv.Itoa(b.outstanding), "-t", "2", "-v")
+		"-q", strconv.Itoa(b.outstanding), "-t", "2", "-v"}
+	if rate > 0 {
+		args = append(args, "-Q", strconv.Itoa(rate))
+	}
+	cmd := exec.Command("dnsperf", args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return row{}, err

@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -141,6 +142,10 @@ func applySnapshots(ctx context.Context, snaps <-chan *service.Snapshot, srv *dn
 			if !srv.Update(snap) {
 				continue // the Snapshot already indexed: a resync found nothing new
 			}
+			// Loading and indexing leave garbage several times the size of
+			// what stays; without this the runtime returns it to the OS
+			// only minutes later, and the RSS says the server needs it.
+			debug.FreeOSMemory()
 			if first {
 				log.Info("first snapshot indexed: ready", "services", snap.Len(), "took", time.Since(start))
 				first = false

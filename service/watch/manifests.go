@@ -148,10 +148,8 @@ func (h *header) describe() string {
 
 // document loads one YAML document: an object, a List, or nothing.
 func (l *loader) document(doc document) {
-	js, err := yaml.YAMLToJSONStrict(doc.data)
+	js, err := l.toJSON(doc)
 	if err != nil {
-		line, msg := yamlErrorLine(err, doc.line, doc.lastLine())
-		l.fail(line, "", errors.New(msg))
 		return
 	}
 	if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
@@ -171,6 +169,23 @@ func (l *loader) document(doc document) {
 		return
 	}
 	l.object(line, "", js, schema.GroupVersionKind{})
+}
+
+// toJSON converts a document to JSON. A document that is JSON already (a
+// `kubectl get -o json` List) is taken as it is: the YAML parser would cost
+// several times its size in memory and most of the load time. On an error it
+// records it and returns it.
+func (l *loader) toJSON(doc document) ([]byte, error) {
+	if t := bytes.TrimSpace(doc.data); len(t) > 0 && t[0] == '{' && json.Valid(t) {
+		return t, nil // "{a: 1}" is YAML's flow style, not JSON: the YAML path takes it
+	}
+	js, err := yaml.YAMLToJSONStrict(doc.data)
+	if err != nil {
+		line, msg := yamlErrorLine(err, doc.line, doc.lastLine())
+		l.fail(line, "", errors.New(msg))
+		return nil, err
+	}
+	return js, nil
 }
 
 // object decodes one object; defaults fills in a missing apiVersion and kind
