@@ -55,6 +55,7 @@ type PortSet map[service.PortName]bool
 const (
 	ModeUserspace = "userspace"
 	ModeIPTables  = "iptables"
+	ModeNFTables  = "nftables"
 	ModeIPVS      = "ipvs"
 	ModeHybrid    = "hybrid"
 )

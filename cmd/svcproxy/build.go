@@ -15,9 +15,11 @@ import (
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
 	"github.com/svcproxy/svcproxy/kernel/link"
+	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	"github.com/svcproxy/svcproxy/offload"
 	offloadiptables "github.com/svcproxy/svcproxy/offload/iptables"
 	offloadipvs "github.com/svcproxy/svcproxy/offload/ipvs"
+	offloadnftables "github.com/svcproxy/svcproxy/offload/nftables"
 	"github.com/svcproxy/svcproxy/service"
 	"github.com/svcproxy/svcproxy/userspace"
 )
@@ -37,7 +39,7 @@ func newDataplane(cfg *Config, log *slog.Logger) (dataplane.Interface, error) {
 			return nil, err
 		}
 		return userspace.NewDataplane(userspace.New(uc), 0), nil
-	case dataplane.ModeIPTables, dataplane.ModeIPVS:
+	case dataplane.ModeIPTables, dataplane.ModeNFTables, dataplane.ModeIPVS:
 		return kernelPath(cfg, cfg.Mode, ipt, log, nil)
 	case dataplane.ModeHybrid:
 		uc, err := userspaceConfig(cfg, ipt)
@@ -75,8 +77,22 @@ func kernelPath(cfg *Config, mode string, ipt kiptables.Interface, log *slog.Log
 			mode = dataplane.ModeIPTables
 		}
 	}
+	if mode == dataplane.ModeNFTables {
+		if err := knft.Available(); err != nil {
+			what := "running iptables mode instead"
+			if carried != nil {
+				what = "hybrid mode offloads to iptables instead"
+			}
+			log.Warn("nftables not available, "+what, "reason", err)
+			mode = dataplane.ModeIPTables
+		}
+	}
 	if mode == dataplane.ModeIPVS {
 		return ipvsPath(cfg, ipt, carried)
+	}
+	warnLoopbackNodeIPs(cfg, log)
+	if mode == dataplane.ModeNFTables {
+		return nftablesPath(cfg, carried)
 	}
 	var include func(*service.Port) bool
 	if carried != nil {
@@ -95,6 +111,43 @@ func kernelPath(cfg *Config, mode string, ipt kiptables.Interface, log *slog.Log
 		SyncPeriod:       cfg.SyncPeriod,
 		CountConnections: carried != nil,
 	}, 0)
+}
+
+// nftablesPath builds nftables mode (offload/nftables), restricted to the ports
+// carried accepts when it is not nil, with per-port connection counters then.
+func nftablesPath(cfg *Config, carried func(service.PortName) bool) (dataplane.KernelPath, error) {
+	nft, err := knft.New(offloadnftables.Table)
+	if err != nil {
+		return nil, err
+	}
+	var include func(*service.Port) bool
+	if carried != nil {
+		include = func(p *service.Port) bool { return carried(p.Name) }
+	}
+	return offloadnftables.NewDataplane(offloadnftables.ProxierConfig{
+		Rules: offloadnftables.Config{
+			NodeName:         cfg.NodeName,
+			NodeIPs:          cfg.NodeIPs,
+			ClusterCIDR:      cfg.ClusterCIDR,
+			MasqueradeAll:    cfg.MasqueradeAll,
+			Include:          include,
+			CountConnections: carried != nil,
+		},
+		NFT:        nft,
+		Conntrack:  conntrack.Netlink{},
+		SyncPeriod: cfg.SyncPeriod,
+	}, 0)
+}
+
+// warnLoopbackNodeIPs says, once, that the kernel paths give a loopback --node-ip
+// no NodePort rule, and why (docs/operations.md).
+func warnLoopbackNodeIPs(cfg *Config, log *slog.Logger) {
+	for _, a := range cfg.NodeIPs {
+		if a.Unmap().IsLoopback() {
+			log.Warn("--node-ip: no NodePorts on a loopback address: a DNATed packet from 127.0.0.0/8 needs route_localnet, which svcproxy never sets (CVE-2020-8558); use the node's own address",
+				"addr", a.String())
+		}
+	}
 }
 
 func ipvsPath(cfg *Config, ipt kiptables.Interface, carried func(service.PortName) bool) (dataplane.KernelPath, error) {
@@ -185,6 +238,15 @@ func cleanup(ctx context.Context) error {
 	}
 	if err := offloadiptables.Cleanup(ctx, ipt); err != nil {
 		errs = append(errs, fmt.Errorf("iptables rules: %w", err))
+	}
+	if knft.Available() == nil {
+		nft, err := knft.New(offloadnftables.Table)
+		if err == nil {
+			err = offloadnftables.Cleanup(ctx, nft)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("nftables table: %w", err))
+		}
 	}
 	if offloadipvs.Available() == nil {
 		if err := cleanupIPVS(ctx, ipt); err != nil {

@@ -15,6 +15,7 @@ import (
 const (
 	modeUserspace = dataplane.ModeUserspace
 	modeIPTables  = dataplane.ModeIPTables
+	modeNFTables  = dataplane.ModeNFTables
 	modeIPVS      = dataplane.ModeIPVS
 	modeHybrid    = dataplane.ModeHybrid
 )
@@ -56,8 +57,8 @@ func parseFlags(args []string) (*Config, error) {
 	fs := flag.NewFlagSet("svcproxy", flag.ContinueOnError)
 	fs.StringVar(&c.ServicesFile, "services", "", "Kubernetes manifests `FILE` (Services, EndpointSlices, Endpoints), reloaded when it changes")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "watch the API server of this kubeconfig `FILE`; without --services or --kubeconfig, the in-cluster config")
-	fs.StringVar(&c.Mode, "mode", modeHybrid, "proxy mode: userspace, iptables, ipvs or hybrid")
-	fs.StringVar(&c.Offload, "offload", modeIPVS, "hybrid's kernel path: ipvs or iptables (ipvs falls back to iptables when the kernel has no IPVS)")
+	fs.StringVar(&c.Mode, "mode", modeHybrid, "proxy mode: userspace, iptables, nftables, ipvs or hybrid")
+	fs.StringVar(&c.Offload, "offload", modeNFTables, "hybrid's kernel path: nftables, ipvs or iptables (nftables and ipvs fall back to iptables where the kernel or the nft tool lacks them)")
 	fs.Float64Var(&c.PromoteConnRate, "promote-conn-rate", 50, "hybrid: new connections per second that make a service port hot")
 	fs.DurationVar(&c.PromoteAfter, "promote-after", 5*time.Second, "hybrid: how long the rate must hold before promotion")
 	fs.DurationVar(&c.DemoteAfter, "demote-after", 5*time.Minute, "hybrid: how long a promoted port must stay quiet before it returns to userspace (0: never)")
@@ -83,14 +84,14 @@ func parseFlags(args []string) (*Config, error) {
 	}
 	var errs []error
 	switch c.Mode {
-	case modeUserspace, modeIPTables, modeIPVS, modeHybrid:
+	case modeUserspace, modeIPTables, modeNFTables, modeIPVS, modeHybrid:
 	default:
-		errs = append(errs, fmt.Errorf("--mode %q: must be userspace, iptables, ipvs or hybrid", c.Mode))
+		errs = append(errs, fmt.Errorf("--mode %q: must be userspace, iptables, nftables, ipvs or hybrid", c.Mode))
 	}
 	switch c.Offload {
-	case modeIPVS, modeIPTables:
+	case modeNFTables, modeIPVS, modeIPTables:
 	default:
-		errs = append(errs, fmt.Errorf("--offload %q: must be ipvs or iptables", c.Offload))
+		errs = append(errs, fmt.Errorf("--offload %q: must be nftables, ipvs or iptables", c.Offload))
 	}
 	if c.ServicesFile != "" && c.Kubeconfig != "" {
 		errs = append(errs, errors.New("--services and --kubeconfig: choose one source"))

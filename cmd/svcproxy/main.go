@@ -68,6 +68,8 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	log.Info("svcproxy starting", "mode", dp.Mode(), "source", sourceName(cfg))
 	ep := newEndpoints(dp, log.With("component", "http"))
 	own := newOwnListeners(cfg, log)
+	hc := newHealthChecks(cfg, dp, log)
+	defer hc.close()
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -95,7 +97,9 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	for {
 		select {
 		case snap := <-snaps:
-			if err := dp.Sync(ctx, own.filter(snap)); err != nil {
+			snap = own.filter(snap)
+			hc.sync(snap)
+			if err := dp.Sync(ctx, snap); err != nil {
 				// The dataplane keeps what it could apply and its Run retries
 				// the rest; /healthz says so until it succeeds.
 				log.Warn("sync incomplete", "err", err)

@@ -24,23 +24,17 @@ type ProxierConfig struct {
 	// Conntrack deletes stale UDP flows; nil: no conntrack cleanup.
 	Conntrack conntrack.Interface
 
-	// SyncPeriod is how often Run does a full sync even without changes
+	// SyncPeriod is how long after the end of the last full sync a Sync is full
+	// again: it writes the whole table and deletes what belongs to nothing
 	// (kube-proxy --nftables-sync-period; default 30s).
 	SyncPeriod time.Duration
-	// MinSyncPeriod is the least time between two syncs in Run, so a burst of
-	// updates is applied once (kube-proxy --nftables-min-sync-period; default 1s).
-	MinSyncPeriod time.Duration
-	// RetryAfter is the first delay after a failed sync; it doubles with each
-	// further failure up to SyncPeriod (default 1s).
-	RetryAfter time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
 
 // Proxier keeps the table in step with the latest Snapshot.
 type Proxier struct {
-	cfg     ProxierConfig
-	trigger chan struct{} // Update -> Run; buffered, one pending signal
+	cfg ProxierConfig
 
 	mu     sync.Mutex // guards snap, health, ports
 	snap   *service.Snapshot
@@ -90,27 +84,17 @@ func NewProxier(cfg ProxierConfig) (*Proxier, error) {
 	if cfg.SyncPeriod <= 0 {
 		cfg.SyncPeriod = 30 * time.Second
 	}
-	if cfg.MinSyncPeriod <= 0 {
-		cfg.MinSyncPeriod = time.Second
-	}
-	if cfg.RetryAfter <= 0 {
-		cfg.RetryAfter = time.Second
-	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Proxier{cfg: cfg, trigger: make(chan struct{}, 1)}, nil
+	return &Proxier{cfg: cfg}, nil
 }
 
-// Update makes snap the state to sync to and wakes Run.
+// Update makes snap the state the next Sync applies.
 func (p *Proxier) Update(snap *service.Snapshot) {
 	p.mu.Lock()
 	p.snap = snap
 	p.mu.Unlock()
-	select {
-	case p.trigger <- struct{}{}:
-	default:
-	}
 }
 
 // Health returns the sync record.
@@ -258,7 +242,7 @@ func (p *Proxier) commit(ctx context.Context, rs *ruleset, full bool, start time
 	}
 	p.applied.clusterIPs = rs.clusterIPs
 	if full {
-		p.lastFull, p.needFull = start, false
+		p.lastFull, p.needFull = p.cfg.Now(), false // counted from the end: see SyncPeriod
 	}
 	deleted, ctErr := p.cleanFlows(ctx, first, rs)
 	p.mu.Lock()
