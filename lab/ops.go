@@ -96,7 +96,8 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 }
 
 // Rules writes svcproxy's rules as the node's kernel holds them: the lines of
-// `iptables-save` that belong to SVCP- chains, then the IPVS table of
+// `iptables-save` that belong to SVCP- chains, svcproxy's nftables table
+// (`nft list table ip svcproxy`) when there is one, then the IPVS table of
 // `ipvsadm -ln`, or a line saying the kernel has none. It returns what it wrote.
 func (l *Lab) Rules(ctx context.Context) (string, error) {
 	s, err := l.rules(ctx)
@@ -116,6 +117,15 @@ func (l *Lab) rules(ctx context.Context) (string, error) {
 	}
 	var b strings.Builder
 	b.WriteString(FilterRules(save.String(), "SVCP-"))
+	var nft, nerr bytes.Buffer
+	if err := l.Exec(ctx, node, []string{"nft", "list", "table", "ip", "svcproxy"}, nil, &nft, &nerr); err == nil {
+		b.WriteString("\n# nftables (nft list table ip svcproxy)\n")
+		b.WriteString(nft.String())
+	} else if _, lookErr := exec.LookPath("nft"); lookErr != nil {
+		b.WriteString("\n# nftables: not shown, nft is not installed (Debian: apt-get install nftables).\n")
+	} else {
+		b.WriteString("\n# nftables: no table ip svcproxy (svcproxy runs no nftables path).\n")
+	}
 	var ipvs, ierr bytes.Buffer
 	if err := l.Exec(ctx, node, []string{"ipvsadm", "-ln"}, nil, &ipvs, &ierr); err != nil {
 		msg := strings.TrimSpace(strings.SplitN(ierr.String()+ipvs.String(), "\n", 2)[0])

@@ -24,8 +24,8 @@ commands:
   traffic [--n N] [--rate R] TARGET     send N requests from the client and show who answered
                                         TARGET: web, web.default.svc.cluster.local,
                                         198.18.0.20:80, udp://echo:7
-  rules                                 svcproxy's iptables chains and the IPVS table, in the node
-  mode MODE                             restart svcproxy in MODE: userspace, iptables, ipvs, hybrid
+  rules                                 svcproxy's iptables chains, nftables table and IPVS table, in the node
+  mode MODE                             restart svcproxy in MODE: userspace, iptables, nftables, ipvs, hybrid
   down                                  remove every namespace, process and file of the lab
   demo                                  up, a narrated walk through the lab, down
 
@@ -124,7 +124,7 @@ func parse(fs *flag.FlagSet, args []string, want int) error {
 
 func cmdUp(ctx context.Context, cfg lab.Config, args []string) error {
 	fs := flag.NewFlagSet("svclab up", flag.ContinueOnError)
-	mode := fs.String("mode", "userspace", "svcproxy's `MODE`: userspace, iptables, ipvs or hybrid")
+	mode := fs.String("mode", "userspace", "svcproxy's `MODE`: userspace, iptables, nftables, ipvs or hybrid")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
