@@ -38,7 +38,8 @@ bench: deps build
 	$(GO) run ./bench/userspace
 	$(GO) test -run '^$$' -bench 'FullSync|OneServiceChange|AddService|SyncCPU|Render' -benchtime 3x -timeout 60m ./bench/iptables/
 	$(GO) test -run '^$$' -bench 'Naive' -benchtime 1x -timeout 30m ./bench/iptables/
-	$(GO) test -run '^$$' -bench 'DataPath' -benchtime 2s -count 6 ./bench/iptables/
+	$(GO) test -run '^$$' -bench 'DataPath$$' -benchtime 2s -count 6 ./bench/iptables/
+	$(GO) test -run '^$$' -bench 'DataPathInterleaved' -benchtime 4x -timeout 30m -v ./bench/iptables/
 	bench/dns/run.sh
 
 clean:
