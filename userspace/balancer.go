@@ -63,23 +63,22 @@ func NewBalancer(clock Clock) *Balancer {
 	return &Balancer{clock: clock, ports: make(map[service.PortName]*portBalancer)}
 }
 
-// Update makes ports the set of service ports the Balancer serves. Ports not in
-// the list are forgotten. For each port, affinity entries that point at an
-// endpoint that is no longer usable are purged; the round-robin position is kept
-// so that an endpoint change does not send everybody back to the first endpoint.
+// Update makes ports the set of service ports the Balancer serves, each with
+// its usable endpoints (service.Port.Usable). Ports not in the list are
+// forgotten. The Proxier uses SetPort and Forget instead, one port at a time.
 func (b *Balancer) Update(ports []*service.Port) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	seen := make(map[service.PortName]bool, len(ports))
 	for _, p := range ports {
 		seen[p.Name] = true
-		pb := b.ports[p.Name]
-		if pb == nil {
-			pb = &portBalancer{}
-			b.ports[p.Name] = pb
+		usable := p.Usable()
+		eps := make([]netip.AddrPort, len(usable))
+		for i, e := range usable {
+			eps[i] = e.Addr
 		}
-		pb.update(p)
+		b.SetPort(p.Name, p.Service.Affinity, eps)
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	for name := range b.ports {
 		if !seen[name] {
 			delete(b.ports, name)
@@ -87,19 +86,36 @@ func (b *Balancer) Update(ports []*service.Port) {
 	}
 }
 
-func (pb *portBalancer) update(p *service.Port) {
-	usable := p.Usable()
-	eps := make([]netip.AddrPort, len(usable))
-	for i, e := range usable {
-		eps[i] = e.Addr
+// SetPort makes endpoints (in their stable order) the ones Pick chooses from
+// for the service port name. Affinity entries that point at an endpoint no
+// longer in the list are purged; the round-robin position is kept, so that an
+// endpoint change does not send everybody back to the first endpoint.
+func (b *Balancer) SetPort(name service.PortName, affinity service.Affinity, endpoints []netip.AddrPort) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	pb := b.ports[name]
+	if pb == nil {
+		pb = &portBalancer{}
+		b.ports[name] = pb
 	}
-	pb.endpoints = eps
+	pb.update(affinity, endpoints)
+}
+
+// Forget removes the service port name: Pick fails for it from now on.
+func (b *Balancer) Forget(name service.PortName) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.ports, name)
+}
+
+func (pb *portBalancer) update(affinity service.Affinity, eps []netip.AddrPort) {
+	pb.endpoints = slices.Clone(eps)
 	if len(eps) > 0 {
 		pb.next %= len(eps)
 	} else {
 		pb.next = 0
 	}
-	pb.affinity = p.Service.Affinity
+	pb.affinity = affinity
 	if !pb.affinity.ClientIP {
 		pb.clients = nil
 		return

@@ -10,12 +10,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// closeWriter is a connection that can be half-closed: *net.TCPConn (and
-// *net.UnixConn) send a FIN and can still read.
-type closeWriter interface {
-	CloseWrite() error
-}
-
 // proxyCopy copies src to dst until src ends, then half-closes dst so that its
 // peer sees the end of the stream while the other direction goes on.
 //
@@ -28,48 +22,31 @@ type closeWriter interface {
 // splices exactly the bytes that are queued (io.CopyN, still splice), and gives
 // the pipe back: an idle connection costs its two sockets and nothing else.
 //
-// An error (a reset, or the proxier closing the connection) closes both sides:
-// the other direction has nothing left to wait for.
-func proxyCopy(dst, src net.Conn, bytes *atomic.Uint64) {
-	sc, ok := src.(syscall.Conn)
-	if !ok {
-		n, err := io.Copy(dst, src)
-		bytes.Add(uint64(n))
-		endCopy(dst, src, err)
-		return
-	}
-	rc, err := sc.SyscallConn() // once per connection, not per wait
+// An error (a reset, or the proxier aborting the connection) aborts both sides:
+// the other direction has nothing left to wait for, and a peer must not mistake
+// the end for a clean one.
+func proxyCopy(c *tcpConn, dst, src *net.TCPConn, bytes *atomic.Uint64) {
+	rc, err := src.SyscallConn() // once per connection, not per wait
 	if err != nil {
-		endCopy(dst, src, err)
+		c.abort()
 		return
 	}
 	for {
 		queued, err := waitData(rc)
-		if err != nil || queued == 0 { // an error, or the end of the stream
-			endCopy(dst, src, err)
+		if err != nil {
+			c.abort()
+			return
+		}
+		if queued == 0 { // the end of the stream: pass the FIN on
+			dst.CloseWrite()
 			return
 		}
 		n, err := io.CopyN(dst, src, int64(queued))
 		bytes.Add(uint64(n))
 		if err != nil {
-			endCopy(dst, src, err)
+			c.abort()
 			return
 		}
-	}
-}
-
-// endCopy half-closes dst after the end of src's stream, or closes both after
-// an error.
-func endCopy(dst, src net.Conn, err error) {
-	if err != nil {
-		dst.Close()
-		src.Close()
-		return
-	}
-	if cw, ok := dst.(closeWriter); ok {
-		cw.CloseWrite()
-	} else {
-		dst.Close()
 	}
 }
 

@@ -102,10 +102,14 @@ func portDesc(name, help string) *prometheus.Desc {
 	return prometheus.NewDesc(name, help, []string{"service_port"}, nil)
 }
 
+var fdExhaustedDesc = prometheus.NewDesc("svcproxy_userspace_fd_exhausted_total",
+	"Connections and UDP sessions refused, and socket calls failed, for lack of file descriptors.", nil, nil)
+
 func (c portCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range portMetrics {
 		ch <- m.desc
 	}
+	ch <- fdExhaustedDesc
 }
 
 func (c portCollector) Collect(ch chan<- prometheus.Metric) {
@@ -114,4 +118,5 @@ func (c portCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.desc, m.kind, float64(m.value(counters)), name.String())
 		}
 	}
+	ch <- prometheus.MustNewConstMetric(fdExhaustedDesc, prometheus.CounterValue, float64(c.p.FDExhausted()))
 }

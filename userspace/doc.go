@@ -19,11 +19,22 @@
 //     affinity with the Service's timeout;
 //   - portals rendered as iptables-restore text (Render, a pure function) and
 //     applied in one transaction; a port with no endpoints is REJECTed at once
-//     instead of leaving clients to time out;
+//     instead of leaving clients to time out; the listeners take only what a
+//     portal redirected (SVCP-LISTENERS, a conntrack match), though they are
+//     bound to 0.0.0.0;
 //   - counters per service port (Stats) for metrics and the offload promoter.
 //
+// Established TCP connections are kept when their endpoint turns not-ready or
+// leaves, or their Service is deleted: the endpoint is no longer picked, and
+// its connections finish on it. When the proxy must end a connection itself,
+// the client gets a reset, never a clean FIN that looks like an empty reply.
+// An endpoint that leads back into the proxy (its own listener, a ClusterIP it
+// serves) is never dialled, and the connections and sessions keep a reserve of
+// the process's file descriptors free for the rest of the process.
+//
 // The Proxier is driven by Snapshots (Sync) and stopped by Shutdown: it stops
-// accepting, removes its portals, lets open connections finish within a grace
-// period, then closes those that remain. Cleanup removes every chain and hook
-// this package ever makes, for `svcproxy --cleanup`.
+// accepting (new connections are refused), lets open connections finish within
+// a grace period and resets those that remain, then removes its portals.
+// Cleanup removes every chain and hook this package ever makes, for
+// `svcproxy --cleanup`.
 package userspace

@@ -11,7 +11,9 @@ import (
 // A Service "default/web" with ClusterIP 198.18.0.10 and port 80 is served by a
 // listener on port 40123: its portals send the ClusterIP's packets there, from
 // pods (PREROUTING) and from the node itself (OUTPUT). "default/empty" has no
-// endpoints, so its packets are rejected instead of left to time out.
+// endpoints, so its packets are rejected instead of left to time out. The
+// listeners themselves take only what a portal redirected: a packet sent
+// straight to port 40123 of a node address is rejected.
 func ExampleRender() {
 	web := service.NamespacedName{Namespace: "default", Name: "web"}
 	empty := service.NamespacedName{Namespace: "default", Name: "empty"}
@@ -31,8 +33,12 @@ func ExampleRender() {
 	}}))
 	// Output:
 	// *filter
+	// :SVCP-LISTENERS - [0:0]
 	// :SVCP-REJECT - [0:0]
 	// :SVCP-NODEPORTS-REJECT - [0:0]
+	// -A SVCP-LISTENERS -m conntrack --ctstate DNAT -m comment --comment "redirected by a portal" -j RETURN
+	// -A SVCP-LISTENERS -p tcp -m comment --comment "default/web:http listener, not through a portal" -m tcp --dport 40123 -j REJECT --reject-with icmp-port-unreachable
+	// -A SVCP-LISTENERS -p tcp -m comment --comment "default/empty:http listener, not through a portal" -m tcp --dport 40124 -j REJECT --reject-with icmp-port-unreachable
 	// -A SVCP-REJECT -d 198.18.0.11/32 -p tcp -m comment --comment "default/empty:http has no endpoints" -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable
 	// COMMIT
 	// *nat

@@ -33,13 +33,14 @@ type lab struct {
 }
 
 const (
-	nodeIP        = "198.19.1.1"
-	webVIP        = "198.18.0.10"
-	dnsVIP        = "198.18.0.53"
-	epA           = "198.19.2.2"
-	epB           = "198.19.3.2"
-	webTargetPort = ":8080"
-	dnsTargetPort = ":5353"
+	nodeIP         = "198.19.1.1"
+	webVIP         = "198.18.0.10"
+	dnsVIP         = "198.18.0.53"
+	epA            = "198.19.2.2"
+	epB            = "198.19.3.2"
+	webTargetPort  = ":8080"
+	echoTargetPort = ":8081"
+	dnsTargetPort  = ":5353"
 )
 
 func newLab(t *testing.T) *lab {
@@ -55,6 +56,7 @@ func newLab(t *testing.T) *lab {
 		ns := netnstest.New(t)
 		netnstest.Veth(t, l.node, "to-"+be.name, pfx(be.gw+"/24"), ns, "eth0", pfx(be.ep+"/24"))
 		startTCPBackend(t, ns.Do, be.name, be.ep+webTargetPort, sayName)
+		startTCPBackend(t, ns.Do, be.name, be.ep+echoTargetPort, echo)
 		startUDPBackend(t, ns.Do, be.name, be.ep+dnsTargetPort)
 	}
 	l.node.Run(t, "ip", "route", "add", "198.18.0.0/16", "dev", "to-a")
@@ -65,6 +67,17 @@ func newLab(t *testing.T) *lab {
 	l.p = startProxier(t, Config{IPTables: l.ipt, NetNS: l.node.Do, UDPIdleTimeout: time.Second})
 	return l
 }
+
+// echoSvc is a Service "default/echo" (198.18.0.20:80) whose endpoints echo.
+func echoSvc(eps ...string) svcSpec {
+	s := svcSpec{name: "default/echo", port: "echo", clusterIP: echoVIP, svcPort: 80}
+	for _, ep := range eps {
+		s.endpoints = append(s.endpoints, ep+echoTargetPort)
+	}
+	return s
+}
+
+const echoVIP = "198.18.0.20"
 
 func (l *lab) sync(t *testing.T, specs ...svcSpec) {
 	t.Helper()

@@ -1,6 +1,7 @@
 package userspace
 
 import (
+	"fmt"
 	"io"
 	"net/netip"
 	"slices"
@@ -11,74 +12,111 @@ import (
 )
 
 // servicePort is what the proxier keeps for one service port across Syncs: its
-// listeners, its counters, and the open connections (or UDP sessions) with the
-// endpoint each one goes to, so that an endpoint that leaves takes its
-// connections with it and nothing else.
+// listeners, its counters, and its UDP sessions with the endpoint each one
+// goes to, so that an endpoint that leaves takes its sessions with it.
+//
+// TCP connections are not here: an established connection is left alone when
+// its endpoint stops being ready, leaves, or its Service is deleted (see
+// Proxier.Sync); the proxier only stops picking that endpoint.
 type servicePort struct {
 	name     service.PortName
 	counters counters
 
 	mu        sync.Mutex
-	port      *service.Port // from the latest Snapshot
-	listener  listener      // nil when it could not be bound
-	nodePort  listener      // nil when none, or when it could not be bound
-	err       error         // why a listener could not be bound
-	endpoints map[netip.AddrPort]bool
-	open      map[io.Closer]netip.AddrPort // connection or session -> endpoint
+	port      *service.Port                // from the latest Snapshot
+	listener  listener                     // nil when it could not be bound
+	nodePort  listener                     // nil when none, or when it could not be bound
+	err       error                        // why a listener could not be bound
+	endpoints map[netip.AddrPort]bool      // serving endpoints: a UDP session to one of them may stay
+	pickable  int                          // endpoints the Balancer picks from
+	refused   []string                     // endpoints never picked, and why
+	sessions  map[io.Closer]netip.AddrPort // UDP session -> endpoint
 }
 
 func newServicePort(name service.PortName) *servicePort {
-	return &servicePort{name: name, open: make(map[io.Closer]netip.AddrPort)}
+	return &servicePort{name: name, sessions: make(map[io.Closer]netip.AddrPort)}
 }
 
-// setPort records the port's new state and closes the connections to endpoints
-// that are gone. An endpoint that is still serving (a terminating pod finishing
-// its work) keeps its connections; only new ones avoid it.
+// setPort records the port's new state from a Snapshot.
 func (sp *servicePort) setPort(port *service.Port) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	sp.port = port
-	sp.endpoints = make(map[netip.AddrPort]bool, len(port.Endpoints))
-	for _, e := range port.Endpoints {
+}
+
+// setEndpoints brings the port's endpoints into force, under sp.mu and in this
+// order, so that a session is never refused for an endpoint the Balancer just
+// offered:
+//
+//  1. the serving endpoints become the ones a new UDP session may track;
+//  2. the Balancer picks from the usable ones, but those check refuses (they
+//     lead back into the proxier: the error says why, and Status shows it);
+//  3. UDP sessions to endpoints that stopped serving end: the next datagram of
+//     their client opens a session to a usable endpoint. kube-proxy's iptables
+//     and ipvs modes do the same by deleting those endpoints' UDP conntrack
+//     entries, and so do svcproxy's kernel paths.
+//
+// A session opened meanwhile tracks itself under sp.mu (track), so it sees
+// either the old state or the new one, never half of each.
+//
+// It returns the refused endpoints when they changed (for a log line).
+func (sp *servicePort) setEndpoints(b *Balancer, check func(netip.AddrPort) error) (refused []string, changed bool) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	sp.endpoints = make(map[netip.AddrPort]bool, len(sp.port.Endpoints))
+	for _, e := range sp.port.Endpoints {
 		if e.Ready || e.Serving {
 			sp.endpoints[e.Addr] = true
 		}
 	}
-	for c, ep := range sp.open {
+	var pick []netip.AddrPort
+	before := sp.refused
+	sp.refused = nil
+	for _, e := range sp.port.Usable() {
+		if err := check(e.Addr); err != nil {
+			sp.refused = append(sp.refused, fmt.Sprintf("service port %s: %v", sp.name, err))
+			continue
+		}
+		pick = append(pick, e.Addr)
+	}
+	sp.pickable = len(pick)
+	b.SetPort(sp.name, sp.port.Service.Affinity, pick)
+	for s, ep := range sp.sessions {
 		if !sp.endpoints[ep] {
-			c.Close()
-			delete(sp.open, c)
+			s.Close()
+			delete(sp.sessions, s)
 		}
 	}
+	return sp.refused, !slices.Equal(before, sp.refused)
 }
 
-// track registers an open connection to ep, unless ep has left meanwhile (the
-// connection was dialled while a Sync removed it): then it returns false and the
-// caller closes the connection.
-func (sp *servicePort) track(c io.Closer, ep netip.AddrPort) bool {
+// track registers a UDP session to ep, unless ep has stopped serving meanwhile
+// (the session was opened while a Sync removed it): then it returns false and
+// the caller closes the session.
+func (sp *servicePort) track(s io.Closer, ep netip.AddrPort) bool {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	if !sp.endpoints[ep] {
 		return false
 	}
-	sp.open[c] = ep
+	sp.sessions[s] = ep
 	return true
 }
 
-func (sp *servicePort) untrack(c io.Closer) {
+func (sp *servicePort) untrack(s io.Closer) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
-	delete(sp.open, c)
+	delete(sp.sessions, s)
 }
 
-// closeAll closes every open connection and session, and refuses new ones.
-func (sp *servicePort) closeAll() {
+// closeSessions ends every UDP session, and refuses new ones.
+func (sp *servicePort) closeSessions() {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	sp.endpoints = nil
-	for c := range sp.open {
-		c.Close()
-		delete(sp.open, c)
+	for s := range sp.sessions {
+		s.Close()
+		delete(sp.sessions, s)
 	}
 }
 
@@ -105,7 +143,10 @@ type PortStatus struct {
 	Endpoints []netip.AddrPort `json:"endpoints"`
 	// Error says why a listener could not be bound; the port's other listener and
 	// every other port are still served.
-	Error    string   `json:"error,omitempty"`
+	Error string `json:"error,omitempty"`
+	// Refused are the usable endpoints the proxier does not pick, each with
+	// why: they lead back into the proxier (ErrEndpointLoop).
+	Refused  []string `json:"refused,omitempty"`
 	Counters Counters `json:"counters"`
 }
 
@@ -118,13 +159,26 @@ type Status struct {
 	PortalsError    string       `json:"portalsError,omitempty"`
 	PortalsFailures uint64       `json:"portalsFailures"`
 	Ports           []PortStatus `json:"ports"` // sorted by name
+	// Unserved are the service ports of the Snapshot that get no listener, and
+	// why (an IPv6-only Service, SCTP).
+	Unserved []UnservedPort `json:"unserved,omitempty"`
+	// FDExhausted counts connections and UDP sessions refused, and socket
+	// calls failed, for lack of file descriptors (see FDExhausted).
+	FDExhausted uint64 `json:"fdExhausted"`
+}
+
+// UnservedPort is a service port the proxier does not serve.
+type UnservedPort struct {
+	Name   string `json:"name"`
+	Reason string `json:"reason"`
 }
 
 // Status returns the state of every served port.
 func (p *Proxier) Status() Status {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	st := Status{Synced: p.synced, PortalsFailures: p.portals.failures}
+	st := Status{Synced: p.synced, PortalsFailures: p.portals.failures, Unserved: slices.Clone(p.unserved),
+		FDExhausted: p.fdRefusals.Load()}
 	if p.portals.err != nil {
 		st.PortalsError = p.portals.err.Error()
 	}
@@ -145,6 +199,7 @@ func (p *Proxier) Status() Status {
 		if sp.err != nil {
 			ps.Error = sp.err.Error()
 		}
+		ps.Refused = slices.Clone(sp.refused)
 		sp.mu.Unlock()
 		st.Ports = append(st.Ports, ps)
 	}
@@ -163,6 +218,13 @@ func (p *Proxier) Stats() map[service.PortName]Counters {
 	}
 	return out
 }
+
+// FDExhausted counts the connections and UDP sessions refused, and the socket
+// calls (accept, dial) that failed, for lack of file descriptors. The
+// proxier's connections keep a reserve of the process's descriptors free for
+// everything else (the HTTP endpoints, the watch); a connection that would eat
+// into it is reset at once.
+func (p *Proxier) FDExhausted() uint64 { return p.fdRefusals.Load() }
 
 // Healthy reports whether the proxier has synced once and its portals are in
 // place: what /healthz serves.

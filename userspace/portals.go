@@ -32,6 +32,18 @@ const (
 	// addressed to the node, including the node's own packets (they come back
 	// in on lo).
 	ChainNodePortsReject = "SVCP-NODEPORTS-REJECT"
+	// ChainListeners guards the listeners the portals lead to. They are bound
+	// to 0.0.0.0, so anyone who reaches a node address could connect to one
+	// directly and be proxied without ever addressing the Service; this chain
+	// lets through what conntrack says a portal redirected (ctstate DNAT) and
+	// REJECTs the rest. Hooked from filter INPUT.
+	//
+	// Its first rule also keeps conntrack running in the namespace: with
+	// iptables-nft the kernel tracks connections only while some rule needs
+	// it, and every established proxied connection needs conntrack to keep
+	// translating its REDIRECT, also when the last portal has gone (its
+	// Service was deleted) or while Shutdown lets connections finish.
+	ChainListeners = "SVCP-LISTENERS"
 )
 
 // hook is a rule that sends packets from a built-in chain to one of ours.
@@ -48,6 +60,7 @@ func (h hook) args() []string {
 // hooks are appended (not prepended): the offload chains are prepended, so that a
 // promoted port's kernel path is met before its portal (see DESIGN.md).
 var hooks = []hook{
+	{iptables.TableFilter, "INPUT", ChainListeners},
 	{iptables.TableFilter, "INPUT", ChainReject},
 	{iptables.TableFilter, "INPUT", ChainNodePortsReject},
 	{iptables.TableFilter, "FORWARD", ChainReject},
@@ -57,7 +70,7 @@ var hooks = []hook{
 }
 
 var (
-	filterChains = []string{ChainReject, ChainNodePortsReject}
+	filterChains = []string{ChainListeners, ChainReject, ChainNodePortsReject}
 	natChains    = []string{ChainPortalsContainer, ChainPortalsHost}
 )
 
@@ -75,6 +88,10 @@ type Portal struct {
 	Listener uint16
 	// HasEndpoints is false when the port has no usable endpoint.
 	HasEndpoints bool
+	// Excluded ports (hybrid mode promoted them to a kernel path) get no
+	// portal and no REJECT, only their listener's guard: connections a portal
+	// brought in before still finish there.
+	Excluded bool
 }
 
 // Render returns the iptables-restore text of the portals: the filter table first
@@ -82,16 +99,24 @@ type Portal struct {
 // chain of ours is declared, so it is created or flushed; the hooks are not part
 // of the text (EnsureRule adds them). Portals are rendered in the order given.
 func Render(portals []Portal) []byte {
-	var filter, container, host bytes.Buffer
+	var listeners, filter, container, host bytes.Buffer
+	listeners.WriteString("-A " + ChainListeners + ` -m conntrack --ctstate DNAT -m comment --comment "redirected by a portal" -j RETURN` + "\n")
 	for _, p := range portals {
 		proto := strings.ToLower(string(p.Protocol))
+		const reject = "-j REJECT --reject-with icmp-port-unreachable"
+		if p.Listener != 0 {
+			fmt.Fprintf(&listeners, "-A %s -p %s -m comment --comment %q -m %s --dport %d %s\n", ChainListeners,
+				proto, p.Name.String()+" listener, not through a portal", proto, p.Listener, reject)
+		}
+		if p.Excluded {
+			continue
+		}
 		if !p.HasEndpoints || p.Listener == 0 {
 			why := p.Name.String() + " has no endpoints"
 			if p.HasEndpoints {
 				why = p.Name.String() + " has no listener"
 			}
 			match := fmt.Sprintf("-p %s -m comment --comment %q -m %s --dport", proto, why, proto)
-			const reject = "-j REJECT --reject-with icmp-port-unreachable"
 			for _, ip := range ipv4Only(p.IPs) {
 				fmt.Fprintf(&filter, "-A %s -d %s/32 %s %d %s\n", ChainReject, ip, match, p.Port, reject)
 			}
@@ -108,7 +133,8 @@ func Render(portals []Portal) []byte {
 		}
 	}
 	var b bytes.Buffer
-	writeTable(&b, iptables.TableFilter, filterChains, filter.Bytes())
+	listeners.Write(filter.Bytes())
+	writeTable(&b, iptables.TableFilter, filterChains, listeners.Bytes())
 	container.Write(host.Bytes())
 	writeTable(&b, iptables.TableNAT, natChains, container.Bytes())
 	return b.Bytes()
@@ -134,14 +160,12 @@ func ipv4Only(ips []netip.Addr) []netip.Addr {
 	return slices.DeleteFunc(slices.Clone(ips), func(a netip.Addr) bool { return !a.Unmap().Is4() })
 }
 
-// portalsOf lists the portals of the served ports but those exclude names (nil:
-// none), sorted by port name so that the rendered text is stable.
+// portalsOf lists the portals of the served ports, those exclude names (nil:
+// none) marked Excluded, sorted by port name so that the rendered text is
+// stable.
 func portalsOf(ports map[service.PortName]*servicePort, exclude func(service.PortName) bool) []Portal {
 	out := make([]Portal, 0, len(ports))
 	for name, sp := range ports {
-		if exclude != nil && exclude(name) {
-			continue
-		}
 		sp.mu.Lock()
 		port := sp.port
 		pt := Portal{
@@ -150,7 +174,8 @@ func portalsOf(ports map[service.PortName]*servicePort, exclude func(service.Por
 			IPs:          slices.Concat(port.Service.ClusterIPs, port.Service.ExternalIPs, port.Service.LoadBalancerIPs),
 			Port:         port.Port,
 			NodePort:     port.NodePort,
-			HasEndpoints: len(port.Usable()) > 0,
+			HasEndpoints: sp.pickable > 0,
+			Excluded:     exclude != nil && exclude(name),
 		}
 		if sp.listener != nil {
 			pt.Listener = sp.listener.port()

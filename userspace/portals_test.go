@@ -30,7 +30,8 @@ func addrs(s ...string) []netip.Addr {
 
 // testPortals covers every kind of rule: a TCP port with an external IP and a
 // node port, a UDP port, a port without endpoints (with a node port), a port
-// whose listener could not be bound, and an IPv6 ClusterIP that is left out.
+// whose listener could not be bound, an IPv6 ClusterIP that is left out, and a
+// port hybrid mode promoted (no portal, a guarded listener).
 var testPortals = []Portal{
 	{Name: portName("default/web", "http", service.TCP), Protocol: service.TCP,
 		IPs: addrs("198.18.0.10", "198.19.100.1"), Port: 80, NodePort: 30080, Listener: 40001, HasEndpoints: true},
@@ -40,6 +41,8 @@ var testPortals = []Portal{
 		IPs: addrs("198.18.0.11"), Port: 8080, NodePort: 30081, Listener: 40003},
 	{Name: portName("default/unbound", "", service.UDP), Protocol: service.UDP,
 		IPs: addrs("198.18.0.12"), Port: 9000, HasEndpoints: true},
+	{Name: portName("default/promoted", "http", service.TCP), Protocol: service.TCP,
+		IPs: addrs("198.18.0.13"), Port: 80, Listener: 40004, HasEndpoints: true, Excluded: true},
 }
 
 func TestRenderGolden(t *testing.T) {
@@ -111,6 +114,11 @@ func TestPortalTraces(t *testing.T) {
 		{"no endpoints on the node port", iptables.Packet{Src: client, Dst: ap("198.19.0.1:30081"), InIface: "eth0"}, "REJECT", 0},
 		{"node port with endpoints: the listener takes it", iptables.Packet{Src: client, Dst: ap("198.19.0.1:30080"), InIface: "eth0"}, "ACCEPT", 0},
 		{"no listener", iptables.Packet{Proto: "udp", Src: client, Dst: ap("198.18.0.12:9000"), InIface: "eth0"}, "REJECT", 0},
+		{"straight to a listener from a pod", iptables.Packet{Src: client, Dst: ap("198.19.0.1:40001"), InIface: "eth0"}, "REJECT", 0},
+		{"straight to a listener from the node", iptables.Packet{Src: node, Dst: ap("127.0.0.1:40001"), Local: true}, "REJECT", 0},
+		{"straight to a UDP listener", iptables.Packet{Proto: "udp", Src: client, Dst: ap("198.19.0.1:40002"), InIface: "eth0"}, "REJECT", 0},
+		{"a promoted port's listener is guarded too", iptables.Packet{Src: client, Dst: ap("198.19.0.1:40004"), InIface: "eth0"}, "REJECT", 0},
+		{"a promoted port has no portal", iptables.Packet{Src: client, Dst: ap("198.18.0.13:80"), InIface: "eth0"}, "ACCEPT", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

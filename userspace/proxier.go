@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/svcproxy/svcproxy/kernel/iptables"
@@ -68,6 +71,11 @@ type Config struct {
 	// port passes by. Call ApplyPortals after its answer changes.
 	Exclude func(service.PortName) bool
 
+	// Logger receives what happens away from any caller: running out of file
+	// descriptors (at most one line per 10s), endpoints refused as loops. If
+	// nil, nothing is logged.
+	Logger *slog.Logger
+
 	// DialTimeouts are the timeouts of successive attempts to reach an endpoint of
 	// a TCP service port; each attempt may pick another endpoint. If nil,
 	// kube-proxy's tryConnect timeouts: 250ms, 500ms, 1s, 2s.
@@ -91,8 +99,13 @@ type Proxier struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
-	conns  sync.WaitGroup // TCP connections only: what Shutdown waits for
-	kick   chan struct{}  // a Sync left something to retry
+	conns  *connSet      // open TCP connections: what Shutdown waits for
+	kick   chan struct{} // a Sync left something to retry
+	self   atomic.Pointer[selfAddrs]
+
+	fds        *fdBudget
+	fdRefusals atomic.Uint64 // refused for lack of file descriptors
+	fdLog      sparseLog
 
 	mu       sync.Mutex
 	snap     *service.Snapshot
@@ -101,6 +114,7 @@ type Proxier struct {
 	synced   bool
 	closed   bool
 	portals  portalState
+	unserved []UnservedPort // of the last Sync, for Status
 }
 
 // New returns a Proxier that serves nothing until the first Sync.
@@ -120,12 +134,18 @@ func New(cfg Config) *Proxier {
 	if cfg.DialTimeouts == nil {
 		cfg.DialTimeouts = defaultDialTimeouts
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Proxier{
 		cfg:      cfg,
 		balancer: NewBalancer(cfg.Clock),
 		ctx:      ctx,
 		cancel:   cancel,
+		conns:    newConnSet(),
+		fds:      newFDBudget(),
+		fdLog:    sparseLog{every: 10 * time.Second},
 		kick:     make(chan struct{}, 1),
 		ports:    make(map[service.PortName]*servicePort),
 		nextPort: cfg.PortRange.Min,
@@ -133,11 +153,18 @@ func New(cfg Config) *Proxier {
 }
 
 // Sync makes the proxier serve snap: listeners are opened for new service ports
-// and closed, with their connections, for removed ones; connections to endpoints
-// that left are closed (those to a terminating but serving endpoint are not); and
-// the portals are rewritten in one iptables-restore. The returned error joins the
-// ports that could not be bound and a failed restore; every other port is served.
-// Run retries what failed, with backoff.
+// and closed for removed ones, the Balancer picks from each port's usable
+// endpoints, and the portals are rewritten in one iptables-restore.
+//
+// Established TCP connections are left alone, as kube-proxy's userspace proxier
+// leaves them: when their endpoint stops being ready, leaves the EndpointSlice,
+// or their Service is deleted, the endpoint is no longer picked, and the
+// connections it has finish on it. UDP sessions to an endpoint that stopped
+// serving end (see servicePort.setEndpoints), and so do those of a deleted
+// Service, whose listener the replies would leave from.
+//
+// The returned error joins the ports that could not be bound and a failed
+// restore; every other port is served. Run retries what failed, with backoff.
 func (p *Proxier) Sync(snap *service.Snapshot) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -161,29 +188,40 @@ func (p *Proxier) retryLater() {
 	}
 }
 
-// served reports whether the proxier serves a service port: TCP and UDP ports of
-// Services that have a virtual address or a node port.
-func served(port *service.Port) bool {
+// served reports whether the proxier serves a service port, and if not, why:
+// TCP and UDP ports that have an IPv4 virtual address (the portals are
+// iptables rules, IPv4 only) or a node port. A port with no address at all
+// (a headless Service) is simply not served, with no reason to report.
+func served(port *service.Port) (ok bool, why string) {
 	if port.Protocol != service.TCP && port.Protocol != service.UDP {
-		return false // SCTP: not in userspace mode
+		return false, fmt.Sprintf("protocol %s: userspace mode serves TCP and UDP", port.Protocol)
 	}
 	svc := port.Service
-	return len(svc.ClusterIPs) > 0 || len(svc.ExternalIPs) > 0 || len(svc.LoadBalancerIPs) > 0 || port.NodePort != 0
+	vips := slices.Concat(svc.ClusterIPs, svc.ExternalIPs, svc.LoadBalancerIPs)
+	if port.NodePort != 0 || slices.ContainsFunc(vips, func(a netip.Addr) bool { return a.Unmap().Is4() }) {
+		return true, ""
+	}
+	if len(vips) > 0 {
+		return false, "IPv6 addresses only: userspace mode's portals are IPv4 iptables rules, so no listener is opened"
+	}
+	return false, ""
 }
 
 func (p *Proxier) syncLocked(ctx context.Context) error {
 	var want []*service.Port
+	p.unserved = p.unserved[:0]
 	if p.snap != nil {
 		for _, port := range p.snap.Ports() {
-			if served(port) {
+			if ok, why := served(port); ok {
 				want = append(want, port)
+			} else if why != "" {
+				p.unserved = append(p.unserved, UnservedPort{Name: port.Name.String(), Reason: why})
 			}
 		}
 	}
-	p.balancer.Update(want)
-
 	seen := make(map[service.PortName]bool, len(want))
 	var errs []error
+	var opened []listener
 	for _, port := range want {
 		seen[port.Name] = true
 		sp := p.ports[port.Name]
@@ -192,16 +230,34 @@ func (p *Proxier) syncLocked(ctx context.Context) error {
 			p.ports[port.Name] = sp
 		}
 		sp.setPort(port)
-		if err := p.openListeners(sp); err != nil {
+		ls, err := p.openListeners(sp)
+		opened = append(opened, ls...)
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}
 	for name, sp := range p.ports {
 		if !seen[name] {
-			sp.closeListeners()
-			sp.closeAll()
+			sp.closeListeners() // its open connections stay; see Sync
+			p.balancer.Forget(name)
+			sp.closeSessions()
 			delete(p.ports, name)
 		}
+	}
+	self := p.newSelfAddrs(p.self.Load())
+	p.self.Store(self)
+	for name, sp := range p.ports {
+		refused, changed := sp.setEndpoints(p.balancer, func(ep netip.AddrPort) error { return self.check(name.Protocol, ep) })
+		if changed {
+			for _, r := range refused {
+				p.cfg.Logger.Error("endpoint refused", "err", r)
+			}
+		}
+	}
+	// New listeners start accepting once the Balancer knows their port: what
+	// the kernel queued meanwhile waits in the backlog.
+	for _, l := range opened {
+		l.start(p)
 	}
 	if err := p.applyPortals(ctx); err != nil {
 		errs = append(errs, err)
@@ -210,18 +266,22 @@ func (p *Proxier) syncLocked(ctx context.Context) error {
 }
 
 // openListeners binds what sp is missing: its listener and, when its NodePort
-// changed, the node port listener. A failure is recorded on sp (Status shows it)
-// and returned; the other ports are not affected.
-func (p *Proxier) openListeners(sp *servicePort) error {
+// changed, the node port listener. It returns the new listeners, not yet
+// serving. A failure is recorded on sp (Status shows it) and returned; the other
+// ports are not affected.
+func (p *Proxier) openListeners(sp *servicePort) ([]listener, error) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
+	var opened []listener
 	var errs []error
 	if sp.listener == nil {
 		l, err := p.listen(sp, 0)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("listener: %w", err))
+		} else {
+			sp.listener = l
+			opened = append(opened, l)
 		}
-		sp.listener = l
 	}
 	nodePort := sp.port.NodePort
 	if sp.nodePort != nil && sp.nodePort.port() != nodePort {
@@ -232,24 +292,28 @@ func (p *Proxier) openListeners(sp *servicePort) error {
 		l, err := p.listen(sp, nodePort)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("nodePort %d: %w", nodePort, err))
+		} else {
+			sp.nodePort = l
+			opened = append(opened, l)
 		}
-		sp.nodePort = l
 	}
 	sp.err = nil
 	if len(errs) > 0 {
 		sp.err = fmt.Errorf("service port %s: %w", sp.name, errors.Join(errs...))
 	}
-	return sp.err
+	return opened, sp.err
 }
 
 // listener is a bound TCP or UDP socket serving one service port.
 type listener interface {
 	port() uint16
+	// start serves the listener, in goroutines the proxier owns, until close.
+	start(p *Proxier)
 	close()
 }
 
 // listen binds a listener for sp on port, or on a port from the range (or the
-// kernel's choice) when port is 0, and starts serving it.
+// kernel's choice) when port is 0.
 func (p *Proxier) listen(sp *servicePort, port uint16) (listener, error) {
 	if port != 0 || p.cfg.PortRange.IsZero() {
 		return p.listenOn(sp, port)
@@ -283,16 +347,9 @@ func (p *Proxier) listenOn(sp *servicePort, port uint16) (listener, error) {
 		if err != nil {
 			return nil, err
 		}
-		l := &tcpListener{ln: ln, sp: sp}
-		p.wg.Go(func() { p.serveTCP(l) })
-		return l, nil
+		return &tcpListener{ln: ln, sp: sp}, nil
 	case service.UDP:
-		l, err := p.newUDPListener(sp, addr)
-		if err != nil {
-			return nil, err
-		}
-		p.wg.Go(func() { p.serveUDP(l) })
-		return l, nil
+		return p.newUDPListener(sp, addr)
 	}
 	return nil, fmt.Errorf("protocol %s: not supported", sp.name.Protocol)
 }
@@ -361,11 +418,22 @@ func (b *backoff) next() time.Duration {
 
 func (b *backoff) reset() { b.d = 0 }
 
-// Shutdown stops the proxier: it stops accepting (listeners are closed, UDP
-// sessions with them: a UDP reply can only leave from the listener), removes the
-// portals, then waits for open TCP connections to finish until ctx is done, and
-// closes the ones left. It returns ctx's error if connections had to be cut, or
-// the error of removing the portals. Shutdown is safe to call more than once.
+// Shutdown stops the proxier:
+//
+//  1. it stops accepting: the listeners are closed, so a new connection that a
+//     portal redirects meets a closed port and is refused at once (a TCP reset,
+//     an ICMP port unreachable for UDP). UDP sessions end with their listener:
+//     a reply can only leave from it;
+//  2. it lets open TCP connections finish until ctx is done, then resets the
+//     ones left and cancels the dials still in progress;
+//  3. only then it removes the portals. They stay until the connections are
+//     over because the kernel translates an established redirected connection
+//     through conntrack, and with iptables-nft conntrack runs in a namespace
+//     only while some rule needs it: removing the last such rules at once would
+//     freeze every open connection (no FIN, no reset) until its client gave up.
+//
+// It returns ctx's error if connections had to be cut, or the error of
+// removing the portals. Shutdown is safe to call more than once.
 func (p *Proxier) Shutdown(ctx context.Context) error {
 	p.mu.Lock()
 	if p.closed {
@@ -377,32 +445,29 @@ func (p *Proxier) Shutdown(ctx context.Context) error {
 	for _, sp := range p.ports {
 		sp.closeListeners()
 	}
-	var err error
-	if p.cfg.IPTables != nil {
-		err = p.cfg.NetNS(func() error { return Cleanup(ctx, p.cfg.IPTables) })
-	}
 	p.mu.Unlock()
 
-	done := make(chan struct{})
-	go waitAll(&p.conns, done) // ends with the last connection, which we close below at the latest
+	var err error
 	select {
-	case <-done:
+	case <-p.conns.close():
 	case <-ctx.Done():
-		err = errors.Join(err, fmt.Errorf("closing open connections: %w", ctx.Err()))
-		p.mu.Lock()
-		for _, sp := range p.ports {
-			sp.closeAll()
-		}
-		p.mu.Unlock()
-		<-done
+		err = fmt.Errorf("closing open connections: %w", ctx.Err())
+		p.cancel() // dials in progress end now
+		p.conns.abortAll()
+		<-p.conns.close()
 	}
 	p.cancel()
 	p.wg.Wait()
+
+	if p.cfg.IPTables != nil {
+		// The grace period may be over: removing the portals gets time of its own.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		err = errors.Join(err, p.cfg.NetNS(func() error { return Cleanup(cctx, p.cfg.IPTables) }))
+	}
 	return err
 }
 
-// waitAll closes done when wg's count reaches zero.
-func waitAll(wg *sync.WaitGroup, done chan<- struct{}) {
-	wg.Wait()
-	close(done)
-}
+// cleanupTimeout bounds the removal of the portals at shutdown: a few
+// iptables-save and iptables-restore runs.
+const cleanupTimeout = 10 * time.Second

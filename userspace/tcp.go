@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"sync"
 	"time"
+
+	"github.com/svcproxy/svcproxy/service"
 )
 
 // tcpListener accepts the connections of one service port: those the portals
@@ -21,16 +22,21 @@ func (l *tcpListener) port() uint16 { return uint16(l.ln.Addr().(*net.TCPAddr).P
 func (l *tcpListener) close()       { l.ln.Close() }
 
 // serveTCP accepts until the listener is closed, one goroutine per connection.
+// A connection is registered before its goroutine starts; once Shutdown has
+// begun, or when the file descriptor budget is spent, it is reset instead.
 func (p *Proxier) serveTCP(l *tcpListener) {
 	var delay time.Duration
 	for {
-		c, err := l.ln.AcceptTCP()
+		client, err := l.ln.AcceptTCP()
 		if errors.Is(err, net.ErrClosed) {
 			return
 		}
 		if err != nil {
-			// Out of file descriptors, most likely: back off as net/http does
-			// (5ms doubling to 1s) instead of spinning.
+			if isFDExhaustion(err) {
+				p.fdExhausted("accept", err)
+			}
+			// Back off as net/http does (5ms doubling to 1s) instead of
+			// spinning: the connection waits in the backlog meanwhile.
 			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 			select {
 			case <-time.After(delay):
@@ -40,58 +46,74 @@ func (p *Proxier) serveTCP(l *tcpListener) {
 			continue
 		}
 		delay = 0
-		p.conns.Add(1)
+		if !p.fds.take(2) { // the client's socket and the endpoint's
+			reset(client)
+			p.fdExhausted("connection", nil)
+			continue
+		}
+		c := &tcpConn{client: client, sp: l.sp}
+		if !p.conns.add(c) {
+			c.abort() // shutting down
+			p.fds.give(2)
+			continue
+		}
 		p.wg.Go(func() {
-			defer p.conns.Done()
-			p.proxyTCP(l.sp, c)
+			defer p.fds.give(2)
+			defer p.conns.remove(c)
+			p.proxyTCP(c)
 		})
 	}
 }
 
-// proxyTCP connects client to an endpoint of sp and copies bytes both ways until
-// both directions have ended.
-func (p *Proxier) proxyTCP(sp *servicePort, client *net.TCPConn) {
+// proxyTCP connects c to an endpoint of its service port and copies bytes both
+// ways until both directions have ended, or one failed.
+func (p *Proxier) proxyTCP(c *tcpConn) {
+	sp := c.sp
 	sp.counters.connOpened()
 	defer sp.counters.connClosed()
 
-	clientIP := client.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	backend, ep, err := p.dialEndpoint(sp, clientIP)
+	clientIP := c.client.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+	backend, err := p.dialEndpoint(sp, clientIP)
 	if err != nil {
-		// No endpoint answered: reset rather than close, so the client sees a
-		// failure and not an empty reply.
-		client.SetLinger(0)
-		client.Close()
+		c.abort() // no endpoint answered: the client sees a reset, not an empty reply
 		return
 	}
-	c := &tcpConn{client: client, backend: backend}
-	defer c.Close()
-	if !sp.track(c, ep) {
-		return // the endpoint left while we dialled it
+	if !c.setBackend(backend) {
+		reset(backend) // aborted while we dialled (the grace period is over)
+		return
 	}
-	defer sp.untrack(c)
-
 	done := make(chan struct{})
 	p.wg.Go(func() {
 		defer close(done)
-		proxyCopy(backend, client, &sp.counters.fromClients)
+		proxyCopy(c, backend, c.client, &sp.counters.fromClients)
 	})
-	proxyCopy(client, backend, &sp.counters.toClients)
+	proxyCopy(c, c.client, backend, &sp.counters.toClients)
 	<-done
+	c.close()
 }
 
 // dialEndpoint tries endpoints with growing timeouts, as kube-proxy's tryConnect:
 // each failure resets the client's affinity, so the next attempt goes
-// round-robin to another endpoint, and counts as a dial failure of sp.
-func (p *Proxier) dialEndpoint(sp *servicePort, client netip.Addr) (net.Conn, netip.AddrPort, error) {
+// round-robin to another endpoint, and counts as a dial failure of sp. Dials end
+// when the proxier's context does (the shutdown grace period is over).
+func (p *Proxier) dialEndpoint(sp *servicePort, client netip.Addr) (*net.TCPConn, error) {
 	var errs []error
 	for _, timeout := range p.cfg.DialTimeouts {
 		ep, err := p.balancer.Pick(sp.name, client)
 		if err != nil {
-			return nil, ep, errors.Join(append(errs, err)...)
+			return nil, errors.Join(append(errs, err)...)
 		}
-		conn, err := p.dial("tcp", ep, timeout)
+		// Sync keeps such endpoints out of the Balancer; this catches one that
+		// became a loop since (an address added to the node).
+		err = p.self.Load().check(service.TCP, ep)
 		if err == nil {
-			return conn, ep, nil
+			var conn net.Conn
+			if conn, err = p.dial("tcp", ep, timeout); err == nil {
+				return conn.(*net.TCPConn), nil
+			}
+		}
+		if isFDExhaustion(err) {
+			p.fdExhausted("dial", err)
 		}
 		sp.counters.dialFailures.Add(1)
 		p.balancer.Reset(sp.name, client)
@@ -100,7 +122,7 @@ func (p *Proxier) dialEndpoint(sp *servicePort, client netip.Addr) (net.Conn, ne
 			break
 		}
 	}
-	return nil, netip.AddrPort{}, fmt.Errorf("service port %s: no endpoint answered: %w", sp.name, errors.Join(errs...))
+	return nil, fmt.Errorf("service port %s: no endpoint answered: %w", sp.name, errors.Join(errs...))
 }
 
 // dial connects to ep inside the proxier's namespace.
@@ -116,16 +138,4 @@ func (p *Proxier) dial(network string, ep netip.AddrPort, timeout time.Duration)
 	return conn, err
 }
 
-// tcpConn is one proxied connection: closing it closes both sides.
-type tcpConn struct {
-	client, backend net.Conn
-	once            sync.Once
-}
-
-func (c *tcpConn) Close() error {
-	c.once.Do(func() {
-		c.client.Close()
-		c.backend.Close()
-	})
-	return nil
-}
+func (l *tcpListener) start(p *Proxier) { p.wg.Go(func() { p.serveTCP(l) }) }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/net/ipv4"
+
+	"github.com/svcproxy/svcproxy/service"
 )
 
 // udpListener serves the UDP datagrams of one service port. UDP has no
@@ -52,6 +54,8 @@ func (p *Proxier) newUDPListener(sp *servicePort, addr netip.AddrPort) (*udpList
 
 func (l *udpListener) port() uint16 { return uint16(l.conn.LocalAddr().(*net.UDPAddr).Port) }
 func (l *udpListener) close()       { l.conn.Close() }
+
+func (l *udpListener) start(p *Proxier) { p.wg.Go(func() { p.serveUDP(l) }) }
 
 // serveUDP reads client datagrams until the listener is closed and forwards each
 // to its session's endpoint, opening a session for a new client address. When it
@@ -113,8 +117,20 @@ func (p *Proxier) openSession(l *udpListener, client netip.AddrPort, local net.I
 	if err != nil {
 		return nil
 	}
-	conn, err := p.dial("udp", ep, p.cfg.DialTimeouts[0])
+	if !p.fds.take(1) {
+		p.fdExhausted("UDP session", nil)
+		return nil
+	}
+	err = p.self.Load().check(service.UDP, ep)
+	var conn net.Conn
+	if err == nil {
+		conn, err = p.dial("udp", ep, p.cfg.DialTimeouts[0])
+	}
 	if err != nil {
+		p.fds.give(1)
+		if isFDExhaustion(err) {
+			p.fdExhausted("UDP session", err)
+		}
 		sp.counters.dialFailures.Add(1)
 		p.balancer.Reset(sp.name, client.Addr().Unmap())
 		return nil
@@ -122,6 +138,7 @@ func (p *Proxier) openSession(l *udpListener, client netip.AddrPort, local net.I
 	s := &udpSession{client: client, local: local, endpoint: ep, backend: conn.(*net.UDPConn)}
 	if !sp.track(s, ep) {
 		s.Close()
+		p.fds.give(1)
 		return nil
 	}
 	l.mu.Lock()
@@ -164,6 +181,7 @@ func (p *Proxier) udpReplies(l *udpListener, s *udpSession) {
 
 func (p *Proxier) endSession(l *udpListener, s *udpSession) {
 	s.Close()
+	p.fds.give(1)
 	l.sp.untrack(s)
 	l.forget(s)
 	l.sp.counters.connClosed()

@@ -34,7 +34,7 @@ func newDataplane(cfg *Config, log *slog.Logger) (dataplane.Interface, error) {
 	}
 	switch cfg.Mode {
 	case dataplane.ModeUserspace:
-		uc, err := userspaceConfig(cfg, ipt)
+		uc, err := userspaceConfig(cfg, ipt, log)
 		if err != nil {
 			return nil, err
 		}
@@ -42,7 +42,7 @@ func newDataplane(cfg *Config, log *slog.Logger) (dataplane.Interface, error) {
 	case dataplane.ModeIPTables, dataplane.ModeNFTables, dataplane.ModeIPVS:
 		return kernelPath(cfg, cfg.Mode, ipt, log, nil)
 	case dataplane.ModeHybrid:
-		uc, err := userspaceConfig(cfg, ipt)
+		uc, err := userspaceConfig(cfg, ipt, log)
 		if err != nil {
 			return nil, err
 		}
@@ -184,7 +184,7 @@ func ipvsPath(cfg *Config, ipt kiptables.Interface, carried func(service.PortNam
 	}, offloadipvs.DataplaneConfig{SyncPeriod: cfg.SyncPeriod})
 }
 
-func userspaceConfig(cfg *Config, ipt kiptables.Interface) (userspace.Config, error) {
+func userspaceConfig(cfg *Config, ipt kiptables.Interface, log *slog.Logger) (userspace.Config, error) {
 	pr, err := userspace.ParsePortRange(cfg.ProxyPortRange)
 	if err != nil {
 		return userspace.Config{}, fmt.Errorf("--proxy-port-range: %w", err)
@@ -194,6 +194,7 @@ func userspaceConfig(cfg *Config, ipt kiptables.Interface) (userspace.Config, er
 		UDPIdleTimeout: cfg.UDPIdleTimeout,
 		ShutdownGrace:  cfg.ShutdownGrace,
 		IPTables:       ipt,
+		Logger:         log.With("component", "userspace"),
 	}, nil
 }
 
