@@ -12,9 +12,12 @@
 //     two *net.TCPConn (so Linux splices them), half-close passed through, and
 //     endpoints tried with growing timeouts (250ms, 500ms, 1s, 2s, as kube-proxy's
 //     tryConnect) so a refusing or dead endpoint costs the client nothing;
-//   - UDP: one session per client address, with its own socket to the endpoint
-//     and an idle timeout; replies leave from the listener socket and the address
-//     the client wrote to, so conntrack can turn them back into the Service's;
+//   - UDP: one session per client address, with its own socket to the endpoint,
+//     an idle timeout and a cap per listener (the idlest session makes room);
+//     three goroutines per listener whatever the number of sessions (read,
+//     open sessions, replies through one epoll set); replies leave from the
+//     listener socket and the address the client wrote to, so conntrack can
+//     turn them back into the Service's;
 //   - a Balancer: round-robin over the usable endpoints, ClientIP session
 //     affinity with the Service's timeout;
 //   - portals rendered as iptables-restore text (Render, a pure function) and

@@ -24,6 +24,11 @@ const (
 	// DefaultShutdownGrace is how long Run lets open connections finish after its
 	// context is cancelled.
 	DefaultShutdownGrace = 5 * time.Second
+	// DefaultUDPMaxSessions is how many UDP sessions a listener holds at most:
+	// kube-proxy's --conntrack-max-per-core default, the number of flows its
+	// kernel paths are sized for per core. Each session is a socket: the file
+	// limit may bind first (see Proxier.FDExhausted).
+	DefaultUDPMaxSessions = 32768
 )
 
 // ErrClosed is returned by Sync after Shutdown.
@@ -45,6 +50,11 @@ type Config struct {
 	// UDPIdleTimeout closes a UDP session after this much silence. If zero,
 	// DefaultUDPIdleTimeout.
 	UDPIdleTimeout time.Duration
+
+	// UDPMaxSessions is how many UDP sessions (client addresses) each UDP
+	// listener holds at most; a new client beyond it ends the session idle
+	// longest. If zero, DefaultUDPMaxSessions.
+	UDPMaxSessions int
 
 	// ShutdownGrace is how long Run, when its context ends, lets open connections
 	// finish before closing them. If zero, DefaultShutdownGrace.
@@ -124,6 +134,9 @@ func New(cfg Config) *Proxier {
 	}
 	if cfg.UDPIdleTimeout <= 0 {
 		cfg.UDPIdleTimeout = DefaultUDPIdleTimeout
+	}
+	if cfg.UDPMaxSessions <= 0 {
+		cfg.UDPMaxSessions = DefaultUDPMaxSessions
 	}
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = DefaultShutdownGrace

@@ -192,6 +192,7 @@ func userspaceConfig(cfg *Config, ipt kiptables.Interface, log *slog.Logger) (us
 	return userspace.Config{
 		PortRange:      pr,
 		UDPIdleTimeout: cfg.UDPIdleTimeout,
+		UDPMaxSessions: cfg.UDPMaxSessions,
 		ShutdownGrace:  cfg.ShutdownGrace,
 		IPTables:       ipt,
 		Logger:         log.With("component", "userspace"),

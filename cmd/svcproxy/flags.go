@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/userspace"
 )
 
 // Modes of --mode (dataplane's names).
@@ -43,6 +44,7 @@ type Config struct {
 	MasqueradeAll  bool
 	ProxyPortRange string
 	UDPIdleTimeout time.Duration
+	UDPMaxSessions int
 	MinSyncPeriod  time.Duration
 	SyncPeriod     time.Duration
 	ShutdownGrace  time.Duration
@@ -72,6 +74,7 @@ func parseFlags(args []string) (*Config, error) {
 	fs.BoolVar(&c.MasqueradeAll, "masquerade-all", false, "iptables mode: SNAT all traffic to a service")
 	fs.StringVar(&c.ProxyPortRange, "proxy-port-range", "", "userspace: local ports for the listeners, `FROM-TO` (default: chosen by the kernel)")
 	fs.DurationVar(&c.UDPIdleTimeout, "udp-idle-timeout", 250*time.Millisecond, "userspace: how long an idle UDP session lives (kube-proxy's default)")
+	fs.IntVar(&c.UDPMaxSessions, "udp-max-sessions", userspace.DefaultUDPMaxSessions, "userspace: UDP sessions (client addresses) per listener; a new client beyond them ends the session idle longest")
 	fs.DurationVar(&c.MinSyncPeriod, "min-sync-period", time.Second, "at most one sync per this interval")
 	fs.DurationVar(&c.SyncPeriod, "sync-period", 30*time.Second, "at least one full sync per this interval")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "userspace: on SIGTERM, how long open connections may finish before they are closed")
