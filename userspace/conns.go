@@ -3,6 +3,7 @@ package userspace
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 )
 
 // tcpConn is one proxied connection: the client's socket, and the endpoint's
@@ -15,8 +16,9 @@ import (
 //     client sees a failure, never a clean FIN that looks like a complete, empty
 //     reply.
 type tcpConn struct {
-	client *net.TCPConn
-	sp     *servicePort
+	client  *net.TCPConn
+	sp      *servicePort
+	copying atomic.Int32 // directions still copying
 
 	mu      sync.Mutex
 	backend *net.TCPConn // nil until dialled

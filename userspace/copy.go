@@ -4,74 +4,113 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"sync/atomic"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// proxyCopy copies src to dst until src ends, then half-closes dst so that its
-// peer sees the end of the stream while the other direction goes on.
+// copyHalf copies one direction of c, src to dst, until src ends, then
+// half-closes dst (a FIN) so that its peer sees the end of the stream while
+// the other direction goes on. An error (a reset, or the proxier aborting c)
+// aborts both sides: the other direction has nothing left to wait for, and a
+// peer must not mistake the end for a clean one.
 //
-// Between two *net.TCPConn, io.Copy ends in TCPConn.ReadFrom, which on Linux
-// moves the bytes with splice(2) through a pipe, without copying them into Go.
-// But a splice holds its pipe (two more file descriptors) for as long as it
-// waits for data, so a plain io.Copy costs 6 descriptors per idle proxied
-// connection (inetaf/tcpproxy#31), and a proxy holding 10,000 idle connections
-// needs 60,000. So proxyCopy waits for data without a pipe (waitData), then
-// splices exactly the bytes that are queued (io.CopyN, still splice), and gives
-// the pipe back: an idle connection costs its two sockets and nothing else.
+// It reads into a pooled buffer, and takes the buffer only once the socket has
+// data: an idle connection holds no buffer, no pipe, only its two sockets and
+// two parked goroutines. Small messages (requests and replies) cost one read
+// and one write each.
 //
-// An error (a reset, or the proxier aborting the connection) aborts both sides:
-// the other direction has nothing left to wait for, and a peer must not mistake
-// the end for a clean one.
-func proxyCopy(c *tcpConn, dst, src *net.TCPConn, bytes *atomic.Uint64) {
-	rc, err := src.SyscallConn() // once per connection, not per wait
+// A read that fills the buffer means a bulk transfer: then the bytes queued
+// beyond it are moved with splice(2) (io.CopyN between two *net.TCPConn ends in
+// TCPConn.ReadFrom, which splices through a pipe, without copying the bytes
+// into Go). Exactly the queued bytes: a splice that waited for more would hold
+// its pipe (two more file descriptors) while the connection idles, and a proxy
+// holding 10,000 idle connections would need 60,000 descriptors
+// (inetaf/tcpproxy#31).
+func copyHalf(c *tcpConn, dst, src *net.TCPConn, bytes *atomic.Uint64) {
+	rc, err := src.SyscallConn()
 	if err != nil {
 		c.abort()
 		return
 	}
+	var (
+		buf  *[]byte
+		n    int
+		rerr error
+	)
+	// read is called by the poller: once at once, and again each time src
+	// becomes readable. It takes a buffer only when there is something to read.
+	read := func(fd uintptr) bool {
+		if buf == nil {
+			buf = copyBuffers.Get().(*[]byte)
+		}
+		n, rerr = unix.Read(int(fd), *buf)
+		if errors.Is(rerr, unix.EAGAIN) {
+			copyBuffers.Put(buf)
+			buf = nil
+			return false // park until readable, holding nothing
+		}
+		return true
+	}
 	for {
-		queued, err := waitData(rc)
-		if err != nil {
+		if err := rc.Read(read); err != nil {
+			rerr = err
+		}
+		if rerr != nil || n < 0 {
+			release(&buf)
 			c.abort()
 			return
 		}
-		if queued == 0 { // the end of the stream: pass the FIN on
+		if n == 0 { // the end of the stream: pass the FIN on
+			release(&buf)
 			dst.CloseWrite()
 			return
 		}
-		n, err := io.CopyN(dst, src, int64(queued))
+		full := n == len(*buf)
+		_, werr := dst.Write((*buf)[:n])
 		bytes.Add(uint64(n))
-		if err != nil {
+		release(&buf)
+		if werr != nil {
 			c.abort()
 			return
+		}
+		if full {
+			if err := spliceQueued(dst, src, rc, bytes); err != nil {
+				c.abort()
+				return
+			}
 		}
 	}
 }
 
-// waitData blocks (in Go's poller, like a Read) until c has data or has ended,
-// and returns how many bytes are queued: 0 means the peer closed its side.
-func waitData(rc syscall.RawConn) (int, error) {
+// spliceQueued moves what is queued on src to dst with splice(2), without
+// waiting for more.
+func spliceQueued(dst, src *net.TCPConn, rc interface {
+	Control(func(uintptr)) error
+}, bytes *atomic.Uint64) error {
 	var queued int
-	var opErr error
-	err := rc.Read(func(fd uintptr) bool {
-		var b [1]byte
-		for {
-			n, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
-			switch {
-			case errors.Is(err, unix.EINTR):
-				continue
-			case errors.Is(err, unix.EAGAIN):
-				return false // nothing yet: park until the poller says readable
-			case err != nil:
-				opErr = err
-			case n > 0:
-				queued, opErr = unix.IoctlGetInt(int(fd), unix.SIOCINQ)
-				queued = max(queued, 1)
-			}
-			return true
-		}
-	})
-	return queued, errors.Join(err, opErr)
+	var qerr error
+	if err := rc.Control(func(fd uintptr) { queued, qerr = unix.IoctlGetInt(int(fd), unix.SIOCINQ) }); err != nil {
+		return err
+	}
+	if qerr != nil || queued == 0 {
+		return qerr
+	}
+	n, err := io.CopyN(dst, src, int64(queued))
+	bytes.Add(uint64(n))
+	return err
 }
+
+func release(buf **[]byte) {
+	if *buf != nil {
+		copyBuffers.Put(*buf)
+		*buf = nil
+	}
+}
+
+// copyBufferSize is the read size of a copy: a request or reply fits; a read
+// that fills it hands over to splice.
+const copyBufferSize = 16 << 10
+
+var copyBuffers = sync.Pool{New: func() any { b := make([]byte, copyBufferSize); return &b }}

@@ -8,10 +8,17 @@
 //   - one listener per service port, TCP and UDP, on a port chosen by the kernel
 //     or taken from a configured range; a NodePort gets a listener of its own on
 //     the node port of every node address;
-//   - TCP: a goroutine per connection, bytes copied both ways with io.Copy between
-//     two *net.TCPConn (so Linux splices them), half-close passed through, and
-//     endpoints tried with growing timeouts (250ms, 500ms, 1s, 2s, as kube-proxy's
-//     tryConnect) so a refusing or dead endpoint costs the client nothing;
+//   - TCP: a goroutine per accepted connection dials an endpoint, trying
+//     endpoints with growing timeouts (250ms, 500ms, 1s, 2s, as kube-proxy's
+//     tryConnect) so a refusing or dead endpoint costs the client nothing, then
+//     hands over to one goroutine per direction and ends. Each direction
+//     (copyHalf) parks in Go's poller holding nothing, reads what arrived into
+//     a pooled 16 KiB buffer and writes it on: one read and one write per small
+//     message. A read that fills the buffer means a bulk transfer, and the
+//     bytes queued beyond it are spliced (splice(2) through a pipe, never
+//     copied into Go), exactly as many as are queued, so no pipe is held while
+//     the connection idles. End of stream is passed on as a half-close (FIN);
+//     an error as a reset of both sides;
 //   - UDP: one session per client address, with its own socket to the endpoint,
 //     an idle timeout and a cap per listener (the idlest session makes room);
 //     three goroutines per listener whatever the number of sessions (read,

@@ -7,8 +7,8 @@ import "sync/atomic"
 // is one session (one client address, until it has been idle for
 // Config.UDPIdleTimeout).
 //
-// Bytes are added as they are passed on: per UDP datagram, and per TCP burst
-// (what was queued on the socket when the copy woke up, spliced in one go).
+// Bytes are added as they are passed on: per UDP datagram, and per TCP read
+// (or per splice of what was queued, in a bulk transfer).
 type Counters struct {
 	ConnectionsOpened uint64 `json:"connectionsOpened"`
 	ConnectionsActive uint64 `json:"connectionsActive"`

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/svcproxy/svcproxy/service"
@@ -57,39 +58,49 @@ func (p *Proxier) serveTCP(l *tcpListener) {
 			p.fds.give(2)
 			continue
 		}
-		p.wg.Go(func() {
-			defer p.fds.give(2)
-			defer p.conns.remove(c)
-			p.proxyTCP(c)
-		})
+		p.wg.Go(func() { p.proxyTCP(c) })
 	}
 }
 
-// proxyTCP connects c to an endpoint of its service port and copies bytes both
-// ways until both directions have ended, or one failed.
+// proxyTCP connects c to an endpoint of its service port, then starts one
+// goroutine per direction to copy the bytes (copyHalf) and returns: its own
+// stack, grown by the dial, goes back to the runtime instead of sitting under
+// an idle connection. The last of the two copies to end closes c.
 func (p *Proxier) proxyTCP(c *tcpConn) {
 	sp := c.sp
 	sp.counters.connOpened()
-	defer sp.counters.connClosed()
-
 	clientIP := c.client.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
 	backend, err := p.dialEndpoint(sp, clientIP)
 	if err != nil {
 		c.abort() // no endpoint answered: the client sees a reset, not an empty reply
+		p.endTCP(c)
 		return
 	}
 	if !c.setBackend(backend) {
 		reset(backend) // aborted while we dialled (the grace period is over)
+		p.endTCP(c)
 		return
 	}
-	done := make(chan struct{})
-	p.wg.Go(func() {
-		defer close(done)
-		proxyCopy(c, backend, c.client, &sp.counters.fromClients)
-	})
-	proxyCopy(c, c.client, backend, &sp.counters.toClients)
-	<-done
-	c.close()
+	c.copying.Store(2)
+	p.wg.Go(func() { p.copyAndEnd(c, backend, c.client, &sp.counters.fromClients) })
+	p.wg.Go(func() { p.copyAndEnd(c, c.client, backend, &sp.counters.toClients) })
+}
+
+// copyAndEnd copies one direction; the second to finish ends the connection.
+func (p *Proxier) copyAndEnd(c *tcpConn, dst, src *net.TCPConn, bytes *atomic.Uint64) {
+	copyHalf(c, dst, src, bytes)
+	if c.copying.Add(-1) == 0 {
+		c.close()
+		p.endTCP(c)
+	}
+}
+
+// endTCP forgets an ended connection: its counters, its place in the open
+// set, its file descriptors.
+func (p *Proxier) endTCP(c *tcpConn) {
+	c.sp.counters.connClosed()
+	p.conns.remove(c)
+	p.fds.give(2)
 }
 
 // dialEndpoint tries endpoints with growing timeouts, as kube-proxy's tryConnect:
