@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -11,19 +12,22 @@ import (
 
 // The backend kinds, one per measurement.
 const (
-	kindConn   = "conn"   // writes one byte and closes: connections/s
-	kindRR     = "rr"     // answers each 64-byte request with 64 bytes: requests/s, idle connections
+	kindHTTP   = "http"   // a tiny HTTP server for wrk: connections/s, requests/s, idle connections
 	kindStream = "stream" // writes zeroes until the client goes: Gbit/s
+	kindUDP    = "udp"    // echoes each datagram: sessions/s, datagrams/s
 )
 
-var kinds = []string{kindConn, kindRR, kindStream}
+var tcpKinds = []string{kindHTTP, kindStream}
 
-const msgSize = 64
+// backendIP is the node's address on the link to the client namespace: the
+// backends listen there, so that every path (direct, userspace, haproxy)
+// crosses the same link.
+const backendIP = "198.19.0.1"
 
-// backends runs the test servers on loopback, two per kind.
+// backends runs the test servers in the node namespace, two per kind.
 type backends struct {
-	addrs map[string][]string // kind -> "127.0.0.1:port"
-	lns   []net.Listener
+	addrs map[string][]string // kind -> "198.19.0.1:port"
+	lns   []io.Closer
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	open  map[net.Conn]struct{}
@@ -31,24 +35,32 @@ type backends struct {
 
 func startBackends() (*backends, error) {
 	b := &backends{addrs: map[string][]string{}, open: map[net.Conn]struct{}{}}
-	for _, kind := range kinds {
-		for range 2 {
-			ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	for range 2 {
+		for _, kind := range tcpKinds {
+			ln, err := net.Listen("tcp4", backendIP+":0")
 			if err != nil {
 				b.close()
 				return nil, err
 			}
 			b.lns = append(b.lns, ln)
 			b.addrs[kind] = append(b.addrs[kind], ln.Addr().String())
-			b.wg.Go(func() { b.serve(ln, kind) })
+			handle := map[string]func(net.Conn){kindHTTP: serveHTTP, kindStream: serveStream}[kind]
+			b.wg.Go(func() { b.serve(ln, handle) })
 		}
+		pc, err := net.ListenPacket("udp4", backendIP+":0")
+		if err != nil {
+			b.close()
+			return nil, err
+		}
+		b.lns = append(b.lns, pc)
+		b.addrs[kindUDP] = append(b.addrs[kindUDP], pc.LocalAddr().String())
+		b.wg.Go(func() { serveUDPEcho(pc) })
 	}
 	return b, nil
 }
 
 // serve accepts until the listener is closed, one goroutine per connection.
-func (b *backends) serve(ln net.Listener, kind string) {
-	handle := map[string]func(net.Conn){kindConn: serveConn, kindRR: serveRR, kindStream: serveStream}[kind]
+func (b *backends) serve(ln net.Listener, handle func(net.Conn)) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -83,16 +95,43 @@ func (b *backends) close() {
 	b.wg.Wait()
 }
 
-func serveConn(c net.Conn) { c.Write([]byte{'x'}) }
+var (
+	httpOK    = []byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	httpClose = []byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+	closeHdr  = []byte("Connection: close")
+	endOfHead = []byte("\r\n\r\n")
+)
 
-func serveRR(c net.Conn) {
-	buf := make([]byte, msgSize)
+// serveHTTP answers each request (a GET without a body, as wrk sends) with a
+// 2-byte body, and closes after a request that asked for it: the least a
+// backend can do, so that the figures are the paths', not the backend's.
+func serveHTTP(c net.Conn) {
+	buf := make([]byte, 4096)
+	have := 0
 	for {
-		if _, err := io.ReadFull(c, buf); err != nil {
+		n, err := c.Read(buf[have:])
+		if err != nil {
 			return
 		}
-		if _, err := c.Write(buf); err != nil {
-			return
+		have += n
+		for {
+			end := bytes.Index(buf[:have], endOfHead)
+			if end < 0 {
+				break
+			}
+			req := buf[:end]
+			closing := bytes.Contains(req, closeHdr)
+			reply := httpOK
+			if closing {
+				reply = httpClose
+			}
+			if _, err := c.Write(reply); err != nil || closing {
+				return
+			}
+			have = copy(buf, buf[end+len(endOfHead):have])
+		}
+		if have == len(buf) {
+			return // not HTTP as wrk speaks it
 		}
 	}
 }
@@ -103,6 +142,17 @@ func serveStream(c net.Conn) {
 		if _, err := c.Write(buf); err != nil {
 			return
 		}
+	}
+}
+
+func serveUDPEcho(pc net.PacketConn) {
+	buf := make([]byte, 64<<10)
+	for {
+		n, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		pc.WriteTo(buf[:n], from)
 	}
 }
 

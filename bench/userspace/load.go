@@ -1,118 +1,93 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
+	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// result is one measurement: operations (connections, requests or bytes) done in
-// elapsed, and how many attempts failed.
-type result struct {
-	ops     uint64
-	errors  uint64
-	elapsed time.Duration
+// wrkResult is what one wrk run reports.
+type wrkResult struct {
+	perSecond float64
+	errors    string // wrk's "Socket errors" and non-2xx lines, "" when none
 }
 
-func (r result) perSecond() float64 { return float64(r.ops) / r.elapsed.Seconds() }
+var (
+	wrkRate   = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	wrkErrors = regexp.MustCompile(`(?m)^\s*(Socket errors:.*|Non-2xx or 3xx responses:.*)$`)
+)
 
-// run starts workers copies of work, each given its address round-robin, and
-// stops them after d. work returns the operations it did and whether it failed;
-// it is called again until the deadline.
-func run(addrs []string, workers int, d time.Duration, work func(addr string, deadline time.Time) (uint64, error)) result {
-	var ops, errs atomic.Uint64
-	var wg sync.WaitGroup
-	start := time.Now()
-	deadline := start.Add(d)
-	for i := range workers {
-		addr := addrs[i%len(addrs)]
-		wg.Go(func() {
-			for time.Now().Before(deadline) {
-				n, err := work(addr, deadline)
-				ops.Add(n)
-				if err != nil && time.Now().Before(deadline) {
-					errs.Add(1)
-				}
-			}
-		})
+// runWrk runs wrk from the client namespace against addr: keep-alive
+// requests, or (newConn) a new connection per request ("Connection: close",
+// which the backend honours by closing after its reply).
+func runWrk(client *namespace, addr string, newConn bool, cfg benchConfig) (wrkResult, error) {
+	args := []string{"-t2", fmt.Sprintf("-c%d", cfg.connections), fmt.Sprintf("-d%s", cfg.duration), "--latency"}
+	if newConn {
+		args = append(args, "-H", "Connection: close")
 	}
-	wg.Wait()
-	return result{ops: ops.Load(), errors: errs.Load(), elapsed: time.Since(start)}
+	args = append(args, "http://"+addr+"/")
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.duration+time.Minute)
+	defer cancel()
+	out, err := client.command(ctx, "wrk", args...).CombinedOutput()
+	if err != nil {
+		return wrkResult{}, fmt.Errorf("wrk %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	m := wrkRate.FindSubmatch(out)
+	if m == nil {
+		return wrkResult{}, fmt.Errorf("wrk said no Requests/sec:\n%s", out)
+	}
+	rate, _ := strconv.ParseFloat(string(m[1]), 64)
+	var errs []string
+	for _, e := range wrkErrors.FindAllSubmatch(out, -1) {
+		errs = append(errs, strings.TrimSpace(string(e[1])))
+	}
+	return wrkResult{perSecond: rate, errors: strings.Join(errs, "; ")}, nil
 }
 
-// oneConnection opens a connection, reads the backend's byte and its close.
-func oneConnection(addr string, deadline time.Time) (uint64, error) {
-	c, err := net.DialTimeout("tcp4", addr, time.Until(deadline)+time.Second)
+// oneStream reads from a streaming backend through addr, from the client
+// namespace, for d, and returns Gbit/s.
+func oneStream(client *namespace, addr string, d time.Duration) (float64, error) {
+	c, err := client.dial("tcp4", addr)
 	if err != nil {
 		return 0, err
 	}
 	defer c.Close()
-	c.SetDeadline(deadline.Add(time.Second))
-	b, err := io.ReadAll(c)
-	if err != nil || len(b) != 1 {
-		return 0, fmt.Errorf("read %d bytes: %v", len(b), err)
-	}
-	return 1, nil
-}
-
-// requests keeps one connection and exchanges 64-byte messages until deadline.
-func requests(addr string, deadline time.Time) (uint64, error) {
-	c, err := net.Dial("tcp4", addr)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	c.SetDeadline(deadline.Add(time.Second))
-	buf := make([]byte, msgSize)
-	var n uint64
-	for time.Now().Before(deadline) {
-		if _, err := c.Write(buf); err != nil {
-			return n, err
-		}
-		if _, err := io.ReadFull(c, buf); err != nil {
-			return n, err
-		}
-		n++
-	}
-	return n, nil
-}
-
-// stream reads from a streaming backend until deadline and returns the bytes.
-func stream(addr string, deadline time.Time) (uint64, error) {
-	c, err := net.Dial("tcp4", addr)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	c.SetReadDeadline(deadline)
 	buf := make([]byte, 256<<10)
+	start := time.Now()
+	c.SetReadDeadline(start.Add(d))
 	var n uint64
 	for {
 		m, err := c.Read(buf)
 		n += uint64(m)
 		if err != nil {
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				return n, nil
+				return float64(n) * 8 / 1e9 / time.Since(start).Seconds(), nil
 			}
-			return n, err
+			return 0, err
 		}
 	}
 }
 
-// openIdle opens n connections to addrs (round-robin), each proven to reach a
-// backend by one request, and leaves them open. The caller closes them.
-func openIdle(addrs []string, n int) ([]net.Conn, error) {
+// openIdle opens n HTTP connections to addr from the client namespace, each
+// proven to reach a backend by one request, and leaves them open. The caller
+// closes them.
+func openIdle(client *namespace, addr string, n int) ([]net.Conn, error) {
 	conns := make([]net.Conn, 0, n)
-	buf := make([]byte, msgSize)
+	buf := make([]byte, len(httpOK))
 	for i := range n {
-		c, err := net.Dial("tcp4", addrs[i%len(addrs)])
+		c, err := client.dial("tcp4", addr)
 		if err == nil {
 			conns = append(conns, c)
 			c.SetDeadline(time.Now().Add(10 * time.Second))
-			if _, err = c.Write(buf); err == nil {
+			if _, err = io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err == nil {
 				_, err = io.ReadFull(c, buf)
 			}
 		}
@@ -129,3 +104,149 @@ func closeAll(conns []net.Conn) {
 		c.Close()
 	}
 }
+
+// udpResult is one UDP measurement: exchanges done and lost.
+type udpResult struct {
+	ops, lost uint64
+	elapsed   time.Duration
+}
+
+func (r udpResult) perSecond() float64 { return float64(r.ops) / r.elapsed.Seconds() }
+
+// udpDatagrams runs workers clients, each one socket (one session) exchanging
+// 64-byte datagrams in lock step with addr for d.
+func udpDatagrams(client *namespace, addr string, workers int, d time.Duration) (udpResult, error) {
+	return udpRun(workers, d, func(deadline time.Time) (uint64, uint64, error) {
+		c, err := client.dial("udp4", addr)
+		if err != nil {
+			return 0, 0, err
+		}
+		defer c.Close()
+		buf := make([]byte, 64)
+		var ok, lost uint64
+		for time.Now().Before(deadline) {
+			c.Write(buf)
+			c.SetReadDeadline(time.Now().Add(time.Second))
+			if _, err := c.Read(buf); err != nil {
+				lost++
+				continue
+			}
+			ok++
+		}
+		return ok, lost, nil
+	})
+}
+
+// udpSessions runs workers clients, each opening a new socket (a new session)
+// for every 64-byte exchange with addr, for d.
+func udpSessions(client *namespace, addr string, workers int, d time.Duration) (udpResult, error) {
+	return udpRun(workers, d, func(deadline time.Time) (uint64, uint64, error) {
+		buf := make([]byte, 64)
+		var ok, lost uint64
+		for time.Now().Before(deadline) {
+			c, err := client.dial("udp4", addr)
+			if err != nil {
+				return ok, lost, err
+			}
+			c.Write(buf)
+			c.SetReadDeadline(time.Now().Add(time.Second))
+			if _, err := c.Read(buf); err != nil {
+				lost++
+			} else {
+				ok++
+			}
+			c.Close()
+		}
+		return ok, lost, nil
+	})
+}
+
+func udpRun(workers int, d time.Duration, work func(deadline time.Time) (ok, lost uint64, err error)) (udpResult, error) {
+	var ops, lost atomic.Uint64
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	start := time.Now()
+	deadline := start.Add(d)
+	for range workers {
+		wg.Go(func() {
+			o, l, err := work(deadline)
+			ops.Add(o)
+			lost.Add(l)
+			if err != nil {
+				firstErr.CompareAndSwap(nil, err)
+			}
+		})
+	}
+	wg.Wait()
+	r := udpResult{ops: ops.Load(), lost: lost.Load(), elapsed: time.Since(start)}
+	if err, _ := firstErr.Load().(error); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// udpPaced opens rate new sessions per second for d, each a new socket that
+// sends one datagram and waits for the reply, and counts the replies lost.
+func udpPaced(client *namespace, addr string, rate int, d time.Duration) (udpResult, error) {
+	const tick = 10 * time.Millisecond
+	perTick := rate * int(tick) / int(time.Second)
+	var ok, lost atomic.Uint64
+	var wg sync.WaitGroup
+	start := time.Now()
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var dialErr error
+	for time.Since(start) < d && dialErr == nil {
+		for range perTick {
+			c, err := client.dial("udp4", addr)
+			if err != nil {
+				dialErr = err
+				break
+			}
+			wg.Go(func() {
+				defer c.Close()
+				buf := make([]byte, 64)
+				c.Write(buf)
+				c.SetReadDeadline(time.Now().Add(2 * time.Second))
+				if _, err := c.Read(buf); err != nil {
+					lost.Add(1)
+				} else {
+					ok.Add(1)
+				}
+			})
+		}
+		<-t.C
+	}
+	elapsed := time.Since(start)
+	wg.Wait()
+	return udpResult{ops: ok.Load(), lost: lost.Load(), elapsed: elapsed}, dialErr
+}
+
+// openUDPSessions opens n sessions to addr (a socket each, one exchange) and
+// leaves the sockets open. The caller closes them.
+func openUDPSessions(client *namespace, addr string, n int) ([]net.Conn, error) {
+	conns := make([]net.Conn, 0, n)
+	buf := make([]byte, 64)
+	for i := range n {
+		c, err := client.dial("udp4", addr)
+		if err != nil {
+			closeAll(conns)
+			return nil, fmt.Errorf("UDP session %d: %w", i, err)
+		}
+		conns = append(conns, c)
+		for try := 0; ; try++ {
+			c.Write(buf)
+			c.SetReadDeadline(time.Now().Add(time.Second))
+			if _, err = c.Read(buf); err == nil {
+				break
+			}
+			if try == 3 {
+				closeAll(conns)
+				return nil, fmt.Errorf("UDP session %d: no reply: %w", i, err)
+			}
+		}
+	}
+	return conns, nil
+}
+
+var errNoRow = errors.New("not measured")

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -17,22 +18,31 @@ import (
 const inNamespaceEnv = "SVCP_BENCH_NETNS"
 
 func main() {
+	// The children (the proxier, HAProxy) die with the thread that started them
+	// (Pdeathsig), and the client namespace's helpers lock threads and retire
+	// them: start children from the main thread only, which lives as long as
+	// the process.
+	runtime.LockOSThread()
 	role := flag.String("role", "", "internal: \"proxier\" runs the proxier child")
 	backendsFlag := flag.String("backends", "", "internal: the proxier child's backends")
-	duration := flag.Duration("duration", 3*time.Second, "length of each throughput measurement")
-	workers := flag.Int("workers", 32, "concurrent connections for connections/s and requests/s")
-	streams := flag.Int("streams", 2, "concurrent streams for Gbit/s")
+	udpIdle := flag.Duration("udp-idle", 5*time.Second, "the proxier's UDP idle timeout (long enough to hold the sessions whose memory is measured)")
+	duration := flag.Duration("duration", 5*time.Second, "length of each throughput measurement")
+	connections := flag.Int("connections", 32, "wrk's concurrent connections")
 	idle := flag.Int("idle", 10000, "idle proxied connections for the memory measurement")
+	udpSessions := flag.Int("udp-sessions", 20000, "UDP sessions for the memory measurement")
+	udpRate := flag.Int("udp-rate", 4000, "new UDP sessions per second for the receive-buffer measurement")
+	profile := flag.String("profile", "", "write CPU and block profiles of the proxier child's connections/s and requests/s rows to this `DIR`")
 	flag.Parse()
 
 	var err error
 	switch {
 	case *role == "proxier":
-		err = runProxier(*backendsFlag)
+		err = runProxier(*backendsFlag, *udpIdle)
 	case os.Getenv(inNamespaceEnv) == "":
 		err = reexecInNamespace()
 	default:
-		err = bench(benchConfig{duration: *duration, workers: *workers, streams: *streams, idle: *idle})
+		err = bench(benchConfig{duration: *duration, connections: *connections, idle: *idle,
+			udpSessions: *udpSessions, udpRate: *udpRate, udpIdle: *udpIdle, profile: *profile})
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "userspace-bench:", err)
@@ -41,15 +51,12 @@ func main() {
 }
 
 // reexecInNamespace runs this program again under `unshare --net`, in a network
-// namespace of its own that disappears when it exits. The file limit is raised
-// first (children inherit it): 10,000 proxied connections are 20,000 sockets in
-// the proxy and 20,000 in the load generator, plus a splice pipe per direction.
+// namespace of its own (the node) that disappears when it exits. The file limit
+// is raised first, as far as we may (children inherit it).
 func reexecInNamespace() error {
 	if os.Geteuid() != 0 {
-		return errors.New("needs root: it makes a network namespace and installs iptables rules in it")
+		return errors.New("needs root: it makes network namespaces and installs iptables rules in them")
 	}
-	// Raise the file limit as far as we may (children inherit it): without
-	// CAP_SYS_RESOURCE the hard limit stays where it is.
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil {
 		want := max(lim.Max, 1<<18)
@@ -68,14 +75,11 @@ func reexecInNamespace() error {
 	return cmd.Run()
 }
 
-// setupNamespace makes the private namespace usable: loopback up, the service
-// range routed so the node's packets reach nat OUTPUT (where the portal takes
-// them), and enough ephemeral ports for a burst of short connections.
-func setupNamespace() error {
+// setupNode makes the node namespace usable: loopback up, and enough ephemeral
+// ports for a burst of short connections to the backends.
+func setupNode() error {
 	for _, args := range [][]string{
 		{"ip", "link", "set", "lo", "up"},
-		{"ip", "addr", "add", "198.19.0.1/32", "dev", "lo"},
-		{"ip", "route", "add", "198.18.0.0/16", "dev", "lo", "src", "198.19.0.1"},
 		{"sysctl", "-qw", "net.ipv4.ip_local_port_range=1024 65535"},
 		{"sysctl", "-qw", "net.ipv4.tcp_tw_reuse=1"},
 	} {
@@ -87,21 +91,36 @@ func setupNamespace() error {
 }
 
 type benchConfig struct {
-	duration               time.Duration
-	workers, streams, idle int
+	duration             time.Duration
+	connections, idle    int
+	udpSessions, udpRate int
+	udpIdle              time.Duration
+	profile              string
 }
 
 // path is one way to the backends.
 type path struct {
-	name  string
-	addrs func(kind string) []string
-	proc  *child // the proxy process; nil for direct
+	name string
+	addr func(kind string) string
+	proc *child // the proxy process; nil for direct
+}
+
+// tcpRow is one path's TCP figures.
+type tcpRow struct {
+	conns, reqs wrkResult
+	gbits       float64
+	kibPerIdle  float64 // 0: not measured
 }
 
 func bench(cfg benchConfig) error {
-	if err := setupNamespace(); err != nil {
+	if err := setupNode(); err != nil {
 		return err
 	}
+	client, err := newClientNamespace()
+	if err != nil {
+		return err
+	}
+	defer client.remove()
 	// Each idle proxied connection is 2 descriptors in the proxy and 2 here (the
 	// client's and the backend's): stay under the file limit.
 	var lim syscall.Rlimit
@@ -110,13 +129,19 @@ func bench(cfg benchConfig) error {
 			fmt.Printf("note: %d idle connections instead of %d: the file limit is %d (raising it needs CAP_SYS_RESOURCE)\n", most, cfg.idle, lim.Cur)
 			cfg.idle = most
 		}
+		// Each UDP session is 1 descriptor here and 1 in the proxy, which keeps
+		// a reserve of 2% (at most 512) for the rest of the process.
+		if most := int(lim.Cur) - min(int(lim.Cur)/50, 512) - 200; cfg.udpSessions > most {
+			fmt.Printf("note: %d UDP sessions instead of %d: the file limit is %d\n", most, cfg.udpSessions, lim.Cur)
+			cfg.udpSessions = most
+		}
 	}
 	b, err := startBackends()
 	if err != nil {
 		return err
 	}
 	defer b.close()
-	proxier, err := startProxier(b)
+	proxier, err := startProxier(b, cfg.udpIdle)
 	if err != nil {
 		return err
 	}
@@ -126,52 +151,155 @@ func bench(cfg benchConfig) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	haproxy, err := startHAProxy(context.Background(), b, dir, cfg.idle+cfg.workers+100)
+	haproxy, err := startHAProxy(context.Background(), b, dir, cfg.idle+cfg.connections+100)
 	if err != nil {
 		return err
 	}
 	defer haproxy.stop()
 
 	paths := []path{
-		{name: "direct", addrs: func(kind string) []string { return b.addrs[kind] }},
-		{name: "userspace", proc: proxier, addrs: func(kind string) []string { return []string{vip(kind)} }},
-		{name: "haproxy", proc: haproxy, addrs: func(kind string) []string {
-			return []string{fmt.Sprintf("127.0.0.1:%d", haproxyPorts[kind])}
+		{name: "direct", addr: func(kind string) string { return b.addrs[kind][0] }},
+		{name: "userspace", proc: proxier, addr: vip},
+		{name: "haproxy", proc: haproxy, addr: func(kind string) string {
+			return fmt.Sprintf("%s:%d", backendIP, haproxyPorts[kind])
 		}},
 	}
-	fmt.Printf("userspace-bench: %s, %d CPUs, GOMAXPROCS %d; %s per measurement, %d workers, %d streams\n\n",
-		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), cfg.duration, cfg.workers, cfg.streams)
-	fmt.Println("| path | connections/s | requests/s (keep-alive) | Gbit/s | RSS per idle connection |")
+	fmt.Printf("userspace-bench: %s, %d CPUs, GOMAXPROCS %d; %s per measurement; wrk -t2 -c%d from a client namespace\n",
+		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), cfg.duration, cfg.connections)
+	fmt.Printf("load average before: %s\n\n", loadavg())
+	rows := map[string]tcpRow{}
+	for _, p := range paths {
+		row, err := measureTCP(client, p, cfg)
+		if err != nil {
+			return fmt.Errorf("%s: %w", p.name, err)
+		}
+		rows[p.name] = row
+	}
+	printTCP(paths, rows, cfg)
+	if err := benchUDP(client, b, proxier, cfg); err != nil {
+		return err
+	}
+	fmt.Printf("\nload average after: %s\n", loadavg())
+	if cfg.profile != "" {
+		return profileRows(client, proxier, cfg)
+	}
+	return nil
+}
+
+// measureTCP takes one path's TCP row.
+func measureTCP(client *namespace, p path, cfg benchConfig) (tcpRow, error) {
+	var row tcpRow
+	var err error
+	if row.conns, err = runWrk(client, p.addr(kindHTTP), true, cfg); err != nil {
+		return row, err
+	}
+	time.Sleep(time.Second) // let the TIME_WAIT burst settle between runs
+	if row.reqs, err = runWrk(client, p.addr(kindHTTP), false, cfg); err != nil {
+		return row, err
+	}
+	if row.gbits, err = oneStream(client, p.addr(kindStream), cfg.duration); err != nil {
+		return row, err
+	}
+	if p.proc != nil {
+		if row.kibPerIdle, err = idleMemory(client, p, cfg.idle); err != nil {
+			return row, err
+		}
+	}
+	return row, nil
+}
+
+func printTCP(paths []path, rows map[string]tcpRow, cfg benchConfig) {
+	d, h := rows["direct"], rows["haproxy"]
+	fmt.Println("| path | connections/s | requests/s (keep-alive) | Gbit/s (one stream) | RSS per idle connection |")
 	fmt.Println("|---|---:|---:|---:|---:|")
 	for _, p := range paths {
-		conns := run(p.addrs(kindConn), cfg.workers, cfg.duration, oneConnection)
-		time.Sleep(time.Second) // let the TIME_WAIT burst settle between runs
-		reqs := run(p.addrs(kindRR), cfg.workers, cfg.duration, requests)
-		bulk := run(p.addrs(kindStream), cfg.streams, cfg.duration, stream)
+		r := rows[p.name]
 		mem := "-"
-		if p.proc != nil {
-			perConn, err := idleMemory(p, cfg.idle)
-			if err != nil {
-				return fmt.Errorf("%s: %w", p.name, err)
-			}
-			mem = fmt.Sprintf("%.1f KiB", perConn)
+		if r.kibPerIdle != 0 {
+			mem = fmt.Sprintf("%.1f KiB", r.kibPerIdle)
 		}
-		fmt.Printf("| %s | %.0f%s | %.0f%s | %.2f%s | %s |\n", p.name,
-			conns.perSecond(), errNote(conns), reqs.perSecond(), errNote(reqs),
-			bulk.perSecond()*8/1e9, errNote(bulk), mem)
+		fmt.Printf("| %s | %.0f%s | %.0f%s | %.2f | %s |\n", p.name,
+			r.conns.perSecond, errNote(r.conns), r.reqs.perSecond, errNote(r.reqs), r.gbits, mem)
 	}
-	fmt.Printf("\nRSS per idle connection: (VmRSS with %d idle proxied connections - VmRSS before) / %d, of the proxy process only; kernel socket and pipe buffers are not in it.\n", cfg.idle, cfg.idle)
+	u := rows["userspace"]
+	fmt.Printf("\nuserspace / haproxy: connections/s %.2f×, requests/s %.2f×, RSS per idle connection %.2f×\n",
+		u.conns.perSecond/h.conns.perSecond, u.reqs.perSecond/h.reqs.perSecond, u.kibPerIdle/h.kibPerIdle)
+	fmt.Printf("userspace / direct:  connections/s %.2f×, requests/s %.2f×, Gbit/s %.2f×\n",
+		u.conns.perSecond/d.conns.perSecond, u.reqs.perSecond/d.reqs.perSecond, u.gbits/d.gbits)
+	fmt.Printf("RSS per idle connection: (VmRSS with %d idle proxied connections - VmRSS before) / %d, of the proxy process only; kernel socket buffers are not in it.\n", cfg.idle, cfg.idle)
+}
+
+// benchUDP measures the UDP path against direct: datagrams/s on 32 sessions,
+// new sessions/s, a paced rate of new sessions (replies lost, receive-buffer
+// drops in the node), and the proxy's memory per session.
+func benchUDP(client *namespace, b *backends, proxier *child, cfg benchConfig) error {
+	type udpRow struct {
+		datagrams, sessions, paced udpResult
+		drops                      uint64
+	}
+	rows := map[string]udpRow{}
+	names := []string{"direct", "userspace"}
+	addr := map[string]string{"direct": b.addrs[kindUDP][0], "userspace": vip(kindUDP)}
+	for _, name := range names {
+		var r udpRow
+		var err error
+		if r.datagrams, err = udpDatagrams(client, addr[name], 32, cfg.duration); err != nil {
+			return fmt.Errorf("UDP datagrams/s, %s: %w", name, err)
+		}
+		time.Sleep(cfg.udpIdle + cfg.udpIdle/4 + time.Second) // the sessions idle out
+		if r.sessions, err = udpSessions(client, addr[name], 32, cfg.duration); err != nil {
+			return fmt.Errorf("UDP sessions/s, %s: %w", name, err)
+		}
+		time.Sleep(cfg.udpIdle + cfg.udpIdle/4 + time.Second)
+		before, err := udpReceiveErrors()
+		if err != nil {
+			return err
+		}
+		if r.paced, err = udpPaced(client, addr[name], cfg.udpRate, 3*time.Second); err != nil {
+			return fmt.Errorf("UDP at %d sessions/s, %s: %w", cfg.udpRate, name, err)
+		}
+		after, _ := udpReceiveErrors()
+		r.drops = after - before
+		time.Sleep(cfg.udpIdle + cfg.udpIdle/4 + time.Second)
+		rows[name] = r
+	}
+	before, err := proxier.rssKB()
+	if err != nil {
+		return err
+	}
+	conns, err := openUDPSessions(client, vip(kindUDP), cfg.udpSessions)
+	if err != nil {
+		return err
+	}
+	after, err := proxier.rssKB()
+	closeAll(conns)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\n| UDP path | datagrams/s (32 sessions) | new sessions/s | %d new sessions/s for 3s: replies lost | receive-buffer drops |\n", cfg.udpRate)
+	fmt.Println("|---|---:|---:|---:|---:|")
+	for _, name := range names {
+		r := rows[name]
+		fmt.Printf("| %s | %.0f | %.0f | %d of %d | %d |\n", name, r.datagrams.perSecond(), r.sessions.perSecond(),
+			r.paced.lost, r.paced.ops+r.paced.lost, r.drops)
+	}
+	d, u := rows["direct"], rows["userspace"]
+	fmt.Printf("\nuserspace / direct: datagrams/s %.2f×, new sessions/s %.2f×\n",
+		u.datagrams.perSecond()/d.datagrams.perSecond(), u.sessions.perSecond()/d.sessions.perSecond())
+	perSession := float64(after-before) / float64(cfg.udpSessions)
+	fmt.Printf("UDP memory: %d sessions raised the proxy's RSS by %.1f MiB (%.2f KiB per session; %.1f MiB for 20,000)\n",
+		cfg.udpSessions, float64(after-before)/1024, perSession, perSession*20000/1024)
 	return nil
 }
 
 // idleMemory opens n idle connections through p and returns the growth of the
 // proxy process's resident memory per connection, in KiB.
-func idleMemory(p path, n int) (float64, error) {
+func idleMemory(client *namespace, p path, n int) (float64, error) {
 	before, err := p.proc.rssKB()
 	if err != nil {
 		return 0, err
 	}
-	conns, err := openIdle(p.addrs(kindRR), n)
+	conns, err := openIdle(client, p.addr(kindHTTP), n)
 	if err != nil {
 		return 0, err
 	}
@@ -183,9 +311,42 @@ func idleMemory(p path, n int) (float64, error) {
 	return float64(after-before) / float64(n), nil
 }
 
-func errNote(r result) string {
-	if r.errors == 0 {
+// profileRows runs the userspace connections/s and requests/s rows again,
+// once under the CPU profiler and once under the block profiler, and writes
+// the profiles of the proxier child to cfg.profile.
+func profileRows(client *namespace, proxier *child, cfg benchConfig) error {
+	if err := os.MkdirAll(cfg.profile, 0o755); err != nil {
+		return err
+	}
+	for _, row := range []struct {
+		name    string
+		newConn bool
+	}{{"conns", true}, {"reqs", false}} {
+		for _, kind := range []string{"profile", "block"} {
+			file := filepath.Join(cfg.profile, fmt.Sprintf("%s-%s.pprof", row.name, map[string]string{"profile": "cpu", "block": "block"}[kind]))
+			wait := proxier.profile(kind, cfg.duration, file)
+			res, err := runWrk(client, vip(kindHTTP), row.newConn, cfg)
+			if err := errors.Join(err, wait()); err != nil {
+				return err
+			}
+			fmt.Printf("profile %s: %s (%.0f/s during it)\n", row.name, file, res.perSecond)
+		}
+	}
+	return nil
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:3], " ")
+}
+
+func errNote(r wrkResult) string {
+	if r.errors == "" {
 		return ""
 	}
-	return fmt.Sprintf(" (%d errors)", r.errors)
+	return " (" + r.errors + ")"
 }

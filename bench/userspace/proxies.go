@@ -3,12 +3,19 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	_ "net/http/pprof"
 	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,25 +26,20 @@ import (
 	"github.com/svcproxy/svcproxy/userspace"
 )
 
-// vip is the ClusterIP of the benchmark Service of a kind: 198.18.0.1 for conn,
-// .2 for rr, .3 for stream, all on port 80.
+// vip is the ClusterIP:port of the benchmark Service of a kind.
 func vip(kind string) string {
-	for i, k := range kinds {
-		if k == kind {
-			return fmt.Sprintf("198.18.0.%d:80", i+1)
-		}
-	}
-	panic("unknown kind " + kind)
+	return map[string]string{kindHTTP: "198.18.0.1:80", kindStream: "198.18.0.2:80", kindUDP: "198.18.0.3:53"}[kind]
 }
 
 // runProxier is the child process: a userspace.Proxier with its portals, serving
-// one Service per kind, until SIGTERM. It prints "ready" once synced.
-func runProxier(backendFlag string) error {
+// one Service per kind, until SIGTERM. It prints "ready" once synced, and the
+// address of its pprof server (net/http/pprof) on loopback.
+func runProxier(backendFlag string, udpIdle time.Duration) error {
 	ipt, err := iptables.New(iptables.Config{})
 	if err != nil {
 		return err
 	}
-	p := userspace.New(userspace.Config{IPTables: ipt})
+	p := userspace.New(userspace.Config{IPTables: ipt, UDPIdleTimeout: udpIdle})
 	var svcs []*service.Service
 	for _, kindAddrs := range strings.Split(backendFlag, ";") {
 		kind, addrs, _ := strings.Cut(kindAddrs, "=")
@@ -46,7 +48,17 @@ func runProxier(backendFlag string) error {
 	if err := p.Sync(service.NewSnapshot(svcs, nil)); err != nil {
 		return err
 	}
-	fmt.Println("ready")
+	runtime.SetBlockProfileRate(int(time.Microsecond)) // what the block profile samples
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	// /free returns unused memory to the kernel first, so that RSS readings
+	// compare what is in use, not what the garbage collector has not yet
+	// given back.
+	http.HandleFunc("/free", func(http.ResponseWriter, *http.Request) { debug.FreeOSMemory() })
+	go http.Serve(ln, nil) // net/http/pprof's handlers, and /free
+	fmt.Printf("ready %s\n", ln.Addr())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	return p.Run(ctx)
@@ -54,16 +66,20 @@ func runProxier(backendFlag string) error {
 
 func benchService(kind string, addrs []string) *service.Service {
 	vip := netip.MustParseAddrPort(vip(kind))
+	proto := service.TCP
+	if kind == kindUDP {
+		proto = service.UDP
+	}
 	svc := &service.Service{
 		NamespacedName: service.NamespacedName{Namespace: "bench", Name: kind},
 		Type:           service.TypeClusterIP,
 		ClusterIPs:     []netip.Addr{vip.Addr()},
 	}
 	port := &service.Port{
-		Name:     service.PortName{NamespacedName: svc.NamespacedName, Protocol: service.TCP},
+		Name:     service.PortName{NamespacedName: svc.NamespacedName, Protocol: proto},
 		Service:  svc,
 		Port:     vip.Port(),
-		Protocol: service.TCP,
+		Protocol: proto,
 	}
 	for _, a := range addrs {
 		port.Endpoints = append(port.Endpoints, service.Endpoint{Addr: netip.MustParseAddrPort(a), Ready: true, Serving: true})
@@ -74,8 +90,9 @@ func benchService(kind string, addrs []string) *service.Service {
 
 // child is a proxy process the benchmark started.
 type child struct {
-	name string
-	cmd  *exec.Cmd
+	name  string
+	cmd   *exec.Cmd
+	pprof string // the proxier child's pprof address
 }
 
 func (c *child) stop() {
@@ -96,8 +113,14 @@ func waitExit(cmd *exec.Cmd, done chan<- struct{}) {
 	close(done)
 }
 
-// rssKB is the resident memory of the child, from /proc/PID/status.
+// rssKB is the resident memory of the child, from /proc/PID/status (for the
+// proxier child, after it returned its unused memory to the kernel).
 func (c *child) rssKB() (int, error) {
+	if c.pprof != "" {
+		if resp, err := http.Get("http://" + c.pprof + "/free"); err == nil {
+			resp.Body.Close()
+		}
+	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
 	if err != nil {
 		return 0, err
@@ -111,16 +134,16 @@ func (c *child) rssKB() (int, error) {
 }
 
 // startProxier runs this program again as the proxier child.
-func startProxier(b *backends) (*child, error) {
+func startProxier(b *backends, udpIdle time.Duration) (*child, error) {
 	var spec []string
-	for _, kind := range kinds {
+	for _, kind := range append(tcpKinds, kindUDP) {
 		spec = append(spec, kind+"="+strings.Join(b.addrs[kind], ","))
 	}
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, "-role=proxier", "-backends="+strings.Join(spec, ";"))
+	cmd := exec.Command(self, "-role=proxier", "-backends="+strings.Join(spec, ";"), "-udp-idle="+udpIdle.String())
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
@@ -132,15 +155,41 @@ func startProxier(b *backends) (*child, error) {
 	}
 	c := &child{name: "userspace", cmd: cmd}
 	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || line != "ready\n" {
+	if _, serr := fmt.Sscanf(line, "ready %s", &c.pprof); err != nil || serr != nil {
 		c.stop()
 		return nil, fmt.Errorf("proxier child: %q, %v", line, err)
 	}
 	return c, nil
 }
 
+// profile fetches a profile (pprof's name: "profile" for CPU, "block") of the
+// proxier child over d into file, while the caller runs load.
+func (c *child) profile(name string, d time.Duration, file string) func() error {
+	done := make(chan error, 1)
+	go func() {
+		url := fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", c.pprof, name, int(d.Seconds()))
+		if name == "block" {
+			url = fmt.Sprintf("http://%s/debug/pprof/block?seconds=%d", c.pprof, int(d.Seconds()))
+		}
+		resp, err := http.Get(url)
+		if err != nil {
+			done <- err
+			return
+		}
+		defer resp.Body.Close()
+		f, err := os.Create(file)
+		if err != nil {
+			done <- err
+			return
+		}
+		_, err = io.Copy(f, resp.Body)
+		done <- errors.Join(err, f.Close())
+	}()
+	return func() error { return <-done }
+}
+
 // haproxyPorts are HAProxy's frontends, one per kind.
-var haproxyPorts = map[string]int{kindConn: 18001, kindRR: 18002, kindStream: 18003}
+var haproxyPorts = map[string]int{kindHTTP: 18001, kindStream: 18002}
 
 // haproxyConfig is the global part; maxconn is filled in: HAProxy refuses to
 // start when the file limit cannot hold 2 descriptors per connection plus its
@@ -163,8 +212,8 @@ defaults
 func startHAProxy(ctx context.Context, b *backends, dir string, maxconn int) (*child, error) {
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, haproxyConfig, maxconn)
-	for _, kind := range kinds {
-		fmt.Fprintf(&cfg, "frontend %s\n\tbind 127.0.0.1:%d\n\tdefault_backend %s\n", kind, haproxyPorts[kind], kind)
+	for _, kind := range tcpKinds {
+		fmt.Fprintf(&cfg, "frontend %s\n\tbind %s:%d\n\tdefault_backend %s\n", kind, backendIP, haproxyPorts[kind], kind)
 		fmt.Fprintf(&cfg, "backend %s\n\tbalance roundrobin\n", kind)
 		for i, a := range b.addrs[kind] {
 			fmt.Fprintf(&cfg, "\tserver s%d %s\n", i, a)
@@ -183,8 +232,8 @@ func startHAProxy(ctx context.Context, b *backends, dir string, maxconn int) (*c
 	c := &child{name: "haproxy", cmd: cmd}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	for _, kind := range kinds {
-		if err := waitListening(ctx, fmt.Sprintf("127.0.0.1:%d", haproxyPorts[kind])); err != nil {
+	for _, kind := range tcpKinds {
+		if err := waitListening(ctx, fmt.Sprintf("%s:%d", backendIP, haproxyPorts[kind])); err != nil {
 			c.stop()
 			return nil, fmt.Errorf("haproxy did not come up: %w", err)
 		}
