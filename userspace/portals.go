@@ -36,7 +36,7 @@ const (
 	// to 0.0.0.0, so anyone who reaches a node address could connect to one
 	// directly and be proxied without ever addressing the Service; this chain
 	// lets through what conntrack says a portal redirected (ctstate DNAT) and
-	// REJECTs the rest. Hooked from filter INPUT.
+	// REJECTs the other new connections. Hooked from filter INPUT.
 	//
 	// Its first rule also keeps conntrack running in the namespace: with
 	// iptables-nft the kernel tracks connections only while some rule needs
@@ -105,7 +105,9 @@ func Render(portals []Portal) []byte {
 		proto := strings.ToLower(string(p.Protocol))
 		const reject = "-j REJECT --reject-with icmp-port-unreachable"
 		if p.Listener != 0 {
-			fmt.Fprintf(&listeners, "-A %s -p %s -m comment --comment %q -m %s --dport %d %s\n", ChainListeners,
+			// Only new connections: a packet of an established one is never
+			// dropped here, whatever conntrack recorded about it.
+			fmt.Fprintf(&listeners, "-A %s -p %s -m comment --comment %q -m %s --dport %d -m conntrack --ctstate NEW %s\n", ChainListeners,
 				proto, p.Name.String()+" listener, not through a portal", proto, p.Listener, reject)
 		}
 		if p.Excluded {
