@@ -238,6 +238,9 @@ func dialFrom(t *testing.T, ns *netNS, src netip.Addr, dst netip.AddrPort) *conn
 // echo checks that the connection still carries data both ways.
 func (c *conn) echo(t *testing.T) {
 	t.Helper()
+	// A deadline of its own: the one set at dial time has passed when the
+	// connection is checked after a promotion, which takes a while in the VM.
+	c.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := io.WriteString(c, "ping\n"); err != nil {
 		t.Fatalf("connection to %s: write: %v", c.backend, err)
 	}
