@@ -58,7 +58,8 @@ func (h hook) args() []string {
 }
 
 // hooks are appended (not prepended): the offload chains are prepended, so that a
-// promoted port's kernel path is met before its portal (see DESIGN.md).
+// promoted port's kernel path is met before its portal (docs/architecture.md,
+// "Paths and promotion").
 var hooks = []hook{
 	{iptables.TableFilter, "INPUT", ChainListeners},
 	{iptables.TableFilter, "INPUT", ChainReject},

@@ -186,6 +186,9 @@ func waitOpened(t *testing.T, m *Mode, n uint64) {
 // VIP was caught at every step, and the paths changed in the order given.
 func wantStates(t *testing.T, what string, got []state, want ...[2]bool) {
 	t.Helper()
+	for i, s := range got {
+		t.Logf("%s, step %d: portal %-5v kernel path %-5v a new connection from a pod: %s", what, i, s.portal, s.kernel, s.result)
+	}
 	for _, s := range got {
 		if !strings.HasPrefix(s.result, "REDIRECT") && !strings.HasPrefix(s.result, "DNAT") {
 			t.Errorf("%s: a new connection to the VIP was caught by neither path: %s", what, s)

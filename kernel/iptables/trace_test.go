@@ -45,6 +45,7 @@ func TestTracePortals(t *testing.T) {
 			f.SetLocalAddrs(node)
 			tr, err := f.Trace(tc.pkt)
 			require.NoError(t, err)
+			t.Logf("the packet's way (go test -v prints it):\n%s", tr)
 			assert.Equal(t, tc.want, tr.Result(), "trace:\n%s", tr)
 			assert.Equal(t, tc.mark, tr.Mark, "the masquerade bit is cleared before it leaves\n%s", tr)
 		})

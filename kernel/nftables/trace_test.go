@@ -98,6 +98,7 @@ func TestTrace(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, err := newSmall(t).Trace(tc.pkt)
 			require.NoError(t, err)
+			t.Logf("the packet's way (go test -v prints it):\n%s", tr)
 			assert.Equal(t, tc.want, tr.Result(), "trace:\n%s", tr)
 			assert.Equal(t, tc.pkt.Mark, tr.Mark, "the masquerade bit is cleared before it leaves\n%s", tr)
 		})

@@ -103,6 +103,7 @@ func TestTrace(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Logf("the packet's way (go test -v prints it):\n%s", tr)
 			if got := tr.Result(); got != tt.want {
 				t.Errorf("result %q, want %q\n%s", got, tt.want, tr)
 			}

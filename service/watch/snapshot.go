@@ -1,0 +1,36 @@
+package watch
+
+import (
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// SnapshotOf is the Snapshot a manifests file describes, at once, without a
+// Watcher: LoadManifests, then service.Build. It is for tools that read a file
+// once (svclab's rules and trace) and for examples; the error is
+// LoadManifests'. Documents of unsupported kinds are skipped, as the Watcher
+// skips them, and the Snapshot is built from the rest.
+func SnapshotOf(name string, data []byte) (*service.Snapshot, error) {
+	objs, err := LoadManifests(name, data)
+	if !onlyUnsupported(err) {
+		return nil, err
+	}
+	var (
+		svcs      []*v1.Service
+		slices    []*discoveryv1.EndpointSlice
+		endpoints []*v1.Endpoints
+	)
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *v1.Service:
+			svcs = append(svcs, o)
+		case *discoveryv1.EndpointSlice:
+			slices = append(slices, o)
+		case *v1.Endpoints:
+			endpoints = append(endpoints, o)
+		}
+	}
+	return service.Build(svcs, slices, endpoints), err
+}
