@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 TIMEOUT ?= 25m
 
-.PHONY: all build lab test test-ipvs vet deps kapi bench clean
+.PHONY: all build lab test test-ipvs vet deps kapi image bench clean
 
 all: build
 
@@ -24,10 +24,17 @@ vet:
 	$(GO) vet ./...
 
 ## kapi: build (once, then cached in ~/.cache/svcproxy) the kube-apiserver and
-## etcd that the API-server tests start; exit status 2 means no Go module proxy,
-## and those tests skip
+## etcd that the API-server tests start, and the kube-controller-manager and
+## kubectl of the control-plane lab (svclab up --control-plane; make lab uses
+## it when they are built); exit status 2 means no Go module proxy, and those
+## tests skip
 kapi:
 	@./test/kapi/build.sh || [ $$? -eq 2 ]
+
+## image: the container image for kind (docs/kind.md), built without a Docker
+## daemon: bin/svcproxy-image.tar, for `kind load image-archive` or `docker load`
+image: deps
+	$(GO) run ./deploy/image/mkimage -o $(BIN)/svcproxy-image.tar
 
 ## test: everything, root-only tests included (they skip without root)
 test: deps vet kapi

@@ -19,12 +19,15 @@ const buildTimeout = 30 * time.Minute
 // the test to fail and clean up.
 const deadlineMargin = 30 * time.Second
 
-var binaries struct {
+// built is one Build's outcome, once per test binary.
+type built struct {
 	once sync.Once
 	bins kapibin.Binaries
 	err  error
 	took time.Duration
 }
+
+var binaries, controlPlane built
 
 // Binaries finds kube-apiserver and etcd, cached outside the repository keyed
 // by their versions ($XDG_CACHE_HOME or ~/.cache, under svcproxy/kapi/<versions>/).
@@ -36,6 +39,18 @@ var binaries struct {
 // test process builds at most once; other processes wait on a file lock for
 // the one that builds.
 func Binaries(t testing.TB) kapibin.Binaries {
+	t.Helper()
+	return find(t, &binaries, false)
+}
+
+// ControlPlaneBinaries is Binaries with kube-controller-manager and kubectl
+// as well (Binaries.ControllerManager and Binaries.Kubectl).
+func ControlPlaneBinaries(t testing.TB) kapibin.Binaries {
+	t.Helper()
+	return find(t, &controlPlane, true)
+}
+
+func find(t testing.TB, binaries *built, withControlPlane bool) kapibin.Binaries {
 	t.Helper()
 	binaries.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
@@ -49,14 +64,15 @@ func Binaries(t testing.TB) kapibin.Binaries {
 		}
 		start := time.Now()
 		binaries.bins, binaries.err = kapibin.Build(ctx, kapibin.Config{
-			Log:        logWriter{t},
-			CachedOnly: os.Getenv("SVCPROXY_KAPI_BUILD") != "1",
+			Log:          logWriter{t},
+			CachedOnly:   os.Getenv("SVCPROXY_KAPI_BUILD") != "1",
+			ControlPlane: withControlPlane,
 		})
 		binaries.took = time.Since(start)
 	})
 	switch {
 	case errors.Is(binaries.err, kapibin.ErrNotBuilt):
-		t.Skipf("needs kube-apiserver and etcd: %v; run `make kapi` first (make test does), "+
+		t.Skipf("needs the Kubernetes programs: %v; run `make kapi` first (make test does), "+
 			"or set SVCPROXY_KAPI_BUILD=1 to build them here", binaries.err)
 	case errors.Is(binaries.err, kapibin.ErrUnavailable):
 		t.Skipf("needs kube-apiserver and etcd, which cannot be built here: %v", binaries.err)

@@ -1,9 +1,13 @@
 #!/bin/sh
-# Builds (or finds in the cache) kube-apiserver and etcd for svcproxy's tests and
-# prints where they are:
+# Builds (or finds in the cache) kube-apiserver and etcd for svcproxy's tests, and
+# kube-controller-manager and kubectl for the control-plane lab, and prints where
+# they are:
 #   APISERVER=/root/.cache/svcproxy/kapi/<versions>/kube-apiserver
 #   ETCD=/root/.cache/svcproxy/kapi/<versions>/etcd
-# A cold build takes ~5 minutes and ~2.4 GB of memory; a cached one, a second.
+#   KUBE_CONTROLLER_MANAGER=/root/.cache/svcproxy/kapi/<versions>/kube-controller-manager
+#   KUBECTL=/root/.cache/svcproxy/kapi/<versions>/kubectl
+# A cold build takes minutes (tens of them on a busy machine) and ~2.4 GB of
+# memory; a cached one, a second. -apiserver-only builds the first two.
 # Exit status 2: no go command or no module proxy (the tests would skip).
 set -eu
 cd "$(dirname "$0")/../.."

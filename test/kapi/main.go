@@ -1,9 +1,14 @@
 // Command kapi builds (or finds in the cache) the kube-apiserver and etcd that
-// svcproxy's tests run, and prints where they are, one "name=path" a line:
+// svcproxy's tests run, and the kube-controller-manager and kubectl of the
+// control-plane lab, and prints where they are, one "name=path" a line:
 //
 //	go run ./test/kapi
 //	APISERVER=/root/.cache/svcproxy/kapi/kube-apiserver-v1.37.2_etcd-v3.6.16_0123abcd4567/kube-apiserver
 //	ETCD=/root/.cache/svcproxy/kapi/kube-apiserver-v1.37.2_etcd-v3.6.16_0123abcd4567/etcd
+//	KUBE_CONTROLLER_MANAGER=/root/.cache/svcproxy/kapi/kube-controller-manager-v1.37.2_kubectl-v1.37.2_89ab01cd23ef/kube-controller-manager
+//	KUBECTL=/root/.cache/svcproxy/kapi/kube-controller-manager-v1.37.2_kubectl-v1.37.2_89ab01cd23ef/kubectl
+//
+// With -apiserver-only, only the first two.
 //
 // The versions are pinned by the two nested modules beside this file,
 // apiserver/ and etcd/; see README.md. The tests call the same code
@@ -14,6 +19,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -25,7 +31,10 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	bins, err := kapibin.Build(ctx, kapibin.Config{Log: os.Stderr})
+	apiOnly := flag.Bool("apiserver-only", false, "build only kube-apiserver and etcd")
+	cachedOnly := flag.Bool("cached-only", false, "build nothing: print the cached programs, or exit 1")
+	flag.Parse()
+	bins, err := kapibin.Build(ctx, kapibin.Config{Log: os.Stderr, ControlPlane: !*apiOnly, CachedOnly: *cachedOnly})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kapi:", err)
 		if errors.Is(err, kapibin.ErrUnavailable) {
@@ -34,4 +43,7 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Printf("APISERVER=%s\nETCD=%s\n", bins.APIServer, bins.Etcd)
+	if !*apiOnly {
+		fmt.Printf("KUBE_CONTROLLER_MANAGER=%s\nKUBECTL=%s\n", bins.ControllerManager, bins.Kubectl)
+	}
 }

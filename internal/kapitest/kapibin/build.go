@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,17 +21,22 @@ import (
 
 // ErrUnavailable is wrapped by Build's error when the go command or the module
 // proxy cannot be reached: tests skip on it instead of failing.
-var ErrUnavailable = errors.New("cannot build kube-apiserver and etcd here")
+var ErrUnavailable = errors.New("cannot build the Kubernetes programs here")
 
-// Binaries are the paths of the two built programs.
+// Binaries are the paths of the built programs.
 type Binaries struct {
 	APIServer string // kube-apiserver
 	Etcd      string // etcd
-	// Key names the versions: "kube-apiserver-v1.37.2_etcd-v3.6.16_<hash>".
+	// ControllerManager and Kubectl are set only with Config.ControlPlane.
+	ControllerManager string // kube-controller-manager
+	Kubectl           string // kubectl
+	// Key names the versions of kube-apiserver and etcd:
+	// "kube-apiserver-v1.37.2_etcd-v3.6.16_<hash>".
 	Key string
 }
 
-// Config says where the sources and the cache are. The zero value is usable.
+// Config says where the sources and the cache are, and what to build. The
+// zero value is usable.
 type Config struct {
 	// RepoRoot is the directory of svcproxy's go.mod. If empty, it is found by
 	// walking up from the working directory.
@@ -45,29 +51,55 @@ type Config struct {
 	// CachedOnly returns ErrNotBuilt instead of building when the cache does
 	// not hold the binaries yet.
 	CachedOnly bool
+	// ControlPlane asks for kube-controller-manager and kubectl as well (the
+	// control-plane lab), besides kube-apiserver and etcd.
+	ControlPlane bool
 }
 
 // ErrNotBuilt is Build's error with CachedOnly when the binaries are not cached.
-var ErrNotBuilt = errors.New("kube-apiserver and etcd are not built yet")
+var ErrNotBuilt = errors.New("the Kubernetes programs are not built yet")
 
-// module is one of the nested modules under test/kapi and the command it builds.
+// module is one of the nested Go modules under test/kapi.
 type module struct {
 	dir     string                      // under test/kapi
-	dep     string                      // the module that holds the command; its version is in the key
-	pkg     string                      // the command's package
-	out     string                      // the binary's file name
+	dep     string                      // the module that holds the commands; its version is in the key
 	ldflags func(version string) string // nil: none
 }
 
-var modules = []module{
-	{
-		dir: "apiserver", dep: "k8s.io/kubernetes", pkg: "k8s.io/kubernetes/cmd/kube-apiserver", out: "kube-apiserver",
-		ldflags: kubeLDFlags,
-	},
-	{
-		dir: "etcd", dep: "go.etcd.io/etcd/server/v3", pkg: "go.etcd.io/etcd/server/v3", out: "etcd",
-	},
+var (
+	kubernetes = module{dir: "apiserver", dep: "k8s.io/kubernetes", ldflags: kubeLDFlags}
+	etcd       = module{dir: "etcd", dep: "go.etcd.io/etcd/server/v3"}
+	// controlPlane is k8s.io/kubernetes again, at the same version, with the
+	// requirements kubectl adds; a module of its own so that adding them did
+	// not change apiserver/'s go.sum, and with it the cached kube-apiserver's key.
+	controlPlane = module{dir: "controlplane", dep: "k8s.io/kubernetes", ldflags: kubeLDFlags}
+)
+
+// program is one command and the module that builds it.
+type program struct {
+	mod module
+	pkg string // the command's package
+	out string // the binary's file name
 }
+
+// set is a group of programs cached together, in one directory named by their
+// versions and a hash of their modules' go.mod and go.sum. Sets are cached
+// apart so that asking for a new one never invalidates one already built:
+// the control plane's programs were added after the API server's.
+type set []program
+
+var (
+	apiServerSet = set{
+		{mod: kubernetes, pkg: "k8s.io/kubernetes/cmd/kube-apiserver", out: "kube-apiserver"},
+		{mod: etcd, pkg: "go.etcd.io/etcd/server/v3", out: "etcd"},
+	}
+	// The same versions as kube-apiserver's module: the packages they share
+	// come compiled from the go build cache.
+	controlPlaneSet = set{
+		{mod: controlPlane, pkg: "k8s.io/kubernetes/cmd/kube-controller-manager", out: "kube-controller-manager"},
+		{mod: controlPlane, pkg: "k8s.io/kubernetes/cmd/kubectl", out: "kubectl"},
+	}
+)
 
 // kubeLDFlags stamps what the Kubernetes release build stamps
 // (hack/lib/version.sh), so that /version reports v1.37.2 and not v0.0.0-master.
@@ -77,6 +109,14 @@ func kubeLDFlags(version string) string {
 	const pkg = "k8s.io/component-base/version"
 	return fmt.Sprintf("-X %[1]s.gitVersion=%[2]s -X %[1]s.gitMajor=%[3]s -X %[1]s.gitMinor=%[4]s -X %[1]s.gitTreeState=clean",
 		pkg, version, major, minor)
+}
+
+// cached is one set resolved against the cache: its key, its directory, the
+// versions of its modules.
+type cached struct {
+	set      set
+	key, dir string
+	versions map[string]string
 }
 
 // Build returns the cached binaries for the versions pinned under test/kapi,
@@ -91,10 +131,6 @@ func Build(ctx context.Context, cfg Config) (Binaries, error) {
 		return Binaries{}, err
 	}
 	kapiDir := filepath.Join(root, "test", "kapi")
-	key, versions, err := cacheKey(kapiDir)
-	if err != nil {
-		return Binaries{}, err
-	}
 	cacheDir := cfg.CacheDir
 	if cacheDir == "" {
 		userCache, err := os.UserCacheDir()
@@ -103,92 +139,173 @@ func Build(ctx context.Context, cfg Config) (Binaries, error) {
 		}
 		cacheDir = filepath.Join(userCache, "svcproxy", "kapi")
 	}
-	dir := filepath.Join(cacheDir, key)
+	sets := []set{apiServerSet}
+	if cfg.ControlPlane {
+		sets = append(sets, controlPlaneSet)
+	}
+	var all, missing []cached
+	for _, s := range sets {
+		key, versions, err := cacheKey(kapiDir, s)
+		if err != nil {
+			return Binaries{}, err
+		}
+		c := cached{set: s, key: key, dir: filepath.Join(cacheDir, key), versions: versions}
+		all = append(all, c)
+		if !complete(c) {
+			missing = append(missing, c)
+		}
+	}
+	if len(missing) > 0 {
+		if cfg.CachedOnly {
+			return Binaries{}, fmt.Errorf("%w (looked in %s)", ErrNotBuilt, missing[0].dir)
+		}
+		if err := os.MkdirAll(cacheDir, 0o755); err != nil {
+			return Binaries{}, fmt.Errorf("kapi cache: %w", err)
+		}
+		// Locks are taken in the sets' order, so two builders never wait on
+		// each other.
+		for _, c := range missing {
+			unlock, err := lock(ctx, filepath.Join(cacheDir, c.key+".lock"), cfg.Log)
+			if err != nil {
+				return Binaries{}, err
+			}
+			defer unlock()
+		}
+		var still []cached
+		for _, c := range missing {
+			if !complete(c) { // another process may have built it while we waited
+				still = append(still, c)
+			}
+		}
+		if err := build(ctx, kapiDir, still, cfg.Log); err != nil {
+			return Binaries{}, err
+		}
+	}
 	bins := Binaries{
-		APIServer: filepath.Join(dir, "kube-apiserver"),
-		Etcd:      filepath.Join(dir, "etcd"),
-		Key:       key,
+		APIServer: filepath.Join(all[0].dir, "kube-apiserver"),
+		Etcd:      filepath.Join(all[0].dir, "etcd"),
+		Key:       all[0].key,
 	}
-	if complete(dir) {
-		return bins, nil
-	}
-	if cfg.CachedOnly {
-		return Binaries{}, fmt.Errorf("%w (looked in %s)", ErrNotBuilt, dir)
-	}
-	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
-		return Binaries{}, fmt.Errorf("kapi cache: %w", err)
-	}
-	unlock, err := lock(ctx, filepath.Join(cacheDir, key+".lock"), cfg.Log)
-	if err != nil {
-		return Binaries{}, err
-	}
-	defer unlock()
-	if complete(dir) { // another process built it while we waited
-		return bins, nil
-	}
-	if err := build(ctx, kapiDir, dir, versions, cfg.Log); err != nil {
-		return Binaries{}, err
+	if cfg.ControlPlane {
+		bins.ControllerManager = filepath.Join(all[1].dir, "kube-controller-manager")
+		bins.Kubectl = filepath.Join(all[1].dir, "kubectl")
 	}
 	return bins, nil
 }
 
-// complete reports whether dir holds a finished build: build renames the
-// directory into place only once every binary is in it.
-func complete(dir string) bool {
-	for _, m := range modules {
-		if fi, err := os.Stat(filepath.Join(dir, m.out)); err != nil || !fi.Mode().IsRegular() {
+// complete reports whether a set's directory holds a finished build: build
+// renames the directory into place only once every binary is in it.
+func complete(c cached) bool {
+	for _, p := range c.set {
+		if fi, err := os.Stat(filepath.Join(c.dir, p.out)); err != nil || !fi.Mode().IsRegular() {
 			return false
 		}
 	}
 	return true
 }
 
-// build compiles every module into a temporary directory next to dir, then
-// renames it to dir, so that a killed build never leaves a half cache.
-func build(ctx context.Context, kapiDir, dir string, versions map[string]string, log io.Writer) error {
+// build compiles the programs of every set, one go build per module (so
+// kube-controller-manager and kubectl share their compiled packages, and find
+// those they share with kube-apiserver in the go build cache), into temporary
+// directories next to the sets' own, then renames each into place, so that a
+// killed build never leaves a half cache.
+func build(ctx context.Context, kapiDir string, sets []cached, log io.Writer) error {
+	if len(sets) == 0 {
+		return nil
+	}
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
 		return fmt.Errorf("%w: go command: %w", ErrUnavailable, err)
 	}
-	// Under the lock, leftovers of builds that died are nobody's.
-	stale, _ := filepath.Glob(dir + ".tmp-*")
-	for _, d := range stale {
-		os.RemoveAll(d)
-	}
-	tmp, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(dir)+".tmp-")
+	work, err := os.MkdirTemp(filepath.Dir(sets[0].dir), "build.tmp-")
 	if err != nil {
 		return fmt.Errorf("kapi cache: %w", err)
 	}
-	defer os.RemoveAll(tmp)
-	for _, m := range modules {
-		modDir := filepath.Join(kapiDir, m.dir)
-		version := versions[m.dep]
-		// Asking for the one module first tells "no proxy" (skip) apart from
-		// "the build is broken" (fail).
-		if out, err := goRun(ctx, goCmd, modDir, "mod", "download", m.dep); err != nil {
-			return fmt.Errorf("%w: go mod download %s@%s: %w\n%s", ErrUnavailable, m.dep, version, err, out)
+	defer os.RemoveAll(work)
+	// Group the programs by module, in the order they are listed.
+	var mods []module
+	byMod := map[string][]program{}
+	versions := map[string]string{}
+	for _, c := range sets {
+		for _, p := range c.set {
+			if _, ok := byMod[p.mod.dir]; !ok {
+				mods = append(mods, p.mod)
+			}
+			byMod[p.mod.dir] = append(byMod[p.mod.dir], p)
 		}
-		fmt.Fprintf(log, "kapibin: building %s %s into %s (a cold build takes minutes)\n", m.out, version, dir)
-		start := time.Now()
-		args := []string{"build", "-trimpath", "-o", filepath.Join(tmp, m.out)}
-		if m.ldflags != nil {
-			args = append(args, "-ldflags", m.ldflags(version))
-		}
-		out, err := goRun(ctx, goCmd, modDir, append(args, m.pkg)...)
-		log.Write(out)
-		if err != nil {
-			return fmt.Errorf("go build %s@%s: %w\n%s", m.pkg, version, err, out)
-		}
-		fmt.Fprintf(log, "kapibin: built %s in %s\n", m.out, time.Since(start).Round(time.Second))
+		maps.Copy(versions, c.versions)
 	}
-	if err := os.WriteFile(filepath.Join(tmp, "VERSIONS"), []byte(fmt.Sprintln(versions)), 0o644); err != nil {
+	for _, m := range mods {
+		if err := buildModule(ctx, goCmd, filepath.Join(kapiDir, m.dir), m, versions[m.dep], byMod[m.dir], work, log); err != nil {
+			return err
+		}
+	}
+	for _, c := range sets {
+		if err := install(c, work); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildModule runs one go build for the programs of module m, into work.
+func buildModule(ctx context.Context, goCmd, modDir string, m module, version string, progs []program, work string, log io.Writer) error {
+	// Asking for the one module first tells "no proxy" (skip) apart from
+	// "the build is broken" (fail).
+	if out, err := goRun(ctx, goCmd, modDir, "mod", "download", m.dep); err != nil {
+		return fmt.Errorf("%w: go mod download %s@%s: %w\n%s", ErrUnavailable, m.dep, version, err, out)
+	}
+	var names, pkgs []string
+	for _, p := range progs {
+		names, pkgs = append(names, p.out), append(pkgs, p.pkg)
+	}
+	fmt.Fprintf(log, "kapibin: building %s %s (a cold build takes minutes)\n", strings.Join(names, ", "), version)
+	start := time.Now()
+	// One program: -o names the file (etcd's package path ends in /v3). More:
+	// -o DIR/ names each by its package, which is each program's name.
+	out := filepath.Join(work, progs[0].out)
+	if len(progs) > 1 {
+		out = work + string(os.PathSeparator)
+	}
+	args := []string{"build", "-trimpath", "-o", out}
+	if m.ldflags != nil {
+		args = append(args, "-ldflags", m.ldflags(version))
+	}
+	b, err := goRun(ctx, goCmd, modDir, append(args, pkgs...)...)
+	log.Write(b)
+	if err != nil {
+		return fmt.Errorf("go build %s@%s: %w\n%s", strings.Join(pkgs, " "), version, err, b)
+	}
+	fmt.Fprintf(log, "kapibin: built %s in %s\n", strings.Join(names, ", "), time.Since(start).Round(time.Second))
+	return nil
+}
+
+// install moves a set's programs from work into a directory of their own,
+// then renames that to the set's directory.
+func install(c cached, work string) error {
+	// Under the lock, leftovers of builds that died are nobody's.
+	stale, _ := filepath.Glob(c.dir + ".tmp-*")
+	for _, d := range stale {
+		os.RemoveAll(d)
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(c.dir), filepath.Base(c.dir)+".tmp-")
+	if err != nil {
+		return fmt.Errorf("kapi cache: %w", err)
+	}
+	defer os.RemoveAll(tmp) // gone after the rename; otherwise a failure's leftover
+	for _, p := range c.set {
+		if err := os.Rename(filepath.Join(work, p.out), filepath.Join(tmp, p.out)); err != nil {
+			return fmt.Errorf("kapi cache: %w", err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "VERSIONS"), []byte(fmt.Sprintln(c.versions)), 0o644); err != nil {
 		return fmt.Errorf("kapi cache: %w", err)
 	}
 	if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp made it 0700
 		return fmt.Errorf("kapi cache: %w", err)
 	}
-	os.RemoveAll(dir) // an incomplete leftover, if any
-	if err := os.Rename(tmp, dir); err != nil {
+	os.RemoveAll(c.dir) // an incomplete leftover, if any
+	if err := os.Rename(tmp, c.dir); err != nil {
 		return fmt.Errorf("kapi cache: %w", err)
 	}
 	return nil
@@ -238,30 +355,36 @@ func lock(ctx context.Context, path string, log io.Writer) (unlock func(), err e
 	}
 }
 
-// cacheKey names a build by the pinned versions and a hash of the nested
-// modules' go.mod and go.sum files (and the platform).
-func cacheKey(kapiDir string) (string, map[string]string, error) {
+// cacheKey names a set by its programs' versions and a hash of their modules'
+// go.mod and go.sum files (and the platform):
+// "kube-apiserver-v1.37.2_etcd-v3.6.16_<hash>".
+func cacheKey(kapiDir string, s set) (string, map[string]string, error) {
 	h := sha256.New()
 	fmt.Fprintln(h, runtime.GOOS, runtime.GOARCH)
 	versions := make(map[string]string)
 	var name []string
-	for _, m := range modules {
-		for _, f := range []string{"go.mod", "go.sum"} {
-			b, err := os.ReadFile(filepath.Join(kapiDir, m.dir, f))
-			if err != nil {
-				return "", nil, fmt.Errorf("kapi module %s: %w", m.dir, err)
-			}
-			fmt.Fprintf(h, "%s/%s %d\n", m.dir, f, len(b))
-			h.Write(b)
-			if f == "go.mod" {
-				v, err := requiredVersion(b, m.dep)
+	hashed := map[string]bool{}
+	for _, p := range s {
+		m := p.mod
+		if !hashed[m.dir] {
+			hashed[m.dir] = true
+			for _, f := range []string{"go.mod", "go.sum"} {
+				b, err := os.ReadFile(filepath.Join(kapiDir, m.dir, f))
 				if err != nil {
-					return "", nil, fmt.Errorf("kapi module %s: go.mod: %w", m.dir, err)
+					return "", nil, fmt.Errorf("kapi module %s: %w", m.dir, err)
 				}
-				versions[m.dep] = v
-				name = append(name, m.out+"-"+v)
+				fmt.Fprintf(h, "%s/%s %d\n", m.dir, f, len(b))
+				h.Write(b)
+				if f == "go.mod" {
+					v, err := requiredVersion(b, m.dep)
+					if err != nil {
+						return "", nil, fmt.Errorf("kapi module %s: go.mod: %w", m.dir, err)
+					}
+					versions[m.dep] = v
+				}
 			}
 		}
+		name = append(name, p.out+"-"+versions[m.dep])
 	}
 	sum := hex.EncodeToString(h.Sum(nil))[:12]
 	return strings.Join(name, "_") + "_" + sum, versions, nil

@@ -2,6 +2,7 @@ package kapibin
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -54,34 +55,62 @@ func TestKubeLDFlags(t *testing.T) {
 	}
 }
 
-// TestBuildCached checks the repository's own pins produce a key named by
-// their versions, and that a complete cache directory is used as it is:
-// nothing is built, so this runs in milliseconds.
+// TestBuildCached checks the repository's own pins produce keys named by
+// their versions, that complete cache directories are used as they are
+// (nothing is built, so this runs in milliseconds), and that the control
+// plane's programs are a set of their own: missing, they make only a request
+// for them fail, not one for the API server alone.
 func TestBuildCached(t *testing.T) {
 	cache := t.TempDir()
-	key, versions, err := cacheKey(filepath.Join("..", "..", "..", "test", "kapi"))
+	kapiDir := filepath.Join("..", "..", "..", "test", "kapi")
+	key, versions, err := cacheKey(kapiDir, apiServerSet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(key, "kube-apiserver-"+versions["k8s.io/kubernetes"]+"_etcd-"+versions["go.etcd.io/etcd/server/v3"]+"_") {
+	kube, etcdV := versions["k8s.io/kubernetes"], versions["go.etcd.io/etcd/server/v3"]
+	if !strings.HasPrefix(key, "kube-apiserver-"+kube+"_etcd-"+etcdV+"_") {
 		t.Errorf("cache key %q does not name the versions %v", key, versions)
 	}
-	dir := filepath.Join(cache, key)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	cpKey, _, err := cacheKey(kapiDir, controlPlaneSet)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"kube-apiserver", "etcd"} {
-		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o755); err != nil {
+	if !strings.HasPrefix(cpKey, "kube-controller-manager-"+kube+"_kubectl-"+kube+"_") {
+		t.Errorf("control plane cache key %q does not name the version %s", cpKey, kube)
+	}
+	fill := func(key string, files ...string) string {
+		dir := filepath.Join(cache, key)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
+		for _, f := range files {
+			if err := os.WriteFile(filepath.Join(dir, f), nil, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir
 	}
-	bins, err := Build(context.Background(), Config{CacheDir: cache})
+	dir := fill(key, "kube-apiserver", "etcd")
+	bins, err := Build(context.Background(), Config{CacheDir: cache, CachedOnly: true})
 	if err != nil {
 		t.Fatalf("Build with a complete cache: %v", err)
 	}
 	want := Binaries{APIServer: filepath.Join(dir, "kube-apiserver"), Etcd: filepath.Join(dir, "etcd"), Key: key}
 	if bins != want {
 		t.Errorf("Build = %+v, want %+v", bins, want)
+	}
+	if _, err := Build(context.Background(), Config{CacheDir: cache, CachedOnly: true, ControlPlane: true}); !errors.Is(err, ErrNotBuilt) {
+		t.Errorf("Build(ControlPlane) without its programs cached: %v, want ErrNotBuilt", err)
+	}
+	cpDir := fill(cpKey, "kube-controller-manager", "kubectl")
+	bins, err = Build(context.Background(), Config{CacheDir: cache, CachedOnly: true, ControlPlane: true})
+	if err != nil {
+		t.Fatalf("Build(ControlPlane) with a complete cache: %v", err)
+	}
+	want.ControllerManager = filepath.Join(cpDir, "kube-controller-manager")
+	want.Kubectl = filepath.Join(cpDir, "kubectl")
+	if bins != want {
+		t.Errorf("Build(ControlPlane) = %+v, want %+v", bins, want)
 	}
 }
 

@@ -1,14 +1,22 @@
-// Package kapibin builds the two programs a real API server needs, kube-apiserver
-// and etcd, from the Go module proxy, and keeps them in a cache outside the
+// Package kapibin builds the Kubernetes programs svcproxy's tests and lab run,
+// kube-apiserver and etcd, and for the control-plane lab kube-controller-manager
+// and kubectl, from the Go module proxy, and keeps them in a cache outside the
 // repository so that only the first build on a machine pays for it.
 //
-// The versions live in two small Go modules under test/kapi (apiserver/ and
-// etcd/, each with its own go.mod and go.sum, so svcproxy's go.mod stays clean);
-// Build reads them there. The cache key is both versions plus a hash of those
-// four files: pinning another version, or any dependency, builds anew.
+// The versions live in small Go modules under test/kapi (apiserver/, etcd/ and
+// controlplane/, each with its own go.mod and go.sum, so svcproxy's go.mod
+// stays clean); Build reads them there.
+// Programs are cached in sets, each in a directory named by its programs'
+// versions and a hash of their modules' go.mod and go.sum: pinning another
+// version, or any dependency, builds anew. The API server's set
+// (kube-apiserver, etcd) and the control plane's (kube-controller-manager,
+// kubectl) are apart, so a cache made before the second existed stays good.
 //
 // A cold build takes minutes and ~2.4 GB of memory to link kube-apiserver;
-// a file lock lets many test processes ask at once while one of them builds.
-// The package uses only the standard library, so `go run ./test/kapi` (what
-// test/kapi/build.sh and the Makefile use) starts quickly.
+// controlplane/ pins the same versions as apiserver/, so kube-controller-manager
+// and kubectl reuse the packages kube-apiserver compiled (the go build cache).
+// A file lock lets many test processes ask at once
+// while one of them builds. The package uses only the standard library, so
+// `go run ./test/kapi` (what test/kapi/build.sh and the Makefile use) starts
+// quickly.
 package kapibin
