@@ -1,0 +1,163 @@
+package deploy_test
+
+import (
+	"bytes"
+	"context"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/svcproxy/svcproxy/deploy"
+	"github.com/svcproxy/svcproxy/internal/kapitest"
+)
+
+// TestKindCluster checks the kind cluster config leaves kube-proxy out.
+func TestKindCluster(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("kind", "cluster.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Kind       string
+		APIVersion string `json:"apiVersion"`
+		Networking struct {
+			KubeProxyMode string `json:"kubeProxyMode"`
+		}
+	}
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Kind != "Cluster" || c.APIVersion != "kind.x-k8s.io/v1alpha4" || c.Networking.KubeProxyMode != "none" {
+		t.Errorf("kind/cluster.yaml: kind %q apiVersion %q networking.kubeProxyMode %q, want Cluster, kind.x-k8s.io/v1alpha4, none",
+			c.Kind, c.APIVersion, c.Networking.KubeProxyMode)
+	}
+}
+
+// TestFiles checks that Files, what svclab applies, is what the repository has.
+func TestFiles(t *testing.T) {
+	dir := t.TempDir()
+	if err := deploy.WriteTo(dir); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Ext(p) != ".yaml" {
+			return err
+		}
+		n++
+		want, _ := os.ReadFile(p)
+		got, err := os.ReadFile(filepath.Join(dir, p))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s: not in deploy.Files as it is on disk (%v)", p, err)
+		}
+		return nil
+	})
+	if err != nil || n == 0 {
+		t.Fatalf("no manifests found: %v", err)
+	}
+}
+
+// TestApply applies every kustomization of deploy/ to a real API server
+// (kubectl apply --server-side -k: the server validates each object,
+// field by field, pod templates included), then checks what it holds and
+// that the ServiceAccounts' tokens may do what svcproxy and clusterdns do
+// and nothing more.
+func TestApply(t *testing.T) {
+	srv := kapitest.Start(t)
+	kubectl := kapitest.ControlPlaneBinaries(t).Kubectl
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	apply := func(dir string) {
+		t.Helper()
+		out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", srv.Kubeconfig,
+			"apply", "--server-side", "-k", dir).CombinedOutput()
+		if err != nil {
+			t.Fatalf("kubectl apply --server-side -k %s: %v\n%s", dir, err, out)
+		}
+		t.Logf("kubectl apply --server-side -k %s:\n%s", dir, out)
+	}
+	// lab first: it sets kube-dns's ClusterIP, which is immutable once set;
+	// kind's leaves it to the server (kind's kube-dns already has one).
+	apply("lab")
+	apply("kind")
+	apply("rbac")
+
+	c := srv.Client
+	if ds, err := c.AppsV1().DaemonSets("kube-system").Get(ctx, "svcproxy", metav1.GetOptions{}); err != nil {
+		t.Errorf("daemonset kube-system/svcproxy: %v", err)
+	} else if spec := ds.Spec.Template.Spec; !spec.HostNetwork || spec.ServiceAccountName != "svcproxy" || len(spec.Tolerations) == 0 {
+		t.Errorf("daemonset svcproxy: hostNetwork %v, serviceAccountName %q, tolerations %v", spec.HostNetwork, spec.ServiceAccountName, spec.Tolerations)
+	}
+	if _, err := c.AppsV1().Deployments("kube-system").Get(ctx, "clusterdns", metav1.GetOptions{}); err != nil {
+		t.Errorf("deployment kube-system/clusterdns: %v", err)
+	}
+	svc, err := c.CoreV1().Services("kube-system").Get(ctx, "kube-dns", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("service kube-system/kube-dns: %v", err)
+	}
+	if svc.Spec.ClusterIP != "198.18.0.10" || svc.Spec.Selector["k8s-app"] != "kube-dns" {
+		t.Errorf("service kube-dns: clusterIP %s selector %v, want 198.18.0.10 and k8s-app=kube-dns", svc.Spec.ClusterIP, svc.Spec.Selector)
+	}
+	cm, err := c.CoreV1().ConfigMaps("kube-system").Get(ctx, "svcproxy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("configmap kube-system/svcproxy: %v", err)
+	}
+	if cm.Data["apiserver-host"] != "kind-control-plane" || cm.Data["mode"] == "" {
+		t.Errorf("configmap svcproxy (kind, applied last): %v", cm.Data)
+	}
+
+	for _, sa := range []string{"svcproxy", "clusterdns"} {
+		t.Run(sa, func(t *testing.T) { checkRBAC(ctx, t, srv, kubectl, sa) })
+	}
+}
+
+// checkRBAC uses the ServiceAccount's own token: it may list and watch what
+// the informers of service/watch read, and nothing else.
+func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl, sa string) {
+	out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", srv.Kubeconfig,
+		"-n", "kube-system", "create", "token", sa).Output()
+	if err != nil {
+		t.Fatalf("kubectl create token %s: %v", sa, err)
+	}
+	cfg := rest.AnonymousClientConfig(srv.Config)
+	cfg.BearerToken = strings.TrimSpace(string(out))
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := metav1.ListOptions{Limit: 1}
+	allowed := map[string]func() error{
+		"list services":       func() error { _, err := c.CoreV1().Services("").List(ctx, opts); return err },
+		"list endpoints":      func() error { _, err := c.CoreV1().Endpoints("").List(ctx, opts); return err },
+		"list endpointslices": func() error { _, err := c.DiscoveryV1().EndpointSlices("").List(ctx, opts); return err },
+	}
+	for what, do := range allowed {
+		if err := do(); err != nil {
+			t.Errorf("%s may not %s: %v", sa, what, err)
+		}
+	}
+	denied := map[string]func() error{
+		"list secrets":    func() error { _, err := c.CoreV1().Secrets("").List(ctx, opts); return err },
+		"list configmaps": func() error { _, err := c.CoreV1().ConfigMaps("").List(ctx, opts); return err },
+		"list pods":       func() error { _, err := c.CoreV1().Pods("").List(ctx, opts); return err },
+		"list nodes":      func() error { _, err := c.CoreV1().Nodes().List(ctx, opts); return err },
+		"delete service kube-dns": func() error {
+			return c.CoreV1().Services("kube-system").Delete(ctx, "kube-dns", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+		},
+	}
+	for what, do := range denied {
+		if err := do(); !apierrors.IsForbidden(err) {
+			t.Errorf("%s may %s (err %v), want Forbidden", sa, what, err)
+		}
+	}
+}

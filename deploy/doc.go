@@ -1,0 +1,14 @@
+// Package deploy holds what runs svcproxy and clusterdns on a cluster, in
+// place of kube-proxy and CoreDNS: kustomize directories applied with
+// `kubectl apply -k` (no templating engine), and, in deploy/image, the
+// builder of the container image.
+//
+//	rbac/   ServiceAccounts svcproxy and clusterdns, their ClusterRoles and bindings
+//	base/   rbac, the svcproxy ConfigMap (its flags) and DaemonSet, the
+//	        clusterdns Deployment and the kube-dns Service
+//	kind/   base for a kind cluster, and cluster.yaml (kubeProxyMode: none)
+//	lab/    base in svclab's control-plane lab (the lab's addresses)
+//
+// Files embeds the four directories, so that svclab can apply deploy/lab in
+// its lab from a binary that runs anywhere; docs/kind.md walks through kind.
+package deploy

@@ -1,0 +1,13 @@
+// Package image builds svcproxy's container image without a Docker daemon,
+// with go-containerregistry: one layer holding the static svcproxy and
+// clusterdns binaries and the netfilter tools the dataplanes run
+// (iptables-restore and -save, nft, ipset, conntrack, modprobe), copied from
+// this machine's Debian packages together with the shared libraries they load.
+//
+// WriteArchive writes the image as a tar file that is at once an OCI image
+// layout (index.json, blobs/) and a `docker save` archive (manifest.json with
+// RepoTags), the format `docker save` itself writes since Docker 25: `docker
+// load` and `kind load image-archive` (containerd's import) both take it.
+//
+//	go run ./deploy/image/mkimage -o bin/svcproxy-image.tar   # make image
+package image

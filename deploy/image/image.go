@@ -1,0 +1,186 @@
+package image
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+)
+
+// DefaultRef is the image's name in deploy/base. Nothing is ever pulled by
+// it: the .test domain is reserved (RFC 2606) and the manifests say
+// imagePullPolicy: Never, so a node without the loaded image says
+// ErrImageNeverPull instead of fetching someone else's.
+const DefaultRef = "svcproxy.test/svcproxy:dev"
+
+// binDir is where svcproxy and clusterdns live in the image.
+const binDir = "/usr/local/bin"
+
+// epoch is every file's time and the image's creation time, so that the same
+// inputs give the same image digest.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Config says what goes into the image.
+type Config struct {
+	// Binaries are the Go programs, name -> file on this machine, installed
+	// as /usr/local/bin/NAME. They must be static (CGO_ENABLED=0).
+	Binaries map[string]string
+	// Tools are the commands from this machine's packages; nil is DefaultTools.
+	Tools []Tool
+	// Entrypoint is the image's default command; "" is /usr/local/bin/svcproxy.
+	Entrypoint string
+}
+
+// Build gathers the root filesystem and returns the image: one gzip layer,
+// OCI media types, linux/amd64.
+func Build(cfg Config) (v1.Image, error) {
+	if len(cfg.Binaries) == 0 {
+		return nil, errors.New("image: no binaries")
+	}
+	if cfg.Tools == nil {
+		cfg.Tools = DefaultTools()
+	}
+	if cfg.Entrypoint == "" {
+		cfg.Entrypoint = path.Join(binDir, "svcproxy")
+	}
+	root := rootfs{}
+	// /proc, /sys and /dev are where a container runtime mounts them.
+	for _, d := range []string{"/etc", "/run", "/var/run", "/var/lib", "/lib/modules", "/proc", "/sys", "/dev", binDir} {
+		root.addDir(d, 0o755)
+	}
+	root.addDir("/tmp", os.ModeSticky|0o777)
+	// Two users, so that ps and ls name them: root, and the nonroot user the
+	// clusterdns Deployment runs as (distroless's 65532).
+	root.addFile(file{path: "/etc/passwd", mode: 0o644, data: []byte(
+		"root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")})
+	root.addFile(file{path: "/etc/group", mode: 0o644, data: []byte("root:x:0:\nnonroot:x:65532:\n")})
+	for _, f := range hostFiles {
+		if _, err := os.Stat(f); err == nil {
+			if err := root.addHostFile(f); err != nil {
+				return nil, err
+			}
+		}
+	}
+	names := make([]string, 0, len(cfg.Binaries))
+	for name, src := range cfg.Binaries {
+		if err := checkStatic(src); err != nil {
+			return nil, fmt.Errorf("image: binary %s: %w", name, err)
+		}
+		root.addFile(file{path: path.Join(binDir, name), mode: 0o755, src: src})
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	if err := root.addTools(cfg.Tools); err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	layerTar, err := root.tar()
+	if err != nil {
+		return nil, fmt.Errorf("image: layer: %w", err)
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layerTar)), nil
+	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressionLevel(gzip.BestCompression))
+	if err != nil {
+		return nil, fmt.Errorf("image: layer: %w", err)
+	}
+	base := mutate.MediaType(empty.Image, types.OCIManifestSchema1)
+	base = mutate.ConfigMediaType(base, types.OCIConfigJSON)
+	img, err := mutate.AppendLayers(base, layer)
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture, cf.OS = "amd64", "linux"
+	cf.Created = v1.Time{Time: epoch}
+	cf.Config = v1.Config{
+		Entrypoint: []string{cfg.Entrypoint},
+		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		Labels: map[string]string{
+			"org.opencontainers.image.title":       "svcproxy",
+			"org.opencontainers.image.description": "svcproxy and clusterdns: " + strings.Join(names, ", ") + " in " + binDir + ", with iptables, nft, ipset, conntrack and modprobe",
+		},
+	}
+	return mutate.ConfigFile(img, cf)
+}
+
+// checkStatic refuses a dynamically linked Go binary: the image's libraries
+// are only those the tools need.
+func checkStatic(p string) error {
+	out, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	// An ELF with a PT_INTERP segment names its loader; a static one has none.
+	if bytes.Contains(out[:min(len(out), 4096)], []byte("/lib64/ld-linux")) {
+		return errors.New("dynamically linked: build it with CGO_ENABLED=0")
+	}
+	return nil
+}
+
+// tar writes the tree as an uncompressed layer, entries sorted, owned by
+// root, every time epoch.
+func (r rootfs) tar() ([]byte, error) {
+	paths := make([]string, 0, len(r))
+	for p := range r {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, p := range paths {
+		f := r[p]
+		h := &tar.Header{
+			Name:    strings.TrimPrefix(p, "/"),
+			Mode:    int64(f.mode.Perm()),
+			ModTime: epoch,
+			Format:  tar.FormatPAX,
+		}
+		if f.mode&os.ModeSticky != 0 {
+			h.Mode |= 0o1000 // c_ISVTX
+		}
+		var body io.Reader
+		switch {
+		case f.mode.IsDir():
+			h.Typeflag, h.Name = tar.TypeDir, h.Name+"/"
+		case f.mode&os.ModeSymlink != 0:
+			h.Typeflag, h.Linkname = tar.TypeSymlink, f.link
+		case f.src != "":
+			b, err := os.ReadFile(f.src)
+			if err != nil {
+				return nil, err
+			}
+			h.Typeflag, h.Size, body = tar.TypeReg, int64(len(b)), bytes.NewReader(b)
+		default:
+			h.Typeflag, h.Size, body = tar.TypeReg, int64(len(f.data)), bytes.NewReader(f.data)
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, fmt.Errorf("%s: %w", p, err)
+		}
+		if body != nil {
+			if _, err := io.Copy(tw, body); err != nil {
+				return nil, fmt.Errorf("%s: %w", p, err)
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,221 @@
+package image_test
+
+import (
+	"archive/tar"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/validate"
+
+	"github.com/svcproxy/svcproxy/deploy/image"
+	"github.com/svcproxy/svcproxy/internal/netnstest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
+}
+
+var built struct {
+	once    sync.Once
+	dir     string
+	archive string
+	err     error
+}
+
+// archive builds the real image (svcproxy and clusterdns from ./cmd) once per
+// test binary, as `make image` does, and returns the archive's path.
+func archive(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("ldd"); err != nil {
+		t.Skip("needs ldd, to find the tools' libraries")
+	}
+	for _, tool := range image.DefaultTools() {
+		if _, err := os.Stat(tool.Name); err != nil {
+			t.Skipf("needs %s, from the Debian packages the image copies (make deps)", tool.Name)
+		}
+	}
+	built.once.Do(func() {
+		dir, err := os.MkdirTemp("", "svcp-image-")
+		if err != nil {
+			built.err = err
+			return
+		}
+		built.dir = dir
+		// The module's root: `go build ./cmd/...` runs there.
+		wd, _ := os.Getwd()
+		if err := os.Chdir(filepath.Join(wd, "..", "..")); err != nil {
+			built.err = err
+			return
+		}
+		defer os.Chdir(wd)
+		bins, err := image.BuildBinaries(dir, "svcproxy", "clusterdns")
+		if err != nil {
+			built.err = err
+			return
+		}
+		img, err := image.Build(image.Config{Binaries: bins})
+		if err != nil {
+			built.err = err
+			return
+		}
+		built.archive = filepath.Join(dir, "svcproxy-image.tar")
+		built.err = image.WriteArchive(built.archive, img, image.DefaultRef)
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.archive
+}
+
+// TestArchiveDocker reads the archive as `docker load` does, by manifest.json
+// and its RepoTags, and validates the image: every digest and diff ID checks out.
+func TestArchiveDocker(t *testing.T) {
+	path := archive(t)
+	tag, err := name.NewTag(image.DefaultRef)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := tarball.ImageFromPath(path, &tag)
+	if err != nil {
+		t.Fatalf("read %s as a docker archive: %v", path, err)
+	}
+	if err := validate.Image(img); err != nil {
+		t.Fatalf("validate.Image (docker archive): %v", err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cf.OS != "linux" || cf.Architecture != "amd64" || len(cf.Config.Entrypoint) != 1 {
+		t.Errorf("config: os %q arch %q entrypoint %q, want linux amd64 [/usr/local/bin/svcproxy]", cf.OS, cf.Architecture, cf.Config.Entrypoint)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: archive %.1f MB", image.DefaultRef, float64(fi.Size())/1e6)
+}
+
+// TestArchiveOCI reads the same archive as an OCI image layout, as
+// containerd's import (kind load image-archive) does, finds the image by its
+// annotations and validates it.
+func TestArchiveOCI(t *testing.T) {
+	path := archive(t)
+	dir := t.TempDir()
+	untar(t, path, dir)
+	idx, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		t.Fatalf("read the archive as an OCI layout: %v", err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(im.Manifests) != 1 {
+		t.Fatalf("index.json has %d manifests, want 1", len(im.Manifests))
+	}
+	desc := im.Manifests[0]
+	if got := desc.Annotations["io.containerd.image.name"]; got != "svcproxy.test/svcproxy:dev" {
+		t.Errorf("index.json: io.containerd.image.name = %q, want %q", got, "svcproxy.test/svcproxy:dev")
+	}
+	if got := desc.Annotations["org.opencontainers.image.ref.name"]; got != "dev" {
+		t.Errorf("index.json: org.opencontainers.image.ref.name = %q, want %q", got, "dev")
+	}
+	img, err := idx.Image(desc.Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := validate.Image(img); err != nil {
+		t.Fatalf("validate.Image (OCI layout): %v", err)
+	}
+}
+
+// TestRootFS unpacks the image and runs its tools in it (chroot), in a
+// throwaway network namespace: each finds its libraries, and iptables its
+// extensions (a rule with -p tcp --dport and a comment is written and read back).
+func TestRootFS(t *testing.T) {
+	netnstest.RequireRoot(t, "chroot")
+	path := archive(t)
+	tag, _ := name.NewTag(image.DefaultRef)
+	img, err := tarball.ImageFromPath(path, &tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	if err := image.Unpack(img, root); err != nil {
+		t.Fatal(err)
+	}
+	ns := netnstest.New(t)
+	for _, argv := range [][]string{
+		{"/usr/local/bin/svcproxy", "--help"},
+		{"/usr/local/bin/clusterdns", "--help"},
+		{"iptables", "-t", "nat", "-N", "SVCP-TEST"},
+		{"iptables", "-t", "nat", "-A", "SVCP-TEST", "-p", "tcp", "--dport", "80", "-m", "comment", "--comment", "image test", "-j", "REDIRECT", "--to-ports", "8080"},
+		{"iptables-legacy", "-t", "filter", "-L"},
+		{"ip6tables-restore", "--help"},
+		{"nft", "list", "ruleset"},
+		{"ipset", "version"},
+		{"conntrack", "--version"},
+		{"modprobe", "--version"},
+	} {
+		out, err := ns.Command(t.Context(), "chroot", append([]string{root}, argv...)...).CombinedOutput()
+		// --help exits 0 for the Go programs (flag.ErrHelp) and 0 or 2 elsewhere.
+		var ee interface{ ExitCode() int }
+		if err != nil && !(errors.As(err, &ee) && strings.HasSuffix(argv[len(argv)-1], "help")) {
+			t.Errorf("chroot %s: %v\n%s", strings.Join(argv, " "), err, out)
+		}
+	}
+	out := ns.Run(t, "chroot", root, "iptables-save", "-t", "nat")
+	if !strings.Contains(out, `-A SVCP-TEST -p tcp -m tcp --dport 80 -m comment --comment "image test" -j REDIRECT --to-ports 8080`) {
+		t.Errorf("iptables-save in the image does not show the rule it wrote:\n%s", out)
+	}
+}
+
+func untar(t *testing.T, path, dir string) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		target := filepath.Join(dir, filepath.Clean("/"+h.Name))
+		if h.Typeflag == tar.TypeDir {
+			if err := os.MkdirAll(target, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(target, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
