@@ -131,6 +131,7 @@ func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl,
 	}
 	cfg := rest.AnonymousClientConfig(srv.Config)
 	cfg.BearerToken = strings.TrimSpace(string(out))
+	cfg.WarningHandler = rest.NoWarnings{} // "v1 Endpoints is deprecated": svcproxy reads them on purpose
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)

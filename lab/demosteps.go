@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 )
 
@@ -14,25 +15,7 @@ func (l *Lab) demoSteps() []step {
 	client, _ := p.Host("client")
 	web := []string{"web-0", "web-1", "web-2"}
 	return []step{
-		{
-			title: "Build the lab",
-			why: `A node is a network namespace with svcproxy and clusterdns running in it. Each pod
-is a namespace of its own, wired to the node by a veth pair and routed like
-Calico routes pods: a /32 route per pod on the node; on the pod, routes to the
-Service and pod ranges via the node, and no way out. Every pod runs a tiny
-server that answers with its name and the address it saw the client come from.
-Services and their EndpointSlices come from one manifests file, as an API
-server would serve them.
-`,
-			run: func(ctx context.Context, d *demo) error {
-				d.cmd("svclab up")
-				if err := l.Up(ctx, "userspace"); err != nil {
-					return err
-				}
-				return p.WriteHosts(d.out, "userspace")
-			},
-			ok: "the node runs svcproxy (userspace mode) and clusterdns; five pods answer",
-		},
+		l.buildStep(),
 		{
 			title: "Resolve a Service's name",
 			why: `A pod's resolv.conf names the cluster DNS Service (kube-dns, 198.18.0.10) and
@@ -200,5 +183,58 @@ its files.
 			},
 			ok: "no namespace, process, mount or file of the lab is left",
 		},
+	}
+}
+
+// buildStep is the demo's first: `svclab up`, on a control plane when the
+// Config names one.
+func (l *Lab) buildStep() step {
+	why := `A node is a network namespace with svcproxy and clusterdns running in it. Each pod
+is a namespace of its own, wired to the node by a veth pair and routed like
+Calico routes pods: a /32 route per pod on the node; on the pod, routes to the
+Service and pod ranges via the node, and no way out. Every pod runs a tiny
+server that answers with its name and the address it saw the client come from.
+`
+	if l.cfg.ControlPlane == nil {
+		return step{
+			title: "Build the lab",
+			why: why + `Services and their EndpointSlices come from one manifests file, as an API
+server would serve them.
+`,
+			run: func(ctx context.Context, d *demo) error {
+				d.cmd("svclab up")
+				if err := l.Up(ctx, "userspace"); err != nil {
+					return err
+				}
+				return l.WriteHosts(d.out)
+			},
+			ok: "the node runs svcproxy (userspace mode) and clusterdns; five pods answer",
+		}
+	}
+	return step{
+		title: "Build the lab, with a control plane",
+		why: why + `The node also runs a real control plane: etcd, kube-apiserver and
+kube-controller-manager. Services and two StatefulSets (web, db) are applied
+with kubectl; svclab plays the kubelet, starting each pod and reporting it
+Ready; the EndpointSlice controller writes the slices; svcproxy and clusterdns
+watch them with their ServiceAccounts' tokens.
+`,
+		run: func(ctx context.Context, d *demo) error {
+			d.cmd("svclab up --control-plane")
+			if err := l.UpWith(ctx, UpOptions{Mode: "userspace", ControlPlane: l.cfg.ControlPlane}); err != nil {
+				return err
+			}
+			if err := l.WriteHosts(d.out); err != nil {
+				return err
+			}
+			d.cmd("svclab kubectl get endpointslices -l kubernetes.io/service-name=web")
+			out, err := l.kubectlOut(ctx, nil, "get", "endpointslices", "-l", "kubernetes.io/service-name=web")
+			fmt.Fprint(d.out, out)
+			if err != nil {
+				return err
+			}
+			return expectLines(out, "198.19.1.10,198.19.1.11,198.19.1.12")
+		},
+		ok: "the control plane runs; the EndpointSlice controller wrote web's slice; five pods answer",
 	}
 }

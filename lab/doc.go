@@ -15,7 +15,18 @@
 // Probe sends that traffic from the client and Tally turns the answers into a
 // table and a bar chart.
 //
-// Lab keeps its state (pid files, logs, the manifests file) under one directory,
-// /run/svclab by default, and Down removes every namespace, process, mount and
-// file it made. Demo is the narrated walk of `make lab`.
+// Services come from one of two sources. The file-fed lab (Up) hands
+// svcproxy and clusterdns a manifests file with the EndpointSlices written
+// out. The control-plane lab (UpWith and a ControlPlane) runs etcd,
+// kube-apiserver and kube-controller-manager in the node; kubectl applies the
+// same Services and two StatefulSets (cluster.yaml) and deploy/lab's RBAC;
+// Kubelet plays the kubelet and the scheduler, starting a pod namespace for
+// each Pod and reporting it Ready through the API, so that the real
+// EndpointSlice controller writes the slices; svcproxy and clusterdns watch
+// the API server with their ServiceAccounts' tokens.
+//
+// Lab keeps its state (pid files, logs, the manifests file, the control
+// plane's keys and data) under one directory, /run/svclab by default, and Down
+// removes every namespace, process, mount and file it made. Demo is the
+// narrated walk of `make lab`.
 package lab

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,6 +53,9 @@ type Config struct {
 	Stdout, Stderr io.Writer
 	// Progress draws a live progress bar during traffic (for terminals).
 	Progress bool
+	// ControlPlane, when not nil, is what Demo runs the lab on; nil is the
+	// file-fed lab.
+	ControlPlane *ControlPlane
 }
 
 // Lab is the lab on this machine. Its methods may be called from different
@@ -110,6 +114,10 @@ func (l *Lab) ManifestsPath() string { return filepath.Join(l.cfg.StateDir, "ser
 // state is what one svclab command leaves for the next, in state.json.
 type state struct {
 	Mode string `json:"mode"`
+	// Kubectl is set when the lab runs a control plane: svcproxy and
+	// clusterdns then watch its API server (--kubeconfig) instead of the
+	// manifests file.
+	Kubectl string `json:"kubectl,omitempty"`
 	// Demo is the pid of a `svclab demo` that owns the lab, 0 for none.
 	Demo int `json:"demo,omitempty"`
 }
@@ -181,7 +189,7 @@ func (l *Lab) Exec(ctx context.Context, host string, argv []string, stdin io.Rea
 
 // command is `ip netns exec NS argv...` for a lab host that is up.
 func (l *Lab) command(ctx context.Context, host string, argv []string) (*exec.Cmd, error) {
-	if _, ok := l.cfg.Plan.Host(host); !ok {
+	if _, ok := l.host(host); !ok {
 		return nil, fmt.Errorf("host %q: no such lab host (want one of %s)", host, strings.Join(l.hostNames(), ", "))
 	}
 	if err := l.checkUp(host); err != nil {
@@ -208,12 +216,36 @@ func (l *Lab) checkUp(host string) error {
 	return nil
 }
 
+// host finds a lab host by name: in the Plan, or among the pods the
+// control-plane lab's kubelet runs.
+func (l *Lab) host(name string) (Host, bool) {
+	if h, ok := l.cfg.Plan.Host(name); ok {
+		return h, true
+	}
+	return l.podRecord(name)
+}
+
 func (l *Lab) hostNames() []string {
 	names := []string{l.cfg.Plan.Node.Name}
 	for _, h := range l.cfg.Plan.Hosts {
 		names = append(names, h.Name)
 	}
+	for _, h := range l.podRecords() {
+		if _, ok := l.cfg.Plan.Host(h.Name); !ok {
+			names = append(names, h.Name)
+		}
+	}
 	return names
+}
+
+// names maps each host's address to its name, for reports: the Plan's and
+// the kubelet's pods.
+func (l *Lab) names() map[netip.Addr]string {
+	m := l.cfg.Plan.Names()
+	for _, h := range l.podRecords() {
+		m[h.Addr] = h.Name
+	}
+	return m
 }
 
 // run runs one setup command, returning its output in the error.

@@ -8,3 +8,10 @@ import _ "embed"
 //
 //go:embed manifests.yaml
 var Manifests []byte
+
+// Cluster is the control-plane lab's cluster: the same Services as Manifests
+// and two StatefulSets, web and db, whose pods svclab runs as the kubelet
+// would. `svclab up --control-plane` applies it with kubectl.
+//
+//go:embed cluster.yaml
+var Cluster []byte

@@ -54,13 +54,17 @@ func (l *Lab) dnsListen() string { return net.JoinHostPort(l.cfg.Plan.Node.Addr.
 
 // startDNS starts clusterdns in the node and waits until it answers a query.
 func (l *Lab) startDNS(ctx context.Context, bin string) error {
-	argv := []string{bin,
-		"--services", l.ManifestsPath(),
+	src, err := l.source("clusterdns")
+	if err != nil {
+		return err
+	}
+	argv := append([]string{bin}, src...)
+	argv = append(argv,
 		"--listen", l.dnsListen(),
 		"--zone", "cluster.local",
 		"--upstream", dnsUpstream,
 		"--metrics-bind-address", dnsMetricsAddr,
-	}
+	)
 	cmd, _, err := l.start("clusterdns", l.cfg.Plan.Node.Name, argv, false)
 	if err != nil {
 		return err
@@ -90,6 +94,19 @@ func (l *Lab) startDNS(ctx context.Context, bin string) error {
 }
 
 func (l *Lab) nodeNS() string { return l.cfg.Plan.Namespace(l.cfg.Plan.Node.Name) }
+
+// source is where svcproxy or clusterdns (user) gets Services from: the
+// manifests file, or the lab's API server with the user's ServiceAccount token.
+func (l *Lab) source(user string) ([]string, error) {
+	st, err := l.readState()
+	if err != nil {
+		return nil, err
+	}
+	if st.Kubectl != "" {
+		return []string{"--kubeconfig", l.KubeconfigPath(user)}, nil
+	}
+	return []string{"--services", l.ManifestsPath()}, nil
+}
 
 // nodeHTTP is an HTTP client whose connections start inside the node.
 func (l *Lab) nodeHTTP() *http.Client {
@@ -125,12 +142,16 @@ func (l *Lab) NodeGet(ctx context.Context, path string) (string, error) {
 // startProxy starts svcproxy in the node and waits for its /healthz, which
 // answers 200 once the first sync is done.
 func (l *Lab) startProxy(ctx context.Context, bin, mode string) error {
-	argv := []string{bin,
-		"--services", l.ManifestsPath(),
+	src, err := l.source("svcproxy")
+	if err != nil {
+		return err
+	}
+	argv := append([]string{bin}, src...)
+	argv = append(argv,
 		"--mode", mode,
 		"--healthz-bind-address", healthzAddr,
 		"--metrics-bind-address", metricsAddr,
-	}
+	)
 	cmd, _, err := l.start("svcproxy", l.cfg.Plan.Node.Name, argv, false)
 	if err != nil {
 		return err
@@ -176,6 +197,27 @@ func (l *Lab) waitReady(ctx context.Context, name string, pid int, check func(co
 	}
 }
 
+// StopProxy stops the lab's svcproxy and removes its rules with `svcproxy
+// --cleanup`, leaving the node without a service proxy until SetMode starts
+// one again.
+func (l *Lab) StopProxy(ctx context.Context) error {
+	bin, err := l.binary("svcproxy")
+	if err != nil {
+		return err
+	}
+	if pid, ok := l.readPid("svcproxy", l.cfg.Plan.Node.Name); ok {
+		if err := stopPids([]int{pid}, 15*time.Second); err != nil {
+			return fmt.Errorf("stop svcproxy: %w", err)
+		}
+		l.reap()
+	}
+	var out strings.Builder
+	if err := l.Exec(ctx, l.cfg.Plan.Node.Name, []string{bin, "--cleanup"}, nil, &out, &out); err != nil {
+		return fmt.Errorf("svcproxy --cleanup: %w: %s", err, strings.TrimSpace(out.String()))
+	}
+	return nil
+}
+
 // SetMode restarts svcproxy in another mode, as kube-proxy users do by
 // editing its ConfigMap and deleting its pod: stop it, remove its rules with
 // `svcproxy --cleanup`, start it again, wait for /healthz.
@@ -191,15 +233,8 @@ func (l *Lab) SetMode(ctx context.Context, mode string) error {
 	if err != nil {
 		return err
 	}
-	if pid, ok := l.readPid("svcproxy", l.cfg.Plan.Node.Name); ok {
-		if err := stopPids([]int{pid}, 15*time.Second); err != nil {
-			return fmt.Errorf("stop svcproxy: %w", err)
-		}
-		l.reap()
-	}
-	var out strings.Builder
-	if err := l.Exec(ctx, l.cfg.Plan.Node.Name, []string{bin, "--cleanup"}, nil, &out, &out); err != nil {
-		return fmt.Errorf("svcproxy --cleanup: %w: %s", err, strings.TrimSpace(out.String()))
+	if err := l.StopProxy(ctx); err != nil {
+		return err
 	}
 	st.Mode = mode
 	if err := l.writeState(st); err != nil {

@@ -88,7 +88,7 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 		fmt.Fprintln(l.cfg.Stdout, Progress(t.Total, opts.N, 40))
 	}
 	fmt.Fprintln(l.cfg.Stdout)
-	if err := t.WriteTable(l.cfg.Stdout, l.cfg.Plan.Names()); err != nil {
+	if err := t.WriteTable(l.cfg.Stdout, l.names()); err != nil {
 		return t, err
 	}
 	fmt.Fprintln(l.cfg.Stdout)

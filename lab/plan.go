@@ -145,55 +145,75 @@ func (p *Plan) ResolvConf() string {
 // builds the lab; nothing here touches the machine's own namespace (every
 // command names a namespace with -n or `ip netns exec`).
 func (p *Plan) Commands() [][]string {
+	cmds := p.NodeCommands()
+	for _, h := range p.Hosts {
+		cmds = append(cmds, p.HostCommands(h)...)
+	}
+	return append(cmds, p.ServiceRouteCommand())
+}
+
+// NodeCommands make the node's namespace.
+func (p *Plan) NodeCommands() [][]string {
 	node := p.Namespace(p.Node.Name)
-	nodeAddr := p.Node.Addr.String()
-	cmds := [][]string{
+	return [][]string{
 		{"ip", "netns", "add", node},
 		{"ip", "-n", node, "link", "set", "lo", "up"},
 		// The node forwards between pods, and must not send ICMP redirects for
-		// traffic that leaves the way it came (DESIGN.md, "Known traps").
+		// traffic that leaves the way it came: the redirects share the ICMP rate
+		// limit with errors and can swallow a REJECT's port-unreachable.
 		{"ip", "netns", "exec", node, "sysctl", "-qw",
 			"net.ipv4.ip_forward=1",
 			"net.ipv4.conf.all.send_redirects=0",
 			"net.ipv4.conf.default.send_redirects=0"},
 	}
-	for _, h := range p.Hosts {
-		ns := p.Namespace(h.Name)
-		a := h.Addr.String()
-		cmds = append(cmds,
-			[]string{"ip", "netns", "add", ns},
-			[]string{"ip", "-n", ns, "link", "set", "lo", "up"},
-			// Made in the node and moved, so no name ever exists in the machine's
-			// own namespace.
-			[]string{"ip", "-n", node, "link", "add", h.NodeLink, "type", "veth", "peer", "name", "eth0", "netns", ns},
-			// The node's end carries the node address: REDIRECT (userspace mode)
-			// rewrites a packet to the address of the link it came in on, and drops
-			// it when that link has none.
-			[]string{"ip", "-n", node, "addr", "add", nodeAddr + "/32", "dev", h.NodeLink},
-			[]string{"ip", "-n", node, "link", "set", h.NodeLink, "up"},
-			[]string{"ip", "-n", node, "route", "add", a + "/32", "dev", h.NodeLink, "src", nodeAddr},
-			[]string{"ip", "-n", ns, "addr", "add", a + "/32", "dev", "eth0"},
-			[]string{"ip", "-n", ns, "link", "set", "eth0", "up"},
-			[]string{"ip", "-n", ns, "route", "add", nodeAddr + "/32", "dev", "eth0", "scope", "link"},
-			[]string{"ip", "-n", ns, "route", "add", p.ServiceCIDR.String(), "via", nodeAddr, "dev", "eth0", "src", a},
-			[]string{"ip", "-n", ns, "route", "add", p.ClusterCIDR.String(), "via", nodeAddr, "dev", "eth0", "src", a},
-		)
+}
+
+// HostCommands make h's namespace and link it to the node's, which must exist.
+func (p *Plan) HostCommands(h Host) [][]string {
+	node := p.Namespace(p.Node.Name)
+	nodeAddr := p.Node.Addr.String()
+	ns := p.Namespace(h.Name)
+	a := h.Addr.String()
+	return [][]string{
+		{"ip", "netns", "add", ns},
+		{"ip", "-n", ns, "link", "set", "lo", "up"},
+		// Made in the node and moved, so no name ever exists in the machine's
+		// own namespace.
+		{"ip", "-n", node, "link", "add", h.NodeLink, "type", "veth", "peer", "name", "eth0", "netns", ns},
+		// The node's end carries the node address: REDIRECT (userspace mode)
+		// rewrites a packet to the address of the link it came in on, and drops
+		// it when that link has none.
+		{"ip", "-n", node, "addr", "add", nodeAddr + "/32", "dev", h.NodeLink},
+		{"ip", "-n", node, "link", "set", h.NodeLink, "up"},
+		{"ip", "-n", node, "route", "add", a + "/32", "dev", h.NodeLink, "src", nodeAddr},
+		{"ip", "-n", ns, "addr", "add", a + "/32", "dev", "eth0"},
+		{"ip", "-n", ns, "link", "set", "eth0", "up"},
+		{"ip", "-n", ns, "route", "add", nodeAddr + "/32", "dev", "eth0", "scope", "link"},
+		{"ip", "-n", ns, "route", "add", p.ServiceCIDR.String(), "via", nodeAddr, "dev", "eth0", "src", a},
+		{"ip", "-n", ns, "route", "add", p.ClusterCIDR.String(), "via", nodeAddr, "dev", "eth0", "src", a},
 	}
-	// A packet the node sends itself needs a route to a ClusterIP before
-	// netfilter sees it; nat OUTPUT then rewrites it and the kernel routes it
-	// again, to the pod (DESIGN.md, "Known traps"). Last: its source address
-	// must already be the node's.
-	return append(cmds, []string{"ip", "-n", node, "route", "add", p.ServiceCIDR.String(), "dev", "lo", "src", nodeAddr})
+}
+
+// ServiceRouteCommand gives the node a route to the Service range. A packet
+// the node sends itself needs a route to a ClusterIP before netfilter sees
+// it; nat OUTPUT then rewrites it and the kernel routes it again, to the pod
+// ("network unreachable" otherwise). It comes after a first host's link: its source
+// address must already be the node's.
+func (p *Plan) ServiceRouteCommand() []string {
+	return []string{"ip", "-n", p.Namespace(p.Node.Name), "route", "add", p.ServiceCIDR.String(), "dev", "lo", "src", p.Node.Addr.String()}
 }
 
 // WriteHosts writes a table of the lab's hosts: namespace, address and what
 // runs there (svcproxy in mode).
 func (p *Plan) WriteHosts(w io.Writer, mode string) error {
+	return p.writeHosts(w, fmt.Sprintf("svcproxy --mode %s, clusterdns on :53", mode), p.Hosts)
+}
+
+func (p *Plan) writeHosts(w io.Writer, nodeRuns string, hosts []Host) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "HOST\tNAMESPACE\tADDRESS\tRUNS")
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Node.Name, p.Namespace(p.Node.Name), p.Node.Addr,
-		fmt.Sprintf("svcproxy --mode %s, clusterdns on :53", mode))
-	for _, h := range p.Hosts {
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Node.Name, p.Namespace(p.Node.Name), p.Node.Addr, nodeRuns)
+	for _, h := range hosts {
 		runs := "-"
 		if h.Role == RolePod {
 			var ports []string

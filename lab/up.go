@@ -14,11 +14,30 @@ import (
 	"time"
 )
 
-// Up builds the lab: it removes what a crashed run left behind, creates the
-// namespaces and links of the Plan, writes the pods' resolv.conf, starts a Pod
-// server in each pod, then clusterdns and svcproxy (in mode) in the node, and
-// returns once each answers.
+// UpOptions say what `svclab up` builds.
+type UpOptions struct {
+	// Mode is svcproxy's --mode.
+	Mode string
+	// ControlPlane, when not nil, runs etcd, kube-apiserver and
+	// kube-controller-manager in the node, and svcproxy and clusterdns watch
+	// that API server; nil is the file-fed lab, where they read the manifests
+	// file.
+	ControlPlane *ControlPlane
+}
+
+// Up builds the file-fed lab with svcproxy in mode; see UpWith.
 func (l *Lab) Up(ctx context.Context, mode string) error {
+	return l.UpWith(ctx, UpOptions{Mode: mode})
+}
+
+// UpWith builds the lab: it removes what a crashed run left behind, creates
+// the namespaces and links of the Plan, writes the pods' resolv.conf, starts
+// a Pod server in each pod, then clusterdns and svcproxy in the node, and
+// returns once each answers. With a control plane, the pods are the
+// StatefulSets' of cluster.yaml, which the lab's kubelet starts (see
+// upControlPlane).
+func (l *Lab) UpWith(ctx context.Context, opts UpOptions) error {
+	mode := opts.Mode
 	if err := checkMode(mode); err != nil {
 		return err
 	}
@@ -39,12 +58,19 @@ func (l *Lab) Up(ctx context.Context, mode string) error {
 	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(l.ManifestsPath(), l.cfg.Manifests, 0o644); err != nil {
-		return err
-	}
 	st := state{Mode: mode}
 	if l.inDemo {
 		st.Demo = os.Getpid()
+	}
+	if opts.ControlPlane != nil {
+		st.Kubectl = opts.ControlPlane.Kubectl
+		if err := l.writeState(st); err != nil {
+			return err
+		}
+		return l.upControlPlane(ctx, *opts.ControlPlane, dns, proxy, mode)
+	}
+	if err := os.WriteFile(l.ManifestsPath(), l.cfg.Manifests, 0o644); err != nil {
+		return err
 	}
 	if err := l.writeState(st); err != nil {
 		return err
@@ -56,11 +82,7 @@ func (l *Lab) Up(ctx context.Context, mode string) error {
 		}
 	}
 	for _, h := range p.Hosts {
-		dir := filepath.Join(etcNetnsDir, p.Namespace(h.Name))
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dir, "resolv.conf"), []byte(p.ResolvConf()), 0o644); err != nil {
+		if err := l.writeResolvConf(h); err != nil {
 			return err
 		}
 	}
@@ -73,6 +95,16 @@ func (l *Lab) Up(ctx context.Context, mode string) error {
 		return err
 	}
 	return l.startProxy(ctx, proxy, mode)
+}
+
+// writeResolvConf writes the resolv.conf that `ip netns exec` mounts in h.
+func (l *Lab) writeResolvConf(h Host) error {
+	p := l.cfg.Plan
+	dir := filepath.Join(etcNetnsDir, p.Namespace(h.Name))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "resolv.conf"), []byte(p.ResolvConf()), 0o644)
 }
 
 func validMode(m string) bool {
@@ -88,6 +120,13 @@ func validMode(m string) bool {
 // namespaces (and with them their links, routes and rules), their /etc/netns
 // files and the state directory. It is safe to run when nothing is up.
 func (l *Lab) Down(ctx context.Context) error {
+	// The control-plane lab's kubelet first: it would make pods' namespaces
+	// while the others are removed.
+	if pid, ok := l.readPid("kubelet", ""); ok {
+		if err := stopPids([]int{pid}, 5*time.Second); err != nil {
+			return err
+		}
+	}
 	nss, err := namespaces(l.cfg.Plan.Prefix)
 	if err != nil {
 		return err
@@ -167,15 +206,20 @@ func (l *Lab) Leftovers() []string {
 // start runs argv in host's namespace in the background, in a session of its
 // own so it outlives this command, with output to the state directory's
 // NAME.log and its pid in NAME.pid. ready, when not nil, is the child's end of
-// a pipe that the child writes a line to once it serves (fd 3).
+// a pipe that the child writes a line to once it serves (fd 3). Host "" is
+// the machine's own namespaces (the control-plane lab's kubelet).
 func (l *Lab) start(name, host string, argv []string, withReady bool) (*exec.Cmd, *os.File, error) {
 	logf, err := os.OpenFile(l.logPath(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer logf.Close()
-	ns := l.cfg.Plan.Namespace(host)
-	cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
+	ns := "the machine's namespace"
+	cmd := exec.Command(argv[0], argv[1:]...)
+	if host != "" {
+		ns = l.cfg.Plan.Namespace(host)
+		cmd = exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	var readyR, readyW *os.File
@@ -224,7 +268,8 @@ func (l *Lab) reap() {
 func (l *Lab) logPath(name string) string { return filepath.Join(l.cfg.StateDir, name+".log") }
 func (l *Lab) pidPath(name string) string { return filepath.Join(l.cfg.StateDir, name+".pid") }
 
-// readPid returns the pid of the lab process name, if it still runs in host.
+// readPid returns the pid of the lab process name, if it still runs in host
+// ("": in the machine's namespaces, with the state directory on its command line).
 func (l *Lab) readPid(name, host string) (int, bool) {
 	b, err := os.ReadFile(l.pidPath(name))
 	if err != nil {
@@ -234,7 +279,12 @@ func (l *Lab) readPid(name, host string) (int, bool) {
 	if err != nil {
 		return 0, false
 	}
-	// The pid may have been reused since: trust it only if it lives in our namespace.
+	// The pid may have been reused since: trust it only if it lives in our
+	// namespace, or names our state directory.
+	if host == "" {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+		return pid, err == nil && alive(pid) && strings.Contains(string(cmdline), l.cfg.StateDir)
+	}
 	return pid, inNamespace(pid, l.cfg.Plan.Namespace(host))
 }
 

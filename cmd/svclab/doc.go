@@ -2,14 +2,24 @@
 // namespaces on this machine, runs svcproxy and clusterdns in it, and lets you
 // send traffic through it and look at the rules that carried it.
 //
-//	svclab up [--mode MODE]          build the lab (svcproxy in MODE, default userspace)
+//	svclab up [--mode MODE] [--control-plane]
+//	                                 build the lab (svcproxy in MODE, default userspace);
+//	                                 fed by a manifests file, or by a real control plane
 //	svclab exec HOST -- CMD...       run CMD in a lab host: node, client, web-0...
 //	svclab traffic [--n N] [--rate R] TARGET
 //	                                 N requests from the client; who answered, who they saw
 //	svclab rules                     svcproxy's iptables chains and the IPVS table, in the node
 //	svclab mode MODE                 restart svcproxy in another mode
+//	svclab kubectl ARGS...           kubectl against the control-plane lab's API server
+//	svclab pod NAME --ready=BOOL     a control-plane lab pod's Ready condition
 //	svclab down                      remove everything the lab made
 //	svclab demo                      up, a narrated walk, down (what `make lab` runs)
+//
+// With --control-plane, etcd, kube-apiserver and kube-controller-manager run in
+// the node's namespace (the programs `make kapi` caches, or those in --kapi
+// DIR), svclab plays the kubelet (`svclab kubelet`, in the background), and
+// svcproxy and clusterdns watch the API server with their ServiceAccounts'
+// tokens, under the RBAC of deploy/rbac.
 //
 // svcproxy and clusterdns are looked for next to svclab, then on PATH:
 // `go build -o bin/ ./cmd/...` puts all three together. Everything but the

@@ -19,7 +19,13 @@ import (
 const usage = `usage: svclab [--state DIR] [--bin DIR] COMMAND [ARGS]
 
 commands:
-  up [--mode MODE]                      build the lab; svcproxy runs in MODE (default userspace)
+  up [--mode MODE] [--control-plane]    build the lab; svcproxy runs in MODE (default userspace);
+                                        with --control-plane, etcd, kube-apiserver and
+                                        kube-controller-manager run in the node and
+                                        svcproxy and clusterdns watch them (make kapi first)
+  kubectl ARGS...                       kubectl against the control-plane lab's API server
+  pod NAME --ready=true|false           a control-plane lab pod's Ready condition, as a
+                                        readiness probe would set it
   exec HOST -- CMD [ARGS...]            run a command in a lab host (node, client, web-0, ...)
   traffic [--n N] [--rate R] TARGET     send N requests from the client and show who answered
                                         TARGET: web, web.default.svc.cluster.local,
@@ -27,17 +33,38 @@ commands:
   rules                                 svcproxy's iptables chains, nftables table and IPVS table, in the node
   mode MODE                             restart svcproxy in MODE: userspace, iptables, nftables, ipvs, hybrid
   down                                  remove every namespace, process and file of the lab
-  demo                                  up, a narrated walk through the lab, down
+  demo [--control-plane=auto|true|false]
+                                        up, a narrated walk through the lab, down; on a
+                                        control plane when its programs are built (auto)
 
 Every command needs root. svcproxy and clusterdns are looked for next to svclab,
 then on PATH (go build -o bin/ ./cmd/... builds all three).
 `
 
 func main() {
+	closeInherited()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// closeInherited marks every descriptor svclab inherited beyond the standard
+// three close-on-exec, so that the processes it leaves running (the control
+// plane, svcproxy, the pods) do not hold them: `flock LOCK svclab up` would
+// otherwise keep LOCK held by the lab's daemons after svclab exits. The
+// descriptors svclab passes on itself (a pod's ready pipe) are given
+// explicitly and are not affected.
+func closeInherited() {
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, fd := range fds {
+		if n, err := strconv.Atoi(fd.Name()); err == nil && n > 2 {
+			syscall.CloseOnExec(n)
+		}
+	}
 }
 
 // exitError carries a command's own exit status through (svclab exec).
@@ -51,6 +78,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() { fmt.Fprint(stderr, usage) }
 	stateDir := fs.String("state", lab.DefaultStateDir, "the lab's state `DIR`: pid files, logs, manifests")
 	binDir := fs.String("bin", "", "look for svcproxy and clusterdns in `DIR` first (default: next to svclab)")
+	kapiDir = fs.String("kapi", "", "the control plane's programs are in `DIR` (default: make kapi's cache)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -97,9 +125,13 @@ var commands = map[string]command{
 	"mode":    {root: true, run: cmdMode},
 	"down":    {root: true, run: cmdDown},
 	"demo":    {root: true, run: cmdDemo},
+	"kubectl": {root: true, run: cmdKubectl},
+	// `svclab pod NAME --ready=BOOL` by users; `svclab pod --name NAME ...`,
+	// a pod's server, by svclab itself inside lab hosts.
+	"pod": {run: cmdPod},
 	// Run by svclab itself inside lab hosts.
-	"pod":   {run: cmdPod},
-	"probe": {run: cmdProbe},
+	"probe":   {run: cmdProbe},
+	"kubelet": {root: true, run: cmdKubelet},
 }
 
 func isTerminal(w io.Writer) bool {
@@ -122,9 +154,13 @@ func parse(fs *flag.FlagSet, args []string, want int) error {
 	return nil
 }
 
+// kapiDir is the global --kapi flag.
+var kapiDir *string
+
 func cmdUp(ctx context.Context, cfg lab.Config, args []string) error {
 	fs := flag.NewFlagSet("svclab up", flag.ContinueOnError)
 	mode := fs.String("mode", "userspace", "svcproxy's `MODE`: userspace, iptables, nftables, ipvs or hybrid")
+	withCP := fs.Bool("control-plane", false, "run etcd, kube-apiserver and kube-controller-manager in the node")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -132,10 +168,18 @@ func cmdUp(ctx context.Context, cfg lab.Config, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := l.Up(ctx, *mode); err != nil {
+	opts := lab.UpOptions{Mode: *mode}
+	if *withCP {
+		cp, err := lab.FindControlPlane(*kapiDir)
+		if err != nil {
+			return err
+		}
+		opts.ControlPlane = &cp
+	}
+	if err := l.UpWith(ctx, opts); err != nil {
 		return err
 	}
-	return l.Plan().WriteHosts(cfg.Stdout, *mode)
+	return l.WriteHosts(cfg.Stdout)
 }
 
 func cmdExec(ctx context.Context, cfg lab.Config, args []string) error {
@@ -225,12 +269,43 @@ func cmdDown(ctx context.Context, cfg lab.Config, args []string) error {
 }
 
 func cmdDemo(ctx context.Context, cfg lab.Config, args []string) error {
-	if err := parse(flag.NewFlagSet("svclab demo", flag.ContinueOnError), args, 0); err != nil {
+	fs := flag.NewFlagSet("svclab demo", flag.ContinueOnError)
+	withCP := fs.String("control-plane", "auto", "run the demo on a control plane: true, false, or auto (when its programs are built)")
+	if err := parse(fs, args, 0); err != nil {
 		return err
+	}
+	switch *withCP {
+	case "auto", "true", "false":
+	default:
+		return fmt.Errorf("--control-plane %q: want auto, true or false", *withCP)
+	}
+	if *withCP != "false" {
+		cp, err := lab.FindControlPlane(*kapiDir)
+		switch {
+		case err == nil:
+			cfg.ControlPlane = &cp
+		case *withCP == "true":
+			return err
+		default:
+			fmt.Fprintf(cfg.Stdout, "(The control plane's programs are not built, so this demo feeds the lab from a\nmanifests file instead; `make kapi` builds them, once per machine.)\n\n")
+		}
 	}
 	l, err := lab.New(cfg)
 	if err != nil {
 		return err
 	}
 	return l.Demo(ctx)
+}
+
+func cmdKubectl(ctx context.Context, cfg lab.Config, args []string) error {
+	l, err := lab.New(cfg)
+	if err != nil {
+		return err
+	}
+	err = l.Kubectl(ctx, os.Stdin, cfg.Stdout, cfg.Stderr, args...)
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return exitError{ee.ExitCode()}
+	}
+	return err
 }

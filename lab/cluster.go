@@ -1,0 +1,224 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/svcproxy/svcproxy/deploy"
+)
+
+// tokenDuration is how long the ServiceAccount tokens of svcproxy and
+// clusterdns last: longer than any lab is up.
+const tokenDuration = "8760h"
+
+// Client is a clientset for the lab's API server, as its administrator.
+// Every connection is made from inside the node, where the server listens.
+func (l *Lab) Client() (kubernetes.Interface, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", l.KubeconfigPath("admin"))
+	if err != nil {
+		return nil, fmt.Errorf("the lab's API server: %w (is the lab up with --control-plane?)", err)
+	}
+	ns := l.nodeNS()
+	rc.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return dialIn(ctx, ns, network, addr)
+	}
+	rc.UserAgent = "svclab"
+	rc.QPS, rc.Burst = 50, 100
+	return kubernetes.NewForConfig(rc)
+}
+
+// upControlPlane builds the control-plane lab, in this order: the node and
+// the client; etcd, kube-apiserver and kube-controller-manager in the node;
+// deploy/lab (the RBAC and objects of deploy/base, with the lab's addresses)
+// and cluster.yaml applied with kubectl; the kubelet, which starts the
+// StatefulSets' pods; tokens for svcproxy's and clusterdns's ServiceAccounts;
+// then clusterdns (with a mirror pod, so that kube-dns has it as its
+// endpoint) and svcproxy, each once what it serves is there.
+func (l *Lab) upControlPlane(ctx context.Context, cp ControlPlane, dns, proxy, mode string) error {
+	p := l.cfg.Plan
+	client, _ := p.Host("client")
+	cmds := append(p.NodeCommands(), p.HostCommands(client)...)
+	for _, argv := range append(cmds, p.ServiceRouteCommand()) {
+		if err := run(ctx, argv...); err != nil {
+			return err
+		}
+	}
+	if err := l.writeResolvConf(client); err != nil {
+		return err
+	}
+	if err := l.startControlPlane(ctx, cp); err != nil {
+		return err
+	}
+	deployDir := filepath.Join(l.cfg.StateDir, "deploy")
+	if err := deploy.WriteTo(deployDir); err != nil {
+		return err
+	}
+	if _, err := l.kubectlOut(ctx, nil, "apply", "--server-side", "-k", filepath.Join(deployDir, "lab")); err != nil {
+		return err
+	}
+	if _, err := l.kubectlOut(ctx, strings.NewReader(string(Cluster)), "apply", "--server-side", "-f", "-"); err != nil {
+		return err
+	}
+	// The kubelet runs in the machine's own namespaces, as a kubelet does: in
+	// the node's, `ip netns add` would pin each pod's namespace in the private
+	// mount namespace `ip netns exec` gives, where no one else would see it.
+	// It reaches the API server inside the node, as svclab does.
+	if _, _, err := l.start("kubelet", "", []string{l.cfg.Self, "--state", l.cfg.StateDir, "kubelet"}, false); err != nil {
+		return err
+	}
+	caPEM, err := os.ReadFile(filepath.Join(l.pkiDir(), "ca.crt"))
+	if err != nil {
+		return err
+	}
+	for _, sa := range []string{"svcproxy", "clusterdns"} {
+		tok, err := l.kubectlOut(ctx, nil, "-n", "kube-system", "create", "token", sa, "--duration="+tokenDuration)
+		if err != nil {
+			return err
+		}
+		user := "system:serviceaccount:kube-system:" + sa
+		if err := writeKubeconfig(l.KubeconfigPath(sa), apiserverURL, caPEM, user, strings.TrimSpace(tok)); err != nil {
+			return err
+		}
+	}
+	c, err := l.Client()
+	if err != nil {
+		return err
+	}
+	for _, want := range []struct {
+		ns, svc string
+		n       int
+	}{{"default", "web", 3}, {"default", "db", 2}} {
+		if err := l.waitEndpoints(ctx, c, want.ns, want.svc, want.n); err != nil {
+			return err
+		}
+	}
+	if err := l.startDNS(ctx, dns); err != nil {
+		return err
+	}
+	if err := l.createMirrorPod(ctx, c); err != nil {
+		return err
+	}
+	if err := l.waitEndpoints(ctx, c, "kube-system", "kube-dns", 1); err != nil {
+		return err
+	}
+	return l.startProxy(ctx, proxy, mode)
+}
+
+// waitEndpoints waits until the EndpointSlices of Service ns/svc have n ready
+// endpoints: the EndpointSlice controller has seen the pods Ready.
+func (l *Lab) waitEndpoints(ctx context.Context, c kubernetes.Interface, ns, svc string, n int) error {
+	deadline := time.Now().Add(controlPlaneTimeout)
+	for {
+		got, err := readyEndpoints(ctx, c, ns, svc)
+		if err == nil && got == n {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("service %s/%s: %d ready endpoints after %s, want %d (%v)%s",
+				ns, svc, got, controlPlaneTimeout, n, err, l.logTail("kubelet"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// readyEndpoints counts the ready endpoints of a Service's EndpointSlices.
+func readyEndpoints(ctx context.Context, c kubernetes.Interface, ns, svc string) (int, error) {
+	slices, err := c.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{
+		LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, s := range slices.Items {
+		for _, ep := range s.Endpoints {
+			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
+// createMirrorPod writes the Pod that stands for clusterdns in the API, as
+// the kubelet writes a mirror pod for each static pod it runs (kubeadm's
+// control plane is static pods): clusterdns runs on the node's network with
+// CoreDNS's label, so the Service kube-dns selects it and the EndpointSlice
+// controller gives kube-dns its address.
+func (l *Lab) createMirrorPod(ctx context.Context, c kubernetes.Interface) error {
+	p := l.cfg.Plan
+	node, err := c.CoreV1().Nodes().Get(ctx, p.Node.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("mirror pod: node %s: %w", p.Node.Name, err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      "clusterdns-" + p.Node.Name,
+			Namespace: "kube-system",
+			Labels:    map[string]string{"k8s-app": "kube-dns"},
+			Annotations: map[string]string{
+				corev1.MirrorPodAnnotationKey: "svclab",
+				"kubernetes.io/config.source": "file",
+			},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID, Controller: new(true),
+			}},
+		},
+		Spec: corev1.PodSpec{
+			NodeName:    p.Node.Name,
+			HostNetwork: true,
+			Containers: []corev1.Container{{
+				Name:  "clusterdns",
+				Image: "svcproxy.test/svcproxy:dev",
+				Ports: []corev1.ContainerPort{
+					{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP},
+					{Name: "dns-tcp", ContainerPort: 53, Protocol: corev1.ProtocolTCP},
+				},
+			}},
+		},
+	}
+	created, err := c.CoreV1().Pods("kube-system").Create(ctx, pod, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		created, err = c.CoreV1().Pods("kube-system").Get(ctx, pod.Name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("mirror pod kube-system/%s: %w", pod.Name, err)
+	}
+	k := l.NewKubelet(c, nil)
+	return k.reportRunning(ctx, created, p.Node)
+}
+
+// WriteHosts writes the table of the lab's hosts that `svclab up` prints:
+// the Plan's, or on a control plane the node, the client and the pods the
+// kubelet runs, in name order.
+func (l *Lab) WriteHosts(w io.Writer) error {
+	st, err := l.readState()
+	if err != nil {
+		return err
+	}
+	p := l.cfg.Plan
+	if st.Kubectl == "" {
+		return p.WriteHosts(w, st.Mode)
+	}
+	client, _ := p.Host("client")
+	hosts := append([]Host{client}, l.podRecords()...)
+	sort.Slice(hosts[1:], func(i, j int) bool { return hosts[1+i].Name < hosts[1+j].Name })
+	runs := fmt.Sprintf("etcd, kube-apiserver :6443, kube-controller-manager, kubelet (svclab), svcproxy --mode %s, clusterdns on :53", st.Mode)
+	return p.writeHosts(w, runs, hosts)
+}

@@ -1,0 +1,278 @@
+package lab
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/svcproxy/svcproxy/internal/kapitest/kapibin"
+)
+
+// ControlPlane are the programs of the control-plane lab.
+type ControlPlane struct {
+	Etcd, APIServer, ControllerManager, Kubectl string
+}
+
+// FindControlPlane returns the control-plane programs: those in dir (named
+// etcd, kube-apiserver, kube-controller-manager, kubectl), or, when dir is "",
+// those `make kapi` built and cached for the svcproxy repository around the
+// working directory. It builds nothing: a cold build takes minutes.
+func FindControlPlane(dir string) (ControlPlane, error) {
+	if dir != "" {
+		cp := ControlPlane{
+			Etcd:              filepath.Join(dir, "etcd"),
+			APIServer:         filepath.Join(dir, "kube-apiserver"),
+			ControllerManager: filepath.Join(dir, "kube-controller-manager"),
+			Kubectl:           filepath.Join(dir, "kubectl"),
+		}
+		for _, p := range []string{cp.Etcd, cp.APIServer, cp.ControllerManager, cp.Kubectl} {
+			if _, err := os.Stat(p); err != nil {
+				return ControlPlane{}, fmt.Errorf("control plane: %w", err)
+			}
+		}
+		return cp, nil
+	}
+	bins, err := kapibin.Build(context.Background(), kapibin.Config{CachedOnly: true, ControlPlane: true})
+	if err != nil {
+		return ControlPlane{}, fmt.Errorf("control plane: %w; build them with `make kapi` (minutes, once per machine)", err)
+	}
+	return ControlPlane{Etcd: bins.Etcd, APIServer: bins.APIServer, ControllerManager: bins.ControllerManager, Kubectl: bins.Kubectl}, nil
+}
+
+// Where the control plane listens, all inside the node's namespace: etcd on
+// its loopback only, kube-apiserver on every node address (pods reach it as
+// the Service kubernetes, 198.18.0.1:443, as in a cluster).
+const (
+	etcdClientURL = "http://127.0.0.1:2379"
+	etcdPeerURL   = "http://127.0.0.1:2380"
+	apiserverPort = 6443
+	// apiserverURL is how the node's own processes reach it.
+	apiserverURL = "https://127.0.0.1:6443"
+	kcmAddr      = "127.0.0.1:10257"
+)
+
+// controlPlaneTimeout bounds the start of each program: kube-apiserver takes
+// seconds on an idle machine, and much longer on a busy one.
+const controlPlaneTimeout = 2 * time.Minute
+
+func (l *Lab) pkiDir() string { return filepath.Join(l.cfg.StateDir, "pki") }
+
+// KubeconfigPath is the kubeconfig of user ("admin", "svcproxy", "clusterdns").
+func (l *Lab) KubeconfigPath(user string) string {
+	return filepath.Join(l.cfg.StateDir, user+".kubeconfig")
+}
+
+// startControlPlane writes the PKI, then starts etcd, kube-apiserver and
+// kube-controller-manager in the node, each once the one before answers.
+func (l *Lab) startControlPlane(ctx context.Context, cp ControlPlane) error {
+	p := l.cfg.Plan
+	ips := []net.IP{net.IPv4(127, 0, 0, 1), p.Node.Addr.AsSlice(), p.ServiceCIDR.Addr().Next().AsSlice()}
+	names := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
+	pk, err := writePKI(l.pkiDir(), ips, names)
+	if err != nil {
+		return fmt.Errorf("control plane pki: %w", err)
+	}
+	if err := writeKubeconfig(l.KubeconfigPath("admin"), apiserverURL, pk.caPEM, adminUser, pk.adminToken); err != nil {
+		return err
+	}
+	node := p.Node.Name
+	etcd, _, err := l.start("etcd", node, []string{cp.Etcd,
+		"--name=svclab",
+		"--data-dir=" + filepath.Join(l.cfg.StateDir, "etcd"),
+		"--listen-client-urls=" + etcdClientURL,
+		"--advertise-client-urls=" + etcdClientURL,
+		"--listen-peer-urls=" + etcdPeerURL,
+		"--initial-advertise-peer-urls=" + etcdPeerURL,
+		"--initial-cluster=svclab=" + etcdPeerURL,
+		// The lab's data need not survive a power cut; fsync per write is
+		// most of etcd's latency on a shared disk.
+		"--unsafe-no-fsync",
+		"--log-level=warn",
+	}, false)
+	if err != nil {
+		return err
+	}
+	plain := l.nodeHTTP()
+	if err := l.waitFor(ctx, "etcd", etcd.Process.Pid, httpOK(plain, etcdClientURL+"/health", "")); err != nil {
+		return err
+	}
+	apiserver, _, err := l.start("kube-apiserver", node, append([]string{cp.APIServer}, l.apiserverArgs(pk)...), false)
+	if err != nil {
+		return err
+	}
+	secure := l.nodeHTTPS(pk.caPEM)
+	if err := l.waitFor(ctx, "kube-apiserver", apiserver.Process.Pid, httpOK(secure, apiserverURL+"/readyz", pk.adminToken)); err != nil {
+		return err
+	}
+	admin := l.KubeconfigPath("admin")
+	kcm, _, err := l.start("kube-controller-manager", node, []string{cp.ControllerManager,
+		"--kubeconfig=" + admin,
+		"--authentication-kubeconfig=" + admin,
+		"--authorization-kubeconfig=" + admin,
+		// What the lab needs: EndpointSlices from Services' selectors, the
+		// pods of StatefulSets, Deployments and ReplicaSets, a default
+		// ServiceAccount in each namespace (pods need one), namespace
+		// deletion, and the garbage collector that deletes what an owner
+		// leaves. No node lifecycle controller: no kubelet heartbeats here.
+		"--controllers=endpointslice,namespace,serviceaccount,statefulset,deployment,replicaset,garbagecollector",
+		"--leader-elect=false",
+		"--use-service-account-credentials=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port=" + portOf(kcmAddr),
+		"--cert-dir=" + filepath.Join(l.cfg.StateDir, "kube-controller-manager"),
+		"--profiling=false",
+	}, false)
+	if err != nil {
+		return err
+	}
+	insecure := l.nodeHTTPSInsecure()
+	return l.waitFor(ctx, "kube-controller-manager", kcm.Process.Pid, httpOK(insecure, "https://"+kcmAddr+"/healthz", ""))
+}
+
+// apiserverArgs are kube-apiserver's flags; each one that is not a plain path
+// says why it is there.
+func (l *Lab) apiserverArgs(pk *pki) []string {
+	p := l.cfg.Plan
+	return []string{
+		"--bind-address=0.0.0.0", // of the node's namespace
+		"--secure-port=" + strconv.Itoa(apiserverPort),
+		// The Service kubernetes gets this address as its endpoint.
+		"--advertise-address=" + p.Node.Addr.String(),
+		"--etcd-servers=" + etcdClientURL,
+		"--service-cluster-ip-range=" + p.ServiceCIDR.String(),
+		"--tls-cert-file=" + pk.servingCert(),
+		"--tls-private-key-file=" + pk.servingKey(),
+		"--cert-dir=" + filepath.Join(l.cfg.StateDir, "kube-apiserver"),
+		"--token-auth-file=" + pk.tokenFile(),
+		// As on kubeadm's clusters: kubelets are limited to their own node
+		// and pods, everyone else gets what RBAC grants. svcproxy and
+		// clusterdns run with their ServiceAccounts' tokens, so deploy/rbac
+		// is what they may do.
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--service-account-key-file=" + pk.serviceAccount(),
+		"--service-account-signing-key-file=" + pk.serviceAccount(),
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		// On SIGTERM, answer 429 + Retry-After instead of waiting out
+		// open watches for the 60s request timeout.
+		"--shutdown-send-retry-after=true",
+		// A handful of clients: flow control only costs start time.
+		"--enable-priority-and-fairness=false",
+		"--profiling=false",
+	}
+}
+
+// waitFor tries check until it succeeds, the process exits, or
+// controlPlaneTimeout passes.
+func (l *Lab) waitFor(ctx context.Context, name string, pid int, check func(context.Context) error) error {
+	deadline := time.Now().Add(controlPlaneTimeout)
+	for {
+		err := check(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not ready after %s: %w%s", name, controlPlaneTimeout, err, l.logTail(name))
+		}
+		if waitExit(pid, 200*time.Millisecond) {
+			return fmt.Errorf("%s: exited while starting%s", name, l.logTail(name))
+		}
+	}
+}
+
+// httpOK is a check that GET url answers 200.
+func httpOK(client *http.Client, url, token string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
+		}
+		return nil
+	}
+}
+
+// nodeHTTPS is an HTTPS client whose connections start inside the node and
+// trust the lab's CA.
+func (l *Lab) nodeHTTPS(caPEM []byte) *http.Client {
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	return l.nodeTLS(&tls.Config{RootCAs: roots})
+}
+
+// nodeHTTPSInsecure is for kube-controller-manager's /healthz, served with a
+// certificate it made for itself at start.
+func (l *Lab) nodeHTTPSInsecure() *http.Client {
+	return l.nodeTLS(&tls.Config{InsecureSkipVerify: true})
+}
+
+func (l *Lab) nodeTLS(tc *tls.Config) *http.Client {
+	return &http.Client{
+		Timeout: 5 * time.Second,
+		Transport: &http.Transport{
+			DisableKeepAlives: true,
+			TLSClientConfig:   tc,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return dialIn(ctx, l.nodeNS(), network, addr)
+			},
+		},
+	}
+}
+
+func portOf(addr string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	return port
+}
+
+// kubectl runs the lab's kubectl in the node with the admin's kubeconfig.
+func (l *Lab) kubectl(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args ...string) error {
+	st, err := l.readState()
+	if err != nil {
+		return err
+	}
+	if st.Kubectl == "" {
+		return errors.New("the lab has no control plane: run `svclab up --control-plane`")
+	}
+	argv := append([]string{st.Kubectl, "--kubeconfig", l.KubeconfigPath("admin")}, args...)
+	return l.Exec(ctx, l.cfg.Plan.Node.Name, argv, stdin, stdout, stderr)
+}
+
+// Kubectl runs `kubectl ARGS...` against the lab's API server, as its
+// administrator, with the given standard streams (nil: Config's).
+func (l *Lab) Kubectl(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args ...string) error {
+	return l.kubectl(ctx, stdin, stdout, stderr, args...)
+}
+
+// kubectlOut runs kubectl and returns its output; the error carries it too.
+func (l *Lab) kubectlOut(ctx context.Context, stdin io.Reader, args ...string) (string, error) {
+	var out strings.Builder
+	err := l.kubectl(ctx, stdin, &out, &out, args...)
+	if err != nil {
+		return out.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(out.String()))
+	}
+	return out.String(), nil
+}
