@@ -20,6 +20,8 @@ type step struct {
 	// expected.
 	run func(ctx context.Context, d *demo) error
 	ok  string // what the step showed, when it did
+	// timeout bounds the step; 0 is stepTimeout.
+	timeout time.Duration
 }
 
 // demo is the narrated walk's running state.
@@ -82,7 +84,11 @@ func (l *Lab) Demo(ctx context.Context) (err error) {
 	}()
 	for i, s := range steps {
 		fmt.Fprintf(d.out, "\n## %d. %s\n\n%s", i+1, s.title, s.why)
-		sctx, cancel := context.WithTimeout(ctx, stepTimeout)
+		timeout := s.timeout
+		if timeout == 0 {
+			timeout = stepTimeout
+		}
+		sctx, cancel := context.WithTimeout(ctx, timeout)
 		d.ok = ""
 		serr := s.run(sctx, d)
 		cancel()

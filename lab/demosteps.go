@@ -233,8 +233,12 @@ watch them with their ServiceAccounts' tokens.
 			if err != nil {
 				return err
 			}
-			return expectLines(out, "198.19.1.10,198.19.1.11,198.19.1.12")
+			// The controller lists endpoints in no fixed order.
+			return expectLines(out, "198.19.1.10", "198.19.1.11", "198.19.1.12")
 		},
-		ok: "the control plane runs; the EndpointSlice controller wrote web's slice; five pods answer",
+		// etcd, kube-apiserver and kube-controller-manager start first:
+		// seconds on an idle machine, a minute or more on a busy one.
+		timeout: 3 * controlPlaneTimeout,
+		ok:      "the control plane runs; the EndpointSlice controller wrote web's slice; five pods answer",
 	}
 }
