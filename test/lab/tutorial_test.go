@@ -1,153 +1,100 @@
 package lab
 
 import (
-	"bufio"
 	"context"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/internal/tutorial"
+	"github.com/svcproxy/svcproxy/kernel/ipvs"
 	"github.com/svcproxy/svcproxy/lab"
 )
 
-// A tutorial's commands are the lines starting with "svclab " in its ```sh
-// blocks (the others, like `go build`, are for the reader's machine). A
-// ```text block is the expected output of the command just before it.
-type tutorialCmd struct {
-	line   int    // in the file
-	cmd    string // "svclab traffic web"
-	expect []string
-}
+// tutorials is where the course lives, from this package's directory.
+var tutorials = filepath.Join("..", "..", "tutorials")
 
-func readTutorial(t *testing.T, path string) []tutorialCmd {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var cmds []tutorialCmd
-	fence, n := "", 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		n++
-		line := sc.Text()
-		switch {
-		case fence == "" && strings.HasPrefix(line, "```"):
-			fence = strings.TrimPrefix(line, "```")
-			if fence == "" {
-				fence = "plain"
-			}
-		case fence != "" && line == "```":
-			fence = ""
-		case fence == "sh" && strings.HasPrefix(line, "svclab "):
-			cmds = append(cmds, tutorialCmd{line: n, cmd: line})
-		case fence == "text" && len(cmds) > 0:
-			c := &cmds[len(cmds)-1]
-			c.expect = append(c.expect, line)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return cmds
-}
+// commandTimeout bounds one tutorial command; the longest (traffic over a
+// promotion) take seconds.
+const commandTimeout = 2 * time.Minute
 
-var (
-	digits = regexp.MustCompile(`[0-9]+`)
-	blocks = regexp.MustCompile(`█+`)
-	spaces = regexp.MustCompile(`\s+`)
-)
-
-// normalize keeps what a tutorial can promise of a line: numbers (ports,
-// counts, addresses' last parts) and bar lengths vary from run to run.
-func normalize(s string) string {
-	s = digits.ReplaceAllString(s, "N")
-	s = blocks.ReplaceAllString(s, "█")
-	return strings.TrimSpace(spaces.ReplaceAllString(s, " "))
-}
-
-// lineMatches compares normalized lines; "..." in an expected line stands for
-// any text there: a chain name's hash at the end, a log line's time at the
-// start, a reason at the end.
-func lineMatches(got, want string) bool {
-	parts := strings.Split(want, "...")
-	if len(parts) == 1 {
-		return got == want
-	}
-	rest, ok := strings.CutPrefix(got, parts[0])
-	if !ok {
-		return false
-	}
-	last := parts[len(parts)-1]
-	for _, p := range parts[1 : len(parts)-1] {
-		i := strings.Index(rest, p)
-		if i < 0 {
-			return false
-		}
-		rest = rest[i+len(p):]
-	}
-	return strings.HasSuffix(rest, last)
-}
-
-// expectIn reports the first expected line (normalized) that is not found in
-// out, in order; "..." lines stand for anything, and "..." within a line for
-// any text there.
-func expectIn(expect []string, out string) (string, bool) {
-	var got []string
-	for _, l := range strings.Split(out, "\n") {
-		got = append(got, normalize(l))
-	}
-	i := 0
-	for _, e := range expect {
-		e = normalize(e)
-		if e == "" || e == "..." {
-			continue
-		}
-		for i < len(got) && !lineMatches(got[i], e) {
-			i++
-		}
-		if i == len(got) {
-			return e, false
-		}
-		i++
-	}
-	return "", true
-}
-
+// TestTutorials runs every tutorial (tutorials/NN-topic.md) as a learner
+// would, each against a fresh lab: its svclab commands, in order, through
+// sh with the built binaries first on PATH, each one's output checked against
+// the output the tutorial shows (internal/tutorial says how). A tutorial
+// without svclab commands is skipped; one that needs IPVS runs only on a
+// kernel with IPVS (test/vm has one). One tutorial:
+//
+//	go test ./test/lab -run 'TestTutorials/05'
 func TestTutorials(t *testing.T) {
 	netnstest.RequireRoot(t, lab.DemoTools...)
-	files, err := filepath.Glob(filepath.Join("..", "..", "tutorials", "[0-9]*.md"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no tutorials found: %v", err)
+	files, err := tutorial.Files(tutorials)
+	if err != nil {
+		t.Fatal(err)
 	}
 	bin := build(t)
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
-			cmds := readTutorial(t, file)
-			if len(cmds) == 0 {
-				t.Fatal("no svclab commands")
+			tut, err := tutorial.ParseFile(file)
+			if err != nil {
+				t.Fatal(err)
 			}
-			t.Cleanup(func() {
-				down(t, bin)
-				requireClean(t, bin)
-			})
-			for _, c := range cmds {
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				args := strings.Fields(strings.TrimPrefix(c.cmd, "svclab "))
-				out, err := svclab(ctx, bin, args...)
-				cancel()
-				if err != nil {
-					t.Fatalf("%s:%d: %s: %v\n%s", file, c.line, c.cmd, err, out)
-				}
-				if missing, ok := expectIn(c.expect, out); !ok {
-					t.Errorf("%s:%d: %s: output lacks %q (numbers may differ):\n%s", file, c.line, c.cmd, missing, out)
+			if len(tut.Commands) == 0 {
+				t.Skip("no svclab commands")
+			}
+			for _, need := range tut.Needs {
+				if need == "ipvs" {
+					if err := ipvs.Available(); err != nil {
+						t.Skipf("needs IPVS, which this kernel lacks (test/vm runs it): %v", err)
+					}
 				}
 			}
+			runTutorial(t, bin, file, tut)
 		})
 	}
+}
+
+// runTutorial runs tut's commands on a fresh lab and removes the lab after.
+func runTutorial(t *testing.T, bin, file string, tut *tutorial.Tutorial) {
+	t.Helper()
+	down(t, bin) // whatever an earlier tutorial or a crashed run left
+	t.Cleanup(func() {
+		down(t, bin)
+		requireClean(t, bin)
+	})
+	cmds := tut.Commands
+	if !strings.HasPrefix(cmds[0].Text+" ", "svclab up ") {
+		cmds = append([]tutorial.Command{{Text: "svclab up"}}, cmds...)
+	}
+	for _, c := range cmds {
+		out, err := shell(bin, c.Text)
+		t.Logf("%s:%d: $ %s\n%s", filepath.Base(file), c.Line, c.Text, out)
+		if err != nil {
+			t.Fatalf("%s:%d: %s: %v", file, c.Line, c.Text, err)
+		}
+		if line, missing := tutorial.Missing(c.Expect, out); missing {
+			t.Errorf("%s:%d: %s: output lacks %q (numbers may differ)", file, c.Line, c.Text, line)
+		}
+	}
+}
+
+// shell runs a tutorial's command line as the reader's shell would, with the
+// built svclab, svcproxy and clusterdns first on PATH, and returns its
+// combined output.
+func shell(bin, line string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), commandTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", "-c", line)
+	cmd.Env = append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		err = errors.Join(err, ctx.Err())
+	}
+	return string(out), err
 }

@@ -1,0 +1,18 @@
+// Package tutorial reads the lab commands out of tutorials/NN-topic.md and
+// checks a command's output against the output the tutorial shows, so that a
+// tutorial cannot drift from the code: test/lab runs every tutorial against a
+// fresh lab, and test/vm runs the ones that need a kernel this machine lacks.
+//
+// The format is the one a reader sees:
+//
+//   - a command is a line starting with "svclab " in a ```sh block (the other
+//     lines there, like `go build`, are for the reader's machine); a line
+//     ending in a backslash continues on the next;
+//   - a ```text block is output the command just before it must print: its
+//     lines must appear in the command's output, in order, with numbers free
+//     to differ; a "..." line stands for any lines, "..." within a line for
+//     any text there;
+//   - a line "<!-- needs: ipvs -->" (outside blocks) names what the
+//     tutorial's kernel must have; a runner without it skips the tutorial and
+//     says where it runs instead.
+package tutorial

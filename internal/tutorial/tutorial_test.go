@@ -1,0 +1,98 @@
+package tutorial
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	const md = "# Lab\n" +
+		"<!-- needs: ipvs -->\n" +
+		"```sh\n" +
+		"go build -o bin/ ./cmd/...\n" +
+		"svclab up\n" +
+		"```\n" +
+		"\n" +
+		"```text\n" +
+		"HOST NAMESPACE\n" +
+		"```\n" +
+		"\n" +
+		"Prose, and a block the reader only looks at:\n" +
+		"```\n" +
+		"svclab not-a-command\n" +
+		"```\n" +
+		"```sh\n" +
+		"svclab exec client -- \\\n" +
+		"    dig +search   web\n" +
+		"svclab traffic --n 3 web\n" +
+		"```\n" +
+		"```text\n" +
+		"web is 198.18.0.20\n" +
+		"\n" +
+		"...\n" +
+		"```\n" +
+		"```sh\n" +
+		"svclab down\n" +
+		"```\n"
+	tut, err := Parse(strings.NewReader(md))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &Tutorial{
+		Needs: []string{"ipvs"},
+		Commands: []Command{
+			{Line: 5, Text: "svclab up", Expect: []string{"HOST NAMESPACE"}},
+			{Line: 17, Text: "svclab exec client -- dig +search web"},
+			{Line: 19, Text: "svclab traffic --n 3 web", Expect: []string{"web is 198.18.0.20", "", "..."}},
+			{Line: 27, Text: "svclab down"},
+		},
+	}
+	if !reflect.DeepEqual(tut, want) {
+		t.Errorf("Parse =\n%+v\nwant\n%+v", tut, want)
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct{ name, md, err string }{
+		{"output first", "```text\nweb\n```\n", "line 1: output block with no svclab command"},
+		{"open block", "```sh\nsvclab up\n", "line 1: block not closed"},
+		{"dangling backslash", "```sh\nsvclab exec client -- \\\n```\n", "line 3: command of line 2 ends in a backslash"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse(strings.NewReader(tt.md))
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("Parse: %v, want an error containing %q", err, tt.err)
+			}
+		})
+	}
+}
+
+func TestMissing(t *testing.T) {
+	out := "web is 198.18.0.20\n[####] 30/30\n\nPOD    ANSWERS\nweb-0  10\nweb-1  10\n"
+	tests := []struct {
+		name    string
+		expect  []string
+		missing bool
+	}{
+		{"all, numbers differ", []string{"web is 198.18.0.21", "POD ANSWERS", "web-2 11", "web-1 12"}, false},
+		{"gap", []string{"web is 198.18.0.20", "...", "web-1  10"}, false},
+		{"order matters", []string{"web-1 10", "POD ANSWERS"}, true},
+		{"missing", []string{"(failed) 1"}, true},
+		{"nothing expected", nil, false},
+		{"prefix", []string{"web is ...", "web-1 ..."}, false},
+		{"prefix missing", []string{"db is ..."}, true},
+		{"gap within a line", []string{"...is 198.18.0.20", "web-... 10"}, false},
+		{"gap at the start", []string{"... ANSWERS"}, false},
+		{"gap within, missing", []string{"...is db"}, true},
+		{"two gaps, wrong order", []string{"...ANSWERS...POD..."}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if line, missing := Missing(tt.expect, out); missing != tt.missing {
+				t.Errorf("Missing = %q, %v; want missing %v", line, missing, tt.missing)
+			}
+		})
+	}
+}
