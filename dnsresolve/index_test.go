@@ -1,8 +1,10 @@
 package dnsresolve
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -278,6 +280,7 @@ func TestIndexLookup(t *testing.T) {
 			if !ok {
 				t.Fatalf("Lookup(%s): not authoritative", tt.qname)
 			}
+			logAnswer(t, tt.qname, tt.qtype, r)
 			if r.Rcode != tt.rcode {
 				t.Errorf("rcode = %s, want %s", dns.RcodeToString[r.Rcode], dns.RcodeToString[tt.rcode])
 			}
@@ -286,6 +289,23 @@ func TestIndexLookup(t *testing.T) {
 			assertRRs(t, "additional", r.Extra, tt.extra)
 		})
 	}
+}
+
+// logAnswer logs a question and its answer in zone-file syntax, as dig prints
+// them, so that go test -v reads as a list of lookups.
+func logAnswer(t *testing.T, qname string, qtype uint16, r Result) {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s -> %s", qname, dns.TypeToString[qtype], dns.RcodeToString[r.Rcode])
+	for _, sec := range []struct {
+		name string
+		rrs  []dns.RR
+	}{{"answer", r.Answer}, {"authority", r.Ns}, {"additional", r.Extra}} {
+		for _, rr := range sec.rrs {
+			fmt.Fprintf(&b, "\n  %-10s %s", sec.name, strings.ReplaceAll(rr.String(), "\t", " "))
+		}
+	}
+	t.Log(b.String())
 }
 
 func TestIndexPodsDisabled(t *testing.T) {
