@@ -67,6 +67,11 @@ func TestBalancerPick(t *testing.T) {
 			b.Update(ports)
 			for i, p := range tt.picks {
 				got, err := b.Pick(ports[0].Name, p.client)
+				if err != nil {
+					t.Logf("connection %d from %s: %v", i+1, p.client, err)
+				} else {
+					t.Logf("connection %d from %s -> %s", i+1, p.client, got)
+				}
 				if p.want == "" {
 					if !errors.Is(err, ErrNoEndpoints) {
 						t.Fatalf("pick %d: got %v, %v; want ErrNoEndpoints", i, got, err)

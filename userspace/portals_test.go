@@ -64,6 +64,7 @@ func TestRenderGolden(t *testing.T) {
 func checkGolden(t *testing.T, name string, got []byte) {
 	t.Helper()
 	path := filepath.Join("testdata", name)
+	t.Logf("%s, as iptables-restore reads it:\n%s", path, got)
 	if *update {
 		if err := os.WriteFile(path, got, 0o644); err != nil {
 			t.Fatal(err)
@@ -126,6 +127,7 @@ func TestPortalTraces(t *testing.T) {
 			if err != nil {
 				t.Fatalf("trace: %v", err)
 			}
+			t.Logf("\n%s", tr)
 			if tr.Verdict != tt.verdict || tr.Redirect != tt.redirect {
 				t.Errorf("got %s redirect :%d, want %s redirect :%d\n%s", tr.Verdict, tr.Redirect, tt.verdict, tt.redirect, tr)
 			}

@@ -17,6 +17,7 @@ var update = flag.Bool("update", false, "rewrite testdata/*.golden from the curr
 func checkGolden(t *testing.T, name string, got []byte) {
 	t.Helper()
 	path := filepath.Join("testdata", name+".golden")
+	t.Logf("%s, the transaction as nft -f reads it:\n%s", path, got)
 	if *update {
 		if err := os.WriteFile(path, got, 0o644); err != nil {
 			t.Fatal(err)
