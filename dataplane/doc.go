@@ -3,8 +3,9 @@
 //
 // A mode is fed Snapshots and makes the node serve them: userspace (Go
 // listeners behind REDIRECT portals, package userspace), iptables DNAT chains
-// (offload/iptables), IPVS virtual servers (offload/ipvs), or hybrid, which
-// composes the userspace portals and one kernel path (dataplane/hybrid). The
+// (offload/iptables), nftables verdict maps (offload/nftables), IPVS virtual
+// servers (offload/ipvs), or hybrid, which composes the userspace portals and
+// one kernel path (dataplane/hybrid). The
 // program (cmd/svcproxy) only builds one from its flags and runs it:
 //
 //	dp.Sync(ctx, snap)  // for each Snapshot of service/watch

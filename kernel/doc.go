@@ -6,6 +6,8 @@
 //
 //   - iptables: netfilter rules, applied as iptables-restore text in one transaction per
 //     table, read back with iptables-save, plus a packet tracer over a Fake rule set;
+//   - nftables: one nf_tables table of svcproxy's own, written in transactions of nft
+//     commands (sigs.k8s.io/knftables), plus a packet tracer over a Fake table;
 //   - ipvs: IPVS virtual and real servers;
 //   - ipset: IP sets, so that IPVS mode's masquerade rules do not grow with the
 //     number of Services;
