@@ -64,6 +64,9 @@ func (l *Lab) startDNS(ctx context.Context, bin string) error {
 		"--zone", "cluster.local",
 		"--upstream", dnsUpstream,
 		"--metrics-bind-address", dnsMetricsAddr,
+		// One log line per query, so a learner can count what a resolver
+		// sends (tutorials/06-dns-deeper.md: the cost of ndots:5).
+		"--log-queries",
 	)
 	cmd, _, err := l.start("clusterdns", l.cfg.Plan.Node.Name, argv, false)
 	if err != nil {
