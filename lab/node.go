@@ -152,6 +152,7 @@ func (l *Lab) startProxy(ctx context.Context, bin, mode string) error {
 	argv := append([]string{bin}, src...)
 	argv = append(argv,
 		"--mode", mode,
+		"--hostname-override", l.cfg.Plan.Node.Name, // the pods' nodeName, for traffic policy Local
 		"--healthz-bind-address", healthzAddr,
 		"--metrics-bind-address", metricsAddr,
 	)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 	"time"
 
@@ -68,7 +69,7 @@ func parseFlags(args []string) (*Config, error) {
 	fs.BoolVar(&c.IPVSStrictARP, "ipvs-strict-arp", false, "IPVS: set arp_ignore=1 and arp_announce=2, so the node does not answer ARP for service IPs (as MetalLB needs)")
 	fs.StringVar(&c.HealthzAddr, "healthz-bind-address", "0.0.0.0:10256", "serve /healthz here once the first sync is done")
 	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", "127.0.0.1:10249", "serve /metrics, /proxyMode and /status here")
-	fs.StringVar(&c.NodeName, "hostname-override", "", "this node's name, for traffic policy Local (default: the hostname)")
+	fs.StringVar(&c.NodeName, "hostname-override", "", "this node's name, for traffic policy Local and the health check (default: the hostname, lower-cased)")
 	nodeIPs := fs.String("node-ip", "", "this node's addresses, comma-separated, for NodePorts (default: every address of the namespace)")
 	cidr := fs.String("cluster-cidr", "198.19.0.0/16", "pod addresses; traffic from outside it to a ClusterIP is masqueraded (iptables mode)")
 	fs.BoolVar(&c.MasqueradeAll, "masquerade-all", false, "iptables mode: SNAT all traffic to a service")
@@ -99,6 +100,11 @@ func parseFlags(args []string) (*Config, error) {
 	if c.ServicesFile != "" && c.Kubeconfig != "" {
 		errs = append(errs, errors.New("--services and --kubeconfig: choose one source"))
 	}
+	name, err := nodeName(c.NodeName, os.Hostname)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	c.NodeName = name
 	if *nodeIPs != "" {
 		for _, s := range strings.Split(*nodeIPs, ",") {
 			ip, err := netip.ParseAddr(strings.TrimSpace(s))
@@ -115,4 +121,23 @@ func parseFlags(args []string) (*Config, error) {
 	}
 	c.ClusterCIDR = p
 	return c, errors.Join(errs...)
+}
+
+// nodeName is the name endpoints' nodeName is compared with: the override when
+// given, else the machine's hostname, trimmed and lower-cased as kube-proxy
+// does (a Node's name is a lower-case DNS name, hostnames need not be).
+func nodeName(override string, hostname func() (string, error)) (string, error) {
+	name := override
+	if name == "" {
+		h, err := hostname()
+		if err != nil {
+			return "", fmt.Errorf("--hostname-override not given and the hostname is unknown: %w", err)
+		}
+		name = h
+	}
+	name = strings.ToLower(strings.TrimSpace(name))
+	if name == "" {
+		return "", errors.New("--hostname-override: empty, and so is the hostname")
+	}
+	return name, nil
 }
