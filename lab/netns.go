@@ -7,13 +7,14 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/svcproxy/svcproxy/internal/nsenter"
 )
 
 // netnsDir is where `ip netns add` pins named namespaces.
@@ -55,8 +56,8 @@ func nsPids(ns string) ([]int, error) {
 	var pids []int
 	for _, de := range des {
 		pid, err := strconv.Atoi(de.Name())
-		if err != nil {
-			continue
+		if err != nil || pid == os.Getpid() {
+			continue // svclab itself is never one of the lab's processes
 		}
 		var st unix.Stat_t
 		if unix.Stat(filepath.Join("/proc", de.Name(), "ns/net"), &st) != nil {
@@ -138,31 +139,15 @@ func stopPids(pids []int, grace time.Duration) error {
 }
 
 // dialIn dials addr from inside namespace ns. The socket is made on a thread
-// that entered the namespace and stays there; the connection is then usable
-// from any goroutine. The thread is never unlocked, so it ends with the
-// goroutine instead of carrying the namespace to other goroutines.
+// that entered the namespace (package nsenter brings the thread back); the
+// connection is then usable from any goroutine.
 func dialIn(ctx context.Context, ns, network, addr string) (net.Conn, error) {
-	type result struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		fd, err := unix.Open(filepath.Join(netnsDir, ns), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			ch <- result{err: fmt.Errorf("open namespace %s: %w", ns, err)}
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			ch <- result{err: fmt.Errorf("enter namespace %s: %w", ns, err)}
-			return
-		}
+	var c net.Conn
+	err := nsenter.Run(filepath.Join(netnsDir, ns), func() error {
 		var d net.Dialer
-		c, err := d.DialContext(ctx, network, addr)
-		ch <- result{c, err}
-	}()
-	r := <-ch
-	return r.c, r.err
+		var err error
+		c, err = d.DialContext(ctx, network, addr)
+		return err
+	})
+	return c, err
 }

@@ -18,14 +18,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/svcproxy/svcproxy/internal/nsenter"
 )
 
 // RequireRoot skips the test unless it runs as root with `ip` and every named
@@ -94,29 +93,13 @@ func (n *NS) remove(t testing.TB) {
 	_ = os.RemoveAll(filepath.Join("/etc/netns", n.Name))
 }
 
-// Do runs fn on an OS thread that has entered the namespace. Sockets created
-// by fn stay in the namespace after Do returns, so a test can listen or dial
-// "inside" and then use the socket from any goroutine. Processes started by fn
-// with os/exec are forked from this thread and so inherit the namespace too.
+// Do runs fn on an OS thread that has entered the namespace (see package
+// nsenter). Sockets created by fn stay in the namespace after Do returns, so a
+// test can listen or dial "inside" and then use the socket from any
+// goroutine. Processes started by fn with os/exec are forked from this thread
+// and so inherit the namespace too.
 func (n *NS) Do(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		// The thread is never unlocked: once it has been in another namespace it
-		// must not run other goroutines, so it exits with this goroutine.
-		runtime.LockOSThread()
-		fd, err := unix.Open(filepath.Join("/run/netns", n.Name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			errc <- fmt.Errorf("open namespace %s: %w", n.Name, err)
-			return
-		}
-		defer unix.Close(fd)
-		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("enter namespace %s: %w", n.Name, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
+	return nsenter.Run(filepath.Join("/run/netns", n.Name), fn)
 }
 
 // Command returns `ip netns exec NAME name args...`.
