@@ -3,6 +3,7 @@ package lab
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,12 +11,40 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/internal/testbin"
 	"github.com/svcproxy/svcproxy/lab"
 )
 
-func TestMain(m *testing.M) { os.Exit(testbin.Main(m)) }
+func TestMain(m *testing.M) {
+	unlock := lockLab()
+	code := testbin.Main(m)
+	unlock()
+	os.Exit(code)
+}
+
+// labLock serialises test runs on one machine: the lab's namespaces and
+// state directory have fixed names, so two `go test ./test/lab` at once (two
+// checkouts, or a `make lab` next to a test) would tear down each other's lab.
+const labLock = "/run/lock/svclab-test.lock"
+
+// lockLab waits for labLock and returns its release. Without permission to
+// make the file (not root) the lab tests skip anyway, and nothing is locked.
+func lockLab() (unlock func()) {
+	f, err := os.OpenFile(labLock, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return func() {}
+	}
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		fmt.Fprintf(os.Stderr, "test/lab: another lab test holds %s; waiting for it\n", labLock)
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+			fmt.Fprintf(os.Stderr, "test/lab: lock %s: %v; running without it\n", labLock, err)
+		}
+	}
+	return func() { f.Close() }
+}
 
 // build compiles svclab, svcproxy and clusterdns into one directory, as
 // `go build -o bin/ ./cmd/...` does (once per test binary), and returns it.
