@@ -216,7 +216,11 @@ func (s *Server) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) 
 		s.fwd.markSelf(ap)
 	}
 	servers := []*dns.Server{
-		{PacketConn: pc, Net: "udp", UDPSize: dns.MaxMsgSize},
+		// A query is read into a buffer of the size our OPT advertises
+		// (RFC 6891 6.2.3: a requestor sends no more than that). Each query
+		// in flight holds one, and miekg/dns keeps them in a sync.Pool:
+		// with 64 KiB buffers a burst of 100 queries held 6.5 MiB.
+		{PacketConn: pc, Net: "udp", UDPSize: serverUDPSize},
 		{Listener: ln, Net: "tcp"},
 	}
 	errc := make(chan error, len(servers))

@@ -39,6 +39,24 @@ func TestServeSockets(t *testing.T) {
 			assertRRs(t, "answer", m.Answer, []string{"web.default.svc.cluster.local. 5 IN A 198.18.0.10"})
 		})
 	}
+	// A query as large as the buffer size we advertise is read whole: EDNS0
+	// padding (RFC 7830) fills it to serverUDPSize.
+	t.Run("udp padded to our size", func(t *testing.T) {
+		q := question("web.default.svc.cluster.local.", dns.TypeA)
+		q.SetEdns0(serverUDPSize, false)
+		opt := q.IsEdns0()
+		opt.Option = append(opt.Option, &dns.EDNS0_PADDING{})
+		opt.Option[0].(*dns.EDNS0_PADDING).Padding = make([]byte, serverUDPSize-q.Len())
+		if q.Len() != serverUDPSize {
+			t.Fatalf("query of %d bytes, want %d", q.Len(), serverUDPSize)
+		}
+		cl := &dns.Client{Net: "udp", Timeout: 5 * time.Second}
+		m, _, err := cl.Exchange(q, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertRRs(t, "answer", m.Answer, []string{"web.default.svc.cluster.local. 5 IN A 198.18.0.10"})
+	})
 	if n := metricValue(t, s, "clusterdns_invalid_messages_total", nil); n == 0 {
 		t.Error("no invalid message counted")
 	}
