@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	kjson "k8s.io/apimachinery/pkg/runtime/serializer/json"
-	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/yaml"
 )
 
@@ -64,7 +63,7 @@ var typedLists = map[schema.GroupVersionKind]schema.GroupVersionKind{
 // strictDecoder decodes JSON into the client-go types and reports unknown and
 // duplicate fields, as `kubectl apply --validate=strict` does: a misspelt
 // "clusterIp" should fail loudly, not vanish.
-var strictDecoder = kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, scheme.Scheme, scheme.Scheme,
+var strictDecoder = kjson.NewSerializerWithOptions(kjson.DefaultMetaFactory, scheme, scheme,
 	kjson.SerializerOptions{Strict: true})
 
 // LoadManifests parses a manifests file: YAML documents separated by "---", or

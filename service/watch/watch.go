@@ -9,9 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/runtime"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/rest"
@@ -39,9 +40,6 @@ type Config struct {
 	// MaxFileBytes bounds ServicesFile; a larger file is refused with
 	// ErrFileTooLarge. 0 means DefaultMaxFileBytes.
 	MaxFileBytes int64
-	// Client, if set, is used instead of both (tests: a fake clientset).
-	Client kubernetes.Interface
-
 	// MinSyncPeriod: at most one Snapshot per this interval, however many
 	// changes arrive. 0 means DefaultMinSyncPeriod.
 	MinSyncPeriod time.Duration
@@ -58,8 +56,9 @@ type Config struct {
 type Watcher struct {
 	cfg     Config
 	log     *slog.Logger
-	client  kubernetes.Interface
-	file    *fileSource // nil unless Config.ServicesFile
+	api     listWatchers // the API server's, unless Config.ServicesFile
+	file    *fileSource  // nil unless Config.ServicesFile
+	source  string       // where objects come from, for the log
 	tracker *changeTracker
 
 	syncs atomic.Int64 // Snapshots published, for tests
@@ -83,6 +82,12 @@ type Watcher struct {
 // ServicesFile, the file is read now and must load (a wrong path or a broken
 // file at startup is an error, not a silently empty proxy).
 func New(cfg Config) (*Watcher, error) {
+	return newWatcher(cfg, nil)
+}
+
+// newWatcher is New; lw, if not nil, is used instead of both sources (tests:
+// a fake clientset's).
+func newWatcher(cfg Config, lw *listWatchers) (*Watcher, error) {
 	if cfg.MinSyncPeriod <= 0 {
 		cfg.MinSyncPeriod = DefaultMinSyncPeriod
 	}
@@ -99,8 +104,8 @@ func New(cfg Config) (*Watcher, error) {
 	w.log = w.log.With("component", "watch")
 
 	switch {
-	case cfg.Client != nil:
-		w.client = cfg.Client
+	case lw != nil:
+		w.api, w.source = *lw, "client"
 	case cfg.ServicesFile != "":
 		if cfg.MaxFileBytes <= 0 {
 			cfg.MaxFileBytes = DefaultMaxFileBytes
@@ -109,34 +114,23 @@ func New(cfg Config) (*Watcher, error) {
 		if err != nil {
 			return nil, err
 		}
-		w.file = fs
+		w.file, w.source = fs, "file "+cfg.ServicesFile
 	default:
+		w.source = "in-cluster"
+		if cfg.Kubeconfig != "" {
+			w.source = "kubeconfig " + cfg.Kubeconfig
+		}
 		rc, err := restConfig(cfg.Kubeconfig)
 		if err != nil {
 			return nil, err
 		}
 		rc.WarningHandler = &warningLogger{log: w.log, seen: make(map[string]bool)}
-		cs, err := kubernetes.NewForConfig(rc)
-		if err != nil {
-			return nil, fmt.Errorf("api client: %w", err)
+		if w.api, err = apiListWatchers(rc); err != nil {
+			return nil, err
 		}
-		w.client = listWatchClient{cs}
 	}
 	return w, nil
 }
-
-// listWatchClient makes the informers use a plain LIST then WATCH, as
-// kube-proxy did for years, instead of client-go's streaming watch-list
-// (WatchListClient, on by default since client-go 1.35). The reason is
-// shutdown: while the API server is unreachable, the watch-list path sleeps
-// out its backoff (up to a minute) without looking at the stop signal
-// (client-go tools/cache/reflector.go, watchList), and Run could not return
-// until it woke. The LIST+WATCH path waits on the stop signal.
-type listWatchClient struct{ kubernetes.Interface }
-
-// IsWatchListSemanticsUnSupported is the method client-go looks for
-// (tools/cache.ToListWatcherWithWatchListSemantics).
-func (listWatchClient) IsWatchListSemanticsUnSupported() bool { return true }
 
 // restConfig loads a kubeconfig file, or the in-cluster config when path is "".
 func restConfig(path string) (*rest.Config, error) {
@@ -196,40 +190,43 @@ func (w *Watcher) Run(ctx context.Context) error {
 		return w.runFile(ctx)
 	}
 
-	// No informer resync (0): our own ResyncPeriod rebuilds from the listers.
-	factory := informers.NewSharedInformerFactory(w.client, 0)
-	defer factory.Shutdown() // waits for the informers' goroutines...
-	defer cancel()           // ...which this, running first, stops
-
-	svcInf := factory.Core().V1().Services()
-	sliceInf := factory.Discovery().V1().EndpointSlices()
-	epInf := factory.Core().V1().Endpoints()
-	var synced []cache.InformerSynced
-	for _, reg := range []struct {
-		inf cache.SharedIndexInformer
-		h   cache.ResourceEventHandler
-	}{
-		{svcInf.Informer(), serviceEvents(w.tracker)},
-		{sliceInf.Informer(), endpointSliceEvents(w.tracker)},
-		{epInf.Informer(), endpointsEvents(w.tracker)},
-	} {
+	// One informer per kind, each run by a goroutine of its own until ctx
+	// is done; Run returns only after they have stopped.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel() // runs first: stops the informers that wg waits for
+	newInformer := func(lw cache.ListerWatcher, example runtime.Object, h cache.ResourceEventHandler) (cache.SharedIndexInformer, cache.InformerSynced, error) {
+		// No informer resync (0): our own ResyncPeriod rebuilds from the listers.
+		inf := cache.NewSharedIndexInformer(lw, example, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 		// Cache only what is read: managedFields alone are often half an object.
-		if err := reg.inf.SetTransform(trim); err != nil {
-			return fmt.Errorf("informer transform: %w", err)
+		if err := inf.SetTransform(trim); err != nil {
+			return nil, nil, fmt.Errorf("informer transform: %w", err)
 		}
-		r, err := reg.inf.AddEventHandler(reg.h)
+		r, err := inf.AddEventHandler(h)
 		if err != nil {
-			return fmt.Errorf("informer handler: %w", err)
+			return nil, nil, fmt.Errorf("informer handler: %w", err)
 		}
-		synced = append(synced, r.HasSynced) // the handler has seen the initial list
+		return inf, r.HasSynced, nil // synced: the handler has seen the initial list
 	}
-	factory.Start(ctx.Done())
+	svcInf, svcSynced, err1 := newInformer(w.api.services, &v1.Service{}, serviceEvents(w.tracker))
+	sliceInf, sliceSynced, err2 := newInformer(w.api.slices, &discoveryv1.EndpointSlice{}, endpointSliceEvents(w.tracker))
+	epInf, epSynced, err3 := newInformer(w.api.endpoints, &v1.Endpoints{}, endpointsEvents(w.tracker))
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return err
+	}
+	for _, inf := range []cache.SharedIndexInformer{svcInf, sliceInf, epInf} {
+		wg.Go(func() { inf.RunWithContext(ctx) })
+	}
 
-	w.log.Info("waiting for informers to sync", "source", w.source())
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+	w.log.Info("waiting for informers to sync", "source", w.source)
+	if !cache.WaitForCacheSync(ctx.Done(), svcSynced, sliceSynced, epSynced) {
 		return nil // ctx done before the first list
 	}
-	w.loop(ctx, listers{svc: svcInf.Lister(), slice: sliceInf.Lister(), ep: epInf.Lister()})
+	w.loop(ctx, listers{
+		svc:   corelisters.NewServiceLister(svcInf.GetIndexer()),
+		slice: discoverylisters.NewEndpointSliceLister(sliceInf.GetIndexer()),
+		ep:    corelisters.NewEndpointsLister(epInf.GetIndexer()),
+	})
 	return nil
 }
 
@@ -249,18 +246,6 @@ func (w *Watcher) runFile(ctx context.Context) error {
 		return err
 	}
 	return nil
-}
-
-func (w *Watcher) source() string {
-	switch {
-	case w.cfg.Client != nil:
-		return "client"
-	case w.file != nil:
-		return "file " + w.cfg.ServicesFile
-	case w.cfg.Kubeconfig != "":
-		return "kubeconfig " + w.cfg.Kubeconfig
-	}
-	return "in-cluster"
 }
 
 type listers struct {

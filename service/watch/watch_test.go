@@ -11,7 +11,10 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	apiwatch "k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -21,7 +24,6 @@ func newFakeWatcher(t *testing.T, cfg Config) (*Watcher, *fake.Clientset, *logRe
 	t.Helper()
 	client := fake.NewSimpleClientset()
 	logs := newLogRecorder()
-	cfg.Client = client
 	cfg.Logger = slog.New(logs)
 	if cfg.MinSyncPeriod == 0 {
 		cfg.MinSyncPeriod = 10 * time.Millisecond
@@ -29,11 +31,30 @@ func newFakeWatcher(t *testing.T, cfg Config) (*Watcher, *fake.Clientset, *logRe
 	if cfg.ResyncPeriod == 0 {
 		cfg.ResyncPeriod = time.Hour // tests that want resyncs say so
 	}
-	w, err := New(cfg)
+	w, err := newWatcher(cfg, fakeListWatchers(client))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
 	return w, client, logs
+}
+
+// fakeListWatchers list and watch the fake clientset c.
+func fakeListWatchers(c *fake.Clientset) *listWatchers {
+	lw := func(list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+		watch func(context.Context, metav1.ListOptions) (apiwatch.Interface, error)) cache.ListerWatcher {
+		return listThenWatch{&cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watch}}
+	}
+	return &listWatchers{
+		services: lw(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.CoreV1().Services("").List(ctx, o)
+		}, c.CoreV1().Services("").Watch),
+		slices: lw(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.DiscoveryV1().EndpointSlices("").List(ctx, o)
+		}, c.DiscoveryV1().EndpointSlices("").Watch),
+		endpoints: lw(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.CoreV1().Endpoints("").List(ctx, o)
+		}, c.CoreV1().Endpoints("").Watch),
+	}
 }
 
 // TestWatcherFollowsClient walks a Service and its EndpointSlice through
@@ -224,7 +245,7 @@ func TestNewConfigErrors(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{"resync below min", Config{Client: fake.NewSimpleClientset(), MinSyncPeriod: time.Second, ResyncPeriod: time.Millisecond}, "resync period"},
+		{"resync below min", Config{MinSyncPeriod: time.Second, ResyncPeriod: time.Millisecond}, "resync period"},
 		{"missing kubeconfig", Config{Kubeconfig: "/nonexistent/kubeconfig"}, "kubeconfig /nonexistent/kubeconfig"},
 		{"missing file", Config{ServicesFile: "/nonexistent/services.yaml"}, "services file"},
 	}

@@ -1,0 +1,115 @@
+package watch
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/svcproxy/svcproxy/internal/kapitest"
+)
+
+// TestAPIClientProtobuf lists and watches a real API server with the
+// package's own client, and checks that the server answered in protobuf and
+// that the answers decode into the objects that were written.
+func TestAPIClientProtobuf(t *testing.T) {
+	srv := kapitest.Start(t)
+	ns := srv.Namespace(t)
+	rc, err := clientcmd.BuildConfigFromFlags("", srv.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	types := &contentTypes{seen: make(map[string]string)}
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return types.recorder(rt) })
+	lw, err := apiListWatchers(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+
+	web := testService("web", "198.18.0.10", 80)
+	web.Namespace = ns
+	if _, err := srv.Client.CoreV1().Services(ns).Create(ctx, web, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := lw.services.List(metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("list services: %v", err)
+	}
+	var found bool
+	for _, s := range list.(*v1.ServiceList).Items {
+		found = found || (s.Namespace == ns && s.Name == "web" && s.Spec.ClusterIP == "198.18.0.10")
+	}
+	if !found {
+		t.Errorf("list of services: %s/web 198.18.0.10 not in it", ns)
+	}
+
+	slices, err := lw.slices.List(metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("list endpointslices: %v", err)
+	}
+	w, err := lw.slices.Watch(metav1.ListOptions{ResourceVersion: slices.(*discoveryv1.EndpointSliceList).ResourceVersion})
+	if err != nil {
+		t.Fatalf("watch endpointslices: %v", err)
+	}
+	defer w.Stop()
+	es := testSlice("web-1", "web", "198.19.0.1")
+	es.Namespace = ns
+	if _, err := srv.Client.DiscoveryV1().EndpointSlices(ns).Create(ctx, es, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-w.ResultChan():
+		got, ok := ev.Object.(*discoveryv1.EndpointSlice)
+		if !ok || got.Name != "web-1" || len(got.Endpoints) != 1 || got.Endpoints[0].Addresses[0] != "198.19.0.1" {
+			t.Errorf("watch event %s %#v, want the ADDED web-1 with 198.19.0.1", ev.Type, ev.Object)
+		}
+	case <-time.After(deadline):
+		t.Fatal("no watch event for the new EndpointSlice")
+	}
+
+	for _, path := range []string{"/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices", "/apis/discovery.k8s.io/v1/endpointslices?watch"} {
+		if ct := types.get(path); !strings.HasPrefix(ct, protobuf) {
+			t.Errorf("GET %s answered in %q, want %s", path, ct, protobuf)
+		}
+	}
+}
+
+// contentTypes records the Content-Type of each answer by request path
+// (with "?watch" for watches).
+type contentTypes struct {
+	mu   sync.Mutex
+	seen map[string]string
+}
+
+func (c *contentTypes) recorder(rt http.RoundTripper) http.RoundTripper {
+	return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		if err == nil {
+			key := req.URL.Path
+			if req.URL.Query().Get("watch") == "true" {
+				key += "?watch"
+			}
+			c.mu.Lock()
+			c.seen[key] = resp.Header.Get("Content-Type")
+			c.mu.Unlock()
+		}
+		return resp, err
+	})
+}
+
+func (c *contentTypes) get(path string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen[path]
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
