@@ -9,7 +9,9 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/svcproxy/svcproxy/internal/kapitest"
@@ -72,6 +74,26 @@ func TestAPIClientProtobuf(t *testing.T) {
 		}
 	case <-time.After(deadline):
 		t.Fatal("no watch event for the new EndpointSlice")
+	}
+
+	// Errors come as a Status in protobuf too, and must decode as one: the
+	// reflector tells a 410 Gone (relist) from other errors by it (client-go
+	// tools/cache/reflector.go). A missing object is the error a test can
+	// cause at will.
+	hc, err := rest.HTTPClientFor(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	core, err := restClient(rc, hc, "/api", v1.SchemeGroupVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = core.Get().Namespace(ns).Resource("services").Name("missing").Do(ctx).Error()
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("GET a missing service: %v, want a NotFound Status", err)
+	}
+	if ct := types.get("/api/v1/namespaces/" + ns + "/services/missing"); !strings.HasPrefix(ct, protobuf) {
+		t.Errorf("the NotFound Status came in %q, want %s", ct, protobuf)
 	}
 
 	for _, path := range []string{"/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices", "/apis/discovery.k8s.io/v1/endpointslices?watch"} {
