@@ -9,17 +9,17 @@
 // at most once per MinSyncPeriod and at least once per ResyncPeriod, and hands
 // it to every subscriber.
 //
-// There are two sources and one path to the Snapshot. With a kubeconfig (or
-// in a pod) the informers list and watch a real API server, caching only the
-// fields svcproxy reads (a transform drops managedFields, foreign annotations,
-// target references...). With a manifests file, LoadManifests parses it and
-// its objects go into client-go stores of the same kind the informers keep,
-// read through the same listers: each object is held once. When the file
-// changes (written in place, or replaced by a rename as editors, kubectl-style
-// tools and ConfigMap volumes do) it is read again once its size and mtime
-// have settled, and the difference is applied. A file that does not parse, is
-// larger than the limit, or cannot be read is reported and the last good state
-// stays in force; a failed read is retried.
+// There are two sources and one Snapshot type. With a kubeconfig (or in a
+// pod) the informers list and watch a real API server, caching only the fields
+// svcproxy reads (a transform drops managedFields, foreign annotations, target
+// references...). With a manifests file, LoadManifests parses it and
+// service.Build makes the Snapshot at once; the objects are not kept, since
+// the file is read whole again when it changes (written in place, or replaced
+// by a rename as editors, kubectl-style tools and ConfigMap volumes do), once
+// its size and mtime have settled. A version whose Snapshot equals the one in
+// force changes nothing. A file that does not parse, is larger than the limit,
+// or cannot be read is reported and the last good state stays in force; a
+// failed read is retried.
 //
 // A resync in which no object changed publishes the latest Snapshot again
 // (the same pointer), so that subscribers can skip rebuilding what they

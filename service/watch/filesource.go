@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,12 +18,9 @@ import (
 	"github.com/fsnotify/fsnotify"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	discoverylisters "k8s.io/client-go/listers/discovery/v1"
-	"k8s.io/client-go/tools/cache"
+
+	"github.com/svcproxy/svcproxy/service"
 )
 
 // DefaultMaxFileBytes bounds a manifests file (Config.MaxFileBytes). A JSON
@@ -47,19 +46,12 @@ const (
 	retryPeriod = time.Second
 )
 
-// kinds are the stores of a file source, by the kind of object they hold.
-var (
-	serviceKind   = v1.SchemeGroupVersion.WithKind("Service")
-	endpointsKind = v1.SchemeGroupVersion.WithKind("Endpoints")
-	sliceKind     = discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice")
-)
-
-// fileSource keeps one store per kind in step with a manifests file. The
-// stores are client-go's thread-safe indexers, read through the same listers
-// as an informer's cache, and they are the only copy of the objects (a fake
-// clientset under informers would hold each twice). A reload applies the
-// difference under mu, which the Watcher also takes to list, so a Snapshot
-// never sees half a reload.
+// fileSource keeps a Snapshot in step with a manifests file. It holds no
+// objects: each version of the file is parsed, built into a Snapshot with
+// service.Build, and its objects are dropped. Informers must keep every
+// object to follow a watch; a file is read whole every time, so the parsed
+// objects have no later use, and at 20,000 Services they were half of the
+// heap (36 MB of 78). A Watcher takes the latest Snapshot under mu.
 type fileSource struct {
 	path     string
 	maxBytes int64
@@ -67,8 +59,8 @@ type fileSource struct {
 	changed  func() // wakes the Watcher's loop
 	now      func() time.Time
 
-	mu     sync.Mutex
-	stores map[schema.GroupVersionKind]cache.Indexer
+	mu   sync.Mutex
+	snap *service.Snapshot // of the file as last applied
 
 	// Owned by the goroutine of run.
 	last    fileStamp // the file as last read, applied or refused
@@ -87,7 +79,7 @@ func (s fileStamp) sameStat(o fileStamp) bool { return s.size == o.size && s.mti
 
 // newFileSource reads and loads the file; it must load.
 func newFileSource(path string, maxBytes int64, log *slog.Logger, changed func()) (*fileSource, error) {
-	f := &fileSource{path: path, maxBytes: maxBytes, log: log, changed: changed, now: time.Now, stores: newStores()}
+	f := &fileSource{path: path, maxBytes: maxBytes, log: log, changed: changed, now: time.Now}
 	data, st, err := f.readSettled()
 	if err != nil {
 		return nil, fmt.Errorf("services file: %w", err)
@@ -100,15 +92,6 @@ func newFileSource(path string, maxBytes int64, log *slog.Logger, changed func()
 	f.last = st
 	f.apply(objs)
 	return f, nil
-}
-
-// newStores returns an empty store per kind, indexed as informers index.
-func newStores() map[schema.GroupVersionKind]cache.Indexer {
-	stores := make(map[schema.GroupVersionKind]cache.Indexer)
-	for _, k := range []schema.GroupVersionKind{serviceKind, endpointsKind, sliceKind} {
-		stores[k] = cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-	}
-	return stores
 }
 
 // readSettled reads the file at startup, waiting (a little) for a file that
@@ -167,14 +150,11 @@ func (f *fileSource) read() (data []byte, st fileStamp, wait time.Duration, err 
 	return data, st, 0, nil
 }
 
-// listers read the stores; lock is held by the Watcher while it lists.
-func (f *fileSource) listers() listers {
-	return listers{
-		lock:  &f.mu,
-		svc:   corelisters.NewServiceLister(f.stores[serviceKind]),
-		slice: discoverylisters.NewEndpointSliceLister(f.stores[sliceKind]),
-		ep:    corelisters.NewEndpointsLister(f.stores[endpointsKind]),
-	}
+// snapshot returns the Snapshot of the file as last applied.
+func (f *fileSource) snapshot() *service.Snapshot {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.snap
 }
 
 // runTo is the file source's goroutine, owned by Watcher.Run and stopped by
@@ -290,9 +270,9 @@ func (f *fileSource) load(data []byte) {
 		return
 	}
 	f.logSkipped(err)
-	had := len(f.stores[serviceKind].ListKeys())
+	had := f.snapshot().Len()
 	n := f.apply(objs)
-	services := len(f.stores[serviceKind].ListKeys())
+	services := f.snapshot().Len()
 	if had > 0 && services == 0 {
 		// An empty file is valid, and is applied; but it is far more often a
 		// truncated write or a mistake than an intent.
@@ -317,50 +297,56 @@ func unjoin(err error) []error {
 	return []error{err}
 }
 
-// apply makes the stores hold exactly objs, under mu, writing only what
-// changed, and wakes the Watcher if anything did. It returns the number of
-// objects added, updated or deleted.
+// apply builds the Snapshot of objs and, if it differs from the one in force,
+// puts it in force and wakes the Watcher. It returns the number of Services
+// added, changed or removed, plus one if the skipped objects changed (their
+// errors are reported from the Snapshot). objs are not kept.
 func (f *fileSource) apply(objs []runtime.Object) int {
-	want := make(map[schema.GroupVersionKind]map[string]runtime.Object)
+	var svcs []*v1.Service
+	var endpointSlices []*discoveryv1.EndpointSlice
+	var eps []*v1.Endpoints
 	for _, obj := range objs {
-		gvk := obj.GetObjectKind().GroupVersionKind()
-		if f.stores[gvk] == nil {
-			continue // LoadManifests returns only the supported kinds
+		switch o := obj.(type) {
+		case *v1.Service:
+			svcs = append(svcs, o)
+		case *discoveryv1.EndpointSlice:
+			endpointSlices = append(endpointSlices, o)
+		case *v1.Endpoints:
+			eps = append(eps, o)
 		}
-		_, _ = trim(obj)
-		key, err := cache.MetaNamespaceKeyFunc(obj)
-		if err != nil {
-			continue // cannot happen: LoadManifests checked the name
-		}
-		if want[gvk] == nil {
-			want[gvk] = make(map[string]runtime.Object)
-		}
-		want[gvk][key] = obj
 	}
+	snap := service.Build(svcs, endpointSlices, eps)
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	n := changes(f.snap, snap)
+	if f.snap != nil && n == 0 {
+		return 0 // an equal Snapshot: subscribers keep the one they have
+	}
+	f.snap = snap
+	f.changed()
+	return n
+}
+
+// changes counts the Services that differ between two Snapshots (old may be
+// nil), plus one if their validation errors differ.
+func changes(old, cur *service.Snapshot) int {
+	if old == nil {
+		old = service.NewSnapshot(nil, nil)
+	}
 	n := 0
-	for gvk, store := range f.stores {
-		for _, key := range store.ListKeys() {
-			if _, keep := want[gvk][key]; !keep {
-				if old, exists, _ := store.GetByKey(key); exists {
-					_ = store.Delete(old)
-					n++
-				}
-			}
-		}
-		for key, obj := range want[gvk] {
-			old, exists, _ := store.GetByKey(key)
-			if exists && equality.Semantic.DeepEqual(old, obj) {
-				continue
-			}
-			_ = store.Add(obj) // Add replaces an object with the same key
+	for _, svc := range cur.Services() {
+		if was, ok := old.Service(svc.NamespacedName); !ok || !reflect.DeepEqual(was, svc) {
 			n++
 		}
 	}
-	if n > 0 {
-		f.changed()
+	for _, svc := range old.Services() {
+		if _, ok := cur.Service(svc.NamespacedName); !ok {
+			n++
+		}
+	}
+	if !slices.EqualFunc(old.Errors(), cur.Errors(), func(a, b error) bool { return a.Error() == b.Error() }) {
+		n++
 	}
 	return n
 }

@@ -62,8 +62,8 @@ func TestFileSourceWaitsForSettledFile(t *testing.T) {
 	if wait := f.check(); wait <= 0 || wait > settle {
 		t.Errorf("check of a file written just now: wait %v, want a wait up to %v", wait, settle)
 	}
-	if keys := f.stores[serviceKind].ListKeys(); len(keys) != 1 || keys[0] != "default/web80" {
-		t.Fatalf("a file still being written was applied: services %v", keys)
+	if svcs := f.snapshot().Services(); len(svcs) != 1 || svcs[0].NamespacedName.String() != "default/web80" {
+		t.Fatalf("a file still being written was applied: services %v", svcs)
 	}
 
 	// The writer finishes; once the file has held still, all of it applies.
@@ -75,8 +75,8 @@ func TestFileSourceWaitsForSettledFile(t *testing.T) {
 	if wait := f.check(); wait != 0 {
 		t.Fatalf("settled file not read: wait %v", wait)
 	}
-	if n := len(f.stores[sliceKind].ListKeys()); n != 1 {
-		t.Errorf("%d slices after the whole file, want 1", n)
+	if p := f.snapshot().Ports(); len(p) != 1 || len(p[0].Endpoints) == 0 {
+		t.Errorf("ports %v after the whole file, want one with the slice's endpoints", p)
 	}
 }
 

@@ -49,8 +49,8 @@ func FuzzLoadManifests(f *testing.F) {
 				t.Fatalf("loaded %T without name or namespace: %v", obj, err)
 			}
 		}
-		// What loads, applies: trimmed and keyed into the stores.
-		f := &fileSource{stores: newStores(), changed: func() {}}
+		// What loads, applies: built into a Snapshot.
+		f := &fileSource{changed: func() {}}
 		f.apply(objs)
 	})
 }
