@@ -16,9 +16,9 @@ const annotationPrefix = "svcproxy.io/"
 // is cached: managed fields, owner references, foreign annotations, Endpoint
 // target references, hints and deprecated topology, a Service's status beyond
 // its load-balancer IPs. In a real cluster managedFields alone are often half
-// of an object. It is the informers' transform (client-go SetTransform) and is
-// applied to the objects of a manifests file too. It modifies obj, which the
-// caller owns, and returns it.
+// of an object. It is the informers' transform (client-go SetTransform); a
+// manifests file's objects are not kept, so they need none. It modifies obj,
+// which the caller owns, and returns it.
 func trim(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *v1.Service:
