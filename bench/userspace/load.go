@@ -17,12 +17,23 @@ import (
 // wrkResult is what one wrk run reports.
 type wrkResult struct {
 	perSecond float64
-	errors    string // wrk's "Socket errors" and non-2xx lines, "" when none
+	requests  int64   // requests completed
+	cpu       float64 // seconds of CPU the proxy process used meanwhile; 0 for direct
+	errors    string  // wrk's "Socket errors" and non-2xx lines, "" when none
+}
+
+// cpuPerRequest is the proxy's CPU time per request, in microseconds.
+func (r wrkResult) cpuPerRequest() float64 {
+	if r.requests == 0 {
+		return 0
+	}
+	return r.cpu / float64(r.requests) * 1e6
 }
 
 var (
-	wrkRate   = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
-	wrkErrors = regexp.MustCompile(`(?m)^\s*(Socket errors:.*|Non-2xx or 3xx responses:.*)$`)
+	wrkRate     = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	wrkRequests = regexp.MustCompile(`([0-9]+) requests in`)
+	wrkErrors   = regexp.MustCompile(`(?m)^\s*(Socket errors:.*|Non-2xx or 3xx responses:.*)$`)
 )
 
 // runWrk runs wrk from the client namespace against addr: keep-alive
@@ -45,11 +56,15 @@ func runWrk(client *namespace, addr string, newConn bool, cfg benchConfig) (wrkR
 		return wrkResult{}, fmt.Errorf("wrk said no Requests/sec:\n%s", out)
 	}
 	rate, _ := strconv.ParseFloat(string(m[1]), 64)
+	var requests int64
+	if m := wrkRequests.FindSubmatch(out); m != nil {
+		requests, _ = strconv.ParseInt(string(m[1]), 10, 64)
+	}
 	var errs []string
 	for _, e := range wrkErrors.FindAllSubmatch(out, -1) {
 		errs = append(errs, strings.TrimSpace(string(e[1])))
 	}
-	return wrkResult{perSecond: rate, errors: strings.Join(errs, "; ")}, nil
+	return wrkResult{perSecond: rate, requests: requests, errors: strings.Join(errs, "; ")}, nil
 }
 
 // oneStream reads from a streaming backend through addr, from the client

@@ -31,6 +31,8 @@ func main() {
 	idle := flag.Int("idle", 10000, "idle proxied connections for the memory measurement")
 	udpSessions := flag.Int("udp-sessions", 20000, "UDP sessions for the memory measurement")
 	udpRate := flag.Int("udp-rate", 4000, "new UDP sessions per second for the receive-buffer measurement")
+	syscalls := flag.Bool("syscalls", false, "also count each proxy's system calls per connection and per request with strace -c (slow)")
+	udp := flag.Bool("udp", true, "measure the UDP rows too (false: the TCP table only, a quicker run while iterating)")
 	profile := flag.String("profile", "", "write CPU and block profiles of the proxier child's connections/s and requests/s rows to this `DIR`")
 	flag.Parse()
 
@@ -42,7 +44,7 @@ func main() {
 		err = reexecInNamespace()
 	default:
 		err = bench(benchConfig{duration: *duration, connections: *connections, idle: *idle,
-			udpSessions: *udpSessions, udpRate: *udpRate, udpIdle: *udpIdle, profile: *profile})
+			udpSessions: *udpSessions, udpRate: *udpRate, udpIdle: *udpIdle, udp: *udp, syscalls: *syscalls, profile: *profile})
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "userspace-bench:", err)
@@ -95,6 +97,8 @@ type benchConfig struct {
 	connections, idle    int
 	udpSessions, udpRate int
 	udpIdle              time.Duration
+	udp                  bool
+	syscalls             bool
 	profile              string
 }
 
@@ -176,8 +180,15 @@ func bench(cfg benchConfig) error {
 		rows[p.name] = row
 	}
 	printTCP(paths, rows, cfg)
-	if err := benchUDP(client, b, proxier, cfg); err != nil {
-		return err
+	if cfg.syscalls {
+		if err := countSyscalls(client, paths, cfg); err != nil {
+			return err
+		}
+	}
+	if cfg.udp {
+		if err := benchUDP(client, b, proxier, cfg); err != nil {
+			return err
+		}
 	}
 	fmt.Printf("\nload average after: %s\n", loadavg())
 	if cfg.profile != "" {
@@ -190,11 +201,11 @@ func bench(cfg benchConfig) error {
 func measureTCP(client *namespace, p path, cfg benchConfig) (tcpRow, error) {
 	var row tcpRow
 	var err error
-	if row.conns, err = runWrk(client, p.addr(kindHTTP), true, cfg); err != nil {
+	if row.conns, err = measureWrk(client, p, true, cfg); err != nil {
 		return row, err
 	}
 	time.Sleep(time.Second) // let the TIME_WAIT burst settle between runs
-	if row.reqs, err = runWrk(client, p.addr(kindHTTP), false, cfg); err != nil {
+	if row.reqs, err = measureWrk(client, p, false, cfg); err != nil {
 		return row, err
 	}
 	if row.gbits, err = oneStream(client, p.addr(kindStream), cfg.duration); err != nil {
@@ -206,6 +217,25 @@ func measureTCP(client *namespace, p path, cfg benchConfig) (tcpRow, error) {
 		}
 	}
 	return row, nil
+}
+
+// measureWrk runs wrk through p and, for a proxy, reads the CPU time the
+// proxy process used meanwhile.
+func measureWrk(client *namespace, p path, newConn bool, cfg benchConfig) (wrkResult, error) {
+	var before float64
+	if p.proc != nil {
+		var err error
+		if before, err = p.proc.cpuSeconds(); err != nil {
+			return wrkResult{}, err
+		}
+	}
+	res, err := runWrk(client, p.addr(kindHTTP), newConn, cfg)
+	if err != nil || p.proc == nil {
+		return res, err
+	}
+	after, err := p.proc.cpuSeconds()
+	res.cpu = after - before
+	return res, err
 }
 
 func printTCP(paths []path, rows map[string]tcpRow, cfg benchConfig) {
@@ -226,6 +256,9 @@ func printTCP(paths []path, rows map[string]tcpRow, cfg benchConfig) {
 		u.conns.perSecond/h.conns.perSecond, u.reqs.perSecond/h.reqs.perSecond, u.kibPerIdle/h.kibPerIdle)
 	fmt.Printf("userspace / direct:  connections/s %.2f×, requests/s %.2f×, Gbit/s %.2f×\n",
 		u.conns.perSecond/d.conns.perSecond, u.reqs.perSecond/d.reqs.perSecond, u.gbits/d.gbits)
+	fmt.Printf("proxy CPU per connection: userspace %.0f µs, haproxy %.0f µs (%.2f×); per keep-alive request: userspace %.1f µs, haproxy %.1f µs (%.2f×)\n",
+		u.conns.cpuPerRequest(), h.conns.cpuPerRequest(), u.conns.cpuPerRequest()/h.conns.cpuPerRequest(),
+		u.reqs.cpuPerRequest(), h.reqs.cpuPerRequest(), u.reqs.cpuPerRequest()/h.reqs.cpuPerRequest())
 	fmt.Printf("RSS per idle connection: (VmRSS with %d idle proxied connections - VmRSS before) / %d, of the proxy process only; kernel socket buffers are not in it.\n", cfg.idle, cfg.idle)
 }
 

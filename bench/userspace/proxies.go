@@ -133,6 +133,33 @@ func (c *child) rssKB() (int, error) {
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", c.cmd.Process.Pid)
 }
 
+// cpuSeconds is the CPU time (user and system, all threads) the child has
+// used so far, from /proc/PID/stat.
+func (c *child) cpuSeconds() (float64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces: count
+	// the fields after its closing parenthesis. utime and stime are fields 14
+	// and 15, in clock ticks (USER_HZ, 100 on Linux).
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", c.cmd.Process.Pid)
+	}
+	utime, err1 := strconv.ParseUint(f[11], 10, 64)
+	stime, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return float64(utime+stime) / clockTicks, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's times: 100 on every
+// Linux architecture Go supports.
+const clockTicks = 100
+
 // startProxier runs this program again as the proxier child.
 func startProxier(b *backends, udpIdle time.Duration) (*child, error) {
 	var spec []string
