@@ -10,11 +10,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// copyHalf copies one direction of c, src to dst, until src ends, then
-// half-closes dst (a FIN) so that its peer sees the end of the stream while
-// the other direction goes on. An error (a reset, or the proxier aborting c)
-// aborts both sides: the other direction has nothing left to wait for, and a
-// peer must not mistake the end for a clean one.
+// copyHalf copies one direction of c, src to dst, until src ends, and reports
+// whether it ended at src's end of stream (the caller passes the FIN on). An
+// error (a reset, or the proxier aborting c) aborts both sides: the other
+// direction has nothing left to wait for, and a peer must not mistake the end
+// for a clean one.
 //
 // It reads into a pooled buffer, and takes the buffer only once the socket has
 // data: an idle connection holds no buffer, no pipe, only its two sockets and
@@ -28,11 +28,11 @@ import (
 // its pipe (two more file descriptors) while the connection idles, and a proxy
 // holding 10,000 idle connections would need 60,000 descriptors
 // (inetaf/tcpproxy#31).
-func copyHalf(c *tcpConn, dst, src *net.TCPConn, bytes *atomic.Uint64) {
+func copyHalf(c *tcpConn, dst, src *net.TCPConn, bytes *atomic.Uint64) (eof bool) {
 	rc, err := src.SyscallConn()
 	if err != nil {
 		c.abort()
-		return
+		return false
 	}
 	var (
 		buf  *[]byte
@@ -60,12 +60,11 @@ func copyHalf(c *tcpConn, dst, src *net.TCPConn, bytes *atomic.Uint64) {
 		if rerr != nil || n < 0 {
 			release(&buf)
 			c.abort()
-			return
+			return false
 		}
-		if n == 0 { // the end of the stream: pass the FIN on
+		if n == 0 { // the end of the stream
 			release(&buf)
-			dst.CloseWrite()
-			return
+			return true
 		}
 		full := n == len(*buf)
 		_, werr := dst.Write((*buf)[:n])
@@ -73,12 +72,12 @@ func copyHalf(c *tcpConn, dst, src *net.TCPConn, bytes *atomic.Uint64) {
 		release(&buf)
 		if werr != nil {
 			c.abort()
-			return
+			return false
 		}
 		if full {
 			if err := spliceQueued(dst, src, rc, bytes); err != nil {
 				c.abort()
-				return
+				return false
 			}
 		}
 	}

@@ -354,7 +354,7 @@ func (p *Proxier) listenOn(sp *servicePort, port uint16) (listener, error) {
 	case service.TCP:
 		var ln *net.TCPListener
 		err := p.cfg.NetNS(func() (err error) {
-			ln, err = net.ListenTCP("tcp4", net.TCPAddrFromAddrPort(addr))
+			ln, err = listenTCP(addr)
 			return err
 		})
 		if err != nil {
