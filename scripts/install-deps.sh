@@ -5,7 +5,7 @@
 set -eu
 
 PACKAGES="iptables nftables ipset ipvsadm conntrack iproute2 procps netbase dnsutils dnsmasq-base
-  qemu-system-x86 busybox-static cpio kmod xz-utils haproxy wrk dnsperf curl socat"
+  qemu-system-x86 busybox-static cpio kmod xz-utils haproxy wrk dnsperf curl socat strace"
 
 missing=""
 for p in $PACKAGES; do

@@ -11,14 +11,20 @@
 //   - TCP: a goroutine per accepted connection dials an endpoint, trying
 //     endpoints with growing timeouts (250ms, 500ms, 1s, 2s, as kube-proxy's
 //     tryConnect) so a refusing or dead endpoint costs the client nothing, then
-//     hands over to one goroutine per direction and ends. Each direction
-//     (copyHalf) parks in Go's poller holding nothing, reads what arrived into
-//     a pooled 16 KiB buffer and writes it on: one read and one write per small
-//     message. A read that fills the buffer means a bulk transfer, and the
-//     bytes queued beyond it are spliced (splice(2) through a pipe, never
-//     copied into Go), exactly as many as are queued, so no pipe is held while
-//     the connection idles. End of stream is passed on as a half-close (FIN);
-//     an error as a reset of both sides;
+//     hands over to one goroutine per direction and ends (copying in it
+//     instead would keep the stack the dial grew under every idle connection).
+//     Each direction (copyHalf) parks in Go's poller holding nothing, reads
+//     what arrived into a pooled 16 KiB buffer and writes it on: per small
+//     message one read, one write, and one read that finds the socket empty
+//     before parking again (the poller does not say whether a FIN came with
+//     the data; only that read can). A read that fills the buffer means a
+//     bulk transfer, and the bytes queued beyond it are spliced (splice(2)
+//     through a pipe, never copied into Go), exactly as many as are queued,
+//     so no pipe is held while the connection idles. End of stream is passed
+//     on as a half-close (FIN), or, when the other direction has ended
+//     already, by closing both sockets; an error as a reset of both sides.
+//     The listener carries TCP keep-alive, which the accepted sockets inherit
+//     from it; the endpoint's socket gets net.Dialer's;
 //   - UDP: one session per client address, with its own socket to the endpoint,
 //     an idle timeout and a cap per listener (the idlest session makes room);
 //     three goroutines per listener whatever the number of sessions (read,

@@ -1,21 +1,27 @@
-// Command userspace-bench measures the userspace data path: the same Go load
-// generator drives the same backends three ways in one run,
+// Command userspace-bench measures the userspace data path: the same load
+// (wrk for HTTP, a Go generator for the stream, the idle connections and UDP)
+// drives the same backends three ways in one run,
 //
 //   - direct: straight to the backends;
 //   - userspace: to a ClusterIP, REDIRECTed by the portals of a real
 //     userspace.Proxier (a child process, as svcproxy runs it) to its listener;
 //   - haproxy: to Debian's HAProxy in TCP mode with `option splice-auto`,
 //
-// and reports connections/s (one short connection each), requests/s (64-byte
-// request and reply on keep-alive connections), Gbit/s (bulk streams), and the
-// memory each proxy process needs per idle proxied connection.
+// and reports connections/s (one short connection each), requests/s (small
+// requests on keep-alive connections, wrk), Gbit/s (one bulk stream), the CPU
+// time each proxy process spends per connection and per request (from
+// /proc/PID/stat: less sensitive to other load than the rates), and the
+// memory each proxy process needs per idle proxied connection. -syscalls adds
+// each proxy's system calls per connection and per request (strace -c).
 //
 // It needs root: it re-executes itself with `unshare --net` in a private network
-// namespace where everything runs on loopback, and installs the portals there
-// with iptables-restore; the namespace disappears with the process. Run it with
+// namespace (the node: backends and proxies), makes a second one for the load
+// (the client, across a veth link), and installs the portals in the node with
+// iptables-restore; both namespaces disappear with the process. Run it with
 // `make bench` or:
 //
-//	go run ./bench/userspace -duration 3s -workers 32 -idle 10000
+//	go run ./bench/userspace -duration 5s -connections 32 -idle 10000
+//	go run ./bench/userspace -udp=false -syscalls    # the TCP rows and system calls only
 //
 // Figures vary with the machine; compare the columns of one run, not runs.
 package main
