@@ -1,11 +1,15 @@
 package nftables
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os/exec"
+	"strings"
+	"syscall"
 
+	gnftables "github.com/google/nftables"
 	"sigs.k8s.io/knftables"
 )
 
@@ -20,8 +24,8 @@ type Interface interface {
 	Run(ctx context.Context, tx *knftables.Transaction) error
 
 	// ListAll returns the names of the table's objects by type ("chain", "set",
-	// "map"); an error for which knftables.IsNotFound is true when there is no table.
-	// This is how a new process finds what an old one left.
+	// "map", "counter"); an error for which IsNotFound is true when there is no
+	// table. This is how a new process finds what an old one left.
 	ListAll(ctx context.Context) (map[string][]string, error)
 
 	// ListCounters returns the table's named counters with their packet and byte
@@ -31,17 +35,108 @@ type Interface interface {
 
 var _ Interface = knftables.Interface(nil)
 
+// family is the one IP family of svcproxy's table, in both libraries' terms.
+const (
+	family   = knftables.IPv4Family
+	nlFamily = gnftables.TableFamilyIPv4
+)
+
+// Real is the kernel's nf_tables, in the network namespace of the calling OS
+// thread: transactions go to the nft binary (`nft -f -`) with each chain's rules
+// in one block (chainBlocks says why), and names are listed over netlink
+// (google/nftables, through knftables), which reads no rules.
+type Real struct {
+	knftables.Interface // NewTransaction, ListCounters: knftables over the nft binary
+
+	nft     string              // the nft binary
+	table   string              // the table's name
+	netlink knftables.Interface // ListAll: knftables' netlink listing
+	conn    *gnftables.Conn     // whether the table exists
+}
+
+var _ Interface = (*Real)(nil)
+
 // New returns a Real Interface for the IPv4 table name. It fails, saying why, when
 // the nft binary is missing or the kernel has no nf_tables.
-func New(table string) (Interface, error) {
-	// Not knftables.UseNetlink: its ListAll (v0.0.22, experimental) reports a
-	// missing table as an error knftables.IsNotFound does not recognise.
-	nft, err := knftables.New(knftables.IPv4Family, table)
+func New(table string) (*Real, error) {
+	nft, err := knftables.New(family, table)
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
 	}
-	return nft, nil
+	path, err := exec.LookPath("nft")
+	if err != nil {
+		return nil, fmt.Errorf("nftables: %w", err)
+	}
+	nl, err := knftables.New(family, table, knftables.UseNetlink)
+	if err != nil {
+		return nil, fmt.Errorf("nftables: netlink: %w", err)
+	}
+	conn, err := gnftables.New() // a socket per call, in the calling thread's namespace
+	if err != nil {
+		return nil, fmt.Errorf("nftables: netlink: %w", err)
+	}
+	return &Real{Interface: nft, nft: path, table: table, netlink: nl, conn: conn}, nil
 }
+
+// Run implements Interface: one `nft -f -` with the transaction in chain blocks.
+func (r *Real) Run(ctx context.Context, tx *knftables.Transaction) error {
+	text := tx.String()
+	if i := strings.LastIndex(text, "# ERROR: "); i == 0 || (i > 0 && text[i-1] == '\n') {
+		return r.Interface.Run(ctx, tx) // an invalid transaction: knftables returns its error
+	}
+	if tx.NumOperations() == 0 {
+		return nil
+	}
+	cmd := exec.CommandContext(ctx, r.nft, "-f", "-")
+	cmd.Stdin = strings.NewReader(chainBlocks(text))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return newRunError(err, stderr.String())
+	}
+	return nil
+}
+
+// ListAll implements Interface over netlink: `nft list table` would print every
+// rule of the table (13 s at 10,000 service ports here) to give a few names.
+func (r *Real) ListAll(ctx context.Context) (map[string][]string, error) {
+	tables, err := r.conn.ListTablesOfFamily(nlFamily)
+	if err != nil {
+		return nil, fmt.Errorf("list tables: %w", err)
+	}
+	for _, t := range tables {
+		if t.Name == r.table {
+			return r.netlink.ListAll(ctx)
+		}
+	}
+	return nil, &runError{msg: fmt.Sprintf("table ip %s: No such file or directory", r.table), errno: syscall.ENOENT}
+}
+
+// runError is a failed nft run: nft's message, and the errno it names first, as
+// knftables reads it (so IsNotFound works for Real's errors as for knftables').
+type runError struct {
+	msg   string
+	errno syscall.Errno
+	err   error
+}
+
+func newRunError(err error, stderr string) error {
+	e := &runError{msg: strings.TrimSpace(stderr), err: err}
+	if e.msg == "" {
+		e.msg = err.Error()
+	}
+	first, _, _ := strings.Cut(e.msg, "\n")
+	switch {
+	case strings.Contains(first, "No such file or directory"):
+		e.errno = syscall.ENOENT
+	case strings.Contains(first, "File exists"):
+		e.errno = syscall.EEXIST
+	}
+	return e
+}
+
+func (e *runError) Error() string { return e.msg }
+func (e *runError) Unwrap() error { return e.err }
 
 // Available says why nftables cannot be used here, or nil: the nft binary must be on
 // PATH and able to talk to the kernel.
@@ -49,7 +144,7 @@ func Available() error {
 	if _, err := exec.LookPath("nft"); err != nil {
 		return errors.New("nftables: the nft binary is not installed (Debian package nftables)")
 	}
-	_, err := knftables.New(knftables.IPv4Family, "svcproxy-probe")
+	_, err := knftables.New(family, "svcproxy-probe")
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}
@@ -58,4 +153,10 @@ func Available() error {
 
 // IsNotFound reports whether err says that the table (or another object) does not
 // exist.
-func IsNotFound(err error) bool { return knftables.IsNotFound(err) }
+func IsNotFound(err error) bool {
+	var re *runError
+	if errors.As(err, &re) {
+		return re.errno == syscall.ENOENT
+	}
+	return knftables.IsNotFound(err)
+}

@@ -223,9 +223,31 @@ func TestKernelPartialSync(t *testing.T) {
 	if _, err := dial(l.client, "198.18.1.50:80", 3); err != nil {
 		t.Errorf("an unchanged service: %v", err)
 	}
+	// The removed endpoints' chains are emptied, and nothing leads to them; the
+	// next full sync deletes them (see partialTx).
 	table := l.node.Run(t, "nft", "list", "table", "ip", Table)
-	if strings.Contains(table, "default/web/tcp/p__198.19.12.2/8080") {
-		t.Errorf("the removed endpoints' chains are left:\n%s", table)
+	for _, gone := range []string{"default/web/tcp/p__198.19.12.2/8080", "default/web/tcp/p__198.19.13.2/8080"} {
+		requireInert(t, table, gone)
+	}
+}
+
+// requireInert fails unless every line of the table listing that names marker
+// declares an object (a chain, set or counter) that nothing else names, and each
+// such chain is empty: what a partial sync leaves for the next full sync to delete.
+func requireInert(t *testing.T, table, marker string) {
+	t.Helper()
+	lines := strings.Split(table, "\n")
+	for i, l := range lines {
+		if !strings.Contains(l, marker) {
+			continue
+		}
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 3 && f[0] == "chain" && f[2] == "{" && i+1 < len(lines) && strings.TrimSpace(lines[i+1]) == "}":
+		case len(f) == 3 && (f[0] == "set" || f[0] == "counter") && f[2] == "{":
+		default:
+			t.Errorf("%s is still in use: %q\n%s", marker, l, table)
+		}
 	}
 }
 
@@ -322,9 +344,9 @@ func TestKernelUDPConntrack(t *testing.T) {
 	}
 }
 
-// Chains and sets that belong to nothing any more are deleted in the transaction
-// that drops the references to them: by a partial sync (from what it applied) and by
-// a new Proxier's full sync (from the kernel's table).
+// Chains and sets that belong to nothing any more: a partial sync empties them and
+// drops every reference to them (from what it applied); a full sync deletes them
+// (from what it finds in the kernel's table), also those an earlier process left.
 func TestKernelStaleChains(t *testing.T) {
 	l := newLab(t)
 	two := snapshot(svc("web", "198.18.0.10", 80, l.endpoints(8080), withNodePort(30080)),
@@ -333,8 +355,12 @@ func TestKernelStaleChains(t *testing.T) {
 	l.sync(t, p, two)
 	l.sync(t, p, labService(l)) // partial: api goes, web loses its NodePort
 	table := l.node.Run(t, "nft", "list", "table", "ip", Table)
+	requireInert(t, table, "default/api") // emptied by the partial sync
+	requireInert(t, table, prefixExternal)
+	l.sync(t, l.proxier(t), labService(l)) // restarted: a full sync deletes them
+	table = l.node.Run(t, "nft", "list", "table", "ip", Table)
 	if strings.Contains(table, "default/api") || strings.Contains(table, prefixExternal) {
-		t.Errorf("after a partial sync, stale objects are left:\n%s", table)
+		t.Errorf("after a full sync, stale objects are left:\n%s", table)
 	}
 	l.sync(t, l.proxier(t), two)        // restarted with both
 	l.sync(t, l.proxier(t), snapshot()) // restarted with none: a full sync reads what is there

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/knftables"
 
@@ -13,8 +14,10 @@ import (
 )
 
 // A partial sync writes only what the change touches: the changed port's chains,
-// its elements, and the deletion of what it no longer needs. The golden files are
-// the transactions, to be read.
+// its elements, and the flush of what it no longer needs. The golden files are the
+// transactions, to be read. The result is what a full sync of the new state makes,
+// but for the emptied chains (and affinity sets, counters) a partial sync leaves
+// for the next full sync to delete; after that full sync, it is exactly the same.
 func TestPartialSyncGolden(t *testing.T) {
 	three := func(webEndpoints []service.Endpoint, opts ...svcOpt) *service.Snapshot {
 		return snapshot(
@@ -23,23 +26,33 @@ func TestPartialSyncGolden(t *testing.T) {
 			svc("db", "198.18.0.30", 5432, threeEndpoints()),
 		)
 	}
+	replaced := append(threeEndpoints()[:2], ep("198.19.1.12:8080", thisNode))
+	counting := testConfig
+	counting.CountConnections = true
 	tests := []struct {
-		name string
-		next *service.Snapshot
+		name       string
+		cfg        Config
+		prev, next *service.Snapshot
+		// chainOnly: the transaction needs only nft's table cache (no element,
+		// no delete): a change of endpoints that keeps some.
+		chainOnly bool
 	}{
-		{"partial-endpoint-removed", three(threeEndpoints()[:2])},
-		{"partial-no-endpoints", three(nil)},
-		{"partial-service-removed", snapshot(svc("api", "198.18.0.20", 443, threeEndpoints()), svc("db", "198.18.0.30", 5432, threeEndpoints()))},
-		{"partial-nodeport-added", three(threeEndpoints(), withNodePort(30080))},
+		{"partial-endpoint-removed", testConfig, three(threeEndpoints()), three(threeEndpoints()[:2]), true},
+		{"partial-endpoint-replaced", testConfig, three(threeEndpoints()), three(replaced), true},
+		{"partial-endpoint-replaced-affinity", testConfig, three(threeEndpoints(), withAffinity(time.Hour)), three(replaced, withAffinity(time.Hour)), true},
+		{"partial-no-endpoints", testConfig, three(threeEndpoints()), three(nil), false},
+		{"partial-service-removed", counting, three(threeEndpoints()), snapshot(svc("api", "198.18.0.20", 443, threeEndpoints()), svc("db", "198.18.0.30", 5432, threeEndpoints())), false},
+		{"partial-nodeport-added", testConfig, three(threeEndpoints()), three(threeEndpoints(), withNodePort(30080)), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := knft.NewFake(Table)
-			p, err := NewProxier(ProxierConfig{Rules: testConfig, NFT: f})
+			now := time.Unix(0, 0)
+			p, err := NewProxier(ProxierConfig{Rules: tt.cfg, NFT: f, Now: func() time.Time { return now }})
 			if err != nil {
 				t.Fatal(err)
 			}
-			p.Update(three(threeEndpoints()))
+			p.Update(tt.prev)
 			if err := p.Sync(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -52,18 +65,81 @@ func TestPartialSyncGolden(t *testing.T) {
 			}
 			text := f.LastTransaction.String()
 			for _, other := range []string{"default/api", "default/db", "chain ip svcproxy services"} {
-				if strings.Contains(text, other) {
+				if strings.Contains(text, other) && !strings.Contains(tt.name, "removed") {
 					t.Errorf("the partial sync touches %s:\n%s", other, text)
 				}
 			}
+			if tt.chainOnly {
+				for _, l := range strings.Split(text, "\n") {
+					if strings.HasPrefix(l, "delete ") || strings.HasPrefix(l, "add element ") {
+						t.Errorf("an endpoints change that needs nft's chain cache: %s", l)
+					}
+				}
+			}
 			checkGolden(t, tt.name, []byte(text))
-			// The result is what a full sync of the new state would have made.
-			want := syncedFake(t, testConfig, tt.next).Dump()
+
+			want := syncedFake(t, tt.cfg, tt.next).Dump()
+			got := f.Dump()
+			if left := leftovers(t, got, want); t.Failed() {
+				t.Logf("after the partial sync:\n%s\nwant (a full sync):\n%s", got, want)
+			} else if gone := strings.Contains(tt.name, "removed") || strings.Contains(tt.name, "replaced"); gone && len(left) == 0 {
+				t.Errorf("an endpoint's chain went away, and none is left for the full sync to delete")
+			}
+			now = now.Add(time.Hour) // past the SyncPeriod: the next sync is full
+			if err := p.Sync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if h := p.Health(); h.FullSyncs != 2 {
+				t.Fatalf("health %+v: want a second full sync", h)
+			}
 			if got := f.Dump(); got != want {
-				t.Errorf("after the partial sync:\n%s\nwant (a full sync):\n%s", got, want)
+				t.Errorf("after the next full sync:\n%s\nwant:\n%s", got, want)
 			}
 		})
 	}
+}
+
+// leftovers checks that got (after a partial sync) is want (after a full sync) plus
+// only what a partial sync leaves for the next full sync to delete: empty port
+// chains, affinity sets and counters that nothing names. It returns those lines.
+func leftovers(t *testing.T, got, want string) []string {
+	t.Helper()
+	wantLines := map[string]bool{}
+	for _, l := range strings.Split(want, "\n") {
+		wantLines[l] = true
+	}
+	gotLines := map[string]bool{}
+	var extra []string
+	for _, l := range strings.Split(got, "\n") {
+		gotLines[l] = true
+		if !wantLines[l] {
+			extra = append(extra, l)
+		}
+	}
+	for l := range wantLines {
+		if !gotLines[l] {
+			t.Errorf("missing after the partial sync: %s", l)
+		}
+	}
+	for _, l := range extra {
+		f := strings.Fields(l)
+		if len(f) < 5 || f[0] != "add" || (f[1] != "chain" && f[1] != "set" && f[1] != "counter") {
+			t.Errorf("left over, and not an inert object: %s", l)
+			continue
+		}
+		name := f[4]
+		if f[1] == "chain" && !isPortChain(name) || f[1] == "set" && !strings.HasPrefix(name, prefixAffinity) ||
+			f[1] == "counter" && !strings.HasPrefix(name, prefixCounter) {
+			t.Errorf("left over, and not a port's object: %s", l)
+		}
+		for _, other := range strings.Split(got, "\n") {
+			if other != l && (strings.Contains(other, " "+name+" ") || strings.HasSuffix(other, " "+name) ||
+				strings.Contains(other, "@"+name) || strings.Contains(other, `"`+name+`"`)) {
+				t.Errorf("left over %s %s is not inert: %s", f[1], name, other)
+			}
+		}
+	}
+	return extra
 }
 
 // A sync with nothing changed sends nothing.

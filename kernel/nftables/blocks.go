@@ -1,0 +1,121 @@
+package nftables
+
+import (
+	"regexp"
+	"strings"
+)
+
+// chainBlocks rewrites an nft -f transaction so that the rules added to one chain
+// are written in one chain block: the lines
+//
+//	add rule ip svcproxy service-X numgen random mod 2 == 0 goto endpoint-A
+//	add rule ip svcproxy service-X goto endpoint-B
+//
+// become
+//
+//	add chain ip svcproxy service-X { numgen random mod 2 == 0 goto endpoint-A ; goto endpoint-B ; }
+//
+// which the kernel receives as the same NEWRULE messages, in the same order. Why:
+// before it sends a transaction that has an `add rule`, nft 1.0.6 (Debian 12)
+// dumps every chain of every table in the namespace into its cache, to check the
+// rule's chain; a chain block needs only the table. At 10,000 service ports the
+// dump of their 40,000 chains is ~0.3 s of a one-Service change, and grows with
+// the table (docs/benchmarks.md). `add element` and every `delete` still fetch
+// the chains: nft 1.0.6 has no form of them that does not.
+//
+// A rule that names a set, map or named counter (`@affinity-X`, `counter name
+// "connections-X"`) resolves it in nft's cache, which a chain block does not load:
+// such a run of rules is written as a block only when the transaction declares
+// every object it names (as a full sync and a port's own sets do); otherwise its
+// lines are left as they were.
+//
+// Only runs of consecutive `add rule` lines for one chain are joined, so nothing
+// moves past a flush, a delete or another chain's rules: the rewritten
+// transaction does what the original does.
+func chainBlocks(text string) string {
+	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
+	declared := declaredNames(lines)
+	var b strings.Builder
+	b.Grow(len(text))
+	for i := 0; i < len(lines); {
+		head, rule, ok := splitAddRule(lines[i])
+		if !ok {
+			b.WriteString(lines[i])
+			b.WriteByte('\n')
+			i++
+			continue
+		}
+		// The run: consecutive rules for the same chain.
+		rules, j, resolvable := []string{rule}, i+1, refsDeclared(rule, declared)
+		for ; j < len(lines); j++ {
+			h, r, ok := splitAddRule(lines[j])
+			if !ok || h != head {
+				break
+			}
+			rules = append(rules, r)
+			resolvable = resolvable && refsDeclared(r, declared)
+		}
+		if !resolvable {
+			for _, l := range lines[i:j] {
+				b.WriteString(l)
+				b.WriteByte('\n')
+			}
+		} else {
+			b.WriteString("add chain ")
+			b.WriteString(head)
+			b.WriteString(" { ")
+			b.WriteString(strings.Join(rules, " ; "))
+			b.WriteString(" ; }\n")
+		}
+		i = j
+	}
+	return b.String()
+}
+
+// splitAddRule splits "add rule FAMILY TABLE CHAIN RULE" into "FAMILY TABLE CHAIN"
+// and RULE. Rules with a position (`index`, `handle`) and rules with a `;` (which a
+// block would read as two) are not split.
+func splitAddRule(line string) (head, rule string, ok bool) {
+	rest, ok := strings.CutPrefix(line, "add rule ")
+	if !ok {
+		return "", "", false
+	}
+	f := strings.SplitN(rest, " ", 4)
+	if len(f) != 4 || f[3] == "" || strings.Contains(f[3], ";") {
+		return "", "", false
+	}
+	if strings.HasPrefix(f[3], "index ") || strings.HasPrefix(f[3], "handle ") || strings.HasPrefix(f[3], "position ") {
+		return "", "", false
+	}
+	return f[0] + " " + f[1] + " " + f[2], f[3], true
+}
+
+var (
+	declRE    = regexp.MustCompile(`^add (set|map|counter) \S+ \S+ (\S+)`)
+	setRefRE  = regexp.MustCompile(`@([^\s,{}]+)`)
+	namedRefR = regexp.MustCompile(`\bname "([^"]+)"`)
+)
+
+// declaredNames returns the sets, maps and counters the transaction declares.
+func declaredNames(lines []string) map[string]bool {
+	out := map[string]bool{}
+	for _, l := range lines {
+		if m := declRE.FindStringSubmatch(l); m != nil {
+			out[m[2]] = true
+		}
+	}
+	return out
+}
+
+// refsDeclared reports whether every set, map and named counter a rule names is
+// declared in the transaction.
+func refsDeclared(rule string, declared map[string]bool) bool {
+	for _, re := range []*regexp.Regexp{setRefRE, namedRefR} {
+		for _, m := range re.FindAllStringSubmatch(rule, -1) {
+			if !declared[m[1]] {
+				return false
+			}
+		}
+	}
+	return true
+}
