@@ -61,8 +61,10 @@ func TestHybridPromotionNFTables(t *testing.T) {
 	if failed > 0 {
 		t.Errorf("trickle: %d of %d connections failed across the demotion; last: %v", failed, ok+failed, lastErr)
 	}
-	if tbl := table(); strings.Contains(tbl, "198.18.0.10 . tcp . 80") || strings.Contains(tbl, "default/web/tcp/http") {
-		t.Errorf("demoted web: its element and chains are left:\n%s", tbl)
+	// The demotion's partial sync drops web's elements and empties its chains; the
+	// next full sync deletes the chains (offload/nftables partialTx says why).
+	if tbl := table(); strings.Contains(tbl, "198.18.0.10 . tcp . 80") || !onlyEmptyObjects(tbl, "default/web/tcp/http") {
+		t.Errorf("demoted web: its element or rules are left:\n%s", tbl)
 	}
 	if save := e.Node.Run(t, "iptables-save", "-t", "nat"); !strings.Contains(save, "-A SVCP-PORTALS-CONTAINER -d 198.18.0.10/32") {
 		t.Errorf("demoted web: want its portal back:\n%s", save)
@@ -74,4 +76,21 @@ func TestHybridPromotionNFTables(t *testing.T) {
 		}
 	}
 	e.LogMoves(t)
+}
+
+// onlyEmptyObjects reports whether every line of an `nft list table` that names
+// marker declares a chain with no rules, a set or a counter: nothing leads there.
+func onlyEmptyObjects(table, marker string) bool {
+	lines := strings.Split(table, "\n")
+	for i, l := range lines {
+		if !strings.Contains(l, marker) {
+			continue
+		}
+		f := strings.Fields(l)
+		empty := len(f) == 3 && f[0] == "chain" && i+1 < len(lines) && strings.TrimSpace(lines[i+1]) == "}"
+		if !empty && (len(f) != 3 || (f[0] != "set" && f[0] != "counter")) {
+			return false
+		}
+	}
+	return true
 }
