@@ -93,6 +93,7 @@ func convertService(obj *v1.Service) (*Service, error) {
 			}
 			svc.ClusterIPs = append(svc.ClusterIPs, mustParseAddr(s))
 		}
+		svc.IPFamilies, svc.IPFamilyPolicy = ipFamilies(spec, svc.ClusterIPs)
 	}
 	for _, s := range spec.ExternalIPs {
 		svc.ExternalIPs = append(svc.ExternalIPs, mustParseAddr(s))
@@ -130,6 +131,29 @@ func convertService(obj *v1.Service) (*Service, error) {
 		})
 	}
 	return svc, nil
+}
+
+// ipFamilies returns spec.ipFamilies and spec.ipFamilyPolicy (validated), or
+// what the API server defaults them to: the families of the ClusterIPs, and
+// SingleStack, or RequireDualStack for a ClusterIP of each family.
+func ipFamilies(spec *v1.ServiceSpec, clusterIPs []netip.Addr) ([]Family, IPFamilyPolicy) {
+	var fams []Family
+	for _, f := range spec.IPFamilies {
+		fams = append(fams, Family(f))
+	}
+	if len(fams) == 0 {
+		for _, ip := range clusterIPs {
+			fams = append(fams, FamilyOf(ip))
+		}
+	}
+	policy := SingleStack
+	if len(clusterIPs) == 2 {
+		policy = RequireDualStack
+	}
+	if spec.IPFamilyPolicy != nil {
+		policy = IPFamilyPolicy(*spec.IPFamilyPolicy)
+	}
+	return fams, policy
 }
 
 // clusterIPStrings returns spec.clusterIPs, or spec.clusterIP for objects

@@ -3,6 +3,7 @@ package service
 import (
 	"cmp"
 	"slices"
+	"sync"
 )
 
 // Snapshot is the state of every valid Service at one moment. It is immutable:
@@ -17,6 +18,12 @@ type Snapshot struct {
 
 	// errs are the objects Build skipped, each naming its object and field.
 	errs []error
+
+	// views are the per-family views (Family), IPv4 and IPv6, made on first use.
+	views [2]struct {
+		once sync.Once
+		snap *Snapshot
+	}
 }
 
 // NewSnapshot indexes services (which it then owns) into a Snapshot. errs are

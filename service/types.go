@@ -77,6 +77,14 @@ type Service struct {
 	ClusterIPs []netip.Addr
 	// Headless is true for clusterIP: None.
 	Headless bool
+	// IPFamilies are spec.ipFamilies, primary first; for an object written
+	// without them (before dual-stack, or by hand), the families of its
+	// ClusterIPs. The API server fills them for headless Services too.
+	IPFamilies []Family
+	// IPFamilyPolicy is spec.ipFamilyPolicy; without one, SingleStack, or
+	// RequireDualStack for a Service with a ClusterIP of each family (the API
+	// server's defaults).
+	IPFamilyPolicy IPFamilyPolicy
 	// ExternalName is the DNS name of an ExternalName Service.
 	ExternalName string
 

@@ -189,6 +189,7 @@ func validateClusterIPs(f *fieldErrors, spec *v1.ServiceSpec) {
 		}
 		return fmt.Sprintf("spec.clusterIPs[%d]", i)
 	}
+	validateFamilies(f, spec, ips)
 	if ips[0] == v1.ClusterIPNone {
 		if len(ips) > 1 {
 			f.add("spec.clusterIPs", fmt.Sprint(ips), `"None" must be the only value`)
@@ -204,6 +205,54 @@ func validateClusterIPs(f *fieldErrors, spec *v1.ServiceSpec) {
 	}
 	if len(ips) == 2 && f.err == nil && familyOf(mustParseAddr(ips[0])) == familyOf(mustParseAddr(ips[1])) {
 		f.add("spec.clusterIPs[1]", ips[1], "must be of the other family than spec.clusterIPs[0]")
+	}
+}
+
+// validateFamilies checks spec.ipFamilyPolicy and spec.ipFamilies against the
+// ClusterIPs ips, as the API server does: a SingleStack Service has one family,
+// a RequireDualStack one a ClusterIP of each (unless it is headless), and
+// spec.ipFamilies names the family of every ClusterIP, each family once.
+func validateFamilies(f *fieldErrors, spec *v1.ServiceSpec, ips []string) {
+	policy := ""
+	if spec.IPFamilyPolicy != nil {
+		policy = string(*spec.IPFamilyPolicy)
+		switch IPFamilyPolicy(policy) {
+		case SingleStack, PreferDualStack, RequireDualStack:
+		default:
+			f.add("spec.ipFamilyPolicy", policy, "must be SingleStack, PreferDualStack or RequireDualStack")
+		}
+	}
+	seen := map[v1.IPFamily]bool{}
+	for i, fam := range spec.IPFamilies {
+		at := fmt.Sprintf("spec.ipFamilies[%d]", i)
+		switch {
+		case fam != v1.IPv4Protocol && fam != v1.IPv6Protocol:
+			f.add(at, string(fam), "must be IPv4 or IPv6")
+		case seen[fam]:
+			f.add(at, string(fam), "duplicate family")
+		}
+		seen[fam] = true
+	}
+	if len(spec.IPFamilies) > 2 {
+		f.add("spec.ipFamilies", fmt.Sprint(spec.IPFamilies), "at most two families, one each")
+	}
+	headless := len(ips) > 0 && ips[0] == v1.ClusterIPNone
+	allocated := len(ips)
+	if headless {
+		allocated = 0
+	}
+	if len(spec.IPFamilies) > 0 && allocated > len(spec.IPFamilies) {
+		f.add("spec.ipFamilies", fmt.Sprint(spec.IPFamilies), "must name the family of every ClusterIP")
+	}
+	switch IPFamilyPolicy(policy) {
+	case SingleStack:
+		if allocated > 1 || len(spec.IPFamilies) > 1 {
+			f.add("spec.ipFamilyPolicy", policy, "allows one family, not two")
+		}
+	case RequireDualStack:
+		if !headless && allocated < 2 {
+			f.add("spec.clusterIPs", fmt.Sprint(ips), "RequireDualStack needs a ClusterIP of each family")
+		}
 	}
 }
 
