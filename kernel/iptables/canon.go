@@ -2,6 +2,7 @@ package iptables
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 )
@@ -9,8 +10,9 @@ import (
 // canonicalize rewrites a parsed rule into the form iptables-save prints, so that the
 // Fake's Dump and `iptables-save` agree, and rules compare equal the way `iptables -C`
 // compares them. Values that do not parse are left alone for compileRule to report.
-// Each case below was checked against iptables 1.8.9 (nf_tables).
-func canonicalize(r *rule) {
+// Each case below was checked against iptables 1.8.9 (nf_tables), and ip6tables for fam
+// IPv6.
+func canonicalize(r *rule, fam Family) {
 	for _, m := range r.matches {
 		switch m.module {
 		case "mark":
@@ -32,13 +34,13 @@ func canonicalize(r *rule) {
 				}
 			}
 		case "recent":
-			canonicalRecent(m)
+			canonicalRecent(m, fam)
 		}
 	}
 	switch r.target {
 	case "REJECT":
 		if len(r.targetOpt) == 0 {
-			r.targetOpt = []opt{{name: "--reject-with", values: []string{"icmp-port-unreachable"}}}
+			r.targetOpt = []opt{{name: "--reject-with", values: []string{rejectDefault[fam]}}}
 		}
 	case "MARK":
 		if len(r.targetOpt) == 1 {
@@ -48,6 +50,12 @@ func canonicalize(r *rule) {
 		}
 	}
 }
+
+// rejectDefault is what REJECT sends when no --reject-with is given.
+var rejectDefault = map[Family]string{IPv4: "icmp-port-unreachable", IPv6: "icmp6-port-unreachable"}
+
+// allOnes is the family's all-ones address: recent's default --mask.
+var allOnes = map[Family]string{IPv4: "255.255.255.255", IPv6: "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"}
 
 // fmtMark prints a mark match value as iptables-save does: the mask only when not all ones.
 func fmtMark(v, mask uint32) string {
@@ -62,8 +70,8 @@ var recentOrder = []string{"--rcheck", "--set", "--update", "--remove", "--secon
 	"--hitcount", "--name", "--mask", "--rsource", "--rdest"}
 
 // canonicalRecent orders the options and adds the defaults iptables-save prints
-// (--name DEFAULT, --mask 255.255.255.255, --rsource).
-func canonicalRecent(m *match) {
+// (--name DEFAULT, --mask 255.255.255.255 or ip6tables' all-ones mask, --rsource).
+func canonicalRecent(m *match, fam Family) {
 	has := func(name string) bool {
 		return slices.ContainsFunc(m.opts, func(o opt) bool { return o.name == name })
 	}
@@ -71,7 +79,7 @@ func canonicalRecent(m *match) {
 		m.opts = append(m.opts, opt{name: "--name", values: []string{"DEFAULT"}})
 	}
 	if !has("--mask") {
-		m.opts = append(m.opts, opt{name: "--mask", values: []string{"255.255.255.255"}})
+		m.opts = append(m.opts, opt{name: "--mask", values: []string{allOnes[fam]}})
 	}
 	if !has("--rsource") && !has("--rdest") {
 		m.opts = append(m.opts, opt{name: "--rsource"})
@@ -114,4 +122,58 @@ func cutMask(s string) (string, bool) {
 		}
 	}
 	return s, false
+}
+
+// rejectTypes are the --reject-with values of each family's REJECT (libxt_REJECT,
+// libip6t_REJECT), short aliases included.
+var rejectTypes = map[Family][]string{
+	IPv4: {"icmp-net-unreachable", "icmp-host-unreachable", "icmp-port-unreachable", "icmp-proto-unreachable",
+		"icmp-net-prohibited", "icmp-host-prohibited", "icmp-admin-prohibited", "tcp-reset",
+		"net-unreach", "host-unreach", "port-unreach", "proto-unreach", "net-prohib", "host-prohib", "admin-prohib"},
+	IPv6: {"icmp6-no-route", "no-route", "icmp6-adm-prohibited", "adm-prohibited", "icmp6-addr-unreachable", "addr-unreach",
+		"icmp6-port-unreachable", "port-unreach", "icmp6-policy-fail", "policy-fail", "icmp6-reject-route", "reject-route", "tcp-reset"},
+}
+
+// checkFamily refuses what the other family's binary would: an address or
+// mask of the wrong family ("host/network not found" from ip6tables for
+// "-d 198.18.0.10"), or an ICMP type of the other protocol.
+func checkFamily(r *rule, fam Family) error {
+	other := func(a netip.Addr) bool { return a.IsValid() && a.Is4() != (fam == IPv4) }
+	for _, m := range []*addrMatch{r.src, r.dst} {
+		if m != nil && other(m.prefix.Addr()) {
+			return fmt.Errorf("%s: not an %s address (%s)", m.prefix, fam, familyTool[fam])
+		}
+	}
+	for _, m := range r.matches {
+		if m.module != "recent" {
+			continue
+		}
+		for _, o := range m.opts {
+			if a, err := netip.ParseAddr(firstValue(o)); o.name == "--mask" && (err != nil || other(a)) {
+				return fmt.Errorf("recent --mask %s: not an %s mask (%s)", firstValue(o), fam, familyTool[fam])
+			}
+		}
+	}
+	for _, o := range r.targetOpt {
+		switch o.name {
+		case "--to-destination", "--to-source":
+			if a, err := parseNATAddr(firstValue(o)); err == nil && other(a.Addr()) {
+				return fmt.Errorf("%s %s %s: not an %s address (%s)", r.target, o.name, firstValue(o), fam, familyTool[fam])
+			}
+		case "--reject-with":
+			if !slices.Contains(rejectTypes[fam], firstValue(o)) {
+				return fmt.Errorf("REJECT --reject-with %s: not an ICMP type of %s", firstValue(o), familyTool[fam])
+			}
+		}
+	}
+	return nil
+}
+
+var familyTool = map[Family]string{IPv4: "iptables", IPv6: "ip6tables"}
+
+func firstValue(o opt) string {
+	if len(o.values) == 0 {
+		return ""
+	}
+	return o.values[0]
 }

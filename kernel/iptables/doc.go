@@ -9,6 +9,11 @@
 //
 // and hook their own chains into the built-in ones with EnsureRule.
 //
+// One Interface is one IP family: Real runs iptables or ip6tables (Config.Family), and
+// NewFakeFamily(IPv6) is a Fake of ip6tables, which refuses IPv4 addresses and masks and
+// prints ip6tables' defaults (REJECT --reject-with icmp6-port-unreachable). A dual-stack
+// node has one of each; their rules never see the other family's packets.
+//
 // Real runs the iptables binaries. Like every program, they act on the network namespace
 // of the process (precisely: of the OS thread that starts them), so svcproxy is started
 // inside the namespace it serves; tests call Real from netnstest's NS.Do, whose locked

@@ -25,6 +25,8 @@ type Fake struct {
 	// Set it before the first Trace.
 	Now func() time.Time
 
+	family Family // of the addresses its rules may name
+
 	mu       sync.Mutex
 	tables   map[Table]*table
 	ipsets   map[string][]setEntry
@@ -34,9 +36,18 @@ type Fake struct {
 	last     []byte
 }
 
-// NewFake returns a Fake with no rules.
-func NewFake() *Fake {
+// NewFake returns an iptables (IPv4) Fake with no rules.
+func NewFake() *Fake { return NewFakeFamily(IPv4) }
+
+// NewFakeFamily returns a Fake of iptables (IPv4) or ip6tables (IPv6) with no
+// rules: it refuses addresses, masks and ICMP types of the other family, as
+// the binaries of each family do, and prints its own family's defaults.
+func NewFakeFamily(fam Family) *Fake {
+	if fam != IPv6 {
+		fam = IPv4
+	}
 	return &Fake{
+		family: fam,
 		tables: map[Table]*table{},
 		ipsets: map[string][]setEntry{},
 		recent: map[string]map[netip.Addr]recentEntry{},
@@ -164,7 +175,7 @@ func (f *Fake) DeleteRule(ctx context.Context, t Table, chainName string, args .
 		return nil
 	}
 	c := tbl.chains[chainName]
-	r, err := parseRule(args)
+	r, err := parseFamilyRule(args, f.family)
 	if err != nil {
 		return fmt.Errorf("delete rule in %s/%s: %w", t, chainName, err)
 	}

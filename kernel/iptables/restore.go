@@ -250,8 +250,11 @@ func (t *table) deleteChain(c *chain) error {
 
 // load parses and checks one rule for table t.
 func (f *Fake) load(t *table, args []string) (*loadedRule, error) {
-	r, err := parseRule(args)
+	r, err := parseFamilyRule(args, f.family)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkFamily(r, f.family); err != nil {
 		return nil, err
 	}
 	preds, err := compileRule(r)

@@ -72,8 +72,13 @@ var optionAliases = map[string]string{
 	"--source-ports":      "--sports",
 }
 
-// parseRule parses the arguments of a rule (everything after "-A CHAIN").
-func parseRule(args []string) (*rule, error) {
+// parseRule parses the arguments of an iptables (IPv4) rule (everything after
+// "-A CHAIN").
+func parseRule(args []string) (*rule, error) { return parseFamilyRule(args, IPv4) }
+
+// parseFamilyRule parses a rule of iptables (IPv4) or ip6tables (IPv6): the
+// family decides the defaults iptables-save prints.
+func parseFamilyRule(args []string, fam Family) (*rule, error) {
 	r := &rule{}
 	var cur *match
 	neg := false
@@ -147,7 +152,7 @@ func parseRule(args []string) (*rule, error) {
 			if err != nil {
 				return nil, fmt.Errorf("target %s: %w", v, err)
 			}
-			canonicalize(r)
+			canonicalize(r, fam)
 			return r, nil
 		case "-g", "--goto":
 			return nil, fmt.Errorf("%s is not supported by svcproxy's iptables package", a)
@@ -184,7 +189,7 @@ func parseRule(args []string) (*rule, error) {
 	if neg {
 		return nil, fmt.Errorf("\"!\" at the end of the rule")
 	}
-	canonicalize(r)
+	canonicalize(r, fam)
 	return r, nil
 }
 

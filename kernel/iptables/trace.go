@@ -124,6 +124,9 @@ func (p Packet) proto() string {
 // so a second trace from the same client sees its affinity. A rule the tracer
 // cannot evaluate (an unmodelled match module) is an error naming the rule.
 func (f *Fake) Trace(p Packet) (Trace, error) {
+	if err := f.checkPacket(p); err != nil {
+		return Trace{Packet: p}, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	picks := p.Pick
@@ -145,6 +148,16 @@ func (f *Fake) Trace(p Packet) (Trace, error) {
 	return tr, nil
 }
 
+// checkPacket refuses a packet of the other family: it never meets these rules.
+func (f *Fake) checkPacket(p Packet) error {
+	for _, a := range []netip.Addr{p.Src, p.Dst.Addr()} {
+		if a.IsValid() && a.Is4() != (f.family == IPv4) {
+			return fmt.Errorf("trace: %s is not an %s address: an %s Fake never sees it", a, f.family, familyTool[f.family])
+		}
+	}
+	return nil
+}
+
 // maxBranches bounds TraceAll: kube-proxy's layout gives one branch per endpoint.
 const maxBranches = 4096
 
@@ -152,6 +165,9 @@ const maxBranches = 4096
 // with its Probability; the probabilities add up to 1. It does not change the recent
 // lists. Tests of even spread read the DNAT of each Trace.
 func (f *Fake) TraceAll(p Packet) ([]Trace, error) {
+	if err := f.checkPacket(p); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []Trace
