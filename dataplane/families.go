@@ -77,26 +77,25 @@ func (f *Families) Family(fam service.Family) Interface {
 }
 
 // Sync implements Interface: each family's dataplane syncs its view of snap,
-// side by side (neither waits for the other's iptables-restore). The error
-// joins the families' errors, each named by its family.
+// IPv4 first, on the calling goroutine (so on the caller's network namespace:
+// tests call it from netnstest's NS.Do). A failure in one family does not
+// keep the other from syncing; the error joins the families' errors, each
+// named by its family.
 func (f *Families) Sync(ctx context.Context, snap *service.Snapshot) error {
-	return f.each(func(x familyDP) error { return x.dp.Sync(ctx, snap.Family(x.fam)) })
-}
-
-// Run implements Interface: it runs every family's dataplane until ctx ends.
-func (f *Families) Run(ctx context.Context) error {
-	return f.each(func(x familyDP) error { return x.dp.Run(ctx) })
-}
-
-// each calls fn for every family, concurrently, and joins the errors.
-func (f *Families) each(fn func(familyDP) error) error {
-	if len(f.fams) == 1 {
-		return f.named(f.fams[0], fn(f.fams[0]))
+	errs := make([]error, len(f.fams))
+	for i, x := range f.fams {
+		errs[i] = f.named(x, x.dp.Sync(ctx, snap.Family(x.fam)))
 	}
+	return errors.Join(errs...)
+}
+
+// Run implements Interface: it runs every family's dataplane, each on its own
+// goroutine, until ctx ends.
+func (f *Families) Run(ctx context.Context) error {
 	errs := make([]error, len(f.fams))
 	var wg sync.WaitGroup
 	for i, x := range f.fams {
-		wg.Go(func() { errs[i] = f.named(x, fn(x)) })
+		wg.Go(func() { errs[i] = f.named(x, x.dp.Run(ctx)) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)

@@ -171,8 +171,21 @@ func Veth(t testing.TB, a *NS, aIf string, aAddr netip.Prefix, b *NS, bIf string
 	t.Helper()
 	// Create in a and move the peer to b, so no name ever exists in the host.
 	a.Run(t, "ip", "link", "add", aIf, "type", "veth", "peer", "name", bIf, "netns", b.Name)
-	a.Run(t, "ip", "addr", "add", aAddr.String(), "dev", aIf)
+	a.AddAddr(t, aIf, aAddr)
 	a.Run(t, "ip", "link", "set", aIf, "up")
-	b.Run(t, "ip", "addr", "add", bAddr.String(), "dev", bIf)
+	b.AddAddr(t, bIf, bAddr)
 	b.Run(t, "ip", "link", "set", bIf, "up")
+}
+
+// AddAddr adds an address to a link of the namespace. An IPv6 address is
+// added without duplicate address detection ("nodad"): a tentative address
+// can neither be bound nor used as a source for a second or two, which would
+// make a test wait or fail for nothing (nobody else is on the link).
+func (n *NS) AddAddr(t testing.TB, dev string, p netip.Prefix) {
+	t.Helper()
+	args := []string{"addr", "add", p.String(), "dev", dev}
+	if p.Addr().Is6() {
+		args = append(args, "nodad")
+	}
+	n.Run(t, "ip", args...)
 }

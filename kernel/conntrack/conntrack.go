@@ -26,12 +26,28 @@ type Filter struct {
 	// DstNAT is the address the entry was DNATed to: the endpoint (conntrack
 	// --dst-nat; the reply's source).
 	DstNAT netip.Addr
+	// Family is the table searched by a filter that names no address (a
+	// NodePort's entries, by port only): IPv4 or IPv6 (conntrack -f ipv6);
+	// empty, both. A filter that names an address searches its family.
+	Family Family
 }
+
+// Family is an IP family: conntrack keeps one table per family.
+type Family string
+
+// The families.
+const (
+	IPv4 Family = "IPv4"
+	IPv6 Family = "IPv6"
+)
 
 // String is the filter in conntrack(8)'s words, for log lines:
 // "-p udp --orig-dst 198.18.0.53 --orig-port-dst 53 --dst-nat 198.19.1.10".
 func (f Filter) String() string {
 	a := []string{"-p", f.Protocol}
+	if f.Family == IPv6 {
+		a = append([]string{"-f", "ipv6"}, a...)
+	}
 	if f.OrigDst.IsValid() {
 		a = append(a, "--orig-dst", f.OrigDst.String())
 	}
@@ -53,6 +69,16 @@ func (f Filter) validate() error {
 	}
 	if f.OrigDst.IsValid() && f.DstNAT.IsValid() && f.OrigDst.Is4() != f.DstNAT.Is4() {
 		return fmt.Errorf("conntrack filter %s: addresses of two families", f)
+	}
+	switch f.Family {
+	case "", IPv4, IPv6:
+	default:
+		return fmt.Errorf("conntrack filter %s: family %q: want IPv4 or IPv6", f, f.Family)
+	}
+	for _, a := range []netip.Addr{f.OrigDst, f.DstNAT} {
+		if a.IsValid() && f.Family != "" && a.Is4() != (f.Family == IPv4) {
+			return fmt.Errorf("conntrack filter %s: %s is not an %s address", f, a, f.Family)
+		}
 	}
 	return nil
 }

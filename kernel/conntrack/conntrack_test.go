@@ -94,3 +94,54 @@ func TestNetlink(t *testing.T) {
 		t.Errorf("by DNAT: %d, %v; want 1, nil", n, err)
 	}
 }
+
+// The IPv6 table: a DNATed IPv6 flow is deleted by address, and a filter by
+// port only deletes in the family it names, leaving the other family's flow.
+func TestNetlinkIPv6(t *testing.T) {
+	netnstest.RequireRoot(t, "iptables", "ip6tables")
+	ns := netnstest.New(t)
+	ns.Run(t, "ip", "addr", "add", "2001:db8:19::2/128", "dev", "lo", "nodad")
+	ns.Run(t, "ip", "addr", "add", "198.19.0.2/32", "dev", "lo")
+	ns.Run(t, "ip6tables", "-t", "nat", "-A", "OUTPUT", "-d", "2001:db8:18::53", "-p", "udp", "-j", "DNAT", "--to-destination", "[2001:db8:19::2]:53")
+	ns.Run(t, "iptables", "-t", "nat", "-A", "OUTPUT", "-d", "198.18.0.53", "-p", "udp", "-j", "DNAT", "--to-destination", "198.19.0.2:53")
+	ns.Run(t, "ip", "-6", "route", "add", "2001:db8:18::/112", "dev", "lo")
+	ns.Run(t, "ip", "route", "add", "198.18.0.0/16", "dev", "lo")
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	send := func(network, dst string) {
+		t.Helper()
+		if err := ns.Do(func() error {
+			c, err := net.Dial(network, dst)
+			if err == nil {
+				conns = append(conns, c)
+				_, err = c.Write([]byte("x"))
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	del := func(f Filter) (n int, err error) {
+		err = ns.Do(func() error { n, err = Netlink{}.Delete(context.Background(), f); return err })
+		return n, err
+	}
+	send("udp6", "[2001:db8:18::53]:53")
+	send("udp4", "198.18.0.53:53")
+	if n, err := del(Filter{Protocol: "udp", OrigDst: netip.MustParseAddr("2001:db8:18::53"), OrigDstPort: 53, DstNAT: netip.MustParseAddr("2001:db8:19::2")}); err != nil || n != 1 {
+		t.Errorf("IPv6 by DNAT: %d, %v; want 1, nil", n, err)
+	}
+	send("udp6", "[2001:db8:18::53]:53")
+	if n, err := del(Filter{Protocol: "udp", OrigDstPort: 53, Family: IPv6}); err != nil || n != 1 {
+		t.Errorf("IPv6 by port: %d, %v; want 1 (the IPv4 flow stays), nil", n, err)
+	}
+	if n, err := del(Filter{Protocol: "udp", OrigDstPort: 53, Family: IPv4}); err != nil || n != 1 {
+		t.Errorf("IPv4 by port: %d, %v; want the IPv4 flow, nil", n, err)
+	}
+	if _, err := del(Filter{Protocol: "udp", OrigDst: netip.MustParseAddr("198.18.0.53"), Family: IPv6}); err == nil {
+		t.Error("an IPv4 address with Family IPv6: want an error")
+	}
+}

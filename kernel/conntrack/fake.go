@@ -17,6 +17,9 @@ type Flow struct {
 
 // matches reports whether f selects the flow.
 func (f Filter) matches(fl Flow) bool {
+	if f.Family != "" && fl.OrigDst.Addr().Is4() != (f.Family == IPv4) {
+		return false
+	}
 	return f.Protocol == fl.Protocol &&
 		(!f.OrigDst.IsValid() || f.OrigDst == fl.OrigDst.Addr()) &&
 		(f.OrigDstPort == 0 || f.OrigDstPort == fl.OrigDst.Port()) &&

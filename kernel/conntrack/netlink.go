@@ -70,6 +70,8 @@ func families(f Filter) []netlink.InetFamily {
 		return []netlink.InetFamily{family(f.OrigDst.Is4())}
 	case f.DstNAT.IsValid():
 		return []netlink.InetFamily{family(f.DstNAT.Is4())}
+	case f.Family != "":
+		return []netlink.InetFamily{family(f.Family == IPv4)}
 	}
 	return []netlink.InetFamily{unix.AF_INET, unix.AF_INET6}
 }

@@ -24,5 +24,10 @@
 // share (dataplane.Syncer). The rules outlive the process; a new Proxier adopts them
 // at its first Sync (never before the first Snapshot), and Cleanup removes them.
 //
-// Only IPv4 is rendered: IPv6 addresses of a Service or endpoint are skipped.
+// A Proxier serves one IP family (Config.Family): IPv4 rules for iptables, or IPv6
+// rules for ip6tables, rendered by the same code from the same Snapshot with the
+// family's addresses, endpoints, loopback range and masks; the other family's
+// addresses are skipped. A dual-stack node runs one per family, as kube-proxy does
+// (dataplane.Families), each applying its own transaction and cleaning its own
+// conntrack table.
 package iptables

@@ -9,6 +9,7 @@ import (
 
 // flowInfo is what conntrack cleanup needs to know of a service port.
 type flowInfo struct {
+	family       conntrack.Family // the rules' family: a NodePort's entries are searched there only
 	proto        string
 	port         uint16
 	nodePort     uint16
@@ -38,10 +39,10 @@ func staleFlows(changed []change, removed []*portRules) []conntrack.Filter {
 				continue
 			}
 			for _, fe := range o.flows.frontends {
-				out = append(out, conntrack.Filter{Protocol: "udp", OrigDst: fe, OrigDstPort: o.flows.port, DstNAT: ep})
+				out = append(out, conntrack.Filter{Protocol: "udp", OrigDst: fe, OrigDstPort: o.flows.port, DstNAT: ep, Family: o.flows.family})
 			}
 			if o.flows.nodePort != 0 {
-				out = append(out, conntrack.Filter{Protocol: "udp", OrigDstPort: o.flows.nodePort, DstNAT: ep})
+				out = append(out, conntrack.Filter{Protocol: "udp", OrigDstPort: o.flows.nodePort, DstNAT: ep, Family: o.flows.family})
 			}
 		}
 	}
@@ -63,10 +64,10 @@ func staleFlows(changed []change, removed []*portRules) []conntrack.Filter {
 			continue
 		}
 		for _, fe := range n.flows.frontends {
-			out = append(out, conntrack.Filter{Protocol: "udp", OrigDst: fe, OrigDstPort: n.flows.port})
+			out = append(out, conntrack.Filter{Protocol: "udp", OrigDst: fe, OrigDstPort: n.flows.port, Family: n.flows.family})
 		}
 		if n.flows.nodePort != 0 {
-			out = append(out, conntrack.Filter{Protocol: "udp", OrigDstPort: n.flows.nodePort})
+			out = append(out, conntrack.Filter{Protocol: "udp", OrigDstPort: n.flows.nodePort, Family: n.flows.family})
 		}
 	}
 	return compact(out)

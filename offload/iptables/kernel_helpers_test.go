@@ -103,7 +103,7 @@ func (l *lab) serveTCP(t *testing.T, port uint16) {
 	for i, b := range l.backends {
 		var ln net.Listener
 		if err := b.Do(func() (err error) {
-			ln, err = net.Listen("tcp4", fmt.Sprintf(":%d", port))
+			ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
 			return err
 		}); err != nil {
 			t.Fatal(err)
@@ -131,7 +131,7 @@ func (l *lab) serveUDP(t *testing.T, port uint16) {
 	for i, b := range l.backends {
 		var pc net.PacketConn
 		if err := b.Do(func() (err error) {
-			pc, err = net.ListenPacket("udp4", fmt.Sprintf(":%d", port))
+			pc, err = net.ListenPacket("udp", fmt.Sprintf(":%d", port))
 			return err
 		}); err != nil {
 			t.Fatal(err)
@@ -144,11 +144,11 @@ func (l *lab) serveUDP(t *testing.T, port uint16) {
 func udpIdentServer(pc net.PacketConn, name string) {
 	buf := make([]byte, 512)
 	for {
-		_, from, err := pc.ReadFrom(buf)
+		n, from, err := pc.ReadFrom(buf)
 		if err != nil {
 			return
 		}
-		_, _ = pc.WriteTo([]byte(name), from)
+		_, _ = pc.WriteTo([]byte(name+" "+string(buf[:n])), from) // "b1 who-3": who answered which question
 	}
 }
 
@@ -160,7 +160,7 @@ func dial(ns *netnstest.NS, dst string, n int) ([]answer, error) {
 	var out []answer
 	err := ns.Do(func() error {
 		for range n {
-			c, err := net.DialTimeout("tcp4", dst, 3*time.Second)
+			c, err := net.DialTimeout("tcp", dst, 3*time.Second)
 			if err != nil {
 				return err
 			}
@@ -183,38 +183,49 @@ func dial(ns *netnstest.NS, dst string, n int) ([]answer, error) {
 
 // udpClient is a UDP socket in the client namespace with a fixed source port, so
 // that all its datagrams are one conntrack flow.
-type udpClient struct{ c net.Conn }
+type udpClient struct {
+	c   net.Conn
+	seq int
+}
 
 func newUDPClient(t *testing.T, ns *netnstest.NS, dst string) *udpClient {
 	t.Helper()
 	var c net.Conn
 	if err := ns.Do(func() (err error) {
-		c, err = net.Dial("udp4", dst)
+		c, err = net.Dial("udp", dst)
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &udpClient{c}
+	return &udpClient{c: c}
 }
 
-// ask sends a datagram and returns the backend that answered.
+// ask sends a numbered question and returns the backend that answered it. An
+// answer to an earlier question (one that was asked again after a timeout,
+// and answered twice) is skipped: it says where the flow went then, not now.
 func (u *udpClient) ask() (string, error) {
 	buf := make([]byte, 64)
 	for range 5 { // UDP: a datagram may be lost; the flow is what matters
-		if _, err := u.c.Write([]byte("who")); err != nil {
+		u.seq++
+		q := fmt.Sprintf("who-%d", u.seq)
+		if _, err := u.c.Write([]byte(q)); err != nil {
 			return "", err
 		}
 		_ = u.c.SetReadDeadline(time.Now().Add(time.Second))
-		n, err := u.c.Read(buf)
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			continue
+		for {
+			n, err := u.c.Read(buf)
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				break
+			}
+			if err != nil {
+				return "", err
+			}
+			if name, ans, ok := strings.Cut(string(buf[:n]), " "); ok && ans == q {
+				return name, nil
+			}
 		}
-		if err != nil {
-			return "", err
-		}
-		return string(buf[:n]), nil
 	}
 	return "", errors.New("no answer")
 }
@@ -231,7 +242,7 @@ func (l *lab) serveEcho(t *testing.T, port uint16) {
 	for i, b := range l.backends {
 		var ln net.Listener
 		if err := b.Do(func() (err error) {
-			ln, err = net.Listen("tcp4", fmt.Sprintf(":%d", port))
+			ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port))
 			return err
 		}); err != nil {
 			t.Fatal(err)
@@ -262,7 +273,7 @@ func echoServer(ln net.Listener, name string, conns *sync.WaitGroup) {
 func dialEcho(t *testing.T, l *lab, dst string) (net.Conn, string) {
 	t.Helper()
 	var c net.Conn
-	if err := l.client.Do(func() (err error) { c, err = net.DialTimeout("tcp4", dst, 3*time.Second); return err }); err != nil {
+	if err := l.client.Do(func() (err error) { c, err = net.DialTimeout("tcp", dst, 3*time.Second); return err }); err != nil {
 		t.Fatal(err)
 	}
 	_ = c.SetDeadline(time.Now().Add(10 * time.Second))

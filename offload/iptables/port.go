@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -13,6 +14,7 @@ import (
 // follows kube-proxy's syncProxyRules (pkg/proxy/iptables/proxier.go).
 type portPlan struct {
 	p                    *service.Port
+	family               service.Family
 	name, proto, port    string
 	svcChain, svlChain   string
 	extChain, fwChain    string
@@ -27,26 +29,28 @@ type portPlan struct {
 	usesExtChain         bool
 	clusterIPs, extIPs   []netip.Addr
 	lbIPs                []netip.Addr
-	sourceRanges         []netip.Prefix // IPv4 loadBalancerSourceRanges
+	sourceRanges         []netip.Prefix // loadBalancerSourceRanges of the family
 	externallyAccessible bool
 }
 
 func planPort(cfg *Config, p *service.Port) *portPlan {
 	svc := p.Service
+	fam := cfg.Family
 	pp := &portPlan{
 		p:            p,
+		family:       fam,
 		name:         p.Name.String(),
 		proto:        strings.ToLower(string(p.Protocol)),
 		port:         strconv.Itoa(int(p.Port)),
-		clusterIPs:   v4(svc.ClusterIPs),
-		extIPs:       v4(svc.ExternalIPs),
-		lbIPs:        v4(svc.LoadBalancerIPs),
-		sourceRanges: v4Prefixes(svc.LoadBalancerSourceRanges),
-		cluster:      v4Endpoints(p.Usable()),
-		local:        v4Endpoints(localUsable(p, cfg.NodeName)),
+		clusterIPs:   fam.Addrs(svc.ClusterIPs),
+		extIPs:       fam.Addrs(svc.ExternalIPs),
+		lbIPs:        fam.Addrs(svc.LoadBalancerIPs),
+		sourceRanges: fam.Prefixes(svc.LoadBalancerSourceRanges),
+		cluster:      fam.Endpoints(p.Usable()),
+		local:        fam.Endpoints(localUsable(p, cfg.NodeName)),
 	}
 	if len(pp.clusterIPs) == 0 {
-		return nil // headless, ExternalName or IPv6-only: nothing for iptables
+		return nil // headless, ExternalName or of the other family only: nothing for these rules
 	}
 	base := portHash(p.Name)
 	pp.svcChain, pp.svlChain, pp.extChain, pp.fwChain = prefixSVC+base, prefixSVL+base, prefixEXT+base, prefixFW+base
@@ -98,7 +102,8 @@ func (pp *portPlan) match(l *lines, dst, dport string) *lines {
 	return l.w("--dport", dport)
 }
 
-// renderPort renders one service port, or returns nil if it has no IPv4 ClusterIP.
+// renderPort renders one service port, or returns nil if it has no ClusterIP of the
+// rules' family.
 func renderPort(cfg *Config, p *service.Port) *portRules {
 	pp := planPort(cfg, p)
 	if pp == nil {
@@ -143,7 +148,7 @@ func renderPort(cfg *Config, p *service.Port) *portRules {
 		pr.status.Endpoints = append(pr.status.Endpoints, renderSpread(pp, pp.svlChain, chain(pp.svlChain), pp.local, seps)...)
 	}
 	renderEndpointChains(pp, seps, chain)
-	pr.flows = flowInfo{proto: pp.proto, port: p.Port, nodePort: p.NodePort,
+	pr.flows = flowInfo{family: conntrack.Family(pp.family), proto: pp.proto, port: p.Port, nodePort: p.NodePort,
 		frontends: slices.Concat(pp.clusterIPs, pp.extIPs, pp.lbIPs), hasEndpoints: pp.hasEndpoints}
 	for a := range seps {
 		pr.flows.endpoints = append(pr.flows.endpoints, a.Addr().Unmap())
@@ -273,7 +278,7 @@ func renderSpread(pp *portPlan, chainName string, l *lines, eps []service.Endpoi
 		secs := affinitySeconds(aff)
 		for i := range eps {
 			l.rule(chainName).comment(pp.name+" -> "+addrs[i]).
-				w("-m", "recent", "--name", names[i], "--mask", "255.255.255.255", "--rsource",
+				w("-m", "recent", "--name", names[i], "--mask", allOnes(pp.family), "--rsource",
 					"--rcheck", "--seconds", secs, "--reap", "-j", names[i]).end()
 		}
 	}
@@ -308,7 +313,7 @@ func renderEndpointChains(pp *portPlan, seps map[netip.AddrPort]string, chain fu
 		l.rule(name).comment(pp.name).w("-s", a.Addr().Unmap().String(), "-j", chainMarkMasq).end()
 		l.rule(name).comment(pp.name)
 		if pp.p.Service.Affinity.ClientIP {
-			l.w("-m", "recent", "--name", name, "--mask", "255.255.255.255", "--rsource", "--set")
+			l.w("-m", "recent", "--name", name, "--mask", allOnes(pp.family), "--rsource", "--set")
 		}
 		l.w("-m", pp.proto, "-p", pp.proto, "-j", "DNAT", "--to-destination", a.String()).end()
 	}

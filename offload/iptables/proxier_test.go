@@ -308,7 +308,7 @@ func TestConntrackCleanup(t *testing.T) {
 	if got := ct.Flows(); len(got) != 0 {
 		t.Errorf("flows after the first endpoints: %v, want none", got)
 	}
-	want := []conntrack.Filter{{Protocol: "udp", OrigDstPort: 30053}, {Protocol: "udp", OrigDst: vip, OrigDstPort: 53}}
+	want := []conntrack.Filter{{Protocol: "udp", OrigDstPort: 30053, Family: conntrack.IPv4}, {Protocol: "udp", OrigDst: vip, OrigDstPort: 53, Family: conntrack.IPv4}}
 	if got := ct.Deletes()[before:]; !slices.Equal(got, want) {
 		t.Errorf("deletes %v, want %v", got, want)
 	}

@@ -11,9 +11,14 @@ import (
 )
 
 // Config is what the rules depend on besides the Snapshot. The zero value renders
-// rules for a node with no name, NodePorts on every local address, no masquerade of
-// off-cluster traffic, and the masquerade mark 0x4000.
+// IPv4 rules for a node with no name, NodePorts on every local address, no
+// masquerade of off-cluster traffic, and the masquerade mark 0x4000.
 type Config struct {
+	// Family is the IP family of the rules: IPv4 (empty) for iptables, IPv6
+	// for ip6tables. The rules name only the family's addresses and endpoints;
+	// a dual-stack node runs one Proxier per family (dataplane.Families), as
+	// kube-proxy runs one proxier per family.
+	Family service.Family
 	// NodeName selects the endpoints of this node for the Local traffic policies.
 	NodeName string
 	// NodeIPs are the addresses NodePorts answer on (kube-proxy's
@@ -38,6 +43,16 @@ func (c *Config) validate() error {
 	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {
 		return fmt.Errorf("iptables config: MasqueradeBit %d: not in 0..31", c.MasqueradeBit)
 	}
+	switch c.Family {
+	case "":
+		c.Family = service.IPv4
+	case service.IPv4, service.IPv6:
+	default:
+		return fmt.Errorf("iptables config: Family %q: want IPv4 or IPv6", c.Family)
+	}
+	if c.ClusterCIDR.IsValid() && !c.Family.Has(c.ClusterCIDR.Addr()) {
+		return fmt.Errorf("iptables config: ClusterCIDR %s: not an %s prefix", c.ClusterCIDR, c.Family)
+	}
 	for _, ip := range c.NodeIPs {
 		if !ip.IsValid() {
 			return fmt.Errorf("iptables config: NodeIPs: invalid address")
@@ -46,11 +61,11 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// nodeIPs are the IPv4 NodeIPs without loopback ones (see renderFixed); cmd/svcproxy
-// logs the ones it leaves out.
+// nodeIPs are the NodeIPs of the family without loopback ones (see renderFixed);
+// cmd/svcproxy logs the ones it leaves out.
 func (c *Config) nodeIPs() []netip.Addr {
 	var out []netip.Addr
-	for _, a := range v4(c.NodeIPs) {
+	for _, a := range c.Family.Addrs(c.NodeIPs) {
 		if !a.IsLoopback() {
 			out = append(out, a)
 		}
@@ -152,28 +167,13 @@ func comment(s string) []string { return []string{"-m", "comment", "--comment", 
 // matches with 1/(n-i), which gives each endpoint 1/n of new connections.
 func probability(n int) string { return fmt.Sprintf("%0.10f", 1.0/float64(n)) }
 
-func v4(addrs []netip.Addr) []netip.Addr {
-	var out []netip.Addr
-	for _, a := range addrs {
-		if a.Is4() || a.Is4In6() {
-			out = append(out, a.Unmap())
-		}
+// allOnes is the recent match's --mask: every bit of a client address counts
+// (the default of each family's binary, written out as kube-proxy writes it).
+func allOnes(f service.Family) string {
+	if f == service.IPv6 {
+		return "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"
 	}
-	return out
-}
-
-func v4Prefixes(ps []netip.Prefix) []netip.Prefix {
-	var out []netip.Prefix
-	for _, p := range ps {
-		if p.Addr().Is4() {
-			out = append(out, p.Masked())
-		}
-	}
-	return out
-}
-
-func v4Endpoints(eps []service.Endpoint) []service.Endpoint {
-	return slices.DeleteFunc(slices.Clone(eps), func(e service.Endpoint) bool { return !e.Addr.Addr().Unmap().Is4() })
+	return "255.255.255.255"
 }
 
 // localUsable is Port.Usable restricted to one node: the ready endpoints on it or,
@@ -295,13 +295,13 @@ func renderFixed(cfg *Config) map[string]map[string][]byte {
 	nodeIPs := cfg.nodeIPs()
 	c := comment("svcproxy service nodeports; NOTE: this must be the last rule in this chain")
 	if len(nodeIPs) == 0 {
-		// No NodePorts on 127.0.0.0/8: a DNATed packet from loopback could only
+		// No NodePorts on 127.0.0.0/8 (or ::1): a DNATed packet from loopback could only
 		// leave the node with route_localnet=1, which svcproxy never sets
 		// (CVE-2020-8558). kube-proxy's iptables mode does set it by default
 		// and serves localhost NodePorts (--iptables-localhost-nodeports);
 		// its nftables and IPVS modes do not. See docs/operations.md.
 		nodePorts.add(slices.Concat([]string{"-A", chainServices}, c,
-			[]string{"-m", "addrtype", "--dst-type", "LOCAL", "!", "-d", "127.0.0.0/8", "-j", chainNodePorts})...)
+			[]string{"-m", "addrtype", "--dst-type", "LOCAL", "!", "-d", cfg.Family.Loopback().String(), "-j", chainNodePorts})...)
 	}
 	for _, ip := range nodeIPs {
 		nodePorts.add(slices.Concat([]string{"-A", chainServices}, c, []string{"-d", ip.String(), "-j", chainNodePorts})...)
