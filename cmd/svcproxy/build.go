@@ -25,14 +25,42 @@ import (
 )
 
 // newDataplane builds the dataplane of cfg.Mode in the current network
-// namespace: Config in, one dataplane.Interface out. Each mode's lifecycle
-// lives in its own package.
+// namespace: Config in, one dataplane.Interface out. It is one dataplane per
+// IP family the node serves (dataplane.Families: IPv4, and IPv6 where the
+// namespace has it), as kube-proxy runs one proxier per family. Each mode's
+// lifecycle lives in its own package.
 func newDataplane(cfg *Config, log *slog.Logger) (dataplane.Interface, error) {
-	ipt, err := kiptables.New(kiptables.Config{})
+	mode, offloadMode := cfg.Mode, cfg.Offload
+	if mode == dataplane.ModeHybrid {
+		offloadMode = kernelMode(offloadMode, true, log)
+	} else {
+		mode = kernelMode(mode, false, log)
+	}
+	if kernel := map[bool]string{true: offloadMode, false: mode}[mode == dataplane.ModeHybrid]; kernel == dataplane.ModeIPTables || kernel == dataplane.ModeNFTables {
+		warnLoopbackNodeIPs(cfg, log)
+	}
+	var dps [2]dataplane.Interface
+	for i, fam := range servedFamilies(cfg, mode, offloadMode, log) {
+		dp, err := familyDataplane(cfg, fam, mode, offloadMode, log)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", fam, err)
+		}
+		if fam == service.IPv6 {
+			i = 1
+		}
+		dps[i] = dp
+	}
+	return dataplane.NewFamilies(dps[0], dps[1])
+}
+
+// familyDataplane builds the dataplane of one IP family: the single-stack
+// code of the mode, with the family's iptables binary and addresses.
+func familyDataplane(cfg *Config, fam service.Family, mode, offloadMode string, log *slog.Logger) (dataplane.Interface, error) {
+	ipt, err := kiptables.New(kiptables.Config{Family: kiptables.Family(fam)})
 	if err != nil {
 		return nil, err
 	}
-	switch cfg.Mode {
+	switch mode {
 	case dataplane.ModeUserspace:
 		uc, err := userspaceConfig(cfg, ipt, log)
 		if err != nil {
@@ -40,7 +68,7 @@ func newDataplane(cfg *Config, log *slog.Logger) (dataplane.Interface, error) {
 		}
 		return userspace.NewDataplane(userspace.New(uc), 0), nil
 	case dataplane.ModeIPTables, dataplane.ModeNFTables, dataplane.ModeIPVS:
-		return kernelPath(cfg, cfg.Mode, ipt, log, nil)
+		return kernelPath(cfg, fam, mode, ipt, nil)
 	case dataplane.ModeHybrid:
 		uc, err := userspaceConfig(cfg, ipt, log)
 		if err != nil {
@@ -49,49 +77,49 @@ func newDataplane(cfg *Config, log *slog.Logger) (dataplane.Interface, error) {
 		m, err := hybrid.New(hybrid.Config{
 			Userspace: uc,
 			Kernel: func(carried func(service.PortName) bool) (dataplane.KernelPath, error) {
-				return kernelPath(cfg, cfg.Offload, ipt, log, carried)
+				return kernelPath(cfg, fam, offloadMode, ipt, carried)
 			},
 			Promoter: offload.Config{PromoteConnRate: cfg.PromoteConnRate, PromoteAfter: cfg.PromoteAfter, DemoteAfter: cfg.DemoteAfter},
-			Logger:   log,
+			Logger:   log.With("ipFamily", string(fam)),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("--promote-conn-rate, --promote-after, --demote-after: %w", err)
 		}
 		return m, nil
 	}
-	return nil, fmt.Errorf("--mode %s: not built yet", cfg.Mode)
+	return nil, fmt.Errorf("--mode %s: not built yet", mode)
 }
 
-// kernelPath builds the kernel dataplane of mode (--mode, or hybrid's
-// --offload), restricted to the ports carried accepts when it is not nil.
-// IPVS on a kernel without it falls back to iptables, as kube-proxy does, with
-// one logged reason.
-func kernelPath(cfg *Config, mode string, ipt kiptables.Interface, log *slog.Logger, carried func(service.PortName) bool) (dataplane.KernelPath, error) {
-	if mode == dataplane.ModeIPVS {
+// kernelMode is the kernel mode that runs for mode (--mode, or hybrid's
+// --offload): IPVS or nftables on a kernel (or a machine without nft) that
+// lacks it falls back to iptables, as kube-proxy does, with one logged reason.
+func kernelMode(mode string, hybrid bool, log *slog.Logger) string {
+	what := "running iptables mode instead"
+	if hybrid {
+		what = "hybrid mode offloads to iptables instead"
+	}
+	switch mode {
+	case dataplane.ModeIPVS:
 		if err := offloadipvs.Available(); err != nil {
-			what := "running iptables mode instead"
-			if carried != nil {
-				what = "hybrid mode offloads to iptables instead"
-			}
 			log.Warn("IPVS not available, "+what, "reason", err)
-			mode = dataplane.ModeIPTables
+			return dataplane.ModeIPTables
 		}
-	}
-	if mode == dataplane.ModeNFTables {
+	case dataplane.ModeNFTables:
 		if err := knft.Available(); err != nil {
-			what := "running iptables mode instead"
-			if carried != nil {
-				what = "hybrid mode offloads to iptables instead"
-			}
 			log.Warn("nftables not available, "+what, "reason", err)
-			mode = dataplane.ModeIPTables
+			return dataplane.ModeIPTables
 		}
 	}
-	if mode == dataplane.ModeIPVS {
+	return mode
+}
+
+// kernelPath builds the kernel dataplane of mode for family fam, restricted to
+// the ports carried accepts when it is not nil.
+func kernelPath(cfg *Config, fam service.Family, mode string, ipt kiptables.Interface, carried func(service.PortName) bool) (dataplane.KernelPath, error) {
+	switch mode {
+	case dataplane.ModeIPVS:
 		return ipvsPath(cfg, ipt, carried)
-	}
-	warnLoopbackNodeIPs(cfg, log)
-	if mode == dataplane.ModeNFTables {
+	case dataplane.ModeNFTables:
 		return nftablesPath(cfg, carried)
 	}
 	var include func(*service.Port) bool
@@ -100,9 +128,10 @@ func kernelPath(cfg *Config, mode string, ipt kiptables.Interface, log *slog.Log
 	}
 	return offloadiptables.NewDataplane(offloadiptables.ProxierConfig{
 		Rules: offloadiptables.Config{
+			Family:        fam,
 			NodeName:      cfg.NodeName,
 			NodeIPs:       cfg.NodeIPs,
-			ClusterCIDR:   cfg.ClusterCIDR,
+			ClusterCIDR:   cfg.clusterCIDR(fam),
 			MasqueradeAll: cfg.MasqueradeAll,
 			Include:       include,
 		},
@@ -128,7 +157,7 @@ func nftablesPath(cfg *Config, carried func(service.PortName) bool) (dataplane.K
 		Rules: offloadnftables.Config{
 			NodeName:         cfg.NodeName,
 			NodeIPs:          cfg.NodeIPs,
-			ClusterCIDR:      cfg.ClusterCIDR,
+			ClusterCIDR:      cfg.clusterCIDR(service.IPv4),
 			MasqueradeAll:    cfg.MasqueradeAll,
 			Include:          include,
 			CountConnections: carried != nil,
@@ -176,7 +205,7 @@ func ipvsPath(cfg *Config, ipt kiptables.Interface, carried func(service.PortNam
 		NodeIPs:       nodeIPs,
 		IPTables:      ipt,
 		IPSets:        sets,
-		ClusterCIDR:   cfg.ClusterCIDR,
+		ClusterCIDR:   cfg.clusterCIDR(service.IPv4),
 		MasqueradeAll: cfg.MasqueradeAll,
 		Sysctls:       link.ProcSys{},
 		StrictARP:     cfg.IPVSStrictARP,
@@ -228,18 +257,29 @@ func nodeAddresses(cfg *Config) ([]netip.Addr, error) {
 	return out, nil
 }
 
-// cleanup removes what every mode may have left in this namespace.
+// cleanup removes what every mode may have left in this namespace, in both IP
+// families.
 func cleanup(ctx context.Context) error {
-	ipt, err := kiptables.New(kiptables.Config{})
-	if err != nil {
-		return err
-	}
 	var errs []error
-	if err := userspace.Cleanup(ctx, ipt); err != nil {
-		errs = append(errs, fmt.Errorf("userspace portals: %w", err))
-	}
-	if err := offloadiptables.Cleanup(ctx, ipt); err != nil {
-		errs = append(errs, fmt.Errorf("iptables rules: %w", err))
+	for _, fam := range service.Families {
+		ipt, err := kiptables.New(kiptables.Config{Family: kiptables.Family(fam)})
+		if err != nil {
+			if fam == service.IPv6 {
+				continue // no ip6tables: there can be no IPv6 rules of ours
+			}
+			return err
+		}
+		if err := userspace.Cleanup(ctx, ipt); err != nil {
+			errs = append(errs, fmt.Errorf("%s userspace portals: %w", fam, err))
+		}
+		if err := offloadiptables.Cleanup(ctx, ipt); err != nil {
+			errs = append(errs, fmt.Errorf("%s iptables rules: %w", fam, err))
+		}
+		if fam == service.IPv4 && offloadipvs.Available() == nil {
+			if err := cleanupIPVS(ctx, ipt); err != nil {
+				errs = append(errs, fmt.Errorf("ipvs: %w", err))
+			}
+		}
 	}
 	if knft.Available() == nil {
 		nft, err := knft.New(offloadnftables.Table)
@@ -248,11 +288,6 @@ func cleanup(ctx context.Context) error {
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("nftables table: %w", err))
-		}
-	}
-	if offloadipvs.Available() == nil {
-		if err := cleanupIPVS(ctx, ipt); err != nil {
-			errs = append(errs, fmt.Errorf("ipvs: %w", err))
 		}
 	}
 	return errors.Join(errs...)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/service"
 	"github.com/svcproxy/svcproxy/userspace"
 )
 
@@ -41,7 +42,7 @@ type Config struct {
 
 	NodeName       string
 	NodeIPs        []netip.Addr
-	ClusterCIDR    netip.Prefix
+	ClusterCIDRs   []netip.Prefix // at most one per IP family
 	MasqueradeAll  bool
 	ProxyPortRange string
 	UDPIdleTimeout time.Duration
@@ -71,7 +72,7 @@ func parseFlags(args []string) (*Config, error) {
 	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", "127.0.0.1:10249", "serve /metrics, /proxyMode and /status here")
 	fs.StringVar(&c.NodeName, "hostname-override", "", "this node's name, for traffic policy Local and the health check (default: the hostname, lower-cased)")
 	nodeIPs := fs.String("node-ip", "", "this node's addresses, comma-separated, for NodePorts (default: every address of the namespace)")
-	cidr := fs.String("cluster-cidr", "198.19.0.0/16", "pod addresses; traffic from outside it to a ClusterIP is masqueraded (iptables mode)")
+	cidr := fs.String("cluster-cidr", "198.19.0.0/16,2001:db8:19::/64", "pod addresses, one CIDR per IP family, comma-separated; traffic from outside them to a ClusterIP is masqueraded")
 	fs.BoolVar(&c.MasqueradeAll, "masquerade-all", false, "iptables mode: SNAT all traffic to a service")
 	fs.StringVar(&c.ProxyPortRange, "proxy-port-range", "", "userspace: local ports for the listeners, `FROM-TO` (default: chosen by the kernel)")
 	fs.DurationVar(&c.UDPIdleTimeout, "udp-idle-timeout", 250*time.Millisecond, "userspace: how long an idle UDP session lives (kube-proxy's default)")
@@ -115,11 +116,19 @@ func parseFlags(args []string) (*Config, error) {
 			c.NodeIPs = append(c.NodeIPs, ip)
 		}
 	}
-	p, err := netip.ParsePrefix(*cidr)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("--cluster-cidr %q: not a CIDR", *cidr))
+	if *cidr != "" {
+		for _, s := range strings.Split(*cidr, ",") {
+			p, err := netip.ParsePrefix(strings.TrimSpace(s))
+			switch {
+			case err != nil:
+				errs = append(errs, fmt.Errorf("--cluster-cidr %q: not a CIDR", s))
+			case c.clusterCIDR(service.FamilyOf(p.Addr())).IsValid():
+				errs = append(errs, fmt.Errorf("--cluster-cidr %q: one CIDR per IP family", *cidr))
+			default:
+				c.ClusterCIDRs = append(c.ClusterCIDRs, p.Masked())
+			}
+		}
 	}
-	c.ClusterCIDR = p
 	return c, errors.Join(errs...)
 }
 
@@ -140,4 +149,14 @@ func nodeName(override string, hostname func() (string, error)) (string, error) 
 		return "", errors.New("--hostname-override: empty, and so is the hostname")
 	}
 	return name, nil
+}
+
+// clusterCIDR is the --cluster-cidr of family fam; invalid when it has none.
+func (c *Config) clusterCIDR(fam service.Family) netip.Prefix {
+	for _, p := range c.ClusterCIDRs {
+		if fam.Has(p.Addr()) {
+			return p
+		}
+	}
+	return netip.Prefix{}
 }

@@ -137,7 +137,7 @@ func TestHybridPromotion(t *testing.T) {
 		t.Errorf("web back in userspace: backend saw %s, want the node's %s", peer, want)
 	}
 	metrics := e.Get(t, "/metrics")
-	for _, m := range []string{`svcproxy_hybrid_promotions_total{offload="iptables"}`, `svcproxy_hybrid_demotions_total{offload="iptables"}`} {
+	for _, m := range []string{`svcproxy_hybrid_promotions_total{ip_family="IPv4",offload="iptables"}`, `svcproxy_hybrid_demotions_total{ip_family="IPv4",offload="iptables"}`} {
 		if !strings.Contains(metrics, m+" ") || strings.Contains(metrics, m+" 0\n") {
 			t.Errorf("/metrics: want %s at least 1:\n%s", m, metrics)
 		}

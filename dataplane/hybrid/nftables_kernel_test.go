@@ -70,7 +70,7 @@ func TestHybridPromotionNFTables(t *testing.T) {
 		t.Errorf("demoted web: want its portal back:\n%s", save)
 	}
 	metrics := e.Get(t, "/metrics")
-	for _, m := range []string{`svcproxy_hybrid_promotions_total{offload="nftables"}`, `svcproxy_hybrid_demotions_total{offload="nftables"}`} {
+	for _, m := range []string{`svcproxy_hybrid_promotions_total{ip_family="IPv4",offload="nftables"}`, `svcproxy_hybrid_demotions_total{ip_family="IPv4",offload="nftables"}`} {
 		if !strings.Contains(metrics, m+" ") || strings.Contains(metrics, m+" 0\n") {
 			t.Errorf("/metrics: want %s at least 1", m)
 		}

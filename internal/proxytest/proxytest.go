@@ -27,12 +27,18 @@ import (
 	"github.com/svcproxy/svcproxy/internal/testbin"
 )
 
-// The topology's addresses.
+// The topology's addresses: each link has one of each IP family, the IPv6 ones
+// in the documentation prefix 2001:db8:19::/64 (services: 2001:db8:18::/112).
 var (
 	ClientAddr  = netip.MustParsePrefix("198.19.1.2/24")
 	NodeAddrC   = netip.MustParsePrefix("198.19.1.1/24")
 	BackendAddr = netip.MustParsePrefix("198.19.2.2/24")
 	NodeAddrB   = netip.MustParsePrefix("198.19.2.1/24")
+
+	ClientAddr6  = netip.MustParsePrefix("2001:db8:19::1:2/112")
+	NodeAddrC6   = netip.MustParsePrefix("2001:db8:19::1:1/112")
+	BackendAddr6 = netip.MustParsePrefix("2001:db8:19::2:2/112")
+	NodeAddrB6   = netip.MustParsePrefix("2001:db8:19::2:1/112")
 )
 
 // Env is the topology and the svcproxy running in it.
@@ -52,7 +58,15 @@ func New(t *testing.T) *Env {
 	e.Client.Run(t, "ip", "route", "add", "198.18.0.0/16", "via", NodeAddrC.Addr().String())
 	e.Backend.Run(t, "ip", "route", "add", "198.19.0.0/16", "via", NodeAddrB.Addr().String())
 	e.Node.Sysctl(t, "net.ipv4.ip_forward", "1")
+	e.Node.AddAddr(t, "c0", NodeAddrC6)
+	e.Client.AddAddr(t, "eth0", ClientAddr6)
+	e.Node.AddAddr(t, "b0", NodeAddrB6)
+	e.Backend.AddAddr(t, "eth0", BackendAddr6)
+	e.Client.Run(t, "ip", "-6", "route", "add", "2001:db8:18::/112", "via", NodeAddrC6.Addr().String())
+	e.Backend.Run(t, "ip", "-6", "route", "add", "2001:db8:19::/64", "via", NodeAddrB6.Addr().String())
+	e.Node.Sysctl(t, "net.ipv6.conf.all.forwarding", "1")
 	startPeerServer(t, e.Backend, netip.AddrPortFrom(BackendAddr.Addr(), 8080))
+	startPeerServer(t, e.Backend, netip.AddrPortFrom(BackendAddr6.Addr(), 8080))
 	e.HTTP = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (c net.Conn, err error) {
@@ -129,6 +143,7 @@ type StatusPort struct {
 	Samples uint64  `json:"samples"`
 }
 
+// Port is the IPv4 side of a hybrid port in /status.
 func (e *Env) Port(t *testing.T, name string) StatusPort {
 	t.Helper()
 	p, err := e.TryPort(name)
@@ -138,28 +153,45 @@ func (e *Env) Port(t *testing.T, name string) StatusPort {
 	return p
 }
 
-func (e *Env) TryPort(name string) (StatusPort, error) {
+// TryPort is Port without failing the test.
+func (e *Env) TryPort(name string) (StatusPort, error) { return e.TryFamilyPort("IPv4", name) }
+
+// TryFamilyPort returns one IP family's side of a hybrid port: /status has a
+// document per family ({"ipFamilies": [...], "IPv4": {...}, "IPv6": {...}}),
+// and each family promotes its ports on its own.
+func (e *Env) TryFamilyPort(family, name string) (StatusPort, error) {
 	resp, err := e.HTTP.Get("http://127.0.0.1:10249/status")
 	if err != nil {
 		return StatusPort{}, err
 	}
 	defer resp.Body.Close()
-	var st struct{ Ports []StatusPort }
+	var st map[string]json.RawMessage
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		return StatusPort{}, fmt.Errorf("/status: %w", err)
 	}
-	for _, p := range st.Ports {
+	var fam struct{ Ports []StatusPort }
+	if err := json.Unmarshal(st[family], &fam); err != nil {
+		return StatusPort{}, fmt.Errorf("/status: %s: %w", family, err)
+	}
+	for _, p := range fam.Ports {
 		if p.Name == name {
 			return p, nil
 		}
 	}
-	return StatusPort{}, fmt.Errorf("/status: no port %s", name)
+	return StatusPort{}, fmt.Errorf("/status: %s: no port %s", family, name)
 }
 
+// WaitPort waits until cond holds for the IPv4 side of a hybrid port.
 func (e *Env) WaitPort(t *testing.T, name, what string, cond func(StatusPort) bool) {
 	t.Helper()
-	WaitFor(t, name+" "+what, func() (bool, string) {
-		p, err := e.TryPort(name)
+	e.WaitFamilyPort(t, "IPv4", name, what, cond)
+}
+
+// WaitFamilyPort waits until cond holds for one family's side of a hybrid port.
+func (e *Env) WaitFamilyPort(t *testing.T, family, name, what string, cond func(StatusPort) bool) {
+	t.Helper()
+	WaitFor(t, family+" "+name+" "+what, func() (bool, string) {
+		p, err := e.TryFamilyPort(family, name)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -194,7 +226,7 @@ func (e *Env) LogMoves(t *testing.T) {
 func dialPeer(ns *netnstest.NS, vip string) (net.Conn, string, error) {
 	var c net.Conn
 	err := ns.Do(func() (err error) {
-		c, err = net.DialTimeout("tcp4", vip, 10*time.Second)
+		c, err = net.DialTimeout("tcp", vip, 10*time.Second)
 		return err
 	})
 	if err != nil {
@@ -236,7 +268,7 @@ func Echo(t *testing.T, c net.Conn, msg string) {
 func startPeerServer(t *testing.T, ns *netnstest.NS, addr netip.AddrPort) {
 	t.Helper()
 	var ln net.Listener
-	if err := ns.Do(func() (err error) { ln, err = net.Listen("tcp4", addr.String()); return err }); err != nil {
+	if err := ns.Do(func() (err error) { ln, err = net.Listen("tcp", addr.String()); return err }); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
@@ -300,7 +332,7 @@ func (b *Burst) run(vip string, every time.Duration) {
 			return
 		case <-tick.C:
 		}
-		c, err := net.DialTimeout("tcp4", vip, 10*time.Second)
+		c, err := net.DialTimeout("tcp", vip, 10*time.Second)
 		if err == nil {
 			_, err = readPeer(c)
 			c.Close()

@@ -14,19 +14,19 @@ import (
 )
 
 // The IPv6 side of the test cluster: this node at 2001:db8:19::1, pods in
-// 2001:db8:19:1::/64, services in 2001:db8:18::/112.
+// 2001:db8:19::1:0/112, services in 2001:db8:18::/112.
 var (
-	testConfig6 = Config{Family: service.IPv6, NodeName: thisNode, ClusterCIDR: netip.MustParsePrefix("2001:db8:19:1::/64")}
+	testConfig6 = Config{Family: service.IPv6, NodeName: thisNode, ClusterCIDR: netip.MustParsePrefix("2001:db8:19::1:0/112")}
 	nodeIP6     = netip.MustParseAddr("2001:db8:19::1")
-	podIP6      = netip.MustParseAddr("2001:db8:19:1::50")
-	outsideIP6  = netip.MustParseAddr("2001:db8:19:200::7")
+	podIP6      = netip.MustParseAddr("2001:db8:19::1:50")
+	outsideIP6  = netip.MustParseAddr("2001:db8:19::200:7")
 )
 
 // dualEndpoints are threeEndpoints and their IPv6 twins: what a port of a
 // dual-stack Service gets from its two EndpointSlices.
 func dualEndpoints() []service.Endpoint {
-	return append(threeEndpoints(), ep("[2001:db8:19:1::10]:8080", thisNode), ep("[2001:db8:19:1::11]:8080", thisNode),
-		ep("[2001:db8:19:1::130]:8080", "node-b"))
+	return append(threeEndpoints(), ep("[2001:db8:19::1:10]:8080", thisNode), ep("[2001:db8:19::1:11]:8080", thisNode),
+		ep("[2001:db8:19::1:130]:8080", "node-b"))
 }
 
 // dualStack makes a Service dual-stack: an IPv6 ClusterIP after its IPv4 one.
@@ -125,7 +125,7 @@ func TestTraceIPv6(t *testing.T) {
 			t.Errorf("pod to ClusterIP masqueraded: %s", tr.Result())
 		}
 	}
-	want := []string{"[2001:db8:19:1::10]:8080", "[2001:db8:19:1::11]:8080", "[2001:db8:19:1::130]:8080"}
+	want := []string{"[2001:db8:19::1:10]:8080", "[2001:db8:19::1:11]:8080", "[2001:db8:19::1:130]:8080"}
 	for _, w := range want {
 		if d := share[w] - 1.0/3; d > 1e-6 || d < -1e-6 {
 			t.Errorf("share of %s: %.4f, want 1/3 (all: %v)", w, share[w], share)
@@ -158,7 +158,7 @@ func TestTraceIPv6(t *testing.T) {
 			t.Errorf("affinity: the same client went to %s, then %s", first.DNAT, again.DNAT)
 		}
 	}
-	other, _ := f.Trace(kiptables.Packet{Src: netip.MustParseAddr("2001:db8:19:1::51"), Dst: sticky, Pick: 0})
+	other, _ := f.Trace(kiptables.Packet{Src: netip.MustParseAddr("2001:db8:19::1:51"), Dst: sticky, Pick: 0})
 	if other.DNAT == first.DNAT {
 		t.Errorf("another client (Pick 0) went to %s too: affinity is per client address", other.DNAT)
 	}
@@ -173,7 +173,7 @@ func TestTraceIPv6(t *testing.T) {
 
 // Stale IPv6 UDP flows are deleted from the IPv6 conntrack table only.
 func TestConntrackCleanupIPv6(t *testing.T) {
-	client := netip.MustParseAddrPort("[2001:db8:19:1::50]:5353")
+	client := netip.MustParseAddrPort("[2001:db8:19::1:50]:5353")
 	flow := func(dst, ep string) conntrack.Flow {
 		return conntrack.Flow{Protocol: "udp", Src: client, OrigDst: netip.MustParseAddrPort(dst), DstNAT: netip.MustParseAddrPort(ep)}
 	}
@@ -188,11 +188,11 @@ func TestConntrackCleanupIPv6(t *testing.T) {
 	mustSync(t, p, snapshot(dns(dualEndpoints())))
 	ipv4 := conntrack.Flow{Protocol: "udp", Src: netip.MustParseAddrPort("198.19.1.50:5353"),
 		OrigDst: netip.MustParseAddrPort("198.19.0.1:30053"), DstNAT: netip.MustParseAddrPort("198.19.1.11:8080")}
-	ct.Add(flow("[2001:db8:18::53]:53", "[2001:db8:19:1::10]:8080"), flow("[2001:db8:18::53]:53", "[2001:db8:19:1::11]:8080"),
-		flow("[2001:db8:19::1]:30053", "[2001:db8:19:1::10]:8080"), ipv4)
-	mustSync(t, p, snapshot(dns(slices.Delete(dualEndpoints(), 3, 4)))) // 2001:db8:19:1::10 leaves
-	if got, want := ct.Flows(), []conntrack.Flow{flow("[2001:db8:18::53]:53", "[2001:db8:19:1::11]:8080"), ipv4}; !slices.Equal(got, want) {
-		t.Errorf("flows after 2001:db8:19:1::10 left: %v, want %v", got, want)
+	ct.Add(flow("[2001:db8:18::53]:53", "[2001:db8:19::1:10]:8080"), flow("[2001:db8:18::53]:53", "[2001:db8:19::1:11]:8080"),
+		flow("[2001:db8:19::1]:30053", "[2001:db8:19::1:10]:8080"), ipv4)
+	mustSync(t, p, snapshot(dns(slices.Delete(dualEndpoints(), 3, 4)))) // 2001:db8:19::1:10 leaves
+	if got, want := ct.Flows(), []conntrack.Flow{flow("[2001:db8:18::53]:53", "[2001:db8:19::1:11]:8080"), ipv4}; !slices.Equal(got, want) {
+		t.Errorf("flows after 2001:db8:19::1:10 left: %v, want %v", got, want)
 	}
 	mustSync(t, p, snapshot(dns(threeEndpoints()))) // no IPv6 endpoints: REJECT
 	before := len(ct.Deletes())

@@ -18,13 +18,13 @@ import (
 // The dual-stack lab: newLab's topology with an IPv6 address next to every
 // IPv4 one, in the documentation prefix:
 //
-//	client 2001:db8:19:10::2 --- 2001:db8:19:10::1 [node] 2001:db8:19:1x::1 --- 2001:db8:19:1x::2 backend x
+//	client 2001:db8:19::10:2 --- 2001:db8:19::10:1 [node] 2001:db8:19::1x:1 --- 2001:db8:19::1x:2 backend x
 //
-// The IPv6 pod network is 2001:db8:19::/56; services are in 2001:db8:18::/112.
-var labClient6 = netip.MustParseAddr("2001:db8:19:10::2")
+// The IPv6 pod network is 2001:db8:19::/64; services are in 2001:db8:18::/112.
+var labClient6 = netip.MustParseAddr("2001:db8:19::10:2")
 
 func backendAddr6(i int) netip.Addr {
-	return netip.MustParseAddr(fmt.Sprintf("2001:db8:19:%x::2", 0x11+i))
+	return netip.MustParseAddr(fmt.Sprintf("2001:db8:19::%x:2", 0x11+i))
 }
 
 func newDualLab(t *testing.T) *lab {
@@ -35,13 +35,13 @@ func newDualLab(t *testing.T) *lab {
 	// REJECT's ICMPv6 errors are rate-limited per destination (1/s after a
 	// burst); a test that is refused many times must not lose one to that.
 	l.node.Sysctl(t, "net.ipv6.icmp.ratelimit", "0")
-	l.node.AddAddr(t, "n-client", netip.MustParsePrefix("2001:db8:19:10::1/64"))
-	l.client.AddAddr(t, "eth0", netip.MustParsePrefix("2001:db8:19:10::2/64"))
-	l.client.Run(t, "ip", "-6", "route", "add", "default", "via", "2001:db8:19:10::1")
+	l.node.AddAddr(t, "n-client", netip.MustParsePrefix("2001:db8:19::10:1/112"))
+	l.client.AddAddr(t, "eth0", netip.MustParsePrefix("2001:db8:19::10:2/112"))
+	l.client.Run(t, "ip", "-6", "route", "add", "default", "via", "2001:db8:19::10:1")
 	for i, b := range l.backends {
-		node := netip.MustParsePrefix(fmt.Sprintf("2001:db8:19:%x::1/64", 0x11+i))
+		node := netip.MustParsePrefix(fmt.Sprintf("2001:db8:19::%x:1/112", 0x11+i))
 		l.node.AddAddr(t, fmt.Sprintf("n-b%d", i), node)
-		b.AddAddr(t, "eth0", netip.PrefixFrom(backendAddr6(i), 64))
+		b.AddAddr(t, "eth0", netip.PrefixFrom(backendAddr6(i), 112))
 		b.Run(t, "ip", "-6", "route", "add", "default", "via", node.Addr().String())
 	}
 	l.node.Run(t, "ip", "-6", "route", "add", "2001:db8:18::/112", "dev", "n-client")
@@ -75,7 +75,7 @@ func (l *lab) familyProxier(t *testing.T, fam service.Family) (*Proxier, kiptabl
 	cfg := l.cfg
 	cfg.Family = fam
 	if fam == service.IPv6 {
-		cfg.ClusterCIDR = netip.MustParsePrefix("2001:db8:19::/56")
+		cfg.ClusterCIDR = netip.MustParsePrefix("2001:db8:19::/64")
 	}
 	p, err := NewProxier(ProxierConfig{Rules: cfg, IPTables: ipt, Conntrack: conntrack.Netlink{}})
 	if err != nil {
@@ -112,9 +112,9 @@ func TestKernelDualStack(t *testing.T) {
 		{service.IPv4, labClient, netip.MustParseAddr("198.19.10.1"), netip.MustParseAddr("198.18.0.10"),
 			netip.MustParseAddr("198.18.0.11"), netip.MustParseAddr("198.18.0.30"),
 			func(i int) string { return fmt.Sprintf("198.19.%d.1", 11+i) }},
-		{service.IPv6, labClient6, netip.MustParseAddr("2001:db8:19:10::1"), netip.MustParseAddr("2001:db8:18::10"),
+		{service.IPv6, labClient6, netip.MustParseAddr("2001:db8:19::10:1"), netip.MustParseAddr("2001:db8:18::10"),
 			netip.MustParseAddr("2001:db8:18::11"), netip.MustParseAddr("2001:db8:18::30"),
-			func(i int) string { return fmt.Sprintf("2001:db8:19:%x::1", 0x11+i) }},
+			func(i int) string { return fmt.Sprintf("2001:db8:19::%x:1", 0x11+i) }},
 	}
 	ipts := map[service.Family]kiptables.Interface{}
 	for _, f := range families {

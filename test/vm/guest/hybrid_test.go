@@ -180,11 +180,13 @@ func (l *lab) waitPath(t *testing.T, port, path string) {
 	for time.Now().Before(deadline) {
 		_, body, err := l.request("127.0.0.1:10249", "/status")
 		if err == nil {
-			var st struct {
-				Ports []struct{ Name, Path string }
+			var st struct { // one document per IP family; the IPv4 side
+				IPv4 struct {
+					Ports []struct{ Name, Path string }
+				}
 			}
 			if json.Unmarshal([]byte(body), &st) == nil {
-				for _, p := range st.Ports {
+				for _, p := range st.IPv4.Ports {
 					if p.Name == port {
 						last = p.Path
 						if p.Path == path {

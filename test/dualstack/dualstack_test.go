@@ -1,0 +1,264 @@
+package dualstack
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/internal/proxytest"
+	"github.com/svcproxy/svcproxy/internal/testbin"
+)
+
+func TestMain(m *testing.M) { os.Exit(testbin.Main(m)) }
+
+// The Services, each with a ClusterIP of each family:
+//
+//	web     198.18.0.10  2001:db8:18::10  NodePort 30080, three endpoints per family
+//	sticky  198.18.0.11  2001:db8:18::11  ClientIP affinity, the same endpoints
+//	empty   198.18.0.12  2001:db8:18::12  NodePort 30081, no endpoints
+//
+// The endpoints are three servers in the backend namespace (ports 8081-8083,
+// on its IPv4 and its IPv6 address), one EndpointSlice each per addressType.
+func manifests() string {
+	var b strings.Builder
+	svc := func(name, v4, v6, extra string) {
+		fmt.Fprintf(&b, `apiVersion: v1
+kind: Service
+metadata: {name: %s, namespace: default}
+spec:
+  ipFamilyPolicy: RequireDualStack
+  ipFamilies: [IPv4, IPv6]
+  clusterIP: %s
+  clusterIPs: [%s, "%s"]
+%s---
+`, name, v4, v4, v6, extra)
+	}
+	svc("web", "198.18.0.10", "2001:db8:18::10", "  type: NodePort\n  ports: [{name: http, port: 80, targetPort: http, nodePort: 30080}]\n")
+	svc("sticky", "198.18.0.11", "2001:db8:18::11", "  sessionAffinity: ClientIP\n  ports: [{name: http, port: 80, targetPort: http}]\n")
+	svc("empty", "198.18.0.12", "2001:db8:18::12", "  type: NodePort\n  ports: [{name: http, port: 80, targetPort: http, nodePort: 30081}]\n")
+	for _, name := range []string{"web", "sticky"} {
+		for i := range 3 {
+			for _, f := range []struct{ typ, addr string }{
+				{"IPv4", proxytest.BackendAddr.Addr().String()}, {"IPv6", proxytest.BackendAddr6.Addr().String()},
+			} {
+				fmt.Fprintf(&b, `apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: %s-%s-%d, namespace: default, labels: {kubernetes.io/service-name: %s}}
+addressType: %s
+ports: [{name: http, port: %d, protocol: TCP}]
+endpoints: [{addresses: ["%s"], conditions: {ready: true}}]
+---
+`, name, strings.ToLower(f.typ), i, name, f.typ, 8081+i, f.addr)
+			}
+		}
+	}
+	return b.String()
+}
+
+// family is what the checks need of one IP family.
+type family struct {
+	name               string
+	client, node       netip.Addr
+	web, sticky, empty netip.Addr
+	nodeOnBackend      string // the node's address on the backend's link: what masquerade shows
+}
+
+var families = []family{
+	{"IPv4", proxytest.ClientAddr.Addr(), proxytest.NodeAddrC.Addr(),
+		netip.MustParseAddr("198.18.0.10"), netip.MustParseAddr("198.18.0.11"), netip.MustParseAddr("198.18.0.12"),
+		proxytest.NodeAddrB.Addr().String()},
+	{"IPv6", proxytest.ClientAddr6.Addr(), proxytest.NodeAddrC6.Addr(),
+		netip.MustParseAddr("2001:db8:18::10"), netip.MustParseAddr("2001:db8:18::11"), netip.MustParseAddr("2001:db8:18::12"),
+		proxytest.NodeAddrB6.Addr().String()},
+}
+
+// The modes that serve IPv6, with the flags each needs here.
+var modes = []struct {
+	mode  string
+	flags []string
+	// viaNode: the backend sees the node, not the client (a userspace hop)
+	viaNode bool
+}{
+	{"iptables", nil, false},
+}
+
+func TestDualStack(t *testing.T) {
+	netnstest.RequireRoot(t, "iptables-save", "ip6tables-save")
+	for _, m := range modes {
+		t.Run(m.mode, func(t *testing.T) {
+			e := proxytest.New(t)
+			// A packet for a ClusterIP without endpoints is routed before the
+			// filter table REJECTs it: without a route the node answers
+			// "network unreachable" instead (a real node has a default route).
+			e.Node.Run(t, "ip", "route", "add", "198.18.0.0/16", "dev", "c0")
+			e.Node.Run(t, "ip", "-6", "route", "add", "2001:db8:18::/112", "dev", "c0")
+			// That route sends the packet back out the link it came in on: the
+			// node's ICMP redirect would use up the rate limit REJECT's port
+			// unreachable shares ("all" OR the interface's value counts).
+			e.Node.Sysctl(t, "net.ipv4.conf.all.send_redirects", "0")
+			e.Node.Sysctl(t, "net.ipv4.conf.c0.send_redirects", "0")
+			e.Node.Sysctl(t, "net.ipv6.icmp.ratelimit", "0")
+			serveIdents(t, e.Backend)
+			file := filepath.Join(e.Dir, "services.yaml")
+			if err := os.WriteFile(file, []byte(manifests()), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			proxy := e.Start(t, append([]string{"--mode", m.mode, "--services", file,
+				"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}, m.flags...)...)
+			e.WaitHealthy(t)
+			checkStatusFamilies(t, e)
+			for _, f := range families {
+				t.Run(f.name, func(t *testing.T) { checkFamily(t, e, f, m.viaNode) })
+			}
+			// SIGKILL leaves every rule in place; --cleanup must remove them all.
+			_ = proxy.Process.Kill()
+			_ = proxy.Wait()
+			cleanup := e.Start(t, "--cleanup")
+			if err := cleanup.Wait(); err != nil {
+				t.Fatalf("svcproxy --cleanup: %v", err)
+			}
+			checkNothingLeft(t, e)
+		})
+	}
+}
+
+// checkStatusFamilies: /status has a document per family.
+func checkStatusFamilies(t *testing.T, e *proxytest.Env) {
+	t.Helper()
+	var st struct {
+		IPFamilies []string `json:"ipFamilies"`
+	}
+	if err := json.Unmarshal([]byte(e.Get(t, "/status")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(st.IPFamilies, []string{"IPv4", "IPv6"}) {
+		t.Fatalf("/status ipFamilies %v, want both", st.IPFamilies)
+	}
+}
+
+func checkFamily(t *testing.T, e *proxytest.Env, f family, viaNode bool) {
+	// Round-robin or random: every endpoint of the family answers.
+	seen := map[string]int{}
+	for range 30 {
+		name, peer, err := ask(e.Client, hostPort(f.web, 80))
+		if err != nil {
+			t.Fatalf("ClusterIP %s: %v", f.web, err)
+		}
+		seen[name]++
+		want := f.client.String()
+		if viaNode {
+			want = f.nodeOnBackend
+		}
+		if peer != want {
+			t.Errorf("ClusterIP %s: %s saw %s, want %s", f.web, name, peer, want)
+		}
+	}
+	for _, n := range []string{"e8081", "e8082", "e8083"} {
+		if seen[n] == 0 {
+			t.Errorf("ClusterIP %s: endpoint %s never answered in 30 connections: %v", f.web, n, seen)
+		}
+	}
+	first, _, err := ask(e.Client, hostPort(f.sticky, 80))
+	if err != nil {
+		t.Fatalf("ClusterIP %s: %v", f.sticky, err)
+	}
+	for range 9 {
+		if name, _, err := ask(e.Client, hostPort(f.sticky, 80)); err != nil || name != first {
+			t.Errorf("affinity on %s: first %s, then %s (%v)", f.sticky, first, name, err)
+		}
+	}
+	for range 3 {
+		if _, _, err := ask(e.Client, hostPort(f.node, 30080)); err != nil {
+			t.Errorf("NodePort on %s: %v", f.node, err)
+		}
+	}
+	for _, dst := range []string{hostPort(f.empty, 80), hostPort(f.node, 30081)} {
+		if _, _, err := ask(e.Client, dst); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("%s without endpoints: %v, want connection refused (REJECT)", dst, err)
+		}
+	}
+}
+
+// checkNothingLeft: no chain, rule, table or address of svcproxy in either family.
+func checkNothingLeft(t *testing.T, e *proxytest.Env) {
+	t.Helper()
+	for _, save := range []string{"iptables-save", "ip6tables-save"} {
+		if out := e.Node.Run(t, save); strings.Contains(out, "SVCP") {
+			t.Errorf("after --cleanup, %s:\n%s", save, out)
+		}
+	}
+	if _, err := os.Stat("/usr/sbin/nft"); err == nil {
+		if out := e.Node.Run(t, "nft", "list", "tables"); strings.Contains(out, "svcproxy") {
+			t.Errorf("after --cleanup, nft list tables:\n%s", out)
+		}
+	}
+	for _, dst := range []string{"198.18.0.10:80", "[2001:db8:18::10]:80"} {
+		if _, _, err := ask(e.Client, dst); err == nil {
+			t.Errorf("%s still answers after --cleanup", dst)
+		}
+	}
+}
+
+func hostPort(a netip.Addr, port uint16) string { return netip.AddrPortFrom(a, port).String() }
+
+// ask connects from ns to dst and reads the endpoint's line: its name and the
+// client address it saw.
+func ask(ns *netnstest.NS, dst string) (name, peer string, err error) {
+	var c net.Conn
+	if err := ns.Do(func() (err error) {
+		c, err = net.DialTimeout("tcp", dst, 5*time.Second)
+		return err
+	}); err != nil {
+		return "", "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return "", "", fmt.Errorf("%s: read: %w", dst, err)
+	}
+	name, peer, _ = strings.Cut(strings.TrimSpace(line), " ")
+	return name, peer, nil
+}
+
+// serveIdents runs the three endpoints in the backend namespace: each
+// answers a connection with "e<port> <client address>" and closes it, on
+// both of the namespace's addresses.
+func serveIdents(t *testing.T, ns *netnstest.NS) {
+	t.Helper()
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait) // last: after the listeners below are closed
+	for port := 8081; port <= 8083; port++ {
+		var ln net.Listener
+		if err := ns.Do(func() (err error) { ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port)); return err }); err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("e%d", port)
+		wg.Go(func() { identServer(ln, name) })
+		t.Cleanup(func() { ln.Close() })
+	}
+}
+
+func identServer(ln net.Listener, name string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		ap, _ := netip.ParseAddrPort(c.RemoteAddr().String())
+		fmt.Fprintf(c, "%s %s\n", name, ap.Addr().Unmap())
+		c.Close()
+	}
+}
