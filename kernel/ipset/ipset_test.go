@@ -130,3 +130,47 @@ func TestReal(t *testing.T) {
 	}
 	exercise(t, r, ns.Do)
 }
+
+// An inet6 set lists its members as ipset prints them, in Real and in the Fake
+// alike (the IPv6 ip sets of IPVS mode's masquerade).
+func TestIPv6Sets(t *testing.T) {
+	ctx := context.Background()
+	six := Set{Name: "SVCP-TEST-6", Type: HashIPPortIP, Family: Inet6, Members: []string{
+		IPPortIP(netip.MustParseAddr("2001:db8:19::1:2"), "tcp", 8080, netip.MustParseAddr("2001:db8:19::1:2"))}}
+	list := func(s Interface, do func(func() error) error) []Set {
+		t.Helper()
+		var sets []Set
+		if err := do(func() error {
+			if err := s.Restore(ctx, ReplaceScript(six)); err != nil {
+				return err
+			}
+			var err error
+			sets, err = s.List(ctx)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return slices.DeleteFunc(sets, func(x Set) bool { return x.Name != six.Name })
+	}
+	direct := func(fn func() error) error { return fn() }
+	fake := list(NewFake(), direct)
+	if len(fake) != 1 || fake[0].Family != Inet6 || !slices.Equal(fake[0].Members, six.Members) {
+		t.Errorf("Fake: %+v, want %+v", fake, six)
+	}
+	if err := NewFake().Restore(ctx, []byte("create SVCP-TEST-6 hash:ip,port family inet6\nadd SVCP-TEST-6 198.18.0.10,tcp:80\n")); err == nil {
+		t.Error("Fake: an IPv4 member in an inet6 set: no error")
+	}
+
+	netnstest.RequireRoot(t, "ipset")
+	r, err := New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := netnstest.New(t)
+	if err := ns.Do(func() error { _, err := r.List(ctx); return err }); err != nil {
+		t.Skipf("needs IP sets in the kernel (ip_set): %v", err)
+	}
+	if real := list(r, ns.Do); len(real) != 1 || real[0].Family != Inet6 || !slices.Equal(real[0].Members, six.Members) {
+		t.Errorf("Real: %+v, want %+v", real, six)
+	}
+}

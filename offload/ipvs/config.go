@@ -37,6 +37,12 @@ var DefaultNodePortRange = [2]uint16{30000, 32767}
 
 // Config configures a Proxier.
 type Config struct {
+	// Family is the IP family the Proxier serves: IPv4 (empty) or IPv6. IPVS,
+	// the dummy interface and the ip sets are shared by both families of a
+	// dual-stack node; each family's Proxier adds, retires and removes only
+	// virtual servers and addresses of its own family, so the other's are safe.
+	Family service.Family
+
 	// IPVS and Links are the kernel, in the node's network namespace. Required.
 	IPVS  kipvs.Interface
 	Links link.Interface
@@ -65,7 +71,8 @@ type Config struct {
 
 	// IPTables and IPSets carry the masquerade rules (masq.go): a few fixed rules in
 	// nat chains of ours, matching ip sets of service addresses. If either is nil,
-	// svcproxy adds no iptables rules and nothing is masqueraded. IPv4 only.
+	// svcproxy adds no iptables rules and nothing is masqueraded. IPTables is the
+	// family's (ip6tables for IPv6); the IPv6 sets are "SVCP-6-IPVS-...".
 	IPTables kiptables.Interface
 	IPSets   ipset.Interface
 	// ClusterCIDR is where pods live: traffic to a ClusterIP from outside it is
@@ -141,14 +148,24 @@ func New(cfg Config) (*Proxier, error) {
 	if cfg.MasqueradeBit < 0 || cfg.MasqueradeBit > 31 {
 		return nil, fmt.Errorf("offload/ipvs: config: masquerade bit %d: not in 0..31", cfg.MasqueradeBit)
 	}
-	if cfg.ClusterCIDR.IsValid() && !cfg.ClusterCIDR.Addr().Is4() {
-		return nil, fmt.Errorf("offload/ipvs: config: cluster CIDR %s: masquerade rules are IPv4 only", cfg.ClusterCIDR)
+	switch cfg.Family {
+	case "":
+		cfg.Family = service.IPv4
+	case service.IPv4, service.IPv6:
+	default:
+		return nil, fmt.Errorf("offload/ipvs: config: family %q: want IPv4 or IPv6", cfg.Family)
+	}
+	if cfg.ClusterCIDR.IsValid() && !cfg.Family.Has(cfg.ClusterCIDR.Addr()) {
+		return nil, fmt.Errorf("offload/ipvs: config: cluster CIDR %s: not an %s prefix", cfg.ClusterCIDR, cfg.Family)
 	}
 	for _, ip := range cfg.NodeIPs {
 		if !ip.IsValid() || ip.Is4In6() {
 			return nil, fmt.Errorf("offload/ipvs: config: node IP %s: not an IPv4 or IPv6 address", ip)
 		}
 	}
+	// NodePorts answer on the node addresses of the family (a dual-stack
+	// node's other family has a Proxier of its own).
+	cfg.NodeIPs = cfg.Family.Addrs(cfg.NodeIPs)
 	return &Proxier{cfg: cfg, draining: map[realKey]time.Time{}}, nil
 }
 

@@ -3,6 +3,7 @@ package ipvs
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -15,7 +16,7 @@ import (
 type wanted struct {
 	vss   map[kipvs.Key]*wantedVS
 	addrs map[netip.Addr]bool // on the dummy interface
-	// Members of the masquerade ip sets (masq.go), IPv4 only.
+	// Members of the masquerade ip sets (masq.go).
 	clusterIPs, external, loopback map[string]bool
 }
 
@@ -34,6 +35,7 @@ func (p *Proxier) desired(snap *service.Snapshot) (wanted, []error) {
 		clusterIPs: map[string]bool{}, external: map[string]bool{}, loopback: map[string]bool{},
 	}
 	var errs []error
+	fam := p.cfg.Family
 	for _, port := range snap.Ports() {
 		svc := port.Service
 		if svc.Type == service.TypeExternalName || (p.cfg.Select != nil && !p.cfg.Select(port.Name)) {
@@ -67,17 +69,13 @@ func (p *Proxier) desired(snap *service.Snapshot) (wanted, []error) {
 				}
 			}
 			wvs := &wantedVS{vs: vs, reals: map[netip.AddrPort]int{}, port: port.Name}
-			for _, ep := range eps {
-				if ep.Addr.Addr().Is4() == ip.Is4() { // masquerading keeps the family
-					wvs.reals[ep.Addr] = weightOf(weights, ep.Addr.Addr())
-					if ip.Is4() {
-						a := ep.Addr.Addr()
-						w.loopback[ipset.IPPortIP(a, string(proto), ep.Addr.Port(), a)] = true
-					}
-				}
+			for _, ep := range fam.Endpoints(eps) { // masquerading keeps the family
+				wvs.reals[ep.Addr] = weightOf(weights, ep.Addr.Addr())
+				a := ep.Addr.Addr()
+				w.loopback[ipset.IPPortIP(a, string(proto), ep.Addr.Port(), a)] = true
 			}
 			w.vss[vs.Key] = wvs
-			if masq != nil && ip.Is4() {
+			if masq != nil {
 				masq[ipset.IPPort(ip, string(proto), portNum)] = true
 			}
 			if onDummy {
@@ -88,10 +86,10 @@ func (p *Proxier) desired(snap *service.Snapshot) (wanted, []error) {
 		if svc.ExternalPolicyLocal {
 			extSet = nil
 		}
-		for _, ip := range svc.ClusterIPs {
+		for _, ip := range fam.Addrs(svc.ClusterIPs) {
 			add(ip, port.Port, internal, true, w.clusterIPs)
 		}
-		for _, ip := range append(append([]netip.Addr(nil), svc.ExternalIPs...), svc.LoadBalancerIPs...) {
+		for _, ip := range fam.Addrs(append(slices.Clone(svc.ExternalIPs), svc.LoadBalancerIPs...)) {
 			add(ip, port.Port, external, true, extSet)
 		}
 		if port.NodePort != 0 {

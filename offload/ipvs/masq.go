@@ -12,6 +12,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/kernel/ipset"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
+	"github.com/svcproxy/svcproxy/service"
 )
 
 // IPVS rewrites the destination of a packet but not its source. A client outside the
@@ -42,14 +43,32 @@ const (
 	SetLoopback = "SVCP-IPVS-LOOPBACK"
 )
 
-// ourChains are the nat chains of this file, in declaration order.
+// ourChains are the nat chains of this file, in declaration order. Each
+// family's are in its own iptables (iptables or ip6tables).
 var ourChains = []string{chainServices, chainMarkMasq, chainPostrouting}
 
-// ourSets are the ip sets of this file, with their types.
-var ourSets = []ipset.Set{
-	{Name: SetClusterIPs, Type: ipset.HashIPPort, Family: ipset.Inet},
-	{Name: SetExternal, Type: ipset.HashIPPort, Family: ipset.Inet},
-	{Name: SetLoopback, Type: ipset.HashIPPortIP, Family: ipset.Inet},
+// ourSets are the ip sets of this file for family fam, with their types. Sets
+// are not per family in the kernel: the IPv6 ones are named "SVCP-6-IPVS-..."
+// (kube-proxy's "KUBE-6-" for its IPv6 sets).
+func ourSets(fam service.Family) []ipset.Set {
+	family := ipset.Inet
+	if fam == service.IPv6 {
+		family = ipset.Inet6
+	}
+	return []ipset.Set{
+		{Name: SetName(fam, SetClusterIPs), Type: ipset.HashIPPort, Family: family},
+		{Name: SetName(fam, SetExternal), Type: ipset.HashIPPort, Family: family},
+		{Name: SetName(fam, SetLoopback), Type: ipset.HashIPPortIP, Family: family},
+	}
+}
+
+// SetName is the name of set (SetClusterIPs, ...) for family fam: as it is for
+// IPv4, "SVCP-6-" for "SVCP-" for IPv6.
+func SetName(fam service.Family, set string) string {
+	if fam == service.IPv6 {
+		return strings.Replace(set, "SVCP-", "SVCP-6-", 1)
+	}
+	return set
 }
 
 // masqHooks jump from the built-in nat chains to ours. They are ensured with
@@ -69,6 +88,7 @@ var masqHooks = []struct {
 // the configuration only, never on the services: those are in the sets.
 func renderRules(cfg *Config) []byte {
 	mark := fmt.Sprintf("0x%08x", uint32(1)<<cfg.MasqueradeBit)
+	clusterIPs, external, loopback := SetName(cfg.Family, SetClusterIPs), SetName(cfg.Family, SetExternal), SetName(cfg.Family, SetLoopback)
 	var b bytes.Buffer
 	b.WriteString("*nat\n")
 	for _, c := range ourChains {
@@ -84,16 +104,16 @@ func renderRules(cfg *Config) []byte {
 	switch {
 	case cfg.MasqueradeAll:
 		rule(chainServices, "svcproxy ipvs: cluster IP, masquerade all",
-			"-m set --match-set", SetClusterIPs, "dst,dst -j", chainMarkMasq)
+			"-m set --match-set", clusterIPs, "dst,dst -j", chainMarkMasq)
 	case cfg.ClusterCIDR.IsValid():
 		rule(chainServices, "svcproxy ipvs: cluster IP from outside the cluster CIDR",
-			"-m set --match-set", SetClusterIPs, "dst,dst ! -s", cfg.ClusterCIDR.Masked().String(), "-j", chainMarkMasq)
+			"-m set --match-set", clusterIPs, "dst,dst ! -s", cfg.ClusterCIDR.Masked().String(), "-j", chainMarkMasq)
 	}
 	rule(chainServices, "svcproxy ipvs: external IP, load balancer IP or node port",
-		"-m set --match-set", SetExternal, "dst,dst -j", chainMarkMasq)
+		"-m set --match-set", external, "dst,dst -j", chainMarkMasq)
 	rule(chainMarkMasq, "", "-j MARK --or-mark", mark)
 	rule(chainPostrouting, "svcproxy ipvs: hairpin, an endpoint reaching itself through its service",
-		"-m set --match-set", SetLoopback, "dst,dst,src -j MASQUERADE")
+		"-m set --match-set", loopback, "dst,dst,src -j MASQUERADE")
 	rule(chainPostrouting, "", "-m mark ! --mark", mark+"/"+mark, "-j RETURN")
 	// Clear the mark so a packet that re-enters the stack (a tunnel) is not
 	// masqueraded twice (kube-proxy does the same).
@@ -103,10 +123,11 @@ func renderRules(cfg *Config) []byte {
 	return b.Bytes()
 }
 
-// wantedSets are the sets w asks for, members sorted.
-func wantedSets(w wanted) []ipset.Set {
-	members := map[string]map[string]bool{SetClusterIPs: w.clusterIPs, SetExternal: w.external, SetLoopback: w.loopback}
-	out := slices.Clone(ourSets)
+// wantedSets are the sets w asks for in family fam, members sorted.
+func wantedSets(fam service.Family, w wanted) []ipset.Set {
+	members := map[string]map[string]bool{SetName(fam, SetClusterIPs): w.clusterIPs,
+		SetName(fam, SetExternal): w.external, SetName(fam, SetLoopback): w.loopback}
+	out := ourSets(fam)
 	for i := range out {
 		out[i].Members = slices.Sorted(maps.Keys(members[out[i].Name]))
 	}
@@ -125,7 +146,7 @@ func (p *Proxier) syncMasq(ctx context.Context, w wanted) error {
 		return fmt.Errorf("masquerade: %w", err)
 	}
 	var stale []ipset.Set
-	for _, s := range wantedSets(w) {
+	for _, s := range wantedSets(p.cfg.Family, w) {
 		if !sameSet(s, have) {
 			stale = append(stale, s)
 		}
@@ -217,7 +238,7 @@ func (p *Proxier) cleanupMasq(ctx context.Context) error {
 	}
 	var names []string
 	for _, s := range have {
-		for _, o := range ourSets {
+		for _, o := range ourSets(p.cfg.Family) {
 			if s.Name == o.Name || s.Name == ipset.TempName(o.Name) {
 				names = append(names, s.Name)
 			}

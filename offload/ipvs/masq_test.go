@@ -99,7 +99,7 @@ func TestMasqGolden(t *testing.T) {
 			f.sync(t, web([]string{"198.19.1.2", "198.19.1.3"}, nodePortWeb, withUDP))
 			_, lastRules := f.ipt.Restores()
 			w, _ := f.p.desired(service.NewSnapshot([]*service.Service{web([]string{"198.19.1.2", "198.19.1.3"}, nodePortWeb, withUDP)}, nil))
-			golden(t, tc.name, "# ipset restore\n"+string(ipset.ReplaceScript(wantedSets(w)...))+
+			golden(t, tc.name, "# ipset restore\n"+string(ipset.ReplaceScript(wantedSets(service.IPv4, w)...))+
 				"# iptables-restore\n"+string(lastRules))
 		})
 	}

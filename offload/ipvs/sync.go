@@ -55,7 +55,9 @@ func (p *Proxier) Sync(ctx context.Context, snap *service.Snapshot) error {
 	}
 	current := map[kipvs.Key]kipvs.VirtualServer{}
 	for _, vs := range vss {
-		current[vs.Key] = vs
+		if p.cfg.Family.Has(vs.Key.Addr.Addr()) { // the other family's Proxier keeps its own
+			current[vs.Key] = vs
+		}
 	}
 	for key, wvs := range w.vss {
 		errs = append(errs, p.syncVirtualServer(ctx, wvs, current)...)
@@ -78,7 +80,7 @@ func (p *Proxier) Sync(ctx context.Context, snap *service.Snapshot) error {
 	}
 	// Addresses last, once no virtual server uses them.
 	for _, pfx := range have {
-		if !w.addrs[pfx.Addr()] && !retiring[pfx.Addr()] && !pfx.Addr().IsLinkLocalUnicast() {
+		if p.mine(pfx) && !w.addrs[pfx.Addr()] && !retiring[pfx.Addr()] {
 			if err := p.cfg.Links.DeleteAddress(ctx, dev, pfx); err != nil && !errors.Is(err, link.ErrNotExist) {
 				errs = append(errs, err)
 			}
@@ -87,10 +89,21 @@ func (p *Proxier) Sync(ctx context.Context, snap *service.Snapshot) error {
 	return errors.Join(errs...)
 }
 
-// ours reports whether a virtual server is svcproxy's: its address is on the dummy
-// interface, or it is a NodePort on a node address.
+// mine reports whether an address of the dummy interface is this Proxier's to
+// remove: a service address of its family (the kernel's own IPv6 link-local
+// address is nobody's).
+func (p *Proxier) mine(pfx netip.Prefix) bool {
+	return p.cfg.Family.Has(pfx.Addr()) && !pfx.Addr().IsLinkLocalUnicast()
+}
+
+// ours reports whether a virtual server is svcproxy's and of this Proxier's
+// family: its address is on the dummy interface, or it is a NodePort on a node
+// address.
 func (p *Proxier) ours(k kipvs.Key, onDev map[netip.Addr]bool) bool {
 	a := k.Addr.Addr()
+	if !p.cfg.Family.Has(a) {
+		return false
+	}
 	if onDev[a] {
 		return true
 	}
@@ -256,9 +269,11 @@ func (p *Proxier) Draining() int {
 	return len(p.draining)
 }
 
-// Cleanup removes what svcproxy made in IPVS mode: its virtual servers, the dummy
-// interface with the service IPs, and the masquerade rules and ip sets (svcproxy
-// --cleanup). Nothing there is no error. Sysctls are left as they are.
+// Cleanup removes what svcproxy made in IPVS mode in the Proxier's family: its
+// virtual servers, its service IPs on the dummy interface, and its masquerade
+// rules and ip sets; the dummy interface goes with the last service IP of
+// either family (svcproxy --cleanup runs it for both families, in any order).
+// Nothing there is no error. Sysctls are left as they are.
 func (p *Proxier) Cleanup(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -283,8 +298,21 @@ func (p *Proxier) Cleanup(ctx context.Context) error {
 		}
 	}
 	clear(p.draining)
-	if err := p.cfg.Links.DeleteLink(ctx, p.cfg.Interface); err != nil && !errors.Is(err, link.ErrNotExist) {
-		errs = append(errs, err)
+	others := false // service IPs of the other family: its Cleanup deletes the link
+	for _, pfx := range have {
+		switch {
+		case p.mine(pfx):
+			if err := p.cfg.Links.DeleteAddress(ctx, p.cfg.Interface, pfx); err != nil && !errors.Is(err, link.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		case !pfx.Addr().IsLinkLocalUnicast():
+			others = true
+		}
+	}
+	if !others {
+		if err := p.cfg.Links.DeleteLink(ctx, p.cfg.Interface); err != nil && !errors.Is(err, link.ErrNotExist) {
+			errs = append(errs, err)
+		}
 	}
 	if err := p.cleanupMasq(ctx); err != nil {
 		errs = append(errs, err)
