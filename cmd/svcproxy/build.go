@@ -118,7 +118,7 @@ func kernelMode(mode string, hybrid bool, log *slog.Logger) string {
 func kernelPath(cfg *Config, fam service.Family, mode string, ipt kiptables.Interface, carried func(service.PortName) bool) (dataplane.KernelPath, error) {
 	switch mode {
 	case dataplane.ModeIPVS:
-		return ipvsPath(cfg, ipt, carried)
+		return ipvsPath(cfg, fam, ipt, carried)
 	case dataplane.ModeNFTables:
 		return nftablesPath(cfg, carried)
 	}
@@ -179,7 +179,9 @@ func warnLoopbackNodeIPs(cfg *Config, log *slog.Logger) {
 	}
 }
 
-func ipvsPath(cfg *Config, ipt kiptables.Interface, carried func(service.PortName) bool) (dataplane.KernelPath, error) {
+// ipvsPath builds IPVS mode for family fam: one of the two Proxiers that share
+// IPVS and the dummy interface on a dual-stack node.
+func ipvsPath(cfg *Config, fam service.Family, ipt kiptables.Interface, carried func(service.PortName) bool) (dataplane.KernelPath, error) {
 	k, err := kipvs.New()
 	if err != nil {
 		return nil, fmt.Errorf("ipvs: %w", err)
@@ -198,6 +200,7 @@ func ipvsPath(cfg *Config, ipt kiptables.Interface, carried func(service.PortNam
 		return nil, err
 	}
 	return offloadipvs.NewDataplane(offloadipvs.Config{
+		Family:        fam,
 		IPVS:          k,
 		Links:         links,
 		Scheduler:     cfg.IPVSScheduler,
@@ -205,7 +208,7 @@ func ipvsPath(cfg *Config, ipt kiptables.Interface, carried func(service.PortNam
 		NodeIPs:       nodeIPs,
 		IPTables:      ipt,
 		IPSets:        sets,
-		ClusterCIDR:   cfg.clusterCIDR(service.IPv4),
+		ClusterCIDR:   cfg.clusterCIDR(fam),
 		MasqueradeAll: cfg.MasqueradeAll,
 		Sysctls:       link.ProcSys{},
 		StrictARP:     cfg.IPVSStrictARP,
@@ -259,7 +262,7 @@ func nodeAddresses(cfg *Config) ([]netip.Addr, error) {
 
 // cleanup removes what every mode may have left in this namespace, in both IP
 // families.
-func cleanup(ctx context.Context) error {
+func cleanup(ctx context.Context, cfg *Config) error {
 	var errs []error
 	for _, fam := range service.Families {
 		ipt, err := kiptables.New(kiptables.Config{Family: kiptables.Family(fam)})
@@ -275,9 +278,9 @@ func cleanup(ctx context.Context) error {
 		if err := offloadiptables.Cleanup(ctx, ipt); err != nil {
 			errs = append(errs, fmt.Errorf("%s iptables rules: %w", fam, err))
 		}
-		if fam == service.IPv4 && offloadipvs.Available() == nil {
-			if err := cleanupIPVS(ctx, ipt); err != nil {
-				errs = append(errs, fmt.Errorf("ipvs: %w", err))
+		if offloadipvs.Available() == nil {
+			if err := cleanupIPVS(ctx, cfg, fam, ipt); err != nil {
+				errs = append(errs, fmt.Errorf("%s ipvs: %w", fam, err))
 			}
 		}
 	}
@@ -293,9 +296,10 @@ func cleanup(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// cleanupIPVS removes svcproxy's virtual servers, dummy interface, masquerade
-// rules and ip sets. Without the ipset tool there can be none of the last two.
-func cleanupIPVS(ctx context.Context, ipt kiptables.Interface) error {
+// cleanupIPVS removes svcproxy's virtual servers, service IPs (and, with the
+// last of them, the dummy interface), masquerade rules and ip sets of family
+// fam. Without the ipset tool there can be none of the last two.
+func cleanupIPVS(ctx context.Context, cfg *Config, fam service.Family, ipt kiptables.Interface) error {
 	k, err := kipvs.New()
 	if err != nil {
 		return err
@@ -306,11 +310,17 @@ func cleanupIPVS(ctx context.Context, ipt kiptables.Interface) error {
 		return err
 	}
 	defer links.Close()
-	cfg := offloadipvs.Config{IPVS: k, Links: links}
-	if sets, err := ipset.New(); err == nil {
-		cfg.IPTables, cfg.IPSets = ipt, sets
+	// The NodePort virtual servers are known by their address, a node address
+	// (--node-ip, or every address of the namespace), and port.
+	nodeIPs, err := nodeAddresses(cfg)
+	if err != nil {
+		return err
 	}
-	p, err := offloadipvs.New(cfg)
+	pc := offloadipvs.Config{Family: fam, IPVS: k, Links: links, NodeIPs: nodeIPs}
+	if sets, err := ipset.New(); err == nil {
+		pc.IPTables, pc.IPSets = ipt, sets
+	}
+	p, err := offloadipvs.New(pc)
 	if err != nil {
 		return err
 	}

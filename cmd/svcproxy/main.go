@@ -34,7 +34,7 @@ func main() {
 	defer stop()
 
 	if cfg.Cleanup {
-		if err := cleanup(ctx); err != nil {
+		if err := cleanup(ctx, cfg); err != nil {
 			log.Error("cleanup incomplete", "err", err)
 			os.Exit(1)
 		}

@@ -69,9 +69,10 @@ func (g *Guest) addLibraries(hostPath string, seen map[string]bool) error {
 const xtablesDir = "/usr/lib/x86_64-linux-gnu/xtables"
 
 // AddIPTables adds the legacy iptables (x_tables, not nf_tables: it needs fewer
-// modules and no nft socket), as iptables, iptables-save and iptables-restore, with
-// its extensions, and ipset. The guest must load ip_tables, iptable_nat and the
-// xt_* and ip_set* modules the rules use (IPVSModules does).
+// modules and no nft socket), as iptables, iptables-save and iptables-restore and
+// their ip6tables twins, with its extensions, and ipset. The guest must load
+// ip_tables, iptable_nat (ip6_tables, ip6table_nat) and the xt_* and ip_set*
+// modules the rules use (IPVSModules does).
 func (g *Guest) AddIPTables() error {
 	multi := "/usr/sbin/xtables-legacy-multi"
 	if err := g.AddHostBinary("/bin/xtables-legacy-multi", multi); err != nil {
@@ -80,7 +81,8 @@ func (g *Guest) AddIPTables() error {
 	if g.Symlinks == nil {
 		g.Symlinks = map[string]string{}
 	}
-	for _, n := range []string{"iptables", "iptables-save", "iptables-restore", "iptables-legacy"} {
+	for _, n := range []string{"iptables", "iptables-save", "iptables-restore", "iptables-legacy",
+		"ip6tables", "ip6tables-save", "ip6tables-restore", "ip6tables-legacy"} {
 		g.Symlinks["/bin/"+n] = "xtables-legacy-multi"
 	}
 	exts, err := filepath.Glob(filepath.Join(xtablesDir, "*.so"))

@@ -13,4 +13,7 @@ var IPVSModules = []string{
 	// hybrid mode's userspace portals: -m tcp/-m udp, REDIRECT, and REJECT for ports
 	// without endpoints.
 	"xt_tcpudp", "xt_REDIRECT", "nf_reject_ipv4", "ipt_REJECT",
+	// IPv6: a dual-stack node's second dataplane masquerades and portals with
+	// ip6tables (IPv6 itself and IPVS's IPv6 support are built into the kernel).
+	"ip6_tables", "ip6table_nat", "ip6table_filter", "nf_reject_ipv6", "ip6t_REJECT",
 }
