@@ -50,7 +50,10 @@ func TestIPVS(t *testing.T) {
 		t.FailNow()
 	}
 
-	cmd := []string{"/bin/guest.test", "-test.v", "-test.timeout=150s"}
+	// The guest's own timeout only has to come before the host's (ctx), so
+	// that a hung guest test prints its goroutines: under TCG on two busy
+	// cores one svcproxy test with its --cleanup takes minutes, not seconds.
+	cmd := []string{"/bin/guest.test", "-test.v", "-test.timeout=" + guestTimeout(ctx).String()}
 	if r := os.Getenv("SVCPROXY_VM_RUN"); r != "" {
 		cmd = append(cmd, "-test.run="+r)
 	}
@@ -94,4 +97,14 @@ func goBuild(ctx context.Context, t *testing.T, dir, name string, args ...string
 		return ""
 	}
 	return out
+}
+
+// guestTimeout is what is left of ctx for the guest's tests once the VM has
+// booted (a minute and a half under load), at least 150s.
+func guestTimeout(ctx context.Context) time.Duration {
+	d := 150 * time.Second
+	if deadline, ok := ctx.Deadline(); ok {
+		d = max(d, time.Until(deadline)-90*time.Second)
+	}
+	return d.Round(time.Second)
 }
