@@ -160,17 +160,19 @@ func (l *lab) startSvcproxySignal(t *testing.T, args ...string) (signal func(sys
 }
 
 // waitHealthy polls /healthz until the first sync is done (svcproxy's readiness
-// signal) or 30 s pass.
+// signal) or 90 s pass: a dual-stack node's first sync is two (IPv4, then
+// IPv6), each a few iptables, ip6tables and ipset runs, seconds apiece under
+// TCG on a loaded host.
 func (l *lab) waitHealthy(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		status, body, err := l.request("127.0.0.1:10256", "/healthz")
 		if err == nil && status == http.StatusOK {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("svcproxy not healthy after 30s: %d %s %v", status, body, err)
+			t.Fatalf("svcproxy not healthy after 90s: %d %s %v", status, body, err)
 		}
 		time.Sleep(200 * time.Millisecond) // polling a readiness endpoint
 	}
