@@ -16,7 +16,7 @@ import (
 	"github.com/svcproxy/svcproxy/lab"
 )
 
-const usage = `usage: svclab [--state DIR] [--bin DIR] COMMAND [ARGS]
+const usage = `usage: svclab [--state DIR] [--bin DIR] [--kapi DIR] COMMAND [ARGS]
 
 commands:
   up [--mode MODE] [--control-plane]    build the lab; svcproxy runs in MODE (default userspace);
@@ -27,18 +27,37 @@ commands:
   pod NAME --ready=true|false           a control-plane lab pod's Ready condition, as a
                                         readiness probe would set it
   exec HOST -- CMD [ARGS...]            run a command in a lab host (node, client, web-0, ...)
-  traffic [--n N] [--rate R] TARGET     send N requests from the client and show who answered
+  traffic [--n N] [--rate R] [--from HOST] TARGET
+                                        send N requests (default 30), R per second (default:
+                                        each once the last is answered), from lab host HOST
+                                        (default client), and show who answered and which
+                                        client address each pod saw
                                         TARGET: web, web.default.svc.cluster.local,
-                                        198.18.0.20:80, udp://echo:7
-  rules                                 svcproxy's iptables chains, nftables table and IPVS table, in the node
+                                        198.18.0.20:80, udp://echo:7, 198.19.0.1:30080
+  rules [SERVICE] [--counters]          svcproxy's iptables chains, nftables table and IPVS
+                                        table in the node, hashed chains named in a legend;
+                                        with SERVICE only that Service's; --counters: the
+                                        packets each rule matched
+  trace FROM SERVICE[:PORT] [--pick N]  walk the first packet of a connection from lab host
+                                        FROM through the node's live rules: chain, rule,
+                                        DNAT or REDIRECT, masquerade; --pick N follows the
+                                        Nth random choice
+  conntrack [SERVICE] [--flush]         the node's conntrack entries, explained; --flush
+                                        empties the table
   mode MODE                             restart svcproxy in MODE: userspace, iptables, nftables, ipvs, hybrid
   down                                  remove every namespace, process and file of the lab
   demo [--control-plane=auto|true|false]
                                         up, a narrated walk through the lab, down; on a
                                         control plane when its programs are built (auto)
 
-Every command needs root. svcproxy and clusterdns are looked for next to svclab,
-then on PATH (go build -o bin/ ./cmd/... builds all three).
+global flags:
+  --state DIR   the lab's state: pid files, logs, manifests (default /run/svclab)
+  --bin DIR     look for svcproxy and clusterdns here first (default: next to svclab)
+  --kapi DIR    the control plane's programs (default: make kapi's cache)
+
+svclab COMMAND --help says more about rules, trace and conntrack. Every command
+needs root. svcproxy and clusterdns are looked for next to svclab, then on PATH
+(go build -o bin/ ./cmd/... builds all three).
 `
 
 func main() {
@@ -92,7 +111,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "svclab: unknown command %q\n%s", name, usage)
 		return 2
 	}
-	if c.root && os.Geteuid() != 0 {
+	if c.root && os.Geteuid() != 0 && !wantsHelp(rest) {
 		fmt.Fprintf(stderr, "svclab %s needs root: it creates network namespaces and runs svcproxy inside them (try: sudo make lab)\n", name)
 		return 1
 	}
@@ -112,20 +131,36 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
+// wantsHelp says whether a command is asked only for its --help, which
+// needs no root.
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "-h", "-help", "--help":
+			return true
+		case "--":
+			return false
+		}
+	}
+	return false
+}
+
 type command struct {
 	root bool
 	run  func(ctx context.Context, cfg lab.Config, args []string) error
 }
 
 var commands = map[string]command{
-	"up":      {root: true, run: cmdUp},
-	"exec":    {root: true, run: cmdExec},
-	"traffic": {root: true, run: cmdTraffic},
-	"rules":   {root: true, run: cmdRules},
-	"mode":    {root: true, run: cmdMode},
-	"down":    {root: true, run: cmdDown},
-	"demo":    {root: true, run: cmdDemo},
-	"kubectl": {root: true, run: cmdKubectl},
+	"up":        {root: true, run: cmdUp},
+	"exec":      {root: true, run: cmdExec},
+	"traffic":   {root: true, run: cmdTraffic},
+	"rules":     {root: true, run: cmdRules},
+	"trace":     {root: true, run: cmdTrace},
+	"conntrack": {root: true, run: cmdConntrack},
+	"mode":      {root: true, run: cmdMode},
+	"down":      {root: true, run: cmdDown},
+	"demo":      {root: true, run: cmdDemo},
+	"kubectl":   {root: true, run: cmdKubectl},
 	// `svclab pod NAME --ready=BOOL` by users; `svclab pod --name NAME ...`,
 	// a pod's server, by svclab itself inside lab hosts.
 	"pod": {run: cmdPod},
@@ -218,18 +253,6 @@ func cmdTraffic(ctx context.Context, cfg lab.Config, args []string) error {
 		return fmt.Errorf("%d of %d requests failed", t.Failed, t.Total)
 	}
 	return nil
-}
-
-func cmdRules(ctx context.Context, cfg lab.Config, args []string) error {
-	if err := parse(flag.NewFlagSet("svclab rules", flag.ContinueOnError), args, 0); err != nil {
-		return err
-	}
-	l, err := lab.New(cfg)
-	if err != nil {
-		return err
-	}
-	_, err = l.Rules(ctx)
-	return err
 }
 
 func cmdMode(ctx context.Context, cfg lab.Config, args []string) error {

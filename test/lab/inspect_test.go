@@ -1,0 +1,182 @@
+package lab
+
+import (
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/lab"
+)
+
+// TestInspect drives `svclab rules`, `svclab trace` and `svclab conntrack`
+// on a real lab, in iptables then userspace mode, and checks that what they
+// show is what the traffic did: the DNAT rules' counters add up to the
+// requests sent, the conntrack table holds one DNATed entry per request in
+// iptables mode and two per request in userspace mode (the REDIRECTed
+// client connection and svcproxy's own), and the trace of the node's live
+// rules ends where the kernel sends such packets.
+func TestInspect(t *testing.T) {
+	netnstest.RequireRoot(t, append(lab.DemoTools, "conntrack", "nft")...)
+	bin := build(t)
+	t.Cleanup(func() {
+		down(t, bin)
+		requireClean(t, bin)
+	})
+	l, err := lab.New(lab.Config{Stdout: io.Discard, Self: bin + "/svclab", BinDir: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cpLab{t: t, bin: bin, l: l}
+	start := time.Now()
+	c.svclab("up", "--mode", "iptables")
+	t.Logf("svclab up --mode iptables: %s", time.Since(start).Round(time.Millisecond))
+
+	t.Run("help", func(t *testing.T) {
+		c.t = t
+		checkHelp(c)
+	})
+	t.Run("iptables", func(t *testing.T) {
+		c.t = t
+		inspectIptables(c)
+	})
+	t.Run("userspace", func(t *testing.T) {
+		c.t = t
+		c.svclab("mode", "userspace")
+		inspectUserspace(c)
+	})
+}
+
+// checkHelp: every command's --help names its flags.
+func checkHelp(c *cpLab) {
+	for cmd, flags := range map[string][]string{
+		"rules":     {"--counters"},
+		"trace":     {"--pick"},
+		"conntrack": {"--flush"},
+	} {
+		out := c.svclab(cmd, "--help")
+		for _, f := range append(flags, "usage: svclab "+cmd) {
+			if !strings.Contains(out, strings.TrimPrefix(f, "-")) {
+				c.t.Errorf("svclab %s --help lacks %q:\n%s", cmd, f, out)
+			}
+		}
+	}
+	out, _ := svclab(c.t.Context(), c.bin)
+	for _, want := range []string{"rules [SERVICE] [--counters]", "trace FROM SERVICE[:PORT]", "conntrack [SERVICE] [--flush]", "--from HOST"} {
+		if !strings.Contains(out, want) {
+			c.t.Errorf("svclab's usage lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// flat is s with every run of spaces and line breaks one space: the
+// commands wrap their prose.
+func flat(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// counted is the first column of `svclab rules --counters`, the packets a
+// rule matched, for the rules whose text contains every one of parts.
+var counted = regexp.MustCompile(`^\s+([0-9]+)\s+(-A .*)$`)
+
+func sumCounters(out string, parts ...string) (sum, rules int) {
+	for _, line := range strings.Split(out, "\n") {
+		m := counted.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		all := true
+		for _, p := range parts {
+			all = all && strings.Contains(m[2], p)
+		}
+		if all {
+			n, _ := strconv.Atoi(m[1])
+			sum += n
+			rules++
+		}
+	}
+	return sum, rules
+}
+
+func inspectIptables(c *cpLab) {
+	t := c.t
+	c.svclab("conntrack", "--flush")
+	const n = 9
+	if pods, failed := c.answers("web", n); failed > 0 || len(pods) == 0 {
+		t.Fatalf("traffic web: answers from %v, %d failed", pods, failed)
+	}
+
+	out := c.svclab("rules", "web", "--counters")
+	t.Logf("svclab rules web --counters:\n%s", out)
+	for _, want := range []string{
+		"# default/web: ClusterIP 198.18.0.20, port http 80/TCP",
+		"default/web:http -> 198.19.1.10:8080 (web-0)",
+		"default/web:http -> 198.19.1.12:8080 (web-2)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("svclab rules web --counters lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "web-sticky") || strings.Contains(out, "kube-dns") {
+		t.Errorf("svclab rules web shows other Services' rules")
+	}
+	// Every new connection to web took exactly one endpoint's DNAT rule.
+	if sum, rules := sumCounters(out, "default/web:http", "-j DNAT"); sum != n || rules != 3 {
+		t.Errorf("web's DNAT rules counted %d packets in %d rules, want %d in 3", sum, rules, n)
+	}
+
+	out = c.svclab("trace", "client", "web")
+	t.Logf("svclab trace client web:\n%s", out)
+	for _, want := range []string{
+		"default/web:http is 198.18.0.20:80/TCP; svcproxy runs iptables mode.",
+		"=> DNAT 198.19.1.10:8080",
+		"0 DNAT 198.19.1.10:8080 (web-0)",
+		"2 DNAT 198.19.1.12:8080 (web-2)",
+		"the pod sees 198.19.1.2 (client)",
+	} {
+		if !strings.Contains(flat(out), want) {
+			t.Errorf("svclab trace client web lacks %q", want)
+		}
+	}
+	out = c.svclab("trace", "client", "web", "--pick", "2")
+	if !strings.Contains(out, "result: DNAT 198.19.1.12:8080") {
+		t.Errorf("svclab trace client web --pick 2 does not end at web-2:\n%s", out)
+	}
+
+	out = c.svclab("conntrack", "web")
+	t.Logf("svclab conntrack web:\n%s", out)
+	if got := strings.Count(out, "-> 198.18.0.20:80 "); got != n {
+		t.Errorf("svclab conntrack web: %d entries to the ClusterIP, want %d:\n%s", got, n, out)
+	}
+	if got := strings.Count(out, "DNAT to 198.19.1.1"); got != n {
+		t.Errorf("svclab conntrack web: %d DNATed entries, want %d", got, n)
+	}
+}
+
+func inspectUserspace(c *cpLab) {
+	t := c.t
+	c.svclab("conntrack", "--flush")
+	const n = 4
+	if pods, failed := c.answers("web", n); failed > 0 || len(pods) == 0 {
+		t.Fatalf("traffic web: answers from %v, %d failed", pods, failed)
+	}
+	out := c.svclab("conntrack", "web")
+	t.Logf("svclab conntrack web:\n%s", out)
+	if got := strings.Count(out, "REDIRECT to svcproxy's listener"); got != n {
+		t.Errorf("svclab conntrack web: %d REDIRECTed client connections, want %d", got, n)
+	}
+	if got := strings.Count(out, "svcproxy's own connection to 198.19.1.1"); got != n {
+		t.Errorf("svclab conntrack web: %d connections of svcproxy to pods, want %d", got, n)
+	}
+
+	out = c.svclab("trace", "client", "web")
+	t.Logf("svclab trace client web:\n%s", out)
+	if !strings.Contains(out, "REDIRECT") || !strings.Contains(out, "svcproxy runs userspace mode") {
+		t.Errorf("svclab trace client web in userspace mode shows no REDIRECT")
+	}
+	out = c.svclab("rules", "web", "--counters")
+	if sum, rules := sumCounters(out, "default/web:http", "REDIRECT"); sum < n || rules == 0 {
+		t.Errorf("web's REDIRECT rules counted %d packets in %d rules, want %d:\n%s", sum, rules, n, out)
+	}
+}
