@@ -71,7 +71,7 @@ func (l *Lab) Demo(ctx context.Context) (err error) {
 	d := &demo{l: l, out: l.cfg.Stdout}
 	start := time.Now()
 	fmt.Fprint(d.out, demoIntro)
-	steps := l.demoSteps()
+	steps := only(l.demoSteps(), l.cfg.DemoOnly)
 	var failed []string
 	defer func() {
 		// Down runs whatever happened, with a context of its own: an
@@ -86,7 +86,7 @@ func (l *Lab) Demo(ctx context.Context) (err error) {
 		fmt.Fprintf(d.out, "\n## %d. %s\n\n%s", i+1, s.title, s.why)
 		timeout := s.timeout
 		if timeout == 0 {
-			timeout = stepTimeout
+			timeout = patient(stepTimeout)
 		}
 		sctx, cancel := context.WithTimeout(ctx, timeout)
 		d.ok = ""
@@ -115,6 +115,22 @@ func (l *Lab) Demo(ctx context.Context) (err error) {
 	}
 	fmt.Fprintf(d.out, "\nAll %d steps saw what they expected (%s).\n", len(steps), time.Since(start).Round(time.Second))
 	return nil
+}
+
+// only keeps the first step (the lab's build), the last (its removal) and those
+// between whose title contains word, case-insensitive; all of them when word is "".
+func only(steps []step, word string) []step {
+	if word == "" {
+		return steps
+	}
+	word = strings.ToLower(word)
+	kept := []step{steps[0]}
+	for _, s := range steps[1 : len(steps)-1] {
+		if strings.Contains(strings.ToLower(s.title), word) {
+			kept = append(kept, s)
+		}
+	}
+	return append(kept, steps[len(steps)-1])
 }
 
 const demoIntro = `svclab demo: a Kubernetes Service, from a name to a pod, on one machine.

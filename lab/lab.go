@@ -56,6 +56,9 @@ type Config struct {
 	// ControlPlane, when not nil, is what Demo runs the lab on; nil is the
 	// file-fed lab.
 	ControlPlane *ControlPlane
+	// DemoOnly, when not "", narrows Demo to the steps whose title contains it
+	// (case-insensitive), between the first (build) and the last (down).
+	DemoOnly string
 }
 
 // Lab is the lab on this machine. Its methods may be called from different
@@ -120,6 +123,8 @@ type state struct {
 	Kubectl string `json:"kubectl,omitempty"`
 	// Demo is the pid of a `svclab demo` that owns the lab, 0 for none.
 	Demo int `json:"demo,omitempty"`
+	// IPVSScheduler is svcproxy's --ipvs-scheduler, "" for its default (rr).
+	IPVSScheduler string `json:"ipvsScheduler,omitempty"`
 }
 
 func (l *Lab) statePath() string { return filepath.Join(l.cfg.StateDir, "state.json") }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
 )
 
 // readyTimeout bounds how long a lab process may take to start serving.
@@ -31,7 +33,7 @@ func (l *Lab) startPod(ctx context.Context, h Host) error {
 		return err
 	}
 	defer ready.Close()
-	_ = ready.SetReadDeadline(time.Now().Add(readyTimeout))
+	_ = ready.SetReadDeadline(time.Now().Add(patient(readyTimeout)))
 	// The child writes one line once its ports are bound; EOF means it died.
 	line, err := bufio.NewReader(ready).ReadString('\n')
 	if err != nil || strings.TrimSpace(line) != "ready" {
@@ -114,7 +116,7 @@ func (l *Lab) source(user string) ([]string, error) {
 // nodeHTTP is an HTTP client whose connections start inside the node.
 func (l *Lab) nodeHTTP() *http.Client {
 	return &http.Client{
-		Timeout: 2 * time.Second,
+		Timeout: patient(2 * time.Second),
 		Transport: &http.Transport{
 			DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -156,6 +158,9 @@ func (l *Lab) startProxy(ctx context.Context, bin, mode string) error {
 		"--healthz-bind-address", healthzAddr,
 		"--metrics-bind-address", metricsAddr,
 	)
+	if st, err := l.readState(); err == nil && st.IPVSScheduler != "" {
+		argv = append(argv, "--ipvs-scheduler", st.IPVSScheduler)
+	}
 	cmd, _, err := l.start("svcproxy", l.cfg.Plan.Node.Name, argv, false)
 	if err != nil {
 		return err
@@ -183,7 +188,7 @@ func (l *Lab) startProxy(ctx context.Context, bin, mode string) error {
 // readyTimeout passes. Between tries it waits on the process's exit, so a
 // crash is seen at once.
 func (l *Lab) waitReady(ctx context.Context, name string, pid int, check func(context.Context) error) error {
-	deadline := time.Now().Add(readyTimeout)
+	deadline := time.Now().Add(patient(readyTimeout))
 	for {
 		err := check(ctx)
 		if err == nil {
@@ -193,7 +198,7 @@ func (l *Lab) waitReady(ctx context.Context, name string, pid int, check func(co
 			return ctx.Err()
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not ready after %s: %w%s", name, readyTimeout, err, l.logTail(name))
+			return fmt.Errorf("%s: not ready after %s: %w%s", name, patient(readyTimeout), err, l.logTail(name))
 		}
 		if waitExit(pid, 100*time.Millisecond) {
 			return fmt.Errorf("%s: exited while starting%s", name, l.logTail(name))
@@ -226,8 +231,25 @@ func (l *Lab) StopProxy(ctx context.Context) error {
 // editing its ConfigMap and deleting its pod: stop it, remove its rules with
 // `svcproxy --cleanup`, start it again, wait for /healthz.
 func (l *Lab) SetMode(ctx context.Context, mode string) error {
+	return l.SetModeWith(ctx, ModeOptions{Mode: mode})
+}
+
+// ModeOptions are the flags of `svclab mode`: svcproxy's configuration, all of
+// it (what is not given is svcproxy's default).
+type ModeOptions struct {
+	Mode string
+	// IPVSScheduler is svcproxy's --ipvs-scheduler; "" is rr.
+	IPVSScheduler string
+}
+
+// SetModeWith is SetMode with the IPVS scheduler too.
+func (l *Lab) SetModeWith(ctx context.Context, opts ModeOptions) error {
+	mode := opts.Mode
 	if err := checkMode(mode); err != nil {
 		return err
+	}
+	if s := opts.IPVSScheduler; s != "" && !kipvs.ValidScheduler(s) {
+		return fmt.Errorf("IPVS scheduler %q: want one of %s", s, strings.Join(kipvs.Schedulers, ", "))
 	}
 	st, err := l.readState()
 	if err != nil {
@@ -240,7 +262,7 @@ func (l *Lab) SetMode(ctx context.Context, mode string) error {
 	if err := l.StopProxy(ctx); err != nil {
 		return err
 	}
-	st.Mode = mode
+	st.Mode, st.IPVSScheduler = mode, opts.IPVSScheduler
 	if err := l.writeState(st); err != nil {
 		return err
 	}

@@ -82,7 +82,7 @@ type Probe struct {
 	N      int
 	// Rate is requests per second; 0 sends each as soon as the last is answered.
 	Rate float64
-	// Timeout bounds one request (default 2s).
+	// Timeout bounds one request (default 2s, times the slowdown of SlowdownEnv).
 	Timeout time.Duration
 	// Resolver looks the name up; nil is the Go resolver reading
 	// /etc/resolv.conf, which in a lab pod is the pod's own.
@@ -141,7 +141,7 @@ func (p *Probe) resolve(ctx context.Context) (netip.Addr, error) {
 	}
 	// A pod's resolver would try for 40s (4 search names, 5s, 2 attempts);
 	// a lab whose DNS is broken should say so sooner.
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, patient(10*time.Second))
 	defer cancel()
 	ips, err := r.LookupNetIP(ctx, "ip4", p.Target.Host)
 	if err != nil {
@@ -154,7 +154,7 @@ func (p *Probe) timeout() time.Duration {
 	if p.Timeout > 0 {
 		return p.Timeout
 	}
-	return 2 * time.Second
+	return patient(2 * time.Second)
 }
 
 // once sends one request and reads the pod's answer.

@@ -44,11 +44,13 @@ commands:
                                         Nth random choice
   conntrack [SERVICE] [--flush]         the node's conntrack entries, explained; --flush
                                         empties the table
-  mode MODE                             restart svcproxy in MODE: userspace, iptables, nftables, ipvs, hybrid
+  mode [--ipvs-scheduler S] MODE        restart svcproxy in MODE: userspace, iptables, nftables, ipvs, hybrid;
+                                        IPVS schedules with S (rr, wrr, lc, wlc, sh, dh, sed, nq)
   down                                  remove every namespace, process and file of the lab
-  demo [--control-plane=auto|true|false]
+  demo [--control-plane=auto|true|false] [--only WORD]
                                         up, a narrated walk through the lab, down; on a
-                                        control plane when its programs are built (auto)
+                                        control plane when its programs are built (auto);
+                                        --only ipvs: just the steps whose title has WORD
 
 global flags:
   --state DIR   the lab's state: pid files, logs, manifests (default /run/svclab)
@@ -256,14 +258,17 @@ func cmdTraffic(ctx context.Context, cfg lab.Config, args []string) error {
 }
 
 func cmdMode(ctx context.Context, cfg lab.Config, args []string) error {
-	if err := parse(flag.NewFlagSet("svclab mode", flag.ContinueOnError), args, 1); err != nil {
+	fs := flag.NewFlagSet("svclab mode", flag.ContinueOnError)
+	sched := fs.String("ipvs-scheduler", "", "svcproxy's --ipvs-scheduler `NAME`: rr (default), wrr, lc, wlc, sh, dh, sed, nq")
+	if err := parse(fs, args, 1); err != nil {
 		return err
 	}
+	args = fs.Args()
 	l, err := lab.New(cfg)
 	if err != nil {
 		return err
 	}
-	if err := l.SetMode(ctx, args[0]); err != nil {
+	if err := l.SetModeWith(ctx, lab.ModeOptions{Mode: args[0], IPVSScheduler: *sched}); err != nil {
 		return err
 	}
 	// Ask what really runs: --mode ipvs on a kernel without IPVS runs iptables.
@@ -294,6 +299,7 @@ func cmdDown(ctx context.Context, cfg lab.Config, args []string) error {
 func cmdDemo(ctx context.Context, cfg lab.Config, args []string) error {
 	fs := flag.NewFlagSet("svclab demo", flag.ContinueOnError)
 	withCP := fs.String("control-plane", "auto", "run the demo on a control plane: true, false, or auto (when its programs are built)")
+	fs.StringVar(&cfg.DemoOnly, "only", "", "only the steps whose title has `WORD` (and the lab's build and removal): --only ipvs")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
