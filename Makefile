@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 TIMEOUT ?= 25m
 
-.PHONY: all build lab test test-ipvs vet deps kapi image bench clean
+.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi image bench clean
 
 all: build
 
@@ -15,6 +15,16 @@ build:
 ## modes, down
 lab: deps build
 	$(BIN)/svclab demo
+
+## lab-ipvs: the same demo in a QEMU VM that boots Debian's kernel, which has
+## IPVS (this machine's may not), so its IPVS step runs for real; no root needed
+## (test/vm/labipvs; TestLab in test/vm runs its IPVS step)
+lab-ipvs: deps
+	$(GO) run ./test/vm/labipvs
+
+## lab-ipvs-shell: a shell in that VM with svclab on PATH, for tutorials/07-ipvs.md
+lab-ipvs-shell: deps
+	$(GO) run ./test/vm/labipvs --shell
 
 ## deps: Debian packages the tests need (apt-get, only when root and missing)
 deps:
@@ -54,4 +64,4 @@ clean:
 
 ## test-ipvs: only the IPVS tests, on Debian's kernel in a QEMU VM
 test-ipvs: deps
-	$(GO) test -count=1 -v -run TestIPVS ./test/vm/
+	$(GO) test -count=1 -v -run 'TestIPVS|TestLab' ./test/vm/

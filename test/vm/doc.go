@@ -18,6 +18,12 @@
 // TestIPVS in this package builds test/vm/guest with `go test -c` and cmd/svcproxy
 // with `go build` (both CGO_ENABLED=0), adds the host's legacy iptables and ipset with
 // their libraries (Guest.AddIPTables), and runs the guest tests, which include the
-// whole svcproxy in --mode ipvs; `go test -run TestIPVS -v ./test/vm/` is
-// `make test-ipvs`.
+// whole svcproxy in --mode ipvs.
+//
+// The lab runs in the same VM (lab.go): NewLabGuest adds svclab, svcproxy and
+// clusterdns (BuildLab) and the host tools the lab runs (iproute2's ip for `ip
+// netns`, dig, curl, ipvsadm). `make lab-ipvs` (the labipvs command) runs `svclab
+// demo` there and prints it; TestLab runs the demo's IPVS step and the commands of
+// tutorials/07-ipvs.md there and checks their output. `go test -run
+// 'TestIPVS|TestLab' -v ./test/vm/` is `make test-ipvs`.
 package vm

@@ -18,6 +18,9 @@ type Guest struct {
 	Modules []string
 	// Files maps guest paths to host files copied into the initramfs, executable.
 	Files map[string]string
+	// Data maps guest paths to the content of small files written into the
+	// initramfs (a file the guest's programs expect to exist).
+	Data map[string][]byte
 	// Symlinks maps guest paths to their targets (after busybox's applets, so a
 	// name here wins over an applet of the same name).
 	Symlinks map[string]string
@@ -43,6 +46,9 @@ func buildInitramfs(k *Kernel, g Guest, out string) error {
 	}
 	for guest, host := range g.Files {
 		a.file(guest, host, 0o755)
+	}
+	for guest, data := range g.Data {
+		a.data(guest, data, 0o644)
 	}
 	for guest, target := range g.Symlinks {
 		a.symlink(guest, target)

@@ -75,3 +75,15 @@ func TestAddHostBinary(t *testing.T) {
 		}
 	}
 }
+
+func TestSplitSections(t *testing.T) {
+	lines := []string{"boot noise", sectionMarker + "demo", "## 1. Build the lab", statusMarker + "0",
+		sectionMarker + "07-ipvs.md 0", "HOST NAMESPACE", statusMarker + "1"}
+	got := splitSections(lines)
+	if s := got["demo"]; s.out != "## 1. Build the lab" || s.status != 0 {
+		t.Errorf("demo = %+v", s)
+	}
+	if s := got["07-ipvs.md 0"]; s.out != "HOST NAMESPACE" || s.status != 1 {
+		t.Errorf("07-ipvs.md 0 = %+v", s)
+	}
+}

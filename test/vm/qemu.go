@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -34,16 +35,10 @@ type Result struct {
 // the guest to power off or ctx to end. line, if not nil, sees each console line as
 // it arrives. The error is about running QEMU; the guest's verdict is Result.ExitCode.
 func Run(ctx context.Context, k *Kernel, g Guest, workDir string, line func(string)) (*Result, error) {
-	initrd := filepath.Join(workDir, "initramfs.cpio")
-	if err := buildInitramfs(k, g, initrd); err != nil {
+	cmd, err := qemu(ctx, k, g, workDir)
+	if err != nil {
 		return nil, err
 	}
-	// -accel tcg: /dev/kvm on this kind of host does not run a stock kernel.
-	// -no-reboot: a guest panic (panic=-1 reboots at once) ends QEMU.
-	cmd := exec.CommandContext(ctx, "qemu-system-x86_64",
-		"-accel", "tcg", "-cpu", "max", "-m", "1G", "-nic", "none", "-nographic", "-no-reboot",
-		"-kernel", k.Image, "-initrd", initrd,
-		"-append", "console=ttyS0 panic=-1 quiet loglevel=3")
 	cmd.Stdin = nil // /dev/null: QEMU must not wait on a terminal
 	cmd.WaitDelay = 5 * time.Second
 	var stderr bytes.Buffer
@@ -89,4 +84,34 @@ func Run(ctx context.Context, k *Kernel, g Guest, workDir string, line func(stri
 		return res, fmt.Errorf("qemu: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	return res, nil
+}
+
+// qemu builds the initramfs for g in workDir and returns the QEMU command that boots
+// it with k.
+func qemu(ctx context.Context, k *Kernel, g Guest, workDir string) (*exec.Cmd, error) {
+	initrd := filepath.Join(workDir, "initramfs.cpio")
+	if err := buildInitramfs(k, g, initrd); err != nil {
+		return nil, err
+	}
+	// -accel tcg: /dev/kvm on this kind of host does not run a stock kernel.
+	// -no-reboot: a guest panic (panic=-1 reboots at once) ends QEMU.
+	return exec.CommandContext(ctx, "qemu-system-x86_64",
+		"-accel", "tcg", "-cpu", "max", "-m", "1G", "-nic", "none", "-nographic", "-no-reboot",
+		"-kernel", k.Image, "-initrd", initrd,
+		"-append", "console=ttyS0 panic=-1 quiet loglevel=3"), nil
+}
+
+// RunInteractive boots g like Run, with the serial console on the caller's
+// terminal (stdin, stdout, stderr) instead of read line by line: for a shell in the
+// guest. QEMU's escape is Ctrl-A: Ctrl-A x ends the VM.
+func RunInteractive(ctx context.Context, k *Kernel, g Guest, workDir string, stdin io.Reader, stdout, stderr io.Writer) error {
+	cmd, err := qemu(ctx, k, g, workDir)
+	if err != nil {
+		return err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("qemu: %w", err)
+	}
+	return nil
 }

@@ -14,27 +14,11 @@ import (
 // TestIPVS runs the tests of test/vm/guest inside a VM with Debian's kernel, which has
 // IPVS. $SVCPROXY_VM_RUN narrows them like -run does.
 func TestIPVS(t *testing.T) {
-	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
-		t.Skip("needs linux/amd64 (the guest kernel is Debian's amd64 one)")
-	}
-	for _, tool := range []string{"qemu-system-x86_64", "apt-get", "apt-cache", "dpkg", "depmod", "busybox", "go"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("needs %s (packages qemu-system-x86, apt, dpkg, kmod, busybox-static, and Go): %v", tool, err)
-		}
-	}
+	requireVM(t)
 	// The budget: the kernel download and unpack once (~15 s); the builds (the first
 	// CGO_ENABLED=0 build of svcproxy compiles client-go anew: minutes on two busy
 	// cores, seconds once cached); then a boot plus tests of ~25 s under TCG.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cache, err := DefaultCacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := FetchKernel(ctx, cache)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, k := testKernel(t, 10*time.Minute)
 	work := t.TempDir()
 	// The two builds share the two cores; together they take less than one after the
 	// other, as each waits on its own link step.
@@ -79,6 +63,36 @@ func TestIPVS(t *testing.T) {
 			t.Errorf("guest test skipped in the VM: %s", strings.TrimSpace(l))
 		}
 	}
+}
+
+// requireVM skips the test where the VM cannot boot.
+func requireVM(t *testing.T) {
+	t.Helper()
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		t.Skip("needs linux/amd64 (the guest kernel is Debian's amd64 one)")
+	}
+	for _, tool := range []string{"qemu-system-x86_64", "apt-get", "apt-cache", "dpkg", "depmod", "busybox", "go"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("needs %s (packages qemu-system-x86, apt, dpkg, kmod, busybox-static, and Go): %v", tool, err)
+		}
+	}
+}
+
+// testKernel fetches the guest kernel, under a context that ends after timeout or
+// with the test.
+func testKernel(t *testing.T, timeout time.Duration) (context.Context, *Kernel) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	cache, err := DefaultCacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := FetchKernel(ctx, cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, k
 }
 
 // goBuild runs `go build` or `go test -c` (args) into a static binary for the guest,

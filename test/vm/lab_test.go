@@ -1,0 +1,148 @@
+package vm
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/svcproxy/svcproxy/internal/tutorial"
+)
+
+// TestLab boots the guest of `make lab-ipvs` (NewLabGuest, BuildLab's programs) once
+// and runs in it, one after the other: the demo's IPVS step (`svclab demo --only
+// ipvs`: the lab's build, IPVS mode, its removal), then the commands of every
+// tutorial that needs IPVS (tutorials/07-ipvs.md), each one's output checked as
+// test/lab checks the others (internal/tutorial). `make lab-ipvs` runs the whole
+// demo; the other steps have their test in test/lab.
+func TestLab(t *testing.T) {
+	requireVM(t)
+	files, err := tutorial.Files(filepath.Join("..", "..", "tutorials"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tuts := map[string]*tutorial.Tutorial{}
+	var names []string
+	for _, f := range files {
+		tut, err := tutorial.ParseFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(tut.Needs, "ipvs") && len(tut.Commands) > 0 {
+			tuts[filepath.Base(f)] = tut
+			names = append(names, filepath.Base(f))
+		}
+	}
+	// Under TCG on two busy cores the demo's step takes minutes, each tutorial command
+	// seconds to a minute.
+	ctx, k := testKernel(t, 20*time.Minute)
+	work := t.TempDir()
+	if err := BuildLab(ctx, work); err != nil {
+		t.Fatal(err)
+	}
+	g, err := NewLabGuest(work, "/bin/sh", "-c", labScript(names, tuts))
+	if err != nil {
+		t.Skipf("the lab in the VM: %v", err)
+	}
+	var out GuestOutput
+	var lines []string
+	res, err := Run(ctx, k, g, work, func(l string) {
+		if out.Line(l) {
+			lines = append(lines, l)
+			t.Log("guest| " + l)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kernel %s: boot %s, boot+lab %s", k.Version, res.Boot.Round(100*time.Millisecond), res.Total.Round(100*time.Millisecond))
+	sections := splitSections(lines)
+
+	demo, ok := sections["demo"]
+	switch {
+	case !ok:
+		t.Errorf("svclab demo --only ipvs did not run (exit code %d; see the console above)", res.ExitCode)
+	case demo.status != 0:
+		t.Errorf("svclab demo --only ipvs: exit status %d", demo.status)
+	}
+	// The IPVS branch of the demo, not its fallback to iptables mode.
+	for _, want := range []string{"## 2. IPVS mode", "ipvs", "# IPVS (ipvsadm -ln)", "TCP  198.18.0.20:80 rr",
+		"ok: svcproxy runs IPVS mode: web's virtual server spread the connections", "All 3 steps saw what they expected"} {
+		if !strings.Contains(demo.out, want) {
+			t.Errorf("svclab demo --only ipvs: output lacks %q", want)
+		}
+	}
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			for i, c := range tuts[name].Commands {
+				s, ok := sections[fmt.Sprintf("%s %d", name, i)]
+				switch {
+				case !ok:
+					t.Fatalf("line %d: %s: did not run", c.Line, c.Text)
+				case s.status != 0:
+					t.Errorf("line %d: %s: exit status %d\n%s", c.Line, c.Text, s.status, s.out)
+				}
+				if missing, ok := tutorial.Missing(c.Expect, s.out); ok {
+					t.Errorf("line %d: %s: output lacks %q (numbers may differ):\n%s", c.Line, c.Text, missing, s.out)
+				}
+			}
+		})
+	}
+}
+
+// Markers of labScript's sections on the console. They must not contain "svclab-":
+// the demo's last step reports a process whose command line has the lab's prefix as
+// left behind, and the script is the command line of the guest's shell.
+const (
+	sectionMarker = "=== vm-lab section "
+	statusMarker  = "=== vm-lab status "
+)
+
+// labScript is the guest's shell script: the demo's IPVS step, then each
+// tutorial's commands as a learner types them, each between markers with its exit
+// status. A failed command does not stop the rest: the VM is thrown away after.
+func labScript(names []string, tuts map[string]*tutorial.Tutorial) string {
+	var b strings.Builder
+	b.WriteString(labEnv + "set -o pipefail\n")
+	section := func(name, cmd string) {
+		fmt.Fprintf(&b, "echo '%s%s'\n{ %s\n} 2>&1 | cat\necho \"%s$?\"\n", sectionMarker, name, cmd, statusMarker)
+	}
+	section("demo", "svclab demo --control-plane=false --only ipvs")
+	for _, name := range names {
+		for i, c := range tuts[name].Commands {
+			section(fmt.Sprintf("%s %d", name, i), c.Text)
+		}
+	}
+	return b.String()
+}
+
+type section struct {
+	out    string
+	status int
+}
+
+// splitSections reads labScript's sections back from the guest's output.
+func splitSections(lines []string) map[string]section {
+	m := map[string]section{}
+	name := ""
+	var out []string
+	for _, l := range lines {
+		switch {
+		case strings.HasPrefix(l, sectionMarker):
+			name, out = strings.TrimPrefix(l, sectionMarker), nil
+		case strings.HasPrefix(l, statusMarker) && name != "":
+			n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(l, statusMarker)))
+			if err != nil {
+				n = -1
+			}
+			m[name] = section{out: strings.Join(out, "\n"), status: n}
+			name = ""
+		case name != "":
+			out = append(out, l)
+		}
+	}
+	return m
+}
