@@ -38,7 +38,10 @@
 //     instead of leaving clients to time out; the listeners take only what a
 //     portal redirected (SVCP-LISTENERS, a conntrack match), though they are
 //     bound to 0.0.0.0;
-//   - counters per service port (Stats) for metrics and the offload promoter.
+//   - counters per service port (Stats) for metrics and the offload promoter;
+//   - one IP family per Proxier (Config.Family): a dual-stack node runs two,
+//     the IPv6 one with listeners on :: and its portals in ip6tables, where
+//     nat REDIRECT works as in iptables.
 //
 // Established TCP connections are kept when their endpoint turns not-ready or
 // leaves, or their Service is deleted: the endpoint is no longer picked, and

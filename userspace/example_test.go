@@ -17,7 +17,7 @@ import (
 func ExampleRender() {
 	web := service.NamespacedName{Namespace: "default", Name: "web"}
 	empty := service.NamespacedName{Namespace: "default", Name: "empty"}
-	fmt.Printf("%s", userspace.Render([]userspace.Portal{{
+	fmt.Printf("%s", userspace.Render(service.IPv4, []userspace.Portal{{
 		Name:         service.PortName{NamespacedName: web, Port: "http", Protocol: service.TCP},
 		Protocol:     service.TCP,
 		IPs:          []netip.Addr{netip.MustParseAddr("198.18.0.10")},

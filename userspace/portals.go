@@ -19,8 +19,8 @@ const (
 	// hooked from nat PREROUTING.
 	ChainPortalsContainer = "SVCP-PORTALS-CONTAINER"
 	// ChainPortalsHost does the same for packets the node itself sends, hooked
-	// from nat OUTPUT. REDIRECT there rewrites the destination to 127.0.0.1,
-	// which a listener bound to 0.0.0.0 accepts.
+	// from nat OUTPUT. REDIRECT there rewrites the destination to 127.0.0.1
+	// (::1 in ip6tables), which a listener bound to 0.0.0.0 (::) accepts.
 	ChainPortalsHost = "SVCP-PORTALS-HOST"
 	// ChainReject REJECTs packets for the virtual addresses of a port without
 	// endpoints, so clients fail at once instead of timing out. It is hooked from
@@ -36,7 +36,9 @@ const (
 	// to 0.0.0.0, so anyone who reaches a node address could connect to one
 	// directly and be proxied without ever addressing the Service; this chain
 	// lets through what conntrack says a portal redirected (ctstate DNAT) and
-	// REJECTs the other new connections. Hooked from filter INPUT.
+	// REJECTs the other new connections. Hooked from filter INPUT. (The IPv6
+	// listeners are bound to ::, IPv6 only, and guarded the same way in
+	// ip6tables.)
 	//
 	// Its first rule also keeps conntrack running in the namespace: with
 	// iptables-nft the kernel tracks connections only while some rule needs
@@ -80,7 +82,8 @@ type Portal struct {
 	Name     service.PortName
 	Protocol service.Protocol // TCP or UDP
 	// IPs are the addresses clients send to: ClusterIPs, external IPs, then
-	// load-balancer IPs. Only IPv4 ones are rendered (iptables, not ip6tables).
+	// load-balancer IPs. Only those of the family rendered are written: the
+	// IPv4 ones into iptables' text, the IPv6 ones into ip6tables'.
 	IPs      []netip.Addr
 	Port     uint16
 	NodePort uint16 // 0: none
@@ -95,16 +98,23 @@ type Portal struct {
 	Excluded bool
 }
 
-// Render returns the iptables-restore text of the portals: the filter table first
-// (so that the REJECTs are in place before a portal is removed), then nat. Every
-// chain of ours is declared, so it is created or flushed; the hooks are not part
-// of the text (EnsureRule adds them). Portals are rendered in the order given.
-func Render(portals []Portal) []byte {
+// Render returns the iptables-restore text of the portals of one IP family
+// (ip6tables-restore text for IPv6): the filter table first (so that the
+// REJECTs are in place before a portal is removed), then nat. Every chain of
+// ours is declared, so it is created or flushed; the hooks are not part of the
+// text (EnsureRule adds them). Portals are rendered in the order given. The two
+// families' texts differ only in the addresses, their masks (/32, /128) and
+// the ICMP message of a REJECT: nat REDIRECT works in ip6tables as in
+// iptables.
+func Render(fam service.Family, portals []Portal) []byte {
 	var listeners, filter, container, host bytes.Buffer
 	listeners.WriteString("-A " + ChainListeners + ` -m conntrack --ctstate DNAT -m comment --comment "redirected by a portal" -j RETURN` + "\n")
+	reject := "-j REJECT --reject-with icmp-port-unreachable"
+	if fam == service.IPv6 {
+		reject = "-j REJECT --reject-with icmp6-port-unreachable"
+	}
 	for _, p := range portals {
 		proto := strings.ToLower(string(p.Protocol))
-		const reject = "-j REJECT --reject-with icmp-port-unreachable"
 		if p.Listener != 0 {
 			// Only new connections: a packet of an established one is never
 			// dropped here, whatever conntrack recorded about it.
@@ -120,8 +130,8 @@ func Render(portals []Portal) []byte {
 				why = p.Name.String() + " has no listener"
 			}
 			match := fmt.Sprintf("-p %s -m comment --comment %q -m %s --dport", proto, why, proto)
-			for _, ip := range ipv4Only(p.IPs) {
-				fmt.Fprintf(&filter, "-A %s -d %s/32 %s %d %s\n", ChainReject, ip, match, p.Port, reject)
+			for _, ip := range fam.Addrs(p.IPs) {
+				fmt.Fprintf(&filter, "-A %s -d %s/%d %s %d %s\n", ChainReject, ip, fam.Bits(), match, p.Port, reject)
 			}
 			if p.NodePort != 0 {
 				fmt.Fprintf(&filter, "-A %s %s %d %s\n", ChainNodePortsReject, match, p.NodePort, reject)
@@ -129,8 +139,8 @@ func Render(portals []Portal) []byte {
 			continue
 		}
 		match := fmt.Sprintf("-p %s -m comment --comment %q -m %s --dport", proto, p.Name.String(), proto)
-		for _, ip := range ipv4Only(p.IPs) {
-			rule := fmt.Sprintf("-d %s/32 %s %d -j REDIRECT --to-ports %d\n", ip, match, p.Port, p.Listener)
+		for _, ip := range fam.Addrs(p.IPs) {
+			rule := fmt.Sprintf("-d %s/%d %s %d -j REDIRECT --to-ports %d\n", ip, fam.Bits(), match, p.Port, p.Listener)
 			fmt.Fprintf(&container, "-A %s %s", ChainPortalsContainer, rule)
 			fmt.Fprintf(&host, "-A %s %s", ChainPortalsHost, rule)
 		}
@@ -157,10 +167,6 @@ func writeTable(b *bytes.Buffer, table iptables.Table, chains []string, rules []
 func renderCleanup() []byte {
 	return append(iptables.DeleteChains(iptables.TableNAT, natChains...),
 		iptables.DeleteChains(iptables.TableFilter, filterChains...)...)
-}
-
-func ipv4Only(ips []netip.Addr) []netip.Addr {
-	return slices.DeleteFunc(slices.Clone(ips), func(a netip.Addr) bool { return !a.Unmap().Is4() })
 }
 
 // portalsOf lists the portals of the served ports, those exclude names (nil:

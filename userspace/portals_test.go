@@ -50,8 +50,8 @@ func TestRenderGolden(t *testing.T) {
 		name, golden string
 		got          []byte
 	}{
-		{"portals", "portals.golden", Render(testPortals)},
-		{"no portals", "portals-empty.golden", Render(nil)},
+		{"portals", "portals.golden", Render(service.IPv4, testPortals)},
+		{"no portals", "portals-empty.golden", Render(service.IPv4, nil)},
 		{"cleanup", "cleanup.golden", renderCleanup()},
 	}
 	for _, tt := range tests {
@@ -84,11 +84,11 @@ func loadPortals(t *testing.T) *iptables.Fake {
 	t.Helper()
 	ipt := iptables.NewFake()
 	ipt.SetLocalAddrs(addrs("198.19.0.1", "127.0.0.1")...)
-	if err := apply(context.Background(), ipt, Render(testPortals)); err != nil {
+	if err := apply(context.Background(), ipt, Render(service.IPv4, testPortals)); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
 	// A second apply changes nothing: hooks are not duplicated.
-	if err := apply(context.Background(), ipt, Render(testPortals)); err != nil {
+	if err := apply(context.Background(), ipt, Render(service.IPv4, testPortals)); err != nil {
 		t.Fatalf("apply again: %v", err)
 	}
 	return ipt
@@ -148,3 +148,55 @@ func TestCleanupRemovesEverything(t *testing.T) {
 }
 
 func ap(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+// testPortals6 are the IPv6 side of a dual-stack node's services: the same
+// kinds of port, with the IPv6 addresses of IPv6 Services (the IPv4 ones of
+// a dual-stack Service are left out of ip6tables' text).
+var testPortals6 = []Portal{
+	{Name: portName("default/web", "http", service.TCP), Protocol: service.TCP,
+		IPs: addrs("2001:db8:18::10", "198.18.0.10"), Port: 80, NodePort: 30080, Listener: 40001, HasEndpoints: true},
+	{Name: portName("kube-system/dns", "dns", service.UDP), Protocol: service.UDP,
+		IPs: addrs("2001:db8:18::53"), Port: 53, Listener: 40002, HasEndpoints: true},
+	{Name: portName("default/empty", "", service.TCP), Protocol: service.TCP,
+		IPs: addrs("2001:db8:18::11"), Port: 8080, NodePort: 30081, Listener: 40003},
+}
+
+// TestPortalsIPv6 renders the portals for ip6tables and traces packets
+// through them in the Fake of ip6tables, which refuses IPv4 addresses and
+// ICMP types: REDIRECT is the same in both families, only the masks and the
+// REJECT's ICMPv6 message differ.
+func TestPortalsIPv6(t *testing.T) {
+	text := Render(service.IPv6, testPortals6)
+	checkGolden(t, "portals-ipv6.golden", text)
+	ipt := iptables.NewFakeFamily(iptables.IPv6)
+	ipt.SetLocalAddrs(addrs("2001:db8:19::1", "::1")...)
+	if err := apply(context.Background(), ipt, text); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	client, node := netip.MustParseAddr("2001:db8:19::2:2"), netip.MustParseAddr("2001:db8:19::1")
+	tests := []struct {
+		name     string
+		pkt      iptables.Packet
+		verdict  string
+		redirect uint16
+	}{
+		{"ClusterIP from a pod", iptables.Packet{Src: client, Dst: ap("[2001:db8:18::10]:80"), InIface: "eth0"}, "ACCEPT", 40001},
+		{"ClusterIP from the node", iptables.Packet{Src: node, Dst: ap("[2001:db8:18::10]:80"), Local: true}, "ACCEPT", 40001},
+		{"UDP ClusterIP", iptables.Packet{Proto: "udp", Src: client, Dst: ap("[2001:db8:18::53]:53"), InIface: "eth0"}, "ACCEPT", 40002},
+		{"no endpoints", iptables.Packet{Src: client, Dst: ap("[2001:db8:18::11]:8080"), InIface: "eth0"}, "REJECT", 0},
+		{"no endpoints on the node port", iptables.Packet{Src: client, Dst: ap("[2001:db8:19::1]:30081"), InIface: "eth0"}, "REJECT", 0},
+		{"node port with endpoints: the listener takes it", iptables.Packet{Src: client, Dst: ap("[2001:db8:19::1]:30080"), InIface: "eth0"}, "ACCEPT", 0},
+		{"straight to a listener", iptables.Packet{Src: client, Dst: ap("[2001:db8:19::1]:40001"), InIface: "eth0"}, "REJECT", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, err := ipt.Trace(tt.pkt)
+			if err != nil {
+				t.Fatalf("trace: %v", err)
+			}
+			if tr.Verdict != tt.verdict || tr.Redirect != tt.redirect {
+				t.Errorf("got %s redirect :%d, want %s redirect :%d\n%s", tr.Verdict, tr.Redirect, tt.verdict, tt.redirect, tr)
+			}
+		})
+	}
+}

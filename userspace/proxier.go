@@ -34,13 +34,21 @@ const (
 // ErrClosed is returned by Sync after Shutdown.
 var ErrClosed = errors.New("userspace proxier is shut down")
 
-// Config configures a Proxier. The zero value is usable: listeners on kernel-chosen
-// ports of 0.0.0.0, no portals, the wall clock.
+// Config configures a Proxier. The zero value is usable: IPv4, listeners on
+// kernel-chosen ports of 0.0.0.0, no portals, the wall clock.
 type Config struct {
-	// BindAddress is the IPv4 address the listeners bind. If invalid (the zero
-	// netip.Addr), 0.0.0.0: REDIRECT sends packets to the address of the interface
-	// they came in on (127.0.0.1 for the node's own packets), so only a wildcard
-	// listener is reached from everywhere.
+	// Family is the IP family served: IPv4 (also when empty) or IPv6. A
+	// dual-stack node runs one Proxier per family, each fed its family's view
+	// of the Snapshot (service.Snapshot.Family) and given its family's
+	// IPTables (ip6tables for IPv6), as kube-proxy runs one proxier per
+	// family. An IPv6 Proxier's listeners are IPv6-only sockets, so both
+	// families' listeners may have the same port.
+	Family service.Family
+
+	// BindAddress is the address the listeners bind, of Family. If invalid (the
+	// zero netip.Addr), 0.0.0.0 (:: for IPv6): REDIRECT sends packets to the
+	// address of the interface they came in on (127.0.0.1 or ::1 for the node's
+	// own packets), so only a wildcard listener is reached from everywhere.
 	BindAddress netip.Addr
 
 	// PortRange is where listener ports come from (--proxy-port-range). The zero
@@ -129,8 +137,14 @@ type Proxier struct {
 
 // New returns a Proxier that serves nothing until the first Sync.
 func New(cfg Config) *Proxier {
+	if cfg.Family != service.IPv6 {
+		cfg.Family = service.IPv4
+	}
 	if !cfg.BindAddress.IsValid() {
 		cfg.BindAddress = netip.IPv4Unspecified()
+		if cfg.Family == service.IPv6 {
+			cfg.BindAddress = netip.IPv6Unspecified()
+		}
 	}
 	if cfg.UDPIdleTimeout <= 0 {
 		cfg.UDPIdleTimeout = DefaultUDPIdleTimeout
@@ -202,20 +216,22 @@ func (p *Proxier) retryLater() {
 }
 
 // served reports whether the proxier serves a service port, and if not, why:
-// TCP and UDP ports that have an IPv4 virtual address (the portals are
-// iptables rules, IPv4 only) or a node port. A port with no address at all
-// (a headless Service) is simply not served, with no reason to report.
-func served(port *service.Port) (ok bool, why string) {
+// TCP and UDP ports that have a virtual address of the proxier's family (the
+// portals of one family are rules of its iptables) or a node port. A port with
+// no address at all (a headless Service) is simply not served, with no reason
+// to report. A dual-stack node feeds each family's Proxier only its family's
+// view of the Snapshot, where every Service has a ClusterIP of that family.
+func served(fam service.Family, port *service.Port) (ok bool, why string) {
 	if port.Protocol != service.TCP && port.Protocol != service.UDP {
 		return false, fmt.Sprintf("protocol %s: userspace mode serves TCP and UDP", port.Protocol)
 	}
 	svc := port.Service
 	vips := slices.Concat(svc.ClusterIPs, svc.ExternalIPs, svc.LoadBalancerIPs)
-	if port.NodePort != 0 || slices.ContainsFunc(vips, func(a netip.Addr) bool { return a.Unmap().Is4() }) {
+	if port.NodePort != 0 || len(fam.Addrs(vips)) > 0 {
 		return true, ""
 	}
 	if len(vips) > 0 {
-		return false, "IPv6 addresses only: userspace mode's portals are IPv4 iptables rules, so no listener is opened"
+		return false, fmt.Sprintf("%s addresses only: this proxier serves %s (a dual-stack node runs one per family)", fam.Other(), fam)
 	}
 	return false, ""
 }
@@ -225,7 +241,7 @@ func (p *Proxier) syncLocked(ctx context.Context) error {
 	p.unserved = p.unserved[:0]
 	if p.snap != nil {
 		for _, port := range p.snap.Ports() {
-			if ok, why := served(port); ok {
+			if ok, why := served(p.cfg.Family, port); ok {
 				want = append(want, port)
 			} else if why != "" {
 				p.unserved = append(p.unserved, UnservedPort{Name: port.Name.String(), Reason: why})
@@ -354,6 +370,8 @@ func (p *Proxier) listenOn(sp *servicePort, port uint16) (listener, error) {
 	case service.TCP:
 		var ln *net.TCPListener
 		err := p.cfg.NetNS(func() (err error) {
+			// An IPv6 address makes an IPv6-only socket ("tcp6", IPV6_V6ONLY):
+			// the IPv4 Proxier's listener may have the same port.
 			ln, err = listenTCP(addr)
 			return err
 		})
@@ -365,6 +383,15 @@ func (p *Proxier) listenOn(sp *servicePort, port uint16) (listener, error) {
 		return p.newUDPListener(sp, addr)
 	}
 	return nil, fmt.Errorf("protocol %s: not supported", sp.name.Protocol)
+}
+
+// network is "tcp4" or "tcp6" (proto "tcp"), "udp4" or "udp6" (proto "udp"):
+// the network of the proxier's family.
+func (p *Proxier) network(proto string) string {
+	if p.cfg.Family == service.IPv6 {
+		return proto + "6"
+	}
+	return proto + "4"
 }
 
 // Run retries failed syncs with backoff (500ms doubling to 30s), restores the

@@ -21,11 +21,12 @@ var ErrEndpointLoop = errors.New("endpoint leads back to this proxy")
 // dial.
 type selfAddrs struct {
 	// local are the addresses of this network namespace: a listener bound to
-	// 0.0.0.0 answers on each of them, and on all of 127.0.0.0/8.
+	// 0.0.0.0 answers on each of them, and on all of 127.0.0.0/8 (one bound to
+	// ::, on ::1).
 	local map[netip.Addr]bool
 	// listeners are the ports of the listeners and node ports, per protocol.
 	listeners map[service.Protocol]map[uint16]service.PortName
-	// vips are the IPv4 virtual addresses the portals redirect (ClusterIPs,
+	// vips are the virtual addresses (of the proxier's family) the portals redirect (ClusterIPs,
 	// external and load-balancer IPs, with the service port). Kubernetes
 	// documents that endpoints must not be virtual IPs; kube-proxy does not
 	// support them either.
@@ -79,8 +80,8 @@ func (p *Proxier) newSelfAddrs(previous *selfAddrs) *selfAddrs {
 			}
 		}
 		svc := sp.port.Service
-		for _, ip := range ipv4Only(slices.Concat(svc.ClusterIPs, svc.ExternalIPs, svc.LoadBalancerIPs)) {
-			s.vips[service.VIP{Protocol: name.Protocol, Addr: netip.AddrPortFrom(ip.Unmap(), sp.port.Port)}] = name
+		for _, ip := range p.cfg.Family.Addrs(slices.Concat(svc.ClusterIPs, svc.ExternalIPs, svc.LoadBalancerIPs)) {
+			s.vips[service.VIP{Protocol: name.Protocol, Addr: netip.AddrPortFrom(ip, sp.port.Port)}] = name
 		}
 		sp.mu.Unlock()
 	}

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 
 	"github.com/svcproxy/svcproxy/service"
@@ -49,15 +48,15 @@ type udpListener struct {
 func (p *Proxier) newUDPListener(sp *servicePort, addr netip.AddrPort) (*udpListener, error) {
 	var conn *net.UDPConn
 	err := p.cfg.NetNS(func() (err error) {
-		conn, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(addr))
+		conn, err = net.ListenUDP(p.network("udp"), net.UDPAddrFromAddrPort(addr))
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	// IP_PKTINFO: each datagram says the address it was sent to, so that the
-	// replies can leave from it.
-	if err := ipv4.NewPacketConn(conn).SetControlMessage(ipv4.FlagDst, true); err != nil {
+	// IP_PKTINFO (IPV6_PKTINFO): each datagram says the address it was sent
+	// to, so that the replies can leave from it.
+	if err := setPacketInfo(conn, p.cfg.Family); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -101,26 +100,30 @@ func (l *udpListener) start(p *Proxier) {
 func (p *Proxier) serveUDP(l *udpListener) {
 	defer close(l.opens)
 	buf := make([]byte, maxDatagram)
-	oob := ipv4.NewControlMessage(ipv4.FlagDst)
-	var cm ipv4.ControlMessage
+	oob := make([]byte, packetInfoSpace)
 	for {
 		n, oobn, _, client, err := l.conn.ReadMsgUDPAddrPort(buf, oob)
 		if errors.Is(err, net.ErrClosed) {
 			return
 		}
-		if err != nil || cm.Parse(oob[:oobn]) != nil || cm.Dst == nil {
+		if err != nil {
 			continue
 		}
-		p.forwardUDP(l, client, cm.Dst, buf[:n])
+		local, ok := parsePacketInfo(oob[:oobn], p.cfg.Family)
+		if !ok {
+			continue
+		}
+		p.forwardUDP(l, client, local, buf[:n])
 	}
 }
 
-// maxDatagram is the largest UDP payload over IPv4.
-const maxDatagram = 65507
+// maxDatagram is the largest UDP payload over IPv6 (without jumbograms); over
+// IPv4 it is 20 bytes less.
+const maxDatagram = 65527
 
 // forwardUDP sends one client datagram to its session's endpoint, or queues it
 // for a session being opened.
-func (p *Proxier) forwardUDP(l *udpListener, client netip.AddrPort, local net.IP, b []byte) {
+func (p *Proxier) forwardUDP(l *udpListener, client netip.AddrPort, local localAddr, b []byte) {
 	now := time.Now()
 	for range 2 { // a second time if the session ended as we took it
 		s, isNew, evicted := l.sessions.getOrAdd(client, now)
@@ -128,7 +131,7 @@ func (p *Proxier) forwardUDP(l *udpListener, client netip.AddrPort, local net.IP
 			l.endSession(evicted, true)
 		}
 		if isNew {
-			s.local = netip.AddrFrom4([4]byte(local.To4()))
+			s.local = local
 			s.queue(b)
 			select {
 			case l.opens <- s:
@@ -221,9 +224,12 @@ var errFDBudget = errors.New("file descriptor budget spent")
 // connected to ep: it then receives only ep's datagrams, and an ICMP port
 // unreachable from ep fails the next read or write with ECONNREFUSED.
 func (p *Proxier) udpSocket(ep netip.AddrPort) (int, error) {
-	family, sa := unix.AF_INET, unix.Sockaddr(&unix.SockaddrInet4{Addr: ep.Addr().Unmap().As4(), Port: int(ep.Port())})
-	if !ep.Addr().Unmap().Is4() {
-		family, sa = unix.AF_INET6, &unix.SockaddrInet6{Addr: ep.Addr().As16(), Port: int(ep.Port())}
+	var family int
+	var sa unix.Sockaddr
+	if a := ep.Addr().Unmap(); a.Is4() {
+		family, sa = unix.AF_INET, &unix.SockaddrInet4{Addr: a.As4(), Port: int(ep.Port())}
+	} else {
+		family, sa = unix.AF_INET6, &unix.SockaddrInet6{Addr: a.As16(), Port: int(ep.Port())}
 	}
 	var fd int
 	err := p.cfg.NetNS(func() (err error) {

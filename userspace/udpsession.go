@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 )
 
@@ -17,8 +16,8 @@ import (
 type udpSession struct {
 	l      *udpListener
 	client netip.AddrPort
-	local  netip.Addr // where the client's datagrams arrived: replies leave from there
-	oob    []byte     // IP_PKTINFO with local as the source, for the replies
+	local  localAddr // where the client's datagrams arrived: replies leave from there
+	oob    []byte    // IP_PKTINFO (IPV6_PKTINFO) with local as the source, for the replies
 
 	// lastActive is when a datagram last went either way (UnixNano), read by
 	// the table to find idle sessions.
@@ -62,7 +61,7 @@ func (s *udpSession) open(fd int, ep netip.AddrPort, replies *replyLoop) (int, e
 	if s.ended {
 		return 0, errSessionEnded
 	}
-	s.oob = (&ipv4.ControlMessage{Src: s.local.AsSlice()}).Marshal()
+	s.oob = s.local.replyInfo()
 	if err := replies.add(fd, s); err != nil {
 		return 0, err
 	}

@@ -62,7 +62,7 @@ func familyDataplane(cfg *Config, fam service.Family, mode, offloadMode string, 
 	}
 	switch mode {
 	case dataplane.ModeUserspace:
-		uc, err := userspaceConfig(cfg, ipt, log)
+		uc, err := userspaceConfig(cfg, fam, ipt, log)
 		if err != nil {
 			return nil, err
 		}
@@ -70,7 +70,7 @@ func familyDataplane(cfg *Config, fam service.Family, mode, offloadMode string, 
 	case dataplane.ModeIPTables, dataplane.ModeNFTables, dataplane.ModeIPVS:
 		return kernelPath(cfg, fam, mode, ipt, nil)
 	case dataplane.ModeHybrid:
-		uc, err := userspaceConfig(cfg, ipt, log)
+		uc, err := userspaceConfig(cfg, fam, ipt, log)
 		if err != nil {
 			return nil, err
 		}
@@ -216,12 +216,15 @@ func ipvsPath(cfg *Config, fam service.Family, ipt kiptables.Interface, carried 
 	}, offloadipvs.DataplaneConfig{SyncPeriod: cfg.SyncPeriod})
 }
 
-func userspaceConfig(cfg *Config, ipt kiptables.Interface, log *slog.Logger) (userspace.Config, error) {
+// userspaceConfig is the userspace proxier of family fam: its listeners bind
+// 0.0.0.0 or ::, its portals go to iptables or ip6tables (ipt).
+func userspaceConfig(cfg *Config, fam service.Family, ipt kiptables.Interface, log *slog.Logger) (userspace.Config, error) {
 	pr, err := userspace.ParsePortRange(cfg.ProxyPortRange)
 	if err != nil {
 		return userspace.Config{}, fmt.Errorf("--proxy-port-range: %w", err)
 	}
 	return userspace.Config{
+		Family:         fam,
 		PortRange:      pr,
 		UDPIdleTimeout: cfg.UDPIdleTimeout,
 		UDPMaxSessions: cfg.UDPMaxSessions,

@@ -28,7 +28,7 @@ func servedFamilies(cfg *Config, mode, offloadMode string, log *slog.Logger) []s
 // ipv6Supported says why this namespace (or mode) cannot serve IPv6, or nil.
 func ipv6Supported(mode, offloadMode string) error {
 	switch {
-	case mode == dataplane.ModeIPTables, mode == dataplane.ModeIPVS:
+	case mode == dataplane.ModeIPTables, mode == dataplane.ModeIPVS, mode == dataplane.ModeUserspace:
 	default:
 		return fmt.Errorf("--mode %s serves IPv4 only (see docs/operations.md, Dual-stack)", mode)
 	}

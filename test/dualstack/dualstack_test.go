@@ -28,9 +28,11 @@ func TestMain(m *testing.M) { os.Exit(testbin.Main(m)) }
 //	web     198.18.0.10  2001:db8:18::10  NodePort 30080, three endpoints per family
 //	sticky  198.18.0.11  2001:db8:18::11  ClientIP affinity, the same endpoints
 //	empty   198.18.0.12  2001:db8:18::12  NodePort 30081, no endpoints
+//	dns     198.18.0.13  2001:db8:18::13  UDP port 53, the same endpoints
 //
-// The endpoints are three servers in the backend namespace (ports 8081-8083,
-// on its IPv4 and its IPv6 address), one EndpointSlice each per addressType.
+// The endpoints are three servers in the backend namespace (TCP and UDP ports
+// 8081-8083, on its IPv4 and its IPv6 address), one EndpointSlice each per
+// addressType.
 func manifests() string {
 	var b strings.Builder
 	svc := func(name, v4, v6, extra string) {
@@ -48,7 +50,12 @@ spec:
 	svc("web", "198.18.0.10", "2001:db8:18::10", "  type: NodePort\n  ports: [{name: http, port: 80, targetPort: http, nodePort: 30080}]\n")
 	svc("sticky", "198.18.0.11", "2001:db8:18::11", "  sessionAffinity: ClientIP\n  ports: [{name: http, port: 80, targetPort: http}]\n")
 	svc("empty", "198.18.0.12", "2001:db8:18::12", "  type: NodePort\n  ports: [{name: http, port: 80, targetPort: http, nodePort: 30081}]\n")
-	for _, name := range []string{"web", "sticky"} {
+	svc("dns", "198.18.0.13", "2001:db8:18::13", "  ports: [{name: dns, port: 53, protocol: UDP, targetPort: dns}]\n")
+	for _, name := range []string{"web", "sticky", "dns"} {
+		port, proto := "http", "TCP"
+		if name == "dns" {
+			port, proto = "dns", "UDP"
+		}
 		for i := range 3 {
 			for _, f := range []struct{ typ, addr string }{
 				{"IPv4", proxytest.BackendAddr.Addr().String()}, {"IPv6", proxytest.BackendAddr6.Addr().String()},
@@ -57,10 +64,10 @@ spec:
 kind: EndpointSlice
 metadata: {name: %s-%s-%d, namespace: default, labels: {kubernetes.io/service-name: %s}}
 addressType: %s
-ports: [{name: http, port: %d, protocol: TCP}]
+ports: [{name: %s, port: %d, protocol: %s}]
 endpoints: [{addresses: ["%s"], conditions: {ready: true}}]
 ---
-`, name, strings.ToLower(f.typ), i, name, f.typ, 8081+i, f.addr)
+`, name, strings.ToLower(f.typ), i, name, f.typ, port, 8081+i, proto, f.addr)
 			}
 		}
 	}
@@ -69,19 +76,19 @@ endpoints: [{addresses: ["%s"], conditions: {ready: true}}]
 
 // family is what the checks need of one IP family.
 type family struct {
-	name               string
-	client, node       netip.Addr
-	web, sticky, empty netip.Addr
-	nodeOnBackend      string // the node's address on the backend's link: what masquerade shows
+	name                    string
+	client, node            netip.Addr
+	web, sticky, empty, dns netip.Addr
+	nodeOnBackend           string // the node's address on the backend's link: what masquerade shows
 }
 
 var families = []family{
 	{"IPv4", proxytest.ClientAddr.Addr(), proxytest.NodeAddrC.Addr(),
 		netip.MustParseAddr("198.18.0.10"), netip.MustParseAddr("198.18.0.11"), netip.MustParseAddr("198.18.0.12"),
-		proxytest.NodeAddrB.Addr().String()},
+		netip.MustParseAddr("198.18.0.13"), proxytest.NodeAddrB.Addr().String()},
 	{"IPv6", proxytest.ClientAddr6.Addr(), proxytest.NodeAddrC6.Addr(),
 		netip.MustParseAddr("2001:db8:18::10"), netip.MustParseAddr("2001:db8:18::11"), netip.MustParseAddr("2001:db8:18::12"),
-		proxytest.NodeAddrB6.Addr().String()},
+		netip.MustParseAddr("2001:db8:18::13"), proxytest.NodeAddrB6.Addr().String()},
 }
 
 // The modes that serve IPv6, with the flags each needs here.
@@ -92,6 +99,7 @@ var modes = []struct {
 	viaNode bool
 }{
 	{"iptables", nil, false},
+	{"userspace", nil, true},
 }
 
 func TestDualStack(t *testing.T) {
@@ -189,6 +197,22 @@ func checkFamily(t *testing.T, e *proxytest.Env, f family, viaNode bool) {
 			t.Errorf("%s without endpoints: %v, want connection refused (REJECT)", dst, err)
 		}
 	}
+	// UDP: each client socket (a new source port) is a new flow, or a new
+	// session in userspace mode; the replies come back from the ClusterIP
+	// (the socket is connected to it and takes nothing else).
+	seen = map[string]int{}
+	for range 30 {
+		name, _, err := askUDP(e.Client, hostPort(f.dns, 53))
+		if err != nil {
+			t.Fatalf("UDP ClusterIP %s: %v", f.dns, err)
+		}
+		seen[name]++
+	}
+	for _, n := range []string{"e8081", "e8082", "e8083"} {
+		if seen[n] == 0 {
+			t.Errorf("UDP ClusterIP %s: endpoint %s never answered in 30 flows: %v", f.dns, n, seen)
+		}
+	}
 }
 
 // checkNothingLeft: no chain, rule, table or address of svcproxy in either family.
@@ -233,21 +257,74 @@ func ask(ns *netnstest.NS, dst string) (name, peer string, err error) {
 	return name, peer, nil
 }
 
+// askUDP sends a datagram from ns to dst and reads the endpoint's reply: its
+// name and the client address it saw.
+func askUDP(ns *netnstest.NS, dst string) (name, peer string, err error) {
+	var c net.Conn
+	if err := ns.Do(func() (err error) {
+		c, err = net.Dial("udp", dst)
+		return err
+	}); err != nil {
+		return "", "", err
+	}
+	defer c.Close()
+	// A lost datagram is retried, as a DNS client would.
+	buf := make([]byte, 512)
+	for range 5 {
+		if _, err := c.Write([]byte("who\n")); err != nil {
+			return "", "", err
+		}
+		_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		n, err := c.Read(buf)
+		if err == nil {
+			name, peer, _ = strings.Cut(strings.TrimSpace(string(buf[:n])), " ")
+			return name, peer, nil
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return "", "", err
+		}
+	}
+	return "", "", fmt.Errorf("%s: no reply to 5 datagrams", dst)
+}
+
 // serveIdents runs the three endpoints in the backend namespace: each
-// answers a connection with "e<port> <client address>" and closes it, on
-// both of the namespace's addresses.
+// answers a connection with "e<port> <client address>" and closes it, and
+// each datagram with the same line, on both of the namespace's addresses.
 func serveIdents(t *testing.T, ns *netnstest.NS) {
 	t.Helper()
 	var wg sync.WaitGroup
 	t.Cleanup(wg.Wait) // last: after the listeners below are closed
 	for port := 8081; port <= 8083; port++ {
 		var ln net.Listener
-		if err := ns.Do(func() (err error) { ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port)); return err }); err != nil {
+		var pc net.PacketConn
+		if err := ns.Do(func() (err error) {
+			if ln, err = net.Listen("tcp", fmt.Sprintf(":%d", port)); err != nil {
+				return err
+			}
+			pc, err = net.ListenPacket("udp", fmt.Sprintf(":%d", port))
+			return err
+		}); err != nil {
 			t.Fatal(err)
 		}
 		name := fmt.Sprintf("e%d", port)
 		wg.Go(func() { identServer(ln, name) })
-		t.Cleanup(func() { ln.Close() })
+		wg.Go(func() { identUDPServer(pc, name) })
+		t.Cleanup(func() { ln.Close(); pc.Close() })
+	}
+}
+
+func identUDPServer(pc net.PacketConn, name string) {
+	buf := make([]byte, 512)
+	for {
+		_, from, err := pc.ReadFrom(buf)
+		if errors.Is(err, net.ErrClosed) {
+			return
+		}
+		if err != nil {
+			continue
+		}
+		ap, _ := netip.ParseAddrPort(from.String())
+		_, _ = pc.WriteTo(fmt.Appendf(nil, "%s %s\n", name, ap.Addr().Unmap()), from)
 	}
 }
 
