@@ -320,6 +320,10 @@ func TestBuildRejectsInvalid(t *testing.T) {
 			s.Spec.Type = v1.ServiceTypeExternalName
 			s.Spec.ExternalName = "db.example.org.."
 		}), `spec.externalName "db.example.org..": not a DNS name`},
+		{"health check port without policy Local", svc("web", func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeNodePort
+			s.Spec.HealthCheckNodePort = 32081
+		}), `spec.healthCheckNodePort "32081": may only be set when type is LoadBalancer and externalTrafficPolicy is Local`},
 		{"bad traffic policy", svc("web", func(s *v1.Service) { s.Spec.ExternalTrafficPolicy = "Nearby" }),
 			`spec.externalTrafficPolicy "Nearby": must be Cluster or Local`},
 		{"bad source range", svc("web", func(s *v1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"203.0.113.0/33"} }),
@@ -441,7 +445,6 @@ func TestBuildLoadBalancer(t *testing.T) {
 	}
 	s = lb(func(s *v1.Service) {
 		s.Annotations = map[string]string{annotationSourceRanges: "203.0.113.7/24,198.19.10.0/24"}
-		s.Spec.HealthCheckNodePort = 32000 // without policy Local there is no health check
 	})
 	wantRanges = []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.19.10.0/24")}
 	if !slices.Equal(s.LoadBalancerSourceRanges, wantRanges) || s.HealthCheckNodePort != 0 {

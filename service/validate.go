@@ -121,8 +121,13 @@ func validateService(obj *v1.Service) error {
 			}
 		}
 	}
-	if p := spec.HealthCheckNodePort; p < 0 || p > 65535 {
+	switch p := spec.HealthCheckNodePort; {
+	case p < 0 || p > 65535:
 		f.add("spec.healthCheckNodePort", strconv.Itoa(int(p)), "must be between 0 and 65535")
+	case p != 0 && (spec.Type != v1.ServiceTypeLoadBalancer || spec.ExternalTrafficPolicy != v1.ServiceExternalTrafficPolicyLocal):
+		// The API server refuses it too: only a LoadBalancer with policy Local
+		// has a health check for its load balancer to probe.
+		f.add("spec.healthCheckNodePort", strconv.Itoa(int(p)), "may only be set when type is LoadBalancer and externalTrafficPolicy is Local")
 	}
 	switch spec.SessionAffinity {
 	case "", v1.ServiceAffinityNone:
