@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
@@ -15,6 +14,9 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // pki is what the control plane's programs read at start: a CA, the API
@@ -128,29 +130,13 @@ func writeKey(path string) (*ecdsa.PrivateKey, error) {
 	return key, os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600)
 }
 
-// kubeconfigTemplate has one cluster, one token user and one context, all
-// named "svclab".
-const kubeconfigTemplate = `apiVersion: v1
-kind: Config
-clusters:
-- name: svclab
-  cluster:
-    server: %s
-    certificate-authority-data: %s
-users:
-- name: %s
-  user:
-    token: %s
-contexts:
-- name: svclab
-  context:
-    cluster: svclab
-    user: %s
-current-context: svclab
-`
-
-// writeKubeconfig writes a kubeconfig for user's token at server to path.
+// writeKubeconfig writes a kubeconfig for user's token at server to path: one
+// cluster, one user and one context, all named "svclab" but the user.
 func writeKubeconfig(path, server string, caPEM []byte, user, token string) error {
-	ca := base64.StdEncoding.EncodeToString(caPEM)
-	return os.WriteFile(path, fmt.Appendf(nil, kubeconfigTemplate, server, ca, user, token, user), 0o600)
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["svclab"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: caPEM}
+	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["svclab"] = &clientcmdapi.Context{Cluster: "svclab", AuthInfo: user}
+	cfg.CurrentContext = "svclab"
+	return clientcmd.WriteToFile(*cfg, path)
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
@@ -15,6 +14,9 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // adminUser is the one user of the token file, in system:masters: every
@@ -109,29 +111,13 @@ func selfSigned(key *ecdsa.PrivateKey) ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
 }
 
-// kubeconfigTemplate is a kubeconfig with one cluster, one token user and one
-// context, all named "kapitest".
-const kubeconfigTemplate = `apiVersion: v1
-kind: Config
-clusters:
-- name: kapitest
-  cluster:
-    server: %s
-    certificate-authority-data: %s
-users:
-- name: kapitest
-  user:
-    token: %s
-contexts:
-- name: kapitest
-  context:
-    cluster: kapitest
-    user: kapitest
-current-context: kapitest
-`
-
-// writeKubeconfig writes a kubeconfig for server to path.
+// writeKubeconfig writes a kubeconfig for server to path: one cluster, one
+// token user and one context, all named "kapitest".
 func writeKubeconfig(path, server string, c *credentials) error {
-	ca := base64.StdEncoding.EncodeToString(c.caPEM)
-	return os.WriteFile(path, fmt.Appendf(nil, kubeconfigTemplate, server, ca, c.token), 0o600)
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["kapitest"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: c.caPEM}
+	cfg.AuthInfos["kapitest"] = &clientcmdapi.AuthInfo{Token: c.token}
+	cfg.Contexts["kapitest"] = &clientcmdapi.Context{Cluster: "kapitest", AuthInfo: "kapitest"}
+	cfg.CurrentContext = "kapitest"
+	return clientcmd.WriteToFile(*cfg, path)
 }
