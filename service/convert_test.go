@@ -231,6 +231,32 @@ func TestUsableFallsBackToTerminating(t *testing.T) {
 	}
 }
 
+func TestLocalUsable(t *testing.T) {
+	e := func(addr, node string, ready, serving, terminating bool) Endpoint {
+		return Endpoint{Addr: netip.MustParseAddrPort(addr), NodeName: node, Ready: ready, Serving: serving, Terminating: terminating}
+	}
+	p := &Port{Endpoints: []Endpoint{
+		e("198.19.1.1:80", "a", true, true, false),
+		e("198.19.1.2:80", "b", true, true, false),
+		e("198.19.1.3:80", "b", false, true, true),
+	}}
+	if u := p.LocalUsable("a"); len(u) != 1 || u[0].Addr.String() != "198.19.1.1:80" {
+		t.Errorf("LocalUsable(a) = %v, want the ready endpoint on a", u)
+	}
+	if u := p.LocalUsable("b"); len(u) != 1 || u[0].Addr.String() != "198.19.1.2:80" {
+		t.Errorf("LocalUsable(b) = %v, want only the ready endpoint on b", u)
+	}
+	// No endpoint on b is ready now: its serving terminating one takes the
+	// traffic, although node a has a ready one (kube-proxy decides per node).
+	p.Endpoints[1].Ready = false
+	if u := p.LocalUsable("b"); len(u) != 1 || u[0].Addr.String() != "198.19.1.3:80" {
+		t.Errorf("LocalUsable(b) = %v, want the serving terminating endpoint on b", u)
+	}
+	if u := p.LocalUsable("c"); len(u) != 0 {
+		t.Errorf("LocalUsable(c) = %v, want none", u)
+	}
+}
+
 func TestBuildLegacyEndpoints(t *testing.T) {
 	legacy := &v1.Endpoints{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},

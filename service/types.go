@@ -190,6 +190,27 @@ func (p *Port) Usable() []Endpoint {
 	return out
 }
 
+// LocalUsable is Usable restricted to one node: the ready endpoints on node or,
+// when none of them is ready, its serving and terminating ones (kube-proxy's
+// CategorizeEndpoints). It is what a Local traffic policy sends traffic to; it
+// may be empty while Usable is not, and then that traffic is dropped.
+func (p *Port) LocalUsable(node string) []Endpoint {
+	var ready, terminating []Endpoint
+	for _, e := range p.Endpoints {
+		switch {
+		case e.NodeName != node:
+		case e.Ready:
+			ready = append(ready, e)
+		case e.Serving && e.Terminating:
+			terminating = append(terminating, e)
+		}
+	}
+	if len(ready) > 0 {
+		return ready
+	}
+	return terminating
+}
+
 func (p *Port) String() string { return p.Name.String() }
 
 // VIP is the key of a virtual address lookup: protocol and ClusterIP:port.

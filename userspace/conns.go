@@ -16,9 +16,10 @@ import (
 //     client sees a failure, never a clean FIN that looks like a complete, empty
 //     reply.
 type tcpConn struct {
-	client  *net.TCPConn
-	sp      *servicePort
-	copying atomic.Int32 // directions still copying
+	client   *net.TCPConn
+	sp       *servicePort
+	external bool         // came in through the node port: externalTrafficPolicy applies
+	copying  atomic.Int32 // directions still copying
 
 	mu      sync.Mutex
 	backend *net.TCPConn // nil until dialled

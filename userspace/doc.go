@@ -32,7 +32,11 @@
 //     listener socket and the address the client wrote to, so conntrack can
 //     turn them back into the Service's;
 //   - a Balancer: round-robin over the usable endpoints, ClientIP session
-//     affinity with the Service's timeout;
+//     affinity with the Service's timeout; a second one over the node's own
+//     endpoints, for the traffic a Local traffic policy governs (ClusterIP
+//     traffic for internalTrafficPolicy; node port, external and
+//     load-balancer IP traffic, whose portals lead to the node port's
+//     listener, for externalTrafficPolicy), as the kernel paths choose;
 //   - portals rendered as iptables-restore text (Render, a pure function) and
 //     applied in one transaction; a port with no endpoints is REJECTed at once
 //     instead of leaving clients to time out; the listeners take only what a

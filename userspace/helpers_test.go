@@ -44,7 +44,9 @@ type svcSpec struct {
 	svcPort   uint16
 	nodePort  uint16
 	affinity  service.Affinity
-	endpoints []string // "ip:port"; a "!" prefix marks the endpoint not ready
+	endpoints []string // "ip:port" or "ip:port@node"; a "!" prefix marks the endpoint not ready
+
+	internalLocal, externalLocal bool // the traffic policies
 }
 
 func (s svcSpec) build(t testing.TB) *service.Service {
@@ -55,9 +57,11 @@ func (s svcSpec) build(t testing.TB) *service.Service {
 		proto = service.TCP
 	}
 	svc := &service.Service{
-		NamespacedName: service.NamespacedName{Namespace: ns, Name: name},
-		Type:           service.TypeClusterIP,
-		Affinity:       s.affinity,
+		NamespacedName:      service.NamespacedName{Namespace: ns, Name: name},
+		Type:                service.TypeClusterIP,
+		Affinity:            s.affinity,
+		InternalPolicyLocal: s.internalLocal,
+		ExternalPolicyLocal: s.externalLocal,
 	}
 	if s.clusterIP != "" {
 		svc.ClusterIPs = []netip.Addr{netip.MustParseAddr(s.clusterIP)}
@@ -80,8 +84,9 @@ func (s svcSpec) build(t testing.TB) *service.Service {
 		if e[0] == '!' {
 			ready, e = false, e[1:]
 		}
+		e, node, _ := strings.Cut(e, "@")
 		p.Endpoints = append(p.Endpoints, service.Endpoint{
-			Addr: netip.MustParseAddrPort(e), Ready: ready, Serving: ready,
+			Addr: netip.MustParseAddrPort(e), Ready: ready, Serving: ready, NodeName: node,
 		})
 	}
 	svc.Ports = []*service.Port{p}

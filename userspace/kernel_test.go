@@ -43,7 +43,11 @@ const (
 	dnsTargetPort  = ":5353"
 )
 
-func newLab(t *testing.T) *lab {
+func newLab(t *testing.T) *lab { t.Helper(); return newLabWith(t, Config{}) }
+
+// newLabWith is newLab with the proxier configured by cfg (its IPTables, NetNS
+// and UDPIdleTimeout are the lab's).
+func newLabWith(t *testing.T, cfg Config) *lab {
 	t.Helper()
 	netnstest.RequireRoot(t, "iptables-restore", "iptables-save", "iptables")
 	l := &lab{node: netnstest.New(t), client: netnstest.New(t)}
@@ -64,7 +68,8 @@ func newLab(t *testing.T) *lab {
 	if l.ipt, err = iptables.New(iptables.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	l.p = startProxier(t, Config{IPTables: l.ipt, NetNS: l.node.Do, UDPIdleTimeout: time.Second})
+	cfg.IPTables, cfg.NetNS, cfg.UDPIdleTimeout = l.ipt, l.node.Do, time.Second
+	l.p = startProxier(t, cfg)
 	return l
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -21,6 +22,10 @@ import (
 type servicePort struct {
 	name     service.PortName
 	counters counters
+
+	// The Service's traffic policies, read on every new connection: Local
+	// sends that traffic to the node's own endpoints (Proxier.pickFrom).
+	internalLocal, externalLocal atomic.Bool
 
 	mu        sync.Mutex
 	port      *service.Port                // from the latest Snapshot
@@ -49,8 +54,10 @@ func (sp *servicePort) setPort(port *service.Port) {
 // offered:
 //
 //  1. the serving endpoints become the ones a new UDP session may track;
-//  2. the Balancer picks from the usable ones, but those check refuses (they
+//  2. the Balancer b picks from the usable ones, but those check refuses (they
 //     lead back into the proxier: the error says why, and Status shows it);
+//     for a Service with a Local traffic policy, local picks from those of
+//     them on node (service.Port.LocalUsable);
 //  3. UDP sessions to endpoints that stopped serving end: the next datagram of
 //     their client opens a session to a usable endpoint. kube-proxy's iptables
 //     and ipvs modes do the same by deleting those endpoints' UDP conntrack
@@ -60,7 +67,7 @@ func (sp *servicePort) setPort(port *service.Port) {
 // either the old state or the new one, never half of each.
 //
 // It returns the refused endpoints when they changed (for a log line).
-func (sp *servicePort) setEndpoints(b *Balancer, check func(netip.AddrPort) error) (refused []string, changed bool) {
+func (sp *servicePort) setEndpoints(b, local *Balancer, node string, check func(netip.AddrPort) error) (refused []string, changed bool) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	sp.endpoints = make(map[netip.AddrPort]bool, len(sp.port.Endpoints))
@@ -80,7 +87,21 @@ func (sp *servicePort) setEndpoints(b *Balancer, check func(netip.AddrPort) erro
 		pick = append(pick, e.Addr)
 	}
 	sp.pickable = len(pick)
-	b.SetPort(sp.name, sp.port.Service.Affinity, pick)
+	svc := sp.port.Service
+	b.SetPort(sp.name, svc.Affinity, pick)
+	if svc.InternalPolicyLocal || svc.ExternalPolicyLocal {
+		var mine []netip.AddrPort
+		for _, e := range sp.port.LocalUsable(node) {
+			if check(e.Addr) == nil {
+				mine = append(mine, e.Addr)
+			}
+		}
+		local.SetPort(sp.name, svc.Affinity, mine)
+	} else {
+		local.Forget(sp.name)
+	}
+	sp.internalLocal.Store(svc.InternalPolicyLocal)
+	sp.externalLocal.Store(svc.ExternalPolicyLocal)
 	for s, ep := range sp.sessions {
 		if !sp.endpoints[ep] {
 			s.Close()
@@ -141,6 +162,9 @@ type PortStatus struct {
 	NodePort uint16 `json:"nodePort,omitempty"`
 	// Endpoints are the usable endpoints, in round-robin order.
 	Endpoints []netip.AddrPort `json:"endpoints"`
+	// LocalEndpoints are those on this node, which the traffic a Local policy
+	// governs goes to; only for a Service with such a policy.
+	LocalEndpoints []netip.AddrPort `json:"localEndpoints,omitempty"`
 	// Error says why a listener could not be bound; the port's other listener and
 	// every other port are still served.
 	Error string `json:"error,omitempty"`
@@ -184,10 +208,11 @@ func (p *Proxier) Status() Status {
 	}
 	for name, sp := range p.ports {
 		ps := PortStatus{
-			Port:      name,
-			Name:      name.String(),
-			Endpoints: p.balancer.Endpoints(name),
-			Counters:  sp.counters.snapshot(),
+			Port:           name,
+			Name:           name.String(),
+			Endpoints:      p.balancer.Endpoints(name),
+			LocalEndpoints: p.local.Endpoints(name),
+			Counters:       sp.counters.snapshot(),
 		}
 		sp.mu.Lock()
 		if sp.listener != nil {

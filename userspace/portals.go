@@ -90,6 +90,13 @@ type Portal struct {
 	// Listener is the local port the portals redirect to; 0 when it could not be
 	// bound, which makes the port rejected like one without endpoints.
 	Listener uint16
+	// External are the addresses among IPs that bring external traffic
+	// (external IPs, load-balancer IPs). When ExternalListener is not 0 (the
+	// node port's listener, bound), their portals redirect there instead of to
+	// Listener, so that externalTrafficPolicy applies to them as to the node
+	// port.
+	External         []netip.Addr
+	ExternalListener uint16
 	// HasEndpoints is false when the port has no usable endpoint.
 	HasEndpoints bool
 	// Excluded ports (hybrid mode promoted them to a kernel path) get no
@@ -140,7 +147,11 @@ func Render(fam service.Family, portals []Portal) []byte {
 		}
 		match := fmt.Sprintf("-p %s -m comment --comment %q -m %s --dport", proto, p.Name.String(), proto)
 		for _, ip := range fam.Addrs(p.IPs) {
-			rule := fmt.Sprintf("-d %s/%d %s %d -j REDIRECT --to-ports %d\n", ip, fam.Bits(), match, p.Port, p.Listener)
+			to := p.Listener
+			if p.ExternalListener != 0 && slices.Contains(p.External, ip) {
+				to = p.ExternalListener
+			}
+			rule := fmt.Sprintf("-d %s/%d %s %d -j REDIRECT --to-ports %d\n", ip, fam.Bits(), match, p.Port, to)
 			fmt.Fprintf(&container, "-A %s %s", ChainPortalsContainer, rule)
 			fmt.Fprintf(&host, "-A %s %s", ChainPortalsHost, rule)
 		}
@@ -188,6 +199,10 @@ func portalsOf(ports map[service.PortName]*servicePort, exclude func(service.Por
 		}
 		if sp.listener != nil {
 			pt.Listener = sp.listener.port()
+		}
+		pt.External = slices.Concat(port.Service.ExternalIPs, port.Service.LoadBalancerIPs)
+		if sp.nodePort != nil {
+			pt.ExternalListener = sp.nodePort.port()
 		}
 		sp.mu.Unlock()
 		out = append(out, pt)

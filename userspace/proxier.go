@@ -81,6 +81,20 @@ type Config struct {
 	// Clock drives session affinity. If nil, the wall clock.
 	Clock Clock
 
+	// NodeName is this node's name (--hostname-override): an endpoint whose
+	// nodeName is this one is local. The traffic policies apply as in the
+	// kernel paths: internalTrafficPolicy Local sends what comes in through a
+	// ClusterIP to the local endpoints only, externalTrafficPolicy Local does
+	// the same for the node port, external IPs and load-balancer IPs; with no
+	// local endpoint such a connection is reset (the kernel drops it).
+	NodeName string
+
+	// ClusterCIDRs hold the pods' addresses (--cluster-cidr). External traffic
+	// from a pod, or from the node itself, goes to every usable endpoint even
+	// with externalTrafficPolicy Local, as kube-proxy short-circuits it: only
+	// traffic from outside the cluster is kept on the node.
+	ClusterCIDRs []netip.Prefix
+
 	// Exclude, if not nil, names the service ports that get no portal (and no
 	// REJECT rule): hybrid mode has promoted them to a kernel path, whose rules
 	// then decide alone. Their listeners stay open, so a connection a portal
@@ -109,7 +123,8 @@ var defaultDialTimeouts = []time.Duration{250 * time.Millisecond, 500 * time.Mil
 // feed it with Sync, stop it with Shutdown (or by cancelling Run's context).
 type Proxier struct {
 	cfg      Config
-	balancer *Balancer
+	balancer *Balancer // every usable endpoint of each port
+	local    *Balancer // the node's own, for the ports with a Local traffic policy
 
 	// ctx is cancelled when the proxier has shut down: it stops every goroutine
 	// the proxier owns (accept loops, connections, dials, UDP sessions), which wg
@@ -168,6 +183,7 @@ func New(cfg Config) *Proxier {
 	return &Proxier{
 		cfg:      cfg,
 		balancer: NewBalancer(cfg.Clock),
+		local:    NewBalancer(cfg.Clock),
 		ctx:      ctx,
 		cancel:   cancel,
 		conns:    newConnSet(),
@@ -236,6 +252,36 @@ func served(fam service.Family, port *service.Port) (ok bool, why string) {
 	return false, ""
 }
 
+// pickFrom is the Balancer a new connection or UDP session of sp picks its
+// endpoint from, as the kernel paths choose: the node's own endpoints for
+// traffic whose policy is Local, every usable endpoint otherwise. Traffic is
+// external when it came in through the node port listener, where the portals
+// also bring external IPs and load-balancer IPs (see Render); but external
+// traffic from a pod or from the node itself goes to every endpoint, as
+// kube-proxy short-circuits it ("pod traffic for external destinations").
+func (p *Proxier) pickFrom(sp *servicePort, external bool, client netip.Addr) *Balancer {
+	local := sp.internalLocal.Load()
+	if external {
+		local = sp.externalLocal.Load() && !p.fromInside(client)
+	}
+	if local {
+		return p.local
+	}
+	return p.balancer
+}
+
+// fromInside reports whether client is a pod (in Config.ClusterCIDRs) or the
+// node itself.
+func (p *Proxier) fromInside(client netip.Addr) bool {
+	for _, c := range p.cfg.ClusterCIDRs {
+		if c.Contains(client) {
+			return true
+		}
+	}
+	self := p.self.Load()
+	return client.IsLoopback() || (self != nil && self.local[client])
+}
+
 func (p *Proxier) syncLocked(ctx context.Context) error {
 	var want []*service.Port
 	p.unserved = p.unserved[:0]
@@ -269,6 +315,7 @@ func (p *Proxier) syncLocked(ctx context.Context) error {
 		if !seen[name] {
 			sp.closeListeners() // its open connections stay; see Sync
 			p.balancer.Forget(name)
+			p.local.Forget(name)
 			sp.closeSessions()
 			delete(p.ports, name)
 		}
@@ -276,7 +323,7 @@ func (p *Proxier) syncLocked(ctx context.Context) error {
 	self := p.newSelfAddrs(p.self.Load())
 	p.self.Store(self)
 	for name, sp := range p.ports {
-		refused, changed := sp.setEndpoints(p.balancer, func(ep netip.AddrPort) error { return self.check(name.Protocol, ep) })
+		refused, changed := sp.setEndpoints(p.balancer, p.local, p.cfg.NodeName, func(ep netip.AddrPort) error { return self.check(name.Protocol, ep) })
 		if changed {
 			for _, r := range refused {
 				p.cfg.Logger.Error("endpoint refused", "err", r)
@@ -304,7 +351,7 @@ func (p *Proxier) openListeners(sp *servicePort) ([]listener, error) {
 	var opened []listener
 	var errs []error
 	if sp.listener == nil {
-		l, err := p.listen(sp, 0)
+		l, err := p.listen(sp, 0, false)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("listener: %w", err))
 		} else {
@@ -318,7 +365,7 @@ func (p *Proxier) openListeners(sp *servicePort) ([]listener, error) {
 		sp.nodePort = nil
 	}
 	if sp.nodePort == nil && nodePort != 0 {
-		l, err := p.listen(sp, nodePort)
+		l, err := p.listen(sp, nodePort, true)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("nodePort %d: %w", nodePort, err))
 		} else {
@@ -342,10 +389,11 @@ type listener interface {
 }
 
 // listen binds a listener for sp on port, or on a port from the range (or the
-// kernel's choice) when port is 0.
-func (p *Proxier) listen(sp *servicePort, port uint16) (listener, error) {
+// kernel's choice) when port is 0. An external listener (the node port's) takes
+// the traffic that externalTrafficPolicy governs.
+func (p *Proxier) listen(sp *servicePort, port uint16, external bool) (listener, error) {
 	if port != 0 || p.cfg.PortRange.IsZero() {
-		return p.listenOn(sp, port)
+		return p.listenOn(sp, port, external)
 	}
 	r := p.cfg.PortRange
 	var lastErr error
@@ -355,7 +403,7 @@ func (p *Proxier) listen(sp *servicePort, port uint16) (listener, error) {
 		if p.nextPort > r.Max || p.nextPort < r.Min { // past the end, or wrapped at 65535
 			p.nextPort = r.Min
 		}
-		l, err := p.listenOn(sp, port)
+		l, err := p.listenOn(sp, port, external)
 		if err == nil {
 			return l, nil
 		}
@@ -364,7 +412,7 @@ func (p *Proxier) listen(sp *servicePort, port uint16) (listener, error) {
 	return nil, fmt.Errorf("no free port in range %s: %w", r, lastErr)
 }
 
-func (p *Proxier) listenOn(sp *servicePort, port uint16) (listener, error) {
+func (p *Proxier) listenOn(sp *servicePort, port uint16, external bool) (listener, error) {
 	addr := netip.AddrPortFrom(p.cfg.BindAddress, port)
 	switch sp.name.Protocol {
 	case service.TCP:
@@ -378,9 +426,9 @@ func (p *Proxier) listenOn(sp *servicePort, port uint16) (listener, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &tcpListener{ln: ln, sp: sp}, nil
+		return &tcpListener{ln: ln, sp: sp, external: external}, nil
 	case service.UDP:
-		return p.newUDPListener(sp, addr)
+		return p.newUDPListener(sp, addr, external)
 	}
 	return nil, fmt.Errorf("protocol %s: not supported", sp.name.Protocol)
 }

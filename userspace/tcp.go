@@ -18,8 +18,9 @@ import (
 // tcpListener accepts the connections of one service port: those the portals
 // redirect to it, or those sent to a node port.
 type tcpListener struct {
-	ln *net.TCPListener
-	sp *servicePort
+	ln       *net.TCPListener
+	sp       *servicePort
+	external bool // the node port's: externalTrafficPolicy applies
 }
 
 // Keep-alive of the client side of every proxied connection: Go's defaults
@@ -108,7 +109,7 @@ func (p *Proxier) serveTCP(l *tcpListener) {
 			p.fdExhausted("connection", nil)
 			continue
 		}
-		c := &tcpConn{client: client, sp: l.sp}
+		c := &tcpConn{client: client, sp: l.sp, external: l.external}
 		if !p.conns.add(c) {
 			c.abort() // shutting down
 			p.fds.give(2)
@@ -126,7 +127,7 @@ func (p *Proxier) proxyTCP(c *tcpConn) {
 	sp := c.sp
 	sp.counters.connOpened()
 	clientIP := c.client.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
-	backend, err := p.dialEndpoint(sp, clientIP)
+	backend, err := p.dialEndpoint(sp, p.pickFrom(sp, c.external, clientIP), clientIP)
 	if err != nil {
 		c.abort() // no endpoint answered: the client sees a reset, not an empty reply
 		p.endTCP(c)
@@ -166,14 +167,15 @@ func (p *Proxier) endTCP(c *tcpConn) {
 	p.fds.give(2)
 }
 
-// dialEndpoint tries endpoints with growing timeouts, as kube-proxy's tryConnect:
-// each failure resets the client's affinity, so the next attempt goes
-// round-robin to another endpoint, and counts as a dial failure of sp. Dials end
-// when the proxier's context does (the shutdown grace period is over).
-func (p *Proxier) dialEndpoint(sp *servicePort, client netip.Addr) (*net.TCPConn, error) {
+// dialEndpoint tries endpoints that b picks with growing timeouts, as
+// kube-proxy's tryConnect: each failure resets the client's affinity, so the
+// next attempt goes round-robin to another endpoint, and counts as a dial
+// failure of sp. Dials end when the proxier's context does (the shutdown grace
+// period is over).
+func (p *Proxier) dialEndpoint(sp *servicePort, b *Balancer, client netip.Addr) (*net.TCPConn, error) {
 	var errs []error
 	for _, timeout := range p.cfg.DialTimeouts {
-		ep, err := p.balancer.Pick(sp.name, client)
+		ep, err := b.Pick(sp.name, client)
 		if err != nil {
 			return nil, errors.Join(append(errs, err)...)
 		}
@@ -190,7 +192,7 @@ func (p *Proxier) dialEndpoint(sp *servicePort, client netip.Addr) (*net.TCPConn
 			p.fdExhausted("dial", err)
 		}
 		sp.counters.dialFailures.Add(1)
-		p.balancer.Reset(sp.name, client)
+		b.Reset(sp.name, client)
 		errs = append(errs, err)
 		if p.ctx.Err() != nil {
 			break

@@ -35,9 +35,10 @@ import (
 // client address; 20,000 clients of a DNS Service made 160 MiB of them.
 // Here a session is a socket and a few hundred bytes.
 type udpListener struct {
-	conn *net.UDPConn
-	sp   *servicePort
-	fds  *fdBudget
+	conn     *net.UDPConn
+	sp       *servicePort
+	external bool // the node port's: externalTrafficPolicy applies
+	fds      *fdBudget
 
 	sessions *sessionTable
 	opens    chan *udpSession // new sessions, from serveUDP to openSessions
@@ -45,7 +46,7 @@ type udpListener struct {
 	closed   atomic.Bool
 }
 
-func (p *Proxier) newUDPListener(sp *servicePort, addr netip.AddrPort) (*udpListener, error) {
+func (p *Proxier) newUDPListener(sp *servicePort, addr netip.AddrPort, external bool) (*udpListener, error) {
 	var conn *net.UDPConn
 	err := p.cfg.NetNS(func() (err error) {
 		conn, err = net.ListenUDP(p.network("udp"), net.UDPAddrFromAddrPort(addr))
@@ -66,9 +67,10 @@ func (p *Proxier) newUDPListener(sp *servicePort, addr netip.AddrPort) (*udpList
 		return nil, err
 	}
 	l := &udpListener{
-		conn: conn,
-		sp:   sp,
-		fds:  p.fds,
+		conn:     conn,
+		sp:       sp,
+		external: external,
+		fds:      p.fds,
 		// Room for a burst of new clients while a few sessions are set up; beyond
 		// it a new client's first datagram is dropped (it will retry), never the
 		// listener's read loop blocked.
@@ -151,7 +153,8 @@ func (p *Proxier) forwardUDP(l *udpListener, client netip.AddrPort, local localA
 			// The endpoint refused an earlier datagram (ICMP port unreachable):
 			// the next datagram gets another endpoint.
 			l.sp.counters.dialFailures.Add(1)
-			p.balancer.Reset(l.sp.name, client.Addr().Unmap())
+			clientIP := client.Addr().Unmap()
+			p.pickFrom(l.sp, l.external, clientIP).Reset(l.sp.name, clientIP)
 			l.endSession(s, true)
 			return
 		}
@@ -178,13 +181,14 @@ func (p *Proxier) openSessions(l *udpListener) {
 func (p *Proxier) openSession(l *udpListener, s *udpSession) error {
 	sp := l.sp
 	clientIP := s.client.Addr().Unmap()
-	ep, err := p.balancer.Pick(sp.name, clientIP)
+	b := p.pickFrom(sp, l.external, clientIP)
+	ep, err := b.Pick(sp.name, clientIP)
 	if err != nil {
 		return err
 	}
 	if err := p.self.Load().check(service.UDP, ep); err != nil {
 		sp.counters.dialFailures.Add(1)
-		p.balancer.Reset(sp.name, clientIP)
+		b.Reset(sp.name, clientIP)
 		return err
 	}
 	if !p.fds.take(1) && !l.makeRoom() {
@@ -198,7 +202,7 @@ func (p *Proxier) openSession(l *udpListener, s *udpSession) error {
 			p.fdExhausted("UDP session", err)
 		}
 		sp.counters.dialFailures.Add(1)
-		p.balancer.Reset(sp.name, clientIP)
+		b.Reset(sp.name, clientIP)
 		return err
 	}
 	if !sp.track(s, ep) { // the endpoint left while we picked it

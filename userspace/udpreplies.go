@@ -137,7 +137,8 @@ func (p *Proxier) relayReplies(l *udpListener, s *udpSession, buf []byte) {
 		if err != nil {
 			if !errors.Is(err, errSessionEnded) { // refused: the endpoint is not there
 				l.sp.counters.dialFailures.Add(1)
-				p.balancer.Reset(l.sp.name, s.client.Addr().Unmap())
+				clientIP := s.client.Addr().Unmap()
+				p.pickFrom(l.sp, l.external, clientIP).Reset(l.sp.name, clientIP)
 			}
 			l.endSession(s, true)
 			return

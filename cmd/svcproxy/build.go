@@ -230,6 +230,8 @@ func userspaceConfig(cfg *Config, fam service.Family, ipt kiptables.Interface, l
 		UDPMaxSessions: cfg.UDPMaxSessions,
 		ShutdownGrace:  cfg.ShutdownGrace,
 		IPTables:       ipt,
+		NodeName:       cfg.NodeName,
+		ClusterCIDRs:   cfg.ClusterCIDRs,
 		Logger:         log.With("component", "userspace"),
 	}, nil
 }
