@@ -50,9 +50,8 @@ func (p *Proxier) desired(snap *service.Snapshot) (wanted, []error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
-		usable := port.Usable()
-		internal := p.local(usable, svc.InternalPolicyLocal)
-		external := p.local(usable, svc.ExternalPolicyLocal)
+		internal := p.endpoints(port, svc.InternalPolicyLocal)
+		external := p.endpoints(port, svc.ExternalPolicyLocal)
 
 		// masq is the ip set of the address, if any: traffic to an external address
 		// with policy Local keeps its source (no masquerade).
@@ -101,18 +100,15 @@ func (p *Proxier) desired(snap *service.Snapshot) (wanted, []error) {
 	return w, errs
 }
 
-// local keeps the endpoints on this node when the traffic policy is Local.
-func (p *Proxier) local(eps []service.Endpoint, policyLocal bool) []service.Endpoint {
+// endpoints are what a virtual server of port sends to: every usable endpoint,
+// or, when the traffic policy is Local, this node's (service.Port.LocalUsable:
+// its ready ones, else its serving terminating ones, decided per node as
+// kube-proxy's CategorizeEndpoints decides).
+func (p *Proxier) endpoints(port *service.Port, policyLocal bool) []service.Endpoint {
 	if !policyLocal {
-		return eps
+		return port.Usable()
 	}
-	var out []service.Endpoint
-	for _, ep := range eps {
-		if ep.NodeName == p.cfg.NodeName {
-			out = append(out, ep)
-		}
-	}
-	return out
+	return port.LocalUsable(p.cfg.NodeName)
 }
 
 func (p *Proxier) scheduler(svc *service.Service) (string, error) {

@@ -156,6 +156,19 @@ func TestSyncChanges(t *testing.T) {
 		}), `
 			TCP  198.18.0.10:80 rr
 			  -> 198.19.1.2:8080              Masq    1      0          0`},
+		// Another node's ready endpoint does not hide this node's terminating
+		// one: with policy Local the choice is made per node (kube-proxy's
+		// CategorizeEndpoints), so the node keeps serving during a rollout.
+		{"local policy falls back to this node's terminating endpoint", web([]string{"198.19.1.2"}, func(s *service.Service) {
+			s.InternalPolicyLocal = true
+			mine := &s.Ports[0].Endpoints[0]
+			mine.Ready, mine.Terminating = false, true
+			other := *mine
+			other.Addr, other.NodeName, other.Ready, other.Terminating = netip.MustParseAddrPort("198.19.2.2:8080"), "node-b", true, false
+			s.Ports[0].Endpoints = append(s.Ports[0].Endpoints, other)
+		}), `
+			TCP  198.18.0.10:80 rr
+			  -> 198.19.1.2:8080              Masq    1      0          0`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
