@@ -29,6 +29,10 @@ func servedFamilies(cfg *Config, mode, offloadMode string, log *slog.Logger) []s
 func ipv6Supported(mode, offloadMode string) error {
 	switch {
 	case mode == dataplane.ModeIPTables, mode == dataplane.ModeIPVS, mode == dataplane.ModeUserspace:
+	case mode == dataplane.ModeHybrid && offloadMode == dataplane.ModeIPTables:
+		// Each family's hybrid promotes its own ports (a Promoter per family).
+	case mode == dataplane.ModeHybrid:
+		return fmt.Errorf("--mode hybrid --offload %s serves IPv4 only (see docs/operations.md, Dual-stack)", offloadMode)
 	default:
 		return fmt.Errorf("--mode %s serves IPv4 only (see docs/operations.md, Dual-stack)", mode)
 	}
@@ -44,6 +48,5 @@ func ipv6Supported(mode, offloadMode string) error {
 	if _, err := kiptables.New(kiptables.Config{Family: kiptables.IPv6}); err != nil {
 		return err
 	}
-	_ = offloadMode
 	return nil
 }

@@ -97,9 +97,15 @@ var modes = []struct {
 	flags []string
 	// viaNode: the backend sees the node, not the client (a userspace hop)
 	viaNode bool
+	// promote: drive web's IPv6 port hot and check that it alone moves
+	promote bool
 }{
-	{"iptables", nil, false},
-	{"userspace", nil, true},
+	{"iptables", nil, false, false},
+	{"userspace", nil, true, false},
+	// Every port starts in userspace. The checks make at most 33 connections
+	// to one port of a family (web: 30 + 3 to its NodePort), fewer than 20/s
+	// held for 3s asks, so only checkPromotion's burst promotes.
+	{"hybrid", []string{"--offload", "iptables", "--promote-conn-rate", "20", "--promote-after", "3s", "--demote-after", "0"}, true, true},
 }
 
 func TestDualStack(t *testing.T) {
@@ -129,6 +135,9 @@ func TestDualStack(t *testing.T) {
 			checkStatusFamilies(t, e)
 			for _, f := range families {
 				t.Run(f.name, func(t *testing.T) { checkFamily(t, e, f, m.viaNode) })
+			}
+			if m.promote {
+				t.Run("promote IPv6", func(t *testing.T) { checkPromotion(t, e, families[1], families[0]) })
 			}
 			// SIGKILL leaves every rule in place; --cleanup must remove them all.
 			_ = proxy.Process.Kill()
@@ -213,6 +222,57 @@ func checkFamily(t *testing.T, e *proxytest.Env, f family, viaNode bool) {
 			t.Errorf("UDP ClusterIP %s: endpoint %s never answered in 30 flows: %v", f.dns, n, seen)
 		}
 	}
+}
+
+// checkPromotion drives web's port in family hot (about 100 connections a
+// second) until hybrid promotes it to the iptables path of that family, and
+// checks that the other family's side of the same port stays in userspace:
+// each family has its own Promoter and counters. On the kernel path the
+// backend sees the client, every endpoint still answers, and the promoted
+// port's rules are in that family's iptables only.
+func checkPromotion(t *testing.T, e *proxytest.Env, hot, other family) {
+	const port = "default/web:http"
+	vip := hostPort(hot.web, 80)
+	b := proxytest.StartBurst(t, e.Client, vip, 10*time.Millisecond)
+	e.WaitFamilyPort(t, hot.name, port, "promoted to iptables", func(p proxytest.StatusPort) bool { return p.Path == "iptables" })
+	ok, failed, lastErr := b.Stop()
+	t.Logf("burst on %s: %d connections, %d failed", vip, ok, failed)
+	if failed > 0 {
+		t.Errorf("burst on %s: %d of %d connections failed across the promotion; last: %v", vip, failed, ok+failed, lastErr)
+	}
+	if p, err := e.TryFamilyPort(other.name, port); err != nil || p.Path != "userspace" {
+		t.Errorf("%s side of %s: %+v, %v; want it still in userspace", other.name, port, p, err)
+	}
+	seen := map[string]int{}
+	for range 30 {
+		name, peer, err := ask(e.Client, vip)
+		if err != nil {
+			t.Fatalf("promoted %s: %v", vip, err)
+		}
+		seen[name]++
+		if peer != hot.client.String() {
+			t.Errorf("promoted %s: %s saw %s, want the client's %s", vip, name, peer, hot.client)
+		}
+	}
+	for _, n := range []string{"e8081", "e8082", "e8083"} {
+		if seen[n] == 0 {
+			t.Errorf("promoted %s: endpoint %s never answered in 30 connections: %v", vip, n, seen)
+		}
+	}
+	if _, peer, err := ask(e.Client, hostPort(other.web, 80)); err != nil || peer != other.nodeOnBackend {
+		t.Errorf("%s in userspace: backend saw %q (%v), want the node's %s", other.web, peer, err, other.nodeOnBackend)
+	}
+	saves := map[string]string{"IPv4": "iptables-save", "IPv6": "ip6tables-save"}
+	portal := func(a netip.Addr) string {
+		return "-A SVCP-PORTALS-CONTAINER -d " + netip.PrefixFrom(a, a.BitLen()).String()
+	}
+	if save := e.Node.Run(t, saves[hot.name], "-t", "nat"); !strings.Contains(save, ":SVCP-SVC-") || strings.Contains(save, portal(hot.web)) {
+		t.Errorf("promoted %s: want an SVCP-SVC- chain and no portal in %s:\n%s", hot.web, saves[hot.name], save)
+	}
+	if save := e.Node.Run(t, saves[other.name], "-t", "nat"); strings.Contains(save, ":SVCP-SVC-") || !strings.Contains(save, portal(other.web)) {
+		t.Errorf("%s in userspace: want its portal and no SVCP-SVC- chain in %s:\n%s", other.web, saves[other.name], save)
+	}
+	e.LogMoves(t)
 }
 
 // checkNothingLeft: no chain, rule, table or address of svcproxy in either family.
