@@ -11,6 +11,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/service"
+	"github.com/svcproxy/svcproxy/service/watch"
 	"github.com/svcproxy/svcproxy/userspace"
 )
 
@@ -25,10 +26,11 @@ const (
 
 // Config is everything the flags say; run takes it and nothing else.
 type Config struct {
-	ServicesFile string
-	Kubeconfig   string
-	Mode         string
-	Offload      string
+	ServicesFile     string
+	ServicesMaxBytes int64
+	Kubeconfig       string
+	Mode             string
+	Offload          string
 
 	PromoteConnRate float64
 	PromoteAfter    time.Duration
@@ -60,6 +62,7 @@ func parseFlags(args []string) (*Config, error) {
 	c := &Config{}
 	fs := flag.NewFlagSet("svcproxy", flag.ContinueOnError)
 	fs.StringVar(&c.ServicesFile, "services", "", "Kubernetes manifests `FILE` (Services, EndpointSlices, Endpoints), reloaded when it changes")
+	fs.Int64Var(&c.ServicesMaxBytes, "services-max-bytes", watch.DefaultMaxFileBytes, "refuse a --services file larger than this many `BYTES`, keeping the last good state")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "watch the API server of this kubeconfig `FILE`; without --services or --kubeconfig, the in-cluster config")
 	fs.StringVar(&c.Mode, "mode", modeHybrid, "proxy mode: userspace, iptables, nftables, ipvs or hybrid")
 	fs.StringVar(&c.Offload, "offload", modeNFTables, "hybrid's kernel path: nftables, ipvs or iptables (nftables and ipvs fall back to iptables where the kernel or the nft tool lacks them)")
@@ -100,6 +103,9 @@ func parseFlags(args []string) (*Config, error) {
 	}
 	if c.ServicesFile != "" && c.Kubeconfig != "" {
 		errs = append(errs, errors.New("--services and --kubeconfig: choose one source"))
+	}
+	if c.ServicesMaxBytes < 1 {
+		errs = append(errs, fmt.Errorf("--services-max-bytes %d: must be at least 1", c.ServicesMaxBytes))
 	}
 	name, err := nodeName(c.NodeName, os.Hostname)
 	if err != nil {

@@ -2,7 +2,15 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/svcproxy/svcproxy/service/watch"
 )
 
 // The node name decides which endpoints are local (externalTrafficPolicy and
@@ -51,4 +59,47 @@ func TestParseFlagsNodeName(t *testing.T) {
 	if cfg.NodeName == "" {
 		t.Fatal("NodeName is empty without --hostname-override; want the hostname")
 	}
+}
+
+// TestServicesMaxBytes: --services-max-bytes bounds the manifests file as in
+// clusterdns (same name, same default); a file beyond it stops svcproxy at
+// startup with an error naming the file, its size, the bound and the flag,
+// before any rule is touched.
+func TestServicesMaxBytes(t *testing.T) {
+	cfg, err := parseFlags([]string{"--services", "x.yaml"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ServicesMaxBytes != watch.DefaultMaxFileBytes {
+		t.Errorf("default --services-max-bytes = %d, want %d", cfg.ServicesMaxBytes, watch.DefaultMaxFileBytes)
+	}
+	if _, err := parseFlags([]string{"--services-max-bytes", "0"}); err == nil || !strings.Contains(err.Error(), "--services-max-bytes 0") {
+		t.Errorf("--services-max-bytes 0: err %v, want one naming the flag", err)
+	}
+
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	manifest := "apiVersion: v1\nkind: Service\nmetadata: {name: web, namespace: default}\n" +
+		"spec: {clusterIP: 198.18.0.10, ports: [{name: http, port: 80, protocol: TCP}]}\n"
+	if err := os.WriteFile(path, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The file must hold still before it is read (settle); backdate it.
+	old := time.Now().Add(-time.Minute)
+	if err := os.Chtimes(path, old, old); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err = parseFlags([]string{"--services", path, "--services-max-bytes", "64", "--mode", "userspace"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = run(t.Context(), cfg, slog.New(slog.DiscardHandler))
+	if !errors.Is(err, watch.ErrFileTooLarge) {
+		t.Fatalf("run with a %d-byte file and --services-max-bytes 64: %v, want ErrFileTooLarge", len(manifest), err)
+	}
+	for _, want := range []string{path, fmt.Sprintf("%d bytes", len(manifest)), "64 bytes", "--services-max-bytes"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+	t.Log(err)
 }

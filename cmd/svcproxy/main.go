@@ -54,10 +54,14 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	w, err := watch.New(watch.Config{
 		Kubeconfig:    cfg.Kubeconfig,
 		ServicesFile:  cfg.ServicesFile,
+		MaxFileBytes:  cfg.ServicesMaxBytes,
 		MinSyncPeriod: cfg.MinSyncPeriod,
 		ResyncPeriod:  cfg.SyncPeriod,
 		Logger:        log,
 	})
+	if errors.Is(err, watch.ErrFileTooLarge) {
+		return fmt.Errorf("%w (raise --services-max-bytes to accept it)", err)
+	}
 	if err != nil {
 		return err
 	}

@@ -30,8 +30,10 @@ const DefaultMaxFileBytes = 32 << 20
 
 // ErrFileTooLarge is wrapped by the error about a manifests file larger than
 // Config.MaxFileBytes. At startup New returns it; on a reload it is logged and
-// the last good state stays in force.
-var ErrFileTooLarge = errors.New("larger than the limit (--services-max-bytes)")
+// the last good state stays in force. The error names the file, its size and
+// the bound, not a flag: the package does not know which flag set the bound
+// (both commands call it --services-max-bytes).
+var ErrFileTooLarge = errors.New("larger than the limit")
 
 const (
 	// settle is how long the file's size and modification time must hold
@@ -115,7 +117,7 @@ func (f *fileSource) read() (data []byte, st fileStamp, wait time.Duration, err 
 	}
 	st = fileStamp{size: fi.Size(), mtime: fi.ModTime()}
 	if st.size > f.maxBytes {
-		return nil, st, 0, fmt.Errorf("%s: %d bytes: %w (%d bytes)", f.path, st.size, ErrFileTooLarge, f.maxBytes)
+		return nil, st, 0, fmt.Errorf("%s: %d bytes: %w of %d bytes", f.path, st.size, ErrFileTooLarge, f.maxBytes)
 	}
 	if age := f.now().Sub(st.mtime); age < settle {
 		if age >= 0 {
@@ -137,7 +139,7 @@ func (f *fileSource) read() (data []byte, st fileStamp, wait time.Duration, err 
 		return nil, st, 0, err
 	}
 	if int64(len(data)) > f.maxBytes {
-		return nil, st, 0, fmt.Errorf("%s: %w (%d bytes)", f.path, ErrFileTooLarge, f.maxBytes)
+		return nil, st, 0, fmt.Errorf("%s: %w of %d bytes", f.path, ErrFileTooLarge, f.maxBytes)
 	}
 	after, err := file.Stat()
 	if err != nil {
