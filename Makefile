@@ -46,9 +46,15 @@ kapi:
 image: deps
 	$(GO) run ./deploy/image/mkimage -o $(BIN)/svcproxy-image.tar
 
-## test: everything, root-only tests included (they skip without root)
+## test: everything, root-only tests included (they skip without root); then
+## the userspace shutdown tests again under the race detector, the only way
+## TestShutdownRacesAccept sees a registration that races Shutdown's wait
+## (-race needs cgo: gcc, which deps installs)
 test: deps vet kapi
 	$(GO) test -count=1 -timeout $(TIMEOUT) ./...
+	@if [ "$$($(GO) env CGO_ENABLED)" = 1 ]; then \
+		$(GO) test -race -count=1 -run 'TestShutdown' ./userspace; \
+	else echo "test: no C compiler, so no -race run of ./userspace's shutdown tests"; fi
 
 ## bench: benchmarks with side-by-side ratios; figures go to docs/benchmarks.md
 bench: deps build

@@ -5,7 +5,8 @@
 set -eu
 
 PACKAGES="iptables nftables ipset ipvsadm conntrack iproute2 procps netbase dnsutils dnsmasq-base
-  qemu-system-x86 busybox-static cpio kmod xz-utils haproxy wrk dnsperf curl socat strace"
+  qemu-system-x86 busybox-static cpio kmod xz-utils haproxy wrk dnsperf curl socat strace
+  gcc libc6-dev"
 
 missing=""
 for p in $PACKAGES; do
