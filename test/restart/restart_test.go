@@ -1,11 +1,14 @@
 package restart
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -69,32 +72,42 @@ type phase struct {
 // SIGKILL restart and a shutdown, and counts the failed connections of each.
 func TestRestart(t *testing.T) {
 	netnstest.RequireRoot(t, "iptables-save", "iptables-restore")
+	// hybrid: web is promoted before the loop starts and never demoted.
+	hybrid := []string{"--mode", "hybrid", "--promote-conn-rate", "20", "--promote-after", "1s", "--demote-after", "0"}
 	modes := []struct {
-		mode  string
+		name  string
 		flags []string
 		// zero: the mode promises no failed connection across restarts.
 		zero bool
+		// promoted: in hybrid mode, the kernel path web is promoted to.
+		promoted string
 	}{
-		{"iptables", []string{"--mode", "iptables"}, true},
-		// web is promoted before the loop starts and never demoted.
-		{"hybrid", []string{"--mode", "hybrid", "--offload", "iptables", "--promote-conn-rate", "20", "--promote-after", "1s", "--demote-after", "0"}, true},
-		{"userspace", []string{"--mode", "userspace", "--shutdown-grace", "1s"}, false},
+		{"iptables", []string{"--mode", "iptables"}, true, ""},
+		{"nftables", []string{"--mode", "nftables"}, true, ""},
+		{"hybrid-iptables", append(slices.Clone(hybrid), "--offload", "iptables"), true, "iptables"},
+		{"hybrid-nftables", append(slices.Clone(hybrid), "--offload", "nftables"), true, "nftables"},
+		{"userspace", []string{"--mode", "userspace", "--shutdown-grace", "1s"}, false, ""},
 	}
 	var report []string
 	for _, m := range modes {
-		t.Run(m.mode, func(t *testing.T) {
-			phases := runMode(t, m.mode, m.flags)
+		t.Run(m.name, func(t *testing.T) {
+			if m.name == "nftables" || m.promoted == "nftables" {
+				if _, err := exec.LookPath("nft"); err != nil {
+					t.Skip("needs nft (package nftables)")
+				}
+			}
+			phases := runMode(t, m.name, m.promoted, m.flags)
 			for _, p := range phases {
-				line := fmt.Sprintf("%-9s %-16s %6d connections, %4d failed", m.mode, p.name, p.ok+p.failed, p.failed)
+				line := fmt.Sprintf("%-15s %-16s %6d connections, %4d failed", m.name, p.name, p.ok+p.failed, p.failed)
 				if p.lastErr != nil {
 					line += fmt.Sprintf(" (last: %v)", p.lastErr)
 				}
 				report = append(report, line)
 				if m.zero && p.name != "shutdown" && p.failed > 0 {
-					t.Errorf("%s: %d of %d connections failed across %s; last: %v", m.mode, p.failed, p.ok+p.failed, p.name, p.lastErr)
+					t.Errorf("%s: %d of %d connections failed across %s; last: %v", m.name, p.failed, p.ok+p.failed, p.name, p.lastErr)
 				}
-				if m.zero && p.name == "shutdown" && m.mode == "iptables" && p.failed > 0 {
-					t.Errorf("iptables: %d connections failed after svcproxy stopped: the rules must outlive it", p.failed)
+				if m.zero && p.name == "shutdown" && m.promoted == "" && p.failed > 0 {
+					t.Errorf("%s: %d connections failed after svcproxy stopped: the rules must outlive it", m.name, p.failed)
 				}
 			}
 		})
@@ -102,7 +115,7 @@ func TestRestart(t *testing.T) {
 	t.Logf("failed connections (1 ms loop; load average %s):\n%s", loadAverage(), strings.Join(report, "\n"))
 }
 
-func runMode(t *testing.T, mode string, flags []string) []phase {
+func runMode(t *testing.T, mode, promotedPath string, flags []string) []phase {
 	e := proxytest.New(t)
 	file := filepath.Join(e.Dir, "services.yaml")
 	if err := os.WriteFile(file, []byte(manifests), 0o644); err != nil {
@@ -116,8 +129,8 @@ func runMode(t *testing.T, mode string, flags []string) []phase {
 	// every port in userspace (portal first, so nothing is lost), and the loop
 	// makes web hot again before the next disruption.
 	promoted := func() {
-		if mode == "hybrid" {
-			e.WaitPort(t, "default/web:http", "promoted", func(p proxytest.StatusPort) bool { return p.Path == "iptables" })
+		if promotedPath != "" {
+			e.WaitPort(t, "default/web:http", "promoted", func(p proxytest.StatusPort) bool { return p.Path == promotedPath })
 		}
 	}
 	udp := udpFlow(t, e)
@@ -126,15 +139,21 @@ func runMode(t *testing.T, mode string, flags []string) []phase {
 		b := proxytest.StartBurst(t, e.Client, webVIP, time.Millisecond)
 		waitConnections(t, b, 50)
 		promoted()
+		if mode != "userspace" && !hasFlow(t, e, udp.src) {
+			t.Fatalf("%s: before the %s restart, no conntrack entry for the UDP flow %s", mode, sig, udp.src)
+		}
 		stop(t, e, sig)
 		e.Start(t, args...)
 		e.WaitHealthy(t)
 		waitConnections(t, b, 50) // well after the new process's first sync
 		ok, failed, last := b.Stop()
 		phases = append(phases, phase{"restart " + sig.String(), ok, failed, last})
-		if mode != "userspace" && !hasFlow(t, e, udp) {
-			t.Errorf("%s: after a %s restart the UDP flow %s lost its conntrack entry", mode, sig, udp)
+		// Nothing was sent on the flow since before the signal: an entry
+		// found now is the one made before the restart.
+		if mode != "userspace" && !hasFlow(t, e, udp.src) {
+			t.Errorf("%s: after a %s restart the UDP flow %s lost its conntrack entry", mode, sig, udp.src)
 		}
+		udp.send(t)
 	}
 	// Shutdown: SIGTERM and no new process, the loop going on for a second.
 	b := proxytest.StartBurst(t, e.Client, webVIP, time.Millisecond)
@@ -167,42 +186,44 @@ func waitConnections(t *testing.T, b *proxytest.Burst, n int64) {
 	})
 }
 
+// udp is a UDP flow from the client to the dns VIP: one socket, one
+// conntrack entry in the node. The backend does not answer (its ICMP port
+// unreachable makes no difference to the entry).
+type udp struct {
+	c   net.Conn
+	src netip.AddrPort
+}
+
 // udpFlow sends one datagram from the client to the dns VIP, making a
-// conntrack entry DNATed to the backend, and returns the client's address.
-func udpFlow(t *testing.T, e *proxytest.Env) netip.AddrPort {
+// conntrack entry DNATed to the backend. The node's UDP conntrack timeout is
+// raised to 10 minutes and nothing is sent across a restart: an entry found
+// after it is the one made before (a datagram sent meanwhile would make a new
+// one and hide the loss).
+func udpFlow(t *testing.T, e *proxytest.Env) *udp {
 	t.Helper()
-	var c net.Conn
+	e.Node.Sysctl(t, "net.netfilter.nf_conntrack_udp_timeout", "600")
+	u := &udp{}
 	if err := e.Client.Do(func() (err error) {
-		c, err = net.Dial("udp4", dnsVIP)
-		if err == nil {
-			_, err = c.Write([]byte("query"))
-		}
+		u.c, err = net.Dial("udp4", dnsVIP)
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	// Keep the flow alive as a client would (an unanswered UDP entry times
-	// out after 30s): a datagram every 200ms until the test ends.
-	done := make(chan struct{})
-	go keepSending(c, done)
-	t.Cleanup(func() { close(done); c.Close() })
-	src := netip.MustParseAddrPort(c.LocalAddr().String())
+	t.Cleanup(func() { u.c.Close() })
+	u.src = netip.MustParseAddrPort(u.c.LocalAddr().String())
+	u.send(t)
 	proxytest.WaitFor(t, "the UDP flow's conntrack entry", func() (bool, string) {
-		return hasFlow(t, e, src), "none"
+		return hasFlow(t, e, u.src), "none"
 	})
-	return src
+	return u
 }
 
-func keepSending(c net.Conn, done <-chan struct{}) {
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-done:
-			return
-		case <-tick.C:
-			_, _ = c.Write([]byte("query")) // ECONNREFUSED from the backend's ICMP: no matter
-		}
+// send sends one datagram on the flow.
+func (u *udp) send(t *testing.T) {
+	t.Helper()
+	// ECONNREFUSED is the backend's ICMP for an earlier datagram: no matter.
+	if _, err := u.c.Write([]byte("query")); err != nil && !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatal(err)
 	}
 }
 
