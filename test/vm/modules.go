@@ -8,7 +8,7 @@ var IPVSModules = []string{
 	"ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_lc", "ip_vs_wlc", "ip_vs_sh", "ip_vs_dh", "ip_vs_sed", "ip_vs_nq",
 	"veth", "dummy",
 	"x_tables", "nf_nat", "ip_tables", "iptable_nat", "iptable_filter", "xt_MASQUERADE", "xt_mark", "xt_comment",
-	"xt_addrtype", "xt_conntrack", "nfnetlink", "ip_set", "xt_set", "ip_set_hash_ip", "ip_set_hash_ipport",
+	"xt_addrtype", "xt_conntrack", "nfnetlink", "nf_conntrack_netlink", "ip_set", "xt_set", "ip_set_hash_ip", "ip_set_hash_ipport",
 	"ip_set_hash_ipportip", "ip_set_hash_ipportnet", "ip_set_hash_net", "ip_set_bitmap_port",
 	// hybrid mode's userspace portals: -m tcp/-m udp, REDIRECT, and REJECT for ports
 	// without endpoints.

@@ -1,0 +1,174 @@
+package guest
+
+import (
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// restartManifests is manifests plus default/dns, a UDP Service on the first
+// backend, for the conntrack entry a restart must leave alone.
+const restartManifests = manifests + `---
+apiVersion: v1
+kind: Service
+metadata: {name: dns, namespace: default}
+spec:
+  clusterIP: 198.18.0.31
+  ports: [{name: dns, port: 53, targetPort: 5353, protocol: UDP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: dns-1
+  namespace: default
+  labels: {kubernetes.io/service-name: dns}
+addressType: IPv4
+ports: [{name: dns, port: 5353, protocol: UDP}]
+endpoints:
+- {addresses: [198.19.1.2], conditions: {ready: true}}
+`
+
+var dnsVIP = netip.MustParseAddrPort("198.18.0.31:53")
+
+// udpFlow is a UDP "connection" from the client to a VIP: one socket, so
+// one conntrack entry in the director while it lasts.
+type udpFlow struct {
+	c   net.Conn
+	src netip.AddrPort
+}
+
+// startUDPFlow serves UDP echo on the first backend and opens a flow from the
+// client to vip that gets its echo. The director's UDP conntrack timeouts are
+// raised to 10 minutes, so that the entry outlives a slow restart under TCG by
+// itself: the test sends nothing across a restart, and an entry found after
+// it is the one made before, not a new one.
+func (l *lab) startUDPFlow(t *testing.T, vip netip.AddrPort) *udpFlow {
+	t.Helper()
+	l.director.sysctl(t, "net/netfilter/nf_conntrack_udp_timeout", "600")
+	l.director.sysctl(t, "net/netfilter/nf_conntrack_udp_timeout_stream", "600")
+	serveUDP(t, l.backend, netip.AddrPortFrom(backendIPs[0], 5353))
+	f := &udpFlow{}
+	l.client.do(t, func() (err error) { f.c, err = net.Dial("udp4", vip.String()); return err })
+	t.Cleanup(func() { f.c.Close() })
+	f.src = netip.MustParseAddrPort(f.c.LocalAddr().String())
+	f.exchange(t)
+	return f
+}
+
+// exchange sends a datagram and waits for its echo.
+func (f *udpFlow) exchange(t *testing.T) {
+	t.Helper()
+	buf := make([]byte, 64)
+	for range 10 { // a datagram may be lost while the first sync is applied
+		f.c.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := f.c.Write([]byte("query")); err != nil {
+			continue
+		}
+		if n, err := f.c.Read(buf); err == nil && string(buf[:n]) == "query" {
+			return
+		}
+	}
+	t.Fatalf("UDP flow %s -> %s: no echo in 10 tries", f.src, dnsVIP)
+}
+
+// hasEntry reports whether the director's conntrack table has f's entry.
+func (l *lab) hasEntry(t *testing.T, f *udpFlow, vip netip.AddrPort) bool {
+	t.Helper()
+	var found bool
+	l.director.do(t, func() error {
+		h, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
+		if err != nil {
+			return err
+		}
+		defer h.Close()
+		flows, err := h.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
+		if err != nil {
+			return err
+		}
+		for _, c := range flows {
+			if c.Forward.Protocol == unix.IPPROTO_UDP && c.Forward.SrcIP.String() == f.src.Addr().String() &&
+				c.Forward.SrcPort == f.src.Port() && c.Forward.DstIP.String() == vip.Addr().String() {
+				found = true
+			}
+		}
+		return nil
+	})
+	return found
+}
+
+// serveUDP echoes datagrams on addr until the test ends.
+func serveUDP(t *testing.T, ns *netNS, addr netip.AddrPort) {
+	t.Helper()
+	var pc net.PacketConn
+	ns.do(t, func() (err error) { pc, err = net.ListenPacket("udp4", addr.String()); return err })
+	var wg sync.WaitGroup
+	t.Cleanup(func() { pc.Close(); wg.Wait() })
+	wg.Go(func() { // the UDP backend
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return // closed
+			}
+			pc.WriteTo(buf[:n], from)
+		}
+	})
+}
+
+// TestSvcproxyRestartIPVS restarts svcproxy --mode ipvs (SIGTERM, then
+// SIGKILL) under a connection loop, then stops it: the virtual servers outlive
+// the process and a new one syncs nothing before its first Snapshot, so no
+// connection fails, and a UDP flow keeps its conntrack entry (issue 10,
+// point 1: the new process's first sync must not be an empty one).
+func TestSvcproxyRestartIPVS(t *testing.T) {
+	if _, err := os.Stat(svcproxyBin); err != nil {
+		t.Skipf("needs %s (test/vm puts it in the guest): %v", svcproxyBin, err)
+	}
+	l := newLab(t)
+	file := filepath.Join(t.TempDir(), "services.yaml")
+	must(t, os.WriteFile(file, []byte(restartManifests), 0o644))
+	vip := netip.MustParseAddrPort("198.18.0.30:80")
+	args := []string{"--mode", "ipvs", "--services", file, "--node-ip", nodeIP.String(), "--cluster-cidr", "198.19.0.0/16",
+		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}
+	signal := l.startSvcproxySignal(t, args...)
+	l.waitHealthy(t)
+	udp := l.startUDPFlow(t, dnsVIP)
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		if !l.hasEntry(t, udp, dnsVIP) {
+			t.Fatalf("before the %s restart: no conntrack entry for the UDP flow %s", sig, udp.src)
+		}
+		loop := l.startLoop(t, vip, time.Millisecond)
+		loop.waitMore(t, 20)
+		signal(sig)
+		signal = l.startSvcproxySignal(t, args...)
+		l.waitHealthy(t)
+		loop.waitMore(t, 20)
+		ok, failed, last := loop.stop()
+		t.Logf("ipvs restart %s: %d connections, %d failed (last: %v)", sig, ok+failed, failed, last)
+		if failed > 0 {
+			t.Errorf("ipvs restart %s: %d of %d connections failed; last: %v", sig, failed, ok+failed, last)
+		}
+		if !l.hasEntry(t, udp, dnsVIP) {
+			t.Errorf("ipvs restart %s: the UDP flow %s lost its conntrack entry", sig, udp.src)
+		}
+		udp.exchange(t)
+	}
+	// Shutdown: SIGTERM and no new process; the loop goes on for a second.
+	loop := l.startLoop(t, vip, time.Millisecond)
+	loop.waitMore(t, 20)
+	signal(syscall.SIGTERM)
+	time.Sleep(time.Second) // the loop runs on for a fixed time: what is measured
+	ok, failed, last := loop.stop()
+	t.Logf("ipvs shutdown: %d connections, %d failed (last: %v)", ok+failed, failed, last)
+	if failed > 0 {
+		t.Errorf("ipvs: %d connections failed after svcproxy stopped: the virtual servers must outlive it", failed)
+	}
+}
