@@ -15,12 +15,12 @@ import (
 )
 
 // TestSvcproxyHybridIPVS runs svcproxy --mode hybrid --offload ipvs: a burst
-// promotes default/web to IPVS, two restarts (SIGTERM, then SIGKILL) happen
-// while it is promoted and under the loop, and a trickle lets it be demoted. A
-// connection opened in userspace finishes after the promotion; one opened on
-// IPVS finishes after the demotion (the virtual server drains at weight 0
-// instead of being deleted with its connections); no connection of the loops
-// fails.
+// promotes default/web to IPVS and a trickle lets it be demoted; then, web
+// promoted again under a loop, svcproxy restarts (SIGTERM, then SIGKILL) and
+// finally shuts down. A connection opened in userspace finishes after the
+// promotion; one opened on IPVS finishes after the demotion (the virtual
+// server drains at weight 0 instead of being deleted with its connections);
+// no connection of the loops fails.
 func TestSvcproxyHybridIPVS(t *testing.T) {
 	if _, err := os.Stat(svcproxyBin); err != nil {
 		t.Skipf("needs %s (test/vm puts it in the guest): %v", svcproxyBin, err)
@@ -34,6 +34,14 @@ func TestSvcproxyHybridIPVS(t *testing.T) {
 		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}
 	signal := l.startSvcproxySignal(t, args...)
 	l.waitHealthy(t)
+	report := func(what string, lp *loop) { // stops lp
+		t.Helper()
+		ok, failed, last := lp.stop()
+		t.Logf("hybrid-ipvs %s: %d connections, %d failed (last: %v)", what, ok+failed, failed, last)
+		if failed > 0 {
+			t.Errorf("hybrid-ipvs: %d of %d connections failed across the %s; last: %v", failed, ok+failed, what, last)
+		}
+	}
 
 	inUserspace := l.dial(t, clientIPs[0], vip)
 	// The rate that makes the port hot is low (5/s) and the burst aims at
@@ -41,13 +49,16 @@ func TestSvcproxyHybridIPVS(t *testing.T) {
 	// fewer connections than it aims at, and the test must still see a move.
 	loop := l.startLoop(t, vip, 10*time.Millisecond)
 	l.waitPath(t, "default/web:http", "ipvs")
+	onIPVS := l.dial(t, clientIPs[0], vip)
 	inUserspace.echo(t)
 	inUserspace.Close()
-	ok, failed, last := loop.stop()
-	t.Logf("hybrid-ipvs promotion: %d connections, %d failed (last: %v)", ok+failed, failed, last)
-	if failed > 0 {
-		t.Errorf("%d of %d connections failed across the promotion; last: %v", failed, ok+failed, last)
-	}
+	report("promotion", loop)
+
+	trickle := l.startLoop(t, vip, time.Second) // 1/s: quiet
+	l.waitPath(t, "default/web:http", "userspace")
+	onIPVS.echo(t) // the demoted virtual server still carries it
+	onIPVS.Close()
+	report("demotion", trickle)
 
 	// Restarts while web is on IPVS (issue 10, point 1): the new process
 	// starts every port in userspace, its portal before the virtual server
@@ -61,24 +72,15 @@ func TestSvcproxyHybridIPVS(t *testing.T) {
 		l.waitHealthy(t)
 		l.waitPath(t, "default/web:http", "ipvs")
 		loop.waitMore(t, 20)
-		ok, failed, last := loop.stop()
-		t.Logf("hybrid-ipvs restart %s: %d connections, %d failed (last: %v)", sig, ok+failed, failed, last)
-		if failed > 0 {
-			t.Errorf("hybrid-ipvs restart %s: %d of %d connections failed; last: %v", sig, failed, ok+failed, last)
-		}
+		report("restart "+sig.String(), loop)
 	}
-	onIPVS := l.dial(t, clientIPs[0], vip)
-
-	trickle := l.startLoop(t, vip, time.Second) // 1/s: quiet
-	l.waitPath(t, "default/web:http", "userspace")
-	onIPVS.echo(t) // the demoted virtual server still carries it
-	ok, failed, last = trickle.stop()
-	t.Logf("hybrid-ipvs demotion: %d connections, %d failed (last: %v)", ok+failed, failed, last)
-	if failed > 0 {
-		t.Errorf("%d of %d connections failed across the demotion; last: %v", failed, ok+failed, last)
-	}
-	onIPVS.Close()
+	// Shutdown, web on IPVS: SIGTERM and no new process; the loop goes on for
+	// a second. The virtual server outlives the process, as in ipvs mode.
+	loop = l.startLoop(t, vip, 10*time.Millisecond)
+	loop.waitMore(t, 20)
 	signal(syscall.SIGTERM)
+	time.Sleep(time.Second) // the loop runs on for a fixed time: what is measured
+	report("shutdown", loop)
 }
 
 // loop makes connections from the client to a VIP, one at a time, each
