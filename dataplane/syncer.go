@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -155,8 +156,17 @@ func retryDelay(n int, first, max time.Duration) time.Duration {
 	return min(d, max)
 }
 
-// Healthy is the Record's answer.
-func (s *Syncer) Healthy() error { return s.record.Healthy() }
+// Mode is SyncerConfig.Mode.
+func (s *Syncer) Mode() string { return s.cfg.Mode }
+
+// Healthy is the Record's answer, named by the mode
+// ("iptables: last sync failed ...").
+func (s *Syncer) Healthy() error {
+	if err := s.record.Healthy(); err != nil {
+		return fmt.Errorf("%s: %w", s.cfg.Mode, err)
+	}
+	return nil
+}
 
 // Describe implements prometheus.Collector: the Record's metrics.
 func (s *Syncer) Describe(ch chan<- *prometheus.Desc) { s.record.Describe(ch) }

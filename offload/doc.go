@@ -1,7 +1,9 @@
 // Package offload decides which service ports leave the userspace proxy for a kernel
 // dataplane, and holds those dataplanes: offload/iptables (DNAT chains, kube-proxy's
 // iptables mode), offload/nftables (verdict maps, kube-proxy's nftables mode) and
-// offload/ipvs (virtual servers, kube-proxy's ipvs mode).
+// offload/ipvs (virtual servers, kube-proxy's ipvs mode). offload/kernelsync holds how a
+// sync goes (full or partial, stale UDP flows, the health record) for the two that
+// render rules.
 //
 // The Promoter is the decision, with no I/O: it is fed each service port's cumulative
 // count of new connections, sampled over time (the userspace Counters while a port is

@@ -19,26 +19,29 @@ import (
 // those chains carried over (ProxierConfig.CountConnections). In the nat table
 // only the first packet of a connection is evaluated, so packets are
 // connections, however they came: ClusterIP, NodePort, external IP, affinity.
-func (p *Proxier) Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
-	p.syncMu.Lock()
-	defer p.syncMu.Unlock()
+func (p *Proxier) Connections(ctx context.Context, ports map[service.PortName]bool) (out map[service.PortName]uint64, err error) {
+	// Between syncs: none carries counts over while they are read.
+	p.sync.BetweenSyncs(func(applied map[service.PortName]*portRules) {
+		out, err = p.r.connections(ctx, applied, ports)
+	})
+	return out, err
+}
+
+func (r *restorer) connections(ctx context.Context, applied map[service.PortName]*portRules, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
 	out := map[service.PortName]uint64{}
-	if p.applied == nil {
-		return out, nil
-	}
 	var dnat map[string]uint64
 	for name := range ports {
-		pr, ok := p.applied.ports[name]
+		pr, ok := applied[name]
 		if !ok {
 			continue
 		}
 		if dnat == nil {
 			var err error
-			if dnat, err = p.dnatCounts(ctx); err != nil {
+			if dnat, err = r.dnatCounts(ctx); err != nil {
 				return nil, err
 			}
 		}
-		n := p.carried[name]
+		n := r.carried[name]
 		for _, c := range pr.chains {
 			n += dnat[c]
 		}
@@ -51,8 +54,8 @@ func (p *Proxier) Connections(ctx context.Context, ports map[service.PortName]bo
 // rewrites or deletes to their ports' carried totals: a declared chain starts
 // again at [0:0]. The packets that arrive between the read and the restore
 // are the only ones not counted.
-func (p *Proxier) carryCounts(ctx context.Context, pl *plan) error {
-	if !p.cfg.CountConnections || p.applied == nil {
+func (r *restorer) carryCounts(ctx context.Context, pl *plan, applied map[service.PortName]*portRules) error {
+	if !r.cfg.CountConnections || applied == nil {
 		return nil
 	}
 	touched := map[string]bool{}
@@ -65,18 +68,18 @@ func (p *Proxier) carryCounts(ctx context.Context, pl *plan) error {
 		touched[c] = true
 	}
 	var dnat map[string]uint64
-	for name, pr := range p.applied.ports {
+	for name, pr := range applied {
 		for _, c := range pr.chains {
 			if !touched[c] {
 				continue
 			}
 			if dnat == nil {
 				var err error
-				if dnat, err = p.dnatCounts(ctx); err != nil {
+				if dnat, err = r.dnatCounts(ctx); err != nil {
 					return fmt.Errorf("iptables sync: carrying the connection counters over: %w", err)
 				}
 			}
-			p.carried[name] += dnat[c]
+			r.carried[name] += dnat[c]
 		}
 	}
 	return nil
@@ -84,18 +87,18 @@ func (p *Proxier) carryCounts(ctx context.Context, pl *plan) error {
 
 // forget drops the carried counts of ports the last sync removed: a port that
 // comes back starts at 0.
-func (p *Proxier) forget() {
-	for name := range p.carried {
-		if _, ok := p.applied.ports[name]; !ok {
-			delete(p.carried, name)
+func (r *restorer) forget(applied map[service.PortName]*portRules) {
+	for name := range r.carried {
+		if _, ok := applied[name]; !ok {
+			delete(r.carried, name)
 		}
 	}
 }
 
-func (p *Proxier) dnatCounts(ctx context.Context) (map[string]uint64, error) {
-	cr, ok := p.cfg.IPTables.(kiptables.CounterReader)
+func (r *restorer) dnatCounts(ctx context.Context) (map[string]uint64, error) {
+	cr, ok := r.cfg.IPTables.(kiptables.CounterReader)
 	if !ok {
-		return nil, fmt.Errorf("%T cannot read rule counters", p.cfg.IPTables)
+		return nil, fmt.Errorf("%T cannot read rule counters", r.cfg.IPTables)
 	}
 	save, err := cr.SaveCounters(ctx, kiptables.TableNAT)
 	if err != nil {

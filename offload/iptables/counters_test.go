@@ -75,7 +75,7 @@ func (c *countingIPT) SaveCounters(ctx context.Context, t kiptables.Table) ([]by
 func (c *countingIPT) hit(p *Proxier, port service.PortName, n uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for _, ch := range p.applied.ports[port].chains {
+	for _, ch := range appliedChains(p, port) {
 		if ch[:9] == "SVCP-SEP-" {
 			c.counts[ch] += n
 		}
@@ -121,4 +121,10 @@ func TestConnectionsSurviveFullSync(t *testing.T) {
 	if n := count("after an endpoint left"); n != 18 {
 		t.Errorf("after a partial sync that removed an endpoint: %d, want 18 (its chain's count kept)", n)
 	}
+}
+
+// appliedChains are the nat chains of port as the last sync applied them.
+func appliedChains(p *Proxier, port service.PortName) (chains []string) {
+	p.sync.BetweenSyncs(func(applied map[service.PortName]*portRules) { chains = applied[port].chains })
+	return chains
 }

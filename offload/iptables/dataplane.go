@@ -2,22 +2,21 @@ package iptables
 
 import (
 	"context"
-	"fmt"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
 )
 
 // Dataplane is --mode iptables, and hybrid mode's iptables path: a Proxier
-// driven by the lifecycle every kernel mode shares (dataplane.Syncer). When
-// its context ends the rules stay: traffic keeps flowing while svcproxy
-// restarts, and the next process adopts them at its first sync.
+// driven by the lifecycle every kernel mode shares (kernelsync.Dataplane, over
+// dataplane.Syncer). When its context ends the rules stay: traffic keeps
+// flowing while svcproxy restarts, and the next process adopts them at its
+// first sync.
 type Dataplane struct {
 	p *Proxier
-	*dataplane.Syncer
+	*kernelsync.Dataplane
 }
 
 var _ dataplane.KernelPath = (*Dataplane)(nil)
@@ -30,26 +29,13 @@ func NewDataplane(cfg ProxierConfig, lagBound time.Duration) (*Dataplane, error)
 	if err != nil {
 		return nil, err
 	}
-	d := &Dataplane{p: p}
-	d.Syncer = dataplane.NewSyncer(dataplane.SyncerConfig{
-		Mode:     dataplane.ModeIPTables,
-		Apply:    func(ctx context.Context, snap *service.Snapshot) error { p.Update(snap); return p.Sync(ctx) },
-		Period:   p.cfg.SyncPeriod,
-		LagBound: lagBound,
-		Now:      cfg.Now,
-	})
-	return d, nil
-}
-
-// Mode implements dataplane.Interface.
-func (d *Dataplane) Mode() string { return dataplane.ModeIPTables }
-
-// Healthy implements dataplane.Interface.
-func (d *Dataplane) Healthy() error {
-	if err := d.Syncer.Healthy(); err != nil {
-		return fmt.Errorf("iptables: %w", err)
-	}
-	return nil
+	return &Dataplane{p: p, Dataplane: kernelsync.NewDataplane(p.sync, kernelsync.DataplaneConfig{
+		Mode:       dataplane.ModeIPTables,
+		SyncsHelp:  "Successful iptables syncs, by kind: full (every chain rewritten) or partial (only the changed ports').",
+		SizeMetric: "svcproxy_iptables_restore_bytes",
+		SizeHelp:   "Size of the last iptables-restore input.",
+		LagBound:   lagBound,
+	})}, nil
 }
 
 // Status implements dataplane.Interface: the sync record and each port's
@@ -61,34 +47,4 @@ func (d *Dataplane) Status() any {
 // Connections implements dataplane.KernelPath (see Proxier.Connections).
 func (d *Dataplane) Connections(ctx context.Context, _ *service.Snapshot, ports dataplane.PortSet) (map[service.PortName]uint64, error) {
 	return d.p.Connections(ctx, ports)
-}
-
-var (
-	descSyncs = prometheus.NewDesc("svcproxy_iptables_syncs_total",
-		"Successful iptables syncs, by kind: full (every chain rewritten) or partial (only the changed ports').", []string{"kind"}, nil)
-	descRestoreBytes = prometheus.NewDesc("svcproxy_iptables_restore_bytes",
-		"Size of the last iptables-restore input.", nil, nil)
-	descConntrackDeleted = prometheus.NewDesc("svcproxy_conntrack_deleted_total",
-		"Stale UDP conntrack entries deleted.", nil, nil)
-	descConntrackErrors = prometheus.NewDesc("svcproxy_conntrack_errors_total",
-		"Conntrack cleanups that failed.", nil, nil)
-)
-
-// Describe implements prometheus.Collector.
-func (d *Dataplane) Describe(ch chan<- *prometheus.Desc) {
-	d.Syncer.Describe(ch)
-	for _, desc := range []*prometheus.Desc{descSyncs, descRestoreBytes, descConntrackDeleted, descConntrackErrors} {
-		ch <- desc
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (d *Dataplane) Collect(ch chan<- prometheus.Metric) {
-	d.Syncer.Collect(ch)
-	h := d.p.Health()
-	ch <- prometheus.MustNewConstMetric(descSyncs, prometheus.CounterValue, float64(h.FullSyncs), "full")
-	ch <- prometheus.MustNewConstMetric(descSyncs, prometheus.CounterValue, float64(h.PartialSyncs), "partial")
-	ch <- prometheus.MustNewConstMetric(descRestoreBytes, prometheus.GaugeValue, float64(h.RestoreBytes))
-	ch <- prometheus.MustNewConstMetric(descConntrackDeleted, prometheus.CounterValue, float64(h.ConntrackDeleted))
-	ch <- prometheus.MustNewConstMetric(descConntrackErrors, prometheus.CounterValue, float64(h.ConntrackErrors))
 }

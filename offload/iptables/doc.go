@@ -20,9 +20,12 @@
 // Proxier keeps the kernel in step with Snapshots: a partial sync rewrites only the
 // chains of changed service ports (kube-proxy KEP-3453), a full sync (SyncPeriod after
 // the last one ended, and after any failure) rewrites everything and deletes chains
-// that belong to nothing. Dataplane drives it with the lifecycle all kernel modes
-// share (dataplane.Syncer). The rules outlive the process; a new Proxier adopts them
-// at its first Sync (never before the first Snapshot), and Cleanup removes them.
+// that belong to nothing. That bookkeeping, shared with nftables mode, is
+// offload/kernelsync's; this package is the kernelsync.Mode of iptables (proxier.go:
+// Render, Apply, Commit). Dataplane drives it with the lifecycle all kernel modes
+// share (kernelsync.Dataplane over dataplane.Syncer). The rules outlive the process;
+// a new Proxier adopts them at its first Sync (never before the first Snapshot), and
+// Cleanup removes them.
 //
 // A Proxier serves one IP family (Config.Family): IPv4 rules for iptables, or IPv6
 // rules for ip6tables, rendered by the same code from the same Snapshot with the

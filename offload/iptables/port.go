@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
+	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -148,12 +149,12 @@ func renderPort(cfg *Config, p *service.Port) *portRules {
 		pr.status.Endpoints = append(pr.status.Endpoints, renderSpread(pp, pp.svlChain, chain(pp.svlChain), pp.local, seps)...)
 	}
 	renderEndpointChains(pp, seps, chain)
-	pr.flows = flowInfo{family: conntrack.Family(pp.family), proto: pp.proto, port: p.Port, nodePort: p.NodePort,
-		frontends: slices.Concat(pp.clusterIPs, pp.extIPs, pp.lbIPs), hasEndpoints: pp.hasEndpoints}
+	pr.flows = kernelsync.Flows{Family: conntrack.Family(pp.family), Protocol: pp.proto, Port: p.Port, NodePort: p.NodePort,
+		Frontends: slices.Concat(pp.clusterIPs, pp.extIPs, pp.lbIPs), HasEndpoints: pp.hasEndpoints}
 	for a := range seps {
-		pr.flows.endpoints = append(pr.flows.endpoints, a.Addr().Unmap())
+		pr.flows.Endpoints = append(pr.flows.Endpoints, a.Addr().Unmap())
 	}
-	slices.SortFunc(pr.flows.endpoints, netip.Addr.Compare)
+	slices.SortFunc(pr.flows.Endpoints, netip.Addr.Compare)
 
 	for i := range sh {
 		pr.shared[i] = sh[i].b

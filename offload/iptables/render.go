@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -117,7 +118,7 @@ type portRules struct {
 	chains []string          // its own nat chains, in declaration order
 	text   []byte            // the "-A" lines of its own chains
 	status PortStatus
-	flows  flowInfo // for conntrack cleanup
+	flows  kernelsync.Flows // for conntrack cleanup
 }
 
 // lines builds restore text a line at a time.
@@ -217,8 +218,8 @@ type ruleset struct {
 	removed []*portRules
 }
 
-// change is a port rendered anew: old is its previous rendering, or nil.
-type change struct{ old, cur *portRules }
+// change is a port rendered anew: Old is its previous rendering, or nil.
+type change = kernelsync.Change[*portRules]
 
 // render renders snap. A port equal to the one a rendering in prev was made from
 // reuses that rendering: a sync after one change renders one port, not 10,000.
@@ -240,7 +241,7 @@ func render(cfg Config, snap *service.Snapshot, prev map[service.PortName]*portR
 		pr := renderPort(&cfg, p)
 		if pr != nil {
 			rs.ports = append(rs.ports, pr)
-			rs.changed = append(rs.changed, change{old, pr})
+			rs.changed = append(rs.changed, change{Old: old, Cur: pr})
 		} else if old != nil {
 			rs.removed = append(rs.removed, old) // e.g. became headless
 		}

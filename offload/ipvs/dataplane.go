@@ -2,7 +2,6 @@ package ipvs
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -13,10 +12,12 @@ import (
 )
 
 // Dataplane is --mode ipvs, and hybrid mode's IPVS path: a Proxier driven by
-// the lifecycle every kernel mode shares (dataplane.Syncer), which also
-// resyncs every second while real servers drain (a drain ends only at a
-// sync). When its context ends the virtual servers stay: traffic keeps
-// flowing while svcproxy restarts, and the next process adopts them.
+// the lifecycle every kernel mode shares (dataplane.Syncer, which gives it
+// Mode, Sync, Run and Healthy), which also resyncs every second while real
+// servers drain (a drain ends only at a sync). IPVS has no rules to render and
+// diff, so it needs none of offload/kernelsync's full and partial syncs. When
+// its context ends the virtual servers stay: traffic keeps flowing while
+// svcproxy restarts, and the next process adopts them.
 type Dataplane struct {
 	p *Proxier
 	*dataplane.Syncer
@@ -48,17 +49,6 @@ func NewDataplane(cfg Config, dc DataplaneConfig) (*Dataplane, error) {
 		LagBound: dc.LagBound,
 	})
 	return d, nil
-}
-
-// Mode implements dataplane.Interface.
-func (d *Dataplane) Mode() string { return dataplane.ModeIPVS }
-
-// Healthy implements dataplane.Interface.
-func (d *Dataplane) Healthy() error {
-	if err := d.Syncer.Healthy(); err != nil {
-		return fmt.Errorf("ipvs: %w", err)
-	}
-	return nil
 }
 
 // Status implements dataplane.Interface: the IPVS table as `ipvsadm -ln`

@@ -13,14 +13,19 @@ import (
 // counter (Config.CountConnections), which only a connection's first packet meets.
 // The counter lives as long as the port: rewriting the port's chains does not
 // reset it; a port removed and added again starts at 0.
-func (p *Proxier) Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
-	p.syncMu.Lock()
-	defer p.syncMu.Unlock()
+func (p *Proxier) Connections(ctx context.Context, ports map[service.PortName]bool) (out map[service.PortName]uint64, err error) {
+	p.sync.BetweenSyncs(func(applied map[service.PortName]*portObjects) {
+		out, err = p.t.connections(ctx, applied, ports)
+	})
+	return out, err
+}
+
+func (t *transactor) connections(ctx context.Context, applied map[service.PortName]*portObjects, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
 	out := map[service.PortName]uint64{}
-	if p.applied == nil || !p.cfg.Rules.CountConnections {
+	if applied == nil || !t.cfg.Rules.CountConnections {
 		return out, nil
 	}
-	counters, err := p.cfg.NFT.ListCounters(ctx)
+	counters, err := t.cfg.NFT.ListCounters(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read counters of table %s: %w", Table, err)
 	}
@@ -31,7 +36,7 @@ func (p *Proxier) Connections(ctx context.Context, ports map[service.PortName]bo
 		}
 	}
 	for name := range ports {
-		if po, ok := p.applied.ports[name]; ok && po.counter != "" {
+		if po, ok := applied[name]; ok && po.counter != "" {
 			out[name] = packets[po.counter]
 		}
 	}

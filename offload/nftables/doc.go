@@ -21,8 +21,12 @@
 // Proxier keeps the kernel in step with Snapshots: a partial sync writes only the
 // chains, sets and map elements of changed service ports, a full sync every
 // SyncPeriod and after any failure writes the whole table and deletes chains that
-// belong to nothing. The table outlives the process; a new Proxier adopts it, and
-// Cleanup deletes it.
+// belong to nothing. That bookkeeping, shared with iptables mode, is
+// offload/kernelsync's; this package is the kernelsync.Mode of nftables
+// (proxier.go: Render, Apply, Commit), and Dataplane drives it with the lifecycle
+// all kernel modes share (kernelsync.Dataplane over dataplane.Syncer). The table
+// outlives the process; a new Proxier adopts it at its first Sync (never before the
+// first Snapshot), and Cleanup deletes it.
 //
 // Only IPv4 is rendered: IPv6 addresses of a Service or endpoint are skipped.
 package nftables

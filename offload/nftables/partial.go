@@ -23,13 +23,13 @@ func (rs *ruleset) partialTx(tx *knftables.Transaction, appliedIPs []string) boo
 	var addEls, delEls []element
 	var staleChains []string
 	for _, c := range rs.changed {
-		addPort(tx, c.cur)
+		addPort(tx, c.Cur)
 		var oldEls []element
-		if c.old != nil {
-			oldEls = c.old.elements
-			staleChains = append(staleChains, missing(chainNames(c.old), chainNames(c.cur))...)
+		if c.Old != nil {
+			oldEls = c.Old.elements
+			staleChains = append(staleChains, missing(chainNames(c.Old), chainNames(c.Cur))...)
 		}
-		add, del := diffElements(oldEls, c.cur.elements)
+		add, del := diffElements(oldEls, c.Cur.elements)
 		addEls, delEls = append(addEls, add...), append(delEls, del...)
 	}
 	for _, old := range rs.removed {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
+	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -26,54 +27,42 @@ type ProxierConfig struct {
 
 	// SyncPeriod is how long after the end of the last full sync a Sync is full
 	// again: it writes the whole table and deletes what belongs to nothing
-	// (kube-proxy --nftables-sync-period; default 30s).
+	// (kube-proxy --nftables-sync-period; default 30s; kernelsync.Config).
 	SyncPeriod time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
 
-// Proxier keeps the table in step with the latest Snapshot.
+// Proxier keeps the table in step with the latest Snapshot. How a sync goes
+// (full or partial, what was applied, the health record, stale UDP flows) is
+// kernelsync.Proxier's, shared with iptables mode; what is nftables' own is the
+// kernelsync.Mode below, transactor: a ruleset rendered from the Snapshot,
+// written in one nft transaction.
 type Proxier struct {
-	cfg ProxierConfig
-
-	mu     sync.Mutex // guards snap, health, ports
-	snap   *service.Snapshot
-	health Health
-	ports  []*portObjects // as last applied; each is immutable
-
-	syncMu   sync.Mutex // one sync at a time; guards the fields below
-	applied  *applied   // the last successful sync; nil before the first
-	needFull bool       // a sync failed: the kernel may not be what applied says
-	lastFull time.Time
+	sync *kernelsync.Proxier[*portObjects, *ruleset]
+	t    *transactor
 }
 
-// applied is what the last successful sync left in the kernel.
-type applied struct {
-	ports      map[service.PortName]*portObjects
-	clusterIPs []string
+// transactor is the nftables side of a sync (kernelsync.Mode). kernelsync.Proxier
+// calls it one sync at a time, which guards clusterIPs.
+type transactor struct {
+	cfg        ProxierConfig
+	clusterIPs []string // the cluster-ips set as last applied
+
+	mu    sync.Mutex     // guards ports
+	ports []*portObjects // as last applied; each is immutable
 }
 
-// Health is a Proxier's sync record, for /healthz and /metrics.
+// Health is a Proxier's sync record, for /status and /metrics.
 type Health struct {
-	// Synced: at least one sync has succeeded (serve /healthz from then on).
-	Synced bool `json:"synced"`
-	// Healthy: the last sync succeeded.
-	Healthy             bool          `json:"healthy"`
-	LastError           string        `json:"lastError,omitempty"`
-	LastSync            time.Time     `json:"lastSync"` // last successful sync
-	LastSyncDuration    time.Duration `json:"lastSyncDuration"`
-	FullSyncs           uint64        `json:"fullSyncs"`
-	PartialSyncs        uint64        `json:"partialSyncs"`
-	Failures            uint64        `json:"failures"`
-	ConsecutiveFailures uint64        `json:"consecutiveFailures"`
+	kernelsync.Health
 	// Operations is the number of nft commands in the last transaction.
-	Operations       int    `json:"operations"`
-	ConntrackDeleted uint64 `json:"conntrackDeleted"`
-	ConntrackErrors  uint64 `json:"conntrackErrors"`
+	Operations int `json:"operations"`
 }
 
 // NewProxier checks cfg and returns a Proxier with no Snapshot: until the first
-// Update it syncs an empty table (its fixed part).
+// Update, Sync does nothing (a restart must not replace the table of the last
+// process with an empty one while the sources are still listing).
 func NewProxier(cfg ProxierConfig) (*Proxier, error) {
 	if cfg.NFT == nil {
 		return nil, errors.New("nftables proxier: NFT is nil")
@@ -81,36 +70,36 @@ func NewProxier(cfg ProxierConfig) (*Proxier, error) {
 	if err := cfg.Rules.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.SyncPeriod <= 0 {
-		cfg.SyncPeriod = 30 * time.Second
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	return &Proxier{cfg: cfg}, nil
+	t := &transactor{cfg: cfg}
+	return &Proxier{t: t, sync: kernelsync.New(kernelsync.Config{
+		Conntrack:  cfg.Conntrack,
+		SyncPeriod: cfg.SyncPeriod,
+		Now:        cfg.Now,
+	}, t)}, nil
 }
 
 // Update makes snap the state the next Sync applies.
-func (p *Proxier) Update(snap *service.Snapshot) {
-	p.mu.Lock()
-	p.snap = snap
-	p.mu.Unlock()
-}
+func (p *Proxier) Update(snap *service.Snapshot) { p.sync.Update(snap) }
+
+// Sync applies the latest Snapshot now (kernelsync.Proxier.Sync): a partial
+// sync if the last sync succeeded and the SyncPeriod has not passed, a full sync
+// otherwise (the first one adopts whatever table an earlier process left).
+// Before the first Update it does nothing.
+func (p *Proxier) Sync(ctx context.Context) error { return p.sync.Sync(ctx) }
 
 // Health returns the sync record.
 func (p *Proxier) Health() Health {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.health
+	h := p.sync.Health()
+	return Health{Health: h, Operations: h.Size}
 }
 
 // Status returns the service ports as last applied: chains and endpoint shares.
 // It is built when asked for, not at every sync: a sync at 10,000 ports that
 // changes one should not copy 10,000 statuses.
 func (p *Proxier) Status() []PortStatus {
-	p.mu.Lock()
-	ports := p.ports
-	p.mu.Unlock()
+	p.t.mu.Lock()
+	ports := p.t.ports
+	p.t.mu.Unlock()
 	out := make([]PortStatus, len(ports))
 	for i, po := range ports {
 		out[i] = po.status
@@ -118,60 +107,49 @@ func (p *Proxier) Status() []PortStatus {
 	return out
 }
 
-// Sync applies the latest Snapshot now: a partial sync if the last sync
-// succeeded and the SyncPeriod has not passed, a full sync otherwise (the first
-// one adopts whatever table an earlier process left).
-func (p *Proxier) Sync(ctx context.Context) error {
-	p.syncMu.Lock()
-	defer p.syncMu.Unlock()
-	p.mu.Lock()
-	snap := p.snap
-	p.mu.Unlock()
-	if snap == nil {
-		snap = service.NewSnapshot(nil, nil)
-	}
-	start := p.cfg.Now()
-	full := p.applied == nil || p.needFull || start.Sub(p.lastFull) >= p.cfg.SyncPeriod
-	var prev map[service.PortName]*portObjects
-	if p.applied != nil {
-		prev = p.applied.ports
-	}
-	rs := render(p.cfg.Rules, snap, prev)
+// Render implements kernelsync.Mode: the ports of snap, and the ClusterIPs anew
+// when a port came, went or changed them, or when the sync is full.
+func (t *transactor) Render(snap *service.Snapshot, applied map[service.PortName]*portObjects, full bool) *ruleset {
+	rs := render(t.cfg.Rules, snap, applied)
 	if full || rs.ipsChanged() {
 		rs.collectClusterIPs()
 	} else {
-		rs.clusterIPs = p.applied.clusterIPs // the same slice: partialTx skips the set
+		rs.clusterIPs = t.clusterIPs // the same slice: partialTx skips the set
 	}
-	ops, err := p.apply(ctx, rs, full)
-	if err != nil {
-		// A transaction is atomic, but a full sync is what we trust after any
-		// failure (a partial one may have been computed against a kernel state
-		// another process changed), as kube-proxy does.
-		p.needFull = true
-		p.record(func(h *Health) {
-			h.Healthy, h.LastError = false, err.Error()
-			h.Failures++
-			h.ConsecutiveFailures++
-		})
-		return err
-	}
-	p.commit(ctx, rs, full, start, ops)
-	return nil
+	return rs
 }
 
-// apply writes rs to the kernel in one transaction and returns its size.
-func (p *Proxier) apply(ctx context.Context, rs *ruleset, full bool) (int, error) {
-	tx := p.cfg.NFT.NewTransaction()
+// Commit implements kernelsync.Mode.
+func (t *transactor) Commit(rs *ruleset, _ map[service.PortName]*portObjects) {
+	t.clusterIPs = rs.clusterIPs
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.ports = rs.ports
+}
+
+// Ports, Changed and Removed implement kernelsync.Rendering.
+func (rs *ruleset) Ports() []*portObjects   { return rs.ports }
+func (rs *ruleset) Changed() []change       { return rs.changed }
+func (rs *ruleset) Removed() []*portObjects { return rs.removed }
+
+// Name and Flows implement kernelsync.Port.
+func (po *portObjects) Name() service.PortName   { return po.name }
+func (po *portObjects) Flows() *kernelsync.Flows { return &po.flows }
+
+// Apply implements kernelsync.Mode: it writes rs to the kernel in one
+// transaction and returns its number of operations.
+func (t *transactor) Apply(ctx context.Context, rs *ruleset, _ map[service.PortName]*portObjects, full bool) (int, error) {
+	tx := t.cfg.NFT.NewTransaction()
 	if full {
-		stale, err := p.stale(ctx, rs)
+		stale, err := t.stale(ctx, rs)
 		if err != nil {
 			return 0, err
 		}
 		rs.fullTx(tx, stale.chains, stale.sets, stale.counters)
-	} else if !rs.partialTx(tx, p.applied.clusterIPs) {
+	} else if !rs.partialTx(tx, t.clusterIPs) {
 		return 0, nil
 	}
-	if err := p.cfg.NFT.Run(ctx, tx); err != nil {
+	if err := t.cfg.NFT.Run(ctx, tx); err != nil {
 		return tx.NumOperations(), fmt.Errorf("nftables sync (full=%v, %d operations): %w", full, tx.NumOperations(), err)
 	}
 	return tx.NumOperations(), nil
@@ -183,9 +161,9 @@ type staleObjects struct{ chains, sets, counters []string }
 // stale reads the table and returns the port chains, affinity sets and counters in
 // it that rs does not have: those of ports removed while no process was syncing,
 // or before a failure. No table yet: nothing is stale.
-func (p *Proxier) stale(ctx context.Context, rs *ruleset) (staleObjects, error) {
+func (t *transactor) stale(ctx context.Context, rs *ruleset) (staleObjects, error) {
 	var out staleObjects
-	objs, err := p.cfg.NFT.ListAll(ctx)
+	objs, err := t.cfg.NFT.ListAll(ctx)
 	if knft.IsNotFound(err) {
 		return out, nil
 	}
@@ -221,71 +199,6 @@ func (p *Proxier) stale(ctx context.Context, rs *ruleset) (staleObjects, error) 
 	slices.Sort(out.sets)
 	slices.Sort(out.counters)
 	return out, nil
-}
-
-// commit records a successful sync: what the kernel holds now, the conntrack
-// cleanup it calls for, the status and the health.
-func (p *Proxier) commit(ctx context.Context, rs *ruleset, full bool, start time.Time, ops int) {
-	first := p.applied == nil
-	if first {
-		p.applied = &applied{ports: make(map[service.PortName]*portObjects, len(rs.ports))}
-		for _, po := range rs.ports {
-			p.applied.ports[po.name] = po
-		}
-	} else { // update in place: 10,000 ports, one changed
-		for _, c := range rs.changed {
-			p.applied.ports[c.cur.name] = c.cur
-		}
-		for _, po := range rs.removed {
-			delete(p.applied.ports, po.name)
-		}
-	}
-	p.applied.clusterIPs = rs.clusterIPs
-	if full {
-		p.lastFull, p.needFull = p.cfg.Now(), false // counted from the end: see SyncPeriod
-	}
-	deleted, ctErr := p.cleanFlows(ctx, first, rs)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.ports = rs.ports
-	h := &p.health
-	h.Synced, h.Healthy, h.LastError, h.ConsecutiveFailures = true, true, "", 0
-	h.LastSync, h.LastSyncDuration, h.Operations = p.cfg.Now(), p.cfg.Now().Sub(start), ops
-	if full {
-		h.FullSyncs++
-	} else {
-		h.PartialSyncs++
-	}
-	h.ConntrackDeleted += uint64(deleted)
-	if ctErr != nil {
-		h.ConntrackErrors++
-		h.LastError = ctErr.Error()
-	}
-}
-
-func (p *Proxier) record(f func(*Health)) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	f(&p.health)
-}
-
-// cleanFlows deletes the conntrack entries the change left stale.
-func (p *Proxier) cleanFlows(ctx context.Context, first bool, rs *ruleset) (int, error) {
-	if p.cfg.Conntrack == nil || first {
-		// The first sync of this process knows nothing of what came before;
-		// the entries it finds belong to rules it has just adopted.
-		return 0, nil
-	}
-	var errs []error
-	n := 0
-	for _, f := range staleFlows(rs.changed, rs.removed) {
-		d, err := p.cfg.Conntrack.Delete(ctx, f)
-		n += d
-		if err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return n, errors.Join(errs...)
 }
 
 // Render returns the transaction (as `nft -f` text) of a full sync of snap into an

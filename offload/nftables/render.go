@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -21,7 +22,7 @@ type portObjects struct {
 	counter  string    // its named counter ("" unless Config.CountConnections)
 	elements []element // in the shared maps
 	status   PortStatus
-	flows    flowInfo
+	flows    kernelsync.Flows
 }
 
 // chainRules is a chain and its rules, in nft syntax.
@@ -112,12 +113,12 @@ func renderPort(cfg *Config, p *service.Port) *portObjects {
 		po.status.Chains = append(po.status.Chains, name)
 	}
 	po.status.HasEndpoints = pp.hasEndpoints
-	po.flows = flowInfo{proto: pp.proto, port: p.Port, nodePort: p.NodePort,
-		frontends: slices.Concat(pp.clusterIPs, pp.extIPs, pp.lbIPs), hasEndpoints: pp.hasEndpoints}
+	po.flows = kernelsync.Flows{Protocol: pp.proto, Port: p.Port, NodePort: p.NodePort,
+		Frontends: slices.Concat(pp.clusterIPs, pp.extIPs, pp.lbIPs), HasEndpoints: pp.hasEndpoints}
 	for a := range eps {
-		po.flows.endpoints = append(po.flows.endpoints, a.Addr().Unmap())
+		po.flows.Endpoints = append(po.flows.Endpoints, a.Addr().Unmap())
 	}
-	slices.SortFunc(po.flows.endpoints, netip.Addr.Compare)
+	slices.SortFunc(po.flows.Endpoints, netip.Addr.Compare)
 	return po
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -21,8 +22,8 @@ type ruleset struct {
 	removed []*portObjects
 }
 
-// change is a port rendered anew: old is its previous rendering, or nil.
-type change struct{ old, cur *portObjects }
+// change is a port rendered anew: Old is its previous rendering, or nil.
+type change = kernelsync.Change[*portObjects]
 
 // render renders snap. A port equal to the one a rendering in prev was made from
 // reuses that rendering: a sync after one change renders one port, not 10,000.
@@ -41,7 +42,7 @@ func render(cfg Config, snap *service.Snapshot, prev map[service.PortName]*portO
 		if old == nil || !samePort(old.port, p) {
 			po = renderPort(&cfg, p)
 			if po != nil {
-				rs.changed = append(rs.changed, change{old, po})
+				rs.changed = append(rs.changed, change{Old: old, Cur: po})
 			} else if old != nil {
 				rs.removed = append(rs.removed, old) // e.g. became headless
 			}
@@ -72,7 +73,7 @@ func (rs *ruleset) ipsChanged() bool {
 		return true
 	}
 	for _, c := range rs.changed {
-		if c.old == nil || !slices.Equal(c.old.port.Service.ClusterIPs, c.cur.port.Service.ClusterIPs) {
+		if c.Old == nil || !slices.Equal(c.Old.port.Service.ClusterIPs, c.Cur.port.Service.ClusterIPs) {
 			return true
 		}
 	}

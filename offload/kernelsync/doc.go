@@ -1,0 +1,25 @@
+// Package kernelsync is how a rule-writing kernel mode keeps the kernel in step
+// with the latest Snapshot, written once for offload/iptables and
+// offload/nftables. Each mode plugs in only what is its own (Mode): how a
+// Snapshot renders, and how a rendering is written to the kernel.
+//
+// Proxier holds the bookkeeping around that:
+//
+//   - a sync is full (write everything, delete the port objects the kernel holds
+//     that belong to nothing) at the first sync, after any failure, and once
+//     SyncPeriod has passed since the end of the last full one; otherwise it is
+//     partial (write only the ports that changed: kube-proxy KEP-3453);
+//   - it remembers what the last successful sync left in the kernel, per service
+//     port, so a sync after one change renders one port, not 10,000;
+//   - it deletes the UDP conntrack entries a change leaves stale (StaleFlows), as
+//     kube-proxy's pkg/proxy/conntrack does;
+//   - it keeps the sync record /status shows (Health).
+//
+// Dataplane puts a Proxier behind dataplane.Interface: dataplane.Syncer (one sync
+// at a time, retries with backoff, a resync a period after the last sync ended,
+// the lag bound of /healthz, kube-proxy's sync metrics) drives it, and the mode's
+// own metrics come from its Health.
+//
+// offload/ipvs has no rules to render and diff (it reconciles virtual servers
+// with the kernel at every sync), so it uses dataplane.Syncer directly.
+package kernelsync
