@@ -48,7 +48,7 @@ func planPort(cfg *Config, p *service.Port) *portPlan {
 		lbIPs:        fam.Addrs(svc.LoadBalancerIPs),
 		sourceRanges: fam.Prefixes(svc.LoadBalancerSourceRanges),
 		cluster:      fam.Endpoints(p.Usable()),
-		local:        fam.Endpoints(localUsable(p, cfg.NodeName)),
+		local:        fam.Endpoints(p.LocalUsable(cfg.NodeName)),
 	}
 	if len(pp.clusterIPs) == 0 {
 		return nil // headless, ExternalName or of the other family only: nothing for these rules

@@ -177,25 +177,6 @@ func allOnes(f service.Family) string {
 	return "255.255.255.255"
 }
 
-// localUsable is Port.Usable restricted to one node: the ready endpoints on it or,
-// if none, its serving terminating ones (kube-proxy's CategorizeEndpoints).
-func localUsable(p *service.Port, node string) []service.Endpoint {
-	var ready, terminating []service.Endpoint
-	for _, e := range p.Endpoints {
-		switch {
-		case e.NodeName != node:
-		case e.Ready:
-			ready = append(ready, e)
-		case e.Serving && e.Terminating:
-			terminating = append(terminating, e)
-		}
-	}
-	if len(ready) > 0 {
-		return ready
-	}
-	return terminating
-}
-
 // affinitySeconds is the recent match's --seconds for a ClientIP Service.
 func affinitySeconds(a service.Affinity) string {
 	t := a.Timeout

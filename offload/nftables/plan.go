@@ -45,7 +45,7 @@ func planPort(cfg *Config, p *service.Port) *portPlan {
 		lbIPs:        v4(svc.LoadBalancerIPs),
 		sourceRanges: v4Prefixes(svc.LoadBalancerSourceRanges),
 		cluster:      v4Endpoints(p.Usable()),
-		local:        v4Endpoints(localUsable(p, cfg.NodeName)),
+		local:        v4Endpoints(p.LocalUsable(cfg.NodeName)),
 	}
 	if len(pp.clusterIPs) == 0 {
 		return nil // headless, ExternalName or IPv6-only: nothing for this table
@@ -105,25 +105,6 @@ func v4Prefixes(ps []netip.Prefix) []netip.Prefix {
 
 func v4Endpoints(eps []service.Endpoint) []service.Endpoint {
 	return slices.DeleteFunc(slices.Clone(eps), func(e service.Endpoint) bool { return !e.Addr.Addr().Unmap().Is4() })
-}
-
-// localUsable is Port.Usable restricted to one node: the ready endpoints on it or,
-// if none, its serving terminating ones (kube-proxy's CategorizeEndpoints).
-func localUsable(p *service.Port, node string) []service.Endpoint {
-	var ready, terminating []service.Endpoint
-	for _, e := range p.Endpoints {
-		switch {
-		case e.NodeName != node:
-		case e.Ready:
-			ready = append(ready, e)
-		case e.Serving && e.Terminating:
-			terminating = append(terminating, e)
-		}
-	}
-	if len(ready) > 0 {
-		return ready
-	}
-	return terminating
 }
 
 func itoa[T ~uint16 | ~int](n T) string { return strconv.Itoa(int(n)) }
