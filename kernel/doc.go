@@ -14,6 +14,10 @@
 //   - link: interfaces and addresses (the dummy interface that holds service IPs);
 //   - conntrack: deleting stale connection-tracking entries.
 //
+// The two packet tracers (over the iptables and nftables Fakes) walk their rules
+// their own way, and share, in kernel/internal/tracing, how a trace goes through
+// random choices (Packet.Pick, TraceAll) and how it prints.
+//
 // The real implementations act on the network namespace of the calling OS thread. Tests
 // and the lab start svcproxy inside a namespace they created, so it never touches the
 // machine's own.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -198,17 +199,7 @@ func (f *Fake) SetLocalAddrs(addrs ...netip.Addr) {
 	f.local = append([]netip.Addr(nil), addrs...)
 }
 
-func (f *Fake) isLocal(a netip.Addr) bool {
-	if a.IsLoopback() {
-		return true
-	}
-	for _, l := range f.local {
-		if l == a {
-			return true
-		}
-	}
-	return false
-}
+func (f *Fake) isLocal(a netip.Addr) bool { return a.IsLoopback() || slices.Contains(f.local, a) }
 
 // setEntry is one ipset member: one part per dimension, an address prefix or a
 // protocol:port.

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/svcproxy/svcproxy/kernel/internal/tracing"
 )
 
 // Packet is what the tracer sends through the rules: the first packet of a connection
@@ -82,31 +84,11 @@ func (t Trace) String() string {
 	} else if p.InIface == "" {
 		from = "arriving from outside"
 	}
-	fmt.Fprintf(&b, "%s %s -> %s, %s\n", p.proto(), p.Src, p.Dst, from)
-	width := 0
-	for _, s := range t.Steps {
-		width = max(width, len(s.Table)+1+len(s.Chain))
+	lines := make([]tracing.Line, len(t.Steps))
+	for i, s := range t.Steps {
+		lines[i] = tracing.Line{Where: string(s.Table) + "/" + s.Chain, Rule: s.Rule, Note: s.Note}
 	}
-	for _, s := range t.Steps {
-		line := fmt.Sprintf("  %-*s  ", width, string(s.Table)+"/"+s.Chain)
-		switch {
-		case s.Rule == "":
-			line += s.Note
-		case s.Note == "":
-			line += s.Rule
-		default:
-			line += s.Rule + "  => " + s.Note
-		}
-		b.WriteString(strings.TrimRight(line, " ") + "\n")
-	}
-	fmt.Fprintf(&b, "result: %s", t.Result())
-	if t.Mark != 0 {
-		fmt.Fprintf(&b, ", mark %#x", t.Mark)
-	}
-	if t.Probability < 1 {
-		fmt.Fprintf(&b, " (p=%.4g)", t.Probability)
-	}
-	b.WriteByte('\n')
+	tracing.Print(&b, fmt.Sprintf("%s %s -> %s, %s", p.proto(), p.Src, p.Dst, from), lines, t.Result(), t.Mark, t.Probability)
 	return b.String()
 }
 
@@ -129,17 +111,7 @@ func (f *Fake) Trace(p Packet) (Trace, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	picks := p.Pick
-	w := f.newWalker(p, func(prob float64) bool {
-		if prob <= 0 || prob >= 1 {
-			return prob >= 1
-		}
-		if picks > 0 {
-			picks--
-			return false
-		}
-		return true
-	})
+	w := f.newWalker(p, tracing.Pick(p.Pick))
 	tr, err := w.run()
 	if err != nil {
 		return tr, err
@@ -158,9 +130,6 @@ func (f *Fake) checkPacket(p Packet) error {
 	return nil
 }
 
-// maxBranches bounds TraceAll: kube-proxy's layout gives one branch per endpoint.
-const maxBranches = 4096
-
 // TraceAll follows every random choice (-m statistic) and returns one Trace per path
 // with its Probability; the probabilities add up to 1. It does not change the recent
 // lists. Tests of even spread read the DNAT of each Trace.
@@ -170,41 +139,7 @@ func (f *Fake) TraceAll(p Packet) ([]Trace, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []Trace
-	var prefix []bool
-	for {
-		var made, forced []bool
-		w := f.newWalker(p, func(prob float64) bool {
-			i := len(made)
-			d := true
-			if i < len(prefix) {
-				d = prefix[i]
-			}
-			if prob <= 0 || prob >= 1 {
-				d = prob >= 1
-			}
-			made = append(made, d)
-			forced = append(forced, prob <= 0 || prob >= 1)
-			return d
-		})
-		tr, err := w.run()
-		if err != nil {
-			return out, err
-		}
-		out = append(out, tr)
-		if len(out) > maxBranches {
-			return out, fmt.Errorf("trace: more than %d paths", maxBranches)
-		}
-		// Backtrack to the last choice taken that could have gone the other way.
-		j := len(made) - 1
-		for j >= 0 && (!made[j] || forced[j]) {
-			j--
-		}
-		if j < 0 {
-			return out, nil
-		}
-		prefix = append(made[:j:j], false)
-	}
+	return tracing.All(func(choose tracing.Choose) (Trace, error) { return f.newWalker(p, choose).run() })
 }
 
 // walker is one packet on its way through the rules.

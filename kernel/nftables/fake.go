@@ -3,6 +3,7 @@ package nftables
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -62,17 +63,7 @@ func (f *Fake) SetLocalAddrs(addrs ...netip.Addr) {
 	f.local = append([]netip.Addr(nil), addrs...)
 }
 
-func (f *Fake) isLocal(a netip.Addr) bool {
-	if a.IsLoopback() {
-		return true
-	}
-	for _, l := range f.local {
-		if l == a {
-			return true
-		}
-	}
-	return false
-}
+func (f *Fake) isLocal(a netip.Addr) bool { return a.IsLoopback() || slices.Contains(f.local, a) }
 
 func (f *Fake) now() time.Time {
 	if f.Now != nil {

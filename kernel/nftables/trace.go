@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/kernel/internal/tracing"
 )
 
 // Packet is what the tracer sends through the table: the first packet of a connection
@@ -76,31 +78,11 @@ func (t Trace) String() string {
 	if p.Local {
 		from = "generated locally"
 	}
-	fmt.Fprintf(&b, "%s %s -> %s, %s\n", p.proto(), p.Src, p.Dst, from)
-	width := 0
-	for _, s := range t.Steps {
-		width = max(width, len(s.Chain))
+	lines := make([]tracing.Line, len(t.Steps))
+	for i, s := range t.Steps {
+		lines[i] = tracing.Line{Where: s.Chain, Rule: s.Rule, Note: s.Note}
 	}
-	for _, s := range t.Steps {
-		line := fmt.Sprintf("  %-*s  ", width, s.Chain)
-		switch {
-		case s.Rule == "":
-			line += s.Note
-		case s.Note == "":
-			line += s.Rule
-		default:
-			line += s.Rule + "  => " + s.Note
-		}
-		b.WriteString(strings.TrimRight(line, " ") + "\n")
-	}
-	fmt.Fprintf(&b, "result: %s", t.Result())
-	if t.Mark != 0 {
-		fmt.Fprintf(&b, ", mark %#x", t.Mark)
-	}
-	if t.Probability < 1 {
-		fmt.Fprintf(&b, " (p=%.4g)", t.Probability)
-	}
-	b.WriteByte('\n')
+	tracing.Print(&b, fmt.Sprintf("%s %s -> %s, %s", p.proto(), p.Src, p.Dst, from), lines, t.Result(), t.Mark, t.Probability)
 	return b.String()
 }
 
@@ -112,17 +94,7 @@ func (t Trace) String() string {
 func (f *Fake) Trace(p Packet) (Trace, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	picks := p.Pick
-	w := f.newWalker(p, func(prob float64) bool {
-		if prob <= 0 || prob >= 1 {
-			return prob >= 1
-		}
-		if picks > 0 {
-			picks--
-			return false
-		}
-		return true
-	})
+	w := f.newWalker(p, tracing.Pick(p.Pick))
 	tr, err := w.run()
 	if err != nil {
 		return tr, err
@@ -131,48 +103,12 @@ func (f *Fake) Trace(p Packet) (Trace, error) {
 	return tr, nil
 }
 
-// maxBranches bounds TraceAll.
-const maxBranches = 4096
-
 // TraceAll follows every random choice and returns one Trace per path with its
 // Probability; the probabilities add up to 1. It does not change dynamic sets.
 func (f *Fake) TraceAll(p Packet) ([]Trace, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []Trace
-	var prefix []bool
-	for {
-		var made, forced []bool
-		w := f.newWalker(p, func(prob float64) bool {
-			i := len(made)
-			d := true
-			if i < len(prefix) {
-				d = prefix[i]
-			}
-			if prob <= 0 || prob >= 1 {
-				d = prob >= 1
-			}
-			made = append(made, d)
-			forced = append(forced, prob <= 0 || prob >= 1)
-			return d
-		})
-		tr, err := w.run()
-		if err != nil {
-			return out, err
-		}
-		out = append(out, tr)
-		if len(out) > maxBranches {
-			return out, fmt.Errorf("trace: more than %d paths", maxBranches)
-		}
-		j := len(made) - 1
-		for j >= 0 && (!made[j] || forced[j]) {
-			j--
-		}
-		if j < 0 {
-			return out, nil
-		}
-		prefix = append(made[:j:j], false)
-	}
+	return tracing.All(func(choose tracing.Choose) (Trace, error) { return f.newWalker(p, choose).run() })
 }
 
 // walker is one packet on its way through the table.
