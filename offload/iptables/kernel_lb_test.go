@@ -7,23 +7,24 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/internal/offloadtest"
 )
 
 // loadBalancerSourceRanges on the real kernel: the client reaches the LoadBalancer
 // IP while its address is in the ranges, and its SYN is dropped when it is not.
 func TestKernelSourceRanges(t *testing.T) {
 	l := newLab(t)
-	l.serveTCP(t, 8080)
+	l.ServeTCP(t, 8080)
 	p := l.proxier(t)
 	l.sync(t, p, labService(l, withLoadBalancer("198.18.200.1"), withSourceRanges("198.19.10.0/24")))
-	if _, err := dial(l.client, "198.18.200.1:80", 3); err != nil {
+	if _, err := offloadtest.Dial(l.Client, "198.18.200.1:80", 3); err != nil {
 		t.Errorf("from inside the source ranges: %v", err)
 	}
 	l.sync(t, p, labService(l, withLoadBalancer("198.18.200.1"), withSourceRanges("203.0.113.0/24")))
-	if err := dialFails(l.client, "198.18.200.1:80"); err != nil {
+	if err := dialFails(l.Client, "198.18.200.1:80"); err != nil {
 		t.Error(err)
 	}
-	if _, err := dial(l.client, "198.18.0.10:80", 1); err != nil {
+	if _, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 1); err != nil {
 		t.Errorf("the ClusterIP is not subject to the source ranges: %v", err)
 	}
 }

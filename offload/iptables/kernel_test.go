@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -17,23 +18,23 @@ import (
 // real sockets in client and backend namespaces. They need root.
 
 func labService(l *lab, opts ...svcOpt) *service.Snapshot {
-	return snapshot(svc("web", "198.18.0.10", 80, l.endpoints(8080), opts...))
+	return snapshot(svc("web", "198.18.0.10", 80, l.Endpoints(8080), opts...))
 }
 
 // Even spread over 3 backends, and no proxy hop: each backend sees the client.
 func TestKernelSpread(t *testing.T) {
 	l := newLab(t)
-	l.serveTCP(t, 8080)
+	l.ServeTCP(t, 8080)
 	l.sync(t, l.proxier(t), labService(l))
-	answers, err := dial(l.client, "198.18.0.10:80", 60)
+	answers, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 60)
 	if err != nil {
 		t.Fatal(err)
 	}
 	count := map[string]int{}
 	for _, a := range answers {
-		count[a.backend]++
-		if a.client != labClient.String() {
-			t.Errorf("%s saw client %s, want %s (DNAT only, no SNAT)", a.backend, a.client, labClient)
+		count[a.Backend]++
+		if a.Client != offloadtest.ClientAddr.String() {
+			t.Errorf("%s saw client %s, want %s (DNAT only, no SNAT)", a.Backend, a.Client, offloadtest.ClientAddr)
 		}
 	}
 	// Each backend's count is Binomial(60, 1/3): below 5 has probability ~1e-5.
@@ -47,15 +48,15 @@ func TestKernelSpread(t *testing.T) {
 
 func TestKernelAffinity(t *testing.T) {
 	l := newLab(t)
-	l.serveTCP(t, 8080)
+	l.ServeTCP(t, 8080)
 	l.sync(t, l.proxier(t), labService(l, withAffinity(time.Minute)))
-	answers, err := dial(l.client, "198.18.0.10:80", 20)
+	answers, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range answers[1:] {
-		if a.backend != answers[0].backend {
-			t.Fatalf("affinity broken: first connection went to %s, a later one to %s", answers[0].backend, a.backend)
+		if a.Backend != answers[0].Backend {
+			t.Fatalf("affinity broken: first connection went to %s, a later one to %s", answers[0].Backend, a.Backend)
 		}
 	}
 }
@@ -64,7 +65,7 @@ func TestKernelAffinity(t *testing.T) {
 // sees the node; policy Local keeps the client.
 func TestKernelNodePort(t *testing.T) {
 	l := newLab(t)
-	l.serveTCP(t, 8080)
+	l.ServeTCP(t, 8080)
 	p := l.proxier(t)
 	for _, tt := range []struct {
 		name       string
@@ -75,18 +76,18 @@ func TestKernelNodePort(t *testing.T) {
 		{"Local", []svcOpt{withNodePort(30080), withExternalLocal()}, false},
 	} {
 		l.sync(t, p, labService(l, tt.opts...))
-		answers, err := dial(l.client, "198.19.10.1:30080", 6)
+		answers, err := offloadtest.Dial(l.Client, "198.19.10.1:30080", 6)
 		if err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
 		for _, a := range answers {
 			// Masqueraded, the source is the node's address on the backend's link.
-			want := labClient.String()
+			want := offloadtest.ClientAddr.String()
 			if tt.masquerade {
-				want = "198.19.1" + string(a.backend[1]+1) + ".1"
+				want = "198.19.1" + string(a.Backend[1]+1) + ".1"
 			}
-			if a.client != want {
-				t.Errorf("%s: backend %s saw %s, want %s", tt.name, a.backend, a.client, want)
+			if a.Client != want {
+				t.Errorf("%s: backend %s saw %s, want %s", tt.name, a.Backend, a.Client, want)
 			}
 		}
 	}
@@ -96,24 +97,24 @@ func TestKernelNodePort(t *testing.T) {
 // refused at once.
 func TestKernelLocalAndReject(t *testing.T) {
 	l := newLab(t)
-	l.serveTCP(t, 8080)
+	l.ServeTCP(t, 8080)
 	l.sync(t, l.proxier(t), snapshot(
-		svc("web", "198.18.0.10", 80, l.endpoints(8080)),
+		svc("web", "198.18.0.10", 80, l.Endpoints(8080)),
 		svc("empty", "198.18.0.20", 80, nil),
 	))
-	if _, err := dial(l.node, "198.18.0.10:80", 3); err != nil {
+	if _, err := offloadtest.Dial(l.Node, "198.18.0.10:80", 3); err != nil {
 		t.Errorf("from the node: %v", err)
 	}
 	for _, ns := range []struct {
 		name string
 		do   func() error
 	}{
-		{"client", func() error { _, err := dial(l.client, "198.18.0.20:80", 1); return err }},
-		{"node", func() error { _, err := dial(l.node, "198.18.0.20:80", 1); return err }},
+		{"client", func() error { _, err := offloadtest.Dial(l.Client, "198.18.0.20:80", 1); return err }},
+		{"node", func() error { _, err := offloadtest.Dial(l.Node, "198.18.0.20:80", 1); return err }},
 	} {
 		if err := ns.do(); !errors.Is(err, syscall.ECONNREFUSED) {
 			t.Errorf("%s to a port without endpoints: %v, want connection refused (REJECT)\n%s", ns.name, err,
-				l.node.Run(t, "iptables-save", "-c", "-t", "filter"))
+				l.Node.Run(t, "iptables-save", "-c", "-t", "filter"))
 		}
 	}
 }
@@ -122,7 +123,7 @@ func TestKernelLocalAndReject(t *testing.T) {
 // Cleanup leaves nothing.
 func TestKernelRestartAndCleanup(t *testing.T) {
 	l := newLab(t)
-	l.serveTCP(t, 8080)
+	l.ServeTCP(t, 8080)
 	l.sync(t, l.proxier(t), labService(l))
 	// The old process is gone; traffic flows while a new one takes over.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -131,7 +132,7 @@ func TestKernelRestartAndCleanup(t *testing.T) {
 	go func() { // owned by this test, stopped by cancel
 		defer close(done)
 		for ctx.Err() == nil {
-			if _, err := dial(l.client, "198.18.0.10:80", 1); err != nil {
+			if _, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 1); err != nil {
 				failed.Add(1)
 				t.Logf("during restart: %v", err)
 			} else {
@@ -159,13 +160,13 @@ func TestKernelRestartAndCleanup(t *testing.T) {
 	}
 
 	ipt, _ := kiptables.New(kiptables.Config{})
-	if err := l.node.Do(func() error { return Cleanup(context.Background(), ipt) }); err != nil {
+	if err := l.Node.Do(func() error { return Cleanup(context.Background(), ipt) }); err != nil {
 		t.Fatal(err)
 	}
-	if save := l.node.Run(t, "iptables-save"); strings.Contains(save, "SVCP-") {
+	if save := l.Node.Run(t, "iptables-save"); strings.Contains(save, "SVCP-") {
 		t.Errorf("after Cleanup:\n%s", save)
 	}
-	if _, err := dial(l.client, "198.18.0.10:80", 1); err == nil {
+	if _, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 1); err == nil {
 		t.Error("the ClusterIP still answers after Cleanup")
 	}
 }
@@ -175,30 +176,30 @@ func TestKernelRestartAndCleanup(t *testing.T) {
 func TestKernelUDPConntrack(t *testing.T) {
 	l := newLab(t)
 	netnstestRequireConntrack(t)
-	l.serveUDP(t, 5353)
+	l.ServeUDP(t, 5353)
 	p := l.proxier(t)
 	dns := func(eps []service.Endpoint) *service.Snapshot {
 		return snapshot(svc("dns", "198.18.0.53", 53, eps, withProtocol(service.UDP)))
 	}
-	l.sync(t, p, dns(l.endpoints(5353)))
-	c := newUDPClient(t, l.client, "198.18.0.53:53")
-	first, err := c.ask()
+	l.sync(t, p, dns(l.Endpoints(5353)))
+	c := offloadtest.NewUDPClient(t, l.Client, "198.18.0.53:53")
+	first, err := c.Ask()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 5 {
-		if got, err := c.ask(); err != nil || got != first {
+		if got, err := c.Ask(); err != nil || got != first {
 			t.Fatalf("the flow moved from %s to %s (%v) without a change", first, got, err)
 		}
 	}
 	var keep []service.Endpoint
-	for i, e := range l.endpoints(5353) {
+	for i, e := range l.Endpoints(5353) {
 		if first != "b"+string(rune('0'+i)) {
 			keep = append(keep, e)
 		}
 	}
 	l.sync(t, p, dns(keep)) // the removed backend still runs: only conntrack moves the flow
-	got, err := c.ask()
+	got, err := c.Ask()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,18 +216,18 @@ func TestKernelUDPConntrack(t *testing.T) {
 // Proxier's full sync (from iptables-save).
 func TestKernelStaleChains(t *testing.T) {
 	l := newLab(t)
-	two := snapshot(svc("web", "198.18.0.10", 80, l.endpoints(8080), withNodePort(30080)),
-		svc("api", "198.18.0.20", 80, l.endpoints(8080), withAffinity(time.Minute)))
+	two := snapshot(svc("web", "198.18.0.10", 80, l.Endpoints(8080), withNodePort(30080)),
+		svc("api", "198.18.0.20", 80, l.Endpoints(8080), withAffinity(time.Minute)))
 	p := l.proxier(t)
 	l.sync(t, p, two)
 	l.sync(t, p, labService(l)) // partial: api goes, web loses its NodePort
-	save := l.node.Run(t, "iptables-save", "-t", "nat")
+	save := l.Node.Run(t, "iptables-save", "-t", "nat")
 	if strings.Contains(save, "default/api") || strings.Contains(save, prefixEXT) {
 		t.Errorf("after a partial sync, stale chains are left:\n%s", save)
 	}
 	l.sync(t, l.proxier(t), two)        // restarted with both
 	l.sync(t, l.proxier(t), snapshot()) // restarted with none: a full sync reads what is there
-	save = l.node.Run(t, "iptables-save", "-t", "nat")
+	save = l.Node.Run(t, "iptables-save", "-t", "nat")
 	for _, prefix := range portChainPrefixes {
 		if strings.Contains(save, prefix) {
 			t.Errorf("after a full sync of nothing, %s chains are left:\n%s", prefix, save)
@@ -239,11 +240,11 @@ func TestKernelStaleChains(t *testing.T) {
 // endpoint is no longer picked, and conntrack carries the connection on.
 func TestKernelEstablishedSurvive(t *testing.T) {
 	l := newLab(t)
-	l.serveEcho(t, 9090)
+	l.ServeEcho(t, 9090)
 	p := l.proxier(t)
-	all := func() *service.Snapshot { return snapshot(svc("web", "198.18.0.10", 80, l.endpoints(9090))) }
+	all := func() *service.Snapshot { return snapshot(svc("web", "198.18.0.10", 80, l.Endpoints(9090))) }
 	without := func(backend string, change func(eps []service.Endpoint, i int) []service.Endpoint) *service.Snapshot {
-		eps := l.endpoints(9090)
+		eps := l.Endpoints(9090)
 		i := int(backend[1] - '0')
 		return snapshot(svc("web", "198.18.0.10", 80, change(eps, i)))
 	}
@@ -261,10 +262,10 @@ func TestKernelEstablishedSurvive(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			l.sync(t, p, all())
-			c, backend := dialEcho(t, l, "198.18.0.10:80")
+			c, backend := l.DialEcho(t, "198.18.0.10:80")
 			defer c.Close()
 			l.sync(t, p, tt.snap(backend))
-			if err := echoLine(c, "still here"); err != nil {
+			if err := offloadtest.EchoLine(c, "still here"); err != nil {
 				t.Errorf("the connection to %s after %s: %v", backend, tt.name, err)
 			}
 		})

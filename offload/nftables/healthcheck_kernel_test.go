@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/healthcheck"
+	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -21,7 +22,7 @@ import (
 // health check answers 503 and the NodePort drops.
 func TestKernelLocalWithHealthCheck(t *testing.T) {
 	l := newLab(t)
-	l.serveTCP(t, 8080)
+	l.ServeTCP(t, 8080)
 	// The client is outside the cluster here, as a load balancer's clients are
 	// (a pod would be sent to any endpoint: kube-proxy's short-circuit).
 	l.cfg.ClusterCIDR = netip.MustParsePrefix("198.19.200.0/24")
@@ -29,7 +30,7 @@ func TestKernelLocalWithHealthCheck(t *testing.T) {
 	hc := healthcheck.New(healthcheck.Config{NodeName: thisNode, Addresses: []netip.Addr{netip.MustParseAddr("198.19.10.1")}})
 	t.Cleanup(hc.Close)
 	local := func(node string) *service.Snapshot {
-		eps := l.endpoints(8080)
+		eps := l.Endpoints(8080)
 		for i := range eps {
 			eps[i].NodeName = node
 		}
@@ -43,14 +44,14 @@ func TestKernelLocalWithHealthCheck(t *testing.T) {
 	syncBoth := func(snap *service.Snapshot) {
 		t.Helper()
 		l.sync(t, p, snap)
-		if err := l.node.Do(func() error { return hc.Sync(snap) }); err != nil { // listens in the node's namespace
+		if err := l.Node.Do(func() error { return hc.Sync(snap) }); err != nil { // listens in the node's namespace
 			t.Fatal(err)
 		}
 	}
 	probe := func() (int, int) {
 		t.Helper()
 		var code, n int
-		err := l.client.Do(func() error {
+		err := l.Client.Do(func() error {
 			// Dialled here, on the namespace's thread: http.Client would dial
 			// from a goroutine of its own, in the machine's namespace.
 			c, err := net.DialTimeout("tcp4", "198.19.10.1:32000", 3*time.Second)
@@ -85,13 +86,13 @@ func TestKernelLocalWithHealthCheck(t *testing.T) {
 	if code, n := probe(); code != http.StatusOK || n != 3 {
 		t.Errorf("three local endpoints: health check %d with %d, want 200 with 3", code, n)
 	}
-	answers, err := dial(l.client, "198.19.10.1:30080", 3)
+	answers, err := offloadtest.Dial(l.Client, "198.19.10.1:30080", 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range answers {
-		if a.client != labClient.String() {
-			t.Errorf("policy Local: %s saw %s, want the client %s", a.backend, a.client, labClient)
+		if a.Client != offloadtest.ClientAddr.String() {
+			t.Errorf("policy Local: %s saw %s, want the client %s", a.Backend, a.Client, offloadtest.ClientAddr)
 		}
 	}
 
@@ -99,7 +100,7 @@ func TestKernelLocalWithHealthCheck(t *testing.T) {
 	if code, n := probe(); code != http.StatusServiceUnavailable || n != 0 {
 		t.Errorf("no local endpoint: health check %d with %d, want 503 with 0", code, n)
 	}
-	if _, err := dialOnce(l.client, "198.19.10.1:30080"); err == nil {
+	if _, err := dialOnce(l.Client, "198.19.10.1:30080"); err == nil {
 		t.Error("no local endpoint: the NodePort answered, want it dropped")
 	}
 }

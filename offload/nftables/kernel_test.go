@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -23,23 +24,23 @@ import (
 // in client and backend namespaces. They need root and nft.
 
 func labService(l *lab, opts ...svcOpt) *service.Snapshot {
-	return snapshot(svc("web", "198.18.0.10", 80, l.endpoints(8080), opts...))
+	return snapshot(svc("web", "198.18.0.10", 80, l.Endpoints(8080), opts...))
 }
 
 // Even spread over 3 backends, and no proxy hop: each backend sees the client.
 func TestKernelSpread(t *testing.T) {
 	l := newLab(t)
-	l.serveTCP(t, 8080)
+	l.ServeTCP(t, 8080)
 	l.sync(t, l.proxier(t), labService(l))
-	answers, err := dial(l.client, "198.18.0.10:80", 60)
+	answers, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 60)
 	if err != nil {
 		t.Fatal(err)
 	}
 	count := map[string]int{}
 	for _, a := range answers {
-		count[a.backend]++
-		if a.client != labClient.String() {
-			t.Errorf("%s saw client %s, want %s (DNAT only, no SNAT)", a.backend, a.client, labClient)
+		count[a.Backend]++
+		if a.Client != offloadtest.ClientAddr.String() {
+			t.Errorf("%s saw client %s, want %s (DNAT only, no SNAT)", a.Backend, a.Client, offloadtest.ClientAddr)
 		}
 	}
 	// Each backend's count is Binomial(60, 1/3): below 5 has probability ~1e-5.
@@ -52,15 +53,15 @@ func TestKernelSpread(t *testing.T) {
 
 func TestKernelAffinity(t *testing.T) {
 	l := newLab(t)
-	l.serveTCP(t, 8080)
+	l.ServeTCP(t, 8080)
 	l.sync(t, l.proxier(t), labService(l, withAffinity(time.Minute)))
-	answers, err := dial(l.client, "198.18.0.10:80", 20)
+	answers, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range answers[1:] {
-		if a.backend != answers[0].backend {
-			t.Fatalf("affinity broken: first connection went to %s, a later one to %s", answers[0].backend, a.backend)
+		if a.Backend != answers[0].Backend {
+			t.Fatalf("affinity broken: first connection went to %s, a later one to %s", answers[0].Backend, a.Backend)
 		}
 	}
 }
@@ -69,7 +70,7 @@ func TestKernelAffinity(t *testing.T) {
 // sees the node; policy Local keeps the client.
 func TestKernelNodePort(t *testing.T) {
 	l := newLab(t)
-	l.serveTCP(t, 8080)
+	l.ServeTCP(t, 8080)
 	p := l.proxier(t)
 	for _, tt := range []struct {
 		name       string
@@ -80,17 +81,17 @@ func TestKernelNodePort(t *testing.T) {
 		{"Local", []svcOpt{withNodePort(30080), withExternalLocal()}, false},
 	} {
 		l.sync(t, p, labService(l, tt.opts...))
-		answers, err := dial(l.client, "198.19.10.1:30080", 6)
+		answers, err := offloadtest.Dial(l.Client, "198.19.10.1:30080", 6)
 		if err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
 		for _, a := range answers {
-			want := labClient.String()
+			want := offloadtest.ClientAddr.String()
 			if tt.masquerade {
-				want = "198.19.1" + string(a.backend[1]+1) + ".1"
+				want = "198.19.1" + string(a.Backend[1]+1) + ".1"
 			}
-			if a.client != want {
-				t.Errorf("%s: backend %s saw %s, want %s", tt.name, a.backend, a.client, want)
+			if a.Client != want {
+				t.Errorf("%s: backend %s saw %s, want %s", tt.name, a.Backend, a.Client, want)
 			}
 		}
 	}
@@ -101,7 +102,7 @@ func TestKernelNodePort(t *testing.T) {
 // ipMode Proxy is not captured at all.
 func TestKernelExternalAndLoadBalancer(t *testing.T) {
 	l := newLab(t)
-	l.serveTCP(t, 8080)
+	l.ServeTCP(t, 8080)
 	p := l.proxier(t)
 	lb := func(ranges ...string) *service.Snapshot {
 		obj := &v1.Service{
@@ -116,7 +117,7 @@ func TestKernelExternalAndLoadBalancer(t *testing.T) {
 			}}},
 		}
 		var eps []discoveryv1.Endpoint
-		for _, e := range l.endpoints(8080) {
+		for _, e := range l.Endpoints(8080) {
 			eps = append(eps, discoveryv1.Endpoint{Addresses: []string{e.Addr.Addr().String()}, NodeName: ptr.To(thisNode)})
 		}
 		es := &discoveryv1.EndpointSlice{
@@ -133,18 +134,18 @@ func TestKernelExternalAndLoadBalancer(t *testing.T) {
 	}
 	l.sync(t, p, lb("198.19.10.0/24"))
 	for _, dst := range []string{"198.18.100.1:80", "198.18.200.1:80"} {
-		if _, err := dial(l.client, dst, 3); err != nil {
+		if _, err := offloadtest.Dial(l.Client, dst, 3); err != nil {
 			t.Errorf("%s from inside the source ranges: %v", dst, err)
 		}
 	}
-	if _, err := dialOnce(l.client, "198.18.200.2:80"); err == nil {
+	if _, err := dialOnce(l.Client, "198.18.200.2:80"); err == nil {
 		t.Error("198.18.200.2 has ipMode Proxy: the node must not DNAT it, yet a backend answered")
 	}
 	l.sync(t, p, lb("203.0.113.0/24"))
-	if _, err := dialOnce(l.client, "198.18.200.1:80"); err == nil {
+	if _, err := dialOnce(l.Client, "198.18.200.1:80"); err == nil {
 		t.Error("from outside the source ranges: a backend answered, want the SYN dropped")
 	}
-	if _, err := dial(l.client, "198.18.100.1:80", 1); err != nil {
+	if _, err := offloadtest.Dial(l.Client, "198.18.100.1:80", 1); err != nil {
 		t.Errorf("the external IP is not subject to the LoadBalancer's source ranges: %v", err)
 	}
 }
@@ -167,12 +168,12 @@ func dialOnce(ns interface{ Do(func() error) error }, dst string) (net.Conn, err
 // ClusterIP's port that no Service has are refused at once.
 func TestKernelLocalAndReject(t *testing.T) {
 	l := newLab(t)
-	l.serveTCP(t, 8080)
+	l.ServeTCP(t, 8080)
 	l.sync(t, l.proxier(t), snapshot(
-		svc("web", "198.18.0.10", 80, l.endpoints(8080)),
+		svc("web", "198.18.0.10", 80, l.Endpoints(8080)),
 		svc("empty", "198.18.0.20", 80, nil),
 	))
-	if _, err := dial(l.node, "198.18.0.10:80", 3); err != nil {
+	if _, err := offloadtest.Dial(l.Node, "198.18.0.10:80", 3); err != nil {
 		t.Errorf("from the node: %v", err)
 	}
 	for _, tc := range []struct{ name, ns, dst string }{
@@ -181,12 +182,12 @@ func TestKernelLocalAndReject(t *testing.T) {
 		{"client, no such port", "client", "198.18.0.10:81"},
 		{"node, no such port", "node", "198.18.0.10:81"},
 	} {
-		ns := l.client
+		ns := l.Client
 		if tc.ns == "node" {
-			ns = l.node
+			ns = l.Node
 		}
-		if _, err := dial(ns, tc.dst, 1); !errors.Is(err, syscall.ECONNREFUSED) {
-			t.Errorf("%s: %v, want connection refused (REJECT)\n%s", tc.name, err, l.node.Run(t, "nft", "list", "table", "ip", Table))
+		if _, err := offloadtest.Dial(ns, tc.dst, 1); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("%s: %v, want connection refused (REJECT)\n%s", tc.name, err, l.Node.Run(t, "nft", "list", "table", "ip", Table))
 		}
 	}
 }
@@ -194,38 +195,38 @@ func TestKernelLocalAndReject(t *testing.T) {
 // A partial sync writes only the changed port's objects; the others keep working.
 func TestKernelPartialSync(t *testing.T) {
 	l := newLab(t)
-	l.serveTCP(t, 8080)
+	l.ServeTCP(t, 8080)
 	p := l.proxier(t)
 	many := func(webEndpoints []service.Endpoint) *service.Snapshot {
 		svcs := []*service.Service{svc("web", "198.18.0.10", 80, webEndpoints)}
 		for i := range 50 {
 			ip := "198.18.1." + itoa(i+1)
-			svcs = append(svcs, svc("other-"+itoa(i), ip, 80, l.endpoints(8080)))
+			svcs = append(svcs, svc("other-"+itoa(i), ip, 80, l.Endpoints(8080)))
 		}
 		return snapshot(svcs...)
 	}
-	l.sync(t, p, many(l.endpoints(8080)))
+	l.sync(t, p, many(l.Endpoints(8080)))
 	full := p.Health().Operations
-	l.sync(t, p, many(l.endpoints(8080)[:1]))
+	l.sync(t, p, many(l.Endpoints(8080)[:1]))
 	h := p.Health()
 	if h.PartialSyncs != 1 || h.Operations*10 > full {
 		t.Errorf("one service changed: %d operations (full sync: %d), health %+v: want a small partial sync", h.Operations, full, h)
 	}
-	answers, err := dial(l.client, "198.18.0.10:80", 10)
+	answers, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 10)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, a := range answers {
-		if a.backend != "b0" {
-			t.Errorf("after the change web has one endpoint, b0; %s answered", a.backend)
+		if a.Backend != "b0" {
+			t.Errorf("after the change web has one endpoint, b0; %s answered", a.Backend)
 		}
 	}
-	if _, err := dial(l.client, "198.18.1.50:80", 3); err != nil {
+	if _, err := offloadtest.Dial(l.Client, "198.18.1.50:80", 3); err != nil {
 		t.Errorf("an unchanged service: %v", err)
 	}
 	// The removed endpoints' chains are emptied, and nothing leads to them; the
 	// next full sync deletes them (see partialTx).
-	table := l.node.Run(t, "nft", "list", "table", "ip", Table)
+	table := l.Node.Run(t, "nft", "list", "table", "ip", Table)
 	for _, gone := range []string{"default/web/tcp/p__198.19.12.2/8080", "default/web/tcp/p__198.19.13.2/8080"} {
 		requireInert(t, table, gone)
 	}
@@ -255,7 +256,7 @@ func requireInert(t *testing.T, table, marker string) {
 // deletes it.
 func TestKernelRestartAndCleanup(t *testing.T) {
 	l := newLab(t)
-	l.serveTCP(t, 8080)
+	l.ServeTCP(t, 8080)
 	l.sync(t, l.proxier(t), labService(l))
 	ctx, cancel := context.WithCancel(context.Background())
 	var ok, failed atomic.Int64
@@ -263,7 +264,7 @@ func TestKernelRestartAndCleanup(t *testing.T) {
 	go func() { // owned by this test, stopped by cancel
 		defer close(done)
 		for ctx.Err() == nil {
-			if _, err := dial(l.client, "198.18.0.10:80", 1); err != nil {
+			if _, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 1); err != nil {
 				failed.Add(1)
 				t.Logf("during restart: %v", err)
 			} else {
@@ -292,14 +293,14 @@ func TestKernelRestartAndCleanup(t *testing.T) {
 
 	nft := l.nft(t)
 	for range 2 { // twice: the second finds nothing, and that is fine
-		if err := l.node.Do(func() error { return Cleanup(context.Background(), nft) }); err != nil {
+		if err := l.Node.Do(func() error { return Cleanup(context.Background(), nft) }); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if out := l.node.Run(t, "nft", "list", "tables"); strings.Contains(out, Table) {
+	if out := l.Node.Run(t, "nft", "list", "tables"); strings.Contains(out, Table) {
 		t.Errorf("after Cleanup: %s", out)
 	}
-	if _, err := dialOnce(l.client, "198.18.0.10:80"); err == nil {
+	if _, err := dialOnce(l.Client, "198.18.0.10:80"); err == nil {
 		t.Error("the ClusterIP still answers after Cleanup")
 	}
 }
@@ -309,30 +310,30 @@ func TestKernelRestartAndCleanup(t *testing.T) {
 func TestKernelUDPConntrack(t *testing.T) {
 	l := newLab(t)
 	netnstestRequireConntrack(t)
-	l.serveUDP(t, 5353)
+	l.ServeUDP(t, 5353)
 	p := l.proxier(t)
 	dns := func(eps []service.Endpoint) *service.Snapshot {
 		return snapshot(svc("dns", "198.18.0.53", 53, eps, withProtocol(service.UDP)))
 	}
-	l.sync(t, p, dns(l.endpoints(5353)))
-	c := newUDPClient(t, l.client, "198.18.0.53:53")
-	first, err := c.ask()
+	l.sync(t, p, dns(l.Endpoints(5353)))
+	c := offloadtest.NewUDPClient(t, l.Client, "198.18.0.53:53")
+	first, err := c.Ask()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 5 {
-		if got, err := c.ask(); err != nil || got != first {
+		if got, err := c.Ask(); err != nil || got != first {
 			t.Fatalf("the flow moved from %s to %s (%v) without a change", first, got, err)
 		}
 	}
 	var keep []service.Endpoint
-	for i, e := range l.endpoints(5353) {
+	for i, e := range l.Endpoints(5353) {
 		if first != "b"+string(rune('0'+i)) {
 			keep = append(keep, e)
 		}
 	}
 	l.sync(t, p, dns(keep)) // the removed backend still runs: only conntrack moves the flow
-	got, err := c.ask()
+	got, err := c.Ask()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,22 +350,22 @@ func TestKernelUDPConntrack(t *testing.T) {
 // (from what it finds in the kernel's table), also those an earlier process left.
 func TestKernelStaleChains(t *testing.T) {
 	l := newLab(t)
-	two := snapshot(svc("web", "198.18.0.10", 80, l.endpoints(8080), withNodePort(30080)),
-		svc("api", "198.18.0.20", 80, l.endpoints(8080), withAffinity(time.Minute)))
+	two := snapshot(svc("web", "198.18.0.10", 80, l.Endpoints(8080), withNodePort(30080)),
+		svc("api", "198.18.0.20", 80, l.Endpoints(8080), withAffinity(time.Minute)))
 	p := l.proxier(t)
 	l.sync(t, p, two)
 	l.sync(t, p, labService(l)) // partial: api goes, web loses its NodePort
-	table := l.node.Run(t, "nft", "list", "table", "ip", Table)
+	table := l.Node.Run(t, "nft", "list", "table", "ip", Table)
 	requireInert(t, table, "default/api") // emptied by the partial sync
 	requireInert(t, table, prefixExternal)
 	l.sync(t, l.proxier(t), labService(l)) // restarted: a full sync deletes them
-	table = l.node.Run(t, "nft", "list", "table", "ip", Table)
+	table = l.Node.Run(t, "nft", "list", "table", "ip", Table)
 	if strings.Contains(table, "default/api") || strings.Contains(table, prefixExternal) {
 		t.Errorf("after a full sync, stale objects are left:\n%s", table)
 	}
 	l.sync(t, l.proxier(t), two)        // restarted with both
 	l.sync(t, l.proxier(t), snapshot()) // restarted with none: a full sync reads what is there
-	table = l.node.Run(t, "nft", "list", "table", "ip", Table)
+	table = l.Node.Run(t, "nft", "list", "table", "ip", Table)
 	for _, prefix := range append(portChainPrefixes, prefixAffinity) {
 		if regexp.MustCompile(prefix + `[A-Z2-7]{8}-`).MatchString(table) {
 			t.Errorf("after a full sync of nothing, %s objects are left:\n%s", prefix, table)
@@ -376,14 +377,14 @@ func TestKernelStaleChains(t *testing.T) {
 // which survives rewrites of the port's chains.
 func TestKernelConnections(t *testing.T) {
 	l := newLab(t)
-	l.serveTCP(t, 8080)
+	l.ServeTCP(t, 8080)
 	l.cfg.CountConnections = true
 	p := l.proxier(t)
 	l.sync(t, p, labService(l))
 	count := func() uint64 {
 		t.Helper()
 		var got map[service.PortName]uint64
-		if err := l.node.Do(func() (err error) {
+		if err := l.Node.Do(func() (err error) {
 			got, err = p.Connections(context.Background(), map[service.PortName]bool{labPort: true})
 			return err
 		}); err != nil {
@@ -391,14 +392,14 @@ func TestKernelConnections(t *testing.T) {
 		}
 		return got[labPort]
 	}
-	if _, err := dial(l.client, "198.18.0.10:80", 5); err != nil {
+	if _, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 5); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(); n != 5 {
 		t.Errorf("after 5 connections: %d", n)
 	}
-	l.sync(t, p, snapshot(svc("web", "198.18.0.10", 80, l.endpoints(8080)[:2]))) // the port's chains are rewritten
-	if _, err := dial(l.client, "198.18.0.10:80", 3); err != nil {
+	l.sync(t, p, snapshot(svc("web", "198.18.0.10", 80, l.Endpoints(8080)[:2]))) // the port's chains are rewritten
+	if _, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 3); err != nil {
 		t.Fatal(err)
 	}
 	if n := count(); n != 8 {
