@@ -203,42 +203,13 @@ type ruleset struct {
 type change = kernelsync.Change[*portRules]
 
 // render renders snap. A port equal to the one a rendering in prev was made from
-// reuses that rendering: a sync after one change renders one port, not 10,000.
+// reuses that rendering: a sync after one change renders one port, not 10,000
+// (kernelsync.RenderPorts).
 func render(cfg Config, snap *service.Snapshot, prev map[service.PortName]*portRules) *ruleset {
-	rs := &ruleset{cfg: cfg, fixed: renderFixed(&cfg), ports: make([]*portRules, 0, len(snap.Ports()))}
-	matched := 0 // ports of prev that are still here
-	for _, p := range snap.Ports() {
-		if cfg.Include != nil && !cfg.Include(p) {
-			continue
-		}
-		old := prev[p.Name]
-		if old != nil {
-			matched++
-			if samePort(old.port, p) {
-				rs.ports = append(rs.ports, old)
-				continue
-			}
-		}
-		pr := renderPort(&cfg, p)
-		if pr != nil {
-			rs.ports = append(rs.ports, pr)
-			rs.changed = append(rs.changed, change{Old: old, Cur: pr})
-		} else if old != nil {
-			rs.removed = append(rs.removed, old) // e.g. became headless
-		}
-	}
-	if matched < len(prev) {
-		here := make(map[service.PortName]bool, len(rs.ports))
-		for _, pr := range rs.ports {
-			here[pr.name] = true
-		}
-		for name, old := range prev {
-			if !here[name] {
-				rs.removed = append(rs.removed, old)
-			}
-		}
-	}
-	return rs
+	ports := kernelsync.RenderPorts(snap, prev, cfg.Include,
+		func(old *portRules, p *service.Port) bool { return samePort(old.port, p) },
+		func(p *service.Port) *portRules { return renderPort(&cfg, p) })
+	return &ruleset{cfg: cfg, fixed: renderFixed(&cfg), ports: ports.All, changed: ports.Changed, removed: ports.Removed}
 }
 
 // samePort reports whether two ports render the same rules: every field renderPort
