@@ -131,7 +131,7 @@ func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl,
 	}
 	cfg := rest.AnonymousClientConfig(srv.Config)
 	cfg.BearerToken = strings.TrimSpace(string(out))
-	cfg.WarningHandler = rest.NoWarnings{} // "v1 Endpoints is deprecated": svcproxy reads them on purpose
+	cfg.WarningHandler = rest.NoWarnings{} // "v1 Endpoints is deprecated", for the denied list below
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +139,6 @@ func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl,
 	opts := metav1.ListOptions{Limit: 1}
 	allowed := map[string]func() error{
 		"list services":       func() error { _, err := c.CoreV1().Services("").List(ctx, opts); return err },
-		"list endpoints":      func() error { _, err := c.CoreV1().Endpoints("").List(ctx, opts); return err },
 		"list endpointslices": func() error { _, err := c.DiscoveryV1().EndpointSlices("").List(ctx, opts); return err },
 	}
 	for what, do := range allowed {
@@ -149,6 +148,7 @@ func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl,
 	}
 	denied := map[string]func() error{
 		"list secrets":    func() error { _, err := c.CoreV1().Secrets("").List(ctx, opts); return err },
+		"list endpoints":  func() error { _, err := c.CoreV1().Endpoints("").List(ctx, opts); return err },
 		"list configmaps": func() error { _, err := c.CoreV1().ConfigMaps("").List(ctx, opts); return err },
 		"list pods":       func() error { _, err := c.CoreV1().Pods("").List(ctx, opts); return err },
 		"list nodes":      func() error { _, err := c.CoreV1().Nodes().List(ctx, opts); return err },

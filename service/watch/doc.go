@@ -1,10 +1,11 @@
 // Package watch is where Snapshots come from, and the only package of svcproxy
 // that imports client-go.
 //
-// A Watcher runs client-go informers on Services, EndpointSlices and Endpoints.
-// Their events reach small handler interfaces (ServiceHandler,
-// EndpointSliceHandler, EndpointsHandler, the shape of kube-proxy's
-// pkg/proxy/config) that only mark the state dirty; a coalescing loop then
+// A Watcher runs client-go informers on Services and EndpointSlices, as
+// kube-proxy does (v1 Endpoints of the API server are not read: the
+// EndpointSlice mirroring controller turns them into slices). Their events
+// reach small handler interfaces (ServiceHandler, EndpointSliceHandler, the
+// shape of kube-proxy's pkg/proxy/config) that only mark the state dirty; a coalescing loop then
 // builds a new service.Snapshot from the informers' listers with service.Build,
 // at most once per MinSyncPeriod and at least once per ResyncPeriod, and hands
 // it to every subscriber.

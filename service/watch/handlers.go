@@ -24,14 +24,6 @@ type EndpointSliceHandler interface {
 	OnEndpointSliceDelete(es *discoveryv1.EndpointSlice)
 }
 
-// EndpointsHandler is told about every change to a v1.Endpoints object (the
-// fallback for Services that have no EndpointSlice).
-type EndpointsHandler interface {
-	OnEndpointsAdd(ep *v1.Endpoints)
-	OnEndpointsUpdate(old, ep *v1.Endpoints)
-	OnEndpointsDelete(ep *v1.Endpoints)
-}
-
 // eventHandler adapts an informer's untyped callbacks to a typed handler: add,
 // update, delete of one type T. A delete can carry a tombstone
 // (cache.DeletedFinalStateUnknown) when the watch missed the deletion and a
@@ -69,11 +61,7 @@ func endpointSliceEvents(h EndpointSliceHandler) cache.ResourceEventHandler {
 	return eventHandler(h.OnEndpointSliceAdd, h.OnEndpointSliceUpdate, h.OnEndpointSliceDelete)
 }
 
-func endpointsEvents(h EndpointsHandler) cache.ResourceEventHandler {
-	return eventHandler(h.OnEndpointsAdd, h.OnEndpointsUpdate, h.OnEndpointsDelete)
-}
-
-// changeTracker is the Watcher's handler for all three kinds. It keeps no copy
+// changeTracker is the Watcher's handler for both kinds. It keeps no copy
 // of the objects (the informers' listers have them); it only marks the state
 // dirty, which wakes the coalescing loop, and counts changes, which tells a
 // resync whether anything is new.
@@ -85,7 +73,6 @@ type changeTracker struct {
 var (
 	_ ServiceHandler       = (*changeTracker)(nil)
 	_ EndpointSliceHandler = (*changeTracker)(nil)
-	_ EndpointsHandler     = (*changeTracker)(nil)
 )
 
 func newChangeTracker() *changeTracker {
@@ -100,12 +87,9 @@ func (c *changeTracker) changed() {
 	}
 }
 
-func (c *changeTracker) OnServiceAdd(*v1.Service)             { c.changed() }
-func (c *changeTracker) OnServiceUpdate(_, _ *v1.Service)     { c.changed() }
-func (c *changeTracker) OnServiceDelete(*v1.Service)          { c.changed() }
-func (c *changeTracker) OnEndpointsAdd(*v1.Endpoints)         { c.changed() }
-func (c *changeTracker) OnEndpointsUpdate(_, _ *v1.Endpoints) { c.changed() }
-func (c *changeTracker) OnEndpointsDelete(*v1.Endpoints)      { c.changed() }
+func (c *changeTracker) OnServiceAdd(*v1.Service)         { c.changed() }
+func (c *changeTracker) OnServiceUpdate(_, _ *v1.Service) { c.changed() }
+func (c *changeTracker) OnServiceDelete(*v1.Service)      { c.changed() }
 func (c *changeTracker) OnEndpointSliceAdd(*discoveryv1.EndpointSlice) {
 	c.changed()
 }

@@ -13,9 +13,9 @@ import (
 const annotationPrefix = "svcproxy.io/"
 
 // trim drops what neither the proxy nor the DNS reads from an object before it
-// is cached: managed fields, owner references, foreign annotations, Endpoint
-// target references, hints and deprecated topology, a Service's status beyond
-// its load-balancer IPs. In a real cluster managedFields alone are often half
+// is cached: managed fields, owner references, the UID, foreign annotations and
+// labels, a Service's selector, Endpoint target references, hints and
+// deprecated topology, a Service's status beyond its load-balancer IPs. In a real cluster managedFields alone are often half
 // of an object. It is the informers' transform (client-go SetTransform); a
 // manifests file's objects are not kept, so they need none. It modifies obj,
 // which the caller owns, and returns it.
@@ -23,6 +23,9 @@ func trim(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *v1.Service:
 		trimMeta(&o.ObjectMeta)
+		// Endpoints come from EndpointSlices: the selector and the labels
+		// are the API server's business, not the proxy's.
+		o.Labels, o.Spec.Selector = nil, nil
 		var ingress []v1.LoadBalancerIngress
 		for _, in := range o.Status.LoadBalancer.Ingress {
 			if in.IP != "" {
@@ -63,6 +66,7 @@ func trimMeta(m *metav1.ObjectMeta) {
 	m.OwnerReferences = nil
 	m.GenerateName = ""
 	m.Finalizers = nil
+	m.UID = ""
 	var keep map[string]string
 	for k, v := range m.Annotations {
 		if strings.HasPrefix(k, annotationPrefix) {

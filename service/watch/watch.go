@@ -208,33 +208,37 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 		return inf, r.HasSynced, nil // synced: the handler has seen the initial list
 	}
+	// Services and EndpointSlices only, as kube-proxy and CoreDNS's
+	// kubernetes plugin read them: in a cluster, the EndpointSlice
+	// mirroring controller (kube-controller-manager, GA in Kubernetes 1.21)
+	// makes slices of the v1 Endpoints of a Service without a selector, so
+	// an informer on v1 Endpoints would cache a second copy of every
+	// Service's endpoints and add nothing. A manifests file may still hold
+	// v1 Endpoints: no controller mirrors a file.
 	svcInf, svcSynced, err1 := newInformer(w.api.services, &v1.Service{}, serviceEvents(w.tracker))
 	sliceInf, sliceSynced, err2 := newInformer(w.api.slices, &discoveryv1.EndpointSlice{}, endpointSliceEvents(w.tracker))
-	epInf, epSynced, err3 := newInformer(w.api.endpoints, &v1.Endpoints{}, endpointsEvents(w.tracker))
-	if err := errors.Join(err1, err2, err3); err != nil {
+	if err := errors.Join(err1, err2); err != nil {
 		return err
 	}
-	for _, inf := range []cache.SharedIndexInformer{svcInf, sliceInf, epInf} {
+	for _, inf := range []cache.SharedIndexInformer{svcInf, sliceInf} {
 		wg.Go(func() { inf.RunWithContext(ctx) })
 	}
 
 	w.log.Info("waiting for informers to sync", "source", w.source)
-	if !cache.WaitForCacheSync(ctx.Done(), svcSynced, sliceSynced, epSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), svcSynced, sliceSynced) {
 		return nil // ctx done before the first list
 	}
 	svcs := corelisters.NewServiceLister(svcInf.GetIndexer())
 	slices := discoverylisters.NewEndpointSliceLister(sliceInf.GetIndexer())
-	eps := corelisters.NewEndpointsLister(epInf.GetIndexer())
 	w.loop(ctx, func() *service.Snapshot {
 		s, err1 := svcs.List(labels.Everything())
 		es, err2 := slices.List(labels.Everything())
-		e, err3 := eps.List(labels.Everything())
-		if err := errors.Join(err1, err2, err3); err != nil {
+		if err := errors.Join(err1, err2); err != nil {
 			// Listing an informer's cache cannot fail for labels.Everything().
 			w.log.Error("listing informer caches", "err", err)
 			return nil
 		}
-		return service.Build(s, es, e)
+		return service.Build(s, es, nil)
 	})
 	return nil
 }

@@ -51,9 +51,6 @@ func fakeListWatchers(c *fake.Clientset) *listWatchers {
 		slices: lw(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return c.DiscoveryV1().EndpointSlices("").List(ctx, o)
 		}, c.DiscoveryV1().EndpointSlices("").Watch),
-		endpoints: lw(func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return c.CoreV1().Endpoints("").List(ctx, o)
-		}, c.CoreV1().Endpoints("").Watch),
 	}
 }
 
@@ -127,21 +124,32 @@ func TestWatcherFollowsClient(t *testing.T) {
 	}
 }
 
-// TestWatcherEndpointsFallback: a Service without slices takes its endpoints
-// from the v1.Endpoints object, through the third informer.
-func TestWatcherEndpointsFallback(t *testing.T) {
-	w, client, _ := newFakeWatcher(t, Config{})
-	snaps := start(t, w)
-	objs, err := LoadManifests("endpoints.yaml", []byte(endpointsYAML))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, obj := range objs {
-		if err := client.Tracker().Add(obj); err != nil {
+// TestWatcherEndpoints: a Service without slices takes its endpoints from its
+// v1.Endpoints object in a manifests file, where no controller mirrors them
+// into slices; from the API server only EndpointSlices are read, as
+// kube-proxy reads them (the mirroring controller makes slices of such
+// Endpoints there).
+func TestWatcherEndpoints(t *testing.T) {
+	t.Run("file", func(t *testing.T) {
+		snaps, _, _ := newFileWatcher(t, filepath.Join(t.TempDir(), "endpoints.yaml"), endpointsYAML)
+		await(t, snaps, "endpoints", is("default/db:pg 198.18.0.20:5432 -> 198.19.0.7:5432"))
+	})
+	t.Run("api", func(t *testing.T) {
+		w, client, _ := newFakeWatcher(t, Config{})
+		objs, err := LoadManifests("endpoints.yaml", []byte(endpointsYAML))
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	await(t, snaps, "endpoints", is("default/db:pg 198.18.0.20:5432 -> 198.19.0.7:5432"))
+		for _, obj := range objs { // before Run: the first Snapshot has both
+			if err := client.Tracker().Add(obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+		snaps := start(t, w)
+		if got, want := describe(<-snaps), "default/db:pg 198.18.0.20:5432 -> "; got != want {
+			t.Errorf("first Snapshot: %q, want %q (v1 Endpoints are not read from the API)", got, want)
+		}
+	})
 }
 
 const endpointsYAML = `
