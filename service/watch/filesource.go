@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -134,10 +135,15 @@ func (f *fileSource) read() (data []byte, st fileStamp, wait time.Duration, err 
 		return nil, st, 0, err
 	}
 	defer file.Close()
-	data, err = io.ReadAll(io.LimitReader(file, f.maxBytes+1))
-	if err != nil {
+	// Read into a buffer of the size stat gave (ReadFrom wants MinRead bytes
+	// free before its last read, the one that finds the end): io.ReadAll
+	// starts small and doubles, which for a file of 12 MB was a tenth of
+	// clusterdns's startup in copies and page faults.
+	buf := bytes.NewBuffer(make([]byte, 0, st.size+bytes.MinRead))
+	if _, err := buf.ReadFrom(io.LimitReader(file, f.maxBytes+1)); err != nil {
 		return nil, st, 0, err
 	}
+	data = buf.Bytes()
 	if int64(len(data)) > f.maxBytes {
 		return nil, st, 0, fmt.Errorf("%s: %w of %d bytes", f.path, ErrFileTooLarge, f.maxBytes)
 	}
