@@ -35,7 +35,8 @@ const fixedRate = 10000
 // count it fills a real API server (etcd and kube-apiserver from test/kapi),
 // then runs, one after the other on the same load: CoreDNS v1.15 with
 // kubeadm's Corefile, clusterdns watching the same API server, and clusterdns
-// reading the same Services from a manifests file. dnsperf measures the
+// reading the same Services from a manifests file (and, with BASELINE set to
+// another clusterdns binary, that one from both sources). dnsperf measures the
 // highest QPS, and latency at a fixed 10,000 QPS; RSS is read after both.
 func TestCompareCoreDNS(t *testing.T) {
 	if os.Getenv("SVCPROXY_DNS_BENCH") == "" {
@@ -57,6 +58,9 @@ func TestCompareCoreDNS(t *testing.T) {
 		duration = d
 	}
 	counts := cmpOr(os.Getenv("SERVICES"), "2000,20000")
+	// BASELINE: a clusterdns binary built from an earlier commit, measured
+	// beside the current one (rows "clusterdns baseline").
+	baseline := os.Getenv("BASELINE")
 
 	srv := kapitest.Start(t)
 	cfg := *srv.Config
@@ -114,6 +118,19 @@ func TestCompareCoreDNS(t *testing.T) {
 				return exec.Command(clusterdns, "--services", manifest, "--listen", "127.0.0.1:"+strconv.Itoa(port),
 					"--upstream", "127.0.0.1:9", "--metrics-bind-address", "", "-v", "warn")
 			}},
+		}
+		if baseline != "" {
+			// The same two sources with an earlier build, after the current
+			// one: before and after a change, in one sitting.
+			servers = append(servers,
+				server{name: "clusterdns baseline (API server)", start: func(port int) *exec.Cmd {
+					return exec.Command(baseline, "--kubeconfig", srv.Kubeconfig, "--listen", "127.0.0.1:"+strconv.Itoa(port),
+						"--upstream", "127.0.0.1:9", "--metrics-bind-address", "", "-v", "warn")
+				}},
+				server{name: "clusterdns baseline (manifests file)", start: func(port int) *exec.Cmd {
+					return exec.Command(baseline, "--services", manifest, "--listen", "127.0.0.1:"+strconv.Itoa(port),
+						"--upstream", "127.0.0.1:9", "--metrics-bind-address", "", "-v", "warn")
+				}})
 		}
 		for _, s := range servers {
 			r := measure(t, b, s, queries)
@@ -314,7 +331,32 @@ func printComparison(w *os.File, rows []cmpRow, b *bench) {
 		if core == nil {
 			continue
 		}
-		fmt.Fprintf(w, "| %d | %s | %.2f× | %.2f× | %.2f× |\n", r.services, strings.TrimSuffix(strings.TrimPrefix(r.name, "clusterdns ("), ")"),
+		fmt.Fprintf(w, "| %d | %s | %.2f× | %.2f× | %.2f× |\n", r.services, strings.TrimPrefix(r.name, "clusterdns "),
 			r.qps/core.qps, float64(r.p99Fixed)/float64(core.p99Fixed), float64(r.rss)/float64(core.rss))
+	}
+	printBaseline(w, rows)
+}
+
+// printBaseline prints, when the rows hold a baseline, the ratios of the
+// current clusterdns to the baseline for each source and Service count.
+func printBaseline(w *os.File, rows []cmpRow) {
+	header := false
+	for _, r := range rows {
+		source, ok := strings.CutPrefix(r.name, "clusterdns (")
+		if !ok {
+			continue
+		}
+		for _, b := range rows {
+			if b.services != r.services || b.name != "clusterdns baseline ("+source {
+				continue
+			}
+			if !header {
+				fmt.Fprintln(w, "\n| services | clusterdns source | ready after (now / baseline) | QPS | p99 at 10k QPS | RSS after |")
+				fmt.Fprintln(w, "|---:|---|---:|---:|---:|---:|")
+				header = true
+			}
+			fmt.Fprintf(w, "| %d | %s | %.2f× | %.2f× | %.2f× | %.2f× |\n", r.services, strings.TrimSuffix(source, ")"),
+				float64(r.ready)/float64(b.ready), r.qps/b.qps, float64(r.p99Fixed)/float64(b.p99Fixed), float64(r.rss)/float64(b.rss))
+		}
 	}
 }

@@ -10,6 +10,8 @@
 #
 #   bench/dns/run.sh                          # SERVICES=2000,20000 DURATION=10s
 #   SERVICES=500 DURATION=3s bench/dns/run.sh
+#   BASELINE=/tmp/clusterdns.before bench/dns/run.sh   # also an earlier build,
+#                                             # with now/baseline ratios
 set -eu
 cd "$(dirname "$0")/../.."
 command -v dnsperf >/dev/null 2>&1 || { echo "bench/dns: needs dnsperf (Debian package dnsperf)" >&2; exit 1; }
