@@ -203,12 +203,12 @@ func checkLabRBAC(c *cpLab) {
 		return strings.TrimSpace(out)
 	}
 	for _, user := range []string{"svcproxy", "clusterdns"} {
-		for _, res := range []string{"services", "endpointslices.discovery.k8s.io", "endpoints"} {
+		for _, res := range []string{"services", "endpointslices.discovery.k8s.io"} {
 			if got := as(user, "auth", "can-i", "watch", res, "-A"); got != "yes" {
 				c.t.Errorf("%s: can-i watch %s = %q, want yes", user, res, got)
 			}
 		}
-		for _, verb := range [][]string{{"list", "secrets"}, {"list", "nodes"}, {"list", "pods"}, {"create", "services"}, {"delete", "endpointslices.discovery.k8s.io"}} {
+		for _, verb := range [][]string{{"list", "secrets"}, {"watch", "endpoints"}, {"list", "nodes"}, {"list", "pods"}, {"create", "services"}, {"delete", "endpointslices.discovery.k8s.io"}} {
 			if got := as(user, "auth", "can-i", verb[0], verb[1], "-A"); got != "no" {
 				c.t.Errorf("%s: can-i %s %s = %q, want no", user, verb[0], verb[1], got)
 			}
