@@ -120,7 +120,7 @@ func kernelPath(cfg *Config, fam service.Family, mode string, ipt kiptables.Inte
 	case dataplane.ModeIPVS:
 		return ipvsPath(cfg, fam, ipt, carried)
 	case dataplane.ModeNFTables:
-		return nftablesPath(cfg, carried)
+		return nftablesPath(cfg, fam, carried)
 	}
 	var include func(*service.Port) bool
 	if carried != nil {
@@ -142,10 +142,11 @@ func kernelPath(cfg *Config, fam service.Family, mode string, ipt kiptables.Inte
 	}, 0)
 }
 
-// nftablesPath builds nftables mode (offload/nftables), restricted to the ports
-// carried accepts when it is not nil, with per-port connection counters then.
-func nftablesPath(cfg *Config, carried func(service.PortName) bool) (dataplane.KernelPath, error) {
-	nft, err := knft.New(offloadnftables.Table)
+// nftablesPath builds nftables mode (offload/nftables) for family fam, in its
+// own table (`ip svcproxy` or `ip6 svcproxy`), restricted to the ports carried
+// accepts when it is not nil, with per-port connection counters then.
+func nftablesPath(cfg *Config, fam service.Family, carried func(service.PortName) bool) (dataplane.KernelPath, error) {
+	nft, err := knft.NewFamily(offloadnftables.TableFamily(fam), offloadnftables.Table)
 	if err != nil {
 		return nil, err
 	}
@@ -155,9 +156,10 @@ func nftablesPath(cfg *Config, carried func(service.PortName) bool) (dataplane.K
 	}
 	return offloadnftables.NewDataplane(offloadnftables.ProxierConfig{
 		Rules: offloadnftables.Config{
+			Family:           fam,
 			NodeName:         cfg.NodeName,
 			NodeIPs:          cfg.NodeIPs,
-			ClusterCIDR:      cfg.clusterCIDR(service.IPv4),
+			ClusterCIDR:      cfg.clusterCIDR(fam),
 			MasqueradeAll:    cfg.MasqueradeAll,
 			Include:          include,
 			CountConnections: carried != nil,
@@ -290,12 +292,15 @@ func cleanup(ctx context.Context, cfg *Config) error {
 		}
 	}
 	if knft.Available() == nil {
-		nft, err := knft.New(offloadnftables.Table)
-		if err == nil {
-			err = offloadnftables.Cleanup(ctx, nft)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("nftables table: %w", err))
+		for _, fam := range service.Families {
+			family := offloadnftables.TableFamily(fam)
+			nft, err := knft.NewFamily(family, offloadnftables.Table)
+			if err == nil {
+				err = offloadnftables.Cleanup(ctx, nft)
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("nftables table %s %s: %w", family, offloadnftables.Table, err))
+			}
 		}
 	}
 	return errors.Join(errs...)

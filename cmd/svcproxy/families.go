@@ -28,8 +28,8 @@ func servedFamilies(cfg *Config, mode, offloadMode string, log *slog.Logger) []s
 // ipv6Supported says why this namespace (or mode) cannot serve IPv6, or nil.
 func ipv6Supported(mode, offloadMode string) error {
 	switch {
-	case mode == dataplane.ModeIPTables, mode == dataplane.ModeIPVS, mode == dataplane.ModeUserspace:
-	case mode == dataplane.ModeHybrid && offloadMode == dataplane.ModeIPTables:
+	case mode == dataplane.ModeIPTables, mode == dataplane.ModeIPVS, mode == dataplane.ModeUserspace, mode == dataplane.ModeNFTables:
+	case mode == dataplane.ModeHybrid && offloadMode != dataplane.ModeIPVS:
 		// Each family's hybrid promotes its own ports (a Promoter per family).
 	case mode == dataplane.ModeHybrid:
 		return fmt.Errorf("--mode hybrid --offload %s serves IPv4 only (see docs/operations.md, Dual-stack)", offloadMode)

@@ -103,8 +103,8 @@ func (w *walker) rule(chain, text string) (verdict, error) {
 			i += 5
 		case word == "update" || word == "add":
 			set := strings.TrimPrefix(arg(1), "@")
-			if i+2 >= len(toks) || toks[i+2].group == nil || toks[i+2].String() != "{ ip saddr }" {
-				return verdict{}, fmt.Errorf("%s @%s: only \"{ ip saddr }\" is modelled", word, set)
+			if i+2 >= len(toks) || toks[i+2].group == nil || (toks[i+2].String() != "{ ip saddr }" && toks[i+2].String() != "{ ip6 saddr }") {
+				return verdict{}, fmt.Errorf("%s @%s: only \"{ ip saddr }\" and \"{ ip6 saddr }\" are modelled", word, set)
 			}
 			if w.dyn[set] == nil {
 				w.dyn[set] = map[netip.Addr]time.Time{}

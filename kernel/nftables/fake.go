@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 	"sync"
@@ -25,6 +26,8 @@ type Fake struct {
 	// time.Now. Set it before the first Trace.
 	Now func() time.Time
 
+	family knftables.Family // ip or ip6: the packets the table sees
+
 	mu      sync.Mutex
 	local   []netip.Addr
 	dynamic map[string]map[netip.Addr]time.Time // set -> address -> last update
@@ -32,8 +35,12 @@ type Fake struct {
 }
 
 // NewFake returns a Fake for the IPv4 table name, with no table yet.
-func NewFake(table string) *Fake {
-	return &Fake{Fake: knftables.NewFake(knftables.IPv4Family, table), dynamic: map[string]map[netip.Addr]time.Time{}}
+func NewFake(table string) *Fake { return NewFakeFamily(knftables.IPv4Family, table) }
+
+// NewFakeFamily returns a Fake for the table name of family (ip or ip6), with no
+// table yet.
+func NewFakeFamily(family knftables.Family, table string) *Fake {
+	return &Fake{Fake: knftables.NewFake(family, table), family: family, dynamic: map[string]map[netip.Addr]time.Time{}}
 }
 
 // Run implements Interface. It counts the transactions, for tests of what a sync
@@ -70,4 +77,17 @@ func (f *Fake) now() time.Time {
 		return f.Now()
 	}
 	return time.Now()
+}
+
+// checkFamily refuses a packet of the other IP family: an `ip` table never sees
+// an IPv6 packet, nor an `ip6` table an IPv4 one.
+func (f *Fake) checkFamily(p Packet) error {
+	want := knftables.IPv4Family
+	if p.Dst.Addr().Unmap().Is6() {
+		want = knftables.IPv6Family
+	}
+	if f.family != want {
+		return fmt.Errorf("packet to %s: a table of family %s never sees it", p.Dst, f.family)
+	}
+	return nil
 }

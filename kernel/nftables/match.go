@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// parseComponent reads one expression at toks[i]: ip saddr, ip daddr, meta l4proto,
+// parseComponent reads one expression at toks[i]: ip|ip6 saddr|daddr, meta l4proto,
 // th|tcp|udp|sctp dport|sport, mark [and MASK], meta mark [and MASK], ct state,
 // fib daddr|saddr type, numgen random mod N.
 func parseComponent(toks []token, i int) (component, int, error) {
@@ -18,7 +18,7 @@ func parseComponent(toks []token, i int) (component, int, error) {
 		return ""
 	}
 	switch {
-	case w(0) == "ip" && (w(1) == "saddr" || w(1) == "daddr"):
+	case (w(0) == "ip" || w(0) == "ip6") && (w(1) == "saddr" || w(1) == "daddr"):
 		return component{kind: w(1)}, i + 2, nil
 	case w(0) == "meta" && w(1) == "l4proto":
 		return component{kind: "l4proto"}, i + 2, nil
@@ -86,7 +86,7 @@ func (w *walker) match(toks []token, i int) (ok bool, v verdict, next int, note 
 		return w.vmap(key, toks[i+1])
 	case strings.HasPrefix(t.word, "@"):
 		if len(key) != 1 || (key[0].kind != "saddr" && key[0].kind != "daddr") {
-			return false, v, 0, "", fmt.Errorf("set lookups are modelled for ip saddr and ip daddr")
+			return false, v, 0, "", fmt.Errorf("set lookups are modelled for ip|ip6 saddr and daddr")
 		}
 		ok, err := w.inSet(strings.TrimPrefix(t.word, "@"), w.addr(key[0]))
 		return ok, v, i + 1, "", err

@@ -35,11 +35,14 @@ type Interface interface {
 
 var _ Interface = knftables.Interface(nil)
 
-// family is the one IP family of svcproxy's table, in both libraries' terms.
-const (
-	family   = knftables.IPv4Family
-	nlFamily = gnftables.TableFamilyIPv4
-)
+// netlinkFamily is a table family in google/nftables' terms: svcproxy's tables
+// are `ip` (IPv4) or `ip6` (IPv6), one per IP family, as kube-proxy's.
+func netlinkFamily(f knftables.Family) gnftables.TableFamily {
+	if f == knftables.IPv6Family {
+		return gnftables.TableFamilyIPv6
+	}
+	return gnftables.TableFamilyIPv4
+}
 
 // Real is the kernel's nf_tables, in the network namespace of the calling OS
 // thread: transactions go to the nft binary (`nft -f -`) with each chain's rules
@@ -49,6 +52,7 @@ type Real struct {
 	knftables.Interface // NewTransaction, ListCounters: knftables over the nft binary
 
 	nft     string              // the nft binary
+	family  knftables.Family    // ip or ip6
 	table   string              // the table's name
 	netlink knftables.Interface // ListAll: knftables' netlink listing
 	conn    *gnftables.Conn     // whether the table exists
@@ -56,9 +60,16 @@ type Real struct {
 
 var _ Interface = (*Real)(nil)
 
-// New returns a Real Interface for the IPv4 table name. It fails, saying why, when
-// the nft binary is missing or the kernel has no nf_tables.
-func New(table string) (*Real, error) {
+// New returns a Real Interface for the IPv4 table name (`ip NAME`). It fails,
+// saying why, when the nft binary is missing or the kernel has no nf_tables.
+func New(table string) (*Real, error) { return NewFamily(knftables.IPv4Family, table) }
+
+// NewFamily returns a Real Interface for the table name of family: `ip NAME` or
+// `ip6 NAME`.
+func NewFamily(family knftables.Family, table string) (*Real, error) {
+	if family != knftables.IPv4Family && family != knftables.IPv6Family {
+		return nil, fmt.Errorf("nftables: family %q: want ip or ip6", family)
+	}
 	nft, err := knftables.New(family, table)
 	if err != nil {
 		return nil, fmt.Errorf("nftables: %w", err)
@@ -75,7 +86,7 @@ func New(table string) (*Real, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nftables: netlink: %w", err)
 	}
-	return &Real{Interface: nft, nft: path, table: table, netlink: nl, conn: conn}, nil
+	return &Real{Interface: nft, nft: path, family: family, table: table, netlink: nl, conn: conn}, nil
 }
 
 // Run implements Interface: one `nft -f -` with the transaction in chain blocks.
@@ -100,7 +111,7 @@ func (r *Real) Run(ctx context.Context, tx *knftables.Transaction) error {
 // ListAll implements Interface over netlink: `nft list table` would print every
 // rule of the table (13 s at 10,000 service ports here) to give a few names.
 func (r *Real) ListAll(ctx context.Context) (map[string][]string, error) {
-	tables, err := r.conn.ListTablesOfFamily(nlFamily)
+	tables, err := r.conn.ListTablesOfFamily(netlinkFamily(r.family))
 	if err != nil {
 		return nil, fmt.Errorf("list tables: %w", err)
 	}
@@ -109,7 +120,7 @@ func (r *Real) ListAll(ctx context.Context) (map[string][]string, error) {
 			return r.netlink.ListAll(ctx)
 		}
 	}
-	return nil, &runError{msg: fmt.Sprintf("table ip %s: No such file or directory", r.table), errno: syscall.ENOENT}
+	return nil, &runError{msg: fmt.Sprintf("table %s %s: No such file or directory", r.family, r.table), errno: syscall.ENOENT}
 }
 
 // runError is a failed nft run: nft's message, and the errno it names first, as
@@ -144,7 +155,7 @@ func Available() error {
 	if _, err := exec.LookPath("nft"); err != nil {
 		return errors.New("nftables: the nft binary is not installed (Debian package nftables)")
 	}
-	_, err := knftables.New(family, "svcproxy-probe")
+	_, err := knftables.New(knftables.IPv4Family, "svcproxy-probe")
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
 	}

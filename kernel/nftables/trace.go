@@ -92,6 +92,9 @@ func (t Trace) String() string {
 // updates (ClientIP affinity) are kept, so a second trace from the same client sees
 // its affinity. A rule the tracer cannot evaluate is an error naming the rule.
 func (f *Fake) Trace(p Packet) (Trace, error) {
+	if err := f.checkFamily(p); err != nil {
+		return Trace{Packet: p}, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	w := f.newWalker(p, tracing.Pick(p.Pick))
@@ -106,6 +109,9 @@ func (f *Fake) Trace(p Packet) (Trace, error) {
 // TraceAll follows every random choice and returns one Trace per path with its
 // Probability; the probabilities add up to 1. It does not change dynamic sets.
 func (f *Fake) TraceAll(p Packet) ([]Trace, error) {
+	if err := f.checkFamily(p); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return tracing.All(func(choose tracing.Choose) (Trace, error) { return f.newWalker(p, choose).run() })

@@ -3,6 +3,9 @@ package nftables
 import (
 	"fmt"
 	"net/netip"
+	"slices"
+
+	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -11,6 +14,11 @@ import (
 // a table for a node with no name, NodePorts on every local address but loopback, no
 // masquerade of off-cluster traffic, and the masquerade mark 0x4000.
 type Config struct {
+	// Family is the IP family of the table: IPv4 (the zero value) renders
+	// `ip svcproxy`, IPv6 `ip6 svcproxy`, each from the Services' addresses
+	// and endpoints of that family (kube-proxy: `ip kube-proxy` and `ip6
+	// kube-proxy`, one proxier per family).
+	Family service.Family
 	// NodeName selects the endpoints of this node for the Local traffic policies.
 	NodeName string
 	// NodeIPs are the addresses NodePorts answer on (kube-proxy's
@@ -56,14 +64,80 @@ func (c *Config) mark() string {
 	return fmt.Sprintf("%#08x", uint32(1)<<bit)
 }
 
-// nodeIPs are the IPv4 NodeIPs without loopback ones: a NodePort rule for 127.0.0.1
-// could only work with route_localnet, which svcproxy never sets (CVE-2020-8558).
+// nodeIPs are the NodeIPs of the family without loopback ones: a NodePort rule for
+// 127.0.0.1 could only work with route_localnet, which svcproxy never sets
+// (CVE-2020-8558); ::1 cannot be DNATed away from at all.
 func (c *Config) nodeIPs() []netip.Addr {
 	var out []netip.Addr
-	for _, a := range v4(c.NodeIPs) {
+	for _, a := range c.addrs(c.NodeIPs) {
 		if !a.IsLoopback() {
 			out = append(out, a)
 		}
 	}
 	return out
+}
+
+// TableFamily is the nftables family of fam's table: ip for IPv4, ip6 for IPv6.
+func TableFamily(fam service.Family) knftables.Family {
+	if fam == service.IPv6 {
+		return knftables.IPv6Family
+	}
+	return knftables.IPv4Family
+}
+
+func (c *Config) ipv6() bool { return c.Family == service.IPv6 }
+
+// ip is the family's address expression prefix: "ip" (ip saddr) or "ip6".
+func (c *Config) ip() string {
+	if c.ipv6() {
+		return "ip6"
+	}
+	return "ip"
+}
+
+// addrType is the family's set key type.
+func (c *Config) addrType() string {
+	if c.ipv6() {
+		return "ipv6_addr"
+	}
+	return "ipv4_addr"
+}
+
+// loopback is the family's loopback range, which NodePorts never answer on.
+func (c *Config) loopback() string {
+	if c.ipv6() {
+		return "::1"
+	}
+	return "127.0.0.0/8"
+}
+
+// of reports whether a is of the table's family (an IPv4-mapped IPv6 address is
+// IPv4).
+func (c *Config) of(a netip.Addr) bool { return a.Unmap().Is6() == c.ipv6() }
+
+// addrs are the addresses of the table's family, unmapped.
+func (c *Config) addrs(addrs []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range addrs {
+		if a.IsValid() && c.of(a) {
+			out = append(out, a.Unmap())
+		}
+	}
+	return out
+}
+
+// prefixes are the prefixes of the table's family, masked.
+func (c *Config) prefixes(ps []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range ps {
+		if p.IsValid() && p.Addr().Is6() == c.ipv6() {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
+// endpoints are the endpoints of the table's family.
+func (c *Config) endpoints(eps []service.Endpoint) []service.Endpoint {
+	return slices.DeleteFunc(slices.Clone(eps), func(e service.Endpoint) bool { return !c.of(e.Addr.Addr()) })
 }

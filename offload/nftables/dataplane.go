@@ -41,7 +41,7 @@ func NewDataplane(cfg ProxierConfig, lagBound time.Duration) (*Dataplane, error)
 // Status implements dataplane.Interface: the sync record and each port's chains
 // and endpoint shares.
 func (d *Dataplane) Status() any {
-	return map[string]any{"mode": dataplane.ModeNFTables, "table": "ip " + Table, "health": d.p.Health(), "ports": d.p.Status()}
+	return map[string]any{"mode": dataplane.ModeNFTables, "table": string(TableFamily(d.p.t.cfg.Rules.Family)) + " " + Table, "health": d.p.Health(), "ports": d.p.Status()}
 }
 
 // Connections implements dataplane.KernelPath (see Proxier.Connections).

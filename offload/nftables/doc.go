@@ -28,5 +28,8 @@
 // outlives the process; a new Proxier adopts it at its first Sync (never before the
 // first Snapshot), and Cleanup deletes it.
 //
-// Only IPv4 is rendered: IPv6 addresses of a Service or endpoint are skipped.
+// A table is of one IP family (Config.Family), as kube-proxy's are: `ip
+// svcproxy` from the Services' IPv4 addresses and endpoints, `ip6 svcproxy`
+// from their IPv6 ones (ip6 expressions, ipv6_addr sets); a dual-stack node runs
+// one Proxier per family, each over its own table.
 package nftables

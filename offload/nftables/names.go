@@ -89,9 +89,10 @@ func portBase(n service.PortName) string {
 }
 
 // endpointBase is kube-proxy's servicePortEndpointChainNameBase:
-// "HASH-ns/name/proto/port__ip/port".
+// "HASH-ns/name/proto/port__ip/port". An IPv6 address has its colons replaced by
+// dots ("2001.db8.19..2.2"): nft refuses a ':' in a chain name.
 func endpointBase(n service.PortName, ep netip.AddrPort) string {
 	s := n.Namespace + "/" + n.Name + "/" + strings.ToLower(string(n.Protocol)) + "/" + n.Port +
-		"__" + ep.Addr().Unmap().String() + "/" + itoa(ep.Port())
+		"__" + strings.ReplaceAll(ep.Addr().Unmap().String(), ":", ".") + "/" + itoa(ep.Port())
 	return hashBase(s) + "-" + s
 }

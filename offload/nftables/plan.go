@@ -2,7 +2,6 @@ package nftables
 
 import (
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -15,6 +14,7 @@ import (
 type portPlan struct {
 	p                      *service.Port
 	name, proto            string
+	ip                     string // the family's expression prefix: ip or ip6
 	base                   string // the readable part of the port's chain names
 	svcChain, localChain   string
 	extChain, fwChain      string
@@ -40,15 +40,16 @@ func planPort(cfg *Config, p *service.Port) *portPlan {
 		p:            p,
 		name:         p.Name.String(),
 		proto:        strings.ToLower(string(p.Protocol)),
-		clusterIPs:   v4(svc.ClusterIPs),
-		extIPs:       v4(svc.ExternalIPs),
-		lbIPs:        v4(svc.LoadBalancerIPs),
-		sourceRanges: v4Prefixes(svc.LoadBalancerSourceRanges),
-		cluster:      v4Endpoints(p.Usable()),
-		local:        v4Endpoints(p.LocalUsable(cfg.NodeName)),
+		ip:           cfg.ip(),
+		clusterIPs:   cfg.addrs(svc.ClusterIPs),
+		extIPs:       cfg.addrs(svc.ExternalIPs),
+		lbIPs:        cfg.addrs(svc.LoadBalancerIPs),
+		sourceRanges: cfg.prefixes(svc.LoadBalancerSourceRanges),
+		cluster:      cfg.endpoints(p.Usable()),
+		local:        cfg.endpoints(p.LocalUsable(cfg.NodeName)),
 	}
 	if len(pp.clusterIPs) == 0 {
-		return nil // headless, ExternalName or IPv6-only: nothing for this table
+		return nil // headless, ExternalName or of the other family: nothing for this table
 	}
 	pp.base = portBase(p.Name)
 	pp.svcChain, pp.localChain = prefixService+pp.base, prefixLocal+pp.base
@@ -81,30 +82,6 @@ func planPort(cfg *Config, p *service.Port) *portPlan {
 		pp.noEndpointVerdict, pp.why = "drop", pp.name+" has no local endpoints"
 	}
 	return pp
-}
-
-func v4(addrs []netip.Addr) []netip.Addr {
-	var out []netip.Addr
-	for _, a := range addrs {
-		if a.Is4() || a.Is4In6() {
-			out = append(out, a.Unmap())
-		}
-	}
-	return out
-}
-
-func v4Prefixes(ps []netip.Prefix) []netip.Prefix {
-	var out []netip.Prefix
-	for _, p := range ps {
-		if p.Addr().Is4() {
-			out = append(out, p.Masked())
-		}
-	}
-	return out
-}
-
-func v4Endpoints(eps []service.Endpoint) []service.Endpoint {
-	return slices.DeleteFunc(slices.Clone(eps), func(e service.Endpoint) bool { return !e.Addr.Addr().Unmap().Is4() })
 }
 
 func itoa[T ~uint16 | ~int](n T) string { return strconv.Itoa(int(n)) }

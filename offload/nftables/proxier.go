@@ -209,7 +209,7 @@ func Render(cfg Config, snap *service.Snapshot) (string, error) {
 	}
 	rs := render(cfg, snap, nil)
 	rs.collectClusterIPs()
-	tx := knftables.NewFake(knftables.IPv4Family, Table).NewTransaction()
+	tx := knftables.NewFake(TableFamily(cfg.Family), Table).NewTransaction()
 	rs.fullTx(tx, nil, nil, nil)
 	return tx.String(), nil
 }

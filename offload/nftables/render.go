@@ -34,6 +34,7 @@ type chainRules struct {
 // affinitySet is the dynamic set of one endpoint's clients (ClientIP affinity).
 type affinitySet struct {
 	name    string
+	typ     string // ipv4_addr or ipv6_addr
 	timeout time.Duration
 }
 
@@ -68,7 +69,8 @@ func (b *chainBuilder) declare(chain string) {
 	}
 }
 
-// renderPort renders one service port, or returns nil if it has no IPv4 ClusterIP.
+// renderPort renders one service port, or returns nil if it has no ClusterIP of the
+// table's family.
 func renderPort(cfg *Config, p *service.Port) *portObjects {
 	pp := planPort(cfg, p)
 	if pp == nil {
@@ -95,7 +97,7 @@ func renderPort(cfg *Config, p *service.Port) *portObjects {
 		for i, r := range pp.sourceRanges {
 			ranges[i] = r.String()
 		}
-		b.add(pp.fwChain, "ip saddr != {", strings.Join(ranges, ", "), "}", "drop")
+		b.add(pp.fwChain, pp.ip+" saddr != {", strings.Join(ranges, ", "), "}", "drop")
 	}
 	eps := map[netip.AddrPort]bool{}
 	if pp.usesClusterChain {
@@ -141,12 +143,12 @@ func renderFrontends(cfg *Config, pp *portPlan, b *chainBuilder) []element {
 		// Masquerade ClusterIP traffic from outside the pod network: someone
 		// routing the service range to this node may get a reply from an
 		// endpoint on another node otherwise (kube-proxy's IfNotLocal rule).
-		match := []string{"ip daddr", ip.String(), pp.proto, "dport", port}
+		match := []string{pp.ip + " daddr", ip.String(), pp.proto, "dport", port}
 		switch {
 		case cfg.MasqueradeAll:
 			b.add(pp.internalChain, slices.Concat(match, []string{"jump", chainMarkMasq})...)
 		case cfg.ClusterCIDR.IsValid():
-			b.add(pp.internalChain, slices.Concat(match, []string{"ip saddr !=", cfg.ClusterCIDR.Masked().String(), "jump", chainMarkMasq})...)
+			b.add(pp.internalChain, slices.Concat(match, []string{pp.ip + " saddr !=", cfg.ClusterCIDR.Masked().String(), "jump", chainMarkMasq})...)
 		}
 	}
 	for _, ips := range [][]netip.Addr{pp.extIPs, pp.lbIPs} {
@@ -190,7 +192,7 @@ func renderExternalChain(cfg *Config, pp *portPlan, b *chainBuilder) {
 		// back: any endpoint. The node itself has the external address as its
 		// own, so it needs masquerade (and also goes to any endpoint).
 		if cfg.ClusterCIDR.IsValid() {
-			b.add(c, "ip saddr", cfg.ClusterCIDR.Masked().String(), "goto", pp.svcChain)
+			b.add(c, pp.ip+" saddr", cfg.ClusterCIDR.Masked().String(), "goto", pp.svcChain)
 		}
 		b.add(c, "fib saddr type local jump", chainMarkMasq)
 		b.add(c, "fib saddr type local goto", pp.svcChain)
@@ -220,7 +222,7 @@ func renderSpread(pp *portPlan, chain string, eps []service.Endpoint, b *chainBu
 	}
 	if aff.ClientIP {
 		for i, e := range eps {
-			b.add(chain, "ip saddr @"+prefixAffinity+endpointBase(pp.p.Name, e.Addr), "goto", names[i])
+			b.add(chain, pp.ip+" saddr @"+prefixAffinity+endpointBase(pp.p.Name, e.Addr), "goto", names[i])
 		}
 	}
 	status := make([]EndpointStatus, len(eps))
@@ -254,11 +256,11 @@ func renderEndpointChains(pp *portPlan, eps map[netip.AddrPort]bool, counter str
 	for _, a := range addrs {
 		base := endpointBase(pp.p.Name, a)
 		c := prefixEndpoint + base
-		b.add(c, "ip saddr", a.Addr().Unmap().String(), "jump", chainMarkMasq)
+		b.add(c, pp.ip+" saddr", a.Addr().Unmap().String(), "jump", chainMarkMasq)
 		if aff.ClientIP {
-			set := affinitySet{name: prefixAffinity + base, timeout: affinityTimeout(aff)}
+			set := affinitySet{name: prefixAffinity + base, typ: addrType(pp.ip), timeout: affinityTimeout(aff)}
 			sets = append(sets, set)
-			b.add(c, "update @"+set.name, "{ ip saddr }")
+			b.add(c, "update @"+set.name, "{ "+pp.ip+" saddr }")
 		}
 		dnat := []string{"meta l4proto", pp.proto}
 		if counter != "" {
@@ -292,4 +294,13 @@ func samePort(a, b *service.Port) bool {
 		slices.Equal(as.LoadBalancerIPs, bs.LoadBalancerIPs) && slices.Equal(as.LoadBalancerSourceRanges, bs.LoadBalancerSourceRanges) &&
 		as.Affinity == bs.Affinity &&
 		as.ExternalPolicyLocal == bs.ExternalPolicyLocal && as.InternalPolicyLocal == bs.InternalPolicyLocal
+}
+
+// addrType is the set key type of addresses in the family whose expressions
+// start with ip ("ip" or "ip6").
+func addrType(ip string) string {
+	if ip == "ip6" {
+		return "ipv6_addr"
+	}
+	return "ipv4_addr"
 }

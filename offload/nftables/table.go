@@ -84,7 +84,7 @@ func (rs *ruleset) ipsChanged() bool {
 func (rs *ruleset) collectClusterIPs() {
 	ips := map[string]bool{}
 	for _, po := range rs.ports {
-		for _, ip := range v4(po.port.Service.ClusterIPs) {
+		for _, ip := range rs.cfg.addrs(po.port.Service.ClusterIPs) {
 			ips[ip.String()] = true
 		}
 	}
@@ -100,17 +100,18 @@ func addTable(tx *knftables.Transaction, cfg *Config) {
 		tx.Add(&knftables.Chain{Name: bc.name, Type: knftables.PtrTo(bc.typ), Hook: knftables.PtrTo(bc.hook),
 			Priority: knftables.PtrTo(bc.priority)})
 	}
+	addr := cfg.addrType()
 	for _, s := range []struct {
 		name, typ, comment string
 		isMap              bool
 	}{
-		{setClusterIPs, "ipv4_addr", "ClusterIPs with at least one port", false},
-		{setNodePortIPs, "ipv4_addr", "addresses that accept NodePort traffic", false},
-		{mapServiceIPs, "ipv4_addr . inet_proto . inet_service : verdict", "ClusterIP, external IP and LoadBalancer IP traffic", true},
+		{setClusterIPs, addr, "ClusterIPs with at least one port", false},
+		{setNodePortIPs, addr, "addresses that accept NodePort traffic", false},
+		{mapServiceIPs, addr + " . inet_proto . inet_service : verdict", "ClusterIP, external IP and LoadBalancer IP traffic", true},
 		{mapServiceNodePorts, "inet_proto . inet_service : verdict", "NodePort traffic", true},
-		{mapNoEndpointServices, "ipv4_addr . inet_proto . inet_service : verdict", "REJECT or DROP service traffic without endpoints", true},
+		{mapNoEndpointServices, addr + " . inet_proto . inet_service : verdict", "REJECT or DROP service traffic without endpoints", true},
 		{mapNoEndpointNodePort, "inet_proto . inet_service : verdict", "REJECT or DROP NodePort traffic without endpoints", true},
-		{mapFirewallIPs, "ipv4_addr . inet_proto . inet_service : verdict", "LoadBalancer IPs with loadBalancerSourceRanges", true},
+		{mapFirewallIPs, addr + " . inet_proto . inet_service : verdict", "LoadBalancer IPs with loadBalancerSourceRanges", true},
 	} {
 		if s.name == setNodePortIPs && len(cfg.nodeIPs()) == 0 {
 			continue
@@ -172,12 +173,12 @@ var baseChains = []baseChain{
 // fixedChains are the chains every full sync writes whole: the base chains first,
 // in the order of baseChains, then the shared regular chains.
 func fixedChains(cfg *Config) []chainRules {
-	mark := cfg.mark()
+	mark, ip := cfg.mark(), cfg.ip()
 	// NodePorts: on the configured node addresses, or on every local one but
 	// loopback (a NodePort on 127.0.0.1 would need route_localnet).
-	nodePorts := "fib daddr type local ip daddr != 127.0.0.0/8"
+	nodePorts := "fib daddr type local " + ip + " daddr != " + cfg.loopback()
 	if len(cfg.nodeIPs()) > 0 {
-		nodePorts = "ip daddr @" + setNodePortIPs
+		nodePorts = ip + " daddr @" + setNodePortIPs
 	}
 	const isNew = "ct state new "
 	return []chainRules{
@@ -190,17 +191,17 @@ func fixedChains(cfg *Config) []chainRules {
 		{chainNATOutput, []string{"jump " + chainServices}},
 		{chainNATPostrouting, []string{"jump " + chainMasquerading}},
 		{chainServices, []string{
-			"ip daddr . meta l4proto . th dport vmap @" + mapServiceIPs,
+			ip + " daddr . meta l4proto . th dport vmap @" + mapServiceIPs,
 			nodePorts + " meta l4proto . th dport vmap @" + mapServiceNodePorts,
 		}},
-		{chainServiceEndpointsCheck, []string{"ip daddr . meta l4proto . th dport vmap @" + mapNoEndpointServices}},
+		{chainServiceEndpointsCheck, []string{ip + " daddr . meta l4proto . th dport vmap @" + mapNoEndpointServices}},
 		{chainNodePortEndpointsCheck, []string{nodePorts + " meta l4proto . th dport vmap @" + mapNoEndpointNodePort}},
-		{chainFirewallCheck, []string{"ip daddr . meta l4proto . th dport vmap @" + mapFirewallIPs}},
+		{chainFirewallCheck, []string{ip + " daddr . meta l4proto . th dport vmap @" + mapFirewallIPs}},
 		// A ClusterIP answers only on its Services' ports; anything else is
 		// refused at once rather than routed out towards the service range.
 		// (kube-proxy also drops traffic to unallocated ClusterIPs of its
 		// --service-cluster-ip-range; svcproxy is not told that range.)
-		{chainClusterIPsCheck, []string{"ip daddr @" + setClusterIPs + " reject"}},
+		{chainClusterIPsCheck, []string{ip + " daddr @" + setClusterIPs + " reject"}},
 		{chainMarkMasq, []string{"mark set mark or " + mark}},
 		{chainMasquerading, []string{
 			"mark and " + mark + " == 0 return",
@@ -219,7 +220,7 @@ func addPort(tx *knftables.Transaction, po *portObjects) {
 		tx.Add(&knftables.Counter{Name: po.counter}) // an existing counter keeps its count
 	}
 	for _, s := range po.sets {
-		tx.Add(&knftables.Set{Name: s.name, Type: "ipv4_addr", Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
+		tx.Add(&knftables.Set{Name: s.name, Type: s.typ, Flags: []knftables.SetFlag{knftables.DynamicFlag, knftables.TimeoutFlag},
 			Timeout: knftables.PtrTo(s.timeout)})
 	}
 	for _, c := range po.chains {

@@ -93,25 +93,32 @@ var families = []family{
 
 // The modes that serve IPv6, with the flags each needs here.
 var modes = []struct {
+	name  string
 	mode  string
 	flags []string
 	// viaNode: the backend sees the node, not the client (a userspace hop)
 	viaNode bool
-	// promote: drive web's IPv6 port hot and check that it alone moves
-	promote bool
+	// promote: hybrid's kernel path; checkPromotion drives web's IPv6 port
+	// hot and checks that it alone moves there
+	promote string
 }{
-	{"iptables", nil, false, false},
-	{"userspace", nil, true, false},
+	{"iptables", "iptables", nil, false, ""},
+	{"nftables", "nftables", nil, false, ""},
+	{"userspace", "userspace", nil, true, ""},
 	// Every port starts in userspace. The checks make at most 33 connections
 	// to one port of a family (web: 30 + 3 to its NodePort), fewer than 20/s
 	// held for 3s asks, so only checkPromotion's burst promotes.
-	{"hybrid", []string{"--offload", "iptables", "--promote-conn-rate", "20", "--promote-after", "3s", "--demote-after", "0"}, true, true},
+	{"hybrid-iptables", "hybrid", []string{"--offload", "iptables", "--promote-conn-rate", "20", "--promote-after", "3s", "--demote-after", "0"}, true, "iptables"},
+	{"hybrid-nftables", "hybrid", []string{"--offload", "nftables", "--promote-conn-rate", "20", "--promote-after", "3s", "--demote-after", "0"}, true, "nftables"},
 }
 
 func TestDualStack(t *testing.T) {
 	netnstest.RequireRoot(t, "iptables-save", "ip6tables-save")
 	for _, m := range modes {
-		t.Run(m.mode, func(t *testing.T) {
+		t.Run(m.name, func(t *testing.T) {
+			if m.mode == "nftables" || m.promote == "nftables" {
+				netnstest.RequireRoot(t, "nft")
+			}
 			e := proxytest.New(t)
 			// A packet for a ClusterIP without endpoints is routed before the
 			// filter table REJECTs it: without a route the node answers
@@ -136,8 +143,8 @@ func TestDualStack(t *testing.T) {
 			for _, f := range families {
 				t.Run(f.name, func(t *testing.T) { checkFamily(t, e, f, m.viaNode) })
 			}
-			if m.promote {
-				t.Run("promote IPv6", func(t *testing.T) { checkPromotion(t, e, families[1], families[0]) })
+			if m.promote != "" {
+				t.Run("promote IPv6", func(t *testing.T) { checkPromotion(t, e, m.promote, families[1], families[0]) })
 			}
 			// SIGKILL leaves every rule in place; --cleanup must remove them all.
 			_ = proxy.Process.Kill()
@@ -230,11 +237,11 @@ func checkFamily(t *testing.T, e *proxytest.Env, f family, viaNode bool) {
 // each family has its own Promoter and counters. On the kernel path the
 // backend sees the client, every endpoint still answers, and the promoted
 // port's rules are in that family's iptables only.
-func checkPromotion(t *testing.T, e *proxytest.Env, hot, other family) {
+func checkPromotion(t *testing.T, e *proxytest.Env, path string, hot, other family) {
 	const port = "default/web:http"
 	vip := hostPort(hot.web, 80)
 	b := proxytest.StartBurst(t, e.Client, vip, 10*time.Millisecond)
-	e.WaitFamilyPort(t, hot.name, port, "promoted to iptables", func(p proxytest.StatusPort) bool { return p.Path == "iptables" })
+	e.WaitFamilyPort(t, hot.name, port, "promoted to "+path, func(p proxytest.StatusPort) bool { return p.Path == path })
 	ok, failed, lastErr := b.Stop()
 	t.Logf("burst on %s: %d connections, %d failed", vip, ok, failed)
 	if failed > 0 {
@@ -266,11 +273,21 @@ func checkPromotion(t *testing.T, e *proxytest.Env, hot, other family) {
 	portal := func(a netip.Addr) string {
 		return "-A SVCP-PORTALS-CONTAINER -d " + netip.PrefixFrom(a, a.BitLen()).String()
 	}
-	if save := e.Node.Run(t, saves[hot.name], "-t", "nat"); !strings.Contains(save, ":SVCP-SVC-") || strings.Contains(save, portal(hot.web)) {
-		t.Errorf("promoted %s: want an SVCP-SVC- chain and no portal in %s:\n%s", hot.web, saves[hot.name], save)
+	// The kernel path's rules for the port, in one family: an SVCP-SVC- chain
+	// in iptables mode, an element of service-ips in the family's nft table.
+	inKernel := func(f family) bool {
+		if path == "nftables" {
+			tables := map[string]string{"IPv4": "ip", "IPv6": "ip6"}
+			out, _ := e.Node.Command(t.Context(), "nft", "list", "map", tables[f.name], "svcproxy", "service-ips").CombinedOutput()
+			return strings.Contains(string(out), f.web.String()+" . tcp . 80")
+		}
+		return strings.Contains(e.Node.Run(t, saves[f.name], "-t", "nat"), ":SVCP-SVC-")
 	}
-	if save := e.Node.Run(t, saves[other.name], "-t", "nat"); strings.Contains(save, ":SVCP-SVC-") || !strings.Contains(save, portal(other.web)) {
-		t.Errorf("%s in userspace: want its portal and no SVCP-SVC- chain in %s:\n%s", other.web, saves[other.name], save)
+	if save := e.Node.Run(t, saves[hot.name], "-t", "nat"); !inKernel(hot) || strings.Contains(save, portal(hot.web)) {
+		t.Errorf("promoted %s: want its %s rules and no portal in %s:\n%s", hot.web, path, saves[hot.name], save)
+	}
+	if save := e.Node.Run(t, saves[other.name], "-t", "nat"); inKernel(other) || !strings.Contains(save, portal(other.web)) {
+		t.Errorf("%s in userspace: want its portal and no %s rules (%s):\n%s", other.web, path, saves[other.name], save)
 	}
 	e.LogMoves(t)
 }

@@ -1,0 +1,170 @@
+package nftables
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	knft "github.com/svcproxy/svcproxy/kernel/nftables"
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// The IPv6 side of the test cluster: this node at 2001:db8:19::1, pods in
+// 2001:db8:19::1:0/112, services in 2001:db8:18::/112.
+var (
+	testConfig6 = Config{Family: service.IPv6, NodeName: thisNode, ClusterCIDR: netip.MustParsePrefix("2001:db8:19::1:0/112")}
+	nodeIP6     = netip.MustParseAddr("2001:db8:19::1")
+	podIP6      = netip.MustParseAddr("2001:db8:19::1:50")
+	outsideIP6  = netip.MustParseAddr("2001:db8:19::200:7")
+)
+
+// dualEndpoints are threeEndpoints and their IPv6 twins: what a port of a
+// dual-stack Service gets from its two EndpointSlices.
+func dualEndpoints() []service.Endpoint {
+	return append(threeEndpoints(), ep("[2001:db8:19::1:10]:8080", thisNode), ep("[2001:db8:19::1:11]:8080", thisNode),
+		ep("[2001:db8:19::1:130]:8080", "node-b"))
+}
+
+// dualStack makes a Service dual-stack: an IPv6 ClusterIP after its IPv4 one.
+func dualStack(clusterIP6 string) svcOpt {
+	return func(s *service.Service) {
+		s.ClusterIPs = append(s.ClusterIPs, netip.MustParseAddr(clusterIP6))
+		s.IPFamilies, s.IPFamilyPolicy = []service.Family{service.IPv4, service.IPv6}, service.RequireDualStack
+	}
+}
+
+// One Snapshot, two tables: `ip svcproxy` renders the IPv4 addresses and
+// endpoints only, `ip6 svcproxy` the IPv6 ones, with ip6 expressions,
+// ipv6_addr sets and ::1 as the loopback NodePorts never answer on.
+func TestRenderGoldenFamilies(t *testing.T) {
+	snap := snapshot(
+		svc("web", "198.18.0.10", 80, dualEndpoints(), dualStack("2001:db8:18::10"), withNodePort(30080),
+			withAffinity(600*time.Second), withExternalIPs("198.18.100.1", "2001:db8:18::100")),
+		svc("lb", "198.18.0.20", 443, dualEndpoints()[:4], dualStack("2001:db8:18::20"), withNodePort(30443),
+			withLoadBalancer("198.18.200.1", "2001:db8:18::200"), withSourceRanges("203.0.113.0/25", "2001:db8:ff::/48")),
+		svc("empty", "198.18.0.30", 80, nil, dualStack("2001:db8:18::30"), withNodePort(30081)),
+		svc("v6only", "2001:db8:18::40", 53, dualEndpoints()[3:], withProtocol(service.UDP)),
+	)
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"dual-stack-ipv4", testConfig},
+		{"dual-stack-ipv6", testConfig6},
+		{"dual-stack-ipv6-node-ips", Config{Family: service.IPv6, NodeName: thisNode, NodeIPs: addrs("198.19.0.1", "2001:db8:19::1", "::1")}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := Render(tt.cfg, snap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkGolden(t, tt.name, []byte(got))
+			other := " 2001:db8:"
+			if tt.cfg.Family == service.IPv6 {
+				other = " 198.1"
+			}
+			for line := range strings.Lines(got) {
+				if strings.Contains(line, other) {
+					t.Errorf("%s: an address of the other family: %s", tt.name, line)
+				}
+			}
+		})
+	}
+}
+
+// syncedFake6 is syncedFake for the `ip6 svcproxy` table of snap.
+func syncedFake6(t *testing.T, cfg Config, snap *service.Snapshot) *knft.Fake {
+	t.Helper()
+	f := knft.NewFakeFamily(TableFamily(service.IPv6), Table)
+	f.SetLocalAddrs(nodeIP6)
+	p, err := NewProxier(ProxierConfig{Rules: cfg, NFT: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Update(snap)
+	if err := p.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// kube-proxy's tracePacket questions, asked of the ip6 table of a dual-stack
+// Service: even spread over the IPv6 endpoints, affinity per client address,
+// the NodePort on the node's IPv6 address (not on ::1), masquerade of traffic
+// from outside the pod network, REJECT without endpoints.
+func TestTraceIPv6(t *testing.T) {
+	snap := snapshot(
+		svc("web", "198.18.0.10", 80, dualEndpoints(), dualStack("2001:db8:18::10"), withNodePort(30080)),
+		svc("sticky", "198.18.0.11", 80, dualEndpoints(), dualStack("2001:db8:18::11"), withAffinity(time.Minute)),
+		svc("empty", "198.18.0.30", 80, nil, dualStack("2001:db8:18::30"), withNodePort(30081)),
+	)
+	f := syncedFake6(t, testConfig6, snap)
+	vip := netip.MustParseAddrPort("[2001:db8:18::10]:80")
+
+	trs, err := f.TraceAll(knft.Packet{Src: podIP6, Dst: vip})
+	if err != nil {
+		t.Fatal(err)
+	}
+	share := map[string]float64{}
+	for _, tr := range trs {
+		share[tr.DNAT.String()] += tr.Probability
+		if tr.Masquerade {
+			t.Errorf("pod to ClusterIP masqueraded: %s", tr.Result())
+		}
+	}
+	want := []string{"[2001:db8:19::1:10]:8080", "[2001:db8:19::1:11]:8080", "[2001:db8:19::1:130]:8080"}
+	for _, w := range want {
+		if d := share[w] - 1.0/3; d > 1e-6 || d < -1e-6 {
+			t.Errorf("share of %s: %.4f, want 1/3 (all: %v)", w, share[w], share)
+		}
+	}
+	if len(share) != 3 {
+		t.Errorf("endpoints reached: %v, want the three IPv6 ones only", share)
+	}
+
+	tr, err := f.Trace(knft.Packet{Src: outsideIP6, Dst: netip.AddrPortFrom(nodeIP6, 30080)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(want, tr.DNAT.String()) || !tr.Masquerade {
+		t.Errorf("NodePort on the node's IPv6 address: %s, want DNAT to an IPv6 endpoint and MASQUERADE", tr.Result())
+	}
+	tr, _ = f.Trace(knft.Packet{Src: nodeIP6, Dst: netip.MustParseAddrPort("[::1]:30080"), Local: true})
+	if tr.DNAT.IsValid() {
+		t.Errorf("NodePort on ::1: %s, want no DNAT", tr.Result())
+	}
+	tr, _ = f.Trace(knft.Packet{Src: outsideIP6, Dst: vip})
+	if !tr.Masquerade {
+		t.Errorf("ClusterIP from outside the pod network: %s, want MASQUERADE", tr.Result())
+	}
+
+	sticky := netip.MustParseAddrPort("[2001:db8:18::11]:80")
+	first, err := f.Trace(knft.Packet{Src: podIP6, Dst: sticky, Pick: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pick := range 3 {
+		again, _ := f.Trace(knft.Packet{Src: podIP6, Dst: sticky, Pick: pick})
+		if again.DNAT != first.DNAT {
+			t.Errorf("affinity: the same client went to %s, then %s", first.DNAT, again.DNAT)
+		}
+	}
+	other, _ := f.Trace(knft.Packet{Src: netip.MustParseAddr("2001:db8:19::1:51"), Dst: sticky, Pick: 0})
+	if other.DNAT == first.DNAT {
+		t.Errorf("another client (Pick 0) went to %s too: affinity is per client address", other.DNAT)
+	}
+
+	for _, dst := range []netip.AddrPort{netip.MustParseAddrPort("[2001:db8:18::30]:80"), netip.AddrPortFrom(nodeIP6, 30081),
+		netip.MustParseAddrPort("[2001:db8:18::10]:81")} {
+		tr, _ := f.Trace(knft.Packet{Src: outsideIP6, Dst: dst})
+		if tr.Verdict != "REJECT" {
+			t.Errorf("%s: %s, want REJECT", dst, tr.Result())
+		}
+	}
+	if _, err := f.Trace(knft.Packet{Src: podIP, Dst: netip.MustParseAddrPort("198.18.0.10:80")}); err == nil {
+		t.Error("an IPv4 packet through the ip6 table: no error")
+	}
+}
