@@ -53,6 +53,12 @@ func (c *Config) validate() error {
 			return fmt.Errorf("nftables config: NodeIPs: invalid address")
 		}
 	}
+	if c.Family != "" && c.Family != service.IPv4 && c.Family != service.IPv6 {
+		return fmt.Errorf("nftables config: Family %q: want IPv4 or IPv6", c.Family)
+	}
+	if p := c.ClusterCIDR; p.IsValid() && p.Addr().Is6() != c.ipv6() {
+		return fmt.Errorf("nftables config: ClusterCIDR %s: not an %s prefix", p, c.family())
+	}
 	return nil
 }
 
@@ -86,6 +92,14 @@ func TableFamily(fam service.Family) knftables.Family {
 }
 
 func (c *Config) ipv6() bool { return c.Family == service.IPv6 }
+
+// family is the table's IP family: IPv4 when Family is empty.
+func (c *Config) family() service.Family {
+	if c.ipv6() {
+		return service.IPv6
+	}
+	return service.IPv4
+}
 
 // ip is the family's address expression prefix: "ip" (ip saddr) or "ip6".
 func (c *Config) ip() string {

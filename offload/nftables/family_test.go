@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -166,5 +167,46 @@ func TestTraceIPv6(t *testing.T) {
 	}
 	if _, err := f.Trace(knft.Packet{Src: podIP, Dst: netip.MustParseAddrPort("198.18.0.10:80")}); err == nil {
 		t.Error("an IPv4 packet through the ip6 table: no error")
+	}
+}
+
+func TestRenderFamilyConfig(t *testing.T) {
+	_, err := Render(Config{Family: service.IPv6, ClusterCIDR: netip.MustParsePrefix("198.19.0.0/16")}, snapshot())
+	if err == nil || !strings.Contains(err.Error(), "ClusterCIDR 198.19.0.0/16: not an IPv6 prefix") {
+		t.Errorf("an ip6 table with an IPv4 ClusterCIDR: %v", err)
+	}
+	if _, err := Render(Config{Family: "IPv5"}, snapshot()); err == nil {
+		t.Error("Family IPv5: no error")
+	}
+}
+
+// Stale IPv6 UDP flows are searched in the IPv6 conntrack table only: a
+// NodePort's filter, which names no address, says its family.
+func TestConntrackCleanupIPv6(t *testing.T) {
+	dns := func(eps []service.Endpoint) *service.Service {
+		return svc("dns", "198.18.0.53", 53, eps, dualStack("2001:db8:18::53"), withProtocol(service.UDP), withNodePort(30053))
+	}
+	ct := conntrack.NewFake()
+	p, err := NewProxier(ProxierConfig{Rules: testConfig6, NFT: knft.NewFakeFamily(TableFamily(service.IPv6), Table), Conntrack: ct})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sync := func(s *service.Service) {
+		t.Helper()
+		p.Update(snapshot(s))
+		if err := p.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sync(dns(threeEndpoints())) // no IPv6 endpoints: REJECT
+	before := len(ct.Deletes())
+	sync(dns(dualEndpoints()))
+	want := []conntrack.Filter{{Protocol: "udp", OrigDstPort: 30053, Family: conntrack.IPv6},
+		{Protocol: "udp", OrigDst: netip.MustParseAddr("2001:db8:18::53"), OrigDstPort: 53, Family: conntrack.IPv6}}
+	got := ct.Deletes()[before:]
+	slices.SortFunc(got, func(a, b conntrack.Filter) int { return strings.Compare(a.String(), b.String()) })
+	slices.SortFunc(want, func(a, b conntrack.Filter) int { return strings.Compare(a.String(), b.String()) })
+	if !slices.Equal(got, want) {
+		t.Errorf("first IPv6 endpoints: deletes %v, want %v", got, want)
 	}
 }

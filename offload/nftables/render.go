@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -115,7 +116,7 @@ func renderPort(cfg *Config, p *service.Port) *portObjects {
 		po.status.Chains = append(po.status.Chains, name)
 	}
 	po.status.HasEndpoints = pp.hasEndpoints
-	po.flows = kernelsync.Flows{Protocol: pp.proto, Port: p.Port, NodePort: p.NodePort,
+	po.flows = kernelsync.Flows{Family: conntrack.Family(cfg.family()), Protocol: pp.proto, Port: p.Port, NodePort: p.NodePort,
 		Frontends: slices.Concat(pp.clusterIPs, pp.extIPs, pp.lbIPs), HasEndpoints: pp.hasEndpoints}
 	for a := range eps {
 		po.flows.Endpoints = append(po.flows.Endpoints, a.Addr().Unmap())
