@@ -50,15 +50,24 @@ func (l *Lab) Client() (kubernetes.Interface, error) {
 // endpoint) and svcproxy, each once what it serves is there.
 func (l *Lab) upControlPlane(ctx context.Context, cp ControlPlane, dns, proxy, mode string) error {
 	p := l.cfg.Plan
-	client, _ := p.Host("client")
-	cmds := append(p.NodeCommands(), p.HostCommands(client)...)
+	// The client and the outside host; the kubelet makes the pods.
+	cmds := p.NodeCommands()
+	var others []Host
+	for _, h := range p.Hosts {
+		if h.Role != RolePod {
+			cmds = append(cmds, p.HostCommands(h)...)
+			others = append(others, h)
+		}
+	}
 	for _, argv := range append(cmds, p.ServiceRouteCommand()) {
 		if err := run(ctx, argv...); err != nil {
 			return err
 		}
 	}
-	if err := l.writeResolvConf(client); err != nil {
-		return err
+	for _, h := range others {
+		if err := l.writeResolvConf(h); err != nil {
+			return err
+		}
 	}
 	if err := l.startControlPlane(ctx, cp); err != nil {
 		return err
@@ -217,8 +226,12 @@ func (l *Lab) WriteHosts(w io.Writer) error {
 		return p.WriteHosts(w, st.Mode)
 	}
 	client, _ := p.Host("client")
-	hosts := append([]Host{client}, l.podRecords()...)
-	sort.Slice(hosts[1:], func(i, j int) bool { return hosts[1+i].Name < hosts[1+j].Name })
+	pods := l.podRecords()
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+	hosts := append([]Host{client}, pods...)
+	if outside, ok := p.Host("outside"); ok {
+		hosts = append(hosts, outside)
+	}
 	runs := fmt.Sprintf("etcd, kube-apiserver :6443, kube-controller-manager, kubelet (svclab), svcproxy --mode %s, clusterdns on :53", st.Mode)
 	return p.writeHosts(w, runs, hosts)
 }

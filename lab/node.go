@@ -157,6 +157,10 @@ func (l *Lab) startProxy(ctx context.Context, bin, mode string) error {
 		"--hostname-override", l.cfg.Plan.Node.Name, // the pods' nodeName, for traffic policy Local
 		"--healthz-bind-address", healthzAddr,
 		"--metrics-bind-address", metricsAddr,
+		// The lab's node is "node" whatever the machine's hostname: traffic
+		// policy Local picks the endpoints with nodeName node.
+		"--hostname-override", l.cfg.Plan.Node.Name,
+		"--cluster-cidr", l.cfg.Plan.ClusterCIDR.String(),
 	)
 	if st, err := l.readState(); err == nil && st.IPVSScheduler != "" {
 		argv = append(argv, "--ipvs-scheduler", st.IPVSScheduler)

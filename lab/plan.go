@@ -16,6 +16,10 @@ const (
 	RoleNode   Role = "node"   // runs svcproxy and clusterdns; routes for everyone
 	RoleClient Role = "client" // sends the traffic
 	RolePod    Role = "pod"    // runs a Pod server behind Services
+	// RoleOutside is a host beyond the cluster's range (a laptop, a load
+	// balancer), routed to the node: traffic from it to a Service is
+	// masqueraded, as off-cluster traffic is, and it reaches NodePorts.
+	RoleOutside Role = "outside"
 )
 
 // Host is one network namespace of the lab.
@@ -36,11 +40,17 @@ type Plan struct {
 	// Prefix starts every namespace name, so that `svclab down` can find them all.
 	Prefix string
 	Node   Host
-	// Hosts are the client and the pods, each linked to the node.
+	// Hosts are the client, the pods and the outside host, each linked to
+	// the node.
 	Hosts []Host
 
 	ServiceCIDR netip.Prefix // the ClusterIPs
-	ClusterCIDR netip.Prefix // the node, pods and client
+	// ClusterCIDR holds the node, the pods and the client: svcproxy's
+	// --cluster-cidr. Traffic from beyond it to a ClusterIP is masqueraded.
+	ClusterCIDR netip.Prefix
+	// LabCIDR holds every lab address, the outside host's too: the range
+	// pods route via the node.
+	LabCIDR netip.Prefix
 	// DNS is the kube-dns Service's ClusterIP, the nameserver of every pod.
 	DNS netip.Addr
 	// Search is the resolv.conf search list of a pod in namespace "default".
@@ -62,9 +72,11 @@ func DefaultPlan() *Plan {
 			{Name: "web-2", Role: RolePod, Addr: addr("198.19.1.12"), NodeLink: "veth-web-2", TCP: web, UDP: web},
 			{Name: "db-0", Role: RolePod, Addr: addr("198.19.1.20"), NodeLink: "veth-db-0", TCP: []uint16{5432}},
 			{Name: "db-1", Role: RolePod, Addr: addr("198.19.1.21"), NodeLink: "veth-db-1", TCP: []uint16{5432}},
+			{Name: "outside", Role: RoleOutside, Addr: addr("198.19.200.2"), NodeLink: "veth-outside"},
 		},
 		ServiceCIDR: netip.MustParsePrefix("198.18.0.0/16"),
-		ClusterCIDR: netip.MustParsePrefix("198.19.0.0/16"),
+		ClusterCIDR: netip.MustParsePrefix("198.19.0.0/17"),
+		LabCIDR:     netip.MustParsePrefix("198.19.0.0/16"),
 		DNS:         addr("198.18.0.10"),
 		Search:      []string{"default.svc.cluster.local", "svc.cluster.local", "cluster.local"},
 	}
@@ -117,7 +129,9 @@ func (p *Plan) Validate() error {
 			return fmt.Errorf("host %q: name: must be non-empty, without slashes or spaces", h.Name)
 		case seenName[h.Name]:
 			return fmt.Errorf("host %s: name: used twice", h.Name)
-		case !p.ClusterCIDR.Contains(h.Addr):
+		case h.Role == RoleOutside && (p.ClusterCIDR.Contains(h.Addr) || !p.LabCIDR.Contains(h.Addr)):
+			return fmt.Errorf("host %s: addr %s: want an address of the lab range %s beyond the cluster range %s", h.Name, h.Addr, p.LabCIDR, p.ClusterCIDR)
+		case h.Role != RoleOutside && !p.ClusterCIDR.Contains(h.Addr):
 			return fmt.Errorf("host %s: addr %s: not in the cluster range %s", h.Name, h.Addr, p.ClusterCIDR)
 		case seenAddr[h.Addr]:
 			return fmt.Errorf("host %s: addr %s: used twice", h.Name, h.Addr)
@@ -126,6 +140,9 @@ func (p *Plan) Validate() error {
 			return fmt.Errorf("host %s: node link %q: must be 1 to 15 characters", h.Name, h.NodeLink)
 		}
 		seenName[h.Name], seenAddr[h.Addr] = true, true
+	}
+	if !p.LabCIDR.Contains(p.ClusterCIDR.Addr()) || p.LabCIDR.Bits() > p.ClusterCIDR.Bits() {
+		return fmt.Errorf("lab range %s: must hold the cluster range %s", p.LabCIDR, p.ClusterCIDR)
 	}
 	if !p.ServiceCIDR.Contains(p.DNS) {
 		return fmt.Errorf("dns %s: not in the service range %s", p.DNS, p.ServiceCIDR)
@@ -138,6 +155,13 @@ func (p *Plan) Validate() error {
 func (p *Plan) ResolvConf() string {
 	return fmt.Sprintf("# written by svclab, as the kubelet writes a pod's\nnameserver %s\nsearch %s\noptions ndots:5\n",
 		p.DNS, strings.Join(p.Search, " "))
+}
+
+// OutsideResolvConf is the outside host's: it asks the cluster DNS by its
+// address, as a machine configured to do so would, without a pod's search
+// list (full names only).
+func (p *Plan) OutsideResolvConf() string {
+	return fmt.Sprintf("# written by svclab: outside the cluster, no search list\nnameserver %s\n", p.DNS)
 }
 
 // Commands renders the topology as the `ip` and `sysctl` command lines that
@@ -174,7 +198,7 @@ func (p *Plan) HostCommands(h Host) [][]string {
 	nodeAddr := p.Node.Addr.String()
 	ns := p.Namespace(h.Name)
 	a := h.Addr.String()
-	return [][]string{
+	cmds := [][]string{
 		{"ip", "netns", "add", ns},
 		{"ip", "-n", ns, "link", "set", "lo", "up"},
 		// Made in the node and moved, so no name ever exists in the machine's
@@ -189,9 +213,14 @@ func (p *Plan) HostCommands(h Host) [][]string {
 		{"ip", "-n", ns, "addr", "add", a + "/32", "dev", "eth0"},
 		{"ip", "-n", ns, "link", "set", "eth0", "up"},
 		{"ip", "-n", ns, "route", "add", nodeAddr + "/32", "dev", "eth0", "scope", "link"},
+		// The outside host reaches the node and, as where a network routes
+		// Service addresses to the nodes (BGP), the ClusterIPs; not the pods.
 		{"ip", "-n", ns, "route", "add", p.ServiceCIDR.String(), "via", nodeAddr, "dev", "eth0", "src", a},
-		{"ip", "-n", ns, "route", "add", p.ClusterCIDR.String(), "via", nodeAddr, "dev", "eth0", "src", a},
 	}
+	if h.Role != RoleOutside {
+		cmds = append(cmds, []string{"ip", "-n", ns, "route", "add", p.LabCIDR.String(), "via", nodeAddr, "dev", "eth0", "src", a})
+	}
+	return cmds
 }
 
 // ServiceRouteCommand gives the node a route to the Service range. A packet
@@ -215,6 +244,9 @@ func (p *Plan) writeHosts(w io.Writer, nodeRuns string, hosts []Host) error {
 	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Node.Name, p.Namespace(p.Node.Name), p.Node.Addr, nodeRuns)
 	for _, h := range hosts {
 		runs := "-"
+		if h.Role == RoleOutside {
+			runs = "- (outside the cluster: beyond " + p.ClusterCIDR.String() + ")"
+		}
 		if h.Role == RolePod {
 			var ports []string
 			for _, port := range h.TCP {

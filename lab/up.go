@@ -104,7 +104,11 @@ func (l *Lab) writeResolvConf(h Host) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "resolv.conf"), []byte(p.ResolvConf()), 0o644)
+	conf := p.ResolvConf()
+	if h.Role == RoleOutside {
+		conf = p.OutsideResolvConf()
+	}
+	return os.WriteFile(filepath.Join(dir, "resolv.conf"), []byte(conf), 0o644)
 }
 
 func validMode(m string) bool {

@@ -1,9 +1,12 @@
 package lab
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"regexp"
 	"strconv"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +45,10 @@ func TestInspect(t *testing.T) {
 	t.Run("iptables", func(t *testing.T) {
 		c.t = t
 		inspectIptables(c)
+	})
+	t.Run("outside", func(t *testing.T) {
+		c.t = t
+		fromOutside(c)
 	})
 	t.Run("userspace", func(t *testing.T) {
 		c.t = t
@@ -178,5 +185,65 @@ func inspectUserspace(c *cpLab) {
 	out = c.svclab("rules", "web", "--counters")
 	if sum, rules := sumCounters(out, "default/web:http", "REDIRECT"); sum < n || rules == 0 {
 		t.Errorf("web's REDIRECT rules counted %d packets in %d rules, want %d:\n%s", sum, rules, n, out)
+	}
+}
+
+// sawFrom sends n requests to target from lab host from and returns which
+// pods answered and which client addresses they saw, each sorted.
+func (c *cpLab) sawFrom(from, target string, n int) (pods, sources []string) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tally, err := c.l.Traffic(ctx, lab.TrafficOptions{Target: target, N: n, From: from})
+	if err != nil {
+		c.t.Fatalf("traffic --from %s %s: %v", from, target, err)
+	}
+	for _, p := range tally.Pods {
+		pods = append(pods, p.Pod)
+		for _, a := range p.Sources {
+			if !slices.Contains(sources, a.String()) {
+				sources = append(sources, a.String())
+			}
+		}
+	}
+	slices.Sort(pods)
+	slices.Sort(sources)
+	return pods, sources
+}
+
+// fromOutside: the outside host is beyond the cluster's range, so its
+// traffic to a ClusterIP and to a NodePort of policy Cluster is masqueraded
+// (the pods see the node), while a NodePort of policy Local keeps its address
+// and reaches only the node's own endpoints (web-0 and web-1: the manifests
+// place web-2 on another node).
+func fromOutside(c *cpLab) {
+	t := c.t
+	const node, outside, client = "198.19.0.1", "198.19.200.2", "198.19.1.2"
+	for _, tc := range []struct {
+		from, target string
+		pods         []string
+		source       string
+	}{
+		{"client", "web", []string{"web-0", "web-1", "web-2"}, client},
+		{"outside", "198.18.0.20:80", []string{"web-0", "web-1", "web-2"}, node},
+		{"outside", node + ":30080", []string{"web-0", "web-1", "web-2"}, node},
+		{"client", node + ":30080", []string{"web-0", "web-1", "web-2"}, node},
+		{"outside", node + ":30081", []string{"web-0", "web-1"}, outside},
+	} {
+		pods, sources := c.sawFrom(tc.from, tc.target, 24)
+		if !slices.Equal(sources, []string{tc.source}) || !slices.Equal(pods, tc.pods) {
+			t.Errorf("traffic --from %s %s: pods %v saw %v, want pods %v to see %s", tc.from, tc.target, pods, sources, tc.pods, tc.source)
+		}
+	}
+	out := c.svclab("trace", "outside", "web")
+	t.Logf("svclab trace outside web:\n%s", out)
+	if !strings.Contains(flat(out), "SVCP-MARK-MASQ") || !strings.Contains(flat(out), fmt.Sprintf("the pod sees %s (node)", node)) {
+		t.Errorf("svclab trace outside web: no masquerade to the node's address")
+	}
+	// The outside host has no route to the pods: only Services reach them.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if out, err := svclab(ctx, c.bin, "exec", "outside", "--", "curl", "-s", "--max-time", "2", "http://198.19.1.10:8080/"); err == nil {
+		t.Errorf("the outside host reached a pod directly: %s", out)
 	}
 }
