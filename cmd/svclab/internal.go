@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -13,44 +12,14 @@ import (
 	"github.com/svcproxy/svcproxy/lab"
 )
 
-// cmdPod is two commands: `svclab pod NAME --ready=BOOL` sets a control-plane
-// lab pod's readiness; `svclab pod --name NAME ...` is a pod's server.
+// cmdPod is two commands: `svclab pod NAME --kill|--start|--ready=BOOL|
+// --terminating` changes a lab pod (pod.go); `svclab pod --name NAME ...` is
+// a pod's server.
 func cmdPod(ctx context.Context, cfg lab.Config, args []string) error {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		return cmdPodReady(ctx, cfg, args)
+		return cmdPodControl(ctx, cfg, args)
 	}
 	return cmdPodServer(ctx, args)
-}
-
-// cmdPodReady is `svclab pod [-n NAMESPACE] NAME --ready=true|false`.
-func cmdPodReady(ctx context.Context, cfg lab.Config, args []string) error {
-	if os.Geteuid() != 0 {
-		return errors.New("needs root: it reaches the API server inside the lab's node")
-	}
-	name := args[0]
-	fs := flag.NewFlagSet("svclab pod", flag.ContinueOnError)
-	ready := fs.String("ready", "", "`true` or false: the pod's Ready condition")
-	ns := fs.String("n", "default", "the pod's `NAMESPACE`")
-	if err := parse(fs, args[1:], 0); err != nil {
-		return err
-	}
-	r, err := strconv.ParseBool(*ready)
-	if err != nil {
-		return fmt.Errorf("--ready %q: want true or false", *ready)
-	}
-	l, err := lab.New(cfg)
-	if err != nil {
-		return err
-	}
-	if err := l.SetReady(ctx, *ns, name, r); err != nil {
-		return err
-	}
-	status := "False"
-	if r {
-		status = "True"
-	}
-	fmt.Fprintf(cfg.Stdout, "pod %s/%s: Ready=%s\n", *ns, name, status)
-	return nil
 }
 
 // cmdKubelet is the control-plane lab's kubelet, run by `svclab up

@@ -24,8 +24,12 @@ commands:
                                         kube-controller-manager run in the node and
                                         svcproxy and clusterdns watch them (make kapi first)
   kubectl ARGS...                       kubectl against the control-plane lab's API server
-  pod NAME --ready=true|false           a control-plane lab pod's Ready condition, as a
-                                        readiness probe would set it
+  pod NAME --kill|--start|--ready=true|--ready=false|--terminating [-n NAMESPACE]
+                                        change one pod: --kill stops its server (a crash; it
+                                        stays an endpoint), --start starts it again, --ready
+                                        sets its readiness, --terminating marks it deleted
+                                        but still serving (file-fed lab); -n: the pod's
+                                        namespace in the control-plane lab (default default)
   exec HOST -- CMD [ARGS...]            run a command in a lab host (node, client, web-0, ...)
   traffic [--n N] [--rate R] [--from HOST] TARGET
                                         send N requests (default 30), R per second (default:
@@ -57,7 +61,7 @@ global flags:
   --bin DIR     look for svcproxy and clusterdns here first (default: next to svclab)
   --kapi DIR    the control plane's programs (default: make kapi's cache)
 
-svclab COMMAND --help says more about rules, trace and conntrack. Every command
+svclab COMMAND --help says more about pod, rules, trace and conntrack. Every command
 needs root. svcproxy and clusterdns are looked for next to svclab, then on PATH
 (go build -o bin/ ./cmd/... builds all three).
 `

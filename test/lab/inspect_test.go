@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"io"
 	"regexp"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -55,6 +55,10 @@ func TestInspect(t *testing.T) {
 		c.svclab("mode", "userspace")
 		inspectUserspace(c)
 	})
+	t.Run("pod", func(t *testing.T) {
+		c.t = t
+		changePods(c)
+	})
 }
 
 // checkHelp: every command's --help names its flags.
@@ -63,8 +67,13 @@ func checkHelp(c *cpLab) {
 		"rules":     {"--counters"},
 		"trace":     {"--pick"},
 		"conntrack": {"--flush"},
+		"pod":       {"--kill", "--start", "--ready", "--terminating"},
 	} {
-		out := c.svclab(cmd, "--help")
+		args := []string{cmd, "--help"}
+		if cmd == "pod" {
+			args = []string{cmd, "web-0", "--help"}
+		}
+		out := c.svclab(args...)
 		for _, f := range append(flags, "usage: svclab "+cmd) {
 			if !strings.Contains(out, strings.TrimPrefix(f, "-")) {
 				c.t.Errorf("svclab %s --help lacks %q:\n%s", cmd, f, out)
@@ -246,4 +255,37 @@ func fromOutside(c *cpLab) {
 	if out, err := svclab(ctx, c.bin, "exec", "outside", "--", "curl", "-s", "--max-time", "2", "http://198.19.1.10:8080/"); err == nil {
 		t.Errorf("the outside host reached a pod directly: %s", out)
 	}
+}
+
+// changePods turns pods unready, terminating, kills and starts one, with
+// svclab pod, and checks where traffic goes (svcproxy in userspace mode,
+// which retries a refused connection on the next endpoint).
+func changePods(c *cpLab) {
+	all := []string{"web-0", "web-1", "web-2"}
+	c.svclab("pod", "web-1", "--ready=false")
+	c.eventually("web-1 unready gets no traffic", c.servedBy("web", 12, "web-0", "web-2"))
+	c.svclab("pod", "web-1", "--ready=true")
+	c.eventually("web-1 ready again", c.servedBy("web", 12, all...))
+
+	// No ready endpoint left but a terminating one: proxies fall back to it.
+	c.svclab("pod", "web-0", "--ready=false")
+	c.svclab("pod", "web-1", "--ready=false")
+	c.svclab("pod", "web-2", "--terminating")
+	c.eventually("only terminating web-2 serves", c.servedBy("web", 6, "web-2"))
+	for _, p := range all {
+		c.svclab("pod", p, "--ready=true")
+	}
+	c.eventually("all ready again", c.servedBy("web", 12, all...))
+
+	// A crashed pod stays an endpoint: svcproxy's userspace proxy is
+	// refused there and retries the next endpoint, so no request fails.
+	out := c.svclab("pod", "web-2", "--kill")
+	if !strings.Contains(out, "pod web-2: killed") {
+		c.t.Errorf("svclab pod web-2 --kill: %s", out)
+	}
+	if pods, failed := c.answers("web", 12); failed != 0 || !slices.Equal(pods, []string{"web-0", "web-1"}) {
+		c.t.Errorf("web-2 killed: answers from %v, %d failed; want web-0 and web-1, none failed", pods, failed)
+	}
+	c.svclab("pod", "web-2", "--start")
+	c.eventually("web-2 started again", c.servedBy("web", 12, all...))
 }
