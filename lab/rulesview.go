@@ -168,6 +168,16 @@ func parseSave(save string) *saveRules {
 	return rs
 }
 
+// chainKinds says what a service port's hashed chain is for, after the
+// port's name in the legend (kube-proxy's iptables chain layout).
+var chainKinds = map[string]string{
+	"SVC": "",
+	"SVL": " (endpoints on this node: traffic policy Local)",
+	"EXT": " (traffic from outside: NodePort, external IPs)",
+	"FW":  " (load balancer IPs)",
+	"XLB": " (external traffic, policy Local)",
+}
+
 // legend names each hashed chain by the comment of the rule that jumps to it
 // ("default/web:http cluster IP", "default/web:http -> 198.19.1.10:8080"), or
 // else by its own rules' comment.
@@ -181,6 +191,21 @@ func (rs *saveRules) legend() map[string]string {
 	for _, l := range rs.lines {
 		if l.rule && hashedRE.MatchString(l.chain) && l.comment != "" && names[l.chain] == "" {
 			names[l.chain] = l.comment
+		}
+	}
+	// A service port's chains are named by the port, whatever comment led
+	// there ("pod traffic for default/web:http external destinations", an
+	// endpoint's comment on the SVL chain's first rule), and what they are for.
+	for chain, name := range names {
+		kind := strings.Split(chain, "-")[1]
+		if kind == "SEP" {
+			continue
+		}
+		for _, f := range strings.Fields(name) {
+			if strings.Contains(f, "/") && strings.Contains(f, ":") {
+				names[chain] = f + chainKinds[kind]
+				break
+			}
 		}
 	}
 	// An endpoint chain without a jump comment is named by its DNAT.

@@ -35,3 +35,26 @@ func TestRulesViewService(t *testing.T) {
 		require.Contains(t, all, "#   "+chain, "every hashed chain is in the legend")
 	}
 }
+
+// A service port's own chains are named by the port, never by one of its
+// endpoints (the first rule of an SVL chain names one).
+func TestRulesLegendChainKinds(t *testing.T) {
+	save := `*nat
+:SVCP-EXT-V7ZMVOA2AOW6ATRL - [0:0]
+:SVCP-SVL-V7ZMVOA2AOW6ATRL - [0:0]
+:SVCP-SEP-UGKLRHBJ5Q4SV32L - [0:0]
+-A SVCP-NODEPORTS -p tcp -m comment --comment "default/web-local:http" -m tcp --dport 30081 -j SVCP-EXT-V7ZMVOA2AOW6ATRL
+-A SVCP-EXT-V7ZMVOA2AOW6ATRL -s 198.19.0.0/17 -m comment --comment "pod traffic for default/web-local:http external destinations" -j SVCP-SVC-V7ZMVOA2AOW6ATRL
+-A SVCP-EXT-V7ZMVOA2AOW6ATRL -j SVCP-SVL-V7ZMVOA2AOW6ATRL
+-A SVCP-SVL-V7ZMVOA2AOW6ATRL -m comment --comment "default/web-local:http -> 198.19.1.10:8080" -j SVCP-SEP-UGKLRHBJ5Q4SV32L
+-A SVCP-SEP-UGKLRHBJ5Q4SV32L -p tcp -m comment --comment "default/web-local:http" -m tcp -j DNAT --to-destination 198.19.1.10:8080
+COMMIT
+`
+	legend := parseSave(save).legend()
+	require.Equal(t, map[string]string{
+		"SVCP-EXT-V7ZMVOA2AOW6ATRL": "default/web-local:http (traffic from outside: NodePort, external IPs)",
+		"SVCP-SVC-V7ZMVOA2AOW6ATRL": "default/web-local:http",
+		"SVCP-SVL-V7ZMVOA2AOW6ATRL": "default/web-local:http (endpoints on this node: traffic policy Local)",
+		"SVCP-SEP-UGKLRHBJ5Q4SV32L": "default/web-local:http -> 198.19.1.10:8080",
+	}, legend)
+}
