@@ -161,6 +161,11 @@ func (l *Lab) startProxy(ctx context.Context, bin, mode string) error {
 		// policy Local picks the endpoints with nodeName node.
 		"--hostname-override", l.cfg.Plan.Node.Name,
 		"--cluster-cidr", l.cfg.Plan.ClusterCIDR.String(),
+		// hybrid: a port is hot at 10 new connections a second held for 2s
+		// (svcproxy's defaults: 50 for 5s), so that `svclab traffic --rate
+		// 20` promotes one in a few seconds on any machine.
+		"--promote-conn-rate", "10",
+		"--promote-after", "2s",
 	)
 	if st, err := l.readState(); err == nil && st.IPVSScheduler != "" {
 		argv = append(argv, "--ipvs-scheduler", st.IPVSScheduler)

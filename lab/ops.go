@@ -20,6 +20,9 @@ type TrafficOptions struct {
 	Rate   float64 // requests per second, 0: back to back
 	// From is the host that sends; "" is the client.
 	From string
+	// Timeline adds a table of the answers per second by the path that
+	// carried them, userspace or kernel (see Timeline).
+	Timeline bool
 }
 
 // Traffic sends opts.N requests to opts.Target from the client (a Probe run
@@ -53,6 +56,7 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 		return nil, err
 	}
 	t := &Tally{Target: opts.Target}
+	tl := l.timeline(from)
 	var lookupErr string
 	named := false
 	sc := bufio.NewScanner(out)
@@ -65,6 +69,7 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 			lookupErr = ev.Err
 		}
 		t.Add(ev)
+		tl.Add(ev)
 		if ev.Addr != "" && !named {
 			named = true
 			if host, _, _ := net.SplitHostPort(ev.Addr); host != target.Host {
@@ -92,7 +97,22 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 		return t, err
 	}
 	fmt.Fprintln(l.cfg.Stdout)
-	return t, t.WriteChart(l.cfg.Stdout, 40)
+	if err := t.WriteChart(l.cfg.Stdout, 40); err != nil || !opts.Timeline {
+		return t, err
+	}
+	fmt.Fprintln(l.cfg.Stdout)
+	return t, tl.Write(l.cfg.Stdout)
+}
+
+// timeline is an empty Timeline for requests sent from host from.
+func (l *Lab) timeline(from string) *Timeline {
+	p := l.cfg.Plan
+	h, _ := l.host(from)
+	return &Timeline{
+		Sender:      h.Addr,
+		Node:        p.Node.Addr,
+		Masqueraded: h.Role == RolePod || !p.ClusterCIDR.Contains(h.Addr),
+	}
 }
 
 // Rules writes svcproxy's rules as the node's kernel holds them: the lines of

@@ -73,6 +73,9 @@ type Event struct {
 	Pod  string `json:"pod,omitempty"`
 	From string `json:"from,omitempty"`
 	Err  string `json:"err,omitempty"`
+	// At is when the request ended (answered or failed), in seconds since
+	// the first one was sent: svclab traffic --timeline counts by it.
+	At float64 `json:"at,omitempty"`
 }
 
 // Probe sends N requests to a Target, each on a new connection (or, for UDP,
@@ -109,6 +112,7 @@ func (p *Probe) Run(ctx context.Context, w io.Writer) error {
 		defer t.Stop()
 		tick = t.C
 	}
+	start := time.Now()
 	for i := 1; i <= p.N; i++ {
 		if tick != nil && i > 1 {
 			select {
@@ -124,6 +128,7 @@ func (p *Probe) Run(ctx context.Context, w io.Writer) error {
 		} else {
 			ev.Pod, ev.From = a.Pod, a.From
 		}
+		ev.At = time.Since(start).Seconds()
 		if err := enc.Encode(ev); err != nil {
 			return err
 		}

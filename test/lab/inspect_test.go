@@ -59,6 +59,11 @@ func TestInspect(t *testing.T) {
 		c.t = t
 		changePods(c)
 	})
+	t.Run("hybrid", func(t *testing.T) {
+		c.t = t
+		c.svclab("mode", "hybrid")
+		promotionTimeline(c)
+	})
 }
 
 // checkHelp: every command's --help names its flags.
@@ -288,4 +293,52 @@ func changePods(c *cpLab) {
 	}
 	c.svclab("pod", "web-2", "--start")
 	c.eventually("web-2 started again", c.servedBy("web", 12, all...))
+}
+
+// promotionTimeline sends web 20 requests a second in hybrid mode (the lab
+// promotes at 10 a second held for 2s) with --timeline: the first answers
+// come through userspace (the pods see the node), the last through the
+// kernel (they see the client), and none fails on the way.
+func promotionTimeline(c *cpLab) {
+	t := c.t
+	out := c.svclab("traffic", "--rate", "20", "--n", "200", "--timeline", "web")
+	t.Logf("svclab traffic --rate 20 --n 200 --timeline web:\n%s", out)
+	var rows [][]int
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 {
+			continue
+		}
+		var row []int
+		for _, s := range f[:4] {
+			n, err := strconv.Atoi(s)
+			if err != nil {
+				break
+			}
+			row = append(row, n)
+		}
+		if len(row) == 4 {
+			rows = append(rows, row) // second, userspace, kernel, failed
+		}
+	}
+	if len(rows) < 3 {
+		t.Fatalf("no timeline in the output")
+	}
+	first, last := rows[0], rows[len(rows)-1]
+	if first[1] == 0 || first[2] != 0 {
+		t.Errorf("second 0: %d through userspace, %d through the kernel; want userspace only", first[1], first[2])
+	}
+	if last[2] == 0 || last[1] != 0 {
+		t.Errorf("last second: %d through userspace, %d through the kernel; want the kernel only", last[1], last[2])
+	}
+	for _, r := range rows {
+		if r[3] != 0 {
+			t.Errorf("second %d: %d requests failed during the promotion", r[0], r[3])
+		}
+	}
+	status, err := c.l.NodeGet(t.Context(), "/status")
+	if err != nil || !strings.Contains(status, "default/web:http") {
+		t.Fatalf("svcproxy /status: %v\n%s", err, status)
+	}
+	t.Logf("svcproxy /status after the promotion:\n%s", status)
 }
