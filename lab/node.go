@@ -157,9 +157,6 @@ func (l *Lab) startProxy(ctx context.Context, bin, mode string) error {
 		"--hostname-override", l.cfg.Plan.Node.Name, // the pods' nodeName, for traffic policy Local
 		"--healthz-bind-address", healthzAddr,
 		"--metrics-bind-address", metricsAddr,
-		// The lab's node is "node" whatever the machine's hostname: traffic
-		// policy Local picks the endpoints with nodeName node.
-		"--hostname-override", l.cfg.Plan.Node.Name,
 		"--cluster-cidr", l.cfg.Plan.ClusterCIDR.String(),
 		// hybrid: a port is hot at 10 new connections a second held for 2s
 		// (svcproxy's defaults: 50 for 5s), so that `svclab traffic --rate
