@@ -151,7 +151,7 @@ func TestManifestsServices(t *testing.T) {
 		"default/web":          "ClusterIP 198.18.0.20",
 		"default/web-sticky":   "ClusterIP 198.18.0.21",
 		"default/web-nodeport": "NodePort 198.18.0.22",
-		"default/web-local":    "NodePort 198.18.0.23",
+		"default/web-local":    "LoadBalancer 198.18.0.23",
 		"default/echo":         "ClusterIP 198.18.0.30",
 		"default/db":           "ClusterIP headless",
 		"default/frontend":     "ExternalName web.default.svc.cluster.local",
