@@ -8,6 +8,10 @@
 //   - a command is a line starting with "svclab " in a ```sh block (the other
 //     lines there, like `go build`, are for the reader's machine); a line
 //     ending in a backslash continues on the next;
+//   - a command whose line ends in the shell comment "# fails" (or
+//     "# fails: the connection is refused") must exit non-zero: sh ignores
+//     the comment, the reader sees it, and the runner checks both the exit
+//     status and the output;
 //   - a ```text block is output the command just before it must print: its
 //     lines must appear in the command's output, in order, with numbers free
 //     to differ; a "..." line stands for any lines, "..." within a line for

@@ -15,6 +15,10 @@ type Command struct {
 	Line   int      // of the command's first line in the file, for messages
 	Text   string   // "svclab traffic --n 30 web", continuations joined
 	Expect []string // the lines of the ```text blocks after it
+	// Fails says the command must exit non-zero: its line ends in a shell
+	// comment "# fails" (or "# fails: why"), which the reader sees and sh
+	// ignores. A refused connection is a lesson too.
+	Fails bool
 }
 
 // A Tutorial is what Parse found in one file.
@@ -49,7 +53,11 @@ func ParseFile(path string) (*Tutorial, error) {
 	return tut, nil
 }
 
-var needs = regexp.MustCompile(`^<!--\s*needs:\s*([a-z0-9, ]+?)\s*-->$`)
+var (
+	needs = regexp.MustCompile(`^<!--\s*needs:\s*([a-z0-9, ]+?)\s*-->$`)
+	// fails is the comment that ends a command expected to fail.
+	fails = regexp.MustCompile(`(^|\s)#\s*fails\b[^#]*$`)
+)
 
 // Parse reads a tutorial. A ```text block with no command before it, a
 // continuation at the end of a block and a block left open are errors: each
@@ -110,7 +118,9 @@ func Parse(r io.Reader) (*Tutorial, error) {
 		return nil, fmt.Errorf("line %d: block not closed", start)
 	}
 	for i := range tut.Commands {
-		tut.Commands[i].Text = spaces.ReplaceAllString(tut.Commands[i].Text, " ")
+		c := &tut.Commands[i]
+		c.Text = spaces.ReplaceAllString(c.Text, " ")
+		c.Fails = fails.MatchString(c.Text)
 	}
 	return &tut, nil
 }

@@ -96,3 +96,41 @@ func TestMissing(t *testing.T) {
 		})
 	}
 }
+
+// A command the reader is told will fail says so in a shell comment at its
+// end; nothing else does.
+func TestParseFails(t *testing.T) {
+	tests := []struct {
+		line  string
+		fails bool
+	}{
+		{"svclab exec client -- curl -sS http://web-empty   # fails: connection refused", true},
+		{"svclab exec client -- curl -sS http://web-empty # fails", true},
+		{"svclab exec client -- curl -sS http://web-empty #fails", true},
+		{"svclab exec client -- curl -sS http://web", false},
+		{"svclab traffic web   # 30 requests", false},
+		{"svclab traffic web   # failsafe", false},
+		{"svclab traffic web   # this one fails", false},
+		{"svclab exec client -- sh -c 'echo \"#\"'", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.line, func(t *testing.T) {
+			tut, err := Parse(strings.NewReader("```sh\n" + tt.line + "\n```\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := tut.Commands[0].Fails; got != tt.fails {
+				t.Errorf("Fails = %v, want %v", got, tt.fails)
+			}
+		})
+	}
+	// Continued lines: the comment ends the last one.
+	tut, err := Parse(strings.NewReader("```sh\nsvclab exec client -- \\\n  curl http://web-empty  # fails: refused\n```\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Command{Line: 2, Text: "svclab exec client -- curl http://web-empty # fails: refused", Fails: true}
+	if !reflect.DeepEqual(tut.Commands[0], want) {
+		t.Errorf("Parse = %+v, want %+v", tut.Commands[0], want)
+	}
+}

@@ -25,8 +25,9 @@ const commandTimeout = 2 * time.Minute
 
 // TestTutorials runs every tutorial (tutorials/NN-topic.md) as a learner
 // would, each against a fresh lab: its svclab commands, in order, through
-// sh with the built binaries first on PATH, each one's output checked against
-// the output the tutorial shows (internal/tutorial says how). A tutorial
+// sh with the built binaries first on PATH, each one's exit status (zero, or
+// non-zero for a command marked "# fails") and output checked against what
+// the tutorial shows (internal/tutorial says how). A tutorial
 // without svclab commands is skipped; one that needs IPVS runs only on a
 // kernel with IPVS (test/vm has one). One tutorial:
 //
@@ -74,7 +75,13 @@ func runTutorial(t *testing.T, bin, file string, tut *tutorial.Tutorial) {
 	for _, c := range cmds {
 		out, err := shell(bin, c.Text)
 		t.Logf("%s:%d: $ %s\n%s", filepath.Base(file), c.Line, c.Text, out)
-		if err != nil {
+		var ee *exec.ExitError
+		switch {
+		case c.Fails && err == nil:
+			t.Fatalf("%s:%d: %s: exited 0; the tutorial says it fails", file, c.Line, c.Text)
+		case c.Fails && !errors.As(err, &ee):
+			t.Fatalf("%s:%d: %s: %v; the tutorial says it fails, but it did not run to its end", file, c.Line, c.Text, err)
+		case !c.Fails && err != nil:
 			t.Fatalf("%s:%d: %s: %v", file, c.Line, c.Text, err)
 		}
 		if line, missing := tutorial.Missing(c.Expect, out); missing {

@@ -82,8 +82,10 @@ func TestLab(t *testing.T) {
 				switch {
 				case !ok:
 					t.Fatalf("line %d: %s: did not run", c.Line, c.Text)
-				case s.status != 0:
+				case s.status != 0 && !c.Fails:
 					t.Errorf("line %d: %s: exit status %d\n%s", c.Line, c.Text, s.status, s.out)
+				case s.status == 0 && c.Fails:
+					t.Errorf("line %d: %s: exit status 0; the tutorial says it fails\n%s", c.Line, c.Text, s.out)
 				}
 				if missing, ok := tutorial.Missing(c.Expect, s.out); ok {
 					t.Errorf("line %d: %s: output lacks %q (numbers may differ):\n%s", c.Line, c.Text, missing, s.out)
