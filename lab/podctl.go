@@ -30,38 +30,51 @@ func (c Conditions) String() string {
 // SetPodConditions sets the conditions of every endpoint of pod name in the
 // file-fed lab's EndpointSlices, as the EndpointSlice controller would once
 // the pod's readiness changed or it was deleted, and writes the manifests
-// file again; svcproxy and clusterdns reload it. It returns how many
-// endpoints changed: one per Service the pod is behind.
-func (l *Lab) SetPodConditions(name string, c Conditions) (int, error) {
+// file again; svcproxy and clusterdns reload it. When a condition changed it
+// returns once svcproxy has applied the new file (WaitApplied), so that the
+// next command already meets the new rules. It returns how many endpoints
+// name the pod (one per Service it is behind) and how many of them changed.
+func (l *Lab) SetPodConditions(ctx context.Context, name string, c Conditions) (n, changed int, err error) {
 	st, err := l.readState()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if st.Kubectl != "" {
-		return 0, errors.New("the lab runs a control plane: the EndpointSlice controller writes the slices from the pods (svclab pod NAME --ready=BOOL sets a pod's readiness; svclab kubectl delete pod NAME deletes it)")
+		return 0, 0, errors.New("the lab runs a control plane: the EndpointSlice controller writes the slices from the pods (svclab pod NAME --ready=BOOL sets a pod's readiness; svclab kubectl delete pod NAME deletes it)")
 	}
 	h, ok := l.cfg.Plan.Host(name)
 	if !ok || h.Role != RolePod {
-		return 0, fmt.Errorf("pod %q: no such pod (the lab's pods: %s)", name, podNames(l.cfg.Plan))
+		return 0, 0, fmt.Errorf("pod %q: no such pod (the lab's pods: %s)", name, podNames(l.cfg.Plan))
 	}
 	path := l.ManifestsPath()
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	out, n, err := setConditions(b, name, h.Addr.String(), c)
+	out, n, changed, err := setConditions(b, name, h.Addr.String(), c)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", path, err)
+		return 0, 0, fmt.Errorf("%s: %w", path, err)
 	}
 	if n == 0 {
-		return 0, fmt.Errorf("pod %s is the endpoint of no EndpointSlice in %s", name, path)
+		return 0, 0, fmt.Errorf("pod %s is the endpoint of no EndpointSlice in %s", name, path)
 	}
+	if changed == 0 {
+		return n, 0, nil // svcproxy would see the same Snapshot and not sync
+	}
+	synced, err := l.syncCount(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("svcproxy's metrics: %w", err)
+	}
+	written := time.Now()
 	// Write and rename, as kubectl-style tools do: svcproxy never reads half a file.
 	tmp := filepath.Join(filepath.Dir(path), ".services.yaml.tmp")
 	if err := os.WriteFile(tmp, out, 0o644); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return n, os.Rename(tmp, path)
+	if err := os.Rename(tmp, path); err != nil {
+		return 0, 0, err
+	}
+	return n, changed, l.WaitApplied(ctx, written, synced)
 }
 
 func podNames(p *Plan) string {
@@ -78,7 +91,9 @@ func podNames(p *Plan) string {
 // setConditions rewrites, in a multi-document manifests file, the conditions
 // of the EndpointSlice endpoints that name pod (targetRef) or have its
 // address. Comments and the order of fields are kept.
-func setConditions(manifests []byte, pod, addr string, c Conditions) ([]byte, int, error) {
+// It returns the new file, how many endpoints name the pod, and how many of
+// those had other conditions before.
+func setConditions(manifests []byte, pod, addr string, c Conditions) (out []byte, n, changed int, err error) {
 	dec := yaml.NewDecoder(bytes.NewReader(manifests))
 	var docs []*yaml.Node
 	for {
@@ -88,11 +103,10 @@ func setConditions(manifests []byte, pod, addr string, c Conditions) ([]byte, in
 			break
 		}
 		if err != nil {
-			return nil, 0, err
+			return nil, 0, 0, err
 		}
 		docs = append(docs, &doc)
 	}
-	n := 0
 	for _, doc := range docs {
 		if len(doc.Content) == 0 || value(doc.Content[0], "kind") == nil || value(doc.Content[0], "kind").Value != "EndpointSlice" {
 			continue
@@ -105,6 +119,9 @@ func setConditions(manifests []byte, pod, addr string, c Conditions) ([]byte, in
 			if !namesPod(ep, pod, addr) {
 				continue
 			}
+			if conditionsOf(ep) != c {
+				changed++
+			}
 			setMapping(ep, "conditions", conditionsNode(c))
 			n++
 		}
@@ -114,13 +131,28 @@ func setConditions(manifests []byte, pod, addr string, c Conditions) ([]byte, in
 	enc.SetIndent(2)
 	for _, doc := range docs {
 		if err := enc.Encode(doc); err != nil {
-			return nil, 0, err
+			return nil, 0, 0, err
 		}
 	}
 	if err := enc.Close(); err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
-	return b.Bytes(), n, nil
+	return b.Bytes(), n, changed, nil
+}
+
+// conditionsOf reads an endpoint's conditions as discovery/v1 defines the
+// missing ones: ready unset is ready, serving unset is ready's value,
+// terminating unset is false.
+func conditionsOf(ep *yaml.Node) Conditions {
+	m := value(ep, "conditions")
+	get := func(key string, def bool) bool {
+		if v := value(m, key); v != nil {
+			return v.Value == "true"
+		}
+		return def
+	}
+	ready := get("ready", true)
+	return Conditions{Ready: ready, Serving: get("serving", ready), Terminating: get("terminating", false)}
 }
 
 // value is the value of key in mapping node m, or nil.

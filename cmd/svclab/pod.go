@@ -25,7 +25,7 @@ Changes one lab pod, as the things that happen to pods in a cluster would:
                   endpoints only when a Service has no ready one
 
 In the file-fed lab svclab writes the slices into the manifests file, which
-svcproxy and clusterdns reload. In the control-plane lab (svclab up
+svcproxy and clusterdns reload, and returns once svcproxy has applied it. In the control-plane lab (svclab up
 --control-plane) --ready sets the Pod's Ready condition through the API server
 and the EndpointSlice controller writes the slices; delete a pod there with
 svclab kubectl delete pod NAME.`
@@ -110,10 +110,14 @@ func cmdPodControl(ctx context.Context, cfg lab.Config, args []string) error {
 		}
 		c = lab.Conditions{Ready: r, Serving: r}
 	}
-	n, err := l.SetPodConditions(name, c)
+	n, changed, err := l.SetPodConditions(ctx, name, c)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cfg.Stdout, "pod %s: %s, in %d EndpointSlices\n", name, c, n)
+	if changed == 0 {
+		fmt.Fprintf(cfg.Stdout, "pod %s: %s already, in %d EndpointSlices\n", name, c, n)
+		return nil
+	}
+	fmt.Fprintf(cfg.Stdout, "pod %s: %s, in %d EndpointSlices; svcproxy has applied it\n", name, c, n)
 	return nil
 }

@@ -1,0 +1,92 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// applyTimeout bounds how long WaitApplied waits for svcproxy: it notices a
+// changed file within a second (an inotify event, then a short settle), or at
+// its next poll of the file, every 5s, when the event was lost.
+const applyTimeout = 30 * time.Second
+
+// The two of kube-proxy's sync metrics, served by svcproxy's /metrics, that
+// tell when a change has reached the rules: a Snapshot handed over to be
+// synced sets the first; a sync that applied a handed-over Snapshot adds one
+// to the second's count.
+const (
+	metricQueued  = "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds"
+	metricApplied = "kubeproxy_network_programming_duration_seconds"
+)
+
+// syncState is what svcproxy's /metrics says of its syncs.
+type syncState struct {
+	queued  time.Time // the last Snapshot handed over
+	applied uint64    // Snapshots applied so far
+}
+
+// syncCount is how many Snapshots svcproxy has applied so far, for
+// WaitApplied.
+func (l *Lab) syncCount(ctx context.Context) (uint64, error) {
+	st, err := l.syncState(ctx)
+	return st.applied, err
+}
+
+func (l *Lab) syncState(ctx context.Context) (syncState, error) {
+	text, err := l.NodeGet(ctx, "/metrics")
+	if err != nil {
+		return syncState{}, err
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		return syncState{}, fmt.Errorf("/metrics: %w", err)
+	}
+	q, a := fams[metricQueued], fams[metricApplied]
+	if q == nil || a == nil {
+		return syncState{}, fmt.Errorf("/metrics has no %s or %s", metricQueued, metricApplied)
+	}
+	var st syncState
+	for _, m := range q.GetMetric() { // one per dataplane: the latest counts
+		sec, frac := math.Modf(m.GetGauge().GetValue())
+		if t := time.Unix(int64(sec), int64(frac*1e9)); t.After(st.queued) {
+			st.queued = t
+		}
+	}
+	for _, m := range a.GetMetric() {
+		st.applied += m.GetHistogram().GetSampleCount()
+	}
+	return st, nil
+}
+
+// WaitApplied returns once svcproxy has been handed a Snapshot after since
+// (a change of the manifests file written then) and has applied a Snapshot
+// since its /metrics counted before applied ones (syncCount). A change that
+// svcproxy already holds (the same Snapshot) never arrives: call it only for
+// a change of what svcproxy serves.
+func (l *Lab) WaitApplied(ctx context.Context, since time.Time, before uint64) error {
+	ctx, cancel := context.WithTimeout(ctx, applyTimeout)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := l.syncState(ctx)
+		if err == nil && !st.queued.Before(since) && st.applied > before {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if err == nil {
+				err = fmt.Errorf("last change handed over %s, %d applied", st.queued.Format(time.RFC3339Nano), st.applied)
+			}
+			return fmt.Errorf("svcproxy did not apply the changed %s within %s: %w", l.ManifestsPath(), applyTimeout, err)
+		case <-tick.C:
+		}
+	}
+}
