@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os/exec"
 	"strings"
 )
@@ -23,6 +24,9 @@ type TrafficOptions struct {
 	// Timeline adds a table of the answers per second by the path that
 	// carried them, userspace or kernel (see Timeline).
 	Timeline bool
+	// Hold keeps one more connection open from before the first request to
+	// after the last, and says whether it survived (Probe.Hold).
+	Hold bool
 }
 
 // Traffic sends opts.N requests to opts.Target from the client (a Probe run
@@ -41,8 +45,14 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 	if from == "" {
 		from = "client"
 	}
-	cmd, err := l.command(ctx, from, []string{l.cfg.Self, "probe",
-		"--n", fmt.Sprint(opts.N), "--rate", fmt.Sprint(opts.Rate), opts.Target})
+	argv := []string{l.cfg.Self, "probe", "--n", fmt.Sprint(opts.N), "--rate", fmt.Sprint(opts.Rate)}
+	if opts.Hold {
+		if target.Proto != "http" {
+			return nil, fmt.Errorf("--hold: target %s: a held connection needs HTTP", opts.Target)
+		}
+		argv = append(argv, "--hold")
+	}
+	cmd, err := l.command(ctx, from, append(argv, opts.Target))
 	if err != nil {
 		return nil, err
 	}
@@ -58,11 +68,16 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 	t := &Tally{Target: opts.Target}
 	tl := l.timeline(from)
 	var lookupErr string
+	var held []Event // the held connection's two requests (Hold)
 	named := false
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		var ev Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+			continue
+		}
+		if ev.Held != 0 {
+			held = append(held, ev)
 			continue
 		}
 		if ev.Seq == 0 && ev.Err != "" {
@@ -97,11 +112,71 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 		return t, err
 	}
 	fmt.Fprintln(l.cfg.Stdout)
-	if err := t.WriteChart(l.cfg.Stdout, 40); err != nil || !opts.Timeline {
+	if err := t.WriteChart(l.cfg.Stdout, 40); err != nil {
 		return t, err
 	}
-	fmt.Fprintln(l.cfg.Stdout)
-	return t, tl.Write(l.cfg.Stdout)
+	if opts.Timeline {
+		fmt.Fprintln(l.cfg.Stdout)
+		if err := tl.Write(l.cfg.Stdout); err != nil {
+			return t, err
+		}
+	}
+	if opts.Hold {
+		fmt.Fprintln(l.cfg.Stdout)
+		return t, l.writeHeld(held, tl)
+	}
+	return t, nil
+}
+
+// writeHeld reports the held connection's two requests (TrafficOptions.Hold)
+// and fails when the connection did not survive: the second request failed,
+// or went over a new connection.
+func (l *Lab) writeHeld(held []Event, tl *Timeline) error {
+	w := l.cfg.Stdout
+	if len(held) != 2 {
+		return fmt.Errorf("the held connection: %d of its 2 requests reported", len(held))
+	}
+	names := l.names()
+	path := func(ev Event) string {
+		host, _, err := net.SplitHostPort(ev.From)
+		ip, perr := netip.ParseAddr(host)
+		switch {
+		case err != nil || perr != nil:
+			return ""
+		case ip == tl.Node:
+			return ", through userspace (svcproxy's connection)"
+		case ip == tl.Sender && !tl.Masqueraded:
+			return ", through the kernel"
+		}
+		if n, ok := names[ip]; ok {
+			return " (" + n + ")"
+		}
+		return ""
+	}
+	fmt.Fprintln(w, "The held connection, opened before the first request and kept open:")
+	for _, ev := range held {
+		when := "before"
+		if ev.Held == 2 {
+			when = fmt.Sprintf("after, at %.1fs", ev.At)
+		}
+		if ev.Err != "" {
+			fmt.Fprintf(w, "  %s: failed: %s\n", when, ev.Err)
+			continue
+		}
+		fmt.Fprintf(w, "  %s: %s answered; it saw %s%s\n", when, ev.Pod, ev.From, path(ev))
+	}
+	first, last := held[0], held[1]
+	switch {
+	case first.Err != "" || last.Err != "":
+		return errors.New("the held connection failed")
+	case !last.Reused:
+		return errors.New("the held connection was closed: its second request needed a new connection")
+	}
+	if first.Pod != last.Pod || first.From != last.From {
+		return fmt.Errorf("the held connection reached %s (%s), then %s (%s)", first.Pod, first.From, last.Pod, last.From)
+	}
+	_, err := fmt.Fprintf(w, "One connection, open all along: the same pod answered, and saw the same address and port.\n")
+	return err
 }
 
 // timeline is an empty Timeline for requests sent from host from.

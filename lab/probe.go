@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
 	"net/url"
 	"strconv"
@@ -76,6 +77,11 @@ type Event struct {
 	// At is when the request ended (answered or failed), in seconds since
 	// the first one was sent: svclab traffic --timeline counts by it.
 	At float64 `json:"at,omitempty"`
+	// Held is set on the requests of a Probe's held connection (Hold): 1
+	// before the first of the N, 2 after the last; Seq is then 0. Reused
+	// says the request went over the connection the first one opened.
+	Held   int  `json:"held,omitempty"`
+	Reused bool `json:"reused,omitempty"`
 }
 
 // Probe sends N requests to a Target, each on a new connection (or, for UDP,
@@ -90,6 +96,11 @@ type Probe struct {
 	// Resolver looks the name up; nil is the Go resolver reading
 	// /etc/resolv.conf, which in a lab pod is the pod's own.
 	Resolver *net.Resolver
+	// Hold keeps one more connection open for the whole run (HTTP only): a
+	// request on it before the first of the N and another after the last,
+	// so that a path switch in between (a hybrid promotion, svclab mode)
+	// shows whether an open connection survives it.
+	Hold bool
 }
 
 // Run resolves the target once, then sends the requests, writing one Event
@@ -113,6 +124,17 @@ func (p *Probe) Run(ctx context.Context, w io.Writer) error {
 		tick = t.C
 	}
 	start := time.Now()
+	var held *heldConn
+	if p.Hold {
+		if p.Target.Proto != "http" {
+			return fmt.Errorf("target %s: a held connection needs HTTP", p.Target)
+		}
+		held = newHeldConn(addr)
+		defer held.close()
+		if err := enc.Encode(held.request(ctx, 1, p.timeout())); err != nil {
+			return err
+		}
+	}
 	for i := 1; i <= p.N; i++ {
 		if tick != nil && i > 1 {
 			select {
@@ -133,8 +155,64 @@ func (p *Probe) Run(ctx context.Context, w io.Writer) error {
 			return err
 		}
 	}
+	if held != nil {
+		ev := held.request(ctx, 2, p.timeout())
+		ev.At = time.Since(start).Seconds()
+		return enc.Encode(ev)
+	}
 	return nil
 }
+
+// heldConn is a Probe's held connection: an HTTP client that keeps at most
+// one connection to addr alive between its requests.
+type heldConn struct {
+	addr string
+	tr   *http.Transport
+}
+
+func newHeldConn(addr string) *heldConn {
+	return &heldConn{addr: addr, tr: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1}}
+}
+
+// request sends request n (1 or 2) on the held connection and says whether
+// it went over the connection an earlier request opened. If that connection
+// was closed, the transport dials a new one and Reused is false.
+func (h *heldConn) request(ctx context.Context, n int, timeout time.Duration) Event {
+	ev := Event{Held: n}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) { ev.Reused = info.Reused },
+	})
+	u := url.URL{Scheme: "http", Host: h.addr, Path: "/"}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		ev.Err = err.Error()
+		return ev
+	}
+	resp, err := (&http.Client{Transport: h.tr}).Do(req)
+	if err != nil {
+		ev.Err = err.Error()
+		return ev
+	}
+	defer resp.Body.Close()
+	// Read the body to its end, or the connection cannot be used again.
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		ev.Err = err.Error()
+		return ev
+	}
+	line, _, _ := strings.Cut(string(body), "\n")
+	a, err := ParseAnswer(line)
+	if err != nil {
+		ev.Err = err.Error()
+		return ev
+	}
+	ev.Pod, ev.From = a.Pod, a.From
+	return ev
+}
+
+func (h *heldConn) close() { h.tr.CloseIdleConnections() }
 
 func (p *Probe) resolve(ctx context.Context) (netip.Addr, error) {
 	if ip, err := netip.ParseAddr(p.Target.Host); err == nil {

@@ -93,6 +93,7 @@ func cmdProbe(ctx context.Context, cfg lab.Config, args []string) error {
 	fs := flag.NewFlagSet("svclab probe", flag.ContinueOnError)
 	n := fs.Int("n", 30, "how many requests")
 	rate := fs.Float64("rate", 0, "requests per second (0: back to back)")
+	hold := fs.Bool("hold", false, "keep one more connection open, used before the first request and after the last")
 	if err := parse(fs, args, 1); err != nil {
 		return err
 	}
@@ -100,6 +101,6 @@ func cmdProbe(ctx context.Context, cfg lab.Config, args []string) error {
 	if err != nil {
 		return err
 	}
-	p := &lab.Probe{Target: t, N: *n, Rate: *rate}
+	p := &lab.Probe{Target: t, N: *n, Rate: *rate, Hold: *hold}
 	return p.Run(ctx, cfg.Stdout)
 }

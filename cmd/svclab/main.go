@@ -31,12 +31,15 @@ commands:
                                         but still serving (file-fed lab); -n: the pod's
                                         namespace in the control-plane lab (default default)
   exec HOST -- CMD [ARGS...]            run a command in a lab host (node, client, web-0, ...)
-  traffic [--n N] [--rate R] [--from HOST] [--timeline] TARGET
+  traffic [--n N] [--rate R] [--from HOST] [--timeline] [--hold] TARGET
                                         send N requests (default 30), R per second (default:
                                         each once the last is answered), from lab host HOST
                                         (default client), and show who answered and which
                                         client address each pod saw; --timeline: per second,
-                                        how many answers came through userspace and kernel
+                                        how many answers came through userspace and kernel;
+                                        --hold: keep one more connection open from before the
+                                        first request to after the last, and fail unless it
+                                        survived (HTTP only)
                                         TARGET: web, web.default.svc.cluster.local,
                                         198.18.0.20:80, udp://echo:7, 198.19.0.1:30080
   rules [SERVICE] [--counters]          svcproxy's iptables chains, nftables table and IPVS
@@ -246,6 +249,7 @@ func cmdTraffic(ctx context.Context, cfg lab.Config, args []string) error {
 	rate := fs.Float64("rate", 0, "requests per second (0: each as soon as the last is answered)")
 	from := fs.String("from", "client", "the lab `HOST` that sends")
 	timeline := fs.Bool("timeline", false, "also show, per second, how many answers came through userspace and through the kernel")
+	hold := fs.Bool("hold", false, "keep one more connection open from before the first request to after the last, and fail unless it survived (HTTP)")
 	if err := parse(fs, args, 1); err != nil {
 		return err
 	}
@@ -253,7 +257,7 @@ func cmdTraffic(ctx context.Context, cfg lab.Config, args []string) error {
 	if err != nil {
 		return err
 	}
-	t, err := l.Traffic(ctx, lab.TrafficOptions{Target: fs.Arg(0), N: *n, Rate: *rate, From: *from, Timeline: *timeline})
+	t, err := l.Traffic(ctx, lab.TrafficOptions{Target: fs.Arg(0), N: *n, Rate: *rate, From: *from, Timeline: *timeline, Hold: *hold})
 	if err != nil {
 		return err
 	}

@@ -13,11 +13,30 @@ var (
 
 // Normalize keeps what a tutorial can promise of a line: numbers (ports,
 // counts, addresses' last parts, times) and bar lengths vary from run to run,
-// and so does the width of a column.
+// and so does the width of a column. Bars are svclab traffic's "████" and
+// its timeline's "uuuukkk" (a word of only u, k, ? and x: one character per
+// answer by path), each run of one character kept once.
 func Normalize(s string) string {
 	s = digits.ReplaceAllString(s, "N")
 	s = blocks.ReplaceAllString(s, "█")
-	return strings.TrimSpace(spaces.ReplaceAllString(s, " "))
+	s = strings.TrimSpace(spaces.ReplaceAllString(s, " "))
+	return timelineBars.ReplaceAllStringFunc(s, squeeze)
+}
+
+// timelineBars are the words of svclab traffic --timeline's bars.
+var timelineBars = regexp.MustCompile(`(^|\s)[uk?x]{2,}($|\s)`)
+
+// squeeze keeps one character of each run: "uuukkk " is "uk ".
+func squeeze(s string) string {
+	var b strings.Builder
+	var last rune
+	for i, r := range s {
+		if i == 0 || r != last {
+			b.WriteRune(r)
+		}
+		last = r
+	}
+	return b.String()
 }
 
 // lineMatches compares normalized lines; "..." in an expected line stands for

@@ -134,3 +134,21 @@ func TestParseFails(t *testing.T) {
 		t.Errorf("Parse = %+v, want %+v", tut.Commands[0], want)
 	}
 }
+
+// Bars vary in length from run to run: svclab traffic's and its timeline's.
+func TestNormalizeBars(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"web-0 ████████ 8", "web-N █ N"},
+		{"       0         19       0       0  uuuuuuuuuuuuuuuuuuu", "N N N N u"},
+		{"       3          8      12       0  uuuuuuuukkkkkkkkkkkk", "N N N N uk"},
+		{"       4          0      20       0  kkkkkkkkkkkkkkkkkkkk", "N N N N k"},
+		{"       5          1       2       3  ukkxx", "N N N N ukx"},
+		{"kk okk kkb", "k okk kkb"}, // only a word of bar characters is a bar
+		{"a u k line", "a u k line"},
+	}
+	for _, tt := range tests {
+		if got := Normalize(tt.in); got != tt.want {
+			t.Errorf("Normalize(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
