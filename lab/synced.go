@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -43,6 +44,11 @@ func (l *Lab) syncState(ctx context.Context) (syncState, error) {
 	if err != nil {
 		return syncState{}, err
 	}
+	return parseSyncState(text)
+}
+
+// parseSyncState reads svcproxy's /metrics text.
+func parseSyncState(text string) (syncState, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(strings.NewReader(text))
 	if err != nil {
@@ -52,17 +58,32 @@ func (l *Lab) syncState(ctx context.Context) (syncState, error) {
 	if q == nil || a == nil {
 		return syncState{}, fmt.Errorf("/metrics has no %s or %s", metricQueued, metricApplied)
 	}
+	// svcproxy runs a dataplane per IP family, each with its metrics
+	// (ip_family="IPv4", "IPv6"), one after the other: the lab's Services
+	// are IPv4, and only the IPv4 dataplane's sync says they are applied.
 	var st syncState
-	for _, m := range q.GetMetric() { // one per dataplane: the latest counts
-		sec, frac := math.Modf(m.GetGauge().GetValue())
-		if t := time.Unix(int64(sec), int64(frac*1e9)); t.After(st.queued) {
-			st.queued = t
+	for _, m := range q.GetMetric() {
+		if ipv4(m) {
+			sec, frac := math.Modf(m.GetGauge().GetValue())
+			st.queued = time.Unix(int64(sec), int64(frac*1e9))
 		}
 	}
 	for _, m := range a.GetMetric() {
-		st.applied += m.GetHistogram().GetSampleCount()
+		if ipv4(m) {
+			st.applied = m.GetHistogram().GetSampleCount()
+		}
 	}
 	return st, nil
+}
+
+// ipv4 says whether m is the IPv4 dataplane's: labelled so, or the only one.
+func ipv4(m *dto.Metric) bool {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == "ip_family" {
+			return l.GetValue() == "IPv4"
+		}
+	}
+	return true
 }
 
 // WaitApplied returns once svcproxy has been handed a Snapshot after since
