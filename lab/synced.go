@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"strings"
 	"time"
 
@@ -29,7 +30,37 @@ const (
 // syncState is what svcproxy's /metrics says of its syncs.
 type syncState struct {
 	queued  time.Time // the last Snapshot handed over
+	synced  time.Time // the end of the last successful sync
 	applied uint64    // Snapshots applied so far
+}
+
+// metricSynced is the end of the last successful sync.
+const metricSynced = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
+
+// reloadedLine is what svcproxy logs when it has read a changed manifests
+// file (service/watch); the Snapshot of that file is handed over after it.
+const reloadedLine = `msg="services file reloaded"`
+
+// reloadedAfter returns when svcproxy last logged reading the manifests
+// file, if that was at or after since. Snapshots handed over before then
+// (svcproxy also hands over unchanged ones, as kube-proxy resyncs) cannot
+// hold the change.
+func (l *Lab) reloadedAfter(since time.Time) (time.Time, bool) {
+	b, err := os.ReadFile(l.logPath("svcproxy"))
+	if err != nil {
+		return time.Time{}, false
+	}
+	var last time.Time
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.Contains(line, reloadedLine) || !strings.HasPrefix(line, "time=") {
+			continue
+		}
+		stamp, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+		if t, err := time.Parse(time.RFC3339Nano, stamp); err == nil && !t.Before(since) {
+			last = t
+		}
+	}
+	return last, !last.IsZero()
 }
 
 // syncCount is how many Snapshots svcproxy has applied so far, for
@@ -54,8 +85,8 @@ func parseSyncState(text string) (syncState, error) {
 	if err != nil {
 		return syncState{}, fmt.Errorf("/metrics: %w", err)
 	}
-	q, a := fams[metricQueued], fams[metricApplied]
-	if q == nil || a == nil {
+	q, a, y := fams[metricQueued], fams[metricApplied], fams[metricSynced]
+	if q == nil || a == nil || y == nil {
 		return syncState{}, fmt.Errorf("/metrics has no %s or %s", metricQueued, metricApplied)
 	}
 	// svcproxy runs a dataplane per IP family, each with its metrics
@@ -66,6 +97,12 @@ func parseSyncState(text string) (syncState, error) {
 		if ipv4(m) {
 			sec, frac := math.Modf(m.GetGauge().GetValue())
 			st.queued = time.Unix(int64(sec), int64(frac*1e9))
+		}
+	}
+	for _, m := range y.GetMetric() {
+		if ipv4(m) {
+			sec, frac := math.Modf(m.GetGauge().GetValue())
+			st.synced = time.Unix(int64(sec), int64(frac*1e9))
 		}
 	}
 	for _, m := range a.GetMetric() {
@@ -86,11 +123,12 @@ func ipv4(m *dto.Metric) bool {
 	return true
 }
 
-// WaitApplied returns once svcproxy has been handed a Snapshot after since
-// (a change of the manifests file written then) and has applied a Snapshot
-// since its /metrics counted before applied ones (syncCount). A change that
-// svcproxy already holds (the same Snapshot) never arrives: call it only for
-// a change of what svcproxy serves.
+// WaitApplied returns once svcproxy has read the manifests file written at
+// since (its log says so), has been handed a Snapshot after that read, has
+// finished a sync after that handover, and has applied more Snapshots than
+// the before its /metrics counted (syncCount). A change that svcproxy
+// already holds (the same Snapshot) never arrives: call it only for a change
+// of what svcproxy serves.
 func (l *Lab) WaitApplied(ctx context.Context, since time.Time, before uint64) error {
 	ctx, cancel := context.WithTimeout(ctx, applyTimeout)
 	defer cancel()
@@ -98,7 +136,8 @@ func (l *Lab) WaitApplied(ctx context.Context, since time.Time, before uint64) e
 	defer tick.Stop()
 	for {
 		st, err := l.syncState(ctx)
-		if err == nil && !st.queued.Before(since) && st.applied > before {
+		reloaded, ok := l.reloadedAfter(since)
+		if err == nil && ok && !st.queued.Before(reloaded) && !st.synced.Before(st.queued) && st.applied > before {
 			return nil
 		}
 		select {

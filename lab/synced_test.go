@@ -21,11 +21,15 @@ kubeproxy_network_programming_duration_seconds_count{ip_family="IPv6"} 4
 # TYPE kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds gauge
 kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"} 1.7960841965e+09
 kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv6"} 1.7960841975e+09
+# TYPE kubeproxy_sync_proxy_rules_last_timestamp_seconds gauge
+kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4"} 1.7960841966e+09
+kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv6"} 1.7960841976e+09
 `
 	st, err := parseSyncState(metrics)
 	require.NoError(t, err)
 	require.Equal(t, uint64(3), st.applied)
-	require.Equal(t, time.Unix(1796084196, 5e8).UnixMilli(), st.queued.UnixMilli())
+	require.WithinDuration(t, time.Unix(1796084196, 5e8), st.queued, time.Millisecond)
+	require.WithinDuration(t, time.Unix(1796084196, 6e8), st.synced, time.Millisecond)
 
 	_, err = parseSyncState("# no sync metrics\n")
 	require.ErrorContains(t, err, "no kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds")
