@@ -26,44 +26,13 @@ type ruleset struct {
 type change = kernelsync.Change[*portObjects]
 
 // render renders snap. A port equal to the one a rendering in prev was made from
-// reuses that rendering: a sync after one change renders one port, not 10,000.
+// reuses that rendering: a sync after one change renders one port, not 10,000
+// (kernelsync.RenderPorts).
 func render(cfg Config, snap *service.Snapshot, prev map[service.PortName]*portObjects) *ruleset {
-	rs := &ruleset{cfg: cfg, ports: make([]*portObjects, 0, len(snap.Ports()))}
-	matched := 0
-	for _, p := range snap.Ports() {
-		if cfg.Include != nil && !cfg.Include(p) {
-			continue
-		}
-		old := prev[p.Name]
-		if old != nil {
-			matched++
-		}
-		po := old
-		if old == nil || !samePort(old.port, p) {
-			po = renderPort(&cfg, p)
-			if po != nil {
-				rs.changed = append(rs.changed, change{Old: old, Cur: po})
-			} else if old != nil {
-				rs.removed = append(rs.removed, old) // e.g. became headless
-			}
-		}
-		if po == nil {
-			continue
-		}
-		rs.ports = append(rs.ports, po)
-	}
-	if matched < len(prev) {
-		here := make(map[service.PortName]bool, len(rs.ports))
-		for _, po := range rs.ports {
-			here[po.name] = true
-		}
-		for name, old := range prev {
-			if !here[name] {
-				rs.removed = append(rs.removed, old)
-			}
-		}
-	}
-	return rs
+	ports := kernelsync.RenderPorts(snap, prev, cfg.Include,
+		func(old *portObjects, p *service.Port) bool { return samePort(old.port, p) },
+		func(p *service.Port) *portObjects { return renderPort(&cfg, p) })
+	return &ruleset{cfg: cfg, ports: ports.All, changed: ports.Changed, removed: ports.Removed}
 }
 
 // ipsChanged reports whether the ClusterIPs of the rendered ports may differ from
