@@ -17,8 +17,6 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
-	v1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/svcproxy/svcproxy/service"
@@ -310,20 +308,7 @@ func unjoin(err error) []error {
 // added, changed or removed, plus one if the skipped objects changed (their
 // errors are reported from the Snapshot). objs are not kept.
 func (f *fileSource) apply(objs []runtime.Object) int {
-	var svcs []*v1.Service
-	var endpointSlices []*discoveryv1.EndpointSlice
-	var eps []*v1.Endpoints
-	for _, obj := range objs {
-		switch o := obj.(type) {
-		case *v1.Service:
-			svcs = append(svcs, o)
-		case *discoveryv1.EndpointSlice:
-			endpointSlices = append(endpointSlices, o)
-		case *v1.Endpoints:
-			eps = append(eps, o)
-		}
-	}
-	snap := service.Build(svcs, endpointSlices, eps)
+	snap := build(objs)
 
 	f.mu.Lock()
 	defer f.mu.Unlock()

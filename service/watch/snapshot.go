@@ -3,6 +3,7 @@ package watch
 import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -17,6 +18,12 @@ func SnapshotOf(name string, data []byte) (*service.Snapshot, error) {
 	if !onlyUnsupported(err) {
 		return nil, err
 	}
+	return build(objs), err
+}
+
+// build is the Snapshot of objs (Services, EndpointSlices and v1 Endpoints;
+// anything else is ignored): what a manifests file describes.
+func build(objs []runtime.Object) *service.Snapshot {
 	var (
 		svcs      []*v1.Service
 		slices    []*discoveryv1.EndpointSlice
@@ -32,5 +39,5 @@ func SnapshotOf(name string, data []byte) (*service.Snapshot, error) {
 			endpoints = append(endpoints, o)
 		}
 	}
-	return service.Build(svcs, slices, endpoints), err
+	return service.Build(svcs, slices, endpoints)
 }
