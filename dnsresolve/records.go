@@ -64,16 +64,17 @@ func (b *builder) clusterIP(svc *service.Service, base string) {
 		addrs = append(addrs, b.addr(base, ip))
 		b.ptr(ip, base)
 	}
-	targets := map[string][]dns.RR{base: addrs}
+	// Every SRV target is the Service's own name: its addresses are the
+	// additional records of every set.
 	var all srvSet
 	for _, p := range svc.Ports {
 		srv := srvTarget{target: base, port: p.Port}
 		all.add(srv)
 		if p.Name.Port != "" { // spec: SRV records exist for named ports only
-			b.srvs(srvName(p, base), srvSet{srv}, targets)
+			b.srvs(srvName(p, base), srvSet{srv}, addrs)
 		}
 	}
-	b.srvs(base, all, targets)
+	b.srvs(base, all, addrs)
 }
 
 // headless is spec 2.4: an A/AAAA per published endpoint at the Service's
@@ -122,10 +123,10 @@ func (b *builder) headless(svc *service.Service, base string) {
 			all.add(s)
 		}
 		if p.Name.Port != "" && len(set) > 0 {
-			b.srvs(srvName(p, base), set, hostAddrs)
+			b.srvs(srvName(p, base), set, set.addrs(hostAddrs))
 		}
 	}
-	b.srvs(base, all, hostAddrs)
+	b.srvs(base, all, all.addrs(hostAddrs))
 }
 
 // endpointName is the first label of a headless endpoint's name: its hostname,
@@ -161,23 +162,33 @@ func (s *srvSet) add(t srvTarget) {
 	*s = append(*s, t)
 }
 
-// srvs adds the SRV RRset set at name, with the addresses of its targets
-// (from addrs) as additional records. CoreDNS spreads a weight of 100 over
-// the records of one set.
-func (b *builder) srvs(name string, set srvSet, addrs map[string][]dns.RR) {
+// addrs returns the addresses of the set's targets (from byName), each
+// target's once.
+func (s srvSet) addrs(byName map[string][]dns.RR) []dns.RR {
+	var out []dns.RR
+	seen := make(map[string]bool, len(s))
+	for _, t := range s {
+		if !seen[t.target] {
+			seen[t.target] = true
+			out = append(out, byName[t.target]...)
+		}
+	}
+	return out
+}
+
+// srvs adds the SRV RRset set at name, with extra, the addresses of its
+// targets, as additional records. CoreDNS spreads a weight of 100 over the
+// records of one set.
+func (b *builder) srvs(name string, set srvSet, extra []dns.RR) {
 	if len(set) == 0 {
 		return
 	}
 	n := b.node(name)
 	weight := uint16(max(1, 100/len(set)))
-	seen := make(map[string]bool)
 	for _, s := range set {
 		n.rrs = append(n.rrs, &dns.SRV{Hdr: b.hdr(name, dns.TypeSRV), Weight: weight, Port: s.port, Target: s.target})
-		if !seen[s.target] {
-			seen[s.target] = true
-			n.extra = append(n.extra, addrs[s.target]...)
-		}
 	}
+	n.extra = append(n.extra, extra...)
 }
 
 // srvName is _<port>._<proto>.<svc>.<ns>.svc.<zone>.
