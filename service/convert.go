@@ -21,53 +21,15 @@ import (
 // kube-proxy does: a named targetPort may resolve to a different number in each
 // slice (pods of two versions may name different container ports "http").
 func Build(services []*v1.Service, slices []*discoveryv1.EndpointSlice, endpoints []*v1.Endpoints) *Snapshot {
-	var errs []error
-
-	slicesBySvc := make(map[NamespacedName][]*discoveryv1.EndpointSlice)
-	for _, es := range slices {
-		if err := validateSlice(es); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		svc, ok := es.Labels[discoveryv1.LabelServiceName]
-		if !ok || svc == "" {
-			continue // not managed for a Service; kube-proxy ignores it too
-		}
-		key := NamespacedName{Namespace: es.Namespace, Name: svc}
-		slicesBySvc[key] = append(slicesBySvc[key], es)
+	svcs := make([]*ServiceObject, len(services))
+	for i, obj := range services {
+		svcs[i] = ConvertService(obj)
 	}
-	legacy := make(map[NamespacedName]*v1.Endpoints)
-	for _, ep := range endpoints {
-		if err := validateEndpoints(ep); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		legacy[NamespacedName{Namespace: ep.Namespace, Name: ep.Name}] = ep
+	ess := make([]*SliceObject, len(slices))
+	for i, es := range slices {
+		ess[i] = ConvertSlice(es)
 	}
-
-	out := make([]*Service, 0, len(services))
-	vips := newAllocator()
-	for _, obj := range byCreation(services) {
-		svc, err := convertService(obj)
-		if err == nil {
-			err = vips.allocate(svc)
-		}
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		out = append(out, svc)
-	}
-	// Endpoints last, once every virtual address is known: an endpoint must
-	// not be one of them.
-	for _, svc := range out {
-		if ess := slicesBySvc[svc.NamespacedName]; len(ess) > 0 {
-			errs = append(errs, attachSlices(svc, ess, vips.refuse)...)
-		} else if ep := legacy[svc.NamespacedName]; ep != nil {
-			errs = append(errs, attachEndpoints(svc, ep, vips.refuse)...)
-		}
-	}
-	return NewSnapshot(out, errs)
+	return Join(svcs, ess, endpoints)
 }
 
 // convertService validates one Service and converts it, without endpoints.
@@ -169,18 +131,16 @@ func clusterIPStrings(spec *v1.ServiceSpec) []string {
 }
 
 // attachSlices fills the endpoints of svc's ports from its EndpointSlices.
-// Each slice endpoint is converted once and reused for every port. An address
-// that refuse names a reason for is left out, with an error naming it.
-func attachSlices(svc *Service, ess []*discoveryv1.EndpointSlice, refuse func(netip.Addr) string) []error {
+// An address that refuse names a reason for is left out, with an error
+// naming it.
+func attachSlices(svc *Service, ess []*SliceObject, refuse func(netip.Addr) string) []error {
 	var errs []error
-	converted := make([][]Endpoint, len(ess)) // per slice, port 0
+	converted := make([][]Endpoint, len(ess)) // per slice, without the refused
 	byIP := make(map[netip.Addr]Endpoint)
 	for i, es := range ess {
-		for j, e := range es.Endpoints {
-			ep := sliceEndpoint(e)
+		for j, ep := range es.endpoints {
 			if why := refuse(ep.Addr.Addr()); why != "" {
-				errs = append(errs, &InvalidError{Kind: "endpointslice", Object: NamespacedName{Namespace: es.Namespace, Name: es.Name},
-					Field: fmt.Sprintf("endpoints[%d].addresses[0]", j), Value: e.Addresses[0], Reason: why})
+				errs = append(errs, refusedEndpoint(es, j, ep.Addr.Addr(), why))
 				continue
 			}
 			converted[i] = append(converted[i], ep)
@@ -194,7 +154,7 @@ func attachSlices(svc *Service, ess []*discoveryv1.EndpointSlice, refuse func(ne
 	for _, p := range svc.Ports {
 		seen := make(map[netip.AddrPort]bool)
 		for i, es := range ess {
-			number, ok := slicePort(es, p)
+			number, ok := es.port(p)
 			if !ok {
 				continue
 			}
@@ -209,25 +169,6 @@ func attachSlices(svc *Service, ess []*discoveryv1.EndpointSlice, refuse func(ne
 		sortEndpoints(p.Endpoints)
 	}
 	return errs
-}
-
-// slicePort finds the number that a slice gives to service port p: the slice
-// port with the same name and protocol.
-func slicePort(es *discoveryv1.EndpointSlice, p *Port) (uint16, bool) {
-	for _, sp := range es.Ports {
-		name := ""
-		if sp.Name != nil {
-			name = *sp.Name
-		}
-		proto := TCP
-		if sp.Protocol != nil {
-			proto = Protocol(*sp.Protocol)
-		}
-		if name == p.Name.Port && proto == p.Protocol && sp.Port != nil {
-			return uint16(*sp.Port), true
-		}
-	}
-	return 0, false
 }
 
 // sliceEndpoint converts one slice endpoint (its first address, as kube-proxy

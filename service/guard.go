@@ -1,27 +1,10 @@
 package service
 
 import (
-	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
-
-	v1 "k8s.io/api/core/v1"
 )
-
-// byCreation orders Services as the API server's ClusterIP allocator saw them:
-// by creation time, then by namespace and name (a manifests file sets no
-// creation time: name order decides).
-func byCreation(services []*v1.Service) []*v1.Service {
-	out := slices.Clone(services)
-	slices.SortStableFunc(out, func(a, b *v1.Service) int {
-		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
-			return c
-		}
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-	})
-	return out
-}
 
 // allocator knows which Service holds each virtual address of a Snapshot.
 type allocator struct {

@@ -4,16 +4,16 @@
 // A Watcher runs client-go informers on Services and EndpointSlices, as
 // kube-proxy does (v1 Endpoints of the API server are not read: the
 // EndpointSlice mirroring controller turns them into slices). Their events
-// reach small handler interfaces (ServiceHandler, EndpointSliceHandler, the
-// shape of kube-proxy's pkg/proxy/config) that only mark the state dirty; a coalescing loop then
-// builds a new service.Snapshot from the informers' listers with service.Build,
-// at most once per MinSyncPeriod and at least once per ResyncPeriod, and hands
-// it to every subscriber.
+// only mark the state dirty; a coalescing loop then joins the informers'
+// caches into a new service.Snapshot, at most once per MinSyncPeriod and at
+// least once per ResyncPeriod, and hands it to every subscriber.
 //
 // There are two sources and one Snapshot type. With a kubeconfig (or in a
-// pod) the informers list and watch a real API server, caching only the fields
-// svcproxy reads (a transform drops managedFields, foreign annotations, target
-// references...). With a manifests file, LoadManifests parses it and
+// pod) the informers list and watch a real API server; their transform
+// converts each object as it arrives (service.ConvertService,
+// service.ConvertSlice) and the caches keep only that, not the API objects,
+// so a Snapshot is service.Join of the caches. With a manifests file,
+// LoadManifests parses it and
 // service.Build makes the Snapshot at once; the objects are not kept, since
 // the file is read whole again when it changes (written in place, or replaced
 // by a rename as editors, kubectl-style tools and ConfigMap volumes do), once

@@ -6,69 +6,59 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/svcproxy/svcproxy/service"
 )
 
 // annotationPrefix marks the only annotations svcproxy reads (for example
-// svcproxy.io/ipvs-scheduler); the others are dropped before caching.
+// svcproxy.io/ipvs-scheduler); the others are dropped before conversion.
 const annotationPrefix = "svcproxy.io/"
 
-// trim drops what neither the proxy nor the DNS reads from an object before it
-// is cached: managed fields, owner references, the UID, foreign annotations and
-// labels, a Service's selector, Endpoint target references, hints and
-// deprecated topology, a Service's status beyond its load-balancer IPs. In a real cluster managedFields alone are often half
-// of an object. It is the informers' transform (client-go SetTransform); a
-// manifests file's objects are not kept, so they need none. It modifies obj,
-// which the caller owns, and returns it.
-func trim(obj any) (any, error) {
+// The informers keep converted objects, not API objects. Their transform
+// (client-go SetTransform) runs once per object as it arrives: it validates
+// and converts a Service or an EndpointSlice into the form a Snapshot is
+// made of (service.ConvertService, service.ConvertSlice) and the informer
+// caches that instead of the v1 object, which it drops. A Snapshot is then
+// service.Join of the cached forms: nothing is converted again for a
+// Snapshot, and the caches hold about a third of what trimmed v1 objects
+// took (measured in docs/benchmarks.md). CoreDNS's kubernetes plugin does the
+// same with its own object.Service and object.Endpoints.
+
+// cachedService is what a Service informer keeps of a Service.
+type cachedService struct {
+	cacheMeta
+	obj *service.ServiceObject
+}
+
+// cachedSlice is what an EndpointSlice informer keeps of a slice.
+type cachedSlice struct {
+	cacheMeta
+	obj *service.SliceObject
+}
+
+// compact is the informers' transform: a *v1.Service becomes a
+// *cachedService, an *discoveryv1.EndpointSlice a *cachedSlice. Anything
+// else, a tombstone or an object already converted, is returned as it is.
+// It reads obj, which it may modify (the informer owns it), and keeps none
+// of it but strings.
+func compact(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *v1.Service:
-		trimMeta(&o.ObjectMeta)
-		// Endpoints come from EndpointSlices: the selector and the labels
-		// are the API server's business, not the proxy's.
-		o.Labels, o.Spec.Selector = nil, nil
-		var ingress []v1.LoadBalancerIngress
-		for _, in := range o.Status.LoadBalancer.Ingress {
-			if in.IP != "" {
-				ingress = append(ingress, v1.LoadBalancerIngress{IP: in.IP})
-			}
-		}
-		o.Status = v1.ServiceStatus{LoadBalancer: v1.LoadBalancerStatus{Ingress: ingress}}
+		o.Annotations = ours(o.Annotations)
+		return &cachedService{cacheMeta: metaOf(&o.ObjectMeta), obj: service.ConvertService(o)}, nil
 	case *discoveryv1.EndpointSlice:
-		trimMeta(&o.ObjectMeta)
-		// Only the label that ties a slice to its Service is read.
-		name, ok := o.Labels[discoveryv1.LabelServiceName]
-		o.Labels = nil
-		if ok {
-			o.Labels = map[string]string{discoveryv1.LabelServiceName: name}
-		}
-		for i := range o.Endpoints {
-			e := &o.Endpoints[i]
-			e.TargetRef, e.DeprecatedTopology, e.Hints = nil, nil, nil
-		}
-	case *v1.Endpoints:
-		trimMeta(&o.ObjectMeta)
-		o.Labels = nil
-		for i := range o.Subsets {
-			ss := &o.Subsets[i]
-			for j := range ss.Addresses {
-				ss.Addresses[j].TargetRef = nil
-			}
-			for j := range ss.NotReadyAddresses {
-				ss.NotReadyAddresses[j].TargetRef = nil
-			}
-		}
+		return &cachedSlice{cacheMeta: metaOf(&o.ObjectMeta), obj: service.ConvertSlice(o)}, nil
 	}
 	return obj, nil
 }
 
-func trimMeta(m *metav1.ObjectMeta) {
-	m.ManagedFields = nil
-	m.OwnerReferences = nil
-	m.GenerateName = ""
-	m.Finalizers = nil
-	m.UID = ""
+// ours returns the annotations svcproxy reads (nil if none): a Service keeps
+// its annotations, and kubectl apply's last-applied-configuration alone is
+// the size of the whole object.
+func ours(annotations map[string]string) map[string]string {
 	var keep map[string]string
-	for k, v := range m.Annotations {
+	for k, v := range annotations {
 		if strings.HasPrefix(k, annotationPrefix) {
 			if keep == nil {
 				keep = make(map[string]string)
@@ -76,5 +66,56 @@ func trimMeta(m *metav1.ObjectMeta) {
 			keep[k] = v
 		}
 	}
-	m.Annotations = keep
+	return keep
 }
+
+// cacheMeta is what client-go's informer reads of a cached object: its
+// namespace and name (the cache key, cache.MetaNamespaceKeyFunc) and its
+// resource version (an update that keeps it is a resync,
+// sharedIndexInformer.OnUpdate). It implements metav1.Object, which
+// meta.Accessor asks for; the other fields it does not have read as empty and
+// are not written, as that interface allows ("a no-op and return a default
+// value") and as CoreDNS's object.Empty does.
+type cacheMeta struct {
+	namespace, name, resourceVersion string
+}
+
+func metaOf(m *metav1.ObjectMeta) cacheMeta {
+	return cacheMeta{namespace: m.Namespace, name: m.Name, resourceVersion: m.ResourceVersion}
+}
+
+var _ metav1.Object = (*cacheMeta)(nil)
+
+func (m *cacheMeta) GetNamespace() string       { return m.namespace }
+func (m *cacheMeta) GetName() string            { return m.name }
+func (m *cacheMeta) GetResourceVersion() string { return m.resourceVersion }
+
+// The rest of metav1.Object: nothing else is kept.
+
+func (m *cacheMeta) SetNamespace(string)                           {}
+func (m *cacheMeta) SetName(string)                                {}
+func (m *cacheMeta) GetGenerateName() string                       { return "" }
+func (m *cacheMeta) SetGenerateName(string)                        {}
+func (m *cacheMeta) GetUID() types.UID                             { return "" }
+func (m *cacheMeta) SetUID(types.UID)                              {}
+func (m *cacheMeta) SetResourceVersion(string)                     {}
+func (m *cacheMeta) GetGeneration() int64                          { return 0 }
+func (m *cacheMeta) SetGeneration(int64)                           {}
+func (m *cacheMeta) GetSelfLink() string                           { return "" }
+func (m *cacheMeta) SetSelfLink(string)                            {}
+func (m *cacheMeta) GetCreationTimestamp() metav1.Time             { return metav1.Time{} }
+func (m *cacheMeta) SetCreationTimestamp(metav1.Time)              {}
+func (m *cacheMeta) GetDeletionTimestamp() *metav1.Time            { return nil }
+func (m *cacheMeta) SetDeletionTimestamp(*metav1.Time)             {}
+func (m *cacheMeta) GetDeletionGracePeriodSeconds() *int64         { return nil }
+func (m *cacheMeta) SetDeletionGracePeriodSeconds(*int64)          {}
+func (m *cacheMeta) GetLabels() map[string]string                  { return nil }
+func (m *cacheMeta) SetLabels(map[string]string)                   {}
+func (m *cacheMeta) GetAnnotations() map[string]string             { return nil }
+func (m *cacheMeta) SetAnnotations(map[string]string)              {}
+func (m *cacheMeta) GetFinalizers() []string                       { return nil }
+func (m *cacheMeta) SetFinalizers([]string)                        {}
+func (m *cacheMeta) GetOwnerReferences() []metav1.OwnerReference   { return nil }
+func (m *cacheMeta) SetOwnerReferences([]metav1.OwnerReference)    {}
+func (m *cacheMeta) GetManagedFields() []metav1.ManagedFieldsEntry { return nil }
+func (m *cacheMeta) SetManagedFields([]metav1.ManagedFieldsEntry)  {}

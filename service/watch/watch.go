@@ -11,10 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -195,14 +192,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel() // runs first: stops the informers that wg waits for
-	newInformer := func(lw cache.ListerWatcher, example runtime.Object, h cache.ResourceEventHandler) (cache.SharedIndexInformer, cache.InformerSynced, error) {
-		// No informer resync (0): our own ResyncPeriod rebuilds from the listers.
+	newInformer := func(lw cache.ListerWatcher, example runtime.Object) (cache.SharedIndexInformer, cache.InformerSynced, error) {
+		// No informer resync (0): our own ResyncPeriod rebuilds from the caches.
 		inf := cache.NewSharedIndexInformer(lw, example, 0, noIndexes)
-		// Cache only what is read: managedFields alone are often half an object.
-		if err := inf.SetTransform(trim); err != nil {
+		// Cache converted objects, not API objects (transform.go).
+		if err := inf.SetTransform(compact); err != nil {
 			return nil, nil, fmt.Errorf("informer transform: %w", err)
 		}
-		r, err := inf.AddEventHandler(h)
+		r, err := inf.AddEventHandler(w.tracker)
 		if err != nil {
 			return nil, nil, fmt.Errorf("informer handler: %w", err)
 		}
@@ -215,8 +212,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 	// an informer on v1 Endpoints would cache a second copy of every
 	// Service's endpoints and add nothing. A manifests file may still hold
 	// v1 Endpoints: no controller mirrors a file.
-	svcInf, svcSynced, err1 := newInformer(w.api.services, &v1.Service{}, serviceEvents(w.tracker))
-	sliceInf, sliceSynced, err2 := newInformer(w.api.slices, &discoveryv1.EndpointSlice{}, endpointSliceEvents(w.tracker))
+	svcInf, svcSynced, err1 := newInformer(w.api.services, &v1.Service{})
+	sliceInf, sliceSynced, err2 := newInformer(w.api.slices, &discoveryv1.EndpointSlice{})
 	if err := errors.Join(err1, err2); err != nil {
 		return err
 	}
@@ -228,19 +225,28 @@ func (w *Watcher) Run(ctx context.Context) error {
 	if !cache.WaitForCacheSync(ctx.Done(), svcSynced, sliceSynced) {
 		return nil // ctx done before the first list
 	}
-	svcs := corelisters.NewServiceLister(svcInf.GetIndexer())
-	slices := discoverylisters.NewEndpointSliceLister(sliceInf.GetIndexer())
-	w.loop(ctx, func() *service.Snapshot {
-		s, err1 := svcs.List(labels.Everything())
-		es, err2 := slices.List(labels.Everything())
-		if err := errors.Join(err1, err2); err != nil {
-			// Listing an informer's cache cannot fail for labels.Everything().
-			w.log.Error("listing informer caches", "err", err)
-			return nil
-		}
-		return service.Build(s, es, nil)
-	})
+	w.loop(ctx, func() *service.Snapshot { return join(svcInf.GetStore(), sliceInf.GetStore()) })
 	return nil
+}
+
+// join is the Snapshot of the informers' caches, which hold converted
+// objects only (see compact).
+func join(services, slices cache.Store) *service.Snapshot {
+	items := services.List()
+	svcs := make([]*service.ServiceObject, 0, len(items))
+	for _, it := range items {
+		if c, ok := it.(*cachedService); ok {
+			svcs = append(svcs, c.obj)
+		}
+	}
+	items = slices.List()
+	ess := make([]*service.SliceObject, 0, len(items))
+	for _, it := range items {
+		if c, ok := it.(*cachedSlice); ok {
+			ess = append(ess, c.obj)
+		}
+	}
+	return service.Join(svcs, ess, nil)
 }
 
 // noIndexes: the caches are only ever listed whole (a Snapshot is built from

@@ -1,0 +1,197 @@
+package service
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// Build converts every API object each time it is called. A watcher that
+// keeps objects between Snapshots (client-go informer caches) can instead
+// convert each object once, as it arrives, keep only the result, and Join the
+// results into a Snapshot: the converted forms below hold only what a
+// Snapshot is made of, a fraction of the API object, and a Snapshot built
+// after one change converts nothing again. Build is exactly such a
+// conversion followed by Join.
+
+// ServiceObject is one Service converted on its own: validated, without
+// endpoints, or the error that keeps it out of every Snapshot. It is
+// immutable; Join copies what a Snapshot needs.
+type ServiceObject struct {
+	name    NamespacedName
+	created time.Time // metadata.creationTimestamp: the order of ClusterIP allocation
+	svc     *Service  // nil when err is not
+	err     error
+}
+
+// ConvertService validates and converts obj, which it does not keep.
+func ConvertService(obj *v1.Service) *ServiceObject {
+	o := &ServiceObject{name: NamespacedName{Namespace: obj.Namespace, Name: obj.Name}, created: obj.CreationTimestamp.Time}
+	o.svc, o.err = convertService(obj)
+	return o
+}
+
+// Name is the Service's namespace and name.
+func (o *ServiceObject) Name() NamespacedName { return o.name }
+
+// Err is the validation error that keeps the Service out, or nil.
+func (o *ServiceObject) Err() error { return o.err }
+
+// SliceObject is one EndpointSlice converted on its own: the Service it
+// belongs to, its ports and its endpoints (their first address, port 0), or
+// the error that keeps it out. It is immutable.
+type SliceObject struct {
+	name      NamespacedName // the slice's own
+	service   string         // label kubernetes.io/service-name; "": no Service's
+	ports     []slicePort
+	endpoints []Endpoint
+	err       error
+}
+
+// slicePort is one of a slice's ports, with the API's defaults applied
+// (an unset name is "", an unset protocol TCP).
+type slicePort struct {
+	name     string
+	protocol Protocol
+	port     uint16
+	set      bool // port was set: a slice port without a number matches nothing
+}
+
+// ConvertSlice validates and converts es, which it does not keep.
+func ConvertSlice(es *discoveryv1.EndpointSlice) *SliceObject {
+	o := &SliceObject{name: NamespacedName{Namespace: es.Namespace, Name: es.Name}}
+	if o.err = validateSlice(es); o.err != nil {
+		return o
+	}
+	o.service = es.Labels[discoveryv1.LabelServiceName]
+	o.ports = make([]slicePort, len(es.Ports))
+	for i, sp := range es.Ports {
+		p := slicePort{protocol: TCP}
+		if sp.Name != nil {
+			p.name = *sp.Name
+		}
+		if sp.Protocol != nil {
+			p.protocol = Protocol(*sp.Protocol)
+		}
+		if sp.Port != nil {
+			p.port, p.set = uint16(*sp.Port), true
+		}
+		o.ports[i] = p
+	}
+	o.endpoints = make([]Endpoint, len(es.Endpoints))
+	for i, e := range es.Endpoints {
+		o.endpoints[i] = sliceEndpoint(e)
+	}
+	return o
+}
+
+// Name is the slice's namespace and name.
+func (o *SliceObject) Name() NamespacedName { return o.name }
+
+// Err is the validation error that keeps the slice out, or nil.
+func (o *SliceObject) Err() error { return o.err }
+
+// port finds the number that the slice gives to service port p: the slice
+// port with the same name and protocol.
+func (o *SliceObject) port(p *Port) (uint16, bool) {
+	for _, sp := range o.ports {
+		if sp.name == p.Name.Port && sp.protocol == p.Protocol && sp.set {
+			return sp.port, true
+		}
+	}
+	return 0, false
+}
+
+// Join makes the Snapshot of converted Services and EndpointSlices and of v1
+// Endpoints objects (for Services without slices), as Build does for API
+// objects. Neither services nor slices are modified or kept.
+func Join(services []*ServiceObject, slices []*SliceObject, endpoints []*v1.Endpoints) *Snapshot {
+	var errs []error
+
+	slicesBySvc := make(map[NamespacedName][]*SliceObject)
+	for _, es := range slices {
+		if es.err != nil {
+			errs = append(errs, es.err)
+			continue
+		}
+		if es.service == "" {
+			continue // not managed for a Service; kube-proxy ignores it too
+		}
+		key := NamespacedName{Namespace: es.name.Namespace, Name: es.service}
+		slicesBySvc[key] = append(slicesBySvc[key], es)
+	}
+	legacy := make(map[NamespacedName]*v1.Endpoints)
+	for _, ep := range endpoints {
+		if err := validateEndpoints(ep); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		legacy[NamespacedName{Namespace: ep.Namespace, Name: ep.Name}] = ep
+	}
+
+	out := make([]*Service, 0, len(services))
+	vips := newAllocator()
+	for _, o := range byCreation(services) {
+		err := o.err
+		var svc *Service
+		if err == nil {
+			svc = o.svc.copy()
+			err = vips.allocate(svc)
+		}
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, svc)
+	}
+	// Endpoints last, once every virtual address is known: an endpoint must
+	// not be one of them.
+	for _, svc := range out {
+		if ess := slicesBySvc[svc.NamespacedName]; len(ess) > 0 {
+			errs = append(errs, attachSlices(svc, ess, vips.refuse)...)
+		} else if ep := legacy[svc.NamespacedName]; ep != nil {
+			errs = append(errs, attachEndpoints(svc, ep, vips.refuse)...)
+		}
+	}
+	return NewSnapshot(out, errs)
+}
+
+// byCreation orders Services as the API server's ClusterIP allocator saw them:
+// by creation time, then by namespace and name (a manifests file sets no
+// creation time: name order decides).
+func byCreation(services []*ServiceObject) []*ServiceObject {
+	out := slices.Clone(services)
+	slices.SortStableFunc(out, func(a, b *ServiceObject) int {
+		if c := a.created.Compare(b.created); c != 0 {
+			return c
+		}
+		return cmp.Or(cmp.Compare(a.name.Namespace, b.name.Namespace), cmp.Compare(a.name.Name, b.name.Name))
+	})
+	return out
+}
+
+// copy returns a Service of its own for a Snapshot: the struct and its ports
+// are new (endpoints are attached to them), the immutable slices of addresses
+// and the annotations are shared.
+func (s *Service) copy() *Service {
+	c := *s
+	c.Ports = make([]*Port, len(s.Ports))
+	for i, p := range s.Ports {
+		pc := *p
+		pc.Service = &c
+		c.Ports[i] = &pc
+	}
+	return &c
+}
+
+// refusedEndpoint is attachSlices' error for an endpoint address that refuse
+// names a reason for.
+func refusedEndpoint(es *SliceObject, j int, ip netip.Addr, why string) error {
+	return &InvalidError{Kind: "endpointslice", Object: es.name,
+		Field: fmt.Sprintf("endpoints[%d].addresses[0]", j), Value: ip.String(), Reason: why}
+}
