@@ -19,6 +19,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/svcproxy/svcproxy/internal/kapitest"
 	"github.com/svcproxy/svcproxy/internal/testbin"
@@ -62,28 +64,24 @@ func TestCompareCoreDNS(t *testing.T) {
 	// beside the current one (rows "clusterdns baseline").
 	baseline := os.Getenv("BASELINE")
 
-	srv := kapitest.Start(t)
-	cfg := *srv.Config
-	cfg.QPS, cfg.Burst = -1, 0 // no client-side limit while filling the server
-	// Protobuf, as the informers ask for: the API server decodes and encodes
-	// it for a fraction of JSON's CPU, and the fill is the API server's CPU
-	// (tens of minutes for 20,000 Services on a busy machine in JSON).
-	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	// APISERVER: the kubeconfig of an API server that is already running,
+	// perhaps already filled (TestHoldAPIServer keeps one): filling 20,000
+	// Services takes half an hour of kube-apiserver's CPU on this machine,
+	// which a before/after comparison need not pay every time.
+	kubeconfig := os.Getenv("APISERVER")
+	if kubeconfig == "" {
+		kubeconfig = kapitest.Start(t).Kubeconfig
+	}
+	cfg := restConfig(t, kubeconfig)
 	client, err := kubernetes.NewForConfig(&cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range namespaces {
-		_, ns := svcName(i)
-		if _, err := client.CoreV1().Namespaces().Create(t.Context(), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createNamespaces(t, client)
 
 	dir := t.TempDir()
 	b := &bench{dir: dir, duration: duration, clients: 10, outstanding: 100}
 	var rows []cmpRow
-	filled := 0 // Services already in the API server: the counts grow
 	for c := range strings.SplitSeq(counts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(c))
 		if err != nil || n <= 0 {
@@ -94,8 +92,7 @@ func TestCompareCoreDNS(t *testing.T) {
 			t.Fatal(err)
 		}
 		began := time.Now()
-		fill(t, client, manifest, filled)
-		filled = max(filled, n)
+		fill(t, client, manifest)
 		t.Logf("%d Services and EndpointSlices in the API server (%s)", n, time.Since(began).Round(time.Second))
 		queries := filepath.Join(dir, fmt.Sprintf("cluster-%d.txt", n))
 		if err := writeQueries(queries, filepath.Join(dir, fmt.Sprintf("nx-%d.txt", n)), n); err != nil {
@@ -105,13 +102,13 @@ func TestCompareCoreDNS(t *testing.T) {
 			{name: "CoreDNS " + coreDNSVersion + " (kubeadm Corefile, API server)", start: func(port int) *exec.Cmd {
 				ports := freePorts(t, 3)
 				file := filepath.Join(dir, "Corefile")
-				if err := os.WriteFile(file, []byte(corefile(srv.Kubeconfig, port, ports[0], ports[1], ports[2], "127.0.0.1:9")), 0o644); err != nil {
+				if err := os.WriteFile(file, []byte(corefile(kubeconfig, port, ports[0], ports[1], ports[2], "127.0.0.1:9")), 0o644); err != nil {
 					t.Fatal(err)
 				}
 				return exec.Command(coredns, "-conf", file, "-quiet")
 			}},
 			{name: "clusterdns (API server)", start: func(port int) *exec.Cmd {
-				return exec.Command(clusterdns, "--kubeconfig", srv.Kubeconfig, "--listen", "127.0.0.1:"+strconv.Itoa(port),
+				return exec.Command(clusterdns, "--kubeconfig", kubeconfig, "--listen", "127.0.0.1:"+strconv.Itoa(port),
 					"--upstream", "127.0.0.1:9", "--metrics-bind-address", "", "-v", "warn")
 			}},
 			{name: "clusterdns (manifests file)", start: func(port int) *exec.Cmd {
@@ -124,7 +121,7 @@ func TestCompareCoreDNS(t *testing.T) {
 			// one: before and after a change, in one sitting.
 			servers = append(servers,
 				server{name: "clusterdns baseline (API server)", start: func(port int) *exec.Cmd {
-					return exec.Command(baseline, "--kubeconfig", srv.Kubeconfig, "--listen", "127.0.0.1:"+strconv.Itoa(port),
+					return exec.Command(baseline, "--kubeconfig", kubeconfig, "--listen", "127.0.0.1:"+strconv.Itoa(port),
 						"--upstream", "127.0.0.1:9", "--metrics-bind-address", "", "-v", "warn")
 				}},
 				server{name: "clusterdns baseline (manifests file)", start: func(port int) *exec.Cmd {
@@ -223,10 +220,10 @@ func waitAnswers(ctx context.Context, addr, queries string, limit time.Duration)
 	}
 }
 
-// fill creates in the API server the objects of the manifests file past the
-// first have Services (each Service is followed by its slice), with 32
-// clients at a time.
-func fill(t *testing.T, client kubernetes.Interface, manifest string, have int) {
+// fill creates in the API server the objects of the manifests file that it
+// does not hold yet (each Service is followed by its slice), with 32 clients
+// at a time.
+func fill(t *testing.T, client kubernetes.Interface, manifest string) {
 	t.Helper()
 	data, err := os.ReadFile(manifest)
 	if err != nil {
@@ -236,6 +233,7 @@ func fill(t *testing.T, client kubernetes.Interface, manifest string, have int) 
 	if err != nil {
 		t.Fatal(err)
 	}
+	have := existing(t, client)
 	work := make(chan any)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -258,7 +256,10 @@ func fill(t *testing.T, client kubernetes.Interface, manifest string, have int) 
 			}
 		})
 	}
-	for _, o := range objs[min(2*have, len(objs)):] {
+	for _, o := range objs {
+		if m, ok := o.(metav1.Object); ok && have[fmt.Sprintf("%T %s/%s", o, m.GetNamespace(), m.GetName())] {
+			continue
+		}
 		work <- o
 	}
 	close(work)
@@ -266,6 +267,55 @@ func fill(t *testing.T, client kubernetes.Interface, manifest string, have int) 
 	if len(errs) > 0 {
 		t.Fatalf("%d objects not created, first: %v", len(errs), errs[0])
 	}
+}
+
+// existing returns the Services and EndpointSlices the API server holds, by
+// "type namespace/name".
+func existing(t *testing.T, client kubernetes.Interface) map[string]bool {
+	t.Helper()
+	have := make(map[string]bool)
+	svcs, err := client.CoreV1().Services("").List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range svcs.Items {
+		have[fmt.Sprintf("%T %s/%s", &svcs.Items[i], svcs.Items[i].Namespace, svcs.Items[i].Name)] = true
+	}
+	slices, err := client.DiscoveryV1().EndpointSlices("").List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range slices.Items {
+		have[fmt.Sprintf("%T %s/%s", &slices.Items[i], slices.Items[i].Namespace, slices.Items[i].Name)] = true
+	}
+	return have
+}
+
+// createNamespaces creates the benchmark's namespaces, unless they exist.
+func createNamespaces(t *testing.T, client kubernetes.Interface) {
+	t.Helper()
+	for i := range namespaces {
+		_, ns := svcName(i)
+		_, err := client.CoreV1().Namespaces().Create(t.Context(), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+}
+
+// restConfig is the client configuration of the fill: no client-side rate
+// limit, and protobuf, as the informers ask for: the API server decodes and
+// encodes it for a fraction of JSON's CPU, and the fill is the API server's
+// CPU.
+func restConfig(t *testing.T, kubeconfig string) rest.Config {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = -1, 0
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	return *cfg
 }
 
 func freePorts(t *testing.T, n int) []int {

@@ -13,6 +13,9 @@
 #   SERVICES=500 DURATION=3s bench/dns/run.sh
 #   BASELINE=/tmp/clusterdns.before bench/dns/run.sh   # also an earlier build,
 #                                             # with now/baseline ratios
+#   APISERVER=/tmp/kapi/kubeconfig SERVICES=20000 bench/dns/run.sh
+#                                             # an API server already filled (kept by
+#                                             # TestHoldAPIServer, see hold_test.go)
 set -eu
 cd "$(dirname "$0")/../.."
 command -v dnsperf >/dev/null 2>&1 || { echo "bench/dns: needs dnsperf (Debian package dnsperf)" >&2; exit 1; }
