@@ -58,6 +58,16 @@ func (Legacy) EnsureRule(ctx context.Context, pos kiptables.Position, t kiptable
 	return false, err
 }
 
+// HasRule implements kiptables.Interface: exit status 1 is "no such rule".
+func (Legacy) HasRule(ctx context.Context, t kiptables.Table, chain string, args ...string) (bool, error) {
+	_, err := run(ctx, nil, "iptables-legacy", append([]string{"-w", "-t", string(t), "-C", chain}, args...)...)
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == 1 {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // DeleteRule implements kiptables.Interface.
 func (Legacy) DeleteRule(ctx context.Context, t kiptables.Table, chain string, args ...string) error {
 	_, err := run(ctx, nil, "iptables-legacy", append([]string{"-w", "-t", string(t), "-D", chain}, args...)...)

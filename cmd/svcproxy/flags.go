@@ -81,7 +81,7 @@ func parseFlags(args []string) (*Config, error) {
 	fs.DurationVar(&c.UDPIdleTimeout, "udp-idle-timeout", 250*time.Millisecond, "userspace: how long an idle UDP session lives (kube-proxy's default)")
 	fs.IntVar(&c.UDPMaxSessions, "udp-max-sessions", userspace.DefaultUDPMaxSessions, "userspace: UDP sessions (client addresses) per listener; a new client beyond them ends the session idle longest")
 	fs.DurationVar(&c.MinSyncPeriod, "min-sync-period", time.Second, "at most one sync per this interval")
-	fs.DurationVar(&c.SyncPeriod, "sync-period", 30*time.Second, "at least one full sync per this interval")
+	fs.DurationVar(&c.SyncPeriod, "sync-period", 30*time.Second, "at least one sync per this interval (iptables, nftables: partial, after checking that the rules are still in place)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "userspace: on SIGTERM, how long open connections may finish before they are closed")
 	fs.BoolVar(&c.Cleanup, "cleanup", false, "remove every rule, virtual server, interface and address svcproxy made, then exit")
 	if err := fs.Parse(args); err != nil {

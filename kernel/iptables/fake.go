@@ -134,27 +134,11 @@ func (f *Fake) Dump() string {
 // EnsureRule implements Interface. Rules compare in iptables-save form, so
 // "-d 198.18.0.10" equals "-d 198.18.0.10/32".
 func (f *Fake) EnsureRule(ctx context.Context, pos Position, t Table, chainName string, args ...string) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, err
-	}
-	if _, ok := builtinChains[t]; !ok {
-		return false, fmt.Errorf("ensure rule: unknown table %q", t)
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	tbl := f.table(t)
-	c := tbl.chains[chainName]
-	if c == nil {
-		return false, fmt.Errorf("ensure rule: chain %s does not exist in table %s", chainName, t)
-	}
-	lr, err := f.load(tbl, args)
-	if err != nil {
-		return false, fmt.Errorf("ensure rule in %s/%s: %w", t, chainName, err)
-	}
-	for _, x := range c.rules {
-		if x.text == lr.text {
-			return true, nil
-		}
+	c, lr, found, err := f.findRule(ctx, "ensure rule", t, chainName, args)
+	if err != nil || found {
+		return found, err
 	}
 	if pos == Prepend {
 		c.rules = append([]*loadedRule{lr}, c.rules...)
@@ -162,6 +146,40 @@ func (f *Fake) EnsureRule(ctx context.Context, pos Position, t Table, chainName 
 		c.rules = append(c.rules, lr)
 	}
 	return false, nil
+}
+
+// HasRule implements Interface. Rules compare as in EnsureRule.
+func (f *Fake) HasRule(ctx context.Context, t Table, chainName string, args ...string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, _, found, err := f.findRule(ctx, "check rule", t, chainName, args)
+	return found, err
+}
+
+// findRule loads the rule args of chainName (which must exist) and reports
+// whether the chain holds it. f.mu is held.
+func (f *Fake) findRule(ctx context.Context, op string, t Table, chainName string, args []string) (*chain, *loadedRule, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, false, err
+	}
+	if _, ok := builtinChains[t]; !ok {
+		return nil, nil, false, fmt.Errorf("%s: unknown table %q", op, t)
+	}
+	tbl := f.table(t)
+	c := tbl.chains[chainName]
+	if c == nil {
+		return nil, nil, false, fmt.Errorf("%s: chain %s does not exist in table %s", op, chainName, t)
+	}
+	lr, err := f.load(tbl, args)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("%s in %s/%s: %w", op, t, chainName, err)
+	}
+	for _, x := range c.rules {
+		if x.text == lr.text {
+			return c, lr, true, nil
+		}
+	}
+	return c, lr, false, nil
 }
 
 // DeleteRule implements Interface.

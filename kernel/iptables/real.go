@@ -156,6 +156,18 @@ func (r *Real) EnsureRule(ctx context.Context, pos Position, t Table, chain stri
 	return false, nil
 }
 
+// HasRule implements Interface.
+func (r *Real) HasRule(ctx context.Context, t Table, chain string, args ...string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	exists, err := r.ipt.Exists(string(t), chain, args...)
+	if err != nil {
+		return false, fmt.Errorf("iptables -t %s -C %s: %w", t, chain, err)
+	}
+	return exists, nil
+}
+
 // DeleteRule implements Interface. A missing rule, chain or jump target all mean
 // there is nothing to delete: `iptables -D` exits 1 for the first two, and
 // iptables-nft exits 2 with "Chain 'X' does not exist" for the last.

@@ -55,6 +55,17 @@ func (f *Fake) Run(ctx context.Context, tx *knftables.Transaction) error {
 	return f.Fake.Run(ctx, tx)
 }
 
+// CountRules implements Interface.
+func (f *Fake) CountRules(ctx context.Context, chain string) (int, error) {
+	rules, err := f.Fake.ListRules(ctx, chain)
+	if knftables.IsNotFound(err) {
+		// No such table (an error), or no such chain (no rules).
+		_, err = f.Fake.ListRules(ctx, "")
+		return 0, err
+	}
+	return len(rules), err
+}
+
 // Runs returns how many transactions Run was given (failed ones included).
 func (f *Fake) Runs() int {
 	f.mu.Lock()

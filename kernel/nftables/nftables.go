@@ -28,12 +28,16 @@ type Interface interface {
 	// table. This is how a new process finds what an old one left.
 	ListAll(ctx context.Context) (map[string][]string, error)
 
+	// CountRules returns how many rules chain holds (0 when there is no such
+	// chain); an error for which IsNotFound is true when there is no table.
+	// It reads one chain, not the table: how a sync checks, every period, that
+	// nobody flushed or deleted the table.
+	CountRules(ctx context.Context, chain string) (int, error)
+
 	// ListCounters returns the table's named counters with their packet and byte
 	// counts.
 	ListCounters(ctx context.Context) ([]*knftables.Counter, error)
 }
-
-var _ Interface = knftables.Interface(nil)
 
 // netlinkFamily is a table family in google/nftables' terms: svcproxy's tables
 // are `ip` (IPv4) or `ip6` (IPv6), one per IP family, as kube-proxy's.
@@ -111,16 +115,41 @@ func (r *Real) Run(ctx context.Context, tx *knftables.Transaction) error {
 // ListAll implements Interface over netlink: `nft list table` would print every
 // rule of the table (13 s at 10,000 service ports here) to give a few names.
 func (r *Real) ListAll(ctx context.Context) (map[string][]string, error) {
+	if err := r.tableExists(); err != nil {
+		return nil, err
+	}
+	return r.netlink.ListAll(ctx)
+}
+
+// CountRules implements Interface over netlink: a dump of one chain's rules,
+// which the kernel filters by name (nft would list the table first).
+func (r *Real) CountRules(ctx context.Context, chain string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := r.tableExists(); err != nil {
+		return 0, err
+	}
+	rules, err := r.conn.GetRules(&gnftables.Table{Name: r.table, Family: netlinkFamily(r.family)}, &gnftables.Chain{Name: chain})
+	if err != nil {
+		return 0, fmt.Errorf("list rules of chain %s: %w", chain, err)
+	}
+	return len(rules), nil
+}
+
+// tableExists returns nil if the table exists, an error for which IsNotFound is
+// true if it does not.
+func (r *Real) tableExists() error {
 	tables, err := r.conn.ListTablesOfFamily(netlinkFamily(r.family))
 	if err != nil {
-		return nil, fmt.Errorf("list tables: %w", err)
+		return fmt.Errorf("list tables: %w", err)
 	}
 	for _, t := range tables {
 		if t.Name == r.table {
-			return r.netlink.ListAll(ctx)
+			return nil
 		}
 	}
-	return nil, &runError{msg: fmt.Sprintf("table %s %s: No such file or directory", r.family, r.table), errno: syscall.ENOENT}
+	return &runError{msg: fmt.Sprintf("table %s %s: No such file or directory", r.family, r.table), errno: syscall.ENOENT}
 }
 
 // runError is a failed nft run: nft's message, and the errno it names first, as

@@ -88,7 +88,7 @@ func TestConnectionsSurviveFullSync(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	ipt := &countingIPT{Fake: kiptables.NewFake(), counts: map[string]uint64{}}
 	p, err := NewProxier(ProxierConfig{Rules: testConfig, IPTables: ipt, CountConnections: true,
-		SyncPeriod: time.Minute, Now: func() time.Time { return now }})
+		FullSyncPeriod: time.Minute, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}

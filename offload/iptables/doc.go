@@ -18,9 +18,10 @@
 // endpoints is rejected in the filter table (SVCP-SERVICES, SVCP-EXTERNAL-SERVICES).
 //
 // Proxier keeps the kernel in step with Snapshots: a partial sync rewrites only the
-// chains of changed service ports (kube-proxy KEP-3453), a full sync (SyncPeriod after
-// the last one ended, and after any failure) rewrites everything and deletes chains
-// that belong to nothing. That bookkeeping, shared with nftables mode, is
+// chains of changed service ports (kube-proxy KEP-3453), a full sync (FullSyncPeriod,
+// an hour, after the last one ended, after any failure, and when the check made every
+// SyncPeriod finds a hook from a built-in chain gone) rewrites everything and deletes
+// chains that belong to nothing. That bookkeeping, shared with nftables mode, is
 // offload/kernelsync's; this package is the kernelsync.Mode of iptables (proxier.go:
 // Render, Apply, Commit). Dataplane drives it with the lifecycle all kernel modes
 // share (kernelsync.Dataplane over dataplane.Syncer). The rules outlive the process;

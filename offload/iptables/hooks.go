@@ -21,6 +21,26 @@ func ensureHooks(ctx context.Context, ipt kiptables.Interface) error {
 	return nil
 }
 
+// Check implements kernelsync.Mode: every hook, the jump from a built-in chain
+// to ours, is still there (`iptables -C`, one per hook). Another program that
+// flushes the nat or filter table (`iptables -t nat -F`, a firewall reload)
+// takes the hooks with it, and deleting our chains needs their hooks gone
+// first; either way the next sync is full and writes everything again.
+// kube-proxy watches an empty canary chain per table instead
+// (utiliptables.Monitor), which notices a table deleted but not one flushed.
+func (r *restorer) Check(ctx context.Context) error {
+	for _, h := range hooks {
+		ok, err := r.cfg.IPTables.HasRule(ctx, kiptables.Table(h.table), h.chain, h.args...)
+		if err != nil {
+			return fmt.Errorf("hook %s/%s -> %s: %w", h.table, h.chain, h.args[len(h.args)-1], err)
+		}
+		if !ok {
+			return fmt.Errorf("hook %s/%s -> %s: missing", h.table, h.chain, h.args[len(h.args)-1])
+		}
+	}
+	return nil
+}
+
 // ourChains reads the given tables and returns the chains this package owns,
 // per table: how a new process finds what an old one left.
 func ourChains(ctx context.Context, ipt kiptables.Interface, tables ...string) (map[string]map[string]bool, error) {

@@ -22,10 +22,15 @@ type ProxierConfig struct {
 	// Conntrack deletes stale UDP flows; nil: no conntrack cleanup.
 	Conntrack conntrack.Interface
 
-	// SyncPeriod is how long after the end of the last full sync a Sync is full
-	// again: it rewrites every chain and deletes those that belong to nothing
-	// (kube-proxy --iptables-sync-period; default 30s; kernelsync.Config).
+	// SyncPeriod is how often a Sync checks that the hooks from the built-in
+	// chains are still there, and makes itself full if not (kube-proxy
+	// --iptables-sync-period, the period of its canary check; default 30s;
+	// kernelsync.Config).
 	SyncPeriod time.Duration
+	// FullSyncPeriod is how long after the end of the last full sync a Sync is
+	// full again: it rewrites every chain and deletes those that belong to
+	// nothing (kube-proxy's proxyutil.FullSyncPeriod; default 1h).
+	FullSyncPeriod time.Duration
 	// CountConnections keeps, across syncs, the packet counts of the DNAT rules
 	// that Connections reads: a sync that rewrites a port's chains first adds
 	// their counts to the port's carried total (hybrid mode's kernel path).
@@ -82,18 +87,20 @@ func NewProxier(cfg ProxierConfig) (*Proxier, error) {
 	}
 	r := &restorer{cfg: cfg, carried: map[service.PortName]uint64{}}
 	return &Proxier{r: r, sync: kernelsync.New(kernelsync.Config{
-		Conntrack:  cfg.Conntrack,
-		SyncPeriod: cfg.SyncPeriod,
-		Now:        cfg.Now,
+		Conntrack:      cfg.Conntrack,
+		SyncPeriod:     cfg.SyncPeriod,
+		FullSyncPeriod: cfg.FullSyncPeriod,
+		Now:            cfg.Now,
 	}, r)}, nil
 }
 
 // Update makes snap the state the next Sync applies.
 func (p *Proxier) Update(snap *service.Snapshot) { p.sync.Update(snap) }
 
-// Sync applies the latest Snapshot now (kernelsync.Proxier.Sync): a partial
-// sync if the last sync succeeded and the SyncPeriod has not passed since the
-// last full one, a full sync otherwise. Before the first Update it does nothing.
+// Sync applies the latest Snapshot now (kernelsync.Proxier.Sync): a full sync
+// at first, after a failure, FullSyncPeriod after the last full one, and when
+// the check of the hooks (once per SyncPeriod) finds one missing; a partial
+// sync otherwise. Before the first Update it does nothing.
 func (p *Proxier) Sync(ctx context.Context) error { return p.sync.Sync(ctx) }
 
 // Health returns the sync record.

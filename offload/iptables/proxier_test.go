@@ -122,10 +122,10 @@ func TestPartialSyncText(t *testing.T) {
 	}
 }
 
-func TestFullSyncEverySyncPeriod(t *testing.T) {
+func TestFullSyncEveryFullSyncPeriod(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	f := kiptables.NewFake()
-	p, _ := NewProxier(ProxierConfig{Rules: testConfig, IPTables: f, SyncPeriod: time.Minute, Now: func() time.Time { return now }})
+	p, _ := NewProxier(ProxierConfig{Rules: testConfig, IPTables: f, FullSyncPeriod: time.Minute, Now: func() time.Time { return now }})
 	snap := history()[0]
 	mustSync(t, p, snap)
 	now = now.Add(30 * time.Second)
@@ -137,13 +137,13 @@ func TestFullSyncEverySyncPeriod(t *testing.T) {
 	}
 }
 
-// Issue 10 point 9: the SyncPeriod counts from the end of the last full sync,
+// Issue 10 point 9: the FullSyncPeriod counts from the end of the last full sync,
 // so a full sync that takes longer than the period is followed by partial
 // syncs, not by another full one.
 func TestFullSyncPeriodFromTheEnd(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	slow := &slowIPT{Fake: kiptables.NewFake(), now: &now}
-	p, _ := NewProxier(ProxierConfig{Rules: testConfig, IPTables: slow, SyncPeriod: time.Minute, Now: func() time.Time { return now }})
+	p, _ := NewProxier(ProxierConfig{Rules: testConfig, IPTables: slow, FullSyncPeriod: time.Minute, Now: func() time.Time { return now }})
 	slow.took = 90 * time.Second // the first (full) restore takes longer than the period
 	mustSync(t, p, history()[0])
 	slow.took = 0
@@ -151,6 +151,41 @@ func TestFullSyncPeriodFromTheEnd(t *testing.T) {
 	mustSync(t, p, history()[1])
 	if h := p.Health(); h.FullSyncs != 1 || h.PartialSyncs != 1 {
 		t.Errorf("health %+v: want the sync right after a long full sync to be partial", h)
+	}
+}
+
+// Periodic syncs are partial while the hooks are in place; once per SyncPeriod
+// a sync checks them, and one that finds a hook gone (another program flushed
+// the table) is full and puts everything back.
+func TestMissingHookRepaired(t *testing.T) {
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	f := kiptables.NewFake()
+	p, _ := NewProxier(ProxierConfig{Rules: testConfig, IPTables: f, SyncPeriod: 30 * time.Second, Now: func() time.Time { return now }})
+	snap := history()[0]
+	mustSync(t, p, snap)
+	want := f.Dump()
+	now = now.Add(30 * time.Second)
+	mustSync(t, p, snap) // checked: intact
+	if h := p.Health(); h.FullSyncs != 1 || h.PartialSyncs != 1 || h.Repairs != 0 {
+		t.Fatalf("health %+v: want the periodic sync partial, no repair", h)
+	}
+	h := hooks[len(hooks)-1] // nat POSTROUTING -> SVCP-POSTROUTING
+	if err := f.DeleteRule(context.Background(), kiptables.Table(h.table), h.chain, h.args...); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(10 * time.Second)
+	mustSync(t, p, snap) // not checked yet: less than SyncPeriod since
+	if hp := p.Health(); hp.Repairs != 0 || f.Dump() == want {
+		t.Fatalf("health %+v: checked before SyncPeriod passed", hp)
+	}
+	now = now.Add(20 * time.Second)
+	mustSync(t, p, snap) // checked: the hook is gone
+	hp := p.Health()
+	if hp.FullSyncs != 2 || hp.Repairs != 1 || !strings.Contains(hp.LastRepair, "hook nat/POSTROUTING -> SVCP-POSTROUTING: missing") {
+		t.Errorf("health %+v: want a full sync that repairs the missing hook", hp)
+	}
+	if got := f.Dump(); got != want {
+		t.Errorf("after the repair:\n%s\nwant:\n%s", got, want)
 	}
 }
 

@@ -28,8 +28,8 @@ type DataplaneConfig struct {
 // adds (with Connections, for hybrid's dataplane.KernelPath).
 type Dataplane struct {
 	*dataplane.Syncer
-	health      func() Health
-	syncs, size *prometheus.Desc
+	health               func() Health
+	syncs, size, repairs *prometheus.Desc
 }
 
 // NewDataplane drives p: each Snapshot the Syncer applies is p.Update, then p.Sync.
@@ -45,6 +45,9 @@ func NewDataplane[P Port, R Rendering[P]](p *Proxier[P, R], cfg DataplaneConfig)
 		health: p.Health,
 		syncs:  prometheus.NewDesc("svcproxy_"+cfg.Mode+"_syncs_total", cfg.SyncsHelp, []string{"kind"}, nil),
 		size:   prometheus.NewDesc(cfg.SizeMetric, cfg.SizeHelp, nil, nil),
+		repairs: prometheus.NewDesc("svcproxy_"+cfg.Mode+"_repairs_total",
+			"Full syncs forced because the periodic check found the kernel's rules not as svcproxy wrote them "+
+				"(flushed or deleted by another program).", nil, nil),
 	}
 }
 
@@ -59,7 +62,7 @@ var (
 // Proxier's Health.
 func (d *Dataplane) Describe(ch chan<- *prometheus.Desc) {
 	d.Syncer.Describe(ch)
-	for _, desc := range []*prometheus.Desc{d.syncs, d.size, descConntrackDeleted, descConntrackErrors} {
+	for _, desc := range []*prometheus.Desc{d.syncs, d.size, d.repairs, descConntrackDeleted, descConntrackErrors} {
 		ch <- desc
 	}
 }
@@ -71,6 +74,7 @@ func (d *Dataplane) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(d.syncs, prometheus.CounterValue, float64(h.FullSyncs), "full")
 	ch <- prometheus.MustNewConstMetric(d.syncs, prometheus.CounterValue, float64(h.PartialSyncs), "partial")
 	ch <- prometheus.MustNewConstMetric(d.size, prometheus.GaugeValue, float64(h.Size))
+	ch <- prometheus.MustNewConstMetric(d.repairs, prometheus.CounterValue, float64(h.Repairs))
 	ch <- prometheus.MustNewConstMetric(descConntrackDeleted, prometheus.CounterValue, float64(h.ConntrackDeleted))
 	ch <- prometheus.MustNewConstMetric(descConntrackErrors, prometheus.CounterValue, float64(h.ConntrackErrors))
 }

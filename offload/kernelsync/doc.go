@@ -6,9 +6,16 @@
 // Proxier holds the bookkeeping around that:
 //
 //   - a sync is full (write everything, delete the port objects the kernel holds
-//     that belong to nothing) at the first sync, after any failure, and once
-//     SyncPeriod has passed since the end of the last full one; otherwise it is
-//     partial (write only the ports that changed: kube-proxy KEP-3453);
+//     that belong to nothing) at the first sync, after any failure, once
+//     FullSyncPeriod (1h) has passed since the end of the last full one, and
+//     when the periodic check of the kernel fails; otherwise it is partial
+//     (write only the ports that changed: kube-proxy KEP-3453), periodic
+//     resyncs included, as in kube-proxy;
+//   - at most once per SyncPeriod (30s), before a sync that would be partial,
+//     it asks the mode whether the kernel still holds the frame of its rules
+//     (Mode.Check: iptables' hooks, nftables' base chains): another program
+//     that flushed or deleted them is repaired by that sync, counted in
+//     Health.Repairs;
 //   - it remembers what the last successful sync left in the kernel, per service
 //     port, so a sync after one change renders one port, not 10,000;
 //   - it deletes the UDP conntrack entries a change leaves stale (StaleFlows), as

@@ -51,17 +51,31 @@ type Mode[P Port, R Rendering[P]] interface {
 	// Commit is told that r is in the kernel now (applied already has r's
 	// ports), so the mode keeps what its next partial sync compares with.
 	Commit(r R, applied map[service.PortName]P)
+	// Check tells, cheaply, whether the kernel still holds the frame the last
+	// full sync wrote (iptables: the jumps from the built-in chains; nftables:
+	// the table and its base chains' rules): nil if it does, an error saying
+	// what is missing otherwise. A partial sync writes only what changed, so
+	// without it a table that another program flushed or deleted would stay
+	// broken until the next full sync.
+	Check(ctx context.Context) error
 }
 
 // Config configures a Proxier. Zero values take kube-proxy's defaults.
 type Config struct {
 	// Conntrack deletes stale UDP flows; nil: no conntrack cleanup.
 	Conntrack conntrack.Interface
-	// SyncPeriod is how long after the end of the last full sync a Sync is
-	// full again (kube-proxy --iptables-sync-period, --nftables-sync-period;
-	// default 30s). Counted from the end, a full sync that takes longer than
-	// SyncPeriod does not make every later sync full.
+	// SyncPeriod is how often Sync checks that the kernel still holds what
+	// it wrote (Mode.Check; kube-proxy --iptables-sync-period, the period of
+	// its canary check; default 30s): at most once per SyncPeriod, a Sync
+	// that would be partial checks first and is full if the check fails.
+	// Dataplane resyncs every SyncPeriod, so the check runs that often.
 	SyncPeriod time.Duration
+	// FullSyncPeriod is how long after the end of the last full sync a Sync
+	// is full again although nothing failed (kube-proxy's
+	// proxyutil.FullSyncPeriod; default 1h). Counted from the end, a full
+	// sync that takes longer than FullSyncPeriod does not make every later
+	// sync full.
+	FullSyncPeriod time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -79,8 +93,12 @@ type Health struct {
 	PartialSyncs        uint64        `json:"partialSyncs"`
 	Failures            uint64        `json:"failures"`
 	ConsecutiveFailures uint64        `json:"consecutiveFailures"`
-	ConntrackDeleted    uint64        `json:"conntrackDeleted"`
-	ConntrackErrors     uint64        `json:"conntrackErrors"`
+	// Repairs are the full syncs forced by a failed Check, and LastRepair
+	// what that check found: another program flushed or deleted the rules.
+	Repairs          uint64 `json:"repairs"`
+	LastRepair       string `json:"lastRepair,omitempty"`
+	ConntrackDeleted uint64 `json:"conntrackDeleted"`
+	ConntrackErrors  uint64 `json:"conntrackErrors"`
 	// Size is what the last successful sync wrote, in the mode's unit (Mode's
 	// Apply); each mode shows it under its own name.
 	Size int `json:"-"`
@@ -102,6 +120,7 @@ type Proxier[P Port, R Rendering[P]] struct {
 	applied  map[service.PortName]P // what the last successful sync left; nil before the first
 	needFull bool                   // a sync failed: the kernel may not be what applied says
 	lastFull time.Time              // when the last full sync ended
+	checked  time.Time              // when the kernel was last checked (Mode.Check), or fully synced
 }
 
 // New returns a Proxier of mode with cfg's defaults filled in.
@@ -109,13 +128,16 @@ func New[P Port, R Rendering[P]](cfg Config, mode Mode[P, R]) *Proxier[P, R] {
 	if cfg.SyncPeriod <= 0 {
 		cfg.SyncPeriod = 30 * time.Second
 	}
+	if cfg.FullSyncPeriod <= 0 {
+		cfg.FullSyncPeriod = time.Hour
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	return &Proxier[P, R]{cfg: cfg, mode: mode}
 }
 
-// SyncPeriod is the period between full syncs, defaults filled in.
+// SyncPeriod is the period of the kernel check, defaults filled in.
 func (p *Proxier[P, R]) SyncPeriod() time.Duration { return p.cfg.SyncPeriod }
 
 // Update makes snap the state the next Sync applies.
@@ -141,9 +163,10 @@ func (p *Proxier[P, R]) BetweenSyncs(f func(applied map[service.PortName]P)) {
 	f(p.applied)
 }
 
-// Sync applies the latest Snapshot now: a partial sync if the last sync
-// succeeded and SyncPeriod has not passed since the end of the last full one, a
-// full sync otherwise. Before the first Update it does nothing.
+// Sync applies the latest Snapshot now: a full sync at first, after a failure,
+// FullSyncPeriod after the end of the last full one, and when the check of
+// the kernel (Mode.Check, at most once per SyncPeriod) fails; a partial sync
+// otherwise. Before the first Update it does nothing.
 func (p *Proxier[P, R]) Sync(ctx context.Context) error {
 	p.syncMu.Lock()
 	defer p.syncMu.Unlock()
@@ -154,7 +177,10 @@ func (p *Proxier[P, R]) Sync(ctx context.Context) error {
 		return nil
 	}
 	start := p.cfg.Now()
-	full := p.applied == nil || p.needFull || start.Sub(p.lastFull) >= p.cfg.SyncPeriod
+	full := p.applied == nil || p.needFull || start.Sub(p.lastFull) >= p.cfg.FullSyncPeriod
+	if !full && start.Sub(p.checked) >= p.cfg.SyncPeriod {
+		full = p.check(ctx, start)
+	}
 	r := p.mode.Render(snap, p.applied, full)
 	size, err := p.mode.Apply(ctx, r, p.applied, full)
 	if err != nil {
@@ -173,6 +199,21 @@ func (p *Proxier[P, R]) Sync(ctx context.Context) error {
 	}
 	p.commit(ctx, r, full, start, size)
 	return nil
+}
+
+// check asks the mode whether the kernel still holds what it wrote, and
+// reports whether it does not: the sync must be full, a repair.
+func (p *Proxier[P, R]) check(ctx context.Context, now time.Time) bool {
+	p.checked = now
+	err := p.mode.Check(ctx)
+	if err == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.health.Repairs++
+	p.health.LastRepair = err.Error()
+	return true
 }
 
 // commit records a successful sync: what the kernel holds now, the conntrack
@@ -194,7 +235,10 @@ func (p *Proxier[P, R]) commit(ctx context.Context, r R, full bool, start time.T
 	}
 	p.mode.Commit(r, p.applied)
 	if full {
-		p.lastFull, p.needFull = p.cfg.Now(), false // counted from the end: see SyncPeriod
+		// Counted from the end: see FullSyncPeriod. A full sync wrote the
+		// whole frame, so it counts as a check too.
+		p.lastFull, p.needFull = p.cfg.Now(), false
+		p.checked = p.lastFull
 	}
 	deleted, ctErr := p.cleanFlows(ctx, first, r)
 	p.mu.Lock()

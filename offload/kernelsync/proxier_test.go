@@ -31,10 +31,13 @@ func (r *rendering) Changed() []Change[*port] { return r.changed }
 func (r *rendering) Removed() []*port         { return r.removed }
 
 // mode renders one UDP port per Service, endpoints from the Snapshot, and
-// records how each sync was written; fail fails the next Apply.
+// records how each sync was written; fail fails the next Apply. Its kernel
+// check fails while lost says what was lost, and counts its calls.
 type mode struct {
 	fail   bool
 	writes []string // "full" or "partial", per Apply
+	lost   string
+	checks int
 }
 
 func (m *mode) Render(snap *service.Snapshot, applied map[service.PortName]*port, _ bool) *rendering {
@@ -69,6 +72,14 @@ func (m *mode) Apply(_ context.Context, r *rendering, _ map[service.PortName]*po
 
 func (m *mode) Commit(*rendering, map[service.PortName]*port) {}
 
+func (m *mode) Check(context.Context) error {
+	m.checks++
+	if m.lost != "" {
+		return errors.New(m.lost)
+	}
+	return nil
+}
+
 func udpService(eps ...string) *service.Snapshot {
 	s := &service.Service{NamespacedName: service.NamespacedName{Namespace: "default", Name: "dns"}, Type: service.TypeClusterIP,
 		ClusterIPs: []netip.Addr{netip.MustParseAddr("198.18.0.53")}}
@@ -81,14 +92,14 @@ func udpService(eps ...string) *service.Snapshot {
 	return service.NewSnapshot([]*service.Service{s}, nil)
 }
 
-// A sync is full at first, after a failure and a SyncPeriod after the last full
-// one ended; partial otherwise. Nothing is synced before the first Update, and
-// the first sync deletes no conntrack entry (it adopts what it finds).
+// A sync is full at first, after a failure and a FullSyncPeriod after the last
+// full one ended; partial otherwise. Nothing is synced before the first Update,
+// and the first sync deletes no conntrack entry (it adopts what it finds).
 func TestProxierSyncs(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	m := &mode{}
 	ct := conntrack.NewFake()
-	p := New(Config{Conntrack: ct, SyncPeriod: time.Minute, Now: func() time.Time { return now }}, m)
+	p := New(Config{Conntrack: ct, SyncPeriod: time.Minute, FullSyncPeriod: time.Minute, Now: func() time.Time { return now }}, m)
 	ctx := context.Background()
 	if err := p.Sync(ctx); err != nil || len(m.writes) != 0 || p.Health().Synced {
 		t.Fatalf("before the first Update: err %v, writes %v, health %+v", err, m.writes, p.Health())
@@ -109,7 +120,7 @@ func TestProxierSyncs(t *testing.T) {
 	}
 	_ = step(udpService("198.19.1.2:53"), time.Second)    // full: the failure
 	_ = step(udpService("198.19.1.2:53"), 59*time.Second) // partial: 59s after the last full one
-	_ = step(udpService("198.19.1.2:53"), time.Second)    // full: SyncPeriod since then
+	_ = step(udpService("198.19.1.2:53"), time.Second)    // full: FullSyncPeriod since then
 	if want := []string{"full", "partial", "full", "partial", "full"}; !slices.Equal(m.writes, want) {
 		t.Errorf("syncs %v, want %v", m.writes, want)
 	}
@@ -153,5 +164,49 @@ func TestStaleFlows(t *testing.T) {
 				t.Errorf("StaleFlows = %v\nwant %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// Periodic syncs stay partial (kube-proxy: a full sync only hourly or after an
+// error) while the kernel check passes; the check runs at most once per
+// SyncPeriod, and a failed one makes that sync full: the repair of a table
+// another program flushed.
+func TestProxierCheckRepairs(t *testing.T) {
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := &mode{}
+	p := New(Config{SyncPeriod: 30 * time.Second, Now: func() time.Time { return now }}, m)
+	ctx := context.Background()
+	p.Update(udpService("198.19.1.2:53"))
+	step := func(advance time.Duration) {
+		t.Helper()
+		now = now.Add(advance)
+		if err := p.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	step(0)                // full: the first
+	step(30 * time.Second) // partial: checked, intact
+	step(10 * time.Second) // partial: not checked, less than SyncPeriod since
+	m.lost = "hook nat/PREROUTING -> SVCP-SERVICES: missing"
+	step(20 * time.Second) // full: checked, lost
+	m.lost = ""
+	step(10 * time.Second) // partial: the repair counts as a check
+	step(30 * time.Second) // partial: checked, intact
+	if want := []string{"full", "partial", "partial", "full", "partial", "partial"}; !slices.Equal(m.writes, want) {
+		t.Errorf("syncs %v, want %v", m.writes, want)
+	}
+	if m.checks != 3 {
+		t.Errorf("%d checks, want 3 (one per SyncPeriod, none right after a full sync)", m.checks)
+	}
+	h := p.Health()
+	if h.Repairs != 1 || h.LastRepair != "hook nat/PREROUTING -> SVCP-SERVICES: missing" || h.FullSyncs != 2 {
+		t.Errorf("health %+v: want 1 repair saying what was lost, 2 full syncs", h)
+	}
+	// FullSyncPeriod's default is kube-proxy's proxyutil.FullSyncPeriod: the
+	// sync an hour after the end of the last full one is full again.
+	step(time.Hour - 40*time.Second - time.Second)
+	step(time.Second)
+	if want := []string{"partial", "full"}; !slices.Equal(m.writes[6:], want) {
+		t.Errorf("59m59s and 1h after the last full sync: %v, want %v", m.writes[6:], want)
 	}
 }

@@ -19,9 +19,10 @@
 // rejected (cluster-ips).
 //
 // Proxier keeps the kernel in step with Snapshots: a partial sync writes only the
-// chains, sets and map elements of changed service ports, a full sync every
-// SyncPeriod and after any failure writes the whole table and deletes chains that
-// belong to nothing. That bookkeeping, shared with iptables mode, is
+// chains, sets and map elements of changed service ports; a full sync (every
+// FullSyncPeriod, an hour, after any failure, and when the check made every
+// SyncPeriod finds the table deleted or flushed) writes the whole table and deletes
+// chains that belong to nothing. That bookkeeping, shared with iptables mode, is
 // offload/kernelsync's; this package is the kernelsync.Mode of nftables
 // (proxier.go: Render, Apply, Commit), and Dataplane drives it with the lifecycle
 // all kernel modes share (kernelsync.Dataplane over dataplane.Syncer). The table

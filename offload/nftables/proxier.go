@@ -25,10 +25,15 @@ type ProxierConfig struct {
 	// Conntrack deletes stale UDP flows; nil: no conntrack cleanup.
 	Conntrack conntrack.Interface
 
-	// SyncPeriod is how long after the end of the last full sync a Sync is full
-	// again: it writes the whole table and deletes what belongs to nothing
-	// (kube-proxy --nftables-sync-period; default 30s; kernelsync.Config).
+	// SyncPeriod is how often a Sync checks that the table is still as the
+	// last full sync wrote it (its base chains' rules), and makes itself full
+	// if not (kube-proxy --nftables-sync-period; default 30s;
+	// kernelsync.Config).
 	SyncPeriod time.Duration
+	// FullSyncPeriod is how long after the end of the last full sync a Sync is
+	// full again: it writes the whole table and deletes what belongs to
+	// nothing (kube-proxy's proxyutil.FullSyncPeriod; default 1h).
+	FullSyncPeriod time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -72,18 +77,20 @@ func NewProxier(cfg ProxierConfig) (*Proxier, error) {
 	}
 	t := &transactor{cfg: cfg}
 	return &Proxier{t: t, sync: kernelsync.New(kernelsync.Config{
-		Conntrack:  cfg.Conntrack,
-		SyncPeriod: cfg.SyncPeriod,
-		Now:        cfg.Now,
+		Conntrack:      cfg.Conntrack,
+		SyncPeriod:     cfg.SyncPeriod,
+		FullSyncPeriod: cfg.FullSyncPeriod,
+		Now:            cfg.Now,
 	}, t)}, nil
 }
 
 // Update makes snap the state the next Sync applies.
 func (p *Proxier) Update(snap *service.Snapshot) { p.sync.Update(snap) }
 
-// Sync applies the latest Snapshot now (kernelsync.Proxier.Sync): a partial
-// sync if the last sync succeeded and the SyncPeriod has not passed, a full sync
-// otherwise (the first one adopts whatever table an earlier process left).
+// Sync applies the latest Snapshot now (kernelsync.Proxier.Sync): a full sync
+// at first (it adopts whatever table an earlier process left), after a
+// failure, FullSyncPeriod after the last full one, and when the check of the
+// table (once per SyncPeriod) finds it changed; a partial sync otherwise.
 // Before the first Update it does nothing.
 func (p *Proxier) Sync(ctx context.Context) error { return p.sync.Sync(ctx) }
 
@@ -153,6 +160,27 @@ func (t *transactor) Apply(ctx context.Context, rs *ruleset, _ map[service.PortN
 		return tx.NumOperations(), fmt.Errorf("nftables sync (full=%v, %d operations): %w", full, tx.NumOperations(), err)
 	}
 	return tx.NumOperations(), nil
+}
+
+// Check implements kernelsync.Mode: the table exists and each base chain holds
+// the rules the last full sync wrote, counted over netlink one chain at a time
+// (eight small dumps, not a listing of the table). A table deleted (`nft delete
+// table`, `nft flush ruleset`) or flushed (`nft flush table`: every rule gone,
+// the chains and maps left) fails it, and the next sync is full. kube-proxy's
+// nftables mode has no such check: its table is its own, and a partial sync
+// into a deleted table fails and is followed by a full one; but a period with
+// no change writes nothing, so the gap could last until its hourly full sync.
+func (t *transactor) Check(ctx context.Context) error {
+	for _, c := range fixedChains(&t.cfg.Rules)[:len(baseChains)] {
+		n, err := t.cfg.NFT.CountRules(ctx, c.name)
+		if err != nil {
+			return fmt.Errorf("table %s: %w", Table, err)
+		}
+		if n != len(c.rules) {
+			return fmt.Errorf("table %s: chain %s holds %d rules, want %d", Table, c.name, n, len(c.rules))
+		}
+	}
+	return nil
 }
 
 // staleObjects are port objects in the kernel that no port of a rendering has.

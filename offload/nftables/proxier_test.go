@@ -85,7 +85,7 @@ func TestPartialSyncGolden(t *testing.T) {
 			} else if gone := strings.Contains(tt.name, "removed") || strings.Contains(tt.name, "replaced"); gone && len(left) == 0 {
 				t.Errorf("an endpoint's chain went away, and none is left for the full sync to delete")
 			}
-			now = now.Add(time.Hour) // past the SyncPeriod: the next sync is full
+			now = now.Add(time.Hour) // past the FullSyncPeriod: the next sync is full
 			if err := p.Sync(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -206,5 +206,58 @@ func TestCleanup(t *testing.T) {
 	}
 	if d := f.Dump(); d != "" {
 		t.Errorf("after Cleanup:\n%s", d)
+	}
+}
+
+// Periodic syncs are partial while the table is as the last full sync left it;
+// once per SyncPeriod a sync counts the base chains' rules, and one that finds
+// the table flushed (rules gone, chains and maps left) or deleted is full and
+// writes it all again.
+func TestLostTableRepaired(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		lose func(tx *knftables.Transaction)
+		want string // in Health.LastRepair
+	}{
+		{"flushed", func(tx *knftables.Transaction) { tx.Flush(&knftables.Table{}) }, "chain filter-prerouting holds 0 rules, want 1"},
+		{"deleted", func(tx *knftables.Transaction) { tx.Delete(&knftables.Table{}) }, "no such table"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := knft.NewFake(Table)
+			now := time.Unix(0, 0)
+			p, err := NewProxier(ProxierConfig{Rules: testConfig, NFT: f, SyncPeriod: 30 * time.Second, Now: func() time.Time { return now }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sync := func(advance time.Duration) Health {
+				t.Helper()
+				now = now.Add(advance)
+				if err := p.Sync(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				return p.Health()
+			}
+			p.Update(snapshot(svc("web", "198.18.0.10", 80, threeEndpoints())))
+			sync(0)
+			want := f.Dump()
+			if h := sync(30 * time.Second); h.PartialSyncs != 1 || h.Repairs != 0 {
+				t.Fatalf("health %+v: want the periodic sync partial, no repair", h)
+			}
+			tx := f.NewTransaction()
+			tt.lose(tx)
+			if err := f.Run(context.Background(), tx); err != nil {
+				t.Fatal(err)
+			}
+			h := sync(30 * time.Second)
+			if h.FullSyncs != 2 || h.Repairs != 1 || !strings.Contains(h.LastRepair, tt.want) {
+				t.Errorf("health %+v: want a full sync repairing the table, LastRepair saying %q", h, tt.want)
+			}
+			// The table line aside: knftables' Fake drops the table's comment
+			// on `flush table`, and `add table` leaves an existing table as it is.
+			_, got, _ := strings.Cut(f.Dump(), "\n")
+			if _, want, _ := strings.Cut(want, "\n"); got != want {
+				t.Errorf("after the repair:\n%s\nwant:\n%s", got, want)
+			}
+		})
 	}
 }
