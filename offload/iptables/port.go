@@ -14,24 +14,18 @@ import (
 // portPlan is what a service port needs, decided before any line is written; it
 // follows kube-proxy's syncProxyRules (pkg/proxy/iptables/proxier.go).
 type portPlan struct {
-	p                    *service.Port
-	family               service.Family
-	name, proto, port    string
-	svcChain, svlChain   string
-	extChain, fwChain    string
-	cluster, local       []service.Endpoint
-	hasEndpoints         bool // usable endpoints anywhere
-	hasInternal          bool // ClusterIP traffic has somewhere to go
-	hasExternal          bool // external traffic has somewhere to go
-	internalChain        string
-	externalPolicyChain  string
-	usesClusterChain     bool
-	usesLocalChain       bool
-	usesExtChain         bool
-	clusterIPs, extIPs   []netip.Addr
-	lbIPs                []netip.Addr
-	sourceRanges         []netip.Prefix // loadBalancerSourceRanges of the family
-	externallyAccessible bool
+	p                   *service.Port
+	family              service.Family
+	name, proto, port   string
+	svcChain, svlChain  string
+	extChain, fwChain   string
+	cluster, local      []service.Endpoint
+	clusterIPs, extIPs  []netip.Addr
+	lbIPs               []netip.Addr
+	sourceRanges        []netip.Prefix // loadBalancerSourceRanges of the family
+	kernelsync.Policy                  // which chains, where traffic goes
+	internalChain       string         // ClusterIP traffic: SVCP-SVC- or SVCP-SVL-
+	externalPolicyChain string         // external traffic: SVCP-SVC- or SVCP-SVL-
 }
 
 func planPort(cfg *Config, p *service.Port) *portPlan {
@@ -55,40 +49,22 @@ func planPort(cfg *Config, p *service.Port) *portPlan {
 	}
 	base := portHash(p.Name)
 	pp.svcChain, pp.svlChain, pp.extChain, pp.fwChain = prefixSVC+base, prefixSVL+base, prefixEXT+base, prefixFW+base
-	pp.externallyAccessible = p.NodePort != 0 || len(pp.extIPs) > 0 || len(pp.lbIPs) > 0
-	pp.hasEndpoints = len(pp.cluster) > 0
-
-	// kube-proxy's UsesClusterEndpoints / UsesLocalEndpoints: external traffic
-	// with policy Local still needs the cluster chain for pod short-circuiting.
-	usesCluster := !svc.InternalPolicyLocal || pp.externallyAccessible
-	usesLocal := svc.InternalPolicyLocal || (svc.ExternalPolicyLocal && pp.externallyAccessible)
-	pp.usesClusterChain = len(pp.cluster) > 0 && usesCluster
-	pp.usesLocalChain = len(pp.local) > 0 && usesLocal
-
-	pp.internalChain, pp.hasInternal = pp.svcChain, pp.hasEndpoints
-	if svc.InternalPolicyLocal {
-		pp.internalChain, pp.hasInternal = pp.svlChain, len(pp.local) > 0
-	}
-	pp.externalPolicyChain, pp.hasExternal = pp.svcChain, pp.hasEndpoints
-	if svc.ExternalPolicyLocal {
-		pp.externalPolicyChain, pp.hasExternal = pp.svlChain, len(pp.local) > 0
-	}
-	// Based on hasEndpoints, not hasExternal: the short-circuit rules are
-	// needed even when no endpoint is local.
-	pp.usesExtChain = pp.hasEndpoints && pp.externallyAccessible
+	external := p.NodePort != 0 || len(pp.extIPs) > 0 || len(pp.lbIPs) > 0
+	pp.Policy = kernelsync.NewPolicy(svc, external, len(pp.cluster), len(pp.local))
+	pp.internalChain, pp.externalPolicyChain = pp.Chains(pp.svcChain, pp.svlChain)
 	return pp
 }
 
 // usesFirewall: LoadBalancer IPs with loadBalancerSourceRanges go through SVCP-FW-.
 func (pp *portPlan) usesFirewall() bool {
-	return len(pp.sourceRanges) > 0 && len(pp.lbIPs) > 0 && pp.hasEndpoints
+	return len(pp.sourceRanges) > 0 && len(pp.lbIPs) > 0 && pp.HasEndpoints
 }
 
 // filterTarget is what the filter table does with traffic that has nowhere to go:
 // REJECT (ICMP port unreachable, the client fails fast) if the port has no
 // endpoints at all, DROP if it has some but none for this traffic policy.
 func (pp *portPlan) filterTarget() (string, string) {
-	if !pp.hasEndpoints {
+	if !pp.HasEndpoints {
 		return "REJECT", pp.name + " has no endpoints"
 	}
 	return "DROP", pp.name + " has no local endpoints"
@@ -125,14 +101,14 @@ func renderPort(cfg *Config, p *service.Port) *portRules {
 	for _, c := range [...]struct {
 		name string
 		used bool
-	}{{pp.svcChain, pp.usesClusterChain}, {pp.svlChain, pp.usesLocalChain}, {pp.extChain, pp.usesExtChain},
+	}{{pp.svcChain, pp.UsesClusterChain}, {pp.svlChain, pp.UsesLocalChain}, {pp.extChain, pp.UsesExtChain},
 		{pp.fwChain, pp.usesFirewall()}} {
 		if c.used {
 			chain(c.name)
 		}
 	}
 	renderFrontends(cfg, pp, &sh, chain)
-	if pp.usesExtChain {
+	if pp.UsesExtChain {
 		renderExternalChain(cfg, pp, chain(pp.extChain))
 	}
 	if pp.usesFirewall() {
@@ -142,15 +118,15 @@ func renderPort(cfg *Config, p *service.Port) *portRules {
 		}
 	}
 	seps := make(map[netip.AddrPort]string, len(p.Endpoints))
-	if pp.usesClusterChain {
+	if pp.UsesClusterChain {
 		pr.status.Endpoints = append(pr.status.Endpoints, renderSpread(pp, pp.svcChain, chain(pp.svcChain), pp.cluster, seps)...)
 	}
-	if pp.usesLocalChain {
+	if pp.UsesLocalChain {
 		pr.status.Endpoints = append(pr.status.Endpoints, renderSpread(pp, pp.svlChain, chain(pp.svlChain), pp.local, seps)...)
 	}
 	renderEndpointChains(pp, seps, chain)
 	pr.flows = kernelsync.Flows{Family: conntrack.Family(pp.family), Protocol: pp.proto, Port: p.Port, NodePort: p.NodePort,
-		Frontends: slices.Concat(pp.clusterIPs, pp.extIPs, pp.lbIPs), HasEndpoints: pp.hasEndpoints}
+		Frontends: slices.Concat(pp.clusterIPs, pp.extIPs, pp.lbIPs), HasEndpoints: pp.HasEndpoints}
 	for a := range seps {
 		pr.flows.Endpoints = append(pr.flows.Endpoints, a.Addr().Unmap())
 	}
@@ -168,7 +144,7 @@ func renderPort(cfg *Config, p *service.Port) *portRules {
 		pr.text = append(pr.text, own[c].b...)
 	}
 	pr.status.Chains = slices.Clone(pr.chains)
-	pr.status.HasEndpoints = pp.hasEndpoints
+	pr.status.HasEndpoints = pp.HasEndpoints
 	return pr
 }
 
@@ -178,7 +154,7 @@ func renderFrontends(cfg *Config, pp *portPlan, sh *[numShared]lines, chain func
 	target, why := pp.filterTarget()
 	for _, ip := range pp.clusterIPs {
 		dst := ip.String()
-		if !pp.hasInternal {
+		if !pp.HasInternal {
 			pp.match(sh[filterServices].rule(chainServices).comment(why), dst, pp.port).w("-j", target).end()
 			continue
 		}
@@ -201,7 +177,7 @@ func renderFrontends(cfg *Config, pp *portPlan, sh *[numShared]lines, chain func
 	}{{pp.extIPs, " external IP"}, {pp.lbIPs, " loadbalancer IP"}}
 	for _, e := range external {
 		for _, ip := range e.ips {
-			if pp.hasEndpoints {
+			if pp.HasEndpoints {
 				to := pp.extChain
 				if e.kind == " loadbalancer IP" && pp.usesFirewall() {
 					to = pp.fwChain
@@ -213,7 +189,7 @@ func renderFrontends(cfg *Config, pp *portPlan, sh *[numShared]lines, chain func
 				}
 				pp.match(sh[natServices].rule(chainServices).comment(pp.name+e.kind), ip.String(), pp.port).w("-j", to).end()
 			}
-			if !pp.hasExternal {
+			if !pp.HasExternal {
 				pp.match(sh[filterExternal].rule(chainExternalServices).comment(why), ip.String(), pp.port).w("-j", target).end()
 			}
 		}
@@ -228,10 +204,10 @@ func renderFrontends(cfg *Config, pp *portPlan, sh *[numShared]lines, chain func
 		return
 	}
 	np := strconv.Itoa(int(pp.p.NodePort))
-	if pp.hasEndpoints {
+	if pp.HasEndpoints {
 		pp.match(sh[natNodePorts].rule(chainNodePorts).comment(pp.name), "", np).w("-j", pp.extChain).end()
 	}
-	if !pp.hasExternal {
+	if !pp.HasExternal {
 		pp.match(sh[filterExternal].rule(chainExternalServices).comment(why).w("-m", "addrtype", "--dst-type", "LOCAL"), "", np).
 			w("-j", target).end()
 	}
@@ -257,7 +233,7 @@ func renderExternalChain(cfg *Config, pp *portPlan, l *lines) {
 		l.rule(pp.extChain).comment("route LOCAL traffic for "+pp.name+" external destinations").
 			w("-m", "addrtype", "--src-type", "LOCAL", "-j", pp.svcChain).end()
 	}
-	if pp.hasExternal {
+	if pp.HasExternal {
 		l.rule(pp.extChain).w("-j", pp.externalPolicyChain).end()
 	}
 }

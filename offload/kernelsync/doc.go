@@ -22,6 +22,9 @@
 //     kube-proxy's pkg/proxy/conntrack does;
 //   - it keeps the sync record /status shows (Health).
 //
+// Policy is what a port's traffic policies decide (which policy chains it needs,
+// where its internal and external traffic go), the same for both modes' rules.
+//
 // Dataplane puts a Proxier behind dataplane.Interface: dataplane.Syncer (one sync
 // at a time, retries with backoff, a resync a period after the last sync ended,
 // the lag bound of /healthz, kube-proxy's sync metrics) drives it, and the mode's

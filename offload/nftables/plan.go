@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -19,18 +20,12 @@ type portPlan struct {
 	svcChain, localChain   string
 	extChain, fwChain      string
 	cluster, local         []service.Endpoint
-	hasEndpoints           bool // usable endpoints anywhere
-	hasInternal            bool // ClusterIP traffic has somewhere to go
-	hasExternal            bool // external traffic has somewhere to go
-	internalChain          string
-	externalPolicyChain    string
-	usesClusterChain       bool
-	usesLocalChain         bool
-	usesExtChain           bool
 	clusterIPs, extIPs     []netip.Addr
 	lbIPs                  []netip.Addr
 	sourceRanges           []netip.Prefix
-	externallyAccessible   bool
+	kernelsync.Policy             // which chains, where traffic goes
+	internalChain          string // ClusterIP traffic: service- or local-
+	externalPolicyChain    string // external traffic: service- or local-
 	noEndpointVerdict, why string
 }
 
@@ -54,31 +49,15 @@ func planPort(cfg *Config, p *service.Port) *portPlan {
 	pp.base = portBase(p.Name)
 	pp.svcChain, pp.localChain = prefixService+pp.base, prefixLocal+pp.base
 	pp.extChain, pp.fwChain = prefixExternal+pp.base, prefixFirewall+pp.base
-	pp.externallyAccessible = p.NodePort != 0 || len(pp.extIPs) > 0 || len(pp.lbIPs) > 0
-	pp.hasEndpoints = len(pp.cluster) > 0
-
-	// kube-proxy's UsesClusterEndpoints / UsesLocalEndpoints: external traffic
-	// with policy Local still needs the cluster chain for pod short-circuiting.
-	usesCluster := !svc.InternalPolicyLocal || pp.externallyAccessible
-	usesLocal := svc.InternalPolicyLocal || (svc.ExternalPolicyLocal && pp.externallyAccessible)
-	pp.usesClusterChain = len(pp.cluster) > 0 && usesCluster
-	pp.usesLocalChain = len(pp.local) > 0 && usesLocal
-
-	pp.internalChain, pp.hasInternal = pp.svcChain, pp.hasEndpoints
-	if svc.InternalPolicyLocal {
-		pp.internalChain, pp.hasInternal = pp.localChain, len(pp.local) > 0
-	}
-	pp.externalPolicyChain, pp.hasExternal = pp.svcChain, pp.hasEndpoints
-	if svc.ExternalPolicyLocal {
-		pp.externalPolicyChain, pp.hasExternal = pp.localChain, len(pp.local) > 0
-	}
-	pp.usesExtChain = pp.hasEndpoints && pp.externallyAccessible
+	external := p.NodePort != 0 || len(pp.extIPs) > 0 || len(pp.lbIPs) > 0
+	pp.Policy = kernelsync.NewPolicy(svc, external, len(pp.cluster), len(pp.local))
+	pp.internalChain, pp.externalPolicyChain = pp.Chains(pp.svcChain, pp.localChain)
 
 	// Traffic with nowhere to go: REJECT (ICMP port unreachable, the client fails
 	// fast) if the port has no endpoints at all, DROP if it has some but none for
 	// this traffic policy.
 	pp.noEndpointVerdict, pp.why = "goto "+chainReject, pp.name+" has no endpoints"
-	if pp.hasEndpoints {
+	if pp.HasEndpoints {
 		pp.noEndpointVerdict, pp.why = "drop", pp.name+" has no local endpoints"
 	}
 	return pp

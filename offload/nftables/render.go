@@ -83,14 +83,14 @@ func renderPort(cfg *Config, p *service.Port) *portObjects {
 	for _, c := range [...]struct {
 		name string
 		used bool
-	}{{pp.svcChain, pp.usesClusterChain}, {pp.localChain, pp.usesLocalChain}, {pp.extChain, pp.usesExtChain},
+	}{{pp.svcChain, pp.UsesClusterChain}, {pp.localChain, pp.UsesLocalChain}, {pp.extChain, pp.UsesExtChain},
 		{pp.fwChain, len(pp.sourceRanges) > 0 && len(pp.lbIPs) > 0}} {
 		if c.used {
 			b.declare(c.name)
 		}
 	}
 	po.elements = renderFrontends(cfg, pp, b)
-	if pp.usesExtChain {
+	if pp.UsesExtChain {
 		renderExternalChain(cfg, pp, b)
 	}
 	if len(pp.sourceRanges) > 0 && len(pp.lbIPs) > 0 {
@@ -101,10 +101,10 @@ func renderPort(cfg *Config, p *service.Port) *portObjects {
 		b.add(pp.fwChain, pp.ip+" saddr != {", strings.Join(ranges, ", "), "}", "drop")
 	}
 	eps := map[netip.AddrPort]bool{}
-	if pp.usesClusterChain {
+	if pp.UsesClusterChain {
 		po.status.Endpoints = append(po.status.Endpoints, renderSpread(pp, pp.svcChain, pp.cluster, b, eps)...)
 	}
-	if pp.usesLocalChain {
+	if pp.UsesLocalChain {
 		po.status.Endpoints = append(po.status.Endpoints, renderSpread(pp, pp.localChain, pp.local, b, eps)...)
 	}
 	if cfg.CountConnections {
@@ -115,9 +115,9 @@ func renderPort(cfg *Config, p *service.Port) *portObjects {
 		po.chains = append(po.chains, chainRules{name: name, rules: b.rules[name]})
 		po.status.Chains = append(po.status.Chains, name)
 	}
-	po.status.HasEndpoints = pp.hasEndpoints
+	po.status.HasEndpoints = pp.HasEndpoints
 	po.flows = kernelsync.Flows{Family: conntrack.Family(cfg.family()), Protocol: pp.proto, Port: p.Port, NodePort: p.NodePort,
-		Frontends: slices.Concat(pp.clusterIPs, pp.extIPs, pp.lbIPs), HasEndpoints: pp.hasEndpoints}
+		Frontends: slices.Concat(pp.clusterIPs, pp.extIPs, pp.lbIPs), HasEndpoints: pp.HasEndpoints}
 	for a := range eps {
 		po.flows.Endpoints = append(po.flows.Endpoints, a.Addr().Unmap())
 	}
@@ -136,7 +136,7 @@ func renderFrontends(cfg *Config, pp *portPlan, b *chainBuilder) []element {
 	}
 	for _, ip := range pp.clusterIPs {
 		key := []string{ip.String(), pp.proto, port}
-		if !pp.hasInternal {
+		if !pp.HasInternal {
 			el(mapNoEndpointServices, key, pp.noEndpointVerdict)
 			continue
 		}
@@ -155,10 +155,10 @@ func renderFrontends(cfg *Config, pp *portPlan, b *chainBuilder) []element {
 	for _, ips := range [][]netip.Addr{pp.extIPs, pp.lbIPs} {
 		for _, ip := range ips {
 			key := []string{ip.String(), pp.proto, port}
-			if pp.hasEndpoints {
+			if pp.HasEndpoints {
 				el(mapServiceIPs, key, "goto "+pp.extChain)
 			}
-			if !pp.hasExternal {
+			if !pp.HasExternal {
 				el(mapNoEndpointServices, key, pp.noEndpointVerdict)
 			}
 		}
@@ -170,10 +170,10 @@ func renderFrontends(cfg *Config, pp *portPlan, b *chainBuilder) []element {
 	}
 	if np := pp.p.NodePort; np != 0 {
 		key := []string{pp.proto, itoa(np)}
-		if pp.hasEndpoints {
+		if pp.HasEndpoints {
 			el(mapServiceNodePorts, key, "goto "+pp.extChain)
 		}
-		if !pp.hasExternal {
+		if !pp.HasExternal {
 			el(mapNoEndpointNodePort, key, pp.noEndpointVerdict)
 		}
 	}
@@ -198,7 +198,7 @@ func renderExternalChain(cfg *Config, pp *portPlan, b *chainBuilder) {
 		b.add(c, "fib saddr type local jump", chainMarkMasq)
 		b.add(c, "fib saddr type local goto", pp.svcChain)
 	}
-	if pp.hasExternal {
+	if pp.HasExternal {
 		b.add(c, "goto", pp.externalPolicyChain)
 	}
 }
