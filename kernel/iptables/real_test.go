@@ -86,7 +86,26 @@ func TestRealEnsureDelete(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, 1, strings.Count(string(out), "-j SVCP-A"))
 
+		// HasRule compares in iptables-save form: a /32 written out, and another
+		// rule of the chain, change nothing.
+		_, err = r.EnsureRule(ctx, Prepend, TableNAT, "PREROUTING", "-d", "198.18.0.2/32", "-j", "SVCP-A")
+		require.NoError(t, err)
+		for _, a := range [][]string{args, {"-d", "198.18.0.1/32", "-m", "comment", "--comment", "svcproxy portals", "-j", "SVCP-A"}} {
+			has, err := r.HasRule(ctx, TableNAT, "PREROUTING", a...)
+			require.NoError(t, err)
+			assert.True(t, has, "HasRule %v", a)
+		}
+		has, err := r.HasRule(ctx, TableNAT, "OUTPUT", args...)
+		require.NoError(t, err)
+		assert.False(t, has, "HasRule of another chain")
+		_, err = r.HasRule(ctx, TableNAT, "SVCP-NOPE", args...)
+		assert.Error(t, err, "HasRule in a missing chain")
+		require.NoError(t, r.DeleteRule(ctx, TableNAT, "PREROUTING", "-d", "198.18.0.2/32", "-j", "SVCP-A"))
+
 		require.NoError(t, r.DeleteRule(ctx, TableNAT, "PREROUTING", args...))
+		has, err = r.HasRule(ctx, TableNAT, "PREROUTING", args...)
+		require.NoError(t, err)
+		assert.False(t, has, "HasRule after DeleteRule")
 		require.NoError(t, r.DeleteRule(ctx, TableNAT, "PREROUTING", args...), "deleting twice is fine")
 		require.NoError(t, r.DeleteRule(ctx, TableNAT, "SVCP-NOPE", args...), "a missing chain is fine")
 		gone := []string{"-m", "comment", "--comment", "svcproxy portals", "-j", "SVCP-GONE"}
