@@ -1,11 +1,14 @@
 package userspace
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,8 +21,9 @@ import (
 //
 // It reads into a pooled buffer, and takes the buffer only once the socket has
 // data: an idle connection holds no buffer, no pipe, only its two sockets and
-// two parked goroutines. Small messages (requests and replies) cost one read
-// and one write each.
+// two parked goroutines. A small message (a request, a reply) costs one read
+// and one write, both made inside the poller's callback (halfCopy.step), which
+// parks again without another read when TCP_INQ says nothing is left.
 //
 // A read that fills the buffer means a bulk transfer: then the bytes queued
 // beyond it are moved with splice(2) (io.CopyN between two *net.TCPConn ends in
@@ -29,58 +33,192 @@ import (
 // holding 10,000 idle connections would need 60,000 descriptors
 // (inetaf/tcpproxy#31).
 func copyHalf(c *tcpConn, dst, src *net.TCPConn, bytes *atomic.Uint64) (eof bool) {
+	h := &halfCopy{bytes: bytes}
 	rc, err := src.SyscallConn()
+	if err == nil {
+		h.dst, err = dst.SyscallConn()
+	}
 	if err != nil {
 		c.abort()
 		return false
 	}
-	var (
-		buf  *[]byte
-		n    int
-		rerr error
-	)
-	// read is called by the poller: once at once, and again each time src
-	// becomes readable. It takes a buffer only when there is something to read.
-	read := func(fd uintptr) bool {
-		if buf == nil {
-			buf = copyBuffers.Get().(*[]byte)
-		}
-		n, rerr = unix.Read(int(fd), *buf)
-		if errors.Is(rerr, unix.EAGAIN) {
-			copyBuffers.Put(buf)
-			buf = nil
-			return false // park until readable, holding nothing
-		}
-		return true
-	}
+	h.stepFunc, h.writeFunc = h.step, h.write // one allocation each, not one per message
 	for {
-		if err := rc.Read(read); err != nil {
-			rerr = err
+		h.out = stepResult{}
+		if err := rc.Read(h.stepFunc); err != nil {
+			h.out.err = err
 		}
-		if rerr != nil || n < 0 {
-			release(&buf)
+		switch out := h.out; {
+		case out.err != nil:
+			h.release()
 			c.abort()
 			return false
-		}
-		if n == 0 { // the end of the stream
-			release(&buf)
+		case out.eof:
+			h.release()
 			return true
-		}
-		full := n == len(*buf)
-		_, werr := dst.Write((*buf)[:n])
-		bytes.Add(uint64(n))
-		release(&buf)
-		if werr != nil {
-			c.abort()
-			return false
-		}
-		if full {
+		case len(out.unwritten) > 0:
+			// dst's send buffer is full: wait for it here, outside src's
+			// callback, where an abort that closes the sockets wakes us.
+			n, err := dst.Write(out.unwritten)
+			bytes.Add(uint64(n))
+			h.release()
+			if err != nil {
+				c.abort()
+				return false
+			}
+		case out.full:
+			h.release()
 			if err := spliceQueued(dst, src, rc, bytes); err != nil {
 				c.abort()
 				return false
 			}
 		}
 	}
+}
+
+// halfCopy is the state of one direction between the poller's calls of step.
+type halfCopy struct {
+	dst   syscall.RawConn
+	bytes *atomic.Uint64
+	buf   *[]byte // nil while parked
+
+	// copied counts the messages read so far, up to 2; inq is whether src
+	// reports what is still queued after each read (TCP_INQ): see step.
+	copied int
+	inq    inqState
+
+	stepFunc, writeFunc func(fd uintptr) bool
+	out                 stepResult // why step returned true
+
+	wbuf []byte // write's argument and results
+	wn   int
+	werr error
+}
+
+// stepResult is what step leaves to copyHalf, outside the poller's callback.
+type stepResult struct {
+	err       error
+	eof       bool   // src's end of stream
+	unwritten []byte // what dst did not take without waiting
+	full      bool   // the read filled the buffer: a bulk transfer, splice the rest
+}
+
+type inqState uint8
+
+const (
+	inqOff         inqState = iota // not asked for yet
+	inqOn                          // each read reports what is left
+	inqUnsupported                 // the kernel refused TCP_INQ (before Linux 4.18)
+)
+
+// step is called by the poller (RawConn.Read): at once, and again each time
+// src becomes readable while step returned false. It reads what src has,
+// writes it to dst without waiting, and returns false to park, or true (with
+// h.out) when copyHalf has something to do that may wait: an end, a write dst
+// cannot take now, a bulk transfer.
+//
+// When to park is the point. Go's poller is edge-triggered and says only
+// "readable": if the FIN came with the last data, no new event comes, and a
+// goroutine that parked after that data would wait forever. So after a read
+// step must know that nothing is left: either a read that finds the socket
+// empty (EAGAIN), one more system call per message, or TCP_INQ, with which
+// the kernel tells after each read how much is still queued, and counts a
+// received FIN as 1. Parking inside the callback (returning false) keeps
+// every readiness event that came after the read; a second RawConn.Read
+// would forget them (it resets the readiness first), and would have to read
+// again before it parks.
+//
+// Setting TCP_INQ is a system call too, which a connection that carries one
+// request and one reply would not win back: a direction asks for it when it
+// parks after its second message.
+func (h *halfCopy) step(fd uintptr) bool {
+	for {
+		if h.buf == nil {
+			h.buf = copyBuffers.Get().(*[]byte)
+		}
+		n, inq, err := readInq(int(fd), *h.buf)
+		switch {
+		case err == unix.EAGAIN:
+			if h.copied == 2 && h.inq == inqOff {
+				h.inq = inqOn
+				if unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_INQ, 1) != nil {
+					h.inq = inqUnsupported
+				}
+			}
+			h.release()
+			return false // park until readable, holding nothing
+		case err != nil:
+			h.out.err = err
+			return true
+		case n == 0:
+			h.out.eof = true
+			return true
+		}
+		h.copied = min(h.copied+1, 2)
+		p := (*h.buf)[:n]
+		h.wbuf = p
+		err = h.dst.Write(h.writeFunc)
+		h.wbuf = nil // the buffer goes back to the pool: hold no reference to it
+		if err != nil || h.werr != nil {
+			h.out.err = errors.Join(err, h.werr)
+			return true
+		}
+		h.bytes.Add(uint64(h.wn))
+		switch {
+		case h.wn < n:
+			h.out.unwritten = p[h.wn:]
+			return true
+		case n == len(*h.buf):
+			h.out.full = true
+			return true
+		case inq == 0:
+			h.release()
+			return false // nothing queued, no FIN: park
+		}
+		// inq > 0 (more data, or the FIN) or unknown (-1): read again.
+	}
+}
+
+// write writes h.wbuf to fd once, without waiting: EAGAIN is a short write of
+// nothing. It is dst's RawConn.Write callback.
+func (h *halfCopy) write(fd uintptr) bool {
+	h.wn, h.werr = unix.Write(int(fd), h.wbuf)
+	if h.werr == unix.EAGAIN {
+		h.wn, h.werr = 0, nil
+	}
+	h.wn = max(h.wn, 0)
+	return true
+}
+
+func (h *halfCopy) release() {
+	if h.buf != nil {
+		copyBuffers.Put(h.buf)
+		h.buf = nil
+	}
+}
+
+// readInq reads from fd into p (not empty). With TCP_INQ on, inq is what is
+// still queued after the read (a received FIN counts as 1, so 0 means: no byte
+// and no FIN); without it, -1. It calls recvmsg(2) itself: unix.Recvmsg
+// allocates on every call, and this is the read of every message.
+func readInq(fd int, p []byte) (n, inq int, err error) {
+	var oob [24]byte // unix.CmsgSpace(4): one TCP_CM_INQ control message
+	iov := unix.Iovec{Base: &p[0]}
+	iov.SetLen(len(p))
+	msg := unix.Msghdr{Iov: &iov, Iovlen: 1, Control: &oob[0]}
+	msg.SetControllen(len(oob))
+	r, _, errno := unix.Syscall(unix.SYS_RECVMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), 0)
+	if errno != 0 {
+		return 0, -1, errno
+	}
+	if msg.Controllen == 0 {
+		return int(r), -1, nil
+	}
+	hdr, data, _, perr := unix.ParseOneSocketControlMessage(oob[:msg.Controllen])
+	if perr != nil || hdr.Level != unix.SOL_TCP || hdr.Type != unix.TCP_CM_INQ || len(data) < 4 {
+		return int(r), -1, nil
+	}
+	return int(r), int(int32(binary.NativeEndian.Uint32(data))), nil
 }
 
 // spliceQueued moves what is queued on src to dst with splice(2), without
@@ -99,13 +237,6 @@ func spliceQueued(dst, src *net.TCPConn, rc interface {
 	n, err := io.CopyN(dst, src, int64(queued))
 	bytes.Add(uint64(n))
 	return err
-}
-
-func release(buf **[]byte) {
-	if *buf != nil {
-		copyBuffers.Put(*buf)
-		*buf = nil
-	}
 }
 
 // copyBufferSize is the read size of a copy: a request or reply fits; a read

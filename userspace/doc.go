@@ -13,18 +13,27 @@
 //     tryConnect) so a refusing or dead endpoint costs the client nothing, then
 //     hands over to one goroutine per direction and ends (copying in it
 //     instead would keep the stack the dial grew under every idle connection).
-//     Each direction (copyHalf) parks in Go's poller holding nothing, reads
-//     what arrived into a pooled 16 KiB buffer and writes it on: per small
-//     message one read, one write, and one read that finds the socket empty
-//     before parking again (the poller does not say whether a FIN came with
-//     the data; only that read can). A read that fills the buffer means a
-//     bulk transfer, and the bytes queued beyond it are spliced (splice(2)
-//     through a pipe, never copied into Go), exactly as many as are queued,
-//     so no pipe is held while the connection idles. End of stream is passed
+//     Each direction (copyHalf) parks in Go's poller holding nothing, and
+//     when the socket is readable reads what arrived into a pooled 16 KiB
+//     buffer and writes it on, both inside the poller's callback
+//     (syscall.RawConn.Read): per small message one read and one write. The
+//     poller is edge-triggered and does not say whether a FIN came with the
+//     data, so before parking again a direction must know that nothing is
+//     left: TCP_INQ makes the kernel report, with each read, what is still
+//     queued (a FIN counts as 1), and parking inside the callback keeps every
+//     event that came after that read. Until a direction has TCP_INQ (it
+//     asks after its second message, as asking is a system call too; Linux
+//     before 4.18 has none) it reads until the socket is empty. A write that
+//     would wait, and a read that fills the buffer (a bulk transfer: the
+//     bytes queued beyond it are spliced, splice(2) through a pipe, never
+//     copied into Go, exactly as many as are queued, so no pipe is held while
+//     the connection idles) leave the callback first. End of stream is passed
 //     on as a half-close (FIN), or, when the other direction has ended
 //     already, by closing both sockets; an error as a reset of both sides.
-//     The listener carries TCP keep-alive, which the accepted sockets inherit
-//     from it; the endpoint's socket gets net.Dialer's;
+//     The listener carries TCP keep-alive with Go's timers, which the
+//     accepted sockets inherit from it; the endpoint's socket gets
+//     SO_KEEPALIVE with the kernel's timers, a backstop against holding a
+//     vanished endpoint's connection forever (endpointDialer says why);
 //   - UDP: one session per client address, with its own socket to the endpoint,
 //     an idle timeout and a cap per listener (the idlest session makes room);
 //     three goroutines per listener whatever the number of sessions (read,
