@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -154,14 +155,18 @@ func TestReadInq(t *testing.T) {
 		t.Fatal(err)
 	}
 	// read waits until conn is readable, then reads once into a 1-byte buffer.
+	h := &halfCopy{buf: &[]byte{0}}
 	read := func() (n, inq int) {
 		t.Helper()
-		var rerr error
+		var errno syscall.Errno
 		err := rc.Read(func(fd uintptr) bool {
-			n, inq, rerr = readInq(int(fd), make([]byte, 1))
-			return rerr != unix.EAGAIN
+			n, inq, errno = h.read(fd)
+			return errno != syscall.EAGAIN
 		})
-		if err := errors.Join(err, rerr); err != nil {
+		if errno != 0 {
+			err = errors.Join(err, errno)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 		return n, inq
