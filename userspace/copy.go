@@ -109,10 +109,7 @@ type halfCopy struct {
 	stepFunc, writeFunc func(fd uintptr) bool
 	out                 stepResult // why step returned true
 
-	// recvmsg's arguments: one TCP_CM_INQ control message (unix.CmsgSpace(4))
-	msg unix.Msghdr
-	iov unix.Iovec
-	oob [24]byte
+	oob [24]byte // recvmsg's control message: one TCP_CM_INQ (unix.CmsgSpace(4))
 
 	wbuf  []byte // writeNow's argument and results
 	wn    int
@@ -212,15 +209,15 @@ func (h *halfCopy) readEnded(fd uintptr, errno syscall.Errno) bool {
 // what is still queued after the read (a received FIN counts as 1, so 0
 // means: no byte and no FIN); without it, -1.
 func (h *halfCopy) read(fd uintptr) (n, inq int, errno syscall.Errno) {
-	h.iov = unix.Iovec{Base: &(*h.buf)[0]}
-	h.iov.SetLen(len(*h.buf))
-	h.msg = unix.Msghdr{Iov: &h.iov, Iovlen: 1, Control: &h.oob[0]}
-	h.msg.SetControllen(len(h.oob))
-	r, _, errno := syscall.Syscall(syscall.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&h.msg)), 0)
+	iov := unix.Iovec{Base: &(*h.buf)[0]}
+	iov.SetLen(len(*h.buf))
+	msg := unix.Msghdr{Iov: &iov, Iovlen: 1, Control: &h.oob[0]}
+	msg.SetControllen(len(h.oob))
+	r, _, errno := syscall.Syscall(syscall.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&msg)), 0)
 	if errno != 0 {
 		return 0, -1, errno
 	}
-	return int(r), inqOf(h.oob[:h.msg.Controllen]), 0
+	return int(r), inqOf(h.oob[:msg.Controllen]), 0
 }
 
 // inqOf returns the value of a TCP_CM_INQ control message, -1 if oob holds

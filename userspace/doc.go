@@ -8,11 +8,17 @@
 //   - one listener per service port, TCP and UDP, on a port chosen by the kernel
 //     or taken from a configured range; a NodePort gets a listener of its own on
 //     the node port of every node address;
-//   - TCP: a goroutine per accepted connection dials an endpoint, trying
-//     endpoints with growing timeouts (250ms, 500ms, 1s, 2s, as kube-proxy's
-//     tryConnect) so a refusing or dead endpoint costs the client nothing, then
-//     hands over to one goroutine per direction and ends (copying in it
-//     instead would keep the stack the dial grew under every idle connection).
+//   - TCP: a dialling goroutine takes each accepted connection and dials an
+//     endpoint, trying endpoints with growing timeouts (250ms, 500ms, 1s, 2s,
+//     as kube-proxy's tryConnect) so a refusing or dead endpoint costs the
+//     client nothing, then hands over to one goroutine per direction (copying
+//     in the dialler instead would keep the stack the dial grew under every
+//     idle connection). Diallers are reused while connections keep coming
+//     and end a second after they stop: net's dial runs about 3 KiB deep,
+//     and a fresh goroutine would grow its stack on every dial.
+//     Two goroutines per connection, not one: Go's poller parks a goroutine
+//     on one socket, and waiting on both at once would take an event loop of
+//     our own.
 //     Each direction (copyHalf) parks in Go's poller holding nothing, and
 //     when the socket is readable reads what arrived into a pooled 16 KiB
 //     buffer and writes it on, both inside the poller's callback

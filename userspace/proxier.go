@@ -133,6 +133,7 @@ type Proxier struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	conns  *connSet      // open TCP connections: what Shutdown waits for
+	dialq  chan *tcpConn // idle diallers wait here for the next connection (see dialler)
 	kick   chan struct{} // a Sync left something to retry
 	self   atomic.Pointer[selfAddrs]
 
@@ -187,6 +188,7 @@ func New(cfg Config) *Proxier {
 		ctx:      ctx,
 		cancel:   cancel,
 		conns:    newConnSet(),
+		dialq:    make(chan *tcpConn),
 		fds:      newFDBudget(),
 		fdLog:    sparseLog{every: 10 * time.Second},
 		kick:     make(chan struct{}, 1),
