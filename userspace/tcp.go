@@ -79,7 +79,8 @@ func setKeepAlive(fd int) error {
 func (l *tcpListener) port() uint16 { return uint16(l.ln.Addr().(*net.TCPAddr).Port) }
 func (l *tcpListener) close()       { l.ln.Close() }
 
-// serveTCP accepts until the listener is closed, one goroutine per connection.
+// serveTCP accepts until the listener is closed, and hands each connection to
+// an idle dialler, or to a new one when none is idle.
 // A connection is registered before its goroutine starts; once Shutdown has
 // begun, or when the file descriptor budget is spent, it is reset instead.
 func (p *Proxier) serveTCP(l *tcpListener) {
