@@ -12,9 +12,16 @@ import (
 type Snapshot struct {
 	services []*Service // sorted by namespace/name
 	ports    []*Port    // sorted by PortName
-	byName   map[NamespacedName]*Service
-	byPort   map[PortName]*Port
-	byVIP    map[VIP]*Port
+
+	// The lookup maps, made on first use: a proxy asks them for every
+	// connection, the DNS never (it indexes the Services itself), and at
+	// 20,000 Services they are about 6 MB.
+	lookups struct {
+		once   sync.Once
+		byName map[NamespacedName]*Service
+		byPort map[PortName]*Port
+		byVIP  map[VIP]*Port
+	}
 
 	// errs are the objects Build skipped, each naming its object and field.
 	errs []error
@@ -29,27 +36,39 @@ type Snapshot struct {
 // NewSnapshot indexes services (which it then owns) into a Snapshot. errs are
 // the validation errors of objects that were skipped, kept for reporting.
 func NewSnapshot(services []*Service, errs []error) *Snapshot {
-	s := &Snapshot{
-		byName: make(map[NamespacedName]*Service, len(services)),
-		byPort: make(map[PortName]*Port, len(services)),
-		byVIP:  make(map[VIP]*Port, len(services)),
-		errs:   errs,
-	}
+	s := &Snapshot{errs: errs}
 	s.services = slices.Clone(services)
 	slices.SortFunc(s.services, func(a, b *Service) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
 	})
+	n := 0
 	for _, svc := range s.services {
-		s.byName[svc.NamespacedName] = svc
-		for _, p := range svc.Ports {
-			s.ports = append(s.ports, p)
-			s.byPort[p.Name] = p
-			for _, ip := range svc.ClusterIPs {
-				s.byVIP[VIP{Protocol: p.Protocol, Addr: addrPort(ip, p.Port)}] = p
-			}
-		}
+		n += len(svc.Ports)
+	}
+	s.ports = make([]*Port, 0, n)
+	for _, svc := range s.services {
+		s.ports = append(s.ports, svc.Ports...)
 	}
 	return s
+}
+
+// index makes the lookup maps, once.
+func (s *Snapshot) index() {
+	s.lookups.once.Do(func() {
+		l := &s.lookups
+		l.byName = make(map[NamespacedName]*Service, len(s.services))
+		l.byPort = make(map[PortName]*Port, len(s.ports))
+		l.byVIP = make(map[VIP]*Port, len(s.ports))
+		for _, svc := range s.services {
+			l.byName[svc.NamespacedName] = svc
+			for _, p := range svc.Ports {
+				l.byPort[p.Name] = p
+				for _, ip := range svc.ClusterIPs {
+					l.byVIP[VIP{Protocol: p.Protocol, Addr: addrPort(ip, p.Port)}] = p
+				}
+			}
+		}
+	})
 }
 
 // Services returns every Service, sorted by namespace and name.
@@ -60,20 +79,23 @@ func (s *Snapshot) Ports() []*Port { return s.ports }
 
 // Service returns the Service named n.
 func (s *Snapshot) Service(n NamespacedName) (*Service, bool) {
-	svc, ok := s.byName[n]
+	s.index()
+	svc, ok := s.lookups.byName[n]
 	return svc, ok
 }
 
 // Port returns the service port named n.
 func (s *Snapshot) Port(n PortName) (*Port, bool) {
-	p, ok := s.byPort[n]
+	s.index()
+	p, ok := s.lookups.byPort[n]
 	return p, ok
 }
 
 // PortByVIP returns the service port that owns a ClusterIP:port for a protocol:
 // the question a proxy asks of every new connection to a virtual address.
 func (s *Snapshot) PortByVIP(v VIP) (*Port, bool) {
-	p, ok := s.byVIP[v]
+	s.index()
+	p, ok := s.lookups.byVIP[v]
 	return p, ok
 }
 
