@@ -59,7 +59,7 @@ func (l *Lab) upControlPlane(ctx context.Context, cp ControlPlane, dns, proxy, m
 			others = append(others, h)
 		}
 	}
-	for _, argv := range append(cmds, p.ServiceRouteCommand()) {
+	for _, argv := range append(cmds, p.ServiceRouteCommands()...) {
 		if err := run(ctx, argv...); err != nil {
 			return err
 		}

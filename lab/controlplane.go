@@ -77,6 +77,9 @@ func (l *Lab) KubeconfigPath(user string) string {
 func (l *Lab) startControlPlane(ctx context.Context, cp ControlPlane) error {
 	p := l.cfg.Plan
 	ips := []net.IP{net.IPv4(127, 0, 0, 1), p.Node.Addr.AsSlice(), p.ServiceCIDR.Addr().Next().AsSlice()}
+	if p.DualStack() {
+		ips = append(ips, p.Node.Addr6.AsSlice())
+	}
 	names := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
 	pk, err := writePKI(l.pkiDir(), ips, names)
 	if err != nil {
@@ -149,7 +152,9 @@ func (l *Lab) apiserverArgs(pk *pki) []string {
 		// The Service kubernetes gets this address as its endpoint.
 		"--advertise-address=" + p.Node.Addr.String(),
 		"--etcd-servers=" + etcdClientURL,
-		"--service-cluster-ip-range=" + p.ServiceCIDR.String(),
+		// One range per family, the first family's first: a Service
+		// without ipFamilyPolicy gets an IPv4 ClusterIP alone.
+		"--service-cluster-ip-range=" + serviceRanges(p),
 		"--tls-cert-file=" + pk.servingCert(),
 		"--tls-private-key-file=" + pk.servingKey(),
 		"--cert-dir=" + filepath.Join(l.cfg.StateDir, "kube-apiserver"),
@@ -170,6 +175,15 @@ func (l *Lab) apiserverArgs(pk *pki) []string {
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",
 	}
+}
+
+// serviceRanges is kube-apiserver's --service-cluster-ip-range: the Service
+// range of each of the lab's families.
+func serviceRanges(p *Plan) string {
+	if p.DualStack() {
+		return p.ServiceCIDR.String() + "," + p.ServiceCIDR6.String()
+	}
+	return p.ServiceCIDR.String()
 }
 
 // waitFor tries check until it succeeds, the process exits, or

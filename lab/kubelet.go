@@ -237,7 +237,7 @@ func (k *Kubelet) claim(pod *corev1.Pod) (Host, error) {
 		if err != nil {
 			return Host{}, err
 		}
-		h = Host{Name: name, Role: RolePod, Addr: addr, NodeLink: nodeLinkName(name)}
+		h = Host{Name: name, Role: RolePod, Addr: addr, Addr6: k.lab.cfg.Plan.IPv6Of(addr), NodeLink: nodeLinkName(name)}
 	}
 	k.running[name] = pod.UID
 	k.addrs[name] = h.Addr
@@ -332,7 +332,17 @@ func (k *Kubelet) stop(host string) error {
 // phase Running, the pod's and the node's addresses, and every condition true.
 func (k *Kubelet) reportRunning(ctx context.Context, pod *corev1.Pod, h Host) error {
 	now := metav1.Now()
-	nodeIP := k.lab.cfg.Plan.Node.Addr.String()
+	node := k.lab.cfg.Plan.Node
+	hostIPs := []corev1.HostIP{{IP: node.Addr.String()}}
+	podIPs := []corev1.PodIP{{IP: h.Addr.String()}}
+	// Dual-stack, as a kubelet with a node IP of each family reports: the
+	// first family's address first, then the other's.
+	if node.Addr6.IsValid() {
+		hostIPs = append(hostIPs, corev1.HostIP{IP: node.Addr6.String()})
+	}
+	if h.Addr6.IsValid() {
+		podIPs = append(podIPs, corev1.PodIP{IP: h.Addr6.String()})
+	}
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		cur, err := k.client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
@@ -343,8 +353,8 @@ func (k *Kubelet) reportRunning(ctx context.Context, pod *corev1.Pod, h Host) er
 		}
 		s := &cur.Status
 		s.Phase = corev1.PodRunning
-		s.HostIP, s.HostIPs = nodeIP, []corev1.HostIP{{IP: nodeIP}}
-		s.PodIP, s.PodIPs = h.Addr.String(), []corev1.PodIP{{IP: h.Addr.String()}}
+		s.HostIP, s.HostIPs = hostIPs[0].IP, hostIPs
+		s.PodIP, s.PodIPs = podIPs[0].IP, podIPs
 		s.StartTime = &now
 		for _, t := range []corev1.PodConditionType{corev1.PodScheduled, corev1.PodReadyToStartContainers,
 			corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady} {
@@ -393,10 +403,12 @@ func (k *Kubelet) registerNode(ctx context.Context) error {
 			return err
 		}
 		now := metav1.Now()
-		cur.Status.Addresses = []corev1.NodeAddress{
-			{Type: corev1.NodeInternalIP, Address: k.lab.cfg.Plan.Node.Addr.String()},
-			{Type: corev1.NodeHostName, Address: k.node},
+		node := k.lab.cfg.Plan.Node
+		cur.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: node.Addr.String()}}
+		if node.Addr6.IsValid() {
+			cur.Status.Addresses = append(cur.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: node.Addr6.String()})
 		}
+		cur.Status.Addresses = append(cur.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: k.node})
 		cur.Status.Conditions = []corev1.NodeCondition{{
 			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
 			Message: "svclab plays the kubelet", LastHeartbeatTime: now, LastTransitionTime: now,

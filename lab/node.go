@@ -157,7 +157,7 @@ func (l *Lab) startProxy(ctx context.Context, bin, mode string) error {
 		"--hostname-override", l.cfg.Plan.Node.Name, // the pods' nodeName, for traffic policy Local
 		"--healthz-bind-address", healthzAddr,
 		"--metrics-bind-address", metricsAddr,
-		"--cluster-cidr", l.cfg.Plan.ClusterCIDR.String(),
+		"--cluster-cidr", l.clusterCIDRs(),
 		// hybrid: a port is hot at 10 new connections a second held for 2s
 		// (svcproxy's defaults: 50 for 5s), so that `svclab traffic --rate
 		// 20` promotes one in a few seconds on any machine.
@@ -188,6 +188,15 @@ func (l *Lab) startProxy(ctx context.Context, bin, mode string) error {
 		}
 		return nil
 	})
+}
+
+// clusterCIDRs is svcproxy's --cluster-cidr: the pod range of each family.
+func (l *Lab) clusterCIDRs() string {
+	p := l.cfg.Plan
+	if p.DualStack() {
+		return p.ClusterCIDR.String() + "," + p.ClusterCIDR6.String()
+	}
+	return p.ClusterCIDR.String()
 }
 
 // waitReady tries check until it succeeds, the process exits, or

@@ -27,6 +27,9 @@ type TrafficOptions struct {
 	// Hold keeps one more connection open from before the first request to
 	// after the last, and says whether it survived (Probe.Hold).
 	Hold bool
+	// IPv6 resolves a name to its IPv6 ClusterIP (AAAA) instead of its IPv4
+	// one (Probe.IPv6).
+	IPv6 bool
 }
 
 // Traffic sends opts.N requests to opts.Target from the client (a Probe run
@@ -52,6 +55,9 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 		}
 		argv = append(argv, "--hold")
 	}
+	if opts.IPv6 {
+		argv = append(argv, "--ipv6")
+	}
 	cmd, err := l.command(ctx, from, append(argv, opts.Target))
 	if err != nil {
 		return nil, err
@@ -66,7 +72,7 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 		return nil, err
 	}
 	t := &Tally{Target: opts.Target}
-	tl := l.timeline(from)
+	tl := l.timeline(from, false)
 	var lookupErr string
 	var held []Event // the held connection's two requests (Hold)
 	named := false
@@ -87,8 +93,14 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 		tl.Add(ev)
 		if ev.Addr != "" && !named {
 			named = true
-			if host, _, _ := net.SplitHostPort(ev.Addr); host != target.Host {
+			host, _, _ := net.SplitHostPort(ev.Addr)
+			if host != target.Host {
 				fmt.Fprintf(l.cfg.Stdout, "%s is %s\n", target.Host, host)
+			}
+			// Which of the sender's and the node's addresses the pods
+			// see depends on the family the target resolved to.
+			if ip, err := netip.ParseAddr(host); err == nil && ip.Is6() && !ip.Is4In6() {
+				tl = l.timeline(from, true)
 			}
 		}
 		if l.cfg.Progress && ev.Seq > 0 {
@@ -179,10 +191,18 @@ func (l *Lab) writeHeld(held []Event, tl *Timeline) error {
 	return err
 }
 
-// timeline is an empty Timeline for requests sent from host from.
-func (l *Lab) timeline(from string) *Timeline {
+// timeline is an empty Timeline for requests sent from host from, over
+// IPv6 or IPv4.
+func (l *Lab) timeline(from string, ipv6 bool) *Timeline {
 	p := l.cfg.Plan
 	h, _ := l.host(from)
+	if ipv6 {
+		return &Timeline{
+			Sender:      h.Addr6,
+			Node:        p.Node.Addr6,
+			Masqueraded: h.Role == RolePod || !p.ClusterCIDR6.Contains(h.Addr6),
+		}
+	}
 	return &Timeline{
 		Sender:      h.Addr,
 		Node:        p.Node.Addr,

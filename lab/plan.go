@@ -27,6 +27,9 @@ type Host struct {
 	Name string // "web-0"; the namespace is Plan.Prefix+Name
 	Role Role
 	Addr netip.Addr
+	// Addr6 is the host's IPv6 address: its IPv4 one written into the lab's
+	// IPv6 range (Plan.IPv6Of), 198.19.1.10 as 2001:db8:19::1:10.
+	Addr6 netip.Addr
 	// NodeLink is the node's end of the veth pair to this host ("" for the node).
 	// The host's end is always eth0, as in a pod.
 	NodeLink string
@@ -55,14 +58,22 @@ type Plan struct {
 	DNS netip.Addr
 	// Search is the resolv.conf search list of a pod in namespace "default".
 	Search []string
+
+	// The IPv6 ranges of a dual-stack lab: each host also has an IPv6
+	// address (Host.Addr6), the node routes both families, and Services may
+	// have a ClusterIP of each family (ipFamilyPolicy).
+	ServiceCIDR6 netip.Prefix // 2001:db8:18::/112
+	ClusterCIDR6 netip.Prefix // the node, the pods and the client
+	LabCIDR6     netip.Prefix // every lab host, the outside one too
 }
 
 func addr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
-// DefaultPlan is the lab that manifests.yaml describes.
+// DefaultPlan is the lab that manifests.yaml describes: dual-stack, each
+// host's IPv6 address mirroring its IPv4 one (IPv6Of).
 func DefaultPlan() *Plan {
 	web := []uint16{8080}
-	return &Plan{
+	p := &Plan{
 		Prefix: "svclab-",
 		Node:   Host{Name: "node", Role: RoleNode, Addr: addr("198.19.0.1")},
 		Hosts: []Host{
@@ -79,8 +90,53 @@ func DefaultPlan() *Plan {
 		LabCIDR:     netip.MustParsePrefix("198.19.0.0/16"),
 		DNS:         addr("198.18.0.10"),
 		Search:      []string{"default.svc.cluster.local", "svc.cluster.local", "cluster.local"},
+		// Documentation prefixes (RFC 3849), never routed anywhere. The
+		// cluster range holds 2001:db8:19::0:0 to ::ff:ffff, the mirrors of
+		// 198.19.0.0 to 198.19.99.255: every lab host's but the outside
+		// host's (2001:db8:19::200:2).
+		ServiceCIDR6: netip.MustParsePrefix("2001:db8:18::/112"),
+		ClusterCIDR6: netip.MustParsePrefix("2001:db8:19::/104"),
+		LabCIDR6:     netip.MustParsePrefix("2001:db8:19::/64"),
 	}
+	p.Node.Addr6 = p.IPv6Of(p.Node.Addr)
+	for i := range p.Hosts {
+		p.Hosts[i].Addr6 = p.IPv6Of(p.Hosts[i].Addr)
+	}
+	return p
 }
+
+// IPv6Of is the lab's IPv6 address that mirrors IPv4 address a, so that a
+// learner reads one from the other: the last two parts of a, each written as
+// it reads in decimal, end the IPv6 range of a's own (pods and nodes in
+// 198.19.0.0/16: LabCIDR6; Services in 198.18.0.0/16: ServiceCIDR6).
+// 198.19.1.10 is 2001:db8:19::1:10, 198.18.0.24 is 2001:db8:18::24. It is
+// the invalid Addr when the lab has no IPv6 range for a.
+func (p *Plan) IPv6Of(a netip.Addr) netip.Addr {
+	var base netip.Prefix
+	switch {
+	case p.LabCIDR.Contains(a):
+		base = p.LabCIDR6
+	case p.ServiceCIDR.Contains(a):
+		base = p.ServiceCIDR6
+	}
+	if !base.IsValid() || !a.Is4() {
+		return netip.Addr{}
+	}
+	b := base.Addr().As16()
+	v4 := a.As4()
+	for i, part := range v4[2:] {
+		// "10" read as hexadecimal: 0x10. Three decimal digits fit 16 bits.
+		var x uint16
+		for _, d := range fmt.Sprint(part) {
+			x = x<<4 | uint16(d-'0')
+		}
+		b[12+2*i], b[13+2*i] = byte(x>>8), byte(x)
+	}
+	return netip.AddrFrom16(b)
+}
+
+// DualStack says whether the lab has IPv6 ranges (the default plan does).
+func (p *Plan) DualStack() bool { return p.LabCIDR6.IsValid() }
 
 // Namespace is the network namespace of the host named name.
 func (p *Plan) Namespace(name string) string { return p.Prefix + name }
@@ -111,9 +167,12 @@ func (p *Plan) Pods() []Host {
 
 // Names maps each host's address to its name, for reports.
 func (p *Plan) Names() map[netip.Addr]string {
-	m := map[netip.Addr]string{p.Node.Addr: p.Node.Name}
-	for _, h := range p.Hosts {
+	m := map[netip.Addr]string{}
+	for _, h := range append([]Host{p.Node}, p.Hosts...) {
 		m[h.Addr] = h.Name
+		if h.Addr6.IsValid() {
+			m[h.Addr6] = h.Name
+		}
 	}
 	return m
 }
@@ -139,14 +198,42 @@ func (p *Plan) Validate() error {
 			// IFNAMSIZ is 16 bytes with the terminating NUL.
 			return fmt.Errorf("host %s: node link %q: must be 1 to 15 characters", h.Name, h.NodeLink)
 		}
+		if err := p.validate6(h, seenAddr); err != nil {
+			return err
+		}
 		seenName[h.Name], seenAddr[h.Addr] = true, true
 	}
 	if !p.LabCIDR.Contains(p.ClusterCIDR.Addr()) || p.LabCIDR.Bits() > p.ClusterCIDR.Bits() {
 		return fmt.Errorf("lab range %s: must hold the cluster range %s", p.LabCIDR, p.ClusterCIDR)
 	}
+	if p.DualStack() && (!p.LabCIDR6.Contains(p.ClusterCIDR6.Addr()) || p.LabCIDR6.Bits() > p.ClusterCIDR6.Bits()) {
+		return fmt.Errorf("lab range %s: must hold the cluster range %s", p.LabCIDR6, p.ClusterCIDR6)
+	}
 	if !p.ServiceCIDR.Contains(p.DNS) {
 		return fmt.Errorf("dns %s: not in the service range %s", p.DNS, p.ServiceCIDR)
 	}
+	return nil
+}
+
+// validate6 checks h's IPv6 address: there in a dual-stack plan, in the
+// ranges its role asks for, and used once.
+func (p *Plan) validate6(h Host, seen map[netip.Addr]bool) error {
+	a := h.Addr6
+	switch {
+	case !p.DualStack() && a.IsValid():
+		return fmt.Errorf("host %s: addr6 %s: the plan has no IPv6 ranges", h.Name, a)
+	case !p.DualStack():
+		return nil
+	case !a.Is6() || a.Is4In6():
+		return fmt.Errorf("host %s: addr6 %q: want an IPv6 address", h.Name, a)
+	case h.Role == RoleOutside && (p.ClusterCIDR6.Contains(a) || !p.LabCIDR6.Contains(a)):
+		return fmt.Errorf("host %s: addr6 %s: want an address of the lab range %s beyond the cluster range %s", h.Name, a, p.LabCIDR6, p.ClusterCIDR6)
+	case h.Role != RoleOutside && !p.ClusterCIDR6.Contains(a):
+		return fmt.Errorf("host %s: addr6 %s: not in the cluster range %s", h.Name, a, p.ClusterCIDR6)
+	case seen[a]:
+		return fmt.Errorf("host %s: addr6 %s: used twice", h.Name, a)
+	}
+	seen[a] = true
 	return nil
 }
 
@@ -173,22 +260,30 @@ func (p *Plan) Commands() [][]string {
 	for _, h := range p.Hosts {
 		cmds = append(cmds, p.HostCommands(h)...)
 	}
-	return append(cmds, p.ServiceRouteCommand())
+	return append(cmds, p.ServiceRouteCommands()...)
 }
 
 // NodeCommands make the node's namespace.
 func (p *Plan) NodeCommands() [][]string {
 	node := p.Namespace(p.Node.Name)
-	return [][]string{
-		{"ip", "netns", "add", node},
-		{"ip", "-n", node, "link", "set", "lo", "up"},
+	sysctl := []string{"ip", "netns", "exec", node, "sysctl", "-qw",
 		// The node forwards between pods, and must not send ICMP redirects for
 		// traffic that leaves the way it came: the redirects share the ICMP rate
 		// limit with errors and can swallow a REJECT's port-unreachable.
-		{"ip", "netns", "exec", node, "sysctl", "-qw",
-			"net.ipv4.ip_forward=1",
-			"net.ipv4.conf.all.send_redirects=0",
-			"net.ipv4.conf.default.send_redirects=0"},
+		"net.ipv4.ip_forward=1",
+		"net.ipv4.conf.all.send_redirects=0",
+		"net.ipv4.conf.default.send_redirects=0"}
+	if p.DualStack() {
+		sysctl = append(sysctl,
+			"net.ipv6.conf.all.forwarding=1",
+			// IPv6 has no send_redirects: a redirect and a REJECT's ICMPv6
+			// port unreachable share the per-peer rate limit, which 0 lifts.
+			"net.ipv6.icmp.ratelimit=0")
+	}
+	return [][]string{
+		{"ip", "netns", "add", node},
+		{"ip", "-n", node, "link", "set", "lo", "up"},
+		sysctl,
 	}
 }
 
@@ -220,17 +315,59 @@ func (p *Plan) HostCommands(h Host) [][]string {
 	if h.Role != RoleOutside {
 		cmds = append(cmds, []string{"ip", "-n", ns, "route", "add", p.LabCIDR.String(), "via", nodeAddr, "dev", "eth0", "src", a})
 	}
+	if p.DualStack() {
+		cmds = append(cmds, p.hostCommands6(h)...)
+	}
 	return cmds
 }
 
-// ServiceRouteCommand gives the node a route to the Service range. A packet
-// the node sends itself needs a route to a ClusterIP before netfilter sees
-// it; nat OUTPUT then rewrites it and the kernel routes it again, to the pod
-// ("network unreachable" otherwise). It comes after a first host's link: its source
-// address must already be the node's.
-func (p *Plan) ServiceRouteCommand() []string {
-	return []string{"ip", "-n", p.Namespace(p.Node.Name), "route", "add", p.ServiceCIDR.String(), "dev", "lo", "src", p.Node.Addr.String()}
+// hostCommands6 give h and the node's end of its link their IPv6 addresses
+// and routes, the same as IPv4's. "nodad": the addresses are the lab's own,
+// and duplicate address detection would keep each unusable ("tentative") for
+// a second or more.
+func (p *Plan) hostCommands6(h Host) [][]string {
+	node := p.Namespace(p.Node.Name)
+	nodeAddr := p.Node.Addr6.String()
+	ns := p.Namespace(h.Name)
+	a := h.Addr6.String()
+	cmds := [][]string{
+		{"ip", "-n", node, "addr", "add", nodeAddr + "/128", "dev", h.NodeLink, "nodad"},
+		{"ip", "-n", node, "route", "add", a + "/128", "dev", h.NodeLink, "src", nodeAddr},
+		{"ip", "-n", ns, "addr", "add", a + "/128", "dev", "eth0", "nodad"},
+		{"ip", "-n", ns, "route", "add", nodeAddr + "/128", "dev", "eth0"},
+		{"ip", "-n", ns, "route", "add", p.ServiceCIDR6.String(), "via", nodeAddr, "dev", "eth0", "src", a},
+	}
+	if h.Role != RoleOutside {
+		cmds = append(cmds, []string{"ip", "-n", ns, "route", "add", p.LabCIDR6.String(), "via", nodeAddr, "dev", "eth0", "src", a})
+	}
+	return cmds
 }
+
+// ServiceRouteCommands give the node a route to the Service range of each
+// family. A packet the node sends itself needs a route to a ClusterIP before
+// netfilter sees it; nat OUTPUT then rewrites it and the kernel routes it
+// again, to the pod ("network unreachable" otherwise). They come after a
+// first host's link: their source address must already be the node's.
+//
+// IPv4's goes to lo. IPv6 turns a route via lo into a reject route (the
+// kernel's guard against loops), so IPv6's goes to a link of its own: one end
+// of a veth pair whose other end stays down, so that a packet nothing
+// rewrote or refused is dropped there. (A dummy link would do, but needs a
+// kernel module that not every lab machine has.)
+func (p *Plan) ServiceRouteCommands() [][]string {
+	node := p.Namespace(p.Node.Name)
+	cmds := [][]string{{"ip", "-n", node, "route", "add", p.ServiceCIDR.String(), "dev", "lo", "src", p.Node.Addr.String()}}
+	if p.DualStack() {
+		cmds = append(cmds,
+			[]string{"ip", "-n", node, "link", "add", serviceLink6, "type", "veth", "peer", "name", serviceLink6 + "-end"},
+			[]string{"ip", "-n", node, "link", "set", serviceLink6, "up"},
+			[]string{"ip", "-n", node, "route", "add", p.ServiceCIDR6.String(), "dev", serviceLink6, "src", p.Node.Addr6.String()})
+	}
+	return cmds
+}
+
+// serviceLink6 is the node's link that the IPv6 Service range is routed to.
+const serviceLink6 = "services6"
 
 // WriteHosts writes a table of the lab's hosts: namespace, address and what
 // runs there (svcproxy in mode).
@@ -240,12 +377,15 @@ func (p *Plan) WriteHosts(w io.Writer, mode string) error {
 
 func (p *Plan) writeHosts(w io.Writer, nodeRuns string, hosts []Host) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOST\tNAMESPACE\tADDRESS\tRUNS")
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Node.Name, p.Namespace(p.Node.Name), p.Node.Addr, nodeRuns)
+	fmt.Fprintln(tw, "HOST\tNAMESPACE\tADDRESS\tIPV6 ADDRESS\tRUNS")
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Node.Name, p.Namespace(p.Node.Name), p.Node.Addr, addr6(p.Node), nodeRuns)
 	for _, h := range hosts {
 		runs := "-"
 		if h.Role == RoleOutside {
 			runs = "- (outside the cluster: beyond " + p.ClusterCIDR.String() + ")"
+			if p.DualStack() {
+				runs = "- (outside the cluster: beyond " + p.ClusterCIDR.String() + " and " + p.ClusterCIDR6.String() + ")"
+			}
 		}
 		if h.Role == RolePod {
 			var ports []string
@@ -257,7 +397,15 @@ func (p *Plan) writeHosts(w io.Writer, nodeRuns string, hosts []Host) error {
 			}
 			runs = "svclab pod (" + strings.Join(ports, ", ") + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", h.Name, p.Namespace(h.Name), h.Addr, runs)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", h.Name, p.Namespace(h.Name), h.Addr, addr6(h), runs)
 	}
 	return tw.Flush()
+}
+
+// addr6 is h's IPv6 address for a table, "-" for none.
+func addr6(h Host) string {
+	if !h.Addr6.IsValid() {
+		return "-"
+	}
+	return h.Addr6.String()
 }

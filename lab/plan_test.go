@@ -64,6 +64,17 @@ func TestPlanValidate(t *testing.T) {
 		{"long link", func(p *Plan) { p.Hosts[0].NodeLink = "veth-much-too-long" }, "node link \"veth-much-too-long\": must be 1 to 15 characters"},
 		{"dns outside", func(p *Plan) { p.DNS = netip.MustParseAddr("198.19.0.10") }, "not in the service range"},
 		{"slash", func(p *Plan) { p.Hosts[0].Name = "a/b" }, "without slashes"},
+		{"duplicate addr6", func(p *Plan) { p.Hosts[2].Addr6 = p.Hosts[1].Addr6 }, "host web-1: addr6 2001:db8:19::1:10: used twice"},
+		{"addr6 outside", func(p *Plan) { p.Hosts[0].Addr6 = netip.MustParseAddr("2001:db8:20::1") }, "addr6 2001:db8:20::1: not in the cluster range 2001:db8:19::/104"},
+		{"outside addr6 inside", func(p *Plan) { p.Hosts[6].Addr6 = netip.MustParseAddr("2001:db8:19::3") }, "host outside: addr6 2001:db8:19::3: want an address of the lab range"},
+		{"addr6 missing", func(p *Plan) { p.Hosts[1].Addr6 = netip.Addr{} }, "host web-0: addr6 \"invalid IP\": want an IPv6 address"},
+		{"single-stack", func(p *Plan) {
+			p.ServiceCIDR6, p.ClusterCIDR6, p.LabCIDR6 = netip.Prefix{}, netip.Prefix{}, netip.Prefix{}
+			for i := range p.Hosts {
+				p.Hosts[i].Addr6 = netip.Addr{}
+			}
+			p.Node.Addr6 = netip.Addr{}
+		}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -76,6 +87,20 @@ func TestPlanValidate(t *testing.T) {
 			}
 			require.ErrorContains(t, err, tt.want)
 		})
+	}
+}
+
+func TestIPv6Of(t *testing.T) {
+	p := DefaultPlan()
+	for v4, v6 := range map[string]string{
+		"198.19.0.1":   "2001:db8:19::1",
+		"198.19.1.10":  "2001:db8:19::1:10",
+		"198.19.200.2": "2001:db8:19::200:2",
+		"198.19.2.255": "2001:db8:19::2:255",
+		"198.18.0.24":  "2001:db8:18::24",
+		"10.0.0.1":     "invalid IP",
+	} {
+		require.Equal(t, v6, p.IPv6Of(netip.MustParseAddr(v4)).String(), v4)
 	}
 }
 
@@ -120,13 +145,14 @@ func loadManifests(t *testing.T) *service.Snapshot {
 func TestManifestsMatchPlan(t *testing.T) {
 	p := DefaultPlan()
 	snap := loadManifests(t)
-	hosts := map[netip.Addr]Host{p.Node.Addr: p.Node}
-	for _, h := range p.Hosts {
-		hosts[h.Addr] = h
+	hosts := map[netip.Addr]Host{}
+	for _, h := range append([]Host{p.Node}, p.Hosts...) {
+		hosts[h.Addr], hosts[h.Addr6] = h, h
 	}
 	for _, port := range snap.Ports() {
 		for _, ip := range port.Service.ClusterIPs {
-			require.True(t, p.ServiceCIDR.Contains(ip), "%s: ClusterIP %s outside %s", port, ip, p.ServiceCIDR)
+			require.True(t, p.ServiceCIDR.Contains(ip) || p.ServiceCIDR6.Contains(ip), "%s: ClusterIP %s outside %s and %s", port, ip, p.ServiceCIDR, p.ServiceCIDR6)
+			require.True(t, ip.Is4() || ip == p.IPv6Of(port.Service.ClusterIPs[0]), "%s: IPv6 ClusterIP %s does not mirror %s", port, ip, port.Service.ClusterIPs[0])
 		}
 		require.NotEmpty(t, port.Endpoints, "%s: no endpoints", port)
 		for _, ep := range port.Endpoints {
@@ -153,6 +179,7 @@ func TestManifestsServices(t *testing.T) {
 		"default/web-nodeport": "NodePort 198.18.0.22",
 		"default/web-local":    "LoadBalancer 198.18.0.23",
 		"default/echo":         "ClusterIP 198.18.0.30",
+		"default/web-dual":     "NodePort 198.18.0.24 2001:db8:18::24",
 		"default/db":           "ClusterIP headless",
 		"default/frontend":     "ExternalName web.default.svc.cluster.local",
 		"kube-system/kube-dns": "ClusterIP " + DefaultPlan().DNS.String(),
@@ -166,7 +193,9 @@ func TestManifestsServices(t *testing.T) {
 		case s.ExternalName != "":
 			v += " " + s.ExternalName
 		default:
-			v += " " + s.ClusterIPs[0].String()
+			for _, ip := range s.ClusterIPs {
+				v += " " + ip.String()
+			}
 		}
 		got[s.NamespacedName.String()] = v
 	}

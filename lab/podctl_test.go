@@ -16,8 +16,8 @@ import (
 func TestSetConditions(t *testing.T) {
 	out, n, changed, err := setConditions(Manifests, "web-1", "198.19.1.11", Conditions{})
 	require.NoError(t, err)
-	require.Equal(t, 5, n, "web-1 is behind web, web-sticky, echo, web-nodeport, web-local")
-	require.Equal(t, 5, changed, "every one was ready")
+	require.Equal(t, 7, n, "web-1 is behind web, web-sticky, echo, web-nodeport, web-local, and web-dual (a slice per family)")
+	require.Equal(t, 7, changed, "every one was ready")
 	require.Contains(t, string(out), "# web: three pods behind one virtual address")
 	require.Contains(t, string(out), "conditions: {ready: false, serving: false}")
 

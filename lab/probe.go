@@ -29,7 +29,7 @@ func (t Target) String() string {
 }
 
 // ParseTarget reads "web", "web.default.svc.cluster.local",
-// "198.18.0.20:80", "http://web:80" or "udp://echo:7". Without a scheme it is
+// "198.18.0.20:80", "[2001:db8:18::24]:80", "http://web:80" or "udp://echo:7". Without a scheme it is
 // HTTP; without a port, 80 (HTTP) or 7 (UDP).
 func ParseTarget(s string) (Target, error) {
 	t := Target{Proto: "http"}
@@ -101,6 +101,9 @@ type Probe struct {
 	// so that a path switch in between (a hybrid promotion, svclab mode)
 	// shows whether an open connection survives it.
 	Hold bool
+	// IPv6 resolves a name to its IPv6 address (AAAA), not its IPv4 one (A),
+	// as curl -6 does. An address target is used as it is.
+	IPv6 bool
 }
 
 // Run resolves the target once, then sends the requests, writing one Event
@@ -226,9 +229,13 @@ func (p *Probe) resolve(ctx context.Context) (netip.Addr, error) {
 	// a lab whose DNS is broken should say so sooner.
 	ctx, cancel := context.WithTimeout(ctx, patient(10*time.Second))
 	defer cancel()
-	ips, err := r.LookupNetIP(ctx, "ip4", p.Target.Host)
+	network := "ip4"
+	if p.IPv6 {
+		network = "ip6"
+	}
+	ips, err := r.LookupNetIP(ctx, network, p.Target.Host)
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("resolve %s: %w", p.Target.Host, err)
+		return netip.Addr{}, fmt.Errorf("resolve %s (%s): %w", p.Target.Host, network, err)
 	}
 	return ips[0].Unmap(), nil
 }

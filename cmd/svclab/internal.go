@@ -94,6 +94,7 @@ func cmdProbe(ctx context.Context, cfg lab.Config, args []string) error {
 	n := fs.Int("n", 30, "how many requests")
 	rate := fs.Float64("rate", 0, "requests per second (0: back to back)")
 	hold := fs.Bool("hold", false, "keep one more connection open, used before the first request and after the last")
+	ipv6 := fs.Bool("ipv6", false, "resolve a name to its IPv6 address (AAAA) instead of its IPv4 one (A)")
 	if err := parse(fs, args, 1); err != nil {
 		return err
 	}
@@ -101,6 +102,6 @@ func cmdProbe(ctx context.Context, cfg lab.Config, args []string) error {
 	if err != nil {
 		return err
 	}
-	p := &lab.Probe{Target: t, N: *n, Rate: *rate, Hold: *hold}
+	p := &lab.Probe{Target: t, N: *n, Rate: *rate, Hold: *hold, IPv6: *ipv6}
 	return p.Run(ctx, cfg.Stdout)
 }

@@ -31,7 +31,7 @@ commands:
                                         but still serving (file-fed lab); -n: the pod's
                                         namespace in the control-plane lab (default default)
   exec HOST -- CMD [ARGS...]            run a command in a lab host (node, client, web-0, ...)
-  traffic [--n N] [--rate R] [--from HOST] [--timeline] [--hold] TARGET
+  traffic [--n N] [--rate R] [--from HOST] [--timeline] [--hold] [--ipv6] TARGET
                                         send N requests (default 30), R per second (default:
                                         each once the last is answered), from lab host HOST
                                         (default client), and show who answered and which
@@ -39,9 +39,11 @@ commands:
                                         how many answers came through userspace and kernel;
                                         --hold: keep one more connection open from before the
                                         first request to after the last, and fail unless it
-                                        survived (HTTP only)
+                                        survived (HTTP only); --ipv6: resolve TARGET to its
+                                        IPv6 address (AAAA)
                                         TARGET: web, web.default.svc.cluster.local,
-                                        198.18.0.20:80, udp://echo:7, 198.19.0.1:30080
+                                        198.18.0.20:80, udp://echo:7, 198.19.0.1:30080,
+                                        [2001:db8:18::24]:80
   rules [SERVICE] [--counters]          svcproxy's iptables chains, nftables table and IPVS
                                         table in the node, hashed chains named in a legend;
                                         with SERVICE only that Service's; --counters: the
@@ -250,6 +252,7 @@ func cmdTraffic(ctx context.Context, cfg lab.Config, args []string) error {
 	from := fs.String("from", "client", "the lab `HOST` that sends")
 	timeline := fs.Bool("timeline", false, "also show, per second, how many answers came through userspace and through the kernel")
 	hold := fs.Bool("hold", false, "keep one more connection open from before the first request to after the last, and fail unless it survived (HTTP)")
+	ipv6 := fs.Bool("ipv6", false, "resolve TARGET's name to its IPv6 address (AAAA), as curl -6 does")
 	if err := parse(fs, args, 1); err != nil {
 		return err
 	}
@@ -257,7 +260,7 @@ func cmdTraffic(ctx context.Context, cfg lab.Config, args []string) error {
 	if err != nil {
 		return err
 	}
-	t, err := l.Traffic(ctx, lab.TrafficOptions{Target: fs.Arg(0), N: *n, Rate: *rate, From: *from, Timeline: *timeline, Hold: *hold})
+	t, err := l.Traffic(ctx, lab.TrafficOptions{Target: fs.Arg(0), N: *n, Rate: *rate, From: *from, Timeline: *timeline, Hold: *hold, IPv6: *ipv6})
 	if err != nil {
 		return err
 	}

@@ -62,10 +62,11 @@ func (c *cpLab) answers(target string, n int) ([]string, int) {
 	return pods, tally.Failed
 }
 
-// dig returns the addresses name resolves to from the client, sorted.
-func (c *cpLab) dig(name string) []string {
+// dig returns the addresses a name resolves to from the client, sorted:
+// args are dig's ("-t", "AAAA", NAME).
+func (c *cpLab) dig(args ...string) []string {
 	c.t.Helper()
-	out := c.svclab("exec", "client", "--", "dig", "+short", name)
+	out := c.svclab(append([]string{"exec", "client", "--", "dig", "+short"}, args...)...)
 	ips := strings.Fields(out)
 	sort.Strings(ips)
 	return ips
@@ -91,6 +92,22 @@ func (c *cpLab) servedBy(target string, n int, pods ...string) func() (bool, str
 	return func() (bool, string) {
 		got, failed := c.answers(target, n)
 		return failed == 0 && slices.Equal(got, pods), fmt.Sprintf("answers from %v, %d failed", got, failed)
+	}
+}
+
+// servedBy6 is servedBy over IPv6: target's name resolved to its AAAA.
+func (c *cpLab) servedBy6(target string, n int, pods ...string) func() (bool, string) {
+	return func() (bool, string) {
+		got, _, failed := c.tally(lab.TrafficOptions{Target: target, N: n, IPv6: true})
+		return failed == 0 && slices.Equal(got, pods), fmt.Sprintf("answers from %v, %d failed", got, failed)
+	}
+}
+
+// resolvesTo6 is a condition: name's AAAA records are exactly ips.
+func (c *cpLab) resolvesTo6(name string, ips ...string) func() (bool, string) {
+	return func() (bool, string) {
+		got := c.dig("-t", "AAAA", name)
+		return slices.Equal(got, ips), fmt.Sprintf("%s AAAA is %v", name, got)
 	}
 }
 
@@ -156,6 +173,10 @@ func followCluster(c *cpLab) {
 	t.Logf("kubectl scale statefulset web --replicas=4 -> traffic reached web-3 in %s (the scale command itself included: %s)",
 		took.Round(10*time.Millisecond), time.Since(begin).Round(10*time.Millisecond))
 	c.eventually("web served by web-0..3", c.servedBy("web", 16, append(web, "web-3")...))
+	// Dual-stack: web-3 has an IPv6 address too (podIPs), and the
+	// EndpointSlice controller adds it to web-dual's IPv6 slice.
+	c.eventually("web-dual over IPv6 served by web-0..3", c.servedBy6("web-dual", 16, append(web, "web-3")...))
+	c.eventually("web-dual AAAA", c.resolvesTo6("web-dual.default.svc.cluster.local", "2001:db8:18::24"))
 
 	// DNS follows a headless Service's pods: db-2 has an address of the pool.
 	c.svclab("kubectl", "scale", "statefulset", "db", "--replicas=3")
