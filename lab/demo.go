@@ -51,6 +51,22 @@ func (d *demo) traffic(ctx context.Context, n int, target string) (*Tally, error
 	return d.l.Traffic(ctx, TrafficOptions{Target: target, N: n})
 }
 
+// traffic6 shows and runs `svclab traffic --ipv6`: the target's name
+// resolved to its IPv6 ClusterIP.
+func (d *demo) traffic6(ctx context.Context, n int, target string) (*Tally, error) {
+	d.cmd(fmt.Sprintf("svclab traffic --ipv6 --n %d %s", n, target))
+	return d.l.Traffic(ctx, TrafficOptions{Target: target, N: n, IPv6: true})
+}
+
+// shell quotes an IPv6 host:port for the command lines the demo shows: sh
+// would take the brackets for a pattern.
+func shell(target string) string {
+	if strings.Contains(target, "[") {
+		return "'" + target + "'"
+	}
+	return target
+}
+
 // stepTimeout bounds one step: a healthy step takes a few seconds, and a
 // broken lab (DNS timing out, say) must not keep `make lab` for minutes.
 const stepTimeout = 40 * time.Second

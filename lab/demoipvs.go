@@ -23,8 +23,9 @@ func (l *Lab) ipvsStep() step {
 		why: `kube-proxy's IPVS mode hands each Service port to the kernel's load balancer:
 a virtual server whose real servers are the pods. A packet costs one hash
 lookup however many Services there are, where iptables walks a chain. The
-ClusterIPs sit on a dummy interface, svcp-ipvs0, so the node accepts them; a
-scheduler picks the pod (rr by default; lc, sh and five more). On a kernel
+ClusterIPs of both families sit on a dummy interface, svcp-ipvs0, so the node
+accepts them; a scheduler picks the pod (rr by default; lc, sh and five more),
+with a virtual server per family for a dual-stack Service. On a kernel
 without IPVS, svcproxy logs why and runs iptables mode, as kube-proxy does.
 `,
 		run: func(ctx context.Context, d *demo) error {
@@ -53,7 +54,8 @@ without IPVS, svcproxy logs why and runs iptables mode, as kube-proxy does.
 			switch running {
 			case "ipvs":
 				if _, lookErr := exec.LookPath("ipvsadm"); lookErr == nil {
-					err = expectLines(rules, "# IPVS (ipvsadm -ln)", "198.18.0.20:80")
+					// web-dual has a virtual server per family.
+					err = expectLines(rules, "# IPVS (ipvsadm -ln)", "198.18.0.20:80", "[2001:db8:18::24]:80")
 				}
 			case "iptables":
 				err = expectLines(logged+rules, ipvsFallback, "SVCP-SERVICES")
@@ -71,7 +73,13 @@ without IPVS, svcproxy logs why and runs iptables mode, as kube-proxy does.
 				if t.Failed > 0 || len(t.Pods) < 2 {
 					return expectPods(t, "web-0", "web-1", "web-2")
 				}
-				d.ok = "svcproxy runs IPVS mode: web's virtual server spread the connections"
+				if t, err = d.traffic6(ctx, 6, "web-dual"); err != nil {
+					return err
+				}
+				if t.Failed > 0 || len(t.Pods) < 2 {
+					return expectPods(t, "web-0", "web-1", "web-2")
+				}
+				d.ok = "svcproxy runs IPVS mode: web's virtual server spread the connections, and web-dual's IPv6 one too"
 				return nil
 			}
 			if t.Failed > 0 || len(t.Pods) == 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 )
 
@@ -22,6 +23,8 @@ func (l *Lab) demoSteps() []step {
 searches default.svc.cluster.local first, so "web" is found as
 web.default.svc.cluster.local, the ClusterIP of Service web. A headless Service
 (clusterIP: None) has no ClusterIP: its name resolves to the pods themselves.
+The lab is dual-stack: web-dual (ipFamilyPolicy: PreferDualStack) has a
+ClusterIP of each family, an A record and an AAAA record.
 `,
 			run: func(ctx context.Context, d *demo) error {
 				out, err := d.exec(ctx, "client", "dig", "+search", "+noall", "+answer", "web")
@@ -35,16 +38,25 @@ web.default.svc.cluster.local, the ClusterIP of Service web. A headless Service
 				if err != nil {
 					return err
 				}
-				return expectLines(out, "db.default.svc.cluster.local.", "198.19.1.20", "198.19.1.21")
+				if err := expectLines(out, "db.default.svc.cluster.local.", "198.19.1.20", "198.19.1.21"); err != nil {
+					return err
+				}
+				name := "web-dual.default.svc.cluster.local"
+				out, err = d.exec(ctx, "client", "dig", "+noall", "+answer", name, "A", name, "AAAA")
+				if err != nil {
+					return err
+				}
+				return expectLines(out, "198.18.0.24", "AAAA", "2001:db8:18::24")
 			},
-			ok: "web is 198.18.0.20, a virtual address; db is its two pods",
+			ok: "web is 198.18.0.20, a virtual address; db is its two pods; web-dual has one address per family",
 		},
 		{
 			title: "Spread over three pods",
 			why: `Thirty connections to web. In userspace mode an iptables REDIRECT rule (a
 "portal") hands each one to svcproxy, which picks a pod round-robin and opens a
 connection of its own to it. So each pod gets every third connection, and each
-saw the node's address, not the client's: the proxy is the pods' client.
+saw the node's address, not the client's: the proxy is the pods' client. Over
+IPv6 (web-dual's AAAA), the same: an ip6tables portal, svcproxy, the pods.
 `,
 			run: func(ctx context.Context, d *demo) error {
 				t, err := d.traffic(ctx, 30, "web.default.svc.cluster.local")
@@ -54,15 +66,26 @@ saw the node's address, not the client's: the proxy is the pods' client.
 				if err := expectPods(t, web...); err != nil {
 					return err
 				}
-				return expectSources(t, names, p.Node.Addr)
+				if err := expectSources(t, names, p.Node.Addr); err != nil {
+					return err
+				}
+				t, err = d.traffic6(ctx, 12, "web-dual")
+				if err != nil {
+					return err
+				}
+				if err := expectPods(t, web...); err != nil {
+					return err
+				}
+				return expectSources(t, names, p.Node.Addr6)
 			},
-			ok: "three pods shared the connections; each saw the node (198.19.0.1) as its client",
+			ok: "three pods shared the connections; each saw the node (198.19.0.1, over IPv6 2001:db8:19::1) as its client",
 		},
 		{
 			title: "Session affinity: ClientIP",
 			why: `Service web-sticky has the same pods and sessionAffinity: ClientIP. The proxy
 remembers which pod a client address got and sends every later connection from
-that address there, until the client is idle for timeoutSeconds.
+that address there, until the client is idle for timeoutSeconds. (web-sticky
+is SingleStack IPv4; affinity works per client address in either family.)
 `,
 			run: func(ctx context.Context, d *demo) error {
 				t, err := d.traffic(ctx, 20, "web-sticky")
@@ -87,9 +110,16 @@ comes from a new socket, so each is a new session and they spread.
 				if err != nil {
 					return err
 				}
+				if err := expectPods(t, web...); err != nil {
+					return err
+				}
+				t, err = d.traffic6(ctx, 12, "udp://web-dual:7")
+				if err != nil {
+					return err
+				}
 				return expectPods(t, web...)
 			},
-			ok: "every datagram was answered, by all three pods in turn",
+			ok: "every datagram was answered, by all three pods in turn, in both families",
 		},
 		{
 			title: "The portal rules",
@@ -98,6 +128,7 @@ nat table, PREROUTING (packets from pods) jumps to SVCP-PORTALS-CONTAINER and
 OUTPUT (the node's own) to SVCP-PORTALS-HOST; their rules REDIRECT each
 ClusterIP:port to the local port where svcproxy listens for that service port.
 In the filter table, SVCP-REJECT refuses ports that have no endpoints at once.
+IPv6 has the same chains in ip6tables: svcproxy runs one proxier per family.
 `,
 			run: func(ctx context.Context, d *demo) error {
 				d.cmd("svclab rules")
@@ -105,9 +136,17 @@ In the filter table, SVCP-REJECT refuses ports that have no endpoints at once.
 				if err != nil {
 					return err
 				}
-				return expectLines(out, "SVCP-PORTALS", "-d 198.18.0.20/32", "REDIRECT")
+				if err := expectLines(out, "SVCP-PORTALS", "-d 198.18.0.20/32", "REDIRECT"); err != nil {
+					return err
+				}
+				d.cmd("svclab rules web-dual")
+				out, err = l.RulesWith(ctx, RulesOptions{Service: "web-dual"})
+				if err != nil {
+					return err
+				}
+				return expectLines(out, "-d 198.18.0.24/32", "# IPv6: ip6tables", "-d 2001:db8:18::24/128", "REDIRECT")
 			},
-			ok: "each ClusterIP:port has a REDIRECT to svcproxy",
+			ok: "each ClusterIP:port has a REDIRECT to svcproxy, in iptables and ip6tables",
 		},
 		{
 			title: "Switch to iptables mode",
@@ -117,6 +156,7 @@ the statistic match (1/3, then 1/2, then the last), and conntrack remembers it.
 The packet the pod receives is the client's own, so the pod now sees the
 client's address. kube-proxy users switch modes by editing its ConfigMap and
 restarting it; here: stop svcproxy, run svcproxy --cleanup, start it again.
+ip6tables does the same for web-dual's IPv6 ClusterIP.
 `,
 			run: func(ctx context.Context, d *demo) error {
 				d.cmd("svclab mode iptables")
@@ -141,16 +181,27 @@ restarting it; here: stop svcproxy, run svcproxy --cleanup, start it again.
 				if t.Failed > 0 || len(t.Pods) < 2 {
 					return expectPods(t, web...)
 				}
-				return expectSources(t, names, client.Addr)
+				if err := expectSources(t, names, client.Addr); err != nil {
+					return err
+				}
+				t, err = d.traffic6(ctx, 30, "web-dual")
+				if err != nil {
+					return err
+				}
+				if t.Failed > 0 || len(t.Pods) < 2 {
+					return expectPods(t, web...)
+				}
+				return expectSources(t, names, client.Addr6)
 			},
-			ok: "the kernel spread the connections, and the pods saw the client (198.19.1.2) itself",
+			ok: "the kernel spread the connections, and the pods saw the client (198.19.1.2, over IPv6 2001:db8:19::1:2) itself",
 		},
 		{
 			title: "A NodePort",
 			why: `A NodePort Service is reached from outside the cluster on a port of every node
 address: here 198.19.0.1:30080. The rules send it on to the same pods; such
 traffic is masqueraded (externalTrafficPolicy: Cluster), so replies come back
-through this node even when the pod is on another.
+through this node even when the pod is on another. web-dual's NodePort 30082
+is open on both node addresses, 198.19.0.1 and 2001:db8:19::1.
 `,
 			run: func(ctx context.Context, d *demo) error {
 				t, err := d.traffic(ctx, 10, p.Node.Addr.String()+":30080")
@@ -160,9 +211,18 @@ through this node even when the pod is on another.
 				if t.Failed > 0 || len(t.Pods) == 0 {
 					return expectPods(t, web...)
 				}
+				target := netip.AddrPortFrom(p.Node.Addr6, 30082).String()
+				d.cmd(fmt.Sprintf("svclab traffic --n 10 %s", shell(target)))
+				t, err = l.Traffic(ctx, TrafficOptions{Target: target, N: 10})
+				if err != nil {
+					return err
+				}
+				if t.Failed > 0 || len(t.Pods) == 0 {
+					return expectPods(t, web...)
+				}
 				return nil
 			},
-			ok: "the node port reached the web pods",
+			ok: "the node ports reached the web pods, on the node's IPv4 and IPv6 addresses",
 		},
 		l.ipvsStep(),
 		{

@@ -8,6 +8,12 @@
 // the node, and nothing else: no route out of the lab). Plan.Commands renders the
 // plan as `ip` commands, a pure function; Lab.Up runs them.
 //
+// The lab is dual-stack (Plan.DualStack): each host also has an IPv6 address,
+// its IPv4 one written into 2001:db8:19::/64 (Plan.IPv6Of), routed the same
+// way, and the Service range has an IPv6 half, 2001:db8:18::/112. Services
+// choose their families with ipFamilyPolicy; all but web-dual are
+// SingleStack IPv4, so the IPv4 lab reads as it always did.
+//
 // Each pod runs this package's Pod server (the svclab binary itself, as
 // `svclab pod`), which answers every HTTP request and UDP datagram with its own
 // name and the address the client came from: the one fact a student needs to see

@@ -58,6 +58,21 @@ func (l *Lab) RulesWith(ctx context.Context, opts RulesOptions) (string, error) 
 		keep = rs.serviceFilter(svc.NamespacedName, legend)
 	}
 	b.WriteString(rs.format(keep, legend, l.withName, opts.Counters))
+	// IPv6: svcproxy's other dataplane, in ip6tables, shown when it serves
+	// something: any Service, or the one asked for has an IPv6 address.
+	if svc == nil || hasIPv6(svc) {
+		saveArgs[0] = "ip6tables-save"
+		if save6, err := l.nodeOutput(ctx, saveArgs...); err == nil && strings.Contains(save6, "SVCP-") {
+			rs6 := parseSave(save6)
+			legend6 := rs6.legend()
+			keep6 := func(r saveLine) bool { return strings.Contains(r.text, "SVCP-") }
+			if svc != nil {
+				keep6 = rs6.serviceFilter(svc.NamespacedName, legend6)
+			}
+			b.WriteString("\n# IPv6: ip6tables (" + strings.Join(saveArgs, " ") + ")\n\n")
+			b.WriteString(rs6.format(keep6, legend6, l.withName, opts.Counters))
+		}
+	}
 
 	nft, err := l.nodeOutput(ctx, "nft", "list", "table", "ip", "svcproxy")
 	switch {
@@ -76,6 +91,20 @@ func (l *Lab) RulesWith(ctx context.Context, opts RulesOptions) (string, error) 
 			b.WriteString("\n# nftables: not shown, nft is not installed (Debian: apt-get install nftables).\n")
 		} else {
 			b.WriteString("\n# nftables: no table ip svcproxy (svcproxy runs no nftables path).\n")
+		}
+	}
+	if nft6, err := l.nodeOutput(ctx, "nft", "list", "table", "ip6", "svcproxy"); err == nil {
+		switch {
+		case svc != nil && hasIPv6(svc):
+			b.WriteString("\n# IPv6: nftables (nft list table ip6 svcproxy), the lines of " + svc.NamespacedName.String() + "\n")
+			tab, perr := parseNFTList(nft6)
+			if perr != nil {
+				return "", perr
+			}
+			b.WriteString(tab.formatService(svc.NamespacedName))
+		case svc == nil:
+			b.WriteString("\n# IPv6: nftables (nft list table ip6 svcproxy)\n")
+			b.WriteString(nft6)
 		}
 	}
 
@@ -406,6 +435,17 @@ func (t *nftTable) formatService(svc service.NamespacedName) string {
 
 // serviceVIPs are the addresses and ports where svc's traffic arrives:
 // ClusterIP:port, external IPs, and NodePorts on each node address.
+// hasIPv6 says whether svc has an IPv6 address that svcproxy serves: a
+// ClusterIP, an external IP or a load balancer IP.
+func hasIPv6(svc *service.Service) bool {
+	for _, ip := range append(append(append([]netip.Addr{}, svc.ClusterIPs...), svc.ExternalIPs...), svc.LoadBalancerIPs...) {
+		if ip.Is6() && !ip.Is4In6() {
+			return true
+		}
+	}
+	return false
+}
+
 func serviceVIPs(svc *service.Service, nodeAddrs []netip.Addr) []string {
 	var out []string
 	for _, p := range svc.Ports {

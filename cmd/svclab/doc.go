@@ -6,14 +6,20 @@
 //	                                 build the lab (svcproxy in MODE, default userspace);
 //	                                 fed by a manifests file, or by a real control plane
 //	svclab exec HOST -- CMD...       run CMD in a lab host: node, client, web-0...
-//	svclab traffic [--n N] [--rate R] TARGET
-//	                                 N requests from the client; who answered, who they saw
-//	svclab rules                     svcproxy's iptables chains and the IPVS table, in the node
+//	svclab traffic [--n N] [--rate R] [--ipv6] TARGET
+//	                                 N requests from the client; who answered, who they saw;
+//	                                 --ipv6: to the name's IPv6 address (AAAA)
+//	svclab rules                     svcproxy's iptables and ip6tables chains, nftables
+//	                                 tables and the IPVS table, in the node
 //	svclab mode MODE                 restart svcproxy in another mode
 //	svclab kubectl ARGS...           kubectl against the control-plane lab's API server
 //	svclab pod NAME --ready=BOOL     a control-plane lab pod's Ready condition
 //	svclab down                      remove everything the lab made
 //	svclab demo                      up, a narrated walk, down (what `make lab` runs)
+//
+// The lab is dual-stack: each host has an IPv4 and an IPv6 address (the
+// IPv6 one mirrors the IPv4 one: 198.19.1.10 is 2001:db8:19::1:10), and
+// Service web-dual has a ClusterIP of each family.
 //
 // With --control-plane, etcd, kube-apiserver and kube-controller-manager run in
 // the node's namespace (the programs `make kapi` caches, or those in --kapi

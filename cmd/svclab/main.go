@@ -44,10 +44,10 @@ commands:
                                         TARGET: web, web.default.svc.cluster.local,
                                         198.18.0.20:80, udp://echo:7, 198.19.0.1:30080,
                                         [2001:db8:18::24]:80
-  rules [SERVICE] [--counters]          svcproxy's iptables chains, nftables table and IPVS
-                                        table in the node, hashed chains named in a legend;
-                                        with SERVICE only that Service's; --counters: the
-                                        packets each rule matched
+  rules [SERVICE] [--counters]          svcproxy's iptables and ip6tables chains, nftables
+                                        tables and IPVS table in the node, hashed chains
+                                        named in a legend; with SERVICE only that Service's;
+                                        --counters: the packets each rule matched
   trace FROM SERVICE[:PORT] [--pick N]  walk the first packet of a connection from lab host
                                         FROM through the node's live rules: chain, rule,
                                         DNAT or REDIRECT, masquerade; --pick N follows the
