@@ -28,7 +28,7 @@ type Interface interface {
 	// FORWARD.
 	EnsureRule(ctx context.Context, pos Position, table Table, chain string, args ...string) (existed bool, err error)
 
-	// HasRule reports whether chain holds the rule (`iptables -C`), changing
+	// HasRule reports whether chain holds the rule, as `iptables -C` would, changing
 	// nothing: how a sync checks that its hooks are still in place. A missing
 	// chain, or a rule that jumps to a missing chain, is an error.
 	HasRule(ctx context.Context, table Table, chain string, args ...string) (bool, error)

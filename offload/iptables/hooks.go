@@ -22,7 +22,7 @@ func ensureHooks(ctx context.Context, ipt kiptables.Interface) error {
 }
 
 // Check implements kernelsync.Mode: every hook, the jump from a built-in chain
-// to ours, is still there (`iptables -C`, one per hook). Another program that
+// to ours, is still there (kiptables.HasRule: one chain listing per hook). Another program that
 // flushes the nat or filter table (`iptables -t nat -F`, a firewall reload)
 // takes the hooks with it, and deleting our chains needs their hooks gone
 // first; either way the next sync is full and writes everything again.
