@@ -13,6 +13,7 @@
 package offloadtest
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"testing"
@@ -108,3 +109,33 @@ func (l *Lab) endpoints(addr func(int) netip.Addr, port uint16) []service.Endpoi
 
 // HostPort joins an address and a port as a dial string: [v6]:port or v4:port.
 func HostPort(a netip.Addr, port uint16) string { return netip.AddrPortFrom(a, port).String() }
+
+// Dataplane is what RunOnNode drives: a kernel mode's Dataplane.
+type Dataplane interface {
+	Sync(ctx context.Context, snap *service.Snapshot) error
+	Run(ctx context.Context) error
+}
+
+// RunOnNode makes dp's first sync of snap on Node, then runs it there (its
+// periodic resyncs too) until the test ends; an error of either fails the
+// test then.
+func (l *Lab) RunOnNode(t *testing.T, dp Dataplane, snap *service.Snapshot) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		// Run resyncs from this goroutine, so its syncs run in the node.
+		done <- l.Node.Do(func() error {
+			if err := dp.Sync(ctx, snap); err != nil {
+				return err
+			}
+			return dp.Run(ctx)
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+}

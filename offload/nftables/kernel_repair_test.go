@@ -1,7 +1,6 @@
 package nftables
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -19,23 +18,7 @@ func TestKernelLostTableRepaired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		// Run resyncs from this goroutine, so its syncs run in the node.
-		done <- l.Node.Do(func() error {
-			if err := dp.Sync(ctx, labService(l)); err != nil {
-				return err
-			}
-			return dp.Run(ctx)
-		})
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	l.RunOnNode(t, dp, labService(l))
 	waitHealth(t, dp, "the first sync", func(h Health) bool { return h.FullSyncs == 1 })
 	if _, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 3); err != nil {
 		t.Fatal(err)
