@@ -38,7 +38,9 @@ type syncState struct {
 const metricSynced = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
 
 // reloadedLine is what svcproxy logs when it has read a changed manifests
-// file (service/watch); the Snapshot of that file is handed over after it.
+// file (service/watch); the Snapshot of that file is handed over after it:
+// service/watch writes the line before it wakes the loop that hands the
+// Snapshot over, so a handover stamped earlier than the line is an older one.
 const reloadedLine = `msg="services file reloaded"`
 
 // reloadedAfter returns when svcproxy last logged reading the manifests
@@ -134,19 +136,42 @@ func (l *Lab) WaitApplied(ctx context.Context, since time.Time, before uint64) e
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
+	var st syncState // as of the last /metrics read that answered
+	var err error
 	for {
-		st, err := l.syncState(ctx)
+		now, nowErr := l.syncState(ctx)
+		if nowErr == nil {
+			st = now
+		}
+		if ctx.Err() == nil {
+			err = nowErr // a read cut short by the deadline says nothing
+		}
 		reloaded, ok := l.reloadedAfter(since)
-		if err == nil && ok && !st.queued.Before(reloaded) && !st.synced.Before(st.queued) && st.applied > before {
+		if nowErr == nil && ok && !st.queued.Before(reloaded) && !st.synced.Before(st.queued) && st.applied > before {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			if err == nil {
-				err = fmt.Errorf("last change handed over %s, %d applied", st.queued.Format(time.RFC3339Nano), st.applied)
-			}
-			return fmt.Errorf("svcproxy did not apply the changed %s within %s: %w", l.ManifestsPath(), applyTimeout, err)
+			return fmt.Errorf("svcproxy did not apply the changed %s within %s: %s%s",
+				l.ManifestsPath(), applyTimeout, waitedFor(since, reloaded, ok, st, before, err), l.logTail("svcproxy"))
 		case <-tick.C:
 		}
 	}
+}
+
+// waitedFor says which of WaitApplied's conditions did not hold.
+func waitedFor(since, reloaded time.Time, ok bool, st syncState, before uint64, err error) string {
+	stamp := func(t time.Time) string { return t.UTC().Format("15:04:05.000000") }
+	var b strings.Builder
+	if ok {
+		fmt.Fprintf(&b, "file read at %s", stamp(reloaded))
+	} else {
+		fmt.Fprintf(&b, "no %s line since the write at %s", reloadedLine, stamp(since))
+	}
+	fmt.Fprintf(&b, "; last Snapshot handed over at %s, last sync ended at %s, %d applied (%d before the write)",
+		stamp(st.queued), stamp(st.synced), st.applied, before)
+	if err != nil {
+		fmt.Fprintf(&b, "; the last /metrics read failed: %v", err)
+	}
+	return b.String()
 }

@@ -91,7 +91,9 @@ func newFileSource(path string, maxBytes int64, log *slog.Logger, changed func()
 	}
 	f.logSkipped(err)
 	f.last = st
-	f.apply(objs)
+	if f.put(objs) > 0 {
+		f.changed()
+	}
 	return f, nil
 }
 
@@ -277,7 +279,7 @@ func (f *fileSource) load(data []byte) {
 	}
 	f.logSkipped(err)
 	had := f.snapshot().Len()
-	n := f.apply(objs)
+	n := f.put(objs)
 	services := f.snapshot().Len()
 	if had > 0 && services == 0 {
 		// An empty file is valid, and is applied; but it is far more often a
@@ -285,6 +287,9 @@ func (f *fileSource) load(data []byte) {
 		f.log.Error("services file reloaded WITHOUT ANY SERVICE: every Service was removed", "file", f.path, "removed", had)
 	}
 	f.log.Info("services file reloaded", "file", f.path, "objects", len(objs), "services", services, "changes", n)
+	if n > 0 {
+		f.changed() // after the line: see put
+	}
 }
 
 func (f *fileSource) logSkipped(err error) {
@@ -303,11 +308,17 @@ func unjoin(err error) []error {
 	return []error{err}
 }
 
-// apply builds the Snapshot of objs and, if it differs from the one in force,
-// puts it in force and wakes the Watcher. It returns the number of Services
-// added, changed or removed, plus one if the skipped objects changed (their
-// errors are reported from the Snapshot). objs are not kept.
-func (f *fileSource) apply(objs []runtime.Object) int {
+// put builds the Snapshot of objs and, if it differs from the one in force,
+// puts it in force. It returns the number of Services added, changed or
+// removed, plus one if the skipped objects changed (their errors are reported
+// from the Snapshot): when it is not 0, the caller wakes the Watcher
+// (f.changed), which hands the Snapshot over. objs are not kept.
+//
+// load logs "services file reloaded" between the two, so the line is always
+// written before the Snapshot it announces is handed over: whoever reads the
+// log (the lab waits for a sync after that line) never sees a handover that
+// precedes it.
+func (f *fileSource) put(objs []runtime.Object) int {
 	snap := build(objs)
 
 	f.mu.Lock()
@@ -317,8 +328,7 @@ func (f *fileSource) apply(objs []runtime.Object) int {
 		return 0 // an equal Snapshot: subscribers keep the one they have
 	}
 	f.snap = snap
-	f.changed()
-	return n
+	return max(n, 1) // the first Snapshot is news even when it is empty
 }
 
 // changes counts the Services that differ between two Snapshots (old may be

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -149,6 +150,33 @@ func TestFileSourceLargeChange(t *testing.T) {
 	}
 	replaceFile(t, path, manifest(ports...))
 	await(t, snaps, "260 services", hasPorts(strings.Join(want, " ")))
+}
+
+// TestFileSourceLogsBeforeHandover: "services file reloaded" is logged before
+// the Watcher is woken to hand the new Snapshot over, never after. Whoever
+// waits for a change to be applied reads the log for that line and then
+// waits for a handover that follows it (the lab's WaitApplied); a handover
+// stamped before the line would be taken for an older one, and the wait would
+// last until the next resync.
+func TestFileSourceLogsBeforeHandover(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "services.yaml")
+	writeFile(t, path, manifest(80))
+	logs := newLogRecorder()
+	var wakes []int // the reloaded lines logged at each wake
+	f, err := newFileSource(path, 1<<20, slog.New(logs), func() {
+		wakes = append(wakes, logs.count("services file reloaded"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.load([]byte(manifest(80, 81)))
+	f.load([]byte(manifest(80, 81) + "\n")) // the same Services: no handover
+	if want := []int{0, 1}; !slices.Equal(wakes, want) {
+		t.Errorf("reloaded lines logged at each wake: %v, want %v (start-up, then after the first reload's line)", wakes, want)
+	}
+	if n := logs.count("services file reloaded"); n != 2 {
+		t.Errorf("%d reloaded lines, want 2", n)
+	}
 }
 
 func TestNewRejectsBrokenFile(t *testing.T) {

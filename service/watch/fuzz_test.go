@@ -51,6 +51,6 @@ func FuzzLoadManifests(f *testing.F) {
 		}
 		// What loads, applies: built into a Snapshot.
 		f := &fileSource{changed: func() {}}
-		f.apply(objs)
+		f.put(objs)
 	})
 }
