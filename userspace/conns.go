@@ -24,6 +24,9 @@ type tcpConn struct {
 	mu      sync.Mutex
 	backend *net.TCPConn // nil until dialled
 	aborted bool
+
+	// up copies client to endpoint, down endpoint to client (halfCopy.run).
+	up, down halfCopy
 }
 
 // setBackend records the dialled endpoint socket. It returns false if the

@@ -14,11 +14,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// copyHalf copies one direction of c, src to dst, until src ends, and reports
-// whether it ended at src's end of stream (the caller passes the FIN on). An
-// error (a reset, or the proxier aborting c) aborts both sides: the other
-// direction has nothing left to wait for, and a peer must not mistake the end
-// for a clean one.
+// run copies one direction of the connection h.c, src to dst, until src ends,
+// and reports whether it ended at src's end of stream (the caller passes the
+// FIN on). An error (a reset, or the proxier aborting the connection) aborts
+// both sides: the other direction has nothing left to wait for, and a peer
+// must not mistake the end for a clean one.
 //
 // It reads into a pooled buffer, and takes the buffer only once the socket has
 // data: an idle connection holds no buffer, no pipe, only its two sockets and
@@ -33,16 +33,7 @@ import (
 // its pipe (two more file descriptors) while the connection idles, and a proxy
 // holding 10,000 idle connections would need 60,000 descriptors
 // (inetaf/tcpproxy#31).
-func copyHalf(c *tcpConn, dst, src *net.TCPConn, bytes *atomic.Uint64) (eof bool) {
-	h := &halfCopy{c: c, dstConn: dst, srcConn: src, bytes: bytes}
-	var err error
-	if h.src, err = src.SyscallConn(); err == nil {
-		h.dst, err = dst.SyscallConn()
-	}
-	if err != nil {
-		c.abort()
-		return false
-	}
+func (h *halfCopy) run() (eof bool) {
 	h.stepFunc, h.writeFunc = h.step, h.writeNow // one allocation each, not one per message
 	for {
 		h.out = stepResult{}
@@ -87,6 +78,8 @@ func (h *halfCopy) afterStep() (done, eof bool) {
 }
 
 // halfCopy is the state of one direction between the poller's calls of step.
+// Both directions live in their tcpConn (one allocation per connection, not
+// three), and share its two sockets' RawConns.
 //
 // The read and the write of a message run nested (the write in dst's RawConn
 // callback, inside src's), so the frames on that path are kept small and the

@@ -19,7 +19,7 @@
 //     Two goroutines per connection, not one: Go's poller parks a goroutine
 //     on one socket, and waiting on both at once would take an event loop of
 //     our own.
-//     Each direction (copyHalf) parks in Go's poller holding nothing, and
+//     Each direction (halfCopy.run) parks in Go's poller holding nothing, and
 //     when the socket is readable reads what arrived into a pooled 16 KiB
 //     buffer and writes it on, both inside the poller's callback
 //     (syscall.RawConn.Read): per small message one read and one write. The

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -154,7 +153,7 @@ func (p *Proxier) dialler(c *tcpConn) {
 const diallerIdle = time.Second
 
 // proxyTCP connects c to an endpoint of its service port, then starts one
-// goroutine per direction to copy the bytes (copyHalf) and returns: the
+// goroutine per direction to copy the bytes (halfCopy.run) and returns: the
 // dialler's stack, grown by the dial, does not sit under an idle connection.
 // The last of the two copies to end closes c.
 func (p *Proxier) proxyTCP(c *tcpConn) {
@@ -172,24 +171,33 @@ func (p *Proxier) proxyTCP(c *tcpConn) {
 		p.endTCP(c)
 		return
 	}
+	clientRaw, err1 := c.client.SyscallConn()
+	backendRaw, err2 := backend.SyscallConn()
+	if err1 != nil || err2 != nil { // closed meanwhile: aborted
+		c.abort()
+		p.endTCP(c)
+		return
+	}
+	c.up = halfCopy{c: c, dstConn: backend, srcConn: c.client, dst: backendRaw, src: clientRaw, bytes: &sp.counters.fromClients}
+	c.down = halfCopy{c: c, dstConn: c.client, srcConn: backend, dst: clientRaw, src: backendRaw, bytes: &sp.counters.toClients}
 	c.copying.Store(2)
-	p.wg.Go(func() { p.copyAndEnd(c, backend, c.client, &sp.counters.fromClients) })
-	p.wg.Go(func() { p.copyAndEnd(c, c.client, backend, &sp.counters.toClients) })
+	p.wg.Go(func() { p.copyAndEnd(c, &c.up) })
+	p.wg.Go(func() { p.copyAndEnd(c, &c.down) })
 }
 
 // copyAndEnd copies one direction; the second to finish ends the connection.
 // The end of the stream is passed on as a half-close (a FIN to dst's peer)
 // while the other direction still copies; when it is the last direction to
 // end, closing both sockets sends that FIN, and the shutdown(2) is saved.
-func (p *Proxier) copyAndEnd(c *tcpConn, dst, src *net.TCPConn, bytes *atomic.Uint64) {
-	eof := copyHalf(c, dst, src, bytes)
+func (p *Proxier) copyAndEnd(c *tcpConn, h *halfCopy) {
+	eof := h.run()
 	if c.copying.Add(-1) == 0 {
 		c.close()
 		p.endTCP(c)
 		return
 	}
 	if eof {
-		dst.CloseWrite()
+		h.dstConn.CloseWrite()
 	}
 }
 
