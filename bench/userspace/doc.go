@@ -10,9 +10,16 @@
 // and reports connections/s (one short connection each), requests/s (small
 // requests on keep-alive connections, wrk), Gbit/s (one bulk stream), the CPU
 // time each proxy process spends per connection and per request (from
-// /proc/PID/stat: less sensitive to other load than the rates), and the
-// memory each proxy process needs per idle proxied connection. -syscalls adds
-// each proxy's system calls per connection and per request (strace -c).
+// /proc/PID/stat: less sensitive to other load than the rates), its threads'
+// context switches per connection and per request (/proc/PID/task/*/status),
+// the userspace proxy's heap allocations per connection and per request
+// (runtime/metrics: exact), and the memory each proxy process needs per idle
+// proxied connection. UDP (userspace against direct: HAProxy 2.6 proxies no
+// UDP): datagrams/s, new sessions/s, and the cost of a session: the proxy's
+// CPU time per exchange and per new session, and its memory per open session.
+// -syscalls adds each proxy's system calls per connection and per request
+// (strace -c); -profile the proxier child's CPU, block and allocation
+// profiles.
 //
 // It needs root: it re-executes itself with `unshare --net` in a private network
 // namespace (the node: backends and proxies), makes a second one for the load

@@ -19,7 +19,11 @@ type wrkResult struct {
 	perSecond float64
 	requests  int64   // requests completed
 	cpu       float64 // seconds of CPU the proxy process used meanwhile; 0 for direct
-	errors    string  // wrk's "Socket errors" and non-2xx lines, "" when none
+	// heap allocations of the userspace proxy meanwhile (objects, bytes);
+	// they include the pprof server's few answers around the run
+	allocs, allocBytes uint64
+	switches           uint64 // the proxy's threads' context switches meanwhile
+	errors             string // wrk's "Socket errors" and non-2xx lines, "" when none
 }
 
 // cpuPerRequest is the proxy's CPU time per request, in microseconds.
@@ -238,27 +242,42 @@ func udpPaced(client *namespace, addr string, rate int, d time.Duration) (udpRes
 }
 
 // openUDPSessions opens n sessions to addr (a socket each, one exchange) and
-// leaves the sockets open. The caller closes them.
+// leaves the sockets open. The caller closes them. The exchanges go in
+// batches (a datagram on every socket of a batch, then the replies), so that
+// all the sessions open within a few seconds, well inside the proxy's idle
+// timeout: the memory per session is read while they are still open.
 func openUDPSessions(client *namespace, addr string, n int) ([]net.Conn, error) {
+	const batch = 256
 	conns := make([]net.Conn, 0, n)
 	buf := make([]byte, 64)
-	for i := range n {
-		c, err := client.dial("udp4", addr)
-		if err != nil {
-			closeAll(conns)
-			return nil, fmt.Errorf("UDP session %d: %w", i, err)
-		}
-		conns = append(conns, c)
-		for try := 0; ; try++ {
-			c.Write(buf)
-			c.SetReadDeadline(time.Now().Add(time.Second))
-			if _, err = c.Read(buf); err == nil {
-				break
-			}
-			if try == 3 {
+	for len(conns) < n {
+		first := len(conns)
+		for range min(batch, n-first) {
+			c, err := client.dial("udp4", addr)
+			if err != nil {
 				closeAll(conns)
-				return nil, fmt.Errorf("UDP session %d: no reply: %w", i, err)
+				return nil, fmt.Errorf("UDP session %d: %w", len(conns), err)
 			}
+			conns = append(conns, c)
+		}
+		pending := conns[first:]
+		for try := 0; len(pending) > 0; try++ {
+			if try == 4 {
+				closeAll(conns)
+				return nil, fmt.Errorf("UDP sessions: %d of a batch had no reply after 4 tries", len(pending))
+			}
+			for _, c := range pending {
+				c.Write(buf)
+			}
+			deadline := time.Now().Add(time.Second)
+			var lost []net.Conn
+			for _, c := range pending {
+				c.SetReadDeadline(deadline)
+				if _, err := c.Read(buf); err != nil {
+					lost = append(lost, c)
+				}
+			}
+			pending = lost
 		}
 	}
 	return conns, nil

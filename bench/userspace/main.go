@@ -39,6 +39,11 @@ func main() {
 	var err error
 	switch {
 	case *role == "proxier":
+		if *profile != "" {
+			// The allocation profile samples one allocation per 4 KiB
+			// instead of per 512 KiB: enough samples in a 5 s run.
+			runtime.MemProfileRate = 4096
+		}
 		err = runProxier(*backendsFlag, *udpIdle)
 	case os.Getenv(inNamespaceEnv) == "":
 		err = reexecInNamespace()
@@ -145,7 +150,7 @@ func bench(cfg benchConfig) error {
 		return err
 	}
 	defer b.close()
-	proxier, err := startProxier(b, cfg.udpIdle)
+	proxier, err := startProxier(b, cfg.udpIdle, cfg.profile)
 	if err != nil {
 		return err
 	}
@@ -170,7 +175,7 @@ func bench(cfg benchConfig) error {
 	}
 	fmt.Printf("userspace-bench: %s, %d CPUs, GOMAXPROCS %d; %s per measurement; wrk -t2 -c%d from a client namespace\n",
 		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), cfg.duration, cfg.connections)
-	fmt.Printf("load average before: %s\n\n", loadavg())
+	fmt.Printf("load average before: %s; a system call that does nothing (getppid) takes %.2f µs here\n\n", loadavg(), syscallCost())
 	rows := map[string]tcpRow{}
 	for _, p := range paths {
 		row, err := measureTCP(client, p, cfg)
@@ -223,9 +228,20 @@ func measureTCP(client *namespace, p path, cfg benchConfig) (tcpRow, error) {
 // proxy process used meanwhile.
 func measureWrk(client *namespace, p path, newConn bool, cfg benchConfig) (wrkResult, error) {
 	var before float64
+	var switches uint64
 	if p.proc != nil {
 		var err error
 		if before, err = p.proc.cpuSeconds(); err != nil {
+			return wrkResult{}, err
+		}
+		if switches, err = p.proc.contextSwitches(); err != nil {
+			return wrkResult{}, err
+		}
+	}
+	var objects, bytes uint64
+	if p.proc != nil && p.proc.pprof != "" {
+		var err error
+		if objects, bytes, err = p.proc.allocs(); err != nil {
 			return wrkResult{}, err
 		}
 	}
@@ -235,6 +251,16 @@ func measureWrk(client *namespace, p path, newConn bool, cfg benchConfig) (wrkRe
 	}
 	after, err := p.proc.cpuSeconds()
 	res.cpu = after - before
+	if err == nil {
+		var n uint64
+		n, err = p.proc.contextSwitches()
+		res.switches = n - switches
+	}
+	if err == nil && p.proc.pprof != "" {
+		var o, b uint64
+		o, b, err = p.proc.allocs()
+		res.allocs, res.allocBytes = o-objects, b-bytes
+	}
 	return res, err
 }
 
@@ -259,31 +285,60 @@ func printTCP(paths []path, rows map[string]tcpRow, cfg benchConfig) {
 	fmt.Printf("proxy CPU per connection: userspace %.0f µs, haproxy %.0f µs (%.2f×); per keep-alive request: userspace %.1f µs, haproxy %.1f µs (%.2f×)\n",
 		u.conns.cpuPerRequest(), h.conns.cpuPerRequest(), u.conns.cpuPerRequest()/h.conns.cpuPerRequest(),
 		u.reqs.cpuPerRequest(), h.reqs.cpuPerRequest(), u.reqs.cpuPerRequest()/h.reqs.cpuPerRequest())
+	fmt.Printf("proxy threads' context switches per connection: userspace %.1f, haproxy %.1f; per keep-alive request: userspace %.2f, haproxy %.2f\n",
+		perRequestOf(u.conns.switches, u.conns), perRequestOf(h.conns.switches, h.conns),
+		perRequestOf(u.reqs.switches, u.reqs), perRequestOf(h.reqs.switches, h.reqs))
+	fmt.Printf("userspace heap allocations per connection: %.1f (%.0f bytes); per keep-alive request: %.2f (%.0f bytes)\n",
+		perRequestOf(u.conns.allocs, u.conns), perRequestOf(u.conns.allocBytes, u.conns),
+		perRequestOf(u.reqs.allocs, u.reqs), perRequestOf(u.reqs.allocBytes, u.reqs))
 	fmt.Printf("RSS per idle connection: (VmRSS with %d idle proxied connections - VmRSS before) / %d, of the proxy process only; kernel socket buffers are not in it.\n", cfg.idle, cfg.idle)
+}
+
+// perRequestOf is n per request of r.
+func perRequestOf(n uint64, r wrkResult) float64 {
+	if r.requests == 0 {
+		return 0
+	}
+	return float64(n) / float64(r.requests)
 }
 
 // benchUDP measures the UDP path against direct: datagrams/s on 32 sessions,
 // new sessions/s, a paced rate of new sessions (replies lost, receive-buffer
-// drops in the node), and the proxy's memory per session.
+// drops in the node), and the proxy's cost per session: its CPU time per
+// exchange and per new session, and its memory per open session.
 func benchUDP(client *namespace, b *backends, proxier *child, cfg benchConfig) error {
 	type udpRow struct {
 		datagrams, sessions, paced udpResult
 		drops                      uint64
+		cpuDatagrams, cpuSessions  float64 // the proxy's CPU seconds during the two runs
 	}
 	rows := map[string]udpRow{}
 	names := []string{"direct", "userspace"}
 	addr := map[string]string{"direct": b.addrs[kindUDP][0], "userspace": vip(kindUDP)}
 	for _, name := range names {
 		var r udpRow
+		var proc *child
+		if name == "userspace" {
+			proc = proxier
+		}
 		var err error
-		if r.datagrams, err = udpDatagrams(client, addr[name], 32, cfg.duration); err != nil {
+		r.cpuDatagrams, err = cpuDuring(proc, func() (err error) {
+			r.datagrams, err = udpDatagrams(client, addr[name], 32, cfg.duration)
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("UDP datagrams/s, %s: %w", name, err)
 		}
 		time.Sleep(cfg.udpIdle + cfg.udpIdle/4 + time.Second) // the sessions idle out
-		if r.sessions, err = udpSessions(client, addr[name], 32, cfg.duration); err != nil {
+		r.cpuSessions, err = cpuDuring(proc, func() (err error) {
+			r.sessions, err = udpSessions(client, addr[name], 32, cfg.duration)
+			// The sessions' end is part of their cost: wait for it.
+			time.Sleep(cfg.udpIdle + cfg.udpIdle/4 + time.Second)
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("UDP sessions/s, %s: %w", name, err)
 		}
-		time.Sleep(cfg.udpIdle + cfg.udpIdle/4 + time.Second)
 		before, err := udpReceiveErrors()
 		if err != nil {
 			return err
@@ -300,13 +355,16 @@ func benchUDP(client *namespace, b *backends, proxier *child, cfg benchConfig) e
 	if err != nil {
 		return err
 	}
+	start := time.Now()
 	conns, err := openUDPSessions(client, vip(kindUDP), cfg.udpSessions)
 	if err != nil {
 		return err
 	}
+	opening := time.Since(start)
 	after, err := proxier.rssKB()
+	open, serr := proxier.udpSessions()
 	closeAll(conns)
-	if err != nil {
+	if err := errors.Join(err, serr); err != nil {
 		return err
 	}
 	fmt.Printf("\n| UDP path | datagrams/s (32 sessions) | new sessions/s | %d new sessions/s for 3s: replies lost | receive-buffer drops |\n", cfg.udpRate)
@@ -319,10 +377,41 @@ func benchUDP(client *namespace, b *backends, proxier *child, cfg benchConfig) e
 	d, u := rows["direct"], rows["userspace"]
 	fmt.Printf("\nuserspace / direct: datagrams/s %.2f×, new sessions/s %.2f×\n",
 		u.datagrams.perSecond()/d.datagrams.perSecond(), u.sessions.perSecond()/d.sessions.perSecond())
-	perSession := float64(after-before) / float64(cfg.udpSessions)
-	fmt.Printf("UDP memory: %d sessions raised the proxy's RSS by %.1f MiB (%.2f KiB per session; %.1f MiB for 20,000)\n",
-		cfg.udpSessions, float64(after-before)/1024, perSession, perSession*20000/1024)
+	fmt.Printf("proxy CPU per exchange (a datagram and its reply) on an open session: %.1f µs; per new session (opened, one exchange, idled out and ended): %.0f µs\n",
+		perOp(u.cpuDatagrams, u.datagrams.ops), perOp(u.cpuSessions, u.sessions.ops))
+	if open > 0 {
+		fmt.Printf("UDP memory: %d sessions opened in %.1fs, %d of them still open in the proxy: RSS +%.1f MiB, %.2f KiB per open session (%.1f MiB for 20,000)\n",
+			cfg.udpSessions, opening.Seconds(), open, float64(after-before)/1024,
+			float64(after-before)/float64(open), float64(after-before)/float64(open)*20000/1024)
+	} else {
+		fmt.Printf("UDP memory: %d sessions opened in %.1fs, none still open in the proxy (raise -udp-idle)\n", cfg.udpSessions, opening.Seconds())
+	}
 	return nil
+}
+
+// cpuDuring runs f and returns the CPU seconds proc used meanwhile (0 when
+// proc is nil: the direct path has no proxy).
+func cpuDuring(proc *child, f func() error) (float64, error) {
+	if proc == nil {
+		return 0, f()
+	}
+	before, err := proc.cpuSeconds()
+	if err != nil {
+		return 0, err
+	}
+	if err := f(); err != nil {
+		return 0, err
+	}
+	after, err := proc.cpuSeconds()
+	return after - before, err
+}
+
+// perOp is seconds per op, in microseconds.
+func perOp(seconds float64, ops uint64) float64 {
+	if ops == 0 {
+		return 0
+	}
+	return seconds / float64(ops) * 1e6
 }
 
 // idleMemory opens n idle connections through p and returns the growth of the
@@ -345,8 +434,9 @@ func idleMemory(client *namespace, p path, n int) (float64, error) {
 }
 
 // profileRows runs the userspace connections/s and requests/s rows again,
-// once under the CPU profiler and once under the block profiler, and writes
-// the profiles of the proxier child to cfg.profile.
+// once each under the CPU profiler, the block profiler and the allocation
+// profiler (what was allocated during the run), and writes the profiles of
+// the proxier child to cfg.profile.
 func profileRows(client *namespace, proxier *child, cfg benchConfig) error {
 	if err := os.MkdirAll(cfg.profile, 0o755); err != nil {
 		return err
@@ -355,8 +445,8 @@ func profileRows(client *namespace, proxier *child, cfg benchConfig) error {
 		name    string
 		newConn bool
 	}{{"conns", true}, {"reqs", false}} {
-		for _, kind := range []string{"profile", "block"} {
-			file := filepath.Join(cfg.profile, fmt.Sprintf("%s-%s.pprof", row.name, map[string]string{"profile": "cpu", "block": "block"}[kind]))
+		for _, kind := range []string{"profile", "block", "allocs"} {
+			file := filepath.Join(cfg.profile, fmt.Sprintf("%s-%s.pprof", row.name, map[string]string{"profile": "cpu", "block": "block", "allocs": "allocs"}[kind]))
 			wait := proxier.profile(kind, cfg.duration, file)
 			res, err := runWrk(client, vip(kindHTTP), row.newConn, cfg)
 			if err := errors.Join(err, wait()); err != nil {
@@ -366,6 +456,25 @@ func profileRows(client *namespace, proxier *child, cfg benchConfig) error {
 		}
 	}
 	return nil
+}
+
+// syscallCost is the time of a system call that does nothing, in
+// microseconds: the entry and exit every call pays, which a VM can make
+// several times dearer than on the bare machine. Multiplied by the calls per
+// connection it is the part of the proxies' CPU that system calls cost
+// before they do any work.
+// The least of five batches: other load only ever adds.
+func syscallCost() float64 {
+	const n = 20000
+	best := time.Duration(1<<63 - 1)
+	for range 5 {
+		start := time.Now()
+		for range n {
+			syscall.RawSyscall(syscall.SYS_GETPPID, 0, 0, 0)
+		}
+		best = min(best, time.Since(start))
+	}
+	return best.Seconds() / n * 1e6
 }
 
 func loadavg() string {

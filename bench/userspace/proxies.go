@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,7 +58,25 @@ func runProxier(backendFlag string, udpIdle time.Duration) error {
 	// compare what is in use, not what the garbage collector has not yet
 	// given back.
 	http.HandleFunc("/free", func(http.ResponseWriter, *http.Request) { debug.FreeOSMemory() })
-	go http.Serve(ln, nil) // net/http/pprof's handlers, and /free
+	// /udp-sessions is the number of open UDP sessions: what the memory per
+	// session is divided by (sessions idle out while they are being opened).
+	http.HandleFunc("/udp-sessions", func(w http.ResponseWriter, _ *http.Request) {
+		var n uint64
+		for name, c := range p.Stats() {
+			if name.Protocol == service.UDP {
+				n += c.ConnectionsActive
+			}
+		}
+		fmt.Fprint(w, n)
+	})
+	// /allocs is the heap allocations so far, objects and bytes: exact
+	// counts, which the bench divides by connections and requests.
+	http.HandleFunc("/allocs", func(w http.ResponseWriter, _ *http.Request) {
+		m := []metrics.Sample{{Name: "/gc/heap/allocs:objects"}, {Name: "/gc/heap/allocs:bytes"}}
+		metrics.Read(m)
+		fmt.Fprintf(w, "%d %d", m[0].Value.Uint64(), m[1].Value.Uint64())
+	})
+	go http.Serve(ln, nil) // net/http/pprof's handlers, /free, /udp-sessions and /allocs
 	fmt.Printf("ready %s\n", ln.Addr())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -133,6 +152,32 @@ func (c *child) rssKB() (int, error) {
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", c.cmd.Process.Pid)
 }
 
+// udpSessions is the number of UDP sessions the proxier child holds open.
+func (c *child) udpSessions() (int, error) {
+	resp, err := http.Get("http://" + c.pprof + "/udp-sessions")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(string(b))
+}
+
+// allocs is the heap allocations of the proxier child so far: objects and
+// bytes.
+func (c *child) allocs() (objects, bytes uint64, err error) {
+	resp, err := http.Get("http://" + c.pprof + "/allocs")
+	if err != nil {
+		return 0, 0, err
+	}
+	defer resp.Body.Close()
+	_, err = fmt.Fscan(resp.Body, &objects, &bytes)
+	return objects, bytes, err
+}
+
 // cpuSeconds is the CPU time (user and system, all threads) the child has
 // used so far, from /proc/PID/stat.
 func (c *child) cpuSeconds() (float64, error) {
@@ -156,12 +201,37 @@ func (c *child) cpuSeconds() (float64, error) {
 	return float64(utime+stime) / clockTicks, nil
 }
 
+// contextSwitches is how often the child's threads have left the CPU so far
+// (voluntary_ctxt_switches and nonvoluntary_ctxt_switches of
+// /proc/PID/task/*/status, summed): each one a trip through the kernel's
+// scheduler, dear on a VM. A thread that has ended is no longer counted.
+func (c *child) contextSwitches() (uint64, error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", c.cmd.Process.Pid))
+	if err != nil || len(tasks) == 0 {
+		return 0, fmt.Errorf("no threads of %d: %v", c.cmd.Process.Pid, err)
+	}
+	var n uint64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue // the thread ended meanwhile
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if name, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(name, "ctxt_switches") {
+				k, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+				n += k
+			}
+		}
+	}
+	return n, nil
+}
+
 // clockTicks is USER_HZ, the unit of /proc/PID/stat's times: 100 on every
 // Linux architecture Go supports.
 const clockTicks = 100
 
 // startProxier runs this program again as the proxier child.
-func startProxier(b *backends, udpIdle time.Duration) (*child, error) {
+func startProxier(b *backends, udpIdle time.Duration, profile string) (*child, error) {
 	var spec []string
 	for _, kind := range append(tcpKinds, kindUDP) {
 		spec = append(spec, kind+"="+strings.Join(b.addrs[kind], ","))
@@ -170,7 +240,7 @@ func startProxier(b *backends, udpIdle time.Duration) (*child, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, "-role=proxier", "-backends="+strings.Join(spec, ";"), "-udp-idle="+udpIdle.String())
+	cmd := exec.Command(self, "-role=proxier", "-backends="+strings.Join(spec, ";"), "-udp-idle="+udpIdle.String(), "-profile="+profile)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
@@ -189,15 +259,13 @@ func startProxier(b *backends, udpIdle time.Duration) (*child, error) {
 	return c, nil
 }
 
-// profile fetches a profile (pprof's name: "profile" for CPU, "block") of the
+// profile fetches a profile (pprof's name: "profile" for CPU, "block", "allocs") of the
 // proxier child over d into file, while the caller runs load.
 func (c *child) profile(name string, d time.Duration, file string) func() error {
 	done := make(chan error, 1)
 	go func() {
+		// With seconds, the block and allocs profiles are what happened during them.
 		url := fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", c.pprof, name, int(d.Seconds()))
-		if name == "block" {
-			url = fmt.Sprintf("http://%s/debug/pprof/block?seconds=%d", c.pprof, int(d.Seconds()))
-		}
 		resp, err := http.Get(url)
 		if err != nil {
 			done <- err

@@ -25,7 +25,9 @@ type syscallCount struct {
 // proxy once more, under `strace -c -f` attached to the proxy process, and
 // prints the system calls per connection and per request. strace slows the
 // proxy down a lot: the rates of these runs mean nothing, only the counts do.
-// This stands in for `perf stat`, which has no counters on this VM.
+// This stands in for `perf stat`, which has no hardware counters on this VM
+// and whose syscall tracepoints count nothing when attached to a running
+// process (-p) here.
 func countSyscalls(client *namespace, paths []path, cfg benchConfig) error {
 	if _, err := exec.LookPath("strace"); err != nil {
 		return errors.New("-syscalls needs strace (apt-get install strace)")
@@ -110,27 +112,29 @@ func parseStraceSummary(file string) ([]syscallCount, error) {
 }
 
 // perRequest formats the calls per request, the most frequent first, and
-// their total without the waiting calls.
+// their total without the waiting calls and with them (every system call
+// costs its entry and exit, a few microseconds on this VM, whatever it is
+// for).
 func perRequest(counts []syscallCount, requests int64) string {
 	if requests == 0 {
 		return "no requests"
 	}
 	slices.SortFunc(counts, func(a, b syscallCount) int { return int(b.calls - a.calls) })
 	var parts []string
-	var total float64
+	var moving, all float64
 	for _, c := range counts {
 		per := float64(c.calls) / float64(requests)
-		if per < 0.05 {
-			continue
-		}
-		parts = append(parts, fmt.Sprintf("%s %.1f", c.name, per))
+		all += per
 		if !waiting[c.name] {
-			total += per
+			moving += per
+		}
+		if per >= 0.05 {
+			parts = append(parts, fmt.Sprintf("%s %.1f", c.name, per))
 		}
 	}
-	return fmt.Sprintf("%.1f calls besides waiting (%s)", total, strings.Join(parts, ", "))
+	return fmt.Sprintf("%.1f calls besides waiting, %.1f in all (%s)", moving, all, strings.Join(parts, ", "))
 }
 
 // waiting are the calls a process makes to wait or to wake a thread, not to
 // move a connection on.
-var waiting = map[string]bool{"futex": true, "epoll_wait": true, "epoll_pwait": true, "nanosleep": true}
+var waiting = map[string]bool{"futex": true, "epoll_wait": true, "epoll_pwait": true, "nanosleep": true, "sched_yield": true}
