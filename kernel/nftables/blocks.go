@@ -20,8 +20,20 @@ import (
 // dumps every chain of every table in the namespace into its cache, to check the
 // rule's chain; a chain block needs only the table. At 10,000 service ports the
 // dump of their 40,000 chains is ~0.3 s of a one-Service change, and grows with
-// the table (docs/benchmarks.md). `add element` and every `delete` still fetch
-// the chains: nft 1.0.6 has no form of them that does not.
+// the table (docs/benchmarks.md).
+//
+// Elements likewise: nft 1.0.6 lists every chain before an `add element`, but not
+// before a set declared with its elements. A declaration of a set or map followed
+// by elements for it,
+//
+//	add set ip svcproxy hairpin { type ipv4_addr . ipv4_addr ; }
+//	add element ip svcproxy hairpin { 198.19.1.10 . 198.19.1.10 }
+//
+// becomes `add set ip svcproxy hairpin { type ipv4_addr . ipv4_addr ; elements = {
+// 198.19.1.10 . 198.19.1.10 } ; }`: the same NEWSET (which changes nothing in an
+// existing set of that type) and NEWSETELEM messages. Every `delete` and an `add
+// element` without a declaration before it still fetch the chains: nft 1.0.6 has
+// no form of them that does not.
 //
 // A rule that names a set, map or named counter (`@affinity-X`, `counter name
 // "connections-X"`) resolves it in nft's cache, which a chain block does not load:
@@ -38,6 +50,24 @@ func chainBlocks(text string) string {
 	var b strings.Builder
 	b.Grow(len(text))
 	for i := 0; i < len(lines); {
+		if kind, name, body, ok := splitSetDecl(lines[i]); ok {
+			var elems []string
+			j := i + 1
+			for ; j < len(lines); j++ {
+				e, ok := strings.CutPrefix(lines[j], "add element "+name+" { ")
+				if !ok || !strings.HasSuffix(e, " }") {
+					break
+				}
+				elems = append(elems, strings.TrimSuffix(e, " }"))
+			}
+			if len(elems) > 0 {
+				b.WriteString("add " + kind + " " + name + " { " + body + " ; elements = { ")
+				b.WriteString(strings.Join(elems, ", "))
+				b.WriteString(" } ; }\n")
+				i = j
+				continue
+			}
+		}
 		head, rule, ok := splitAddRule(lines[i])
 		if !ok {
 			b.WriteString(lines[i])
@@ -72,6 +102,17 @@ func chainBlocks(text string) string {
 	return b.String()
 }
 
+// splitSetDecl splits "add set|map FAMILY TABLE NAME { BODY ; }" into "set" or
+// "map", "FAMILY TABLE NAME" and BODY. A declaration that already has elements is
+// not split.
+func splitSetDecl(line string) (kind, name, body string, ok bool) {
+	m := setDeclRE.FindStringSubmatch(line)
+	if m == nil || strings.Contains(m[3], "elements") {
+		return "", "", "", false
+	}
+	return m[1], m[2], m[3], true
+}
+
 // splitAddRule splits "add rule FAMILY TABLE CHAIN RULE" into "FAMILY TABLE CHAIN"
 // and RULE. Rules with a position (`index`, `handle`) and rules with a `;` (which a
 // block would read as two) are not split.
@@ -91,6 +132,7 @@ func splitAddRule(line string) (head, rule string, ok bool) {
 }
 
 var (
+	setDeclRE = regexp.MustCompile(`^add (set|map) (\S+ \S+ \S+) \{ (.*) ; \}$`)
 	declRE    = regexp.MustCompile(`^add (set|map|counter) \S+ \S+ (\S+)`)
 	setRefRE  = regexp.MustCompile(`@([^\s,{}]+)`)
 	namedRefR = regexp.MustCompile(`\bname "([^"]+)"`)

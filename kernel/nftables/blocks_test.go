@@ -35,6 +35,15 @@ func TestChainBlocks(t *testing.T) {
 		{"positioned rules and other commands are left alone",
 			"add rule ip t a index 0 drop\nadd element ip t m { 1.2.3.4 : goto a }\ndelete chain ip t x\n",
 			"add rule ip t a index 0 drop\nadd element ip t m { 1.2.3.4 : goto a }\ndelete chain ip t x\n"},
+		{"elements right after their set's declaration join it",
+			"add set ip t h { type ipv4_addr . ipv4_addr ; comment \"c\" ; }\nadd element ip t h { 1.2.3.4 . 1.2.3.4 }\nadd element ip t h { 1.2.3.5 . 1.2.3.5 }\nadd element ip t other { 1.2.3.6 }\n",
+			"add set ip t h { type ipv4_addr . ipv4_addr ; comment \"c\" ; elements = { 1.2.3.4 . 1.2.3.4, 1.2.3.5 . 1.2.3.5 } ; }\nadd element ip t other { 1.2.3.6 }\n"},
+		{"a map's elements keep their comments and verdicts",
+			"add map ip t m { type ipv4_addr : verdict ; }\nadd element ip t m { 1.2.3.4 comment \"ns/a:p\" : goto a }\n",
+			"add map ip t m { type ipv4_addr : verdict ; elements = { 1.2.3.4 comment \"ns/a:p\" : goto a } ; }\n"},
+		{"a declaration with nothing after it, or elements after a flush, stay as they are",
+			"add set ip t h { type ipv4_addr ; }\nflush set ip t h\nadd element ip t h { 1.2.3.4 }\n",
+			"add set ip t h { type ipv4_addr ; }\nflush set ip t h\nadd element ip t h { 1.2.3.4 }\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -58,6 +67,16 @@ func TestChainBlocksKernel(t *testing.T) {
 	text := chainBlocks(small)
 	require.NotContains(t, text, "add rule", "every rule of small is in a block")
 	assert.Equal(t, load(lines, small), load(blocks, text))
+
+	// Then elements after their set's declaration, into a new set and into a
+	// map that exists and already has elements (a partial sync's).
+	more := "add set ip t hairpin { type ipv4_addr . ipv4_addr ; }\n" +
+		"add element ip t hairpin { 198.19.1.1 . 198.19.1.1 }\nadd element ip t hairpin { 198.19.1.2 . 198.19.1.2 }\n" +
+		"add map ip t service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }\n" +
+		"add element ip t service-ips { 198.18.0.21 . tcp . 80 comment \"default/web:http\" : goto service-web }\n"
+	text = chainBlocks(more)
+	require.NotContains(t, text, "add element", "every element follows its set's declaration")
+	assert.Equal(t, load(lines, more), load(blocks, text))
 }
 
 // Real runs transactions and lists names over netlink; its errors say "not found"

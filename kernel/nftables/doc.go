@@ -13,15 +13,17 @@
 // namespace of the OS thread that starts it, as iptables does: svcproxy runs inside
 // the namespace it serves, and tests call Real from netnstest's NS.Do. Two things
 // keep it from growing with the table: it hands nft each chain's rules as one
-// block (chainBlocks: then nft need not read the table's 40,000 chains first),
-// and it lists names over netlink (github.com/google/nftables, through
+// block, and the elements that follow a set's declaration inside it
+// (chainBlocks: then nft need not read every chain of the table first), and it
+// lists names over netlink (github.com/google/nftables, through
 // knftables), which reads no rules.
 //
 // Fake keeps the table in memory (knftables.Fake, which validates what it is given and
 // prints itself with Dump) and traces a packet through it (Trace): which base chains it
 // meets at each hook, in priority order, which verdict map elements and rules send it
-// on, where it is DNATed, whether it is masqueraded. Verdict maps, sets, dynamic sets
-// with timeouts (ClientIP affinity) and `numgen random` are modelled, for the rule
+// on, where it is DNATed, whether it is masqueraded. Verdict maps, sets (concatenated
+// keys too), dynamic sets with timeouts (ClientIP affinity) and `numgen random` are
+// modelled, for the rule
 // shapes svcproxy writes. The trace is written to be read:
 //
 //	nat-prerouting  jump services

@@ -84,9 +84,12 @@ func (w *walker) match(toks []token, i int) (ok bool, v verdict, next int, note 
 			return false, v, 0, "", fmt.Errorf("vmap without a map")
 		}
 		return w.vmap(key, toks[i+1])
+	case strings.HasPrefix(t.word, "@") && len(key) > 1:
+		ok, err := w.inConcatSet(strings.TrimPrefix(t.word, "@"), key)
+		return ok, v, i + 1, "", err
 	case strings.HasPrefix(t.word, "@"):
-		if len(key) != 1 || (key[0].kind != "saddr" && key[0].kind != "daddr") {
-			return false, v, 0, "", fmt.Errorf("set lookups are modelled for ip|ip6 saddr and daddr")
+		if key[0].kind != "saddr" && key[0].kind != "daddr" {
+			return false, v, 0, "", fmt.Errorf("set lookups are modelled for ip|ip6 saddr and daddr, and concatenations")
 		}
 		ok, err := w.inSet(strings.TrimPrefix(t.word, "@"), w.addr(key[0]))
 		return ok, v, i + 1, "", err
@@ -257,6 +260,32 @@ func (w *walker) inSet(name string, a netip.Addr) (bool, error) {
 		return false, nil
 	}
 	return true, nil
+}
+
+// inConcatSet looks a concatenated key (`ip saddr . ip daddr @hairpin`) up in a
+// set's elements, part by part.
+func (w *walker) inConcatSet(name string, key []component) (bool, error) {
+	s := w.t.Sets[name]
+	if s == nil {
+		return false, fmt.Errorf("set %s does not exist", name)
+	}
+	for _, e := range s.Elements {
+		if len(e.Key) != len(key) {
+			return false, fmt.Errorf("set %s: element %v has %d parts, the key %d", name, e.Key, len(e.Key), len(key))
+		}
+		hit := true
+		for i, c := range key {
+			ok, err := w.wordMatches(c, e.Key[i])
+			if err != nil {
+				return false, err
+			}
+			hit = hit && ok
+		}
+		if hit {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // vmap looks the key up in a verdict map (named, or an anonymous "{ k : v, ... }").

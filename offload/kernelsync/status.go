@@ -17,10 +17,13 @@ type PortStatus struct {
 // EndpointStatus is one endpoint rule of a policy chain. An endpoint that
 // serves both the cluster and the local policy appears twice.
 type EndpointStatus struct {
-	Addr  string `json:"addr"`
-	Node  string `json:"node,omitempty"`
-	From  string `json:"from"`  // the policy chain (SVCP-SVC- or SVCP-SVL-; service- or local-)
-	Chain string `json:"chain"` // the endpoint's own chain (SVCP-SEP-; endpoint-)
+	Addr string `json:"addr"`
+	Node string `json:"node,omitempty"`
+	From string `json:"from"` // the policy chain (SVCP-SVC- or SVCP-SVL-; service- or local-)
+	// Chain is the chain of the endpoint's DNAT rule: its own (SVCP-SEP-;
+	// nftables: endpoint-, with ClientIP affinity) or, in nftables mode
+	// without affinity, the policy chain itself.
+	Chain string `json:"chain"`
 	// Probability is the statistic match of iptables' rule as written ("1":
 	// the last rule, unconditional); nftables picks with one numgen rule and
 	// has none.

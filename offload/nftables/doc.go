@@ -8,8 +8,10 @@
 //	nat-prerouting -> services:
 //	    ip daddr . meta l4proto . th dport vmap @service-ips        (ClusterIPs, externalIPs, LB IPs)
 //	    fib daddr type local ... meta l4proto . th dport vmap @service-nodeports
-//	-> service-<port> (numgen random spread) -> endpoint-<port>__<endpoint> (DNAT)
-//	nat-postrouting -> masquerading (MASQUERADE what mark-for-masquerade marked)
+//	-> service-<port>: numgen random spread, each rule a DNAT to one endpoint
+//	   (with ClientIP affinity: -> endpoint-<port>__<endpoint>, which DNATs)
+//	nat-postrouting -> masquerading (MASQUERADE what mark-for-masquerade marked,
+//	   and hairpin traffic: source . destination in the hairpin set)
 //
 // A lookup in a map costs the same with one Service or 10,000, so the cost of a new
 // connection does not grow with the number of Services. Ports without endpoints are

@@ -66,31 +66,29 @@ func Example_trace() {
 	}
 	// Output:
 	// tcp 198.19.1.2 -> 198.18.0.20:80, arriving from outside
-	//   filter-prerouting                                         ct state new jump firewall-check
-	//   nat-prerouting                                            jump services
-	//   services                                                  ip daddr . meta l4proto . th dport vmap @service-ips  => 198.18.0.20 . tcp . 80 : goto service-SUSTUHLJ-default/web/tcp/http
-	//   service-SUSTUHLJ-default/web/tcp/http                     numgen random mod 3 == 0 goto endpoint-U4EE7EBH-default/web/tcp/http__198.19.1.10/8080  => random: not taken (p=0.6667)
-	//   service-SUSTUHLJ-default/web/tcp/http                     numgen random mod 2 == 0 goto endpoint-DNOLUD2M-default/web/tcp/http__198.19.1.11/8080  => random: not taken (p=0.5)
-	//   service-SUSTUHLJ-default/web/tcp/http                     goto endpoint-EIAHX6TD-default/web/tcp/http__198.19.1.12/8080
-	//   endpoint-EIAHX6TD-default/web/tcp/http__198.19.1.12/8080  meta l4proto tcp dnat to 198.19.1.12:8080  => DNAT 198.19.1.12:8080
-	//   filter-forward                                            ct state new jump service-endpoints-check
-	//   filter-forward                                            ct state new jump cluster-ips-check
-	//   nat-postrouting                                           jump masquerading
-	//   masquerading                                              mark and 0x00004000 == 0 return
+	//   filter-prerouting                      ct state new jump firewall-check
+	//   nat-prerouting                         jump services
+	//   services                               ip daddr . meta l4proto . th dport vmap @service-ips  => 198.18.0.20 . tcp . 80 : goto service-SUSTUHLJ-default/web/tcp/http
+	//   service-SUSTUHLJ-default/web/tcp/http  numgen random mod 3 == 0 meta l4proto tcp dnat to 198.19.1.10:8080  => random: not taken (p=0.6667)
+	//   service-SUSTUHLJ-default/web/tcp/http  numgen random mod 2 == 0 meta l4proto tcp dnat to 198.19.1.11:8080  => random: not taken (p=0.5)
+	//   service-SUSTUHLJ-default/web/tcp/http  meta l4proto tcp dnat to 198.19.1.12:8080  => DNAT 198.19.1.12:8080
+	//   filter-forward                         ct state new jump service-endpoints-check
+	//   filter-forward                         ct state new jump cluster-ips-check
+	//   nat-postrouting                        jump masquerading
+	//   masquerading                           mark and 0x00004000 == 0 return
 	// result: DNAT 198.19.1.12:8080 (p=0.3333)
 	//
 	// tcp 198.19.200.2 -> 198.18.0.20:80, arriving from outside
-	//   filter-prerouting                                         ct state new jump firewall-check
-	//   nat-prerouting                                            jump services
-	//   services                                                  ip daddr . meta l4proto . th dport vmap @service-ips  => 198.18.0.20 . tcp . 80 : goto service-SUSTUHLJ-default/web/tcp/http
-	//   service-SUSTUHLJ-default/web/tcp/http                     ip daddr 198.18.0.20 tcp dport 80 ip saddr != 198.19.0.0/17 jump mark-for-masquerade
-	//   mark-for-masquerade                                       mark set mark or 0x00004000  => mark 0x4000
-	//   service-SUSTUHLJ-default/web/tcp/http                     numgen random mod 3 == 0 goto endpoint-U4EE7EBH-default/web/tcp/http__198.19.1.10/8080  => random: taken (p=0.3333)
-	//   endpoint-U4EE7EBH-default/web/tcp/http__198.19.1.10/8080  meta l4proto tcp dnat to 198.19.1.10:8080  => DNAT 198.19.1.10:8080
-	//   filter-forward                                            ct state new jump service-endpoints-check
-	//   filter-forward                                            ct state new jump cluster-ips-check
-	//   nat-postrouting                                           jump masquerading
-	//   masquerading                                              mark set mark xor 0x00004000  => mark 0x0
-	//   masquerading                                              masquerade fully-random  => MASQUERADE
+	//   filter-prerouting                      ct state new jump firewall-check
+	//   nat-prerouting                         jump services
+	//   services                               ip daddr . meta l4proto . th dport vmap @service-ips  => 198.18.0.20 . tcp . 80 : goto service-SUSTUHLJ-default/web/tcp/http
+	//   service-SUSTUHLJ-default/web/tcp/http  ip daddr 198.18.0.20 tcp dport 80 ip saddr != 198.19.0.0/17 jump mark-for-masquerade
+	//   mark-for-masquerade                    mark set mark or 0x00004000  => mark 0x4000
+	//   service-SUSTUHLJ-default/web/tcp/http  numgen random mod 3 == 0 meta l4proto tcp dnat to 198.19.1.10:8080  => random: taken (p=0.3333); DNAT 198.19.1.10:8080
+	//   filter-forward                         ct state new jump service-endpoints-check
+	//   filter-forward                         ct state new jump cluster-ips-check
+	//   nat-postrouting                        jump masquerading
+	//   masquerading                           mark set mark xor 0x00004000  => mark 0x0
+	//   masquerading                           masquerade fully-random  => MASQUERADE
 	// result: DNAT 198.19.1.10:8080, MASQUERADE (p=0.3333)
 }

@@ -51,6 +51,35 @@ func TestKernelSpread(t *testing.T) {
 	}
 }
 
+// Hairpin: a backend that reaches its own Service and lands on itself must see
+// the node as the client (the hairpin set masquerades it after DNAT), or it
+// would answer itself and the connection would fail; when it lands on another
+// backend, that one sees its address: only hairpin traffic is masqueraded.
+func TestKernelHairpin(t *testing.T) {
+	l := newLab(t)
+	l.ServeTCP(t, 8080)
+	l.sync(t, l.proxier(t), labService(l))
+	answers, err := offloadtest.Dial(l.Backends[0], "198.18.0.10:80", 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := 0
+	for _, a := range answers {
+		want := offloadtest.BackendAddr(0).String()
+		if a.Backend == "b0" {
+			want, self = "198.19.11.1", self+1 // the node's address on b0's link
+		}
+		if a.Client != want {
+			t.Errorf("backend %s saw client %s, want %s", a.Backend, a.Client, want)
+		}
+	}
+	// Each connection lands on b0 with probability 1/3: none in 30 has
+	// probability ~5e-6.
+	if self == 0 {
+		t.Errorf("no connection of 30 landed on b0 itself: %v", answers)
+	}
+}
+
 func TestKernelAffinity(t *testing.T) {
 	l := newLab(t)
 	l.ServeTCP(t, 8080)

@@ -42,6 +42,7 @@ const (
 const (
 	setClusterIPs         = "cluster-ips"
 	setNodePortIPs        = "nodeport-ips"
+	setHairpin            = "hairpin"
 	mapServiceIPs         = "service-ips"
 	mapServiceNodePorts   = "service-nodeports"
 	mapNoEndpointServices = "no-endpoint-services"

@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"net/netip"
 	"slices"
 
 	"sigs.k8s.io/knftables"
@@ -31,6 +32,20 @@ func (rs *ruleset) partialTx(tx *knftables.Transaction, appliedIPs []string) boo
 		}
 		add, del := diffElements(oldEls, c.Cur.elements)
 		addEls, delEls = append(addEls, add...), append(delEls, del...)
+		// Hairpin elements are added for new endpoint addresses and never
+		// deleted here: another port may share the address, and a stale
+		// "E . E" is inert (only a packet from E to E after DNAT matches it,
+		// which is hairpin traffic whatever Service it went through). The
+		// next full sync writes the set anew.
+		var had []netip.Addr
+		if c.Old != nil {
+			had = c.Old.flows.Endpoints
+		}
+		for _, a := range c.Cur.flows.Endpoints {
+			if _, found := slices.BinarySearchFunc(had, a, netip.Addr.Compare); !found {
+				addEls = append(addEls, hairpinElement(a))
+			}
+		}
 	}
 	for _, old := range rs.removed {
 		delEls = append(delEls, old.elements...)
@@ -50,14 +65,41 @@ func (rs *ruleset) partialTx(tx *knftables.Transaction, appliedIPs []string) boo
 	for _, e := range delEls {
 		deleteElement(tx, e)
 	}
-	for _, e := range addEls {
-		addElement(tx, e)
-	}
+	addElements(tx, &rs.cfg, addEls)
 	slices.Sort(staleChains)
 	for _, c := range staleChains {
 		tx.Flush(&knftables.Chain{Name: c})
 	}
 	return tx.NumOperations() > 0
+}
+
+// addElements adds els grouped by set, each group after a declaration of its
+// set or map (which changes nothing in the kernel: the set exists). nft needs
+// only the table for a set declared with its elements, `add set ip svcproxy S {
+// ...; elements = { ... } }`, which kernel/nftables writes from these lines,
+// while a bare `add element` makes nft 1.0.6 list every chain of the namespace
+// first (kernel/nftables: chainBlocks).
+func addElements(tx *knftables.Transaction, cfg *Config, els []element) {
+	var order []string
+	bySet := map[string][]element{}
+	for _, e := range els {
+		if _, ok := bySet[e.set]; !ok {
+			order = append(order, e.set)
+		}
+		bySet[e.set] = append(bySet[e.set], e)
+	}
+	for _, set := range order {
+		if decl := tableSet(cfg, set); decl != nil {
+			tx.Add(decl)
+		}
+		seen := map[string]bool{}
+		for _, e := range bySet[set] {
+			if !seen[e.id()] { // two ports may add one hairpin element
+				seen[e.id()] = true
+				addElement(tx, e)
+			}
+		}
+	}
 }
 
 // diffElements returns the elements of cur to add and those of old to delete. An

@@ -33,8 +33,9 @@ func TestPartialSyncGolden(t *testing.T) {
 		name       string
 		cfg        Config
 		prev, next *service.Snapshot
-		// chainOnly: the transaction needs only nft's table cache (no element,
-		// no delete): a change of endpoints that keeps some.
+		// chainOnly: the transaction needs only nft's table cache (no delete,
+		// elements only after their set's declaration, which kernel/nftables
+		// writes as one block): a change of endpoints that keeps some.
 		chainOnly bool
 	}{
 		{"partial-endpoint-removed", testConfig, three(threeEndpoints()), three(threeEndpoints()[:2]), true},
@@ -70,9 +71,19 @@ func TestPartialSyncGolden(t *testing.T) {
 				}
 			}
 			if tt.chainOnly {
+				declared := "" // the set or map declared by the run of lines so far
 				for _, l := range strings.Split(text, "\n") {
-					if strings.HasPrefix(l, "delete ") || strings.HasPrefix(l, "add element ") {
+					f := strings.Fields(l)
+					switch {
+					case strings.HasPrefix(l, "delete "):
 						t.Errorf("an endpoints change that needs nft's chain cache: %s", l)
+					case len(f) > 4 && f[0] == "add" && (f[1] == "set" || f[1] == "map"):
+						declared = f[4]
+					case len(f) > 4 && f[0] == "add" && f[1] == "element" && f[4] == declared:
+					case strings.HasPrefix(l, "add element "):
+						t.Errorf("an element not after its set's declaration, which needs nft's chain cache: %s", l)
+					default:
+						declared = ""
 					}
 				}
 			}
@@ -82,7 +93,9 @@ func TestPartialSyncGolden(t *testing.T) {
 			got := f.Dump()
 			if left := leftovers(t, got, want); t.Failed() {
 				t.Logf("after the partial sync:\n%s\nwant (a full sync):\n%s", got, want)
-			} else if gone := strings.Contains(tt.name, "removed") || strings.Contains(tt.name, "replaced"); gone && len(left) == 0 {
+			} else if strings.Contains(tt.name, "affinity") && len(left) == 0 {
+				// (Without affinity an endpoint has no chain, and its hairpin
+				// element stays in use here: api and db have the same endpoints.)
 				t.Errorf("an endpoint's chain went away, and none is left for the full sync to delete")
 			}
 			now = now.Add(time.Hour) // past the FullSyncPeriod: the next sync is full
@@ -101,7 +114,8 @@ func TestPartialSyncGolden(t *testing.T) {
 
 // leftovers checks that got (after a partial sync) is want (after a full sync) plus
 // only what a partial sync leaves for the next full sync to delete: empty port
-// chains, affinity sets and counters that nothing names. It returns those lines.
+// chains, affinity sets and counters that nothing names, and hairpin elements of
+// addresses that are no endpoint any more. It returns those lines.
 func leftovers(t *testing.T, got, want string) []string {
 	t.Helper()
 	wantLines := map[string]bool{}
@@ -123,6 +137,13 @@ func leftovers(t *testing.T, got, want string) []string {
 	}
 	for _, l := range extra {
 		f := strings.Fields(l)
+		if len(f) == 10 && f[1] == "element" && f[4] == setHairpin {
+			// add element ip svcproxy hairpin { E . E }: inert unless E is an endpoint
+			if f[6] != f[8] || strings.Contains(want, "dnat to "+f[6]+":") {
+				t.Errorf("left over hairpin element, and not a gone endpoint's: %s", l)
+			}
+			continue
+		}
 		if len(f) < 5 || f[0] != "add" || (f[1] != "chain" && f[1] != "set" && f[1] != "counter") {
 			t.Errorf("left over, and not an inert object: %s", l)
 			continue

@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -100,15 +101,15 @@ func renderPort(cfg *Config, p *service.Port) *portObjects {
 		}
 		b.add(pp.fwChain, pp.ip+" saddr != {", strings.Join(ranges, ", "), "}", "drop")
 	}
-	eps := map[netip.AddrPort]bool{}
-	if pp.UsesClusterChain {
-		po.status.Endpoints = append(po.status.Endpoints, renderSpread(pp, pp.svcChain, pp.cluster, b, eps)...)
-	}
-	if pp.UsesLocalChain {
-		po.status.Endpoints = append(po.status.Endpoints, renderSpread(pp, pp.localChain, pp.local, b, eps)...)
-	}
 	if cfg.CountConnections {
 		po.counter = prefixCounter + pp.base
+	}
+	eps := map[netip.AddrPort]bool{}
+	if pp.UsesClusterChain {
+		po.status.Endpoints = append(po.status.Endpoints, renderSpread(pp, pp.svcChain, pp.cluster, po.counter, b, eps)...)
+	}
+	if pp.UsesLocalChain {
+		po.status.Endpoints = append(po.status.Endpoints, renderSpread(pp, pp.localChain, pp.local, po.counter, b, eps)...)
 	}
 	po.sets = renderEndpointChains(pp, eps, po.counter, b)
 	for _, name := range b.order {
@@ -214,11 +215,22 @@ func renderExternalChain(cfg *Config, pp *portPlan, b *chainBuilder) {
 // `numgen random mod (n-i) == 0`, 1/n, 1/(n-1), ..., and the last one always, which
 // gives each endpoint 1/n of new connections and leaves the table with a handful of
 // maps whatever the number of Services.
-func renderSpread(pp *portPlan, chain string, eps []service.Endpoint, b *chainBuilder, seen map[netip.AddrPort]bool) []EndpointStatus {
+//
+// The rule DNATs to the endpoint itself: a port without ClientIP affinity has no
+// endpoint chains (kube-proxy writes one per endpoint). Every commit that adds a
+// rule makes the kernel walk all chains reachable from the base chains, so a
+// quarter of the chains is a cheaper commit, and a full sync has a third of the
+// rules to parse (docs/benchmarks.md). Hairpin traffic, which kube-proxy marks in
+// the endpoint chain, is found after DNAT instead: masquerading's hairpin set
+// (fixedChains). With affinity an endpoint must also remember its client, so it
+// keeps its chain (renderEndpointChains).
+func renderSpread(pp *portPlan, chain string, eps []service.Endpoint, counter string, b *chainBuilder, seen map[netip.AddrPort]bool) []EndpointStatus {
 	aff := pp.p.Service.Affinity
 	names := make([]string, len(eps))
 	for i, e := range eps {
-		names[i] = prefixEndpoint + endpointBase(pp.p.Name, e.Addr)
+		if aff.ClientIP {
+			names[i] = prefixEndpoint + endpointBase(pp.p.Name, e.Addr)
+		}
 		seen[e.Addr] = true
 	}
 	if aff.ClientIP {
@@ -229,47 +241,56 @@ func renderSpread(pp *portPlan, chain string, eps []service.Endpoint, b *chainBu
 	status := make([]EndpointStatus, len(eps))
 	n := len(eps)
 	for i, e := range eps {
-		rule := "always"
+		var rule []string
 		if i < n-1 {
-			rule = fmt.Sprintf("numgen random mod %d == 0", n-i)
-			b.add(chain, rule, "goto", names[i])
-		} else {
-			b.add(chain, "goto", names[i])
+			rule = []string{fmt.Sprintf("numgen random mod %d == 0", n-i)}
 		}
-		status[i] = EndpointStatus{Addr: e.Addr.String(), Node: e.NodeName, From: chain, Chain: names[i],
+		if aff.ClientIP {
+			rule = append(rule, "goto", names[i])
+		} else {
+			rule = append(rule, dnatTo(pp, e.Addr, counter)...)
+		}
+		b.add(chain, rule...)
+		status[i] = EndpointStatus{Addr: e.Addr.String(), Node: e.NodeName, From: chain, Chain: cmp.Or(names[i], chain),
 			Share: 1 / float64(n), Terminating: e.Terminating}
 	}
 	return status
 }
 
-// renderEndpointChains writes one endpoint- chain per endpoint: mark hairpin traffic
-// (a pod reaching itself must see the node, not itself, as the source, or it would
-// answer itself directly), remember the client for affinity, DNAT. It returns the
-// affinity sets the chains update.
+// dnatTo is the statement that sends a connection to endpoint a, counting it in
+// the port's named counter when there is one.
+func dnatTo(pp *portPlan, a netip.AddrPort, counter string) []string {
+	dnat := []string{"meta l4proto", pp.proto}
+	if counter != "" {
+		// Only a connection's first packet meets the nat chains: the
+		// counter counts new connections (UDP: new flows).
+		dnat = append(dnat, "counter name", `"`+counter+`"`)
+	}
+	return append(dnat, "dnat to", netip.AddrPortFrom(a.Addr().Unmap(), a.Port()).String())
+}
+
+// renderEndpointChains writes one endpoint- chain per endpoint of a port with
+// ClientIP affinity: remember the client, DNAT. It returns the affinity sets the
+// chains update. (Hairpin traffic is masqueraded through the hairpin set, not
+// here: fixedChains.)
 func renderEndpointChains(pp *portPlan, eps map[netip.AddrPort]bool, counter string, b *chainBuilder) []affinitySet {
+	aff := pp.p.Service.Affinity
+	if !aff.ClientIP {
+		return nil
+	}
 	addrs := make([]netip.AddrPort, 0, len(eps))
 	for a := range eps {
 		addrs = append(addrs, a)
 	}
 	slices.SortFunc(addrs, netip.AddrPort.Compare)
-	aff := pp.p.Service.Affinity
 	var sets []affinitySet
 	for _, a := range addrs {
 		base := endpointBase(pp.p.Name, a)
 		c := prefixEndpoint + base
-		b.add(c, pp.ip+" saddr", a.Addr().Unmap().String(), "jump", chainMarkMasq)
-		if aff.ClientIP {
-			set := affinitySet{name: prefixAffinity + base, typ: addrType(pp.ip), timeout: affinityTimeout(aff)}
-			sets = append(sets, set)
-			b.add(c, "update @"+set.name, "{ "+pp.ip+" saddr }")
-		}
-		dnat := []string{"meta l4proto", pp.proto}
-		if counter != "" {
-			// Only a connection's first packet meets the nat chains: the
-			// counter counts new connections (UDP: new flows).
-			dnat = append(dnat, "counter name", `"`+counter+`"`)
-		}
-		b.add(c, append(dnat, "dnat to", netip.AddrPortFrom(a.Addr().Unmap(), a.Port()).String())...)
+		set := affinitySet{name: prefixAffinity + base, typ: addrType(pp.ip), timeout: affinityTimeout(aff)}
+		sets = append(sets, set)
+		b.add(c, "update @"+set.name, "{ "+pp.ip+" saddr }")
+		b.add(c, dnatTo(pp, a, counter)...)
 	}
 	return sets
 }

@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"net/netip"
 	"slices"
 
 	"sigs.k8s.io/knftables"
@@ -69,31 +70,9 @@ func addTable(tx *knftables.Transaction, cfg *Config) {
 		tx.Add(&knftables.Chain{Name: bc.name, Type: knftables.PtrTo(bc.typ), Hook: knftables.PtrTo(bc.hook),
 			Priority: knftables.PtrTo(bc.priority)})
 	}
-	addr := cfg.addrType()
-	for _, s := range []struct {
-		name, typ, comment string
-		isMap              bool
-	}{
-		{setClusterIPs, addr, "ClusterIPs with at least one port", false},
-		{setNodePortIPs, addr, "addresses that accept NodePort traffic", false},
-		{mapServiceIPs, addr + " . inet_proto . inet_service : verdict", "ClusterIP, external IP and LoadBalancer IP traffic", true},
-		{mapServiceNodePorts, "inet_proto . inet_service : verdict", "NodePort traffic", true},
-		{mapNoEndpointServices, addr + " . inet_proto . inet_service : verdict", "REJECT or DROP service traffic without endpoints", true},
-		{mapNoEndpointNodePort, "inet_proto . inet_service : verdict", "REJECT or DROP NodePort traffic without endpoints", true},
-		{mapFirewallIPs, addr + " . inet_proto . inet_service : verdict", "LoadBalancer IPs with loadBalancerSourceRanges", true},
-	} {
-		if s.name == setNodePortIPs && len(cfg.nodeIPs()) == 0 {
-			continue
-		}
-		if s.isMap {
-			m := &knftables.Map{Name: s.name, Type: s.typ, Comment: knftables.PtrTo(s.comment)}
-			tx.Add(m)
-			tx.Flush(m)
-		} else {
-			set := &knftables.Set{Name: s.name, Type: s.typ, Comment: knftables.PtrTo(s.comment)}
-			tx.Add(set)
-			tx.Flush(set)
-		}
+	for _, obj := range tableSets(cfg) {
+		tx.Add(obj)
+		tx.Flush(obj)
 	}
 	for _, ip := range cfg.nodeIPs() {
 		tx.Add(&knftables.Element{Set: setNodePortIPs, Key: []string{ip.String()}})
@@ -108,6 +87,50 @@ func addTable(tx *knftables.Transaction, cfg *Config) {
 			tx.Add(&knftables.Rule{Chain: c.name, Rule: r})
 		}
 	}
+}
+
+// tableSets are the table's shared sets and maps, declared as addTable writes
+// them. partialTx declares a set again before it adds elements: that is how
+// nft gets to write them in one block (kernel/nftables).
+func tableSets(cfg *Config) []knftables.Object {
+	addr := cfg.addrType()
+	var out []knftables.Object
+	for _, s := range []struct {
+		name, typ, comment string
+		isMap              bool
+	}{
+		{setClusterIPs, addr, "ClusterIPs with at least one port", false},
+		{setNodePortIPs, addr, "addresses that accept NodePort traffic", false},
+		{setHairpin, addr + " . " + addr, "endpoints (source . destination) that may reach themselves through a Service: masquerade", false},
+		{mapServiceIPs, addr + " . inet_proto . inet_service : verdict", "ClusterIP, external IP and LoadBalancer IP traffic", true},
+		{mapServiceNodePorts, "inet_proto . inet_service : verdict", "NodePort traffic", true},
+		{mapNoEndpointServices, addr + " . inet_proto . inet_service : verdict", "REJECT or DROP service traffic without endpoints", true},
+		{mapNoEndpointNodePort, "inet_proto . inet_service : verdict", "REJECT or DROP NodePort traffic without endpoints", true},
+		{mapFirewallIPs, addr + " . inet_proto . inet_service : verdict", "LoadBalancer IPs with loadBalancerSourceRanges", true},
+	} {
+		if s.name == setNodePortIPs && len(cfg.nodeIPs()) == 0 {
+			continue
+		}
+		if s.isMap {
+			out = append(out, &knftables.Map{Name: s.name, Type: s.typ, Comment: knftables.PtrTo(s.comment)})
+		} else {
+			out = append(out, &knftables.Set{Name: s.name, Type: s.typ, Comment: knftables.PtrTo(s.comment)})
+		}
+	}
+	return out
+}
+
+// tableSet returns the declaration of one of tableSets.
+func tableSet(cfg *Config, name string) knftables.Object {
+	for _, obj := range tableSets(cfg) {
+		if m, ok := obj.(*knftables.Map); ok && m.Name == name {
+			return obj
+		}
+		if s, ok := obj.(*knftables.Set); ok && s.Name == name {
+			return obj
+		}
+	}
+	return nil
 }
 
 // baseChain is where the table hooks into the packet's path.
@@ -173,6 +196,13 @@ func fixedChains(cfg *Config) []chainRules {
 		{chainClusterIPsCheck, []string{ip + " daddr @" + setClusterIPs + " reject"}},
 		{chainMarkMasq, []string{"mark set mark or " + mark}},
 		{chainMasquerading, []string{
+			// Hairpin: an endpoint that reached itself through a Service must
+			// see the node as the source, or it would answer itself directly
+			// and the client would drop the reply. After DNAT its source is
+			// its destination: the set holds "E . E" for every endpoint E.
+			// kube-proxy marks this in each endpoint's chain; svcproxy has
+			// endpoint chains only for ClientIP affinity (renderSpread).
+			ip + " saddr . " + ip + " daddr @" + setHairpin + " jump " + chainMarkMasq,
 			"mark and " + mark + " == 0 return",
 			// Clear the mark so a packet re-entering the stack (e.g. after an
 			// IPsec transform) is not masqueraded twice, as kube-proxy does.
@@ -206,7 +236,7 @@ func addPort(tx *knftables.Transaction, po *portObjects) {
 
 func addElement(tx *knftables.Transaction, e element) {
 	el := &knftables.Element{Key: e.key, Value: []string{e.value}, Comment: knftables.PtrTo(e.comment)}
-	if e.set == setClusterIPs {
+	if isSet(e.set) {
 		el.Set, el.Value, el.Comment = e.set, nil, nil
 	} else {
 		el.Map = e.set
@@ -216,7 +246,7 @@ func addElement(tx *knftables.Transaction, e element) {
 
 func deleteElement(tx *knftables.Transaction, e element) {
 	el := &knftables.Element{Key: e.key}
-	if e.set == setClusterIPs {
+	if isSet(e.set) {
 		el.Set = e.set
 	} else {
 		el.Map = e.set
@@ -249,15 +279,38 @@ func (rs *ruleset) fullTx(tx *knftables.Transaction, staleChains, staleSets, sta
 	for _, po := range rs.ports {
 		addPort(tx, po)
 	}
+	var els []element
 	for _, ip := range rs.clusterIPs {
-		addElement(tx, element{set: setClusterIPs, key: []string{ip}})
+		els = append(els, element{set: setClusterIPs, key: []string{ip}})
+	}
+	for _, a := range hairpinAddrs(rs.ports) {
+		els = append(els, hairpinElement(a))
 	}
 	for _, po := range rs.ports {
-		for _, e := range po.elements {
-			addElement(tx, e)
-		}
+		els = append(els, po.elements...)
 	}
+	// Grouped by set, each group after its set's declaration: nft then
+	// reads each set's elements as one command (kernel/nftables).
+	addElements(tx, &rs.cfg, els)
 	deleteObjects(tx, staleChains, staleSets, staleCounters)
+}
+
+// isSet reports whether a shared set's elements have no value.
+func isSet(name string) bool { return name == setClusterIPs || name == setHairpin }
+
+// hairpinElement is endpoint address a's element of the hairpin set.
+func hairpinElement(a netip.Addr) element {
+	return element{set: setHairpin, key: []string{a.String(), a.String()}}
+}
+
+// hairpinAddrs returns the endpoint addresses of ports, sorted, each once.
+func hairpinAddrs(ports []*portObjects) []netip.Addr {
+	var out []netip.Addr
+	for _, po := range ports {
+		out = append(out, po.flows.Endpoints...)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
 }
 
 func sortedKeys(m map[string]bool) []string {
