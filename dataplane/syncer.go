@@ -46,8 +46,10 @@ type Syncer struct {
 	record *Record
 	ended  chan error // a sync ended (latest wins): Run re-arms its timer
 
-	mu   sync.Mutex // one sync at a time; guards snap
-	snap *service.Snapshot
+	mu sync.Mutex // one sync at a time
+
+	latestMu sync.Mutex // guards snap; held only to hand over or take it
+	snap     *service.Snapshot
 }
 
 // NewSyncer fills in cfg's defaults.
@@ -71,12 +73,18 @@ func NewSyncer(cfg SyncerConfig) *Syncer {
 	}
 }
 
-// Sync makes snap the state to serve and applies it now.
+// Sync makes snap the state to serve and applies it now. snap is handed over
+// before Sync waits for a sync in flight to end: whichever sync starts next,
+// this one or a Resync of Run's, applies snap, and the Record counts it
+// applied only then.
 func (s *Syncer) Sync(ctx context.Context, snap *service.Snapshot) error {
+	s.latestMu.Lock()
+	s.snap = snap
 	s.record.Queued()
+	s.latestMu.Unlock()
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.snap = snap
 	return s.syncLocked(ctx)
 }
 
@@ -85,7 +93,7 @@ func (s *Syncer) Sync(ctx context.Context, snap *service.Snapshot) error {
 func (s *Syncer) Resync(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.snap == nil {
+	if s.Latest() == nil {
 		return nil
 	}
 	return s.syncLocked(ctx)
@@ -93,14 +101,16 @@ func (s *Syncer) Resync(ctx context.Context) error {
 
 // Latest is the Snapshot last handed to Sync; nil before the first.
 func (s *Syncer) Latest() *service.Snapshot {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.latestMu.Lock()
+	defer s.latestMu.Unlock()
 	return s.snap
 }
 
 func (s *Syncer) syncLocked(ctx context.Context) error {
-	a := s.record.Begin()
-	err := s.cfg.Apply(ctx, s.snap)
+	s.latestMu.Lock()
+	snap, a := s.snap, s.record.Begin() // the Record's pending handovers are snap's
+	s.latestMu.Unlock()
+	err := s.cfg.Apply(ctx, snap)
 	s.record.End(a, err)
 	select { // replace an end Run has not seen yet
 	case <-s.ended:

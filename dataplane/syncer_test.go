@@ -114,3 +114,43 @@ func TestRetryDelay(t *testing.T) {
 		}
 	}
 }
+
+// A Snapshot handed over while a sync is in flight is the one the next sync
+// applies, whichever asks first: Sync's own, or a Resync of Run's that takes
+// the lock before it. Before, a Resync that won the lock applied the old
+// Snapshot and the Record counted the new one applied.
+func TestSyncerHandoverDuringSync(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var applied []*service.Snapshot
+	s := NewSyncer(SyncerConfig{Mode: "test", Apply: func(_ context.Context, snap *service.Snapshot) error {
+		mu.Lock()
+		first := len(applied) == 0
+		applied = append(applied, snap)
+		mu.Unlock()
+		if first {
+			<-release // the first sync is in flight until the test says
+		}
+		return nil
+	}})
+	ctx := context.Background()
+	old, cur := service.NewSnapshot(nil, nil), service.NewSnapshot(nil, nil)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = s.Sync(ctx, old) })
+	for s.Latest() != old {
+		time.Sleep(time.Millisecond)
+	}
+	wg.Go(func() { _ = s.Sync(ctx, cur) })
+	for s.Latest() != cur { // handed over, though old's sync holds the lock
+		time.Sleep(time.Millisecond)
+	}
+	wg.Go(func() { _ = s.Resync(ctx) })
+	close(release)
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(applied) != 3 || applied[0] != old || applied[1] != cur || applied[2] != cur {
+		t.Errorf("applied %v, want old, then cur twice (%p, %p)", applied, old, cur)
+	}
+}
