@@ -61,7 +61,7 @@ func (l *Lab) SetPodConditions(ctx context.Context, name string, c Conditions) (
 	if changed == 0 {
 		return n, 0, nil // svcproxy would see the same Snapshot and not sync
 	}
-	synced, err := l.syncCount(ctx)
+	synced, err := l.syncState(ctx)
 	if err != nil {
 		return 0, 0, fmt.Errorf("svcproxy's metrics: %w", err)
 	}

@@ -1,10 +1,13 @@
 package lab
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,8 +30,16 @@ const (
 	metricApplied = "kubeproxy_network_programming_duration_seconds"
 )
 
-// syncState is what svcproxy's /metrics says of its syncs.
-type syncState struct {
+// syncState is what svcproxy's /metrics says of its syncs, per IP family:
+// svcproxy runs a dataplane per family, each with its metrics labelled
+// ip_family="IPv4" or "IPv6" (the key; "" for a svcproxy that serves one
+// family and labels nothing). Every Snapshot is handed to each family's
+// dataplane in turn, IPv4 first, so a change is applied when every family
+// says so: the lab's web-dual has endpoints in both.
+type syncState map[string]familySync
+
+// familySync is one family's part of syncState.
+type familySync struct {
 	queued  time.Time // the last Snapshot handed over
 	synced  time.Time // the end of the last successful sync
 	applied uint64    // Snapshots applied so far
@@ -65,17 +76,10 @@ func (l *Lab) reloadedAfter(since time.Time) (time.Time, bool) {
 	return last, !last.IsZero()
 }
 
-// syncCount is how many Snapshots svcproxy has applied so far, for
-// WaitApplied.
-func (l *Lab) syncCount(ctx context.Context) (uint64, error) {
-	st, err := l.syncState(ctx)
-	return st.applied, err
-}
-
 func (l *Lab) syncState(ctx context.Context) (syncState, error) {
 	text, err := l.NodeGet(ctx, "/metrics")
 	if err != nil {
-		return syncState{}, err
+		return nil, err
 	}
 	return parseSyncState(text)
 }
@@ -85,53 +89,64 @@ func parseSyncState(text string) (syncState, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(strings.NewReader(text))
 	if err != nil {
-		return syncState{}, fmt.Errorf("/metrics: %w", err)
+		return nil, fmt.Errorf("/metrics: %w", err)
 	}
 	q, a, y := fams[metricQueued], fams[metricApplied], fams[metricSynced]
 	if q == nil || a == nil || y == nil {
-		return syncState{}, fmt.Errorf("/metrics has no %s or %s", metricQueued, metricApplied)
+		return nil, fmt.Errorf("/metrics has no %s, %s or %s", metricQueued, metricApplied, metricSynced)
 	}
-	// svcproxy runs a dataplane per IP family, each with its metrics
-	// (ip_family="IPv4", "IPv6"), one after the other: the lab's Services
-	// are IPv4, and only the IPv4 dataplane's sync says they are applied.
-	var st syncState
+	st := syncState{}
 	for _, m := range q.GetMetric() {
-		if ipv4(m) {
-			sec, frac := math.Modf(m.GetGauge().GetValue())
-			st.queued = time.Unix(int64(sec), int64(frac*1e9))
-		}
+		f := st[family(m)]
+		f.queued = unixSeconds(m.GetGauge().GetValue())
+		st[family(m)] = f
 	}
 	for _, m := range y.GetMetric() {
-		if ipv4(m) {
-			sec, frac := math.Modf(m.GetGauge().GetValue())
-			st.synced = time.Unix(int64(sec), int64(frac*1e9))
-		}
+		f := st[family(m)]
+		f.synced = unixSeconds(m.GetGauge().GetValue())
+		st[family(m)] = f
 	}
 	for _, m := range a.GetMetric() {
-		if ipv4(m) {
-			st.applied = m.GetHistogram().GetSampleCount()
-		}
+		f := st[family(m)]
+		f.applied = m.GetHistogram().GetSampleCount()
+		st[family(m)] = f
 	}
 	return st, nil
 }
 
-// ipv4 says whether m is the IPv4 dataplane's: labelled so, or the only one.
-func ipv4(m *dto.Metric) bool {
+func unixSeconds(v float64) time.Time {
+	sec, frac := math.Modf(v)
+	return time.Unix(int64(sec), int64(frac*1e9))
+}
+
+// family is m's ip_family label, "" when it has none.
+func family(m *dto.Metric) string {
 	for _, l := range m.GetLabel() {
 		if l.GetName() == "ip_family" {
-			return l.GetValue() == "IPv4"
+			return l.GetValue()
 		}
 	}
-	return true
+	return ""
+}
+
+// appliedAfter says whether every family of st has applied a Snapshot handed
+// over at or after reloaded, more Snapshots than before counted.
+func (st syncState) appliedAfter(reloaded time.Time, before syncState) bool {
+	for fam, f := range st {
+		if f.queued.Before(reloaded) || f.synced.Before(f.queued) || f.applied <= before[fam].applied {
+			return false
+		}
+	}
+	return len(st) > 0
 }
 
 // WaitApplied returns once svcproxy has read the manifests file written at
 // since (its log says so), has been handed a Snapshot after that read, has
 // finished a sync after that handover, and has applied more Snapshots than
-// the before its /metrics counted (syncCount). A change that svcproxy
-// already holds (the same Snapshot) never arrives: call it only for a change
-// of what svcproxy serves.
-func (l *Lab) WaitApplied(ctx context.Context, since time.Time, before uint64) error {
+// before counted (its /metrics read before the write), in every IP family. A
+// change that svcproxy already holds (the same Snapshot) never arrives: call
+// it only for a change of what svcproxy serves.
+func (l *Lab) WaitApplied(ctx context.Context, since time.Time, before syncState) error {
 	ctx, cancel := context.WithTimeout(ctx, applyTimeout)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -147,7 +162,7 @@ func (l *Lab) WaitApplied(ctx context.Context, since time.Time, before uint64) e
 			err = nowErr // a read cut short by the deadline says nothing
 		}
 		reloaded, ok := l.reloadedAfter(since)
-		if nowErr == nil && ok && !st.queued.Before(reloaded) && !st.synced.Before(st.queued) && st.applied > before {
+		if nowErr == nil && ok && st.appliedAfter(reloaded, before) {
 			return nil
 		}
 		select {
@@ -160,7 +175,7 @@ func (l *Lab) WaitApplied(ctx context.Context, since time.Time, before uint64) e
 }
 
 // waitedFor says which of WaitApplied's conditions did not hold.
-func waitedFor(since, reloaded time.Time, ok bool, st syncState, before uint64, err error) string {
+func waitedFor(since, reloaded time.Time, ok bool, st, before syncState, err error) string {
 	stamp := func(t time.Time) string { return t.UTC().Format("15:04:05.000000") }
 	var b strings.Builder
 	if ok {
@@ -168,8 +183,11 @@ func waitedFor(since, reloaded time.Time, ok bool, st syncState, before uint64, 
 	} else {
 		fmt.Fprintf(&b, "no %s line since the write at %s", reloadedLine, stamp(since))
 	}
-	fmt.Fprintf(&b, "; last Snapshot handed over at %s, last sync ended at %s, %d applied (%d before the write)",
-		stamp(st.queued), stamp(st.synced), st.applied, before)
+	for _, fam := range slices.Sorted(maps.Keys(st)) {
+		f := st[fam]
+		fmt.Fprintf(&b, "; %s: last Snapshot handed over at %s, last sync ended at %s, %d applied (%d before the write)",
+			cmp.Or(fam, "svcproxy"), stamp(f.queued), stamp(f.synced), f.applied, before[fam].applied)
+	}
 	if err != nil {
 		fmt.Fprintf(&b, "; the last /metrics read failed: %v", err)
 	}
