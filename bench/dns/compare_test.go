@@ -216,6 +216,9 @@ func waitAnswers(ctx context.Context, addr, queries string, limit time.Duration)
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s: %s not answered after %v", addr, name, limit)
 		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%s: %s not answered: %w", addr, name, err)
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }

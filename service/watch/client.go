@@ -68,8 +68,8 @@ func apiListWatchers(rc *rest.Config) (listWatchers, error) {
 		return listWatchers{}, err
 	}
 	return listWatchers{
-		services: listWatch(core, "services"),
-		slices:   listWatch(discovery, "endpointslices"),
+		services: listWatch(core, serviceList),
+		slices:   listWatch(discovery, sliceList),
 	}, nil
 }
 
@@ -88,11 +88,6 @@ func restClient(rc *rest.Config, hc *http.Client, apiPath string, gv schema.Grou
 		return nil, fmt.Errorf("api client %s: %w", gv, err)
 	}
 	return rcl, nil
-}
-
-// listWatch lists and watches resource in every namespace.
-func listWatch(c cache.Getter, resource string) cache.ListerWatcher {
-	return listThenWatch{cache.NewFilteredListWatchFromClient(c, resource, metav1.NamespaceAll, func(*metav1.ListOptions) {})}
 }
 
 // listThenWatch makes an informer use a plain LIST then WATCH, as kube-proxy

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -10,11 +11,13 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/svcproxy/svcproxy/internal/kapitest"
+	"github.com/svcproxy/svcproxy/service"
 )
 
 // TestAPIClientProtobuf lists and watches a real API server with the
@@ -40,23 +43,25 @@ func TestAPIClientProtobuf(t *testing.T) {
 	if _, err := srv.Client.CoreV1().Services(ns).Create(ctx, web, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// A protobuf list arrives converted (list.go).
 	list, err := lw.services.List(metav1.ListOptions{})
 	if err != nil {
 		t.Fatalf("list services: %v", err)
 	}
-	var found bool
-	for _, s := range list.(*v1.ServiceList).Items {
-		found = found || (s.Namespace == ns && s.Name == "web" && s.Spec.ClusterIP == "198.18.0.10")
-	}
-	if !found {
-		t.Errorf("list of services: %s/web 198.18.0.10 not in it", ns)
+	snap := joinList(t, list, nil)
+	if svc, ok := snap.Service(service.NamespacedName{Namespace: ns, Name: "web"}); !ok || len(svc.ClusterIPs) != 1 || svc.ClusterIPs[0] != netip.MustParseAddr("198.18.0.10") {
+		t.Errorf("list of services: %s/web 198.18.0.10 not in it (%v)", ns, svc)
 	}
 
 	slices, err := lw.slices.List(metav1.ListOptions{})
 	if err != nil {
 		t.Fatalf("list endpointslices: %v", err)
 	}
-	w, err := lw.slices.Watch(metav1.ListOptions{ResourceVersion: slices.(*discoveryv1.EndpointSliceList).ResourceVersion})
+	lm, err := meta.ListAccessor(slices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := lw.slices.Watch(metav1.ListOptions{ResourceVersion: lm.GetResourceVersion()})
 	if err != nil {
 		t.Fatalf("watch endpointslices: %v", err)
 	}

@@ -12,12 +12,14 @@
 // pod) the informers list and watch a real API server; their transform
 // converts each object as it arrives (service.ConvertService,
 // service.ConvertSlice) and the caches keep only that, not the API objects,
-// so a Snapshot is service.Join of the caches. With a manifests file,
-// LoadManifests parses it and
-// service.Build makes the Snapshot at once; the objects are not kept, since
-// the file is read whole again when it changes (written in place, or replaced
-// by a rename as editors, kubectl-style tools and ConfigMap volumes do), once
-// its size and mtime have settled. A version whose Snapshot equals the one in
+// so a Snapshot is service.Join of the caches. Their first LIST, most of
+// the start-up in a large cluster, is decoded item by item and converted as
+// it is decoded (list.go), without client-go's list of API objects. With a
+// manifests file, LoadManifests parses it and service.Build makes the
+// Snapshot at once; the objects are not kept, since the file is read whole
+// again when it changes (written in place, or replaced by a rename as
+// editors, kubectl-style tools and ConfigMap volumes do), once its size and
+// mtime have settled. A version whose Snapshot equals the one in
 // force changes nothing. A file that does not parse, is larger than the limit,
 // or cannot be read is reported and the last good state stays in force; a
 // failed read is retried.

@@ -6,6 +6,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/svcproxy/svcproxy/service"
@@ -45,13 +47,33 @@ type cachedSlice struct {
 func compact(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *v1.Service:
-		o.Annotations = ours(o.Annotations)
-		return &cachedService{cacheMeta: metaOf(&o.ObjectMeta), obj: service.ConvertService(o)}, nil
+		return compactService(o), nil
 	case *discoveryv1.EndpointSlice:
-		return &cachedSlice{cacheMeta: metaOf(&o.ObjectMeta), obj: service.ConvertSlice(o)}, nil
+		return compactSlice(o), nil
 	}
 	return obj, nil
 }
+
+// compactService converts svc, which it may modify.
+func compactService(svc *v1.Service) *cachedService {
+	svc.Annotations = ours(svc.Annotations)
+	return &cachedService{cacheMeta: metaOf(&svc.ObjectMeta), obj: service.ConvertService(svc)}
+}
+
+// compactSlice converts es.
+func compactSlice(es *discoveryv1.EndpointSlice) *cachedSlice {
+	return &cachedSlice{cacheMeta: metaOf(&es.ObjectMeta), obj: service.ConvertSlice(es)}
+}
+
+// The cached forms are runtime.Objects, as the items of a list must be for
+// the reflector (decodedList in list.go). They have no kind of their own
+// and are never modified, so a copy shares the converted object.
+
+func (*cachedService) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+func (*cachedSlice) GetObjectKind() schema.ObjectKind   { return schema.EmptyObjectKind }
+
+func (c *cachedService) DeepCopyObject() runtime.Object { d := *c; return &d }
+func (c *cachedSlice) DeepCopyObject() runtime.Object   { d := *c; return &d }
 
 // ours returns the annotations svcproxy reads (nil if none): a Service keeps
 // its annotations, and kubectl apply's last-applied-configuration alone is

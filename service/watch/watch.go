@@ -192,7 +192,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel() // runs first: stops the informers that wg waits for
-	newInformer := func(lw cache.ListerWatcher, example runtime.Object) (cache.SharedIndexInformer, cache.InformerSynced, error) {
+	newInformer := func(lw cache.ListerWatcher, example runtime.Object) (cache.SharedIndexInformer, cache.DoneChecker, error) {
 		// No informer resync (0): our own ResyncPeriod rebuilds from the caches.
 		inf := cache.NewSharedIndexInformer(lw, example, 0, noIndexes)
 		// Cache converted objects, not API objects (transform.go).
@@ -203,7 +203,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		if err != nil {
 			return nil, nil, fmt.Errorf("informer handler: %w", err)
 		}
-		return inf, r.HasSynced, nil // synced: the handler has seen the initial list
+		return inf, r.HasSyncedChecker(), nil // synced: the handler has seen the initial list
 	}
 	// Services and EndpointSlices only, as kube-proxy and CoreDNS's
 	// kubernetes plugin read them: in a cluster, the EndpointSlice
@@ -222,7 +222,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 
 	w.log.Info("waiting for informers to sync", "source", w.source)
-	if !cache.WaitForCacheSync(ctx.Done(), svcSynced, sliceSynced) {
+	// WaitFor wakes when both are done; WaitForCacheSync would poll every 100 ms.
+	if !cache.WaitFor(ctx, "", svcSynced, sliceSynced) {
 		return nil // ctx done before the first list
 	}
 	w.loop(ctx, func() *service.Snapshot { return join(svcInf.GetStore(), sliceInf.GetStore()) })
