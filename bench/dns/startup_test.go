@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,6 +85,7 @@ func startOnce(t *testing.T, bin, kubeconfig, queries, profiles, tag string) (re
 	}
 	// Waiting for answers ends when the process does.
 	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
 	exited := make(chan struct{})
 	go func() {
 		_ = cmd.Wait()
@@ -93,15 +96,13 @@ func startOnce(t *testing.T, bin, kubeconfig, queries, profiles, tag string) (re
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		<-exited
 	}()
-	var prof *exec.Cmd
+	var prof chan error
 	if profiles != "" {
-		// From exec (curl retries until the port is open).
-		prof = exec.Command("curl", "-s", "--retry", "100", "--retry-connrefused", "--retry-delay", "0",
-			"-o", filepath.Join(profiles, "cpu-"+tag+".pprof"),
-			"http://127.0.0.1:"+strconv.Itoa(ports[1])+"/debug/pprof/profile?seconds="+cmpOr(os.Getenv("PROFILE_SECONDS"), "10"))
-		if err := prof.Start(); err != nil {
-			t.Fatal(err)
-		}
+		// From exec: ask until the metrics port answers; the request ends
+		// with the process at the latest.
+		prof = make(chan error, 1)
+		url := "http://" + metrics + "/debug/pprof/profile?seconds=" + cmpOr(os.Getenv("PROFILE_SECONDS"), "10")
+		go func() { prof <- fetchProfile(ctx, url, filepath.Join(profiles, "cpu-"+tag+".pprof")) }()
 	}
 	if err := waitAnswers(ctx, "127.0.0.1:"+strconv.Itoa(ports[0]), queries, 5*time.Minute); err != nil {
 		t.Fatalf("%s: %v", bin, err)
@@ -109,11 +110,39 @@ func startOnce(t *testing.T, bin, kubeconfig, queries, profiles, tag string) (re
 	ready = time.Since(began)
 	cpu, rss = procCPU(t, cmd.Process.Pid)
 	if prof != nil {
-		if err := prof.Wait(); err != nil {
+		if err := <-prof; err != nil {
 			t.Errorf("profile: %v", err)
 		}
 	}
 	return ready, cpu, rss
+}
+
+// fetchProfile saves the CPU profile at url to file, retrying while the
+// server is not up yet, until ctx ends.
+func fetchProfile(ctx context.Context, url, file string) error {
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			time.Sleep(5 * time.Millisecond)
+			continue
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s", url, resp.Status)
+		}
+		return os.WriteFile(file, data, 0o644)
+	}
 }
 
 // procCPU reads the CPU time (utime + stime) and VmRSS (kB) of a process.
