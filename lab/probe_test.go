@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -128,4 +130,36 @@ func TestProbeFailures(t *testing.T) {
 	require.NoError(t, (&Probe{Target: tg, N: 2}).Run(context.Background(), &out))
 	require.Equal(t, 3, strings.Count(out.String(), "\n"))
 	require.Contains(t, out.String(), "connection refused")
+}
+
+// A datagram that got no answer in time is sent once more on the same socket;
+// a refusal (nobody listens) is an answer, not sent again.
+func TestUDPOnceSendsAgain(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer pc.Close()
+	got := make(chan int, 1)
+	go func() { // drop the first datagram, answer the second
+		buf := make([]byte, 64)
+		for i := 1; ; i++ {
+			_, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				got <- i - 1
+				return
+			}
+			if i == 2 {
+				_, _ = pc.WriteTo([]byte("web-0"+answerSep+from.String()+"\n"), from)
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	a, err := udpOnce(ctx, pc.LocalAddr().String(), 100*time.Millisecond)
+	require.NoError(t, err)
+	require.Equal(t, "web-0", a.Pod)
+	pc.Close()
+	require.Equal(t, 2, <-got, "datagrams the server read")
+
+	_, err = udpOnce(ctx, pc.LocalAddr().String(), 5*time.Second) // closed now: refused
+	require.ErrorIs(t, err, syscall.ECONNREFUSED)
 }
