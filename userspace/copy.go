@@ -83,12 +83,20 @@ func (h *halfCopy) afterStep() (done, eof bool) {
 //
 // The read and the write of a message run nested (the write in dst's RawConn
 // callback, inside src's), so the frames on that path are kept small and the
-// system calls are made with syscall.Syscall directly: the whole path, from
-// the goroutine's start to the write, is about 1 KiB deep, within the 2 KiB
-// a goroutine's stack may start with (of which the runtime keeps about 900
-// bytes in reserve). A copy goroutine that outgrew it would grow its stack on
-// every connection (runtime.newstack copies it and adjusts every frame), as
+// system calls are made with syscall.RawSyscall directly: the whole path,
+// from the goroutine's start to the write, is about 1 KiB deep, within the
+// 2 KiB a goroutine's stack may start with (of which the runtime keeps about
+// 900 bytes in reserve). A copy goroutine that outgrew it would grow its stack
+// on every connection (runtime.newstack copies it and adjusts every frame), as
 // the diallers did (see dialler).
+//
+// RawSyscall, not Syscall: both sockets are non-blocking, so the read and the
+// write never wait, and the runtime need not be told that the goroutine is in
+// the kernel. Told (Syscall), its monitor (sysmon) hands the goroutine's P to
+// another thread when the call outlasts one of its ticks (20µs or more) while
+// other goroutines wait to run, and a write on a local socket can (it carries
+// the receiver's protocol work): a thread woken, and switched to, for a call
+// that was about to return.
 type halfCopy struct {
 	c                *tcpConn
 	dstConn, srcConn *net.TCPConn
@@ -208,7 +216,7 @@ func (h *halfCopy) read(fd uintptr) (n, inq int, errno syscall.Errno) {
 	iov.SetLen(len(*h.buf))
 	msg := unix.Msghdr{Iov: &iov, Iovlen: 1, Control: &h.oob[0]}
 	msg.SetControllen(len(h.oob))
-	r, _, errno := syscall.Syscall(syscall.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&msg)), 0)
+	r, _, errno := syscall.RawSyscall(syscall.SYS_RECVMSG, fd, uintptr(unsafe.Pointer(&msg)), 0)
 	if errno != 0 {
 		return 0, -1, errno
 	}
@@ -231,7 +239,7 @@ func inqOf(oob []byte) int {
 // writeNow writes h.wbuf to fd once, without waiting: EAGAIN is a short write
 // of nothing. It is dst's RawConn.Write callback.
 func (h *halfCopy) writeNow(fd uintptr) bool {
-	r, _, errno := syscall.Syscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&h.wbuf[0])), uintptr(len(h.wbuf)))
+	r, _, errno := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&h.wbuf[0])), uintptr(len(h.wbuf)))
 	h.wn, h.errno = int(r), errno
 	if errno != 0 {
 		h.wn = 0

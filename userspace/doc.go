@@ -22,7 +22,9 @@
 //     Each direction (halfCopy.run) parks in Go's poller holding nothing, and
 //     when the socket is readable reads what arrived into a pooled 16 KiB
 //     buffer and writes it on, both inside the poller's callback
-//     (syscall.RawConn.Read): per small message one read and one write. The
+//     (syscall.RawConn.Read): per small message one read and one write,
+//     made with syscall.RawSyscall, since on non-blocking sockets they never
+//     wait (the runtime, not told, hands no thread the P meanwhile). The
 //     poller is edge-triggered and does not say whether a FIN came with the
 //     data, so before parking again a direction must know that nothing is
 //     left: TCP_INQ makes the kernel report, with each read, what is still
