@@ -16,7 +16,8 @@
 // (runtime/metrics: exact), and the memory each proxy process needs per idle
 // proxied connection. UDP (userspace against direct: HAProxy 2.6 proxies no
 // UDP): datagrams/s, new sessions/s, and the cost of a session: the proxy's
-// CPU time per exchange and per new session, and its memory per open session.
+// CPU time per exchange and per new session, and its memory (RSS and live
+// heap) per open session.
 // -syscalls adds each proxy's system calls per connection and per request
 // (strace -c); -profile the proxier child's CPU, block and allocation
 // profiles.
@@ -29,6 +30,7 @@
 //
 //	go run ./bench/userspace -duration 5s -connections 32 -idle 10000
 //	go run ./bench/userspace -udp=false -syscalls    # the TCP rows and system calls only
+//	go run ./bench/userspace -tcp=false              # the UDP rows only
 //
 // Figures vary with the machine; compare the columns of one run, not runs.
 package main

@@ -33,6 +33,7 @@ func main() {
 	udpRate := flag.Int("udp-rate", 4000, "new UDP sessions per second for the receive-buffer measurement")
 	syscalls := flag.Bool("syscalls", false, "also count each proxy's system calls per connection and per request with strace -c (slow)")
 	udp := flag.Bool("udp", true, "measure the UDP rows too (false: the TCP table only, a quicker run while iterating)")
+	tcp := flag.Bool("tcp", true, "measure the TCP rows (false: the UDP table only)")
 	profile := flag.String("profile", "", "write CPU and block profiles of the proxier child's connections/s and requests/s rows to this `DIR`")
 	flag.Parse()
 
@@ -49,7 +50,7 @@ func main() {
 		err = reexecInNamespace()
 	default:
 		err = bench(benchConfig{duration: *duration, connections: *connections, idle: *idle,
-			udpSessions: *udpSessions, udpRate: *udpRate, udpIdle: *udpIdle, udp: *udp, syscalls: *syscalls, profile: *profile})
+			udpSessions: *udpSessions, udpRate: *udpRate, udpIdle: *udpIdle, udp: *udp, tcp: *tcp, syscalls: *syscalls, profile: *profile})
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "userspace-bench:", err)
@@ -102,7 +103,7 @@ type benchConfig struct {
 	connections, idle    int
 	udpSessions, udpRate int
 	udpIdle              time.Duration
-	udp                  bool
+	udp, tcp             bool
 	syscalls             bool
 	profile              string
 }
@@ -176,18 +177,20 @@ func bench(cfg benchConfig) error {
 	fmt.Printf("userspace-bench: %s, %d CPUs, GOMAXPROCS %d; %s per measurement; wrk -t2 -c%d from a client namespace\n",
 		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), cfg.duration, cfg.connections)
 	fmt.Printf("load average before: %s; a system call that does nothing (getppid) takes %.2f µs here\n\n", loadavg(), syscallCost())
-	rows := map[string]tcpRow{}
-	for _, p := range paths {
-		row, err := measureTCP(client, p, cfg)
-		if err != nil {
-			return fmt.Errorf("%s: %w", p.name, err)
+	if cfg.tcp {
+		rows := map[string]tcpRow{}
+		for _, p := range paths {
+			row, err := measureTCP(client, p, cfg)
+			if err != nil {
+				return fmt.Errorf("%s: %w", p.name, err)
+			}
+			rows[p.name] = row
 		}
-		rows[p.name] = row
-	}
-	printTCP(paths, rows, cfg)
-	if cfg.syscalls {
-		if err := countSyscalls(client, paths, cfg); err != nil {
-			return err
+		printTCP(paths, rows, cfg)
+		if cfg.syscalls {
+			if err := countSyscalls(client, paths, cfg); err != nil {
+				return err
+			}
 		}
 	}
 	if cfg.udp {
@@ -196,7 +199,7 @@ func bench(cfg benchConfig) error {
 		}
 	}
 	fmt.Printf("\nload average after: %s\n", loadavg())
-	if cfg.profile != "" {
+	if cfg.profile != "" && cfg.tcp {
 		return profileRows(client, proxier, cfg)
 	}
 	return nil
@@ -351,6 +354,10 @@ func benchUDP(client *namespace, b *backends, proxier *child, cfg benchConfig) e
 		time.Sleep(cfg.udpIdle + cfg.udpIdle/4 + time.Second)
 		rows[name] = r
 	}
+	heapBefore, err := proxier.heapBytes()
+	if err != nil {
+		return err
+	}
 	before, err := proxier.rssKB()
 	if err != nil {
 		return err
@@ -361,10 +368,11 @@ func benchUDP(client *namespace, b *backends, proxier *child, cfg benchConfig) e
 		return err
 	}
 	opening := time.Since(start)
-	after, err := proxier.rssKB()
 	open, serr := proxier.udpSessions()
+	heapAfter, herr := proxier.heapBytes()
+	after, err := proxier.rssKB()
 	closeAll(conns)
-	if err := errors.Join(err, serr); err != nil {
+	if err := errors.Join(err, serr, herr); err != nil {
 		return err
 	}
 	fmt.Printf("\n| UDP path | datagrams/s (32 sessions) | new sessions/s | %d new sessions/s for 3s: replies lost | receive-buffer drops |\n", cfg.udpRate)
@@ -380,9 +388,10 @@ func benchUDP(client *namespace, b *backends, proxier *child, cfg benchConfig) e
 	fmt.Printf("proxy CPU per exchange (a datagram and its reply) on an open session: %.1f µs; per new session (opened, one exchange, idled out and ended): %.0f µs\n",
 		perOp(u.cpuDatagrams, u.datagrams.ops), perOp(u.cpuSessions, u.sessions.ops))
 	if open > 0 {
-		fmt.Printf("UDP memory: %d sessions opened in %.1fs, %d of them still open in the proxy: RSS +%.1f MiB, %.2f KiB per open session (%.1f MiB for 20,000)\n",
+		fmt.Printf("UDP memory: %d sessions opened in %.1fs, %d of them still open in the proxy: RSS +%.1f MiB, %.2f KiB per open session (%.1f MiB for 20,000); live Go heap +%.0f bytes per open session\n",
 			cfg.udpSessions, opening.Seconds(), open, float64(after-before)/1024,
-			float64(after-before)/float64(open), float64(after-before)/float64(open)*20000/1024)
+			float64(after-before)/float64(open), float64(after-before)/float64(open)*20000/1024,
+			(float64(heapAfter)-float64(heapBefore))/float64(open))
 	} else {
 		fmt.Printf("UDP memory: %d sessions opened in %.1fs, none still open in the proxy (raise -udp-idle)\n", cfg.udpSessions, opening.Seconds())
 	}

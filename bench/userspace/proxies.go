@@ -76,7 +76,15 @@ func runProxier(backendFlag string, udpIdle time.Duration) error {
 		metrics.Read(m)
 		fmt.Fprintf(w, "%d %d", m[0].Value.Uint64(), m[1].Value.Uint64())
 	})
-	go http.Serve(ln, nil) // net/http/pprof's handlers, /free, /udp-sessions and /allocs
+	// /heap is the bytes of live heap objects, after a collection: what the
+	// bench divides by the UDP sessions open.
+	http.HandleFunc("/heap", func(w http.ResponseWriter, _ *http.Request) {
+		runtime.GC()
+		m := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		metrics.Read(m)
+		fmt.Fprint(w, m[0].Value.Uint64())
+	})
+	go http.Serve(ln, nil) // net/http/pprof's handlers, /free, /udp-sessions, /allocs and /heap
 	fmt.Printf("ready %s\n", ln.Addr())
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -164,6 +172,18 @@ func (c *child) udpSessions() (int, error) {
 		return 0, err
 	}
 	return strconv.Atoi(string(b))
+}
+
+// heapBytes is the bytes of the proxier child's live heap objects.
+func (c *child) heapBytes() (uint64, error) {
+	resp, err := http.Get("http://" + c.pprof + "/heap")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var n uint64
+	_, err = fmt.Fscan(resp.Body, &n)
+	return n, err
 }
 
 // allocs is the heap allocations of the proxier child so far: objects and
