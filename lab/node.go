@@ -249,6 +249,22 @@ func (l *Lab) SetMode(ctx context.Context, mode string) error {
 	return l.SetModeWith(ctx, ModeOptions{Mode: mode})
 }
 
+// forgetUDPFlows deletes the node's UDP conntrack entries between two
+// svcproxy processes. The old mode's UDP flows (a REDIRECT to its userspace
+// listener, say) outlive it by up to 30 s, and a client whose new socket
+// happens to get a source port one of them used is sent where that flow went:
+// to a listener that is gone (refused). kube-proxy deletes such flows at its
+// first sync; svcproxy's first sync adopts what it finds and deletes nothing
+// (docs/operations.md, "What survives a restart"), so the lab does it for
+// the switch. Best
+// effort: a node without the conntrack tool keeps them, and "0 flow entries"
+// is an exit status of 1.
+func (l *Lab) forgetUDPFlows(ctx context.Context) {
+	for _, fam := range []string{"ipv4", "ipv6"} {
+		_, _ = l.nodeOutput(ctx, "conntrack", "-D", "-p", "udp", "-f", fam)
+	}
+}
+
 // ModeOptions are the flags of `svclab mode`: svcproxy's configuration, all of
 // it (what is not given is svcproxy's default).
 type ModeOptions struct {
@@ -277,6 +293,7 @@ func (l *Lab) SetModeWith(ctx context.Context, opts ModeOptions) error {
 	if err := l.StopProxy(ctx); err != nil {
 		return err
 	}
+	l.forgetUDPFlows(ctx)
 	st.Mode, st.IPVSScheduler = mode, opts.IPVSScheduler
 	if err := l.writeState(st); err != nil {
 		return err
