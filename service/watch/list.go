@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	goruntime "runtime"
-	"sync"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	v1 "k8s.io/api/core/v1"
@@ -159,22 +157,13 @@ func decodeList(data []byte, k listKind) (list *decodedList, ok bool, err error)
 	return list, true, nil
 }
 
-// decodeItems decodes and converts items, one share per CPU as the
-// manifests file's List items are (manifests.go). The first error, in item
-// order, is returned.
+// decodeItems decodes and converts items, one share per CPU (inShares, as
+// the manifests file's List items are). The first error, in item order, is
+// returned.
 func decodeItems(items [][]byte, k listKind) ([]runtime.Object, error) {
 	out := make([]runtime.Object, len(items))
 	errs := make([]error, len(items))
-	workers := min(goruntime.GOMAXPROCS(0), len(items)/minItemsPerWorker+1)
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			for i := w; i < len(items); i += workers {
-				out[i], errs[i] = k.decode(items[i])
-			}
-		})
-	}
-	wg.Wait()
+	inShares(len(items), func(i int) { out[i], errs[i] = k.decode(items[i]) })
 	for i, err := range errs {
 		if err != nil {
 			return nil, fmt.Errorf("decode %s items[%d]: %w", k.kind, i, err)

@@ -197,20 +197,29 @@ func (l *loader) list(line int, items []json.RawMessage, elem schema.GroupVersio
 		l.seen = make(map[objectKey]int, len(items)) // not grown 15 times
 	}
 	out := make([]decoded, len(items))
-	workers := min(goruntime.GOMAXPROCS(0), len(items)/minItemsPerWorker+1)
+	inShares(len(items), func(i int) {
+		d := &out[i]
+		d.obj, d.desc, d.err = decodeObject(fmt.Sprintf("items[%d]", i), items[i], elem)
+	})
+	for _, d := range out {
+		l.add(line, d.desc, d.obj, d.err)
+	}
+}
+
+// inShares calls f for each of n items, in parallel, one share of the items
+// per CPU (item w, w+workers, ...), and returns when every call has: a List
+// shorter than minItemsPerWorker items is done by one goroutine.
+func inShares(n int, f func(i int)) {
+	workers := min(goruntime.GOMAXPROCS(0), n/minItemsPerWorker+1)
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
-			for i := w; i < len(items); i += workers {
-				d := &out[i]
-				d.obj, d.desc, d.err = decodeObject(fmt.Sprintf("items[%d]", i), items[i], elem)
+			for i := w; i < n; i += workers {
+				f(i)
 			}
 		})
 	}
 	wg.Wait()
-	for _, d := range out {
-		l.add(line, d.desc, d.obj, d.err)
-	}
 }
 
 // minItemsPerWorker: a List shorter than this is decoded by one goroutine.
