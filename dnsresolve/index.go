@@ -33,17 +33,30 @@ type IndexConfig struct {
 	Pods PodMode
 }
 
-// Index holds every record one Snapshot produces, keyed by lower-case name, so
+// Index holds every name one Snapshot produces, keyed by lower-case name, so
 // a question costs one map lookup. It is immutable once built: the Server
 // builds a new Index for every Snapshot and swaps it in atomically.
+//
+// Most names of a cluster are a ClusterIP Service's: its own name, its SRV
+// names and the reverse names of its ClusterIPs. Their records follow from the
+// Service alone, so the Index keeps the Service and makes them when asked
+// (compact.go); every other name keeps its records, built ahead (a node).
 type Index struct {
 	zone     string
 	podZone  string // "pod.<zone>", or "" when pod names are disabled
 	ttl      uint32
 	soa      *dns.SOA
-	names    map[string]*node
+	names    map[string]entry
 	services int
 	snap     *service.Snapshot // the Snapshot indexed, to tell an unchanged one
+}
+
+// entry is what the Index holds for one name: a node of records built ahead,
+// or a ClusterIP Service whose records are made when asked.
+type entry struct {
+	n   *node
+	svc *service.Service // when n is nil: the name is svc's own, or, with ptr, the reverse name of one of its ClusterIPs
+	ptr bool
 }
 
 // node is one owner name: its records and, for SRV, the A/AAAA of its targets.
@@ -63,16 +76,23 @@ type Result struct {
 
 // NewIndex builds the records of snap (nil: no Services) under cfg.Zone.
 func NewIndex(snap *service.Snapshot, cfg IndexConfig) *Index {
+	return newIndex(snap, cfg, false)
+}
+
+// newIndex is NewIndex; eager builds every name's records ahead, a ClusterIP
+// Service's too.
+func newIndex(snap *service.Snapshot, cfg IndexConfig, eager bool) *Index {
 	zone := dns.CanonicalName(cfg.Zone)
 	if cfg.Zone == "" {
 		zone = DefaultZone
 	}
-	b := &builder{ttl: cfg.TTL, ix: &Index{zone: zone, ttl: cfg.TTL, names: make(map[string]*node), snap: snap}}
+	b := &builder{ttl: cfg.TTL, eager: eager, ix: &Index{zone: zone, ttl: cfg.TTL, names: make(map[string]entry), snap: snap}}
 	if cfg.Pods != PodsDisabled {
 		b.ix.podZone = "pod." + zone
 	}
 	if snap != nil {
-		b.ix.names = make(map[string]*node, 3*snap.Len())
+		// A ClusterIP Service has two names, its own and its ClusterIP's reverse.
+		b.ix.names = make(map[string]entry, 2*snap.Len())
 		b.ix.services = snap.Len()
 	}
 	b.ix.soa = &dns.SOA{
@@ -116,8 +136,14 @@ func (ix *Index) InZone(name string) bool {
 func (ix *Index) Lookup(qname string, qtype uint16) (r Result, ok bool) {
 	qname = dns.Fqdn(qname)
 	lname := strings.ToLower(qname)
-	n := ix.names[lname]
-	if n == nil {
+	e, found := ix.names[lname]
+	switch {
+	case found && e.n == nil:
+		return ix.compact(e, qname, lname, qtype), true
+	case !found:
+		if r, ok := ix.srvName(qname, lname, qtype); ok {
+			return r, true
+		}
 		if !dns.IsSubDomain(ix.zone, lname) {
 			return Result{}, false
 		}
@@ -126,6 +152,7 @@ func (ix *Index) Lookup(qname string, qtype uint16) (r Result, ok bool) {
 		}
 		return Result{Rcode: dns.RcodeNameError, Ns: []dns.RR{ix.soa}}, true
 	}
+	n := e.n
 	switch {
 	case qtype == dns.TypeANY:
 		r.Answer = n.rrs
@@ -186,6 +213,9 @@ func renamed(rrs []dns.RR, name string) []dns.RR {
 type builder struct {
 	ttl uint32
 	ix  *Index
+	// eager builds every name's records ahead, a ClusterIP Service's too
+	// (tests compare both forms).
+	eager bool
 }
 
 func (b *builder) hdr(name string, t uint16) dns.RR_Header {
@@ -196,11 +226,20 @@ func (b *builder) hdr(name string, t uint16) dns.RR_Header {
 // ancestor down to the zone (RFC 8020: an empty non-terminal exists, so its
 // answer is NODATA, not NXDOMAIN).
 func (b *builder) node(name string) *node {
-	if n := b.ix.names[name]; n != nil {
-		return n
+	if e, ok := b.ix.names[name]; ok {
+		if e.n != nil {
+			return e.n
+		}
+		// A ClusterIP Service's name that something else names too (it
+		// cannot happen for the Service's own name, which has more labels
+		// than any name made before it; a reverse name can be an endpoint's
+		// too): its records are built ahead from now on, beside the others.
+		delete(b.ix.names, name)
+		b.nodes(e.svc, name, e.ptr)
+		return b.ix.names[name].n
 	}
 	n := &node{}
-	b.ix.names[name] = n
+	b.ix.names[name] = entry{n: n}
 	if name != b.ix.zone && dns.IsSubDomain(b.ix.zone, name) {
 		if i, end := dns.NextLabel(name, 0); !end {
 			b.node(name[i:])
@@ -223,11 +262,15 @@ func (b *builder) addr(name string, ip netip.Addr) dns.RR {
 
 // ptr adds the reverse record of ip (in-addr.arpa, or ip6.arpa nibbles) to target.
 func (b *builder) ptr(ip netip.Addr, target string) {
-	rev, err := dns.ReverseAddr(ip.Unmap().String())
-	if err != nil {
-		return // cannot happen for a valid netip.Addr
-	}
+	rev := reverseName(ip)
 	b.add(rev, &dns.PTR{Hdr: b.hdr(rev, dns.TypePTR), Ptr: target})
+}
+
+// reverseName is the in-addr.arpa name of an IPv4 address, the ip6.arpa
+// nibbles of an IPv6 one.
+func reverseName(ip netip.Addr) string {
+	rev, _ := dns.ReverseAddr(ip.Unmap().String()) // no error for a valid netip.Addr
+	return rev
 }
 
 // addrRR is an A record for an IPv4 address, an AAAA record otherwise; hdr's

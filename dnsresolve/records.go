@@ -30,7 +30,7 @@ func (b *builder) apex(zone string, nsAddrs []netip.Addr) {
 // service adds the records of one Service at <svc>.<ns>.svc.<zone>. The
 // namespace exists (NODATA, not NXDOMAIN) as soon as one of its Services does.
 func (b *builder) service(svc *service.Service) {
-	base := strings.ToLower(svc.Name + "." + svc.Namespace + ".svc." + b.ix.zone)
+	base := serviceName(svc, b.ix.zone)
 	if i, _ := dns.NextLabel(base, 0); i > 0 {
 		b.node(base[i:])
 	}
@@ -56,25 +56,54 @@ func (b *builder) externalName(base, target string) {
 // clusterIP is spec 2.3: A/AAAA of each ClusterIP, SRV per named port with the
 // Service's name as target (and its addresses as additional records), PTR of
 // each ClusterIP back to the Service. The Service's own name also answers SRV
-// with every port, as CoreDNS does.
+// with every port, as CoreDNS does. The Index keeps the Service at its name
+// and at its reverse names and makes these records when asked (compact.go);
+// a name that something else has too gets them built ahead (nodes).
 func (b *builder) clusterIP(svc *service.Service, base string) {
-	b.node(base) // exists even without an address yet (NODATA)
+	if _, taken := b.ix.names[base]; taken || b.eager {
+		b.nodes(svc, base, false)
+	} else {
+		b.ix.names[base] = entry{svc: svc}
+	}
+	for _, ip := range svc.ClusterIPs {
+		rev := reverseName(ip)
+		if _, taken := b.ix.names[rev]; taken || b.eager {
+			b.nodes(svc, rev, true)
+		} else {
+			b.ix.names[rev] = entry{svc: svc, ptr: true}
+		}
+	}
+}
+
+// nodes builds ahead the records a ClusterIP Service has at name: with ptr,
+// name is the reverse name of one of its ClusterIPs; without, its own name
+// (and its SRV names below it).
+func (b *builder) nodes(svc *service.Service, name string, ptr bool) {
+	if ptr {
+		b.add(name, &dns.PTR{Hdr: b.hdr(name, dns.TypePTR), Ptr: serviceName(svc, b.ix.zone)})
+		return
+	}
+	b.node(name) // exists even without an address yet (NODATA)
 	var addrs []dns.RR
 	for _, ip := range svc.ClusterIPs {
-		addrs = append(addrs, b.addr(base, ip))
-		b.ptr(ip, base)
+		addrs = append(addrs, b.addr(name, ip))
 	}
 	// Every SRV target is the Service's own name: its addresses are the
 	// additional records of every set.
 	var all srvSet
 	for _, p := range svc.Ports {
-		srv := srvTarget{target: base, port: p.Port}
+		srv := srvTarget{target: name, port: p.Port}
 		all.add(srv)
 		if p.Name.Port != "" { // spec: SRV records exist for named ports only
-			b.srvs(srvName(p, base), srvSet{srv}, addrs)
+			b.srvs(srvName(p, name), srvSet{srv}, addrs)
 		}
 	}
-	b.srvs(base, all, addrs)
+	b.srvs(name, all, addrs)
+}
+
+// serviceName is <svc>.<ns>.svc.<zone>, lower-case.
+func serviceName(svc *service.Service, zone string) string {
+	return strings.ToLower(svc.Name + "." + svc.Namespace + ".svc." + zone)
 }
 
 // headless is spec 2.4: an A/AAAA per published endpoint at the Service's
