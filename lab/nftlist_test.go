@@ -12,7 +12,8 @@ import (
 )
 
 // nft-list-nftables-mode.txt is `nft list table ip svcproxy` in the lab's node
-// with svcproxy in nftables mode: the table as the kernel prints it, which
+// with svcproxy in nftables mode (`svclab up --mode nftables`, then `svclab exec
+// node -- nft list table ip svcproxy`): the table as the kernel prints it, which
 // differs from what svcproxy wrote ("numgen random mod 3 0", "meta mark set
 // meta mark | 0x00004000", "priority dstnat - 1", elements with comments).
 func TestParseNFTList(t *testing.T) {
@@ -31,7 +32,11 @@ func TestParseNFTList(t *testing.T) {
 		want string
 	}{
 		{"client to web", knft.Packet{Src: netip.MustParseAddr("198.19.1.2"), Dst: netip.MustParseAddrPort("198.18.0.20:80"), Pick: 1}, "DNAT 198.19.1.11:8080"},
-		{"off-cluster to web", knft.Packet{Src: netip.MustParseAddr("198.19.200.2"), Dst: netip.MustParseAddrPort("198.18.0.20:80")}, "DNAT 198.19.1.10:8080"},
+		// outside is beyond the lab's cluster CIDR (198.19.0.0/17): masqueraded.
+		{"off-cluster to web", knft.Packet{Src: netip.MustParseAddr("198.19.200.2"), Dst: netip.MustParseAddrPort("198.18.0.20:80")}, "DNAT 198.19.1.10:8080, MASQUERADE"},
+		// A pod sent to itself: the hairpin set masquerades it.
+		{"web-0 to web, back to itself", knft.Packet{Src: netip.MustParseAddr("198.19.1.10"), Dst: netip.MustParseAddrPort("198.18.0.20:80")}, "DNAT 198.19.1.10:8080, MASQUERADE"},
+		{"web-0 to web, to web-1", knft.Packet{Src: netip.MustParseAddr("198.19.1.10"), Dst: netip.MustParseAddrPort("198.18.0.20:80"), Pick: 1}, "DNAT 198.19.1.11:8080"},
 		{"to the NodePort", knft.Packet{Src: netip.MustParseAddr("198.19.1.2"), Dst: netip.MustParseAddrPort("198.19.0.1:30080"), Pick: 2}, "DNAT 198.19.1.12:8080, MASQUERADE"},
 		{"DNS over UDP", knft.Packet{Proto: "udp", Src: netip.MustParseAddr("198.19.1.2"), Dst: netip.MustParseAddrPort("198.18.0.10:53")}, "DNAT 198.19.0.1:53"},
 		{"a ClusterIP's unused port", knft.Packet{Src: netip.MustParseAddr("198.19.1.2"), Dst: netip.MustParseAddrPort("198.18.0.20:81")}, "REJECT"},
