@@ -24,7 +24,7 @@ func (rs *ruleset) partialTx(tx *knftables.Transaction, appliedIPs []string) boo
 	var addEls, delEls []element
 	var staleChains []string
 	for _, c := range rs.changed {
-		addPort(tx, c.Cur)
+		addPort(tx, c.Cur, false)
 		var oldEls []element
 		if c.Old != nil {
 			oldEls = c.Old.elements

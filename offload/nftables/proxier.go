@@ -152,7 +152,7 @@ func (t *transactor) Apply(ctx context.Context, rs *ruleset, _ map[service.PortN
 		if err != nil {
 			return 0, err
 		}
-		rs.fullTx(tx, stale.chains, stale.sets, stale.counters)
+		rs.fullTx(tx, stale)
 	} else if !rs.partialTx(tx, t.clusterIPs) {
 		return 0, nil
 	}
@@ -183,8 +183,12 @@ func (t *transactor) Check(ctx context.Context) error {
 	return nil
 }
 
-// staleObjects are port objects in the kernel that no port of a rendering has.
-type staleObjects struct{ chains, sets, counters []string }
+// staleObjects are port objects in the kernel that no port of a rendering has,
+// or, with noTable, the news that there is no table yet.
+type staleObjects struct {
+	chains, sets, counters []string
+	noTable                bool // nothing to flush: every object is new
+}
 
 // stale reads the table and returns the port chains, affinity sets and counters in
 // it that rs does not have: those of ports removed while no process was syncing,
@@ -193,6 +197,7 @@ func (t *transactor) stale(ctx context.Context, rs *ruleset) (staleObjects, erro
 	var out staleObjects
 	objs, err := t.cfg.NFT.ListAll(ctx)
 	if knft.IsNotFound(err) {
+		out.noTable = true
 		return out, nil
 	}
 	if err != nil {
@@ -238,7 +243,7 @@ func Render(cfg Config, snap *service.Snapshot) (string, error) {
 	rs := render(cfg, snap, nil)
 	rs.collectClusterIPs()
 	tx := knftables.NewFake(TableFamily(cfg.Family), Table).NewTransaction()
-	rs.fullTx(tx, nil, nil, nil)
+	rs.fullTx(tx, staleObjects{noTable: true})
 	return tx.String(), nil
 }
 

@@ -63,8 +63,10 @@ func (rs *ruleset) collectClusterIPs() {
 
 // addTable writes the table's fixed part: the table, its base chains, the shared
 // chains with their rules, the sets and maps (flushed: a full sync adds every
-// element again).
-func addTable(tx *knftables.Transaction, cfg *Config) {
+// element again). Into a new table (fresh) nothing is flushed: there is nothing
+// to flush, and a `flush` line is one more command for nft to parse and the
+// kernel to run (10,000 of them at 10,000 service ports, one per port chain).
+func addTable(tx *knftables.Transaction, cfg *Config, fresh bool) {
 	tx.Add(&knftables.Table{Comment: knftables.PtrTo("rules for svcproxy")})
 	for _, bc := range baseChains {
 		tx.Add(&knftables.Chain{Name: bc.name, Type: knftables.PtrTo(bc.typ), Hook: knftables.PtrTo(bc.hook),
@@ -72,7 +74,9 @@ func addTable(tx *knftables.Transaction, cfg *Config) {
 	}
 	for _, obj := range tableSets(cfg) {
 		tx.Add(obj)
-		tx.Flush(obj)
+		if !fresh {
+			tx.Flush(obj)
+		}
 	}
 	for _, ip := range cfg.nodeIPs() {
 		tx.Add(&knftables.Element{Set: setNodePortIPs, Key: []string{ip.String()}})
@@ -82,7 +86,9 @@ func addTable(tx *knftables.Transaction, cfg *Config) {
 		tx.Add(&knftables.Chain{Name: c.name})
 	}
 	for _, c := range fixed {
-		tx.Flush(&knftables.Chain{Name: c.name})
+		if !fresh {
+			tx.Flush(&knftables.Chain{Name: c.name})
+		}
 		for _, r := range c.rules {
 			tx.Add(&knftables.Rule{Chain: c.name, Rule: r})
 		}
@@ -213,8 +219,9 @@ func fixedChains(cfg *Config) []chainRules {
 	}
 }
 
-// addPort writes a port's sets and chains (each chain flushed, then its rules).
-func addPort(tx *knftables.Transaction, po *portObjects) {
+// addPort writes a port's sets and chains (each chain flushed unless the table is
+// new (fresh), then its rules).
+func addPort(tx *knftables.Transaction, po *portObjects, fresh bool) {
 	if po.counter != "" {
 		tx.Add(&knftables.Counter{Name: po.counter}) // an existing counter keeps its count
 	}
@@ -225,7 +232,9 @@ func addPort(tx *knftables.Transaction, po *portObjects) {
 	for _, c := range po.chains {
 		ch := &knftables.Chain{Name: c.name}
 		tx.Add(ch)
-		tx.Flush(ch)
+		if !fresh {
+			tx.Flush(ch)
+		}
 	}
 	for _, c := range po.chains {
 		for _, r := range c.rules {
@@ -274,10 +283,10 @@ func deleteObjects(tx *knftables.Transaction, chains, sets, counters []string) {
 
 // fullTx writes everything: the fixed part, every port, every element, and the
 // deletion of stale port chains and sets (found in the kernel by the caller).
-func (rs *ruleset) fullTx(tx *knftables.Transaction, staleChains, staleSets, staleCounters []string) {
-	addTable(tx, &rs.cfg)
+func (rs *ruleset) fullTx(tx *knftables.Transaction, stale staleObjects) {
+	addTable(tx, &rs.cfg, stale.noTable)
 	for _, po := range rs.ports {
-		addPort(tx, po)
+		addPort(tx, po, stale.noTable)
 	}
 	var els []element
 	for _, ip := range rs.clusterIPs {
@@ -292,7 +301,7 @@ func (rs *ruleset) fullTx(tx *knftables.Transaction, staleChains, staleSets, sta
 	// Grouped by set, each group after its set's declaration: nft then
 	// reads each set's elements as one command (kernel/nftables).
 	addElements(tx, &rs.cfg, els)
-	deleteObjects(tx, staleChains, staleSets, staleCounters)
+	deleteObjects(tx, stale.chains, stale.sets, stale.counters)
 }
 
 // isSet reports whether a shared set's elements have no value.
