@@ -129,3 +129,44 @@ func TestReal(t *testing.T) {
 		return nil
 	}))
 }
+
+func TestRefsDeclared(t *testing.T) {
+	declared := declaredNames([]string{
+		"add set ip svcproxy affinity-A { type ipv4_addr ; flags dynamic,timeout ; timeout 600s ; }",
+		"add map ip svcproxy service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }",
+		"add counter ip svcproxy connections-X",
+		"add chain ip svcproxy not-a-set",
+	})
+	require.Equal(t, map[string]bool{"affinity-A": true, "service-ips": true, "connections-X": true}, declared)
+	tests := []struct {
+		rule string
+		want bool
+	}{
+		{"ip daddr . meta l4proto . th dport vmap @service-ips", true},
+		{"ip saddr @affinity-A goto endpoint-A", true},
+		{"update @affinity-A { ip saddr }", true},
+		{"ip saddr @affinity-B goto endpoint-B", false},
+		{"ip saddr @affinity-A,@cluster-ips drop", false},
+		{`meta l4proto tcp counter name "connections-X" dnat to 198.19.1.10:8080`, true},
+		{`meta l4proto tcp counter name "connections-Y" dnat to 198.19.1.10:8080`, false},
+		{`meta l4proto tcp counter xname "connections-Y" accept`, true},
+		{"numgen random mod 2 == 0 goto service-A", true},
+	}
+	for _, tt := range tests {
+		require.Equal(t, tt.want, refsDeclared(tt.rule, declared), tt.rule)
+	}
+	for _, tt := range []struct {
+		line             string
+		kind, name, body string
+		ok               bool
+	}{
+		{"add set ip svcproxy hairpin { type ipv4_addr . ipv4_addr ; }", "set", "ip svcproxy hairpin", "type ipv4_addr . ipv4_addr", true},
+		{"add map ip6 svcproxy service-ips { type ipv6_addr : verdict ; comment \"x\" ; }", "map", "ip6 svcproxy service-ips", "type ipv6_addr : verdict ; comment \"x\"", true},
+		{"add set ip svcproxy s { type ipv4_addr ; elements = { 1.2.3.4 } ; }", "", "", "", false},
+		{"add chain ip svcproxy c { type nat hook output priority -101 ; }", "", "", "", false},
+		{"add set ip svcproxy s", "", "", "", false},
+	} {
+		kind, name, body, ok := splitSetDecl(tt.line)
+		require.Equal(t, []any{tt.kind, tt.name, tt.body, tt.ok}, []any{kind, name, body, ok}, tt.line)
+	}
+}
