@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/svcproxy/svcproxy/deploy/image"
 	"github.com/svcproxy/svcproxy/internal/kapitest"
 	"github.com/svcproxy/svcproxy/internal/testbin"
 	"github.com/svcproxy/svcproxy/service/watch"
@@ -54,7 +55,14 @@ func TestCompareCoreDNS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clusterdns := filepath.Join(testbin.Build(t, "./cmd/clusterdns"), "clusterdns")
+	// Built as the image ships it (deploy/image): static, without symbol
+	// tables. A build with cgo maps the C library and its loader too, about
+	// 2 MiB more resident (docs/benchmarks.md).
+	bins, err := image.BuildBinaries(t.TempDir(), "clusterdns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	clusterdns := bins["clusterdns"]
 	duration := 10 * time.Second
 	if d, err := time.ParseDuration(os.Getenv("DURATION")); err == nil {
 		duration = d

@@ -34,6 +34,7 @@ func buildCoreDNS(ctx context.Context, root string) (string, error) {
 	if err != nil {
 		cache = os.TempDir()
 	}
+	h.Write([]byte("CGO_ENABLED=0 -ldflags=-s -w")) // a build of other flags is another binary
 	dir := filepath.Join(cache, "svcproxy", "coredns", "coredns-"+coreDNSVersion+"_"+hex.EncodeToString(h.Sum(nil))[:12])
 	bin := filepath.Join(dir, "coredns")
 	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
@@ -61,9 +62,11 @@ func buildCoreDNS(ctx context.Context, root string) (string, error) {
 	}
 	defer os.RemoveAll(tmp)
 	fmt.Fprintf(os.Stderr, "bench/dns: building CoreDNS %s into %s (a cold build takes minutes)\n", coreDNSVersion, dir)
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", filepath.Join(tmp, "coredns"), "github.com/coredns/coredns")
+	// As CoreDNS's Makefile builds its releases: static, without symbol
+	// tables; clusterdns is built the same way (deploy/image).
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(tmp, "coredns"), "github.com/coredns/coredns")
 	cmd.Dir = modDir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly", "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build github.com/coredns/coredns@%s: %w\n%s", coreDNSVersion, err, out)
 	}
