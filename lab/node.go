@@ -253,12 +253,11 @@ func (l *Lab) SetMode(ctx context.Context, mode string) error {
 // svcproxy processes. The old mode's UDP flows (a REDIRECT to its userspace
 // listener, say) outlive it by up to 30 s, and a client whose new socket
 // happens to get a source port one of them used is sent where that flow went:
-// to a listener that is gone (refused). kube-proxy deletes such flows at its
-// first sync; svcproxy's first sync adopts what it finds and deletes nothing
-// (docs/operations.md, "What survives a restart"), so the lab does it for
-// the switch. Best
-// effort: a node without the conntrack tool keeps them, and "0 flow entries"
-// is an exit status of 1.
+// to a listener that is gone (refused). The iptables and nftables modes delete
+// such flows at their first sync, as kube-proxy does, but the IPVS and
+// userspace modes do not (docs/operations.md, "UDP entries at the first
+// sync"), so the lab does it for every switch. Best effort: a node without
+// the conntrack tool keeps them, and "0 flow entries" is an exit status of 1.
 func (l *Lab) forgetUDPFlows(ctx context.Context) {
 	for _, fam := range []string{"ipv4", "ipv6"} {
 		_, _ = l.nodeOutput(ctx, "conntrack", "-D", "-p", "udp", "-f", fam)

@@ -13,6 +13,9 @@ type Interface interface {
 	// Delete removes every entry that matches f and returns how many it removed.
 	// No match is not an error.
 	Delete(ctx context.Context, f Filter) (int, error)
+	// DeleteStale removes every entry s selects, in one pass over s.Family's
+	// table, and returns how many it removed.
+	DeleteStale(ctx context.Context, s Stale) (int, error)
 }
 
 // Filter selects entries. Zero fields match anything; Protocol is required.

@@ -145,3 +145,107 @@ func TestNetlinkIPv6(t *testing.T) {
 		t.Error("an IPv4 address with Family IPv6: want an error")
 	}
 }
+
+// DeleteStale deletes a frontend's and a node port's entries that did not go
+// to one of their endpoints, in the family it names, and nothing else.
+func TestFakeDeleteStale(t *testing.T) {
+	flow := func(dst, nat string) Flow {
+		return Flow{Protocol: "udp", Src: netip.MustParseAddrPort("198.19.1.50:5000"), OrigDst: netip.MustParseAddrPort(dst), DstNAT: netip.MustParseAddrPort(nat)}
+	}
+	live := flow("198.18.0.53:53", "198.19.1.10:53")
+	gone := flow("198.18.0.53:53", "198.19.1.11:53")
+	redirected := flow("198.18.0.53:53", "198.19.0.1:40000")
+	neverNATed := flow("198.18.0.53:53", "198.18.0.53:53")
+	otherPort := flow("198.18.0.53:5353", "198.19.1.11:53")
+	nodePortGone := flow("198.19.0.1:30053", "198.19.1.11:53")
+	nodePortLive := flow("198.19.0.1:30053", "198.19.1.10:53")
+	tcp := gone
+	tcp.Protocol = "tcp"
+	v6 := flow("[2001:db8:18::53]:53", "[2001:db8:19::11]:53")
+	f := NewFake(live, gone, redirected, neverNATed, otherPort, nodePortGone, nodePortLive, tcp, v6)
+	eps := []netip.Addr{netip.MustParseAddr("198.19.1.10")}
+	s := Stale{Family: IPv4,
+		Frontends: map[netip.AddrPort][]netip.Addr{netip.MustParseAddrPort("198.18.0.53:53"): eps},
+		NodePorts: map[uint16][]netip.Addr{30053: eps}}
+	n, err := f.DeleteStale(context.Background(), s)
+	if err != nil || n != 4 {
+		t.Fatalf("DeleteStale: %d, %v; want 4, nil", n, err)
+	}
+	if got, want := f.Flows(), []Flow{live, otherPort, nodePortLive, tcp, v6}; !slices.Equal(got, want) {
+		t.Errorf("flows left %v, want %v", got, want)
+	}
+	if _, err := f.DeleteStale(context.Background(), Stale{}); err == nil {
+		t.Error("DeleteStale without a family: no error")
+	}
+	s.Family = IPv6
+	if _, err := f.DeleteStale(context.Background(), s); err == nil {
+		t.Error("DeleteStale of IPv4 frontends in the IPv6 table: no error")
+	}
+}
+
+// The kernel's table: flows sent to one frontend from different source ports
+// are DNATed to an endpoint, to an address that is not one, REDIRECTed to a
+// local port, or sent to the node port; DeleteStale leaves the endpoint's flow
+// and the flow to another address, and deletes the rest.
+func TestNetlinkDeleteStale(t *testing.T) {
+	netnstest.RequireRoot(t, "iptables")
+	ns := netnstest.New(t)
+	for _, a := range []string{"198.19.0.1/32", "198.19.0.2/32", "198.19.0.3/32"} {
+		ns.Run(t, "ip", "addr", "add", a, "dev", "lo")
+	}
+	ns.Run(t, "ip", "route", "add", "198.18.0.0/16", "dev", "lo")
+	for _, r := range [][]string{
+		{"--sport", "5001", "-j", "DNAT", "--to-destination", "198.19.0.2:53"},
+		{"--sport", "5002", "-j", "DNAT", "--to-destination", "198.19.0.3:53"},
+		{"--sport", "5003", "-j", "REDIRECT", "--to-ports", "10053"},
+	} {
+		ns.Run(t, "iptables", append([]string{"-t", "nat", "-A", "OUTPUT", "-d", "198.18.0.53", "-p", "udp", "--dport", "53"}, r...)...)
+	}
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	send := func(sport int, dst string) {
+		t.Helper()
+		if err := ns.Do(func() error {
+			c, err := net.DialUDP("udp4", &net.UDPAddr{Port: sport}, net.UDPAddrFromAddrPort(netip.MustParseAddrPort(dst)))
+			if err == nil {
+				conns = append(conns, c)
+				_, err = c.Write([]byte("x"))
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(5001, "198.18.0.53:53")   // to the endpoint: stays
+	send(5002, "198.18.0.53:53")   // to an address that is no endpoint: deleted
+	send(5003, "198.18.0.53:53")   // REDIRECTed, as the userspace mode does: deleted
+	send(5004, "198.19.0.1:30053") // the node port, not NATed: deleted
+	send(5005, "198.19.0.1:9")     // neither: stays
+	eps := []netip.Addr{netip.MustParseAddr("198.19.0.2")}
+	s := Stale{Family: IPv4,
+		Frontends: map[netip.AddrPort][]netip.Addr{netip.MustParseAddrPort("198.18.0.53:53"): eps},
+		NodePorts: map[uint16][]netip.Addr{30053: eps}}
+	var n int
+	err := ns.Do(func() (err error) { n, err = Netlink{}.DeleteStale(context.Background(), s); return err })
+	if err != nil || n != 3 {
+		t.Errorf("DeleteStale: %d, %v; want 3, nil", n, err)
+	}
+	// What is left: deleting by destination finds the two flows that stayed.
+	for _, f := range []Filter{
+		{Protocol: "udp", OrigDst: netip.MustParseAddr("198.18.0.53"), DstNAT: netip.MustParseAddr("198.19.0.2")},
+		{Protocol: "udp", OrigDst: netip.MustParseAddr("198.19.0.1"), OrigDstPort: 9},
+	} {
+		err := ns.Do(func() (err error) { n, err = Netlink{}.Delete(context.Background(), f); return err })
+		if err != nil || n != 1 {
+			t.Errorf("after DeleteStale, %s: %d, %v; want the flow that stayed", f, n, err)
+		}
+	}
+	err = ns.Do(func() (err error) { n, err = Netlink{}.DeleteStale(context.Background(), s); return err })
+	if err != nil || n != 0 {
+		t.Errorf("DeleteStale again: %d, %v; want 0, nil", n, err)
+	}
+}

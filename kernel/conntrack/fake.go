@@ -31,6 +31,7 @@ type Fake struct {
 	mu      sync.Mutex
 	flows   []Flow
 	deletes []Filter
+	stales  []Stale
 }
 
 var _ Interface = (*Fake)(nil)
@@ -72,5 +73,30 @@ func (f *Fake) Delete(ctx context.Context, flt Filter) (int, error) {
 	f.deletes = append(f.deletes, flt)
 	before := len(f.flows)
 	f.flows = slices.DeleteFunc(f.flows, flt.matches)
+	return before - len(f.flows), nil
+}
+
+// Stales returns the selections of every DeleteStale call so far, in order.
+func (f *Fake) Stales() []Stale {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.stales)
+}
+
+// DeleteStale implements Interface.
+func (f *Fake) DeleteStale(ctx context.Context, s Stale) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if err := s.validate(); err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stales = append(f.stales, s)
+	before := len(f.flows)
+	f.flows = slices.DeleteFunc(f.flows, func(fl Flow) bool {
+		return fl.Protocol == "udp" && s.matches(fl.OrigDst, fl.DstNAT.Addr())
+	})
 	return before - len(f.flows), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -61,6 +62,42 @@ func (Netlink) Delete(ctx context.Context, f Filter) (int, error) {
 		}
 	}
 	return total, nil
+}
+
+// DeleteStale implements Interface: it dumps s.Family's table and deletes the
+// UDP entries s selects, in one pass.
+func (Netlink) DeleteStale(ctx context.Context, s Stale) (int, error) {
+	if err := s.validate(); err != nil {
+		return 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	h, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
+	if err != nil {
+		return 0, fmt.Errorf("conntrack: delete %s: netlink: %w", s, err)
+	}
+	defer h.Close()
+	n, err := h.ConntrackDeleteFilters(netlink.ConntrackTable, family(s.Family == IPv4), staleFilter{s})
+	if err != nil {
+		return int(n), fmt.Errorf("conntrack: delete %s: %w", s, err)
+	}
+	return int(n), nil
+}
+
+// staleFilter is Stale as a netlink.CustomConntrackFilter.
+type staleFilter struct{ s Stale }
+
+func (f staleFilter) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
+	if flow.Forward.Protocol != unix.IPPROTO_UDP {
+		return false
+	}
+	dst, ok1 := netip.AddrFromSlice(flow.Forward.DstIP)
+	src, ok2 := netip.AddrFromSlice(flow.Reverse.SrcIP)
+	if !ok1 || !ok2 {
+		return false
+	}
+	return f.s.matches(netip.AddrPortFrom(dst.Unmap(), flow.Forward.DstPort), src.Unmap())
 }
 
 // families are the address families whose tables f can match.

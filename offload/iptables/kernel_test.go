@@ -11,6 +11,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
+	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -270,4 +271,16 @@ func TestKernelEstablishedSurvive(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A new process's first sync deletes the UDP entries that an earlier one
+// left pointing at no endpoint (kube-proxy's conntrack reconciliation).
+func TestKernelFirstSyncUDPConntrack(t *testing.T) {
+	l := newLab(t)
+	netnstestRequireConntrack(t)
+	l.FirstSyncMovesUDP(t, func(eps []service.Endpoint) kernelsync.Health {
+		p := l.proxier(t)
+		l.sync(t, p, snapshot(svc("dns", "198.18.0.53", 53, eps, withProtocol(service.UDP))))
+		return p.Health().Health
+	})
 }

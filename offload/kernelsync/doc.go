@@ -18,8 +18,11 @@
 //     Health.Repairs;
 //   - it remembers what the last successful sync left in the kernel, per service
 //     port, so a sync after one change renders one port, not 10,000;
-//   - it deletes the UDP conntrack entries a change leaves stale (StaleFlows), as
-//     kube-proxy's pkg/proxy/conntrack does;
+//   - it deletes the UDP conntrack entries a change leaves stale (StaleFlows),
+//     and after a full sync every UDP entry of a port it serves that did not go
+//     to one of the port's endpoints (StaleEntries: what came before the first
+//     sync, a REDIRECT of the userspace mode say), as kube-proxy's
+//     pkg/proxy/conntrack does;
 //   - it keeps the sync record /status shows (Health).
 //
 // Policy is what a port's traffic policies decide (which policy chains it needs,

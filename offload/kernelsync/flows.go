@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
+	"github.com/svcproxy/svcproxy/service"
 )
 
 // Flows is what conntrack cleanup needs to know of a service port.
@@ -92,4 +93,39 @@ func compareFilters(a, b conntrack.Filter) int {
 		return int(a.OrigDstPort) - int(b.OrigDstPort)
 	}
 	return a.DstNAT.Compare(b.DstNAT)
+}
+
+// StaleEntries returns what a full sync reconciles the conntrack table with,
+// one selection per family: every UDP port the kernel now serves that has
+// endpoints, its frontends and node port with the endpoints its entries may
+// lead to. kube-proxy runs the same reconciliation after every sync; svcproxy
+// runs it after a full one (the first of a process included), where no change
+// list says what came before, and keeps StaleFlows' exact deletions for
+// partial syncs.
+func StaleEntries[P Port](ports map[service.PortName]P) []conntrack.Stale {
+	byFamily := map[conntrack.Family]*conntrack.Stale{}
+	for _, port := range ports {
+		o := port.Flows()
+		if o.Protocol != "udp" || len(o.Endpoints) == 0 {
+			continue
+		}
+		s := byFamily[o.Family]
+		if s == nil {
+			s = &conntrack.Stale{Family: o.Family, Frontends: map[netip.AddrPort][]netip.Addr{}, NodePorts: map[uint16][]netip.Addr{}}
+			byFamily[o.Family] = s
+		}
+		for _, fe := range o.Frontends {
+			s.Frontends[netip.AddrPortFrom(fe, o.Port)] = o.Endpoints
+		}
+		if o.NodePort != 0 {
+			s.NodePorts[o.NodePort] = o.Endpoints
+		}
+	}
+	var out []conntrack.Stale
+	for _, f := range []conntrack.Family{conntrack.IPv4, conntrack.IPv6} {
+		if s := byFamily[f]; s != nil {
+			out = append(out, *s)
+		}
+	}
+	return out
 }

@@ -240,7 +240,7 @@ func (p *Proxier[P, R]) commit(ctx context.Context, r R, full bool, start time.T
 		p.lastFull, p.needFull = p.cfg.Now(), false
 		p.checked = p.lastFull
 	}
-	deleted, ctErr := p.cleanFlows(ctx, first, r)
+	deleted, ctErr := p.cleanFlows(ctx, first, full, r)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	h := &p.health
@@ -258,20 +258,33 @@ func (p *Proxier[P, R]) commit(ctx context.Context, r R, full bool, start time.T
 	}
 }
 
-// cleanFlows deletes the conntrack entries the change r made left stale.
-func (p *Proxier[P, R]) cleanFlows(ctx context.Context, first bool, r R) (int, error) {
-	if p.cfg.Conntrack == nil || first {
-		// The first sync of this process knows nothing of what came before;
-		// the entries it finds belong to rules it has just adopted.
+// cleanFlows deletes the conntrack entries the sync r left stale: those of
+// its changes and removals (StaleFlows), and after a full sync, which has no
+// complete change list (the first of a process knows nothing of what came
+// before it), every UDP entry of a served port that did not go to one of its
+// endpoints (StaleEntries).
+func (p *Proxier[P, R]) cleanFlows(ctx context.Context, first, full bool, r R) (int, error) {
+	if p.cfg.Conntrack == nil {
 		return 0, nil
 	}
 	var errs []error
 	n := 0
-	for _, f := range StaleFlows(r.Changed(), r.Removed()) {
-		d, err := p.cfg.Conntrack.Delete(ctx, f)
-		n += d
-		if err != nil {
-			errs = append(errs, err)
+	if !first {
+		for _, f := range StaleFlows(r.Changed(), r.Removed()) {
+			d, err := p.cfg.Conntrack.Delete(ctx, f)
+			n += d
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if full {
+		for _, s := range StaleEntries(p.applied) {
+			d, err := p.cfg.Conntrack.DeleteStale(ctx, s)
+			n += d
+			if err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return n, errors.Join(errs...)

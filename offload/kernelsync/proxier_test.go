@@ -44,7 +44,7 @@ func (m *mode) Render(snap *service.Snapshot, applied map[service.PortName]*port
 	r := &rendering{}
 	here := map[service.PortName]bool{}
 	for _, p := range snap.Ports() {
-		cur := &port{name: p.Name, flows: Flows{Protocol: "udp", Port: p.Port, Frontends: p.Service.ClusterIPs, HasEndpoints: len(p.Endpoints) > 0}}
+		cur := &port{name: p.Name, flows: Flows{Family: conntrack.IPv4, Protocol: "udp", Port: p.Port, Frontends: p.Service.ClusterIPs, HasEndpoints: len(p.Endpoints) > 0}}
 		for _, e := range p.Endpoints {
 			cur.flows.Endpoints = append(cur.flows.Endpoints, e.Addr.Addr())
 		}
@@ -93,8 +93,10 @@ func udpService(eps ...string) *service.Snapshot {
 }
 
 // A sync is full at first, after a failure and a FullSyncPeriod after the last
-// full one ended; partial otherwise. Nothing is synced before the first Update,
-// and the first sync deletes no conntrack entry (it adopts what it finds).
+// full one ended; partial otherwise. Nothing is synced before the first Update.
+// A partial sync deletes the conntrack entries of its changes; a full one,
+// which has no complete change list, reconciles the table with every port it
+// wrote (Stale; the first sync, which adopts what it finds, only that way).
 func TestProxierSyncs(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	m := &mode{}
@@ -128,9 +130,52 @@ func TestProxierSyncs(t *testing.T) {
 	if !h.Healthy || h.FullSyncs != 3 || h.PartialSyncs != 2 || h.Failures != 1 || h.Size != 1 {
 		t.Errorf("health %+v", h)
 	}
-	want := []conntrack.Filter{{Protocol: "udp", OrigDst: netip.MustParseAddr("198.18.0.53"), OrigDstPort: 53, DstNAT: netip.MustParseAddr("198.19.1.3")}}
-	if got := ct.Deletes(); !slices.Equal(got, want) || h.ConntrackDeleted != 0 {
-		t.Errorf("conntrack deletes %v, want %v (the endpoint that left, not the first sync's)", got, want)
+	want := []conntrack.Filter{{Protocol: "udp", OrigDst: netip.MustParseAddr("198.18.0.53"), OrigDstPort: 53, DstNAT: netip.MustParseAddr("198.19.1.3"), Family: conntrack.IPv4}}
+	if got := ct.Deletes(); !slices.Equal(got, want) || h.ConntrackDeleted != 0 || h.ConntrackErrors != 0 {
+		t.Errorf("conntrack deletes %v, want %v (the endpoint that left, not the first sync's); health %+v", got, want, h)
+	}
+	fe := netip.MustParseAddrPort("198.18.0.53:53")
+	stales := ct.Stales()
+	if len(stales) != 3 {
+		t.Fatalf("conntrack reconciliations %v, want one per full sync", stales)
+	}
+	for i, eps := range [][]netip.Addr{
+		{netip.MustParseAddr("198.19.1.2"), netip.MustParseAddr("198.19.1.3")},
+		{netip.MustParseAddr("198.19.1.2")},
+		{netip.MustParseAddr("198.19.1.2")},
+	} {
+		if s := stales[i]; s.Family != conntrack.IPv4 || len(s.Frontends) != 1 || !slices.Equal(s.Frontends[fe], eps) || len(s.NodePorts) != 0 {
+			t.Errorf("full sync %d reconciled with %+v, want %s with endpoints %v", i, s, fe, eps)
+		}
+	}
+}
+
+// StaleEntries: one selection per family, of the UDP ports with endpoints.
+func TestStaleEntries(t *testing.T) {
+	mk := func(fam conntrack.Family, proto, vip string, nodePort uint16, eps ...string) *port {
+		o := Flows{Family: fam, Protocol: proto, Port: 53, NodePort: nodePort, Frontends: []netip.Addr{netip.MustParseAddr(vip)}}
+		for _, e := range eps {
+			o.Endpoints = append(o.Endpoints, netip.MustParseAddr(e))
+		}
+		o.HasEndpoints = len(eps) > 0
+		return &port{flows: o}
+	}
+	ports := map[service.PortName]*port{
+		{Port: "v4"}:   mk(conntrack.IPv4, "udp", "198.18.0.53", 30053, "198.19.1.2"),
+		{Port: "v6"}:   mk(conntrack.IPv6, "udp", "2001:db8:18::53", 30053, "2001:db8:19::2"),
+		{Port: "tcp"}:  mk(conntrack.IPv4, "tcp", "198.18.0.54", 0, "198.19.1.2"),
+		{Port: "none"}: mk(conntrack.IPv4, "udp", "198.18.0.55", 30055),
+	}
+	got := StaleEntries(ports)
+	if len(got) != 2 || got[0].Family != conntrack.IPv4 || got[1].Family != conntrack.IPv6 {
+		t.Fatalf("StaleEntries: %v, want IPv4 then IPv6", got)
+	}
+	v4, v6 := got[0], got[1]
+	if len(v4.Frontends) != 1 || len(v4.NodePorts) != 1 || !slices.Equal(v4.NodePorts[30053], []netip.Addr{netip.MustParseAddr("198.19.1.2")}) {
+		t.Errorf("IPv4: %+v, want only the UDP port with endpoints", v4)
+	}
+	if eps := v6.Frontends[netip.MustParseAddrPort("[2001:db8:18::53]:53")]; !slices.Equal(eps, []netip.Addr{netip.MustParseAddr("2001:db8:19::2")}) {
+		t.Errorf("IPv6: %+v", v6)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
+	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -434,4 +435,16 @@ func TestKernelConnections(t *testing.T) {
 	if n := count(); n != 8 {
 		t.Errorf("after a rewrite and 3 more connections: %d, want 8", n)
 	}
+}
+
+// A new process's first sync deletes the UDP entries that an earlier one
+// left pointing at no endpoint (kube-proxy's conntrack reconciliation).
+func TestKernelFirstSyncUDPConntrack(t *testing.T) {
+	l := newLab(t)
+	netnstestRequireConntrack(t)
+	l.FirstSyncMovesUDP(t, func(eps []service.Endpoint) kernelsync.Health {
+		p := l.proxier(t)
+		l.sync(t, p, snapshot(svc("dns", "198.18.0.53", 53, eps, withProtocol(service.UDP))))
+		return p.Health().Health
+	})
 }
