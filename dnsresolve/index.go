@@ -86,7 +86,7 @@ func newIndex(snap *service.Snapshot, cfg IndexConfig, eager bool) *Index {
 	if cfg.Zone == "" {
 		zone = DefaultZone
 	}
-	b := &builder{ttl: cfg.TTL, eager: eager, ix: &Index{zone: zone, ttl: cfg.TTL, names: make(map[string]entry), snap: snap}}
+	b := &builder{eager: eager, ix: &Index{zone: zone, ttl: cfg.TTL, names: make(map[string]entry), snap: snap}}
 	if cfg.Pods != PodsDisabled {
 		b.ix.podZone = "pod." + zone
 	}
@@ -211,16 +211,13 @@ func renamed(rrs []dns.RR, name string) []dns.RR {
 
 // builder fills an Index; the per-Service record forms are in records.go.
 type builder struct {
-	ttl uint32
-	ix  *Index
+	ix *Index
 	// eager builds every name's records ahead, a ClusterIP Service's too
 	// (tests compare both forms).
 	eager bool
 }
 
-func (b *builder) hdr(name string, t uint16) dns.RR_Header {
-	return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: b.ttl}
-}
+func (b *builder) hdr(name string, t uint16) dns.RR_Header { return b.ix.hdr(name, t) }
 
 // node returns the node of name, creating it and, inside the zone, every empty
 // ancestor down to the zone (RFC 8020: an empty non-terminal exists, so its
