@@ -132,43 +132,73 @@ func clusterIPStrings(spec *v1.ServiceSpec) []string {
 
 // attachSlices fills the endpoints of svc's ports from its EndpointSlices.
 // An address that refuse names a reason for is left out, with an error
-// naming it.
+// naming it. The Service's endpoints of a Service with one slice are that
+// slice's (ConvertSlice sorted them; both are immutable); each port's are a
+// copy with its number.
 func attachSlices(svc *Service, ess []*SliceObject, refuse func(netip.Addr) string) []error {
 	var errs []error
-	converted := make([][]Endpoint, len(ess)) // per slice, without the refused
-	byIP := make(map[netip.Addr]Endpoint)
+	kept := make([][]Endpoint, len(ess)) // per slice, without the refused
 	for i, es := range ess {
+		kept[i] = es.endpoints
+		copied := false
 		for j, ep := range es.endpoints {
-			if why := refuse(ep.Addr.Addr()); why != "" {
-				errs = append(errs, refusedEndpoint(es, j, ep.Addr.Addr(), why))
-				continue
-			}
-			converted[i] = append(converted[i], ep)
-			if _, dup := byIP[ep.Addr.Addr()]; !dup {
-				byIP[ep.Addr.Addr()] = ep
+			why := refuse(ep.Addr.Addr())
+			switch {
+			case why != "":
+				errs = append(errs, refusedEndpoint(es, es.field(j), ep.Addr.Addr(), why))
+				if !copied {
+					kept[i], copied = slices.Clone(es.endpoints[:j:j]), true
+				}
+			case copied:
+				kept[i] = append(kept[i], ep)
 			}
 		}
 	}
-	svc.Endpoints = sortedEndpoints(byIP)
+	if len(kept) == 1 && distinct(kept[0]) {
+		svc.Endpoints = kept[0]
+	} else {
+		svc.Endpoints = firstPerAddr(slices.Concat(kept...))
+	}
 
 	for _, p := range svc.Ports {
-		seen := make(map[netip.AddrPort]bool)
+		var eps []Endpoint
 		for i, es := range ess {
 			number, ok := es.port(p)
 			if !ok {
 				continue
 			}
-			for _, ep := range converted[i] {
+			for _, ep := range kept[i] {
 				ep.Addr = netip.AddrPortFrom(ep.Addr.Addr(), number)
-				if !seen[ep.Addr] { // the same endpoint may sit in two slices while they are rebalanced
-					seen[ep.Addr] = true
-					p.Endpoints = append(p.Endpoints, ep)
-				}
+				eps = append(eps, ep)
 			}
 		}
-		sortEndpoints(p.Endpoints)
+		p.Endpoints = firstPerAddr(eps)
 	}
 	return errs
+}
+
+// byAddr orders endpoints by address, then port.
+func byAddr(a, b Endpoint) int { return a.Addr.Compare(b.Addr) }
+
+// distinct says whether eps are sorted by address with no address twice.
+func distinct(eps []Endpoint) bool {
+	for i := 1; i < len(eps); i++ {
+		if byAddr(eps[i-1], eps[i]) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// firstPerAddr sorts eps by address and keeps, of the endpoints with one
+// address, the first: the same endpoint may sit in two slices while they are
+// rebalanced. It may reorder eps.
+func firstPerAddr(eps []Endpoint) []Endpoint {
+	if distinct(eps) {
+		return eps
+	}
+	slices.SortStableFunc(eps, byAddr)
+	return slices.CompactFunc(eps, func(a, b Endpoint) bool { return a.Addr == b.Addr })
 }
 
 // sliceEndpoint converts one slice endpoint (its first address, as kube-proxy

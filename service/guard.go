@@ -10,12 +10,21 @@ import (
 type allocator struct {
 	clusterIPs map[netip.Addr]NamespacedName
 	// vips are every service address: ClusterIPs, externalIPs and
-	// LoadBalancer IPs, with the kind of address, for refuse's reason.
-	vips map[netip.Addr]string
+	// LoadBalancer IPs, with their Service and kind, for refuse's reason
+	// (made only when an endpoint is refused: a Snapshot of 20,000 Services
+	// would otherwise make 20,000 strings that nobody reads).
+	vips map[netip.Addr]vipOwner
 }
 
-func newAllocator() *allocator {
-	return &allocator{clusterIPs: map[netip.Addr]NamespacedName{}, vips: map[netip.Addr]string{}}
+// vipOwner is the Service that holds a virtual address, and as what.
+type vipOwner struct {
+	service NamespacedName
+	kind    string // "the ClusterIP", "an external IP", "a load balancer IP"
+}
+
+// newAllocator is an allocator for about n Services.
+func newAllocator(n int) *allocator {
+	return &allocator{clusterIPs: make(map[netip.Addr]NamespacedName, n), vips: make(map[netip.Addr]vipOwner, n)}
 }
 
 // allocate claims svc's ClusterIPs, as the API server's allocator does: a
@@ -35,13 +44,13 @@ func (a *allocator) allocate(svc *Service) error {
 	}
 	for _, ip := range svc.ClusterIPs {
 		a.clusterIPs[ip] = svc.NamespacedName
-		a.vips[ip] = "the ClusterIP of service " + svc.NamespacedName.String()
+		a.vips[ip] = vipOwner{svc.NamespacedName, "the ClusterIP"}
 	}
 	for _, ip := range svc.ExternalIPs {
-		a.vips[ip] = "an external IP of service " + svc.NamespacedName.String()
+		a.vips[ip] = vipOwner{svc.NamespacedName, "an external IP"}
 	}
 	for _, ip := range svc.LoadBalancerIPs {
-		a.vips[ip] = "a load balancer IP of service " + svc.NamespacedName.String()
+		a.vips[ip] = vipOwner{svc.NamespacedName, "a load balancer IP"}
 	}
 	return nil
 }
@@ -50,8 +59,8 @@ func (a *allocator) allocate(svc *Service) error {
 // connection to it would come back into the proxy (each hop one more
 // connection and file descriptor, until they run out).
 func (a *allocator) refuse(ip netip.Addr) string {
-	if what, ok := a.vips[ip.Unmap()]; ok {
-		return "is " + what + ": an endpoint must not lead back into the proxy"
+	if o, ok := a.vips[ip.Unmap()]; ok {
+		return "is " + o.kind + " of service " + o.service.String() + ": an endpoint must not lead back into the proxy"
 	}
 	return ""
 }

@@ -21,7 +21,8 @@ import (
 
 // ServiceObject is one Service converted on its own: validated, without
 // endpoints, or the error that keeps it out of every Snapshot. It is
-// immutable; Join copies what a Snapshot needs.
+// immutable: Join copies a Service to attach its endpoints, and shares one
+// that has none.
 type ServiceObject struct {
 	name    NamespacedName
 	created time.Time // metadata.creationTimestamp: the order of ClusterIP allocation
@@ -44,12 +45,14 @@ func (o *ServiceObject) Err() error { return o.err }
 
 // SliceObject is one EndpointSlice converted on its own: the Service it
 // belongs to, its ports and its endpoints (their first address, port 0), or
-// the error that keeps it out. It is immutable.
+// the error that keeps it out. It is immutable: a Snapshot may share its
+// endpoints (attachSlices).
 type SliceObject struct {
 	name      NamespacedName // the slice's own
 	service   string         // label kubernetes.io/service-name; "": no Service's
 	ports     []slicePort
-	endpoints []Endpoint
+	endpoints []Endpoint // sorted by address
+	index     []int      // endpoints[j] is the object's endpoints[index[j]]; nil: the same j
 	err       error
 }
 
@@ -87,7 +90,30 @@ func ConvertSlice(es *discoveryv1.EndpointSlice) *SliceObject {
 	for i, e := range es.Endpoints {
 		o.endpoints[i] = sliceEndpoint(e)
 	}
+	// Sorted by address, a Service with one slice shares them (attachSlices).
+	// The sort is stable: of two endpoints with one address, the first in
+	// the slice still wins.
+	if !slices.IsSortedFunc(o.endpoints, byAddr) {
+		o.index = make([]int, len(o.endpoints))
+		for i := range o.index {
+			o.index[i] = i
+		}
+		slices.SortStableFunc(o.index, func(a, b int) int { return byAddr(o.endpoints[a], o.endpoints[b]) })
+		sorted := make([]Endpoint, len(o.endpoints))
+		for i, j := range o.index {
+			sorted[i] = o.endpoints[j]
+		}
+		o.endpoints = sorted
+	}
 	return o
+}
+
+// field is the index in the API object of endpoints[j], for errors.
+func (o *SliceObject) field(j int) int {
+	if o.index == nil {
+		return j
+	}
+	return o.index[j]
 }
 
 // Name is the slice's namespace and name.
@@ -109,7 +135,9 @@ func (o *SliceObject) port(p *Port) (uint16, bool) {
 
 // Join makes the Snapshot of converted Services and EndpointSlices and of v1
 // Endpoints objects (for Services without slices), as Build does for API
-// objects. Neither services nor slices are modified or kept.
+// objects. Neither services nor slices are modified; the Snapshot may share
+// what they hold (a Service without endpoints, a slice's endpoints), which
+// is safe because both are immutable (TestJoinKeepsObjects).
 func Join(services []*ServiceObject, slices []*SliceObject, endpoints []*v1.Endpoints) *Snapshot {
 	var errs []error
 
@@ -135,27 +163,28 @@ func Join(services []*ServiceObject, slices []*SliceObject, endpoints []*v1.Endp
 	}
 
 	out := make([]*Service, 0, len(services))
-	vips := newAllocator()
+	vips := newAllocator(len(services))
 	for _, o := range byCreation(services) {
 		err := o.err
-		var svc *Service
 		if err == nil {
-			svc = o.svc.copy()
-			err = vips.allocate(svc)
+			err = vips.allocate(o.svc)
 		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		out = append(out, svc)
+		out = append(out, o.svc)
 	}
 	// Endpoints last, once every virtual address is known: an endpoint must
-	// not be one of them.
-	for _, svc := range out {
+	// not be one of them. A Service with endpoints is a copy of the
+	// converted one, which stays without; one without is shared.
+	for i, svc := range out {
 		if ess := slicesBySvc[svc.NamespacedName]; len(ess) > 0 {
-			errs = append(errs, attachSlices(svc, ess, vips.refuse)...)
+			out[i] = svc.copy()
+			errs = append(errs, attachSlices(out[i], ess, vips.refuse)...)
 		} else if ep := legacy[svc.NamespacedName]; ep != nil {
-			errs = append(errs, attachEndpoints(svc, ep, vips.refuse)...)
+			out[i] = svc.copy()
+			errs = append(errs, attachEndpoints(out[i], ep, vips.refuse)...)
 		}
 	}
 	return NewSnapshot(out, errs)

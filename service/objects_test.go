@@ -1,44 +1,135 @@
 package service
 
 import (
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 )
 
-// TestJoinKeepsObjects joins the same converted Service with two versions of
-// its slice, as a watcher does after a change: each Snapshot has its own
-// endpoints, and the converted objects stay as they were (a watcher keeps
-// them for the next Join).
+// TestJoinKeepsObjects joins the same converted objects again and again, as
+// a watcher does after each change, and reads the Snapshots as the
+// dataplanes do: the converted objects, which the informers cache and Join
+// shares with the Snapshots where it can, must stay exactly as they were.
 func TestJoinKeepsObjects(t *testing.T) {
 	web := ConvertService(svc("web"))
-	one := ConvertSlice(slice("web-1", "web", []discoveryv1.EndpointPort{port("http", 8080, v1.ProtocolTCP)}, ep("198.19.0.1", true)))
-	two := ConvertSlice(slice("web-1", "web", []discoveryv1.EndpointPort{port("http", 8080, v1.ProtocolTCP)}, ep("198.19.0.2", true), ep("198.19.0.3", false)))
+	idle := ConvertService(svc("idle", func(s *v1.Service) { s.Spec.ClusterIP = "198.18.0.11" }))
+	ports := []discoveryv1.EndpointPort{port("http", 8080, v1.ProtocolTCP)}
+	one := ConvertSlice(slice("web-1", "web", ports, ep("198.19.0.1", true)))
+	// Out of address order, with one address twice, and one a ClusterIP.
+	two := ConvertSlice(slice("web-1", "web", ports, ep("198.19.0.3", false), ep("198.19.0.2", true), ep("198.19.0.3", true), ep("198.18.0.11", true)))
+	objects := []any{web, idle, one, two}
+	before := make([]string, len(objects))
+	for i, o := range objects {
+		before[i] = dump(o)
+	}
 
-	first := Join([]*ServiceObject{web}, []*SliceObject{one}, nil)
-	second := Join([]*ServiceObject{web}, []*SliceObject{two}, nil)
+	first := Join([]*ServiceObject{web, idle}, []*SliceObject{one}, nil)
+	second := Join([]*ServiceObject{web, idle}, []*SliceObject{two}, nil)
+	for _, s := range []*Snapshot{first, second} {
+		s.Family(IPv4)
+		s.Family(IPv6)
+		RefuseEndpoints(s, func(e Endpoint) string { return "refused" })
+		for _, p := range s.Ports() {
+			p.Ready()
+			p.Usable()
+			p.LocalUsable("node-1")
+		}
+	}
+	for i, o := range objects {
+		if after := dump(o); after != before[i] {
+			t.Errorf("converted object %d changed:\n%s\nwas:\n%s", i, after, before[i])
+		}
+	}
+
 	endpoints := func(s *Snapshot) []string {
 		var out []string
-		for _, e := range s.Services()[0].Ports[0].Endpoints {
-			out = append(out, e.String())
+		for _, e := range s.Services()[1].Ports[0].Endpoints {
+			out = append(out, e.String()+map[bool]string{true: " ready", false: ""}[e.Ready])
 		}
 		return out
 	}
-	if got := endpoints(first); len(got) != 1 || got[0] != "198.19.0.1:8080" {
-		t.Errorf("first Snapshot: endpoints %v, want [198.19.0.1:8080]", got)
+	if got := endpoints(first); !slices.Equal(got, []string{"198.19.0.1:8080 ready"}) {
+		t.Errorf("first Snapshot: endpoints %v, want [198.19.0.1:8080 ready]", got)
 	}
-	if got := endpoints(second); len(got) != 2 || got[0] != "198.19.0.2:8080" || got[1] != "198.19.0.3:8080" {
-		t.Errorf("second Snapshot: endpoints %v, want [198.19.0.2:8080 198.19.0.3:8080]", got)
+	// Of the two 198.19.0.3, the first in the slice wins.
+	if got := endpoints(second); !slices.Equal(got, []string{"198.19.0.2:8080 ready", "198.19.0.3:8080"}) {
+		t.Errorf("second Snapshot: endpoints %v, want [198.19.0.2:8080 ready 198.19.0.3:8080]", got)
 	}
-	if first.Services()[0] == second.Services()[0] {
-		t.Error("two Snapshots share a Service")
+	if errs := second.Errors(); len(errs) != 1 || !strings.Contains(errs[0].Error(), "endpoints[3].addresses[0]") {
+		t.Errorf("second Snapshot: errors %v, want the ClusterIP refused, named by its index in the slice", errs)
 	}
-	if p := second.Services()[0].Ports[0]; p.Service != second.Services()[0] {
+	if first.Services()[1] == second.Services()[1] {
+		t.Error("two Snapshots share a Service with endpoints")
+	}
+	if p := second.Services()[1].Ports[0]; p.Service != second.Services()[1] {
 		t.Error("a port's Service is not the Service that holds it")
 	}
-	if len(web.svc.Endpoints) != 0 || len(web.svc.Ports[0].Endpoints) != 0 {
-		t.Errorf("the converted Service got endpoints: %v, %v", web.svc.Endpoints, web.svc.Ports[0].Endpoints)
+	// What is shared: a Service without endpoints, a slice's endpoints.
+	if first.Services()[0] != idle.svc || second.Services()[0] != idle.svc {
+		t.Error("a Service without endpoints is copied, not shared")
+	}
+	if got := first.Services()[1].Endpoints; len(got) != 1 || &got[0] != &one.endpoints[0] {
+		t.Error("the endpoints of a Service with one slice are copied, not shared")
+	}
+}
+
+// dump writes out everything v reaches (unexported fields too; a pointer
+// met again is written once), for telling whether any of it changed.
+func dump(v any) string {
+	d := dumper{seen: map[uintptr]bool{}}
+	d.value(reflect.ValueOf(v))
+	return d.String()
+}
+
+type dumper struct {
+	strings.Builder
+	seen map[uintptr]bool
+}
+
+func (d *dumper) value(v reflect.Value) {
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		switch {
+		case v.IsNil():
+			d.WriteString("nil")
+		case v.Kind() == reflect.Interface:
+			d.value(v.Elem())
+		case d.seen[v.Pointer()]:
+			d.WriteString("<seen>")
+		default:
+			d.seen[v.Pointer()] = true
+			d.WriteString("&")
+			d.value(v.Elem())
+		}
+	case reflect.Slice, reflect.Array:
+		d.WriteString("[")
+		for i := range v.Len() {
+			d.value(v.Index(i))
+			d.WriteString(" ")
+		}
+		d.WriteString("]")
+	case reflect.Map:
+		var entries []string
+		for it := v.MapRange(); it.Next(); {
+			entries = append(entries, dump(it.Key())+":"+dump(it.Value()))
+		}
+		slices.Sort(entries)
+		fmt.Fprint(d, entries)
+	case reflect.Struct:
+		d.WriteString("{")
+		for i := range v.NumField() {
+			d.WriteString(v.Type().Field(i).Name + ":")
+			d.value(v.Field(i))
+			d.WriteString(" ")
+		}
+		d.WriteString("}")
+	default:
+		fmt.Fprint(d, v)
 	}
 }
 
