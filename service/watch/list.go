@@ -4,12 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -70,20 +72,97 @@ func listWatch(c cache.Getter, k listKind) cache.ListerWatcher {
 	return listThenWatch{lw}
 }
 
-// listConverted sends the LIST that client-go's ListWatch would send and
-// decodes a protobuf answer with decodeList; any other answer is decoded by
-// the client's serializer.
+// listConverted sends the LIST that client-go's ListWatch would send, reads
+// the answer with readAnswer and decodes a protobuf answer with decodeList;
+// any other answer (JSON) is decoded by the scheme's serializers, as the
+// client would.
 func listConverted(ctx context.Context, c cache.Getter, k listKind, opts metav1.ListOptions) (runtime.Object, error) {
-	res := c.Get().Resource(k.resource).VersionedParams(&opts, metav1.ParameterCodec).Do(ctx)
-	body, err := res.Raw()
+	body, err := c.Get().Resource(k.resource).VersionedParams(&opts, metav1.ParameterCodec).Stream(ctx)
 	if err != nil {
 		return nil, err // an API error (apierrors.IsGone and the like work on it)
 	}
-	if list, ok, err := decodeList(body, k); ok {
+	defer body.Close()
+	data, err := readAnswer(body)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", k.resource, err)
+	}
+	if list, ok, err := decodeList(data, k); ok {
 		return list, err
 	}
-	return res.Get()
+	return runtime.Decode(answerDecoder, data)
 }
+
+// answerDecoder decodes an answer that decodeList leaves: it tells JSON from
+// protobuf by the content, as client-go's decoder tells them by the
+// Content-Type.
+var answerDecoder = serializer.NewCodecFactory(scheme).UniversalDeserializer()
+
+// readAnswer reads an answer whole. io.ReadAll, which client-go's Do uses,
+// starts with 512 bytes and doubles the buffer as it fills: at 20,000
+// Services, for a 9.5 MB answer, about twice its size is allocated, copied
+// and, being fresh memory, zeroed and faulted in (docs/benchmarks.md). A
+// protobuf answer says its size in its first bytes (answerSize): the buffer
+// is made that size at once. Any other answer is read as io.ReadAll would.
+func readAnswer(r io.Reader) ([]byte, error) {
+	head := make([]byte, 256)
+	n, err := io.ReadFull(r, head)
+	switch err {
+	case nil:
+	case io.EOF, io.ErrUnexpectedEOF:
+		return head[:n], nil // all of it
+	default:
+		return nil, err
+	}
+	// bytes.Buffer.ReadFrom grows the buffer when less than bytes.MinRead
+	// is free before a read, the last one (the one that sees EOF) too.
+	buf := bytes.NewBuffer(make([]byte, 0, max(answerSize(head), n)+bytes.MinRead))
+	buf.Write(head)
+	if _, err := buf.ReadFrom(r); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// maxAnswerHint bounds the size readAnswer trusts an answer to announce
+// before it arrives: a larger answer is still read, its buffer grown as it
+// comes.
+const maxAnswerHint = 1 << 30
+
+// answerSize is the size a protobuf answer announces in head, its first
+// bytes: the magic, the envelope's typeMeta and the length of its raw field
+// (the list), which the envelope's other fields follow, a few bytes long. It
+// is 0 when head is not the start of such an answer.
+func answerSize(head []byte) int {
+	m, found := bytes.CutPrefix(head, protobufMagic)
+	if !found {
+		return 0
+	}
+	for len(m) > 0 {
+		num, typ, n := protowire.ConsumeTag(m)
+		if n < 0 || typ != protowire.BytesType {
+			return 0
+		}
+		m = m[n:]
+		size, n := protowire.ConsumeVarint(m)
+		if n < 0 || size > maxAnswerHint {
+			return 0
+		}
+		m = m[n:]
+		if num == 2 { // raw: what follows is the list
+			return len(head) - len(m) + int(size) + envelopeTail
+		}
+		if uint64(len(m)) < size {
+			return 0
+		}
+		m = m[size:]
+	}
+	return 0
+}
+
+// envelopeTail is room for the fields of runtime.Unknown after raw:
+// contentEncoding and contentType, which the API server sends empty (a tag
+// and a zero length each).
+const envelopeTail = 16
 
 // decodedList is a list of converted objects (*cachedService,
 // *cachedSlice): what the reflector takes the items and the resource

@@ -1,11 +1,15 @@
 package watch
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/iotest"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -184,5 +188,39 @@ func TestListConvertedFallsBackToJSON(t *testing.T) {
 				t.Errorf("Snapshot:\n%s\nwant:\n%s", got, want)
 			}
 		})
+	}
+}
+
+// TestReadAnswer checks that an answer is read whole, however it arrives,
+// and that a protobuf list is read into one buffer of the size its envelope
+// announces, never grown.
+func TestReadAnswer(t *testing.T) {
+	svcs, _ := manyServices(300)
+	pb := encode(t, svcs, protobuf, v1.SchemeGroupVersion)
+	if size := answerSize(pb[:256]); size < len(pb) || size > len(pb)+envelopeTail {
+		t.Errorf("answerSize %d for an answer of %d bytes, want at least that and at most %d more", size, len(pb), envelopeTail)
+	}
+	for name, data := range map[string][]byte{
+		"protobuf":  pb,
+		"JSON":      encode(t, svcs, "application/json", v1.SchemeGroupVersion),
+		"short":     pb[:100],
+		"empty":     nil,
+		"truncated": pb[:len(pb)/2],
+	} {
+		for _, r := range []struct {
+			how string
+			r   io.Reader
+		}{{"at once", bytes.NewReader(data)}, {"a byte at a time", iotest.OneByteReader(bytes.NewReader(data))}} {
+			got, err := readAnswer(r.r)
+			if err != nil || !bytes.Equal(got, data) {
+				t.Errorf("%s, %s: read %d bytes (%v), want the %d sent", name, r.how, len(got), err, len(data))
+			}
+			if name == "protobuf" && cap(got) != answerSize(pb)+bytes.MinRead {
+				t.Errorf("%s, %s: buffer of %d bytes, want %d (the announced size, never grown)", name, r.how, cap(got), answerSize(pb)+bytes.MinRead)
+			}
+		}
+	}
+	if _, err := readAnswer(iotest.ErrReader(io.ErrClosedPipe)); !errors.Is(err, io.ErrClosedPipe) {
+		t.Errorf("a failing body: %v, want its error", err)
 	}
 }
