@@ -10,8 +10,11 @@
 // and reports connections/s (one short connection each), requests/s (small
 // requests on keep-alive connections, wrk), Gbit/s (one bulk stream), the CPU
 // time each proxy process spends per connection and per request (from
-// /proc/PID/stat: less sensitive to other load than the rates), its threads'
-// context switches per connection and per request (/proc/PID/task/*/status),
+// /proc/PID/stat: less sensitive to other load than the rates), where the
+// rest of the machine's time went meanwhile (wrk's CPU, the backends', softirq
+// and idle time: is a row bound by CPU, and whose), its threads' voluntary
+// and non-voluntary context switches per connection and per request
+// (/proc/PID/task/*/status),
 // the userspace proxy's heap allocations per connection and per request
 // (runtime/metrics: exact), and the memory each proxy process needs per idle
 // proxied connection. UDP (userspace against direct: HAProxy 2.6 proxies no
@@ -20,7 +23,9 @@
 // heap) per open session.
 // -syscalls adds each proxy's system calls per connection and per request
 // (strace -c); -profile the proxier child's CPU, block and allocation
-// profiles.
+// profiles; -proxier-procs sets the proxier child's GOMAXPROCS and
+// -haproxy-threads HAProxy's nbthread (default 2), to compare both at equal
+// footing.
 //
 // It needs root: it re-executes itself with `unshare --net` in a private network
 // namespace (the node: backends and proxies), makes a second one for the load

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -22,8 +24,23 @@ type wrkResult struct {
 	// heap allocations of the userspace proxy meanwhile (objects, bytes);
 	// they include the pprof server's few answers around the run
 	allocs, allocBytes uint64
-	switches           uint64 // the proxy's threads' context switches meanwhile
-	errors             string // wrk's "Socket errors" and non-2xx lines, "" when none
+	switches           switches // the proxy's threads' context switches meanwhile
+	errors             string   // wrk's "Socket errors" and non-2xx lines, "" when none
+
+	// Where the machine's time went during the run, in seconds: wrk's CPU
+	// (its rusage), the backends' (this process's: it serves them, and does
+	// nothing else meanwhile), and the machine's idle time and its softirq
+	// time (/proc/stat, all CPUs). With the proxy's CPU they tell whether a
+	// path's rate is bound by CPU (no idle time left) and whose.
+	wrkCPU, backendCPU, idle, softirq float64
+}
+
+// perRequest is seconds per request of r, in microseconds.
+func (r wrkResult) perRequest(seconds float64) float64 {
+	if r.requests == 0 {
+		return 0
+	}
+	return seconds / float64(r.requests) * 1e6
 }
 
 // cpuPerRequest is the proxy's CPU time per request, in microseconds.
@@ -51,9 +68,20 @@ func runWrk(client *namespace, addr string, newConn bool, cfg benchConfig) (wrkR
 	args = append(args, "http://"+addr+"/")
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.duration+time.Minute)
 	defer cancel()
-	out, err := client.command(ctx, "wrk", args...).CombinedOutput()
+	statBefore, err1 := machineCPU()
+	selfBefore, err2 := selfCPU()
+	if err := errors.Join(err1, err2); err != nil {
+		return wrkResult{}, err
+	}
+	cmd := client.command(ctx, "wrk", args...)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return wrkResult{}, fmt.Errorf("wrk %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	statAfter, err1 := machineCPU()
+	selfAfter, err2 := selfCPU()
+	if err := errors.Join(err1, err2); err != nil {
+		return wrkResult{}, err
 	}
 	m := wrkRate.FindSubmatch(out)
 	if m == nil {
@@ -68,7 +96,46 @@ func runWrk(client *namespace, addr string, newConn bool, cfg benchConfig) (wrkR
 	for _, e := range wrkErrors.FindAllSubmatch(out, -1) {
 		errs = append(errs, strings.TrimSpace(string(e[1])))
 	}
-	return wrkResult{perSecond: rate, requests: requests, errors: strings.Join(errs, "; ")}, nil
+	return wrkResult{perSecond: rate, requests: requests, errors: strings.Join(errs, "; "),
+		wrkCPU:     (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds(),
+		backendCPU: selfAfter - selfBefore,
+		idle:       statAfter.idle - statBefore.idle,
+		softirq:    statAfter.softirq - statBefore.softirq,
+	}, nil
+}
+
+// cpuTimes are the machine's idle and softirq seconds so far, summed over
+// its CPUs.
+type cpuTimes struct{ idle, softirq float64 }
+
+// machineCPU reads the "cpu" line of /proc/stat: user nice system idle iowait
+// irq softirq ..., in clock ticks.
+func machineCPU() (cpuTimes, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return cpuTimes{}, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	idle, err1 := strconv.ParseUint(f[4], 10, 64)
+	iowait, err2 := strconv.ParseUint(f[5], 10, 64)
+	softirq, err3 := strconv.ParseUint(f[7], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return cpuTimes{}, err
+	}
+	return cpuTimes{idle: float64(idle+iowait) / clockTicks, softirq: float64(softirq) / clockTicks}, nil
+}
+
+// selfCPU is the CPU time (user and system) this process has used so far.
+func selfCPU() (float64, error) {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0, err
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds(), nil
 }
 
 // oneStream reads from a streaming backend through addr, from the client

@@ -35,6 +35,8 @@ func main() {
 	udp := flag.Bool("udp", true, "measure the UDP rows too (false: the TCP table only, a quicker run while iterating)")
 	tcp := flag.Bool("tcp", true, "measure the TCP rows (false: the UDP table only)")
 	profile := flag.String("profile", "", "write CPU and block profiles of the proxier child's connections/s and requests/s rows to this `DIR`")
+	proxierProcs := flag.Int("proxier-procs", 0, "the proxier child's GOMAXPROCS (0: the runtime's default, one per CPU)")
+	haproxyThreads := flag.Int("haproxy-threads", 2, "HAProxy's nbthread")
 	flag.Parse()
 
 	var err error
@@ -50,7 +52,8 @@ func main() {
 		err = reexecInNamespace()
 	default:
 		err = bench(benchConfig{duration: *duration, connections: *connections, idle: *idle,
-			udpSessions: *udpSessions, udpRate: *udpRate, udpIdle: *udpIdle, udp: *udp, tcp: *tcp, syscalls: *syscalls, profile: *profile})
+			udpSessions: *udpSessions, udpRate: *udpRate, udpIdle: *udpIdle, udp: *udp, tcp: *tcp, syscalls: *syscalls, profile: *profile,
+			proxierProcs: *proxierProcs, haproxyThreads: *haproxyThreads})
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "userspace-bench:", err)
@@ -106,6 +109,8 @@ type benchConfig struct {
 	udp, tcp             bool
 	syscalls             bool
 	profile              string
+	proxierProcs         int // the proxier child's GOMAXPROCS; 0: the default
+	haproxyThreads       int
 }
 
 // path is one way to the backends.
@@ -151,7 +156,7 @@ func bench(cfg benchConfig) error {
 		return err
 	}
 	defer b.close()
-	proxier, err := startProxier(b, cfg.udpIdle, cfg.profile)
+	proxier, err := startProxier(b, cfg.udpIdle, cfg.profile, cfg.proxierProcs)
 	if err != nil {
 		return err
 	}
@@ -161,7 +166,7 @@ func bench(cfg benchConfig) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	haproxy, err := startHAProxy(context.Background(), b, dir, cfg.idle+cfg.connections+100)
+	haproxy, err := startHAProxy(context.Background(), b, dir, cfg.idle+cfg.connections+100, cfg.haproxyThreads)
 	if err != nil {
 		return err
 	}
@@ -174,8 +179,12 @@ func bench(cfg benchConfig) error {
 			return fmt.Sprintf("%s:%d", backendIP, haproxyPorts[kind])
 		}},
 	}
-	fmt.Printf("userspace-bench: %s, %d CPUs, GOMAXPROCS %d; %s per measurement; wrk -t2 -c%d from a client namespace\n",
-		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), cfg.duration, cfg.connections)
+	procs := "default"
+	if cfg.proxierProcs > 0 {
+		procs = fmt.Sprint(cfg.proxierProcs)
+	}
+	fmt.Printf("userspace-bench: %s, %d CPUs, GOMAXPROCS %d (proxier child: %s), HAProxy nbthread %d; %s per measurement; wrk -t2 -c%d from a client namespace\n",
+		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), procs, cfg.haproxyThreads, cfg.duration, cfg.connections)
 	fmt.Printf("load average before: %s; a system call that does nothing (getppid) takes %.2f µs here\n\n", loadavg(), syscallCost())
 	if cfg.tcp {
 		rows := map[string]tcpRow{}
@@ -231,13 +240,13 @@ func measureTCP(client *namespace, p path, cfg benchConfig) (tcpRow, error) {
 // proxy process used meanwhile.
 func measureWrk(client *namespace, p path, newConn bool, cfg benchConfig) (wrkResult, error) {
 	var before float64
-	var switches uint64
+	var before0 switches
 	if p.proc != nil {
 		var err error
 		if before, err = p.proc.cpuSeconds(); err != nil {
 			return wrkResult{}, err
 		}
-		if switches, err = p.proc.contextSwitches(); err != nil {
+		if before0, err = p.proc.contextSwitches(); err != nil {
 			return wrkResult{}, err
 		}
 	}
@@ -255,9 +264,9 @@ func measureWrk(client *namespace, p path, newConn bool, cfg benchConfig) (wrkRe
 	after, err := p.proc.cpuSeconds()
 	res.cpu = after - before
 	if err == nil {
-		var n uint64
+		var n switches
 		n, err = p.proc.contextSwitches()
-		res.switches = n - switches
+		res.switches = n.sub(before0)
 	}
 	if err == nil && p.proc.pprof != "" {
 		var o, b uint64
@@ -288,13 +297,28 @@ func printTCP(paths []path, rows map[string]tcpRow, cfg benchConfig) {
 	fmt.Printf("proxy CPU per connection: userspace %.0f µs, haproxy %.0f µs (%.2f×); per keep-alive request: userspace %.1f µs, haproxy %.1f µs (%.2f×)\n",
 		u.conns.cpuPerRequest(), h.conns.cpuPerRequest(), u.conns.cpuPerRequest()/h.conns.cpuPerRequest(),
 		u.reqs.cpuPerRequest(), h.reqs.cpuPerRequest(), u.reqs.cpuPerRequest()/h.reqs.cpuPerRequest())
-	fmt.Printf("proxy threads' context switches per connection: userspace %.1f, haproxy %.1f; per keep-alive request: userspace %.2f, haproxy %.2f\n",
-		perRequestOf(u.conns.switches, u.conns), perRequestOf(h.conns.switches, h.conns),
-		perRequestOf(u.reqs.switches, u.reqs), perRequestOf(h.reqs.switches, h.reqs))
+	fmt.Printf("proxy threads' context switches (voluntary + non-voluntary) per connection: userspace %s, haproxy %s; per keep-alive request: userspace %s, haproxy %s\n",
+		switchesPer(u.conns), switchesPer(h.conns), switchesPer(u.reqs), switchesPer(h.reqs))
+	fmt.Println("where the machine's time went, µs per connection / per keep-alive request (the proxy's CPU, wrk's, the backends', the kernel's softirq work not charged to a process, and idle CPU):")
+	for _, p := range paths {
+		r := rows[p.name]
+		fmt.Printf("  %-9s  %s / %s\n", p.name, timeShares(r.conns), timeShares(r.reqs))
+	}
 	fmt.Printf("userspace heap allocations per connection: %.1f (%.0f bytes); per keep-alive request: %.2f (%.0f bytes)\n",
 		perRequestOf(u.conns.allocs, u.conns), perRequestOf(u.conns.allocBytes, u.conns),
 		perRequestOf(u.reqs.allocs, u.reqs), perRequestOf(u.reqs.allocBytes, u.reqs))
 	fmt.Printf("RSS per idle connection: (VmRSS with %d idle proxied connections - VmRSS before) / %d, of the proxy process only; kernel socket buffers are not in it.\n", cfg.idle, cfg.idle)
+}
+
+// timeShares is where the machine's time went per request of r.
+func timeShares(r wrkResult) string {
+	return fmt.Sprintf("proxy %.1f, wrk %.1f, backends %.1f, softirq %.1f, idle %.1f",
+		r.perRequest(r.cpu), r.perRequest(r.wrkCPU), r.perRequest(r.backendCPU), r.perRequest(r.softirq), r.perRequest(r.idle))
+}
+
+// switchesPer is r's context switches per request: voluntary + non-voluntary.
+func switchesPer(r wrkResult) string {
+	return fmt.Sprintf("%.2f + %.2f", perRequestOf(r.switches.voluntary, r), perRequestOf(r.switches.nonvoluntary, r))
 }
 
 // perRequestOf is n per request of r.

@@ -224,26 +224,40 @@ func (c *child) cpuSeconds() (float64, error) {
 // contextSwitches is how often the child's threads have left the CPU so far
 // (voluntary_ctxt_switches and nonvoluntary_ctxt_switches of
 // /proc/PID/task/*/status, summed): each one a trip through the kernel's
-// scheduler, dear on a VM. A thread that has ended is no longer counted.
-func (c *child) contextSwitches() (uint64, error) {
+// scheduler, dear on a VM. A voluntary switch is a thread that waits (in
+// epoll_wait, a futex: the proxy's own doing); a non-voluntary one a thread
+// the kernel took the CPU from (other load's doing, mostly). A thread that
+// has ended is no longer counted.
+func (c *child) contextSwitches() (switches, error) {
 	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", c.cmd.Process.Pid))
 	if err != nil || len(tasks) == 0 {
-		return 0, fmt.Errorf("no threads of %d: %v", c.cmd.Process.Pid, err)
+		return switches{}, fmt.Errorf("no threads of %d: %v", c.cmd.Process.Pid, err)
 	}
-	var n uint64
+	var n switches
 	for _, t := range tasks {
 		b, err := os.ReadFile(t)
 		if err != nil {
 			continue // the thread ended meanwhile
 		}
 		for _, line := range strings.Split(string(b), "\n") {
-			if name, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(name, "ctxt_switches") {
-				k, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-				n += k
+			name, v, _ := strings.Cut(line, ":")
+			k, _ := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			switch name {
+			case "voluntary_ctxt_switches":
+				n.voluntary += k
+			case "nonvoluntary_ctxt_switches":
+				n.nonvoluntary += k
 			}
 		}
 	}
 	return n, nil
+}
+
+// switches counts context switches.
+type switches struct{ voluntary, nonvoluntary uint64 }
+
+func (s switches) sub(t switches) switches {
+	return switches{s.voluntary - t.voluntary, s.nonvoluntary - t.nonvoluntary}
 }
 
 // clockTicks is USER_HZ, the unit of /proc/PID/stat's times: 100 on every
@@ -251,7 +265,8 @@ func (c *child) contextSwitches() (uint64, error) {
 const clockTicks = 100
 
 // startProxier runs this program again as the proxier child.
-func startProxier(b *backends, udpIdle time.Duration, profile string) (*child, error) {
+// procs > 0 sets its GOMAXPROCS.
+func startProxier(b *backends, udpIdle time.Duration, profile string, procs int) (*child, error) {
 	var spec []string
 	for _, kind := range append(tcpKinds, kindUDP) {
 		spec = append(spec, kind+"="+strings.Join(b.addrs[kind], ","))
@@ -262,6 +277,9 @@ func startProxier(b *backends, udpIdle time.Duration, profile string) (*child, e
 	}
 	cmd := exec.Command(self, "-role=proxier", "-backends="+strings.Join(spec, ";"), "-udp-idle="+udpIdle.String(), "-profile="+profile)
 	cmd.Stderr = os.Stderr
+	if procs > 0 {
+		cmd.Env = append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", procs))
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -306,13 +324,13 @@ func (c *child) profile(name string, d time.Duration, file string) func() error 
 // haproxyPorts are HAProxy's frontends, one per kind.
 var haproxyPorts = map[string]int{kindHTTP: 18001, kindStream: 18002}
 
-// haproxyConfig is the global part; maxconn is filled in: HAProxy refuses to
+// haproxyConfig is the global part; maxconn and nbthread are filled in: HAProxy refuses to
 // start when the file limit cannot hold 2 descriptors per connection plus its
 // splice pipes (by default maxconn/4 of them), so the pipes are capped too.
 const haproxyConfig = `global
 	maxconn %[1]d
 	maxpipes 256
-	nbthread 2
+	nbthread %[2]d
 defaults
 	mode tcp
 	option splice-auto
@@ -324,9 +342,9 @@ defaults
 
 // startHAProxy runs Debian's haproxy in the foreground, round-robin over the
 // same backends.
-func startHAProxy(ctx context.Context, b *backends, dir string, maxconn int) (*child, error) {
+func startHAProxy(ctx context.Context, b *backends, dir string, maxconn, threads int) (*child, error) {
 	var cfg strings.Builder
-	fmt.Fprintf(&cfg, haproxyConfig, maxconn)
+	fmt.Fprintf(&cfg, haproxyConfig, maxconn, threads)
 	for _, kind := range tcpKinds {
 		fmt.Fprintf(&cfg, "frontend %s\n\tbind %s:%d\n\tdefault_backend %s\n", kind, backendIP, haproxyPorts[kind], kind)
 		fmt.Fprintf(&cfg, "backend %s\n\tbalance roundrobin\n", kind)
