@@ -23,7 +23,7 @@
 // heap) per open session.
 // -syscalls adds each proxy's system calls per connection and per request
 // (strace -c); -profile the proxier child's CPU, block and allocation
-// profiles; -proxier-procs sets the proxier child's GOMAXPROCS and
+// profiles and execution traces; -proxier-procs sets the proxier child's GOMAXPROCS and
 // -haproxy-threads HAProxy's nbthread (default 2), to compare both at equal
 // footing.
 //

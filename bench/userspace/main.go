@@ -34,7 +34,7 @@ func main() {
 	syscalls := flag.Bool("syscalls", false, "also count each proxy's system calls per connection and per request with strace -c (slow)")
 	udp := flag.Bool("udp", true, "measure the UDP rows too (false: the TCP table only, a quicker run while iterating)")
 	tcp := flag.Bool("tcp", true, "measure the TCP rows (false: the UDP table only)")
-	profile := flag.String("profile", "", "write CPU and block profiles of the proxier child's connections/s and requests/s rows to this `DIR`")
+	profile := flag.String("profile", "", "write CPU, block and allocation profiles and execution traces of the proxier child's connections/s and requests/s rows to this `DIR`")
 	proxierProcs := flag.Int("proxier-procs", 0, "the proxier child's GOMAXPROCS (0: the runtime's default, one per CPU)")
 	haproxyThreads := flag.Int("haproxy-threads", 2, "HAProxy's nbthread")
 	flag.Parse()
@@ -467,9 +467,10 @@ func idleMemory(client *namespace, p path, n int) (float64, error) {
 }
 
 // profileRows runs the userspace connections/s and requests/s rows again,
-// once each under the CPU profiler, the block profiler and the allocation
-// profiler (what was allocated during the run), and writes the profiles of
-// the proxier child to cfg.profile.
+// once each under the CPU profiler, the block profiler, the allocation
+// profiler (what was allocated during the run) and the execution tracer (go
+// tool trace: goroutine and P transitions, system calls), and writes the
+// profiles and traces of the proxier child to cfg.profile.
 func profileRows(client *namespace, proxier *child, cfg benchConfig) error {
 	if err := os.MkdirAll(cfg.profile, 0o755); err != nil {
 		return err
@@ -478,8 +479,8 @@ func profileRows(client *namespace, proxier *child, cfg benchConfig) error {
 		name    string
 		newConn bool
 	}{{"conns", true}, {"reqs", false}} {
-		for _, kind := range []string{"profile", "block", "allocs"} {
-			file := filepath.Join(cfg.profile, fmt.Sprintf("%s-%s.pprof", row.name, map[string]string{"profile": "cpu", "block": "block", "allocs": "allocs"}[kind]))
+		for _, kind := range []string{"profile", "block", "allocs", "trace"} {
+			file := filepath.Join(cfg.profile, row.name+"-"+map[string]string{"profile": "cpu.pprof", "block": "block.pprof", "allocs": "allocs.pprof", "trace": "trace.out"}[kind])
 			wait := proxier.profile(kind, cfg.duration, file)
 			res, err := runWrk(client, vip(kindHTTP), row.newConn, cfg)
 			if err := errors.Join(err, wait()); err != nil {
