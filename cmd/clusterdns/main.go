@@ -71,8 +71,11 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	upstreams := cfg.Upstreams
 	if len(upstreams) == 0 {
 		var err error
-		if upstreams, err = resolvConfUpstreams(cfg.ResolvConf); err != nil {
+		switch upstreams, err = resolvConfUpstreams(cfg.ResolvConf); {
+		case err != nil:
 			log.Warn("no upstreams: names outside the zone will be refused", "err", err)
+		case len(upstreams) == 0: // a cluster-only server (docs/operations.md, loops)
+			log.Info("no upstreams: names outside the zone will be refused", "resolvConf", cfg.ResolvConf, "why", "it lists no nameserver")
 		}
 	}
 	watch.SetClientLogger(log)

@@ -2,6 +2,7 @@ package dns_test
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -171,6 +172,25 @@ func TestLoop(t *testing.T) {
 	}
 	// The zone still works.
 	l.waitFor(t, "zone", "198.18.0.10", "dig", "@127.0.0.1", "+short", "web.default.svc.cluster.local")
+}
+
+// TestClusterOnly: a resolv.conf without nameservers makes a server of the
+// cluster's names alone: other names are REFUSED at once, /healthz is 200
+// (nothing is broken), and the log says why nothing is forwarded.
+func TestClusterOnly(t *testing.T) {
+	empty := filepath.Join(t.TempDir(), "resolv.conf")
+	if err := os.WriteFile(empty, []byte("search cluster.local\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l := newLab(t, "", "--resolv-conf", empty)
+	out := l.ns.Run(t, "dig", "@127.0.0.1", "+tries=1", "+time=4", "upstream.test")
+	if !strings.Contains(out, "status: REFUSED") {
+		t.Errorf("want REFUSED without upstreams:\n%s", out)
+	}
+	l.waitFor(t, "/healthz", "ok", "curl", "-s", "http://127.0.0.1:9153/healthz")
+	if !strings.Contains(l.logs.String(), "it lists no nameserver") {
+		t.Errorf("no line in the log says why nothing is forwarded:\n%s", l.logs)
+	}
 }
 
 // sameSet reports whether got and want hold the same lines, in any order.
