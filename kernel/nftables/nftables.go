@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -125,24 +126,21 @@ const hugePages = "glibc.malloc.hugetlb=1"
 // nftEnv is the environment nft runs with: env, with hugePages added to
 // GLIBC_TUNABLES (after any tunables already there).
 func nftEnv(env []string) []string {
-	out := make([]string, 0, len(env)+1)
-	found := false
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "GLIBC_TUNABLES="); ok {
-			found = true
-			if !strings.Contains(v, "glibc.malloc.hugetlb=") {
-				kv = "GLIBC_TUNABLES=" + strings.TrimSuffix(v, ":") + ":" + hugePages
-				if v == "" {
-					kv = "GLIBC_TUNABLES=" + hugePages
-				}
-			}
+	out := slices.Clone(env)
+	for i, kv := range out {
+		v, ok := strings.CutPrefix(kv, "GLIBC_TUNABLES=")
+		if !ok {
+			continue
 		}
-		out = append(out, kv)
+		if !strings.Contains(v, "glibc.malloc.hugetlb=") { // the operator's own setting wins
+			if v != "" && !strings.HasSuffix(v, ":") {
+				v += ":"
+			}
+			out[i] = "GLIBC_TUNABLES=" + v + hugePages
+		}
+		return out
 	}
-	if !found {
-		out = append(out, "GLIBC_TUNABLES="+hugePages)
-	}
-	return out
+	return append(out, "GLIBC_TUNABLES="+hugePages)
 }
 
 // ListAll implements Interface over netlink: `nft list table` would print every

@@ -16,6 +16,7 @@ func TestNFTEnv(t *testing.T) {
 		{"empty tunables", []string{"GLIBC_TUNABLES="}, []string{"GLIBC_TUNABLES=glibc.malloc.hugetlb=1"}},
 		{"other tunables kept", []string{"GLIBC_TUNABLES=glibc.malloc.check=3", "HOME=/root"},
 			[]string{"GLIBC_TUNABLES=glibc.malloc.check=3:glibc.malloc.hugetlb=1", "HOME=/root"}},
+		{"a trailing colon", []string{"GLIBC_TUNABLES=glibc.malloc.check=3:"}, []string{"GLIBC_TUNABLES=glibc.malloc.check=3:glibc.malloc.hugetlb=1"}},
 		{"the operator's hugetlb wins", []string{"GLIBC_TUNABLES=glibc.malloc.hugetlb=0"}, []string{"GLIBC_TUNABLES=glibc.malloc.hugetlb=0"}},
 	}
 	for _, tt := range tests {
