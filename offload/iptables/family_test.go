@@ -11,12 +11,13 @@ import (
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/service"
+	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
 // The IPv6 side of the test cluster: this node at 2001:db8:19::1, pods in
 // 2001:db8:19::1:0/112, services in 2001:db8:18::/112.
 var (
-	testConfig6 = Config{Family: service.IPv6, NodeName: thisNode, ClusterCIDR: netip.MustParsePrefix("2001:db8:19::1:0/112")}
+	testConfig6 = Config{Family: service.IPv6, NodeName: st.ThisNode, ClusterCIDR: netip.MustParsePrefix("2001:db8:19::1:0/112")}
 	nodeIP6     = netip.MustParseAddr("2001:db8:19::1")
 	podIP6      = netip.MustParseAddr("2001:db8:19::1:50")
 	outsideIP6  = netip.MustParseAddr("2001:db8:19::200:7")
@@ -25,12 +26,12 @@ var (
 // dualEndpoints are threeEndpoints and their IPv6 twins: what a port of a
 // dual-stack Service gets from its two EndpointSlices.
 func dualEndpoints() []service.Endpoint {
-	return append(threeEndpoints(), ep("[2001:db8:19::1:10]:8080", thisNode), ep("[2001:db8:19::1:11]:8080", thisNode),
-		ep("[2001:db8:19::1:130]:8080", "node-b"))
+	return append(st.ThreeEndpoints(), st.Endpoint("[2001:db8:19::1:10]:8080", st.ThisNode), st.Endpoint("[2001:db8:19::1:11]:8080", st.ThisNode),
+		st.Endpoint("[2001:db8:19::1:130]:8080", "node-b"))
 }
 
 // dualStack makes a Service dual-stack: an IPv6 ClusterIP after its IPv4 one.
-func dualStack(clusterIP6 string) svcOpt {
+func dualStack(clusterIP6 string) st.Opt {
 	return func(s *service.Service) {
 		s.ClusterIPs = append(s.ClusterIPs, netip.MustParseAddr(clusterIP6))
 		s.IPFamilies, s.IPFamilyPolicy = []service.Family{service.IPv4, service.IPv6}, service.RequireDualStack
@@ -40,13 +41,13 @@ func dualStack(clusterIP6 string) svcOpt {
 // One Snapshot, two rule sets: each family renders its own addresses and
 // endpoints only, with its own loopback range and recent mask.
 func TestRenderGoldenFamilies(t *testing.T) {
-	snap := snapshot(
-		svc("web", "198.18.0.10", 80, dualEndpoints(), dualStack("2001:db8:18::10"), withNodePort(30080),
-			withAffinity(600*time.Second), withExternalIPs("198.18.100.1", "2001:db8:18::100")),
-		svc("lb", "198.18.0.20", 443, dualEndpoints()[:4], dualStack("2001:db8:18::20"), withNodePort(30443),
-			withLoadBalancer("198.18.200.1", "2001:db8:18::200"), withSourceRanges("203.0.113.0/25", "2001:db8:ff::/48")),
-		svc("empty", "198.18.0.30", 80, nil, dualStack("2001:db8:18::30"), withNodePort(30081)),
-		svc("v6only", "2001:db8:18::40", 53, dualEndpoints()[3:], withProtocol(service.UDP)),
+	snap := st.Snapshot(
+		st.Service("web", "198.18.0.10", 80, dualEndpoints(), dualStack("2001:db8:18::10"), st.WithNodePort(30080),
+			st.WithAffinity(600*time.Second), st.WithExternalIPs("198.18.100.1", "2001:db8:18::100")),
+		st.Service("lb", "198.18.0.20", 443, dualEndpoints()[:4], dualStack("2001:db8:18::20"), st.WithNodePort(30443),
+			st.WithLoadBalancer("198.18.200.1", "2001:db8:18::200"), st.WithSourceRanges("203.0.113.0/25", "2001:db8:ff::/48")),
+		st.Service("empty", "198.18.0.30", 80, nil, dualStack("2001:db8:18::30"), st.WithNodePort(30081)),
+		st.Service("v6only", "2001:db8:18::40", 53, dualEndpoints()[3:], st.WithProtocol(service.UDP)),
 	)
 	for _, tt := range []struct {
 		name string
@@ -54,7 +55,7 @@ func TestRenderGoldenFamilies(t *testing.T) {
 	}{
 		{"dual-stack-ipv4", testConfig},
 		{"dual-stack-ipv6", testConfig6},
-		{"dual-stack-ipv6-node-ips", Config{Family: service.IPv6, NodeName: thisNode, NodeIPs: addrs("198.19.0.1", "2001:db8:19::1", "::1")}},
+		{"dual-stack-ipv6-node-ips", Config{Family: service.IPv6, NodeName: st.ThisNode, NodeIPs: st.Addrs("198.19.0.1", "2001:db8:19::1", "::1")}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := Render(tt.cfg, snap)
@@ -76,11 +77,11 @@ func TestRenderGoldenFamilies(t *testing.T) {
 }
 
 func TestRenderFamilyConfig(t *testing.T) {
-	_, err := Render(Config{Family: service.IPv6, ClusterCIDR: netip.MustParsePrefix("198.19.0.0/16")}, snapshot())
+	_, err := Render(Config{Family: service.IPv6, ClusterCIDR: netip.MustParsePrefix("198.19.0.0/16")}, st.Snapshot())
 	if err == nil || !strings.Contains(err.Error(), "ClusterCIDR 198.19.0.0/16: not an IPv6 prefix") {
 		t.Errorf("IPv6 rules with an IPv4 ClusterCIDR: %v", err)
 	}
-	if _, err := Render(Config{Family: "IPv5"}, snapshot()); err == nil {
+	if _, err := Render(Config{Family: "IPv5"}, st.Snapshot()); err == nil {
 		t.Error("Family IPv5: no error")
 	}
 }
@@ -106,10 +107,10 @@ func syncedFake6(t *testing.T, cfg Config, snap *service.Snapshot) *kiptables.Fa
 // client address, the NodePort on the node's IPv6 address, masquerade of
 // traffic from outside the pod network, REJECT without endpoints.
 func TestTraceIPv6(t *testing.T) {
-	snap := snapshot(
-		svc("web", "198.18.0.10", 80, dualEndpoints(), dualStack("2001:db8:18::10"), withNodePort(30080)),
-		svc("sticky", "198.18.0.11", 80, dualEndpoints(), dualStack("2001:db8:18::11"), withAffinity(time.Minute)),
-		svc("empty", "198.18.0.30", 80, nil, dualStack("2001:db8:18::30"), withNodePort(30081)),
+	snap := st.Snapshot(
+		st.Service("web", "198.18.0.10", 80, dualEndpoints(), dualStack("2001:db8:18::10"), st.WithNodePort(30080)),
+		st.Service("sticky", "198.18.0.11", 80, dualEndpoints(), dualStack("2001:db8:18::11"), st.WithAffinity(time.Minute)),
+		st.Service("empty", "198.18.0.30", 80, nil, dualStack("2001:db8:18::30"), st.WithNodePort(30081)),
 	)
 	f := syncedFake6(t, testConfig6, snap)
 	vip := netip.MustParseAddrPort("[2001:db8:18::10]:80")
@@ -178,25 +179,25 @@ func TestConntrackCleanupIPv6(t *testing.T) {
 		return conntrack.Flow{Protocol: "udp", Src: client, OrigDst: netip.MustParseAddrPort(dst), DstNAT: netip.MustParseAddrPort(ep)}
 	}
 	dns := func(eps []service.Endpoint) *service.Service {
-		return svc("dns", "198.18.0.53", 53, eps, dualStack("2001:db8:18::53"), withProtocol(service.UDP), withNodePort(30053))
+		return st.Service("dns", "198.18.0.53", 53, eps, dualStack("2001:db8:18::53"), st.WithProtocol(service.UDP), st.WithNodePort(30053))
 	}
 	ct := conntrack.NewFake()
 	p, err := NewProxier(ProxierConfig{Rules: testConfig6, IPTables: kiptables.NewFakeFamily(kiptables.IPv6), Conntrack: ct})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustSync(t, p, snapshot(dns(dualEndpoints())))
+	mustSync(t, p, st.Snapshot(dns(dualEndpoints())))
 	ipv4 := conntrack.Flow{Protocol: "udp", Src: netip.MustParseAddrPort("198.19.1.50:5353"),
 		OrigDst: netip.MustParseAddrPort("198.19.0.1:30053"), DstNAT: netip.MustParseAddrPort("198.19.1.11:8080")}
 	ct.Add(flow("[2001:db8:18::53]:53", "[2001:db8:19::1:10]:8080"), flow("[2001:db8:18::53]:53", "[2001:db8:19::1:11]:8080"),
 		flow("[2001:db8:19::1]:30053", "[2001:db8:19::1:10]:8080"), ipv4)
-	mustSync(t, p, snapshot(dns(slices.Delete(dualEndpoints(), 3, 4)))) // 2001:db8:19::1:10 leaves
+	mustSync(t, p, st.Snapshot(dns(slices.Delete(dualEndpoints(), 3, 4)))) // 2001:db8:19::1:10 leaves
 	if got, want := ct.Flows(), []conntrack.Flow{flow("[2001:db8:18::53]:53", "[2001:db8:19::1:11]:8080"), ipv4}; !slices.Equal(got, want) {
 		t.Errorf("flows after 2001:db8:19::1:10 left: %v, want %v", got, want)
 	}
-	mustSync(t, p, snapshot(dns(threeEndpoints()))) // no IPv6 endpoints: REJECT
+	mustSync(t, p, st.Snapshot(dns(st.ThreeEndpoints()))) // no IPv6 endpoints: REJECT
 	before := len(ct.Deletes())
-	mustSync(t, p, snapshot(dns(dualEndpoints())))
+	mustSync(t, p, st.Snapshot(dns(dualEndpoints())))
 	want := []conntrack.Filter{{Protocol: "udp", OrigDstPort: 30053, Family: conntrack.IPv6},
 		{Protocol: "udp", OrigDst: netip.MustParseAddr("2001:db8:18::53"), OrigDstPort: 53, Family: conntrack.IPv6}}
 	if got := ct.Deletes()[before:]; !slices.Equal(got, want) {
@@ -215,7 +216,7 @@ func TestCleanupIPv6(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustSync(t, p, snapshot(svc("web", "198.18.0.10", 80, dualEndpoints(), dualStack("2001:db8:18::10"), withNodePort(30080))))
+	mustSync(t, p, st.Snapshot(st.Service("web", "198.18.0.10", 80, dualEndpoints(), dualStack("2001:db8:18::10"), st.WithNodePort(30080))))
 	if !strings.Contains(f.Dump(), "2001:db8:18::10") {
 		t.Fatalf("nothing synced:\n%s", f.Dump())
 	}

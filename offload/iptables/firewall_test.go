@@ -5,14 +5,15 @@ import (
 	"testing"
 
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
+	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
 // loadBalancerSourceRanges: SVCP-FW- DNATs only the allowed sources; the rest
 // keeps the LoadBalancer IP as destination and filter drops it. The ClusterIP and
 // the NodePort are not subject to the ranges (as in kube-proxy).
 func TestTraceSourceRanges(t *testing.T) {
-	f := syncedFake(t, testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()[:1],
-		withNodePort(30080), withLoadBalancer("198.18.200.1"), withSourceRanges("198.19.200.0/24"))))
+	f := syncedFake(t, testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1],
+		st.WithNodePort(30080), st.WithLoadBalancer("198.18.200.1"), st.WithSourceRanges("198.19.200.0/24"))))
 	tcp := func(src, dst string) kiptables.Packet {
 		return kiptables.Packet{Src: netip.MustParseAddr(src), Dst: netip.MustParseAddrPort(dst), InIface: "eth0"}
 	}
@@ -38,8 +39,8 @@ func TestTraceSourceRanges(t *testing.T) {
 
 // The health check node port is accepted in filter, before any DROP policy.
 func TestTraceHealthCheckAccepted(t *testing.T) {
-	f := syncedFake(t, testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()[:1],
-		withNodePort(30080), withLoadBalancer("198.18.200.1"), withExternalLocal(), withHealthCheck(32000))))
+	f := syncedFake(t, testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1],
+		st.WithNodePort(30080), st.WithLoadBalancer("198.18.200.1"), st.WithExternalLocal(), st.WithHealthCheck(32000))))
 	tr, err := f.Trace(kiptables.Packet{Src: netip.MustParseAddr("198.19.200.7"), Dst: netip.MustParseAddrPort("198.19.0.1:32000"), InIface: "eth0"})
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/service"
+	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
 // newDualLab is newLab's topology with an IPv6 address next to every IPv4 one
@@ -62,12 +63,12 @@ func TestKernelDualStack(t *testing.T) {
 	l := newDualLab(t)
 	l.ServeTCP(t, 8080)
 	eps := append(l.Endpoints(8080), l.Endpoints6(8080)...)
-	dual := func(name, v4, v6 string, opts ...svcOpt) *service.Service {
-		return svc(name, v4, 80, eps, append([]svcOpt{dualStack(v6)}, opts...)...)
+	dual := func(name, v4, v6 string, opts ...st.Opt) *service.Service {
+		return st.Service(name, v4, 80, eps, append([]st.Opt{dualStack(v6)}, opts...)...)
 	}
-	empty := svc("empty", "198.18.0.30", 80, nil, dualStack("2001:db8:18::30"), withNodePort(30081))
-	snap := snapshot(dual("web", "198.18.0.10", "2001:db8:18::10", withNodePort(30080)),
-		dual("sticky", "198.18.0.11", "2001:db8:18::11", withAffinity(time.Minute)), empty)
+	empty := st.Service("empty", "198.18.0.30", 80, nil, dualStack("2001:db8:18::30"), st.WithNodePort(30081))
+	snap := st.Snapshot(dual("web", "198.18.0.10", "2001:db8:18::10", st.WithNodePort(30080)),
+		dual("sticky", "198.18.0.11", "2001:db8:18::11", st.WithAffinity(time.Minute)), empty)
 
 	families := []struct {
 		fam                service.Family
@@ -152,7 +153,7 @@ func TestKernelUDPConntrackIPv6(t *testing.T) {
 	l.ServeUDP(t, 5353)
 	p, _ := l.familyProxier(t, service.IPv6)
 	dns := func(eps []service.Endpoint) *service.Snapshot {
-		return snapshot(svc("dns", "198.18.0.53", 53, eps, dualStack("2001:db8:18::53"), withProtocol(service.UDP))).Family(service.IPv6)
+		return st.Snapshot(st.Service("dns", "198.18.0.53", 53, eps, dualStack("2001:db8:18::53"), st.WithProtocol(service.UDP))).Family(service.IPv6)
 	}
 	l.sync(t, p, dns(l.Endpoints6(5353)))
 	c := offloadtest.NewUDPClient(t, l.Client, "[2001:db8:18::53]:53")

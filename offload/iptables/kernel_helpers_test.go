@@ -9,6 +9,7 @@ import (
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/service"
+	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
 // lab is offloadtest's lab (a node namespace routing between a client and three
@@ -21,7 +22,7 @@ type lab struct {
 func newLab(t *testing.T) *lab {
 	t.Helper()
 	netnstest.RequireRoot(t, "iptables", "iptables-restore", "iptables-save", "sysctl")
-	return &lab{Lab: offloadtest.New(t, thisNode), cfg: Config{NodeName: thisNode, ClusterCIDR: offloadtest.ClusterCIDR}}
+	return &lab{Lab: offloadtest.New(t, st.ThisNode), cfg: Config{NodeName: st.ThisNode, ClusterCIDR: offloadtest.ClusterCIDR}}
 }
 
 // proxier returns a Proxier on the node's real iptables and conntrack.

@@ -13,13 +13,14 @@ import (
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
+	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
 // Real-kernel tests: the rules applied with iptables-restore in a node namespace,
 // real sockets in client and backend namespaces. They need root.
 
-func labService(l *lab, opts ...svcOpt) *service.Snapshot {
-	return snapshot(svc("web", "198.18.0.10", 80, l.Endpoints(8080), opts...))
+func labService(l *lab, opts ...st.Opt) *service.Snapshot {
+	return st.Snapshot(st.Service("web", "198.18.0.10", 80, l.Endpoints(8080), opts...))
 }
 
 // Even spread over 3 backends, and no proxy hop: each backend sees the client.
@@ -50,7 +51,7 @@ func TestKernelSpread(t *testing.T) {
 func TestKernelAffinity(t *testing.T) {
 	l := newLab(t)
 	l.ServeTCP(t, 8080)
-	l.sync(t, l.proxier(t), labService(l, withAffinity(time.Minute)))
+	l.sync(t, l.proxier(t), labService(l, st.WithAffinity(time.Minute)))
 	answers, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 20)
 	if err != nil {
 		t.Fatal(err)
@@ -70,11 +71,11 @@ func TestKernelNodePort(t *testing.T) {
 	p := l.proxier(t)
 	for _, tt := range []struct {
 		name       string
-		opts       []svcOpt
+		opts       []st.Opt
 		masquerade bool
 	}{
-		{"Cluster", []svcOpt{withNodePort(30080)}, true},
-		{"Local", []svcOpt{withNodePort(30080), withExternalLocal()}, false},
+		{"Cluster", []st.Opt{st.WithNodePort(30080)}, true},
+		{"Local", []st.Opt{st.WithNodePort(30080), st.WithExternalLocal()}, false},
 	} {
 		l.sync(t, p, labService(l, tt.opts...))
 		answers, err := offloadtest.Dial(l.Client, "198.19.10.1:30080", 6)
@@ -99,9 +100,9 @@ func TestKernelNodePort(t *testing.T) {
 func TestKernelLocalAndReject(t *testing.T) {
 	l := newLab(t)
 	l.ServeTCP(t, 8080)
-	l.sync(t, l.proxier(t), snapshot(
-		svc("web", "198.18.0.10", 80, l.Endpoints(8080)),
-		svc("empty", "198.18.0.20", 80, nil),
+	l.sync(t, l.proxier(t), st.Snapshot(
+		st.Service("web", "198.18.0.10", 80, l.Endpoints(8080)),
+		st.Service("empty", "198.18.0.20", 80, nil),
 	))
 	if _, err := offloadtest.Dial(l.Node, "198.18.0.10:80", 3); err != nil {
 		t.Errorf("from the node: %v", err)
@@ -146,7 +147,7 @@ func TestKernelRestartAndCleanup(t *testing.T) {
 	}
 	restarted := l.proxier(t)
 	for range 3 {
-		l.sync(t, restarted, labService(l, withNodePort(30080)))
+		l.sync(t, restarted, labService(l, st.WithNodePort(30080)))
 	}
 	for n := ok.Load(); ok.Load() < n+5; {
 		time.Sleep(10 * time.Millisecond)
@@ -180,7 +181,7 @@ func TestKernelUDPConntrack(t *testing.T) {
 	l.ServeUDP(t, 5353)
 	p := l.proxier(t)
 	dns := func(eps []service.Endpoint) *service.Snapshot {
-		return snapshot(svc("dns", "198.18.0.53", 53, eps, withProtocol(service.UDP)))
+		return st.Snapshot(st.Service("dns", "198.18.0.53", 53, eps, st.WithProtocol(service.UDP)))
 	}
 	l.sync(t, p, dns(l.Endpoints(5353)))
 	c := offloadtest.NewUDPClient(t, l.Client, "198.18.0.53:53")
@@ -217,8 +218,8 @@ func TestKernelUDPConntrack(t *testing.T) {
 // Proxier's full sync (from iptables-save).
 func TestKernelStaleChains(t *testing.T) {
 	l := newLab(t)
-	two := snapshot(svc("web", "198.18.0.10", 80, l.Endpoints(8080), withNodePort(30080)),
-		svc("api", "198.18.0.20", 80, l.Endpoints(8080), withAffinity(time.Minute)))
+	two := st.Snapshot(st.Service("web", "198.18.0.10", 80, l.Endpoints(8080), st.WithNodePort(30080)),
+		st.Service("api", "198.18.0.20", 80, l.Endpoints(8080), st.WithAffinity(time.Minute)))
 	p := l.proxier(t)
 	l.sync(t, p, two)
 	l.sync(t, p, labService(l)) // partial: api goes, web loses its NodePort
@@ -226,8 +227,8 @@ func TestKernelStaleChains(t *testing.T) {
 	if strings.Contains(save, "default/api") || strings.Contains(save, prefixEXT) {
 		t.Errorf("after a partial sync, stale chains are left:\n%s", save)
 	}
-	l.sync(t, l.proxier(t), two)        // restarted with both
-	l.sync(t, l.proxier(t), snapshot()) // restarted with none: a full sync reads what is there
+	l.sync(t, l.proxier(t), two)           // restarted with both
+	l.sync(t, l.proxier(t), st.Snapshot()) // restarted with none: a full sync reads what is there
 	save = l.Node.Run(t, "iptables-save", "-t", "nat")
 	for _, prefix := range portChainPrefixes {
 		if strings.Contains(save, prefix) {
@@ -243,11 +244,11 @@ func TestKernelEstablishedSurvive(t *testing.T) {
 	l := newLab(t)
 	l.ServeEcho(t, 9090)
 	p := l.proxier(t)
-	all := func() *service.Snapshot { return snapshot(svc("web", "198.18.0.10", 80, l.Endpoints(9090))) }
+	all := func() *service.Snapshot { return st.Snapshot(st.Service("web", "198.18.0.10", 80, l.Endpoints(9090))) }
 	without := func(backend string, change func(eps []service.Endpoint, i int) []service.Endpoint) *service.Snapshot {
 		eps := l.Endpoints(9090)
 		i := int(backend[1] - '0')
-		return snapshot(svc("web", "198.18.0.10", 80, change(eps, i)))
+		return st.Snapshot(st.Service("web", "198.18.0.10", 80, change(eps, i)))
 	}
 	for _, tt := range []struct {
 		name string
@@ -259,7 +260,7 @@ func TestKernelEstablishedSurvive(t *testing.T) {
 		{"endpoint left the slice", func(b string) *service.Snapshot {
 			return without(b, func(eps []service.Endpoint, i int) []service.Endpoint { return append(eps[:i], eps[i+1:]...) })
 		}},
-		{"service deleted", func(string) *service.Snapshot { return snapshot() }},
+		{"service deleted", func(string) *service.Snapshot { return st.Snapshot() }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			l.sync(t, p, all())
@@ -280,7 +281,7 @@ func TestKernelFirstSyncUDPConntrack(t *testing.T) {
 	netnstestRequireConntrack(t)
 	l.FirstSyncMovesUDP(t, func(eps []service.Endpoint) kernelsync.Health {
 		p := l.proxier(t)
-		l.sync(t, p, snapshot(svc("dns", "198.18.0.53", 53, eps, withProtocol(service.UDP))))
+		l.sync(t, p, st.Snapshot(st.Service("dns", "198.18.0.53", 53, eps, st.WithProtocol(service.UDP))))
 		return p.Health().Health
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/service"
+	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
 // flakyIPT is a Fake whose next fail restores fail.
@@ -63,19 +64,19 @@ func freshDump(t *testing.T, snap *service.Snapshot) string {
 
 // The snapshots a cluster goes through; each step is synced partially.
 func history() []*service.Snapshot {
-	web := func(eps []service.Endpoint, opts ...svcOpt) *service.Service {
-		return svc("web", "198.18.0.10", 80, eps, append([]svcOpt{withNodePort(30080)}, opts...)...)
+	web := func(eps []service.Endpoint, opts ...st.Opt) *service.Service {
+		return st.Service("web", "198.18.0.10", 80, eps, append([]st.Opt{st.WithNodePort(30080)}, opts...)...)
 	}
-	api := svc("api", "198.18.0.20", 443, threeEndpoints()[:2])
-	dns := svc("dns", "198.18.0.53", 53, threeEndpoints(), withProtocol(service.UDP))
+	api := st.Service("api", "198.18.0.20", 443, st.ThreeEndpoints()[:2])
+	dns := st.Service("dns", "198.18.0.53", 53, st.ThreeEndpoints(), st.WithProtocol(service.UDP))
 	return []*service.Snapshot{
-		snapshot(web(threeEndpoints()), api),
-		snapshot(web(threeEndpoints()[1:]), api),                             // an endpoint leaves
-		snapshot(web(threeEndpoints()[1:]), api, dns),                        // a service arrives
-		snapshot(web(nil), api, dns),                                         // no endpoints: REJECT
-		snapshot(web(threeEndpoints(), withAffinity(time.Minute)), api, dns), // back, with affinity
-		snapshot(web(threeEndpoints(), withExternalLocal()), dns),            // a service leaves, policy Local
-		snapshot(),
+		st.Snapshot(web(st.ThreeEndpoints()), api),
+		st.Snapshot(web(st.ThreeEndpoints()[1:]), api),                                // an endpoint leaves
+		st.Snapshot(web(st.ThreeEndpoints()[1:]), api, dns),                           // a service arrives
+		st.Snapshot(web(nil), api, dns),                                               // no endpoints: REJECT
+		st.Snapshot(web(st.ThreeEndpoints(), st.WithAffinity(time.Minute)), api, dns), // back, with affinity
+		st.Snapshot(web(st.ThreeEndpoints(), st.WithExternalLocal()), dns),            // a service leaves, policy Local
+		st.Snapshot(),
 	}
 }
 
@@ -297,7 +298,7 @@ func TestCleanup(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	p := newProxier(t, kiptables.NewFake(), nil)
-	mustSync(t, p, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints(), withNodePort(30080), withExternalLocal())))
+	mustSync(t, p, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithNodePort(30080), st.WithExternalLocal())))
 	st := p.Status()
 	if len(st) != 1 || st[0].Port != "default/web:p" || !st[0].HasEndpoints || len(st[0].Chains) != 6 {
 		t.Fatalf("status %+v", st)
@@ -324,22 +325,22 @@ func TestConntrackCleanup(t *testing.T) {
 		return conntrack.Flow{Protocol: "udp", Src: client, OrigDst: netip.MustParseAddrPort(dst), DstNAT: netip.MustParseAddrPort(ep)}
 	}
 	dns := func(eps []service.Endpoint) *service.Service {
-		return svc("dns", "198.18.0.53", 53, eps, withProtocol(service.UDP), withNodePort(30053))
+		return st.Service("dns", "198.18.0.53", 53, eps, st.WithProtocol(service.UDP), st.WithNodePort(30053))
 	}
 	ct := conntrack.NewFake()
 	p := newProxier(t, kiptables.NewFake(), ct)
-	mustSync(t, p, snapshot(dns(threeEndpoints())))
+	mustSync(t, p, st.Snapshot(dns(st.ThreeEndpoints())))
 	ct.Add(flow("198.18.0.53:53", "198.19.1.10:8080"), flow("198.18.0.53:53", "198.19.1.11:8080"),
 		flow("198.19.0.1:30053", "198.19.1.10:8080"))
-	mustSync(t, p, snapshot(dns(threeEndpoints()[1:])))
+	mustSync(t, p, st.Snapshot(dns(st.ThreeEndpoints()[1:])))
 	if got, want := ct.Flows(), []conntrack.Flow{flow("198.18.0.53:53", "198.19.1.11:8080")}; !slices.Equal(got, want) {
 		t.Errorf("flows after removing 198.19.1.10: %v, want %v", got, want)
 	}
 
-	mustSync(t, p, snapshot(dns(nil)))
+	mustSync(t, p, st.Snapshot(dns(nil)))
 	ct.Add(flow("198.18.0.53:53", "198.18.0.53:53")) // sent while rejected
 	before := len(ct.Deletes())
-	mustSync(t, p, snapshot(dns(threeEndpoints())))
+	mustSync(t, p, st.Snapshot(dns(st.ThreeEndpoints())))
 	if got := ct.Flows(); len(got) != 0 {
 		t.Errorf("flows after the first endpoints: %v, want none", got)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/service"
+	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -35,56 +36,56 @@ func checkGolden(t *testing.T, name string, got []byte) {
 
 func TestRenderGolden(t *testing.T) {
 	noEndpoints := []service.Endpoint(nil)
-	remoteOnly := []service.Endpoint{ep("198.19.1.130:8080", "node-b")}
+	remoteOnly := []service.Endpoint{st.Endpoint("198.19.1.130:8080", "node-b")}
 	tests := []struct {
 		name string
 		cfg  Config
 		snap *service.Snapshot
 	}{
-		{"empty", testConfig, snapshot()},
-		{"clusterip", testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()))},
-		{"clusterip-no-cidr", Config{NodeName: thisNode}, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()))},
-		{"masquerade-all", Config{NodeName: thisNode, MasqueradeAll: true, MasqueradeBit: 5},
-			snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()))},
-		{"udp", testConfig, snapshot(svc("dns", "198.18.0.53", 53, threeEndpoints(), withProtocol(service.UDP)))},
-		{"nodeport", testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints(), withNodePort(30080)))},
-		{"nodeport-node-ips", Config{NodeName: thisNode, ClusterCIDR: testConfig.ClusterCIDR, NodeIPs: addrs("198.19.0.1", "2001:db8::1")},
-			snapshot(svc("web", "198.18.0.10", 80, threeEndpoints(), withNodePort(30080)))},
-		{"external-ips", testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints(), withExternalIPs("198.18.100.1")))},
-		{"loadbalancer", testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints(),
-			withNodePort(30080), withLoadBalancer("198.18.200.1")))},
-		{"loadbalancer-source-ranges", testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()[:2],
-			withNodePort(30080), withLoadBalancer("198.18.200.1"), withSourceRanges("203.0.113.0/25", "198.19.10.0/24")))},
-		{"health-check", testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()[:2],
-			withNodePort(30080), withLoadBalancer("198.18.200.1"), withExternalLocal(), withHealthCheck(32000)))},
-		{"nodeport-loopback", Config{NodeName: thisNode, NodeIPs: addrs("127.0.0.1", "198.19.0.1")},
-			snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()[:1], withNodePort(30080)))},
-		{"affinity", testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints(), withAffinity(600*time.Second)))},
-		{"affinity-default-timeout", testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()[:1], withAffinity(0)))},
-		{"no-endpoints", testConfig, snapshot(svc("web", "198.18.0.10", 80, noEndpoints,
-			withNodePort(30080), withExternalIPs("198.18.100.1"), withLoadBalancer("198.18.200.1")))},
-		{"external-local", testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints(),
-			withNodePort(30080), withExternalLocal()))},
-		{"external-local-none-here", testConfig, snapshot(svc("web", "198.18.0.10", 80, remoteOnly,
-			withNodePort(30080), withExternalIPs("198.18.100.1"), withExternalLocal()))},
-		{"internal-local", testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints(), withInternalLocal()))},
-		{"internal-local-none-here", testConfig, snapshot(svc("web", "198.18.0.10", 80, remoteOnly, withInternalLocal()))},
-		{"terminating-fallback", testConfig, snapshot(svc("web", "198.18.0.10", 80, []service.Endpoint{
-			terminating(ep("198.19.1.10:8080", thisNode)), terminating(ep("198.19.1.11:8080", "node-b"))}))},
-		{"terminating-ignored", testConfig, snapshot(svc("web", "198.18.0.10", 80, []service.Endpoint{
-			terminating(ep("198.19.1.10:8080", thisNode)), ep("198.19.1.11:8080", "node-b")}))},
-		{"skipped", testConfig, snapshot(
-			svc("headless", "198.18.0.1", 80, threeEndpoints(), withHeadless()),
-			svc("v6only", "2001:db8::10", 80, threeEndpoints()),
-			svc("v6endpoint", "198.18.0.11", 80, []service.Endpoint{ep("[2001:db8::5]:80", thisNode), ep("198.19.1.5:80", thisNode)}),
+		{"empty", testConfig, st.Snapshot()},
+		{"clusterip", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))},
+		{"clusterip-no-cidr", Config{NodeName: st.ThisNode}, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))},
+		{"masquerade-all", Config{NodeName: st.ThisNode, MasqueradeAll: true, MasqueradeBit: 5},
+			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))},
+		{"udp", testConfig, st.Snapshot(st.Service("dns", "198.18.0.53", 53, st.ThreeEndpoints(), st.WithProtocol(service.UDP)))},
+		{"nodeport", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithNodePort(30080)))},
+		{"nodeport-node-ips", Config{NodeName: st.ThisNode, ClusterCIDR: testConfig.ClusterCIDR, NodeIPs: st.Addrs("198.19.0.1", "2001:db8::1")},
+			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithNodePort(30080)))},
+		{"external-ips", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithExternalIPs("198.18.100.1")))},
+		{"loadbalancer", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(),
+			st.WithNodePort(30080), st.WithLoadBalancer("198.18.200.1")))},
+		{"loadbalancer-source-ranges", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:2],
+			st.WithNodePort(30080), st.WithLoadBalancer("198.18.200.1"), st.WithSourceRanges("203.0.113.0/25", "198.19.10.0/24")))},
+		{"health-check", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:2],
+			st.WithNodePort(30080), st.WithLoadBalancer("198.18.200.1"), st.WithExternalLocal(), st.WithHealthCheck(32000)))},
+		{"nodeport-loopback", Config{NodeName: st.ThisNode, NodeIPs: st.Addrs("127.0.0.1", "198.19.0.1")},
+			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1], st.WithNodePort(30080)))},
+		{"affinity", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithAffinity(600*time.Second)))},
+		{"affinity-default-timeout", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1], st.WithAffinity(0)))},
+		{"no-endpoints", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, noEndpoints,
+			st.WithNodePort(30080), st.WithExternalIPs("198.18.100.1"), st.WithLoadBalancer("198.18.200.1")))},
+		{"external-local", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(),
+			st.WithNodePort(30080), st.WithExternalLocal()))},
+		{"external-local-none-here", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, remoteOnly,
+			st.WithNodePort(30080), st.WithExternalIPs("198.18.100.1"), st.WithExternalLocal()))},
+		{"internal-local", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithInternalLocal()))},
+		{"internal-local-none-here", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, remoteOnly, st.WithInternalLocal()))},
+		{"terminating-fallback", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, []service.Endpoint{
+			st.Terminating(st.Endpoint("198.19.1.10:8080", st.ThisNode)), st.Terminating(st.Endpoint("198.19.1.11:8080", "node-b"))}))},
+		{"terminating-ignored", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, []service.Endpoint{
+			st.Terminating(st.Endpoint("198.19.1.10:8080", st.ThisNode)), st.Endpoint("198.19.1.11:8080", "node-b")}))},
+		{"skipped", testConfig, st.Snapshot(
+			st.Service("headless", "198.18.0.1", 80, st.ThreeEndpoints(), st.WithHeadless()),
+			st.Service("v6only", "2001:db8::10", 80, st.ThreeEndpoints()),
+			st.Service("v6endpoint", "198.18.0.11", 80, []service.Endpoint{st.Endpoint("[2001:db8::5]:80", st.ThisNode), st.Endpoint("198.19.1.5:80", st.ThisNode)}),
 		)},
-		{"two-services", testConfig, snapshot(
-			svc("web", "198.18.0.10", 80, threeEndpoints(), withNodePort(30080)),
-			svc("api", "198.18.0.20", 443, threeEndpoints()[:2]),
+		{"two-services", testConfig, st.Snapshot(
+			st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithNodePort(30080)),
+			st.Service("api", "198.18.0.20", 443, st.ThreeEndpoints()[:2]),
 		)},
-		{"include", Config{NodeName: thisNode, Include: func(p *service.Port) bool { return p.Name.Name == "api" }}, snapshot(
-			svc("web", "198.18.0.10", 80, threeEndpoints()),
-			svc("api", "198.18.0.20", 443, threeEndpoints()[:2]),
+		{"include", Config{NodeName: st.ThisNode, Include: func(p *service.Port) bool { return p.Name.Name == "api" }}, st.Snapshot(
+			st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()),
+			st.Service("api", "198.18.0.20", 443, st.ThreeEndpoints()[:2]),
 		)},
 	}
 	for _, tt := range tests {
@@ -100,7 +101,7 @@ func TestRenderGolden(t *testing.T) {
 
 func TestRenderInvalidConfig(t *testing.T) {
 	for _, cfg := range []Config{{MasqueradeBit: 32}, {MasqueradeBit: -1}, {NodeIPs: []netip.Addr{{}}}} {
-		if _, err := Render(cfg, snapshot()); err == nil {
+		if _, err := Render(cfg, st.Snapshot()); err == nil {
 			t.Errorf("Render(%+v): no error", cfg)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/service"
+	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
 var (
@@ -37,14 +38,14 @@ func syncedFake(t *testing.T, cfg Config, snap *service.Snapshot) *kiptables.Fak
 // The traffic cases of kube-proxy's iptables tests (TestOverallIPTablesRules and
 // friends, written with tracePacket): where does a packet from A to B end up?
 func TestTrace(t *testing.T) {
-	cluster := snapshot(
-		svc("web", "198.18.0.10", 80, threeEndpoints(), withNodePort(30080),
-			withExternalIPs("198.18.100.1"), withLoadBalancer("198.18.200.1")),
-		svc("empty", "198.18.0.20", 80, nil, withNodePort(30081), withExternalIPs("198.18.100.2")),
-		svc("local", "198.18.0.30", 80, threeEndpoints(), withNodePort(30082), withExternalLocal()),
-		svc("remote", "198.18.0.40", 80, []service.Endpoint{ep("198.19.1.130:8080", "node-b")},
-			withNodePort(30083), withExternalLocal(), withInternalLocal()),
-		svc("dns", "198.18.0.53", 53, threeEndpoints()[:1], withProtocol(service.UDP)),
+	cluster := st.Snapshot(
+		st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithNodePort(30080),
+			st.WithExternalIPs("198.18.100.1"), st.WithLoadBalancer("198.18.200.1")),
+		st.Service("empty", "198.18.0.20", 80, nil, st.WithNodePort(30081), st.WithExternalIPs("198.18.100.2")),
+		st.Service("local", "198.18.0.30", 80, st.ThreeEndpoints(), st.WithNodePort(30082), st.WithExternalLocal()),
+		st.Service("remote", "198.18.0.40", 80, []service.Endpoint{st.Endpoint("198.19.1.130:8080", "node-b")},
+			st.WithNodePort(30083), st.WithExternalLocal(), st.WithInternalLocal()),
+		st.Service("dns", "198.18.0.53", 53, st.ThreeEndpoints()[:1], st.WithProtocol(service.UDP)),
 	)
 	f := syncedFake(t, testConfig, cluster)
 	tcp := func(src netip.Addr, dst string, pick int) kiptables.Packet {
@@ -103,7 +104,7 @@ func TestTrace(t *testing.T) {
 // A hairpin trace is the one to read: the endpoint chain marks the packet, and
 // POSTROUTING masquerades it, so the pod sees the node, not itself, as the client.
 func TestTraceHairpinGolden(t *testing.T) {
-	f := syncedFake(t, testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints())))
+	f := syncedFake(t, testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints())))
 	tr, err := f.Trace(kiptables.Packet{Src: netip.MustParseAddr("198.19.1.10"), Dst: netip.MustParseAddrPort("198.18.0.10:80"), InIface: "eth0"})
 	if err != nil {
 		t.Fatal(err)
@@ -119,9 +120,9 @@ func TestTraceEvenSpread(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 7} {
 		var eps []service.Endpoint
 		for i := range n {
-			eps = append(eps, ep(netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 19, 1, byte(10 + i)}), 8080).String(), thisNode))
+			eps = append(eps, st.Endpoint(netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 19, 1, byte(10 + i)}), 8080).String(), st.ThisNode))
 		}
-		f := syncedFake(t, testConfig, snapshot(svc("web", "198.18.0.10", 80, eps)))
+		f := syncedFake(t, testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, eps)))
 		trs, err := f.TraceAll(kiptables.Packet{Src: podIP, Dst: netip.MustParseAddrPort("198.18.0.10:80")})
 		if err != nil {
 			t.Fatal(err)
@@ -151,7 +152,7 @@ func TestTraceAffinity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Update(snapshot(svc("web", "198.18.0.10", 80, threeEndpoints(), withAffinity(60*time.Second))))
+	p.Update(st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithAffinity(60*time.Second))))
 	if err := p.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}

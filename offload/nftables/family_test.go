@@ -11,12 +11,13 @@ import (
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	"github.com/svcproxy/svcproxy/service"
+	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
 // The IPv6 side of the test cluster: this node at 2001:db8:19::1, pods in
 // 2001:db8:19::1:0/112, services in 2001:db8:18::/112.
 var (
-	testConfig6 = Config{Family: service.IPv6, NodeName: thisNode, ClusterCIDR: netip.MustParsePrefix("2001:db8:19::1:0/112")}
+	testConfig6 = Config{Family: service.IPv6, NodeName: st.ThisNode, ClusterCIDR: netip.MustParsePrefix("2001:db8:19::1:0/112")}
 	nodeIP6     = netip.MustParseAddr("2001:db8:19::1")
 	podIP6      = netip.MustParseAddr("2001:db8:19::1:50")
 	outsideIP6  = netip.MustParseAddr("2001:db8:19::200:7")
@@ -25,12 +26,12 @@ var (
 // dualEndpoints are threeEndpoints and their IPv6 twins: what a port of a
 // dual-stack Service gets from its two EndpointSlices.
 func dualEndpoints() []service.Endpoint {
-	return append(threeEndpoints(), ep("[2001:db8:19::1:10]:8080", thisNode), ep("[2001:db8:19::1:11]:8080", thisNode),
-		ep("[2001:db8:19::1:130]:8080", "node-b"))
+	return append(st.ThreeEndpoints(), st.Endpoint("[2001:db8:19::1:10]:8080", st.ThisNode), st.Endpoint("[2001:db8:19::1:11]:8080", st.ThisNode),
+		st.Endpoint("[2001:db8:19::1:130]:8080", "node-b"))
 }
 
 // dualStack makes a Service dual-stack: an IPv6 ClusterIP after its IPv4 one.
-func dualStack(clusterIP6 string) svcOpt {
+func dualStack(clusterIP6 string) st.Opt {
 	return func(s *service.Service) {
 		s.ClusterIPs = append(s.ClusterIPs, netip.MustParseAddr(clusterIP6))
 		s.IPFamilies, s.IPFamilyPolicy = []service.Family{service.IPv4, service.IPv6}, service.RequireDualStack
@@ -41,13 +42,13 @@ func dualStack(clusterIP6 string) svcOpt {
 // endpoints only, `ip6 svcproxy` the IPv6 ones, with ip6 expressions,
 // ipv6_addr sets and ::1 as the loopback NodePorts never answer on.
 func TestRenderGoldenFamilies(t *testing.T) {
-	snap := snapshot(
-		svc("web", "198.18.0.10", 80, dualEndpoints(), dualStack("2001:db8:18::10"), withNodePort(30080),
-			withAffinity(600*time.Second), withExternalIPs("198.18.100.1", "2001:db8:18::100")),
-		svc("lb", "198.18.0.20", 443, dualEndpoints()[:4], dualStack("2001:db8:18::20"), withNodePort(30443),
-			withLoadBalancer("198.18.200.1", "2001:db8:18::200"), withSourceRanges("203.0.113.0/25", "2001:db8:ff::/48")),
-		svc("empty", "198.18.0.30", 80, nil, dualStack("2001:db8:18::30"), withNodePort(30081)),
-		svc("v6only", "2001:db8:18::40", 53, dualEndpoints()[3:], withProtocol(service.UDP)),
+	snap := st.Snapshot(
+		st.Service("web", "198.18.0.10", 80, dualEndpoints(), dualStack("2001:db8:18::10"), st.WithNodePort(30080),
+			st.WithAffinity(600*time.Second), st.WithExternalIPs("198.18.100.1", "2001:db8:18::100")),
+		st.Service("lb", "198.18.0.20", 443, dualEndpoints()[:4], dualStack("2001:db8:18::20"), st.WithNodePort(30443),
+			st.WithLoadBalancer("198.18.200.1", "2001:db8:18::200"), st.WithSourceRanges("203.0.113.0/25", "2001:db8:ff::/48")),
+		st.Service("empty", "198.18.0.30", 80, nil, dualStack("2001:db8:18::30"), st.WithNodePort(30081)),
+		st.Service("v6only", "2001:db8:18::40", 53, dualEndpoints()[3:], st.WithProtocol(service.UDP)),
 	)
 	for _, tt := range []struct {
 		name string
@@ -55,7 +56,7 @@ func TestRenderGoldenFamilies(t *testing.T) {
 	}{
 		{"dual-stack-ipv4", testConfig},
 		{"dual-stack-ipv6", testConfig6},
-		{"dual-stack-ipv6-node-ips", Config{Family: service.IPv6, NodeName: thisNode, NodeIPs: addrs("198.19.0.1", "2001:db8:19::1", "::1")}},
+		{"dual-stack-ipv6-node-ips", Config{Family: service.IPv6, NodeName: st.ThisNode, NodeIPs: st.Addrs("198.19.0.1", "2001:db8:19::1", "::1")}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := Render(tt.cfg, snap)
@@ -97,10 +98,10 @@ func syncedFake6(t *testing.T, cfg Config, snap *service.Snapshot) *knft.Fake {
 // the NodePort on the node's IPv6 address (not on ::1), masquerade of traffic
 // from outside the pod network, REJECT without endpoints.
 func TestTraceIPv6(t *testing.T) {
-	snap := snapshot(
-		svc("web", "198.18.0.10", 80, dualEndpoints(), dualStack("2001:db8:18::10"), withNodePort(30080)),
-		svc("sticky", "198.18.0.11", 80, dualEndpoints(), dualStack("2001:db8:18::11"), withAffinity(time.Minute)),
-		svc("empty", "198.18.0.30", 80, nil, dualStack("2001:db8:18::30"), withNodePort(30081)),
+	snap := st.Snapshot(
+		st.Service("web", "198.18.0.10", 80, dualEndpoints(), dualStack("2001:db8:18::10"), st.WithNodePort(30080)),
+		st.Service("sticky", "198.18.0.11", 80, dualEndpoints(), dualStack("2001:db8:18::11"), st.WithAffinity(time.Minute)),
+		st.Service("empty", "198.18.0.30", 80, nil, dualStack("2001:db8:18::30"), st.WithNodePort(30081)),
 	)
 	f := syncedFake6(t, testConfig6, snap)
 	vip := netip.MustParseAddrPort("[2001:db8:18::10]:80")
@@ -171,11 +172,11 @@ func TestTraceIPv6(t *testing.T) {
 }
 
 func TestRenderFamilyConfig(t *testing.T) {
-	_, err := Render(Config{Family: service.IPv6, ClusterCIDR: netip.MustParsePrefix("198.19.0.0/16")}, snapshot())
+	_, err := Render(Config{Family: service.IPv6, ClusterCIDR: netip.MustParsePrefix("198.19.0.0/16")}, st.Snapshot())
 	if err == nil || !strings.Contains(err.Error(), "ClusterCIDR 198.19.0.0/16: not an IPv6 prefix") {
 		t.Errorf("an ip6 table with an IPv4 ClusterCIDR: %v", err)
 	}
-	if _, err := Render(Config{Family: "IPv5"}, snapshot()); err == nil {
+	if _, err := Render(Config{Family: "IPv5"}, st.Snapshot()); err == nil {
 		t.Error("Family IPv5: no error")
 	}
 }
@@ -184,7 +185,7 @@ func TestRenderFamilyConfig(t *testing.T) {
 // NodePort's filter, which names no address, says its family.
 func TestConntrackCleanupIPv6(t *testing.T) {
 	dns := func(eps []service.Endpoint) *service.Service {
-		return svc("dns", "198.18.0.53", 53, eps, dualStack("2001:db8:18::53"), withProtocol(service.UDP), withNodePort(30053))
+		return st.Service("dns", "198.18.0.53", 53, eps, dualStack("2001:db8:18::53"), st.WithProtocol(service.UDP), st.WithNodePort(30053))
 	}
 	ct := conntrack.NewFake()
 	p, err := NewProxier(ProxierConfig{Rules: testConfig6, NFT: knft.NewFakeFamily(TableFamily(service.IPv6), Table), Conntrack: ct})
@@ -193,12 +194,12 @@ func TestConntrackCleanupIPv6(t *testing.T) {
 	}
 	sync := func(s *service.Service) {
 		t.Helper()
-		p.Update(snapshot(s))
+		p.Update(st.Snapshot(s))
 		if err := p.Sync(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sync(dns(threeEndpoints())) // no IPv6 endpoints: REJECT
+	sync(dns(st.ThreeEndpoints())) // no IPv6 endpoints: REJECT
 	before := len(ct.Deletes())
 	sync(dns(dualEndpoints()))
 	want := []conntrack.Filter{{Protocol: "udp", OrigDstPort: 30053, Family: conntrack.IPv6},

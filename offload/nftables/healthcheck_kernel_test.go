@@ -14,6 +14,7 @@ import (
 	"github.com/svcproxy/svcproxy/healthcheck"
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	"github.com/svcproxy/svcproxy/service"
+	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
 // externalTrafficPolicy: Local with a health check, as a cloud load balancer sees
@@ -27,19 +28,19 @@ func TestKernelLocalWithHealthCheck(t *testing.T) {
 	// (a pod would be sent to any endpoint: kube-proxy's short-circuit).
 	l.cfg.ClusterCIDR = netip.MustParsePrefix("198.19.200.0/24")
 	p := l.proxier(t)
-	hc := healthcheck.New(healthcheck.Config{NodeName: thisNode, Addresses: []netip.Addr{netip.MustParseAddr("198.19.10.1")}})
+	hc := healthcheck.New(healthcheck.Config{NodeName: st.ThisNode, Addresses: []netip.Addr{netip.MustParseAddr("198.19.10.1")}})
 	t.Cleanup(hc.Close)
 	local := func(node string) *service.Snapshot {
 		eps := l.Endpoints(8080)
 		for i := range eps {
 			eps[i].NodeName = node
 		}
-		s := svc("web", "198.18.0.10", 80, eps, withNodePort(30080), withExternalLocal())
+		s := st.Service("web", "198.18.0.10", 80, eps, st.WithNodePort(30080), st.WithExternalLocal())
 		s.HealthCheckNodePort = 32000
 		for _, e := range eps {
 			s.Endpoints = append(s.Endpoints, service.Endpoint{Addr: netip.AddrPortFrom(e.Addr.Addr(), 0), Ready: true, NodeName: node})
 		}
-		return snapshot(s)
+		return st.Snapshot(s)
 	}
 	syncBoth := func(snap *service.Snapshot) {
 		t.Helper()
@@ -82,7 +83,7 @@ func TestKernelLocalWithHealthCheck(t *testing.T) {
 		return code, n
 	}
 
-	syncBoth(local(thisNode))
+	syncBoth(local(st.ThisNode))
 	if code, n := probe(); code != http.StatusOK || n != 3 {
 		t.Errorf("three local endpoints: health check %d with %d, want 200 with 3", code, n)
 	}

@@ -19,13 +19,14 @@ import (
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
+	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
 // Real-kernel tests: the table applied with nft in a node namespace, real sockets
 // in client and backend namespaces. They need root and nft.
 
-func labService(l *lab, opts ...svcOpt) *service.Snapshot {
-	return snapshot(svc("web", "198.18.0.10", 80, l.Endpoints(8080), opts...))
+func labService(l *lab, opts ...st.Opt) *service.Snapshot {
+	return st.Snapshot(st.Service("web", "198.18.0.10", 80, l.Endpoints(8080), opts...))
 }
 
 // Even spread over 3 backends, and no proxy hop: each backend sees the client.
@@ -84,7 +85,7 @@ func TestKernelHairpin(t *testing.T) {
 func TestKernelAffinity(t *testing.T) {
 	l := newLab(t)
 	l.ServeTCP(t, 8080)
-	l.sync(t, l.proxier(t), labService(l, withAffinity(time.Minute)))
+	l.sync(t, l.proxier(t), labService(l, st.WithAffinity(time.Minute)))
 	answers, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 20)
 	if err != nil {
 		t.Fatal(err)
@@ -104,11 +105,11 @@ func TestKernelNodePort(t *testing.T) {
 	p := l.proxier(t)
 	for _, tt := range []struct {
 		name       string
-		opts       []svcOpt
+		opts       []st.Opt
 		masquerade bool
 	}{
-		{"Cluster", []svcOpt{withNodePort(30080)}, true},
-		{"Local", []svcOpt{withNodePort(30080), withExternalLocal()}, false},
+		{"Cluster", []st.Opt{st.WithNodePort(30080)}, true},
+		{"Local", []st.Opt{st.WithNodePort(30080), st.WithExternalLocal()}, false},
 	} {
 		l.sync(t, p, labService(l, tt.opts...))
 		answers, err := offloadtest.Dial(l.Client, "198.19.10.1:30080", 6)
@@ -148,7 +149,7 @@ func TestKernelExternalAndLoadBalancer(t *testing.T) {
 		}
 		var eps []discoveryv1.Endpoint
 		for _, e := range l.Endpoints(8080) {
-			eps = append(eps, discoveryv1.Endpoint{Addresses: []string{e.Addr.Addr().String()}, NodeName: ptr.To(thisNode)})
+			eps = append(eps, discoveryv1.Endpoint{Addresses: []string{e.Addr.Addr().String()}, NodeName: ptr.To(st.ThisNode)})
 		}
 		es := &discoveryv1.EndpointSlice{
 			ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
@@ -199,9 +200,9 @@ func dialOnce(ns interface{ Do(func() error) error }, dst string) (net.Conn, err
 func TestKernelLocalAndReject(t *testing.T) {
 	l := newLab(t)
 	l.ServeTCP(t, 8080)
-	l.sync(t, l.proxier(t), snapshot(
-		svc("web", "198.18.0.10", 80, l.Endpoints(8080)),
-		svc("empty", "198.18.0.20", 80, nil),
+	l.sync(t, l.proxier(t), st.Snapshot(
+		st.Service("web", "198.18.0.10", 80, l.Endpoints(8080)),
+		st.Service("empty", "198.18.0.20", 80, nil),
 	))
 	if _, err := offloadtest.Dial(l.Node, "198.18.0.10:80", 3); err != nil {
 		t.Errorf("from the node: %v", err)
@@ -228,12 +229,12 @@ func TestKernelPartialSync(t *testing.T) {
 	l.ServeTCP(t, 8080)
 	p := l.proxier(t)
 	many := func(webEndpoints []service.Endpoint) *service.Snapshot {
-		svcs := []*service.Service{svc("web", "198.18.0.10", 80, webEndpoints)}
+		svcs := []*service.Service{st.Service("web", "198.18.0.10", 80, webEndpoints)}
 		for i := range 50 {
 			ip := "198.18.1." + itoa(i+1)
-			svcs = append(svcs, svc("other-"+itoa(i), ip, 80, l.Endpoints(8080)))
+			svcs = append(svcs, st.Service("other-"+itoa(i), ip, 80, l.Endpoints(8080)))
 		}
-		return snapshot(svcs...)
+		return st.Snapshot(svcs...)
 	}
 	l.sync(t, p, many(l.Endpoints(8080)))
 	full := p.Health().Operations
@@ -307,7 +308,7 @@ func TestKernelRestartAndCleanup(t *testing.T) {
 	}
 	restarted := l.proxier(t)
 	for range 3 {
-		l.sync(t, restarted, labService(l, withNodePort(30080)))
+		l.sync(t, restarted, labService(l, st.WithNodePort(30080)))
 	}
 	for n := ok.Load(); ok.Load() < n+5; {
 		time.Sleep(10 * time.Millisecond)
@@ -343,7 +344,7 @@ func TestKernelUDPConntrack(t *testing.T) {
 	l.ServeUDP(t, 5353)
 	p := l.proxier(t)
 	dns := func(eps []service.Endpoint) *service.Snapshot {
-		return snapshot(svc("dns", "198.18.0.53", 53, eps, withProtocol(service.UDP)))
+		return st.Snapshot(st.Service("dns", "198.18.0.53", 53, eps, st.WithProtocol(service.UDP)))
 	}
 	l.sync(t, p, dns(l.Endpoints(5353)))
 	c := offloadtest.NewUDPClient(t, l.Client, "198.18.0.53:53")
@@ -380,8 +381,8 @@ func TestKernelUDPConntrack(t *testing.T) {
 // (from what it finds in the kernel's table), also those an earlier process left.
 func TestKernelStaleChains(t *testing.T) {
 	l := newLab(t)
-	two := snapshot(svc("web", "198.18.0.10", 80, l.Endpoints(8080), withNodePort(30080)),
-		svc("api", "198.18.0.20", 80, l.Endpoints(8080), withAffinity(time.Minute)))
+	two := st.Snapshot(st.Service("web", "198.18.0.10", 80, l.Endpoints(8080), st.WithNodePort(30080)),
+		st.Service("api", "198.18.0.20", 80, l.Endpoints(8080), st.WithAffinity(time.Minute)))
 	p := l.proxier(t)
 	l.sync(t, p, two)
 	l.sync(t, p, labService(l)) // partial: api goes, web loses its NodePort
@@ -393,8 +394,8 @@ func TestKernelStaleChains(t *testing.T) {
 	if strings.Contains(table, "default/api") || strings.Contains(table, prefixExternal) {
 		t.Errorf("after a full sync, stale objects are left:\n%s", table)
 	}
-	l.sync(t, l.proxier(t), two)        // restarted with both
-	l.sync(t, l.proxier(t), snapshot()) // restarted with none: a full sync reads what is there
+	l.sync(t, l.proxier(t), two)           // restarted with both
+	l.sync(t, l.proxier(t), st.Snapshot()) // restarted with none: a full sync reads what is there
 	table = l.Node.Run(t, "nft", "list", "table", "ip", Table)
 	for _, prefix := range append(portChainPrefixes, prefixAffinity) {
 		if regexp.MustCompile(prefix + `[A-Z2-7]{8}-`).MatchString(table) {
@@ -428,7 +429,7 @@ func TestKernelConnections(t *testing.T) {
 	if n := count(); n != 5 {
 		t.Errorf("after 5 connections: %d", n)
 	}
-	l.sync(t, p, snapshot(svc("web", "198.18.0.10", 80, l.Endpoints(8080)[:2]))) // the port's chains are rewritten
+	l.sync(t, p, st.Snapshot(st.Service("web", "198.18.0.10", 80, l.Endpoints(8080)[:2]))) // the port's chains are rewritten
 	if _, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 3); err != nil {
 		t.Fatal(err)
 	}
@@ -444,7 +445,7 @@ func TestKernelFirstSyncUDPConntrack(t *testing.T) {
 	netnstestRequireConntrack(t)
 	l.FirstSyncMovesUDP(t, func(eps []service.Endpoint) kernelsync.Health {
 		p := l.proxier(t)
-		l.sync(t, p, snapshot(svc("dns", "198.18.0.53", 53, eps, withProtocol(service.UDP))))
+		l.sync(t, p, st.Snapshot(st.Service("dns", "198.18.0.53", 53, eps, st.WithProtocol(service.UDP))))
 		return p.Health().Health
 	})
 }

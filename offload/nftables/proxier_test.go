@@ -11,6 +11,7 @@ import (
 
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	"github.com/svcproxy/svcproxy/service"
+	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
 // A partial sync writes only what the change touches: the changed port's chains,
@@ -19,14 +20,14 @@ import (
 // but for the emptied chains (and affinity sets, counters) a partial sync leaves
 // for the next full sync to delete; after that full sync, it is exactly the same.
 func TestPartialSyncGolden(t *testing.T) {
-	three := func(webEndpoints []service.Endpoint, opts ...svcOpt) *service.Snapshot {
-		return snapshot(
-			svc("web", "198.18.0.10", 80, webEndpoints, opts...),
-			svc("api", "198.18.0.20", 443, threeEndpoints()),
-			svc("db", "198.18.0.30", 5432, threeEndpoints()),
+	three := func(webEndpoints []service.Endpoint, opts ...st.Opt) *service.Snapshot {
+		return st.Snapshot(
+			st.Service("web", "198.18.0.10", 80, webEndpoints, opts...),
+			st.Service("api", "198.18.0.20", 443, st.ThreeEndpoints()),
+			st.Service("db", "198.18.0.30", 5432, st.ThreeEndpoints()),
 		)
 	}
-	replaced := append(threeEndpoints()[:2], ep("198.19.1.12:8080", thisNode))
+	replaced := append(st.ThreeEndpoints()[:2], st.Endpoint("198.19.1.12:8080", st.ThisNode))
 	counting := testConfig
 	counting.CountConnections = true
 	tests := []struct {
@@ -38,12 +39,12 @@ func TestPartialSyncGolden(t *testing.T) {
 		// writes as one block): a change of endpoints that keeps some.
 		chainOnly bool
 	}{
-		{"partial-endpoint-removed", testConfig, three(threeEndpoints()), three(threeEndpoints()[:2]), true},
-		{"partial-endpoint-replaced", testConfig, three(threeEndpoints()), three(replaced), true},
-		{"partial-endpoint-replaced-affinity", testConfig, three(threeEndpoints(), withAffinity(time.Hour)), three(replaced, withAffinity(time.Hour)), true},
-		{"partial-no-endpoints", testConfig, three(threeEndpoints()), three(nil), false},
-		{"partial-service-removed", counting, three(threeEndpoints()), snapshot(svc("api", "198.18.0.20", 443, threeEndpoints()), svc("db", "198.18.0.30", 5432, threeEndpoints())), false},
-		{"partial-nodeport-added", testConfig, three(threeEndpoints()), three(threeEndpoints(), withNodePort(30080)), false},
+		{"partial-endpoint-removed", testConfig, three(st.ThreeEndpoints()), three(st.ThreeEndpoints()[:2]), true},
+		{"partial-endpoint-replaced", testConfig, three(st.ThreeEndpoints()), three(replaced), true},
+		{"partial-endpoint-replaced-affinity", testConfig, three(st.ThreeEndpoints(), st.WithAffinity(time.Hour)), three(replaced, st.WithAffinity(time.Hour)), true},
+		{"partial-no-endpoints", testConfig, three(st.ThreeEndpoints()), three(nil), false},
+		{"partial-service-removed", counting, three(st.ThreeEndpoints()), st.Snapshot(st.Service("api", "198.18.0.20", 443, st.ThreeEndpoints()), st.Service("db", "198.18.0.30", 5432, st.ThreeEndpoints())), false},
+		{"partial-nodeport-added", testConfig, three(st.ThreeEndpoints()), three(st.ThreeEndpoints(), st.WithNodePort(30080)), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -167,7 +168,7 @@ func leftovers(t *testing.T, got, want string) []string {
 func TestPartialSyncNothing(t *testing.T) {
 	f := knft.NewFake(Table)
 	p, _ := NewProxier(ProxierConfig{Rules: testConfig, NFT: f})
-	snap := snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()))
+	snap := st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))
 	for range 3 {
 		p.Update(snap)
 		if err := p.Sync(context.Background()); err != nil {
@@ -197,12 +198,12 @@ func (f *failingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
 func TestFailureThenFullSync(t *testing.T) {
 	f := &failingNFT{Fake: knft.NewFake(Table)}
 	p, _ := NewProxier(ProxierConfig{Rules: testConfig, NFT: f})
-	p.Update(snapshot(svc("web", "198.18.0.10", 80, threeEndpoints())))
+	p.Update(st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints())))
 	if err := p.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	f.fail = true
-	p.Update(snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()[:1])))
+	p.Update(st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1])))
 	if err := p.Sync(context.Background()); err == nil {
 		t.Fatal("no error from a failed transaction")
 	}
@@ -219,7 +220,7 @@ func TestFailureThenFullSync(t *testing.T) {
 
 // Cleanup deletes the table, and finds nothing to do the second time.
 func TestCleanup(t *testing.T) {
-	f := syncedFake(t, testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints())))
+	f := syncedFake(t, testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints())))
 	for range 2 {
 		if err := Cleanup(context.Background(), f); err != nil {
 			t.Fatal(err)
@@ -258,7 +259,7 @@ func TestLostTableRepaired(t *testing.T) {
 				}
 				return p.Health()
 			}
-			p.Update(snapshot(svc("web", "198.18.0.10", 80, threeEndpoints())))
+			p.Update(st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints())))
 			sync(0)
 			want := f.Dump()
 			if h := sync(30 * time.Second); h.PartialSyncs != 1 || h.Repairs != 0 {

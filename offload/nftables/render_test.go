@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/service"
+	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
@@ -34,34 +35,34 @@ func checkGolden(t *testing.T, name string, got []byte) {
 }
 
 func TestRenderGolden(t *testing.T) {
-	remoteOnly := []service.Endpoint{ep("198.19.1.130:8080", "node-b")}
+	remoteOnly := []service.Endpoint{st.Endpoint("198.19.1.130:8080", "node-b")}
 	tests := []struct {
 		name string
 		cfg  Config
 		snap *service.Snapshot
 	}{
-		{"empty", testConfig, snapshot()},
-		{"clusterip", testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()))},
-		{"masquerade-all", Config{NodeName: thisNode, MasqueradeAll: true, MasqueradeBit: 5},
-			snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()[:1]))},
-		{"udp", testConfig, snapshot(svc("dns", "198.18.0.53", 53, threeEndpoints()[:2], withProtocol(service.UDP)))},
-		{"nodeport-node-ips", Config{NodeName: thisNode, ClusterCIDR: testConfig.ClusterCIDR, NodeIPs: addrs("198.19.0.1", "127.0.0.1", "2001:db8::1")},
-			snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()[:1], withNodePort(30080)))},
-		{"loadbalancer", testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()[:2],
-			withNodePort(30080), withExternalIPs("198.18.100.1"), withLoadBalancer("198.18.200.1"), withSourceRanges("203.0.113.0/25", "198.19.10.0/24")))},
-		{"affinity", testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()[:2], withAffinity(600*time.Second)))},
-		{"no-endpoints", testConfig, snapshot(svc("web", "198.18.0.10", 80, nil,
-			withNodePort(30080), withExternalIPs("198.18.100.1"), withLoadBalancer("198.18.200.1")))},
-		{"external-local", testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints(),
-			withNodePort(30080), withExternalLocal()))},
-		{"external-local-none-here", testConfig, snapshot(svc("web", "198.18.0.10", 80, remoteOnly,
-			withNodePort(30080), withExternalIPs("198.18.100.1"), withExternalLocal()))},
-		{"internal-local-none-here", testConfig, snapshot(svc("web", "198.18.0.10", 80, remoteOnly, withInternalLocal()))},
-		{"count-connections", Config{NodeName: thisNode, CountConnections: true},
-			snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()[:2]))},
-		{"skipped", testConfig, snapshot(
-			svc("headless", "198.18.0.1", 80, threeEndpoints(), withHeadless()),
-			svc("v6only", "2001:db8::10", 80, threeEndpoints()),
+		{"empty", testConfig, st.Snapshot()},
+		{"clusterip", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))},
+		{"masquerade-all", Config{NodeName: st.ThisNode, MasqueradeAll: true, MasqueradeBit: 5},
+			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1]))},
+		{"udp", testConfig, st.Snapshot(st.Service("dns", "198.18.0.53", 53, st.ThreeEndpoints()[:2], st.WithProtocol(service.UDP)))},
+		{"nodeport-node-ips", Config{NodeName: st.ThisNode, ClusterCIDR: testConfig.ClusterCIDR, NodeIPs: st.Addrs("198.19.0.1", "127.0.0.1", "2001:db8::1")},
+			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1], st.WithNodePort(30080)))},
+		{"loadbalancer", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:2],
+			st.WithNodePort(30080), st.WithExternalIPs("198.18.100.1"), st.WithLoadBalancer("198.18.200.1"), st.WithSourceRanges("203.0.113.0/25", "198.19.10.0/24")))},
+		{"affinity", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:2], st.WithAffinity(600*time.Second)))},
+		{"no-endpoints", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, nil,
+			st.WithNodePort(30080), st.WithExternalIPs("198.18.100.1"), st.WithLoadBalancer("198.18.200.1")))},
+		{"external-local", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(),
+			st.WithNodePort(30080), st.WithExternalLocal()))},
+		{"external-local-none-here", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, remoteOnly,
+			st.WithNodePort(30080), st.WithExternalIPs("198.18.100.1"), st.WithExternalLocal()))},
+		{"internal-local-none-here", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, remoteOnly, st.WithInternalLocal()))},
+		{"count-connections", Config{NodeName: st.ThisNode, CountConnections: true},
+			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:2]))},
+		{"skipped", testConfig, st.Snapshot(
+			st.Service("headless", "198.18.0.1", 80, st.ThreeEndpoints(), st.WithHeadless()),
+			st.Service("v6only", "2001:db8::10", 80, st.ThreeEndpoints()),
 		)},
 	}
 	for _, tt := range tests {
@@ -77,7 +78,7 @@ func TestRenderGolden(t *testing.T) {
 
 func TestRenderInvalidConfig(t *testing.T) {
 	for _, cfg := range []Config{{MasqueradeBit: 32}, {MasqueradeBit: -1}, {NodeIPs: []netip.Addr{{}}}} {
-		if _, err := Render(cfg, snapshot()); err == nil {
+		if _, err := Render(cfg, st.Snapshot()); err == nil {
 			t.Errorf("Render(%+v): no error", cfg)
 		}
 	}

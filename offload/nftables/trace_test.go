@@ -9,6 +9,7 @@ import (
 
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	"github.com/svcproxy/svcproxy/service"
+	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
 var (
@@ -37,15 +38,15 @@ func syncedFake(t *testing.T, cfg Config, snap *service.Snapshot) *knft.Fake {
 // where does a packet from A to B end up? The same cases as offload/iptables', with
 // the same answers.
 func TestTrace(t *testing.T) {
-	cluster := snapshot(
-		svc("web", "198.18.0.10", 80, threeEndpoints(), withNodePort(30080),
-			withExternalIPs("198.18.100.1"), withLoadBalancer("198.18.200.1")),
-		svc("empty", "198.18.0.20", 80, nil, withNodePort(30081), withExternalIPs("198.18.100.2")),
-		svc("local", "198.18.0.30", 80, threeEndpoints(), withNodePort(30082), withExternalLocal()),
-		svc("remote", "198.18.0.40", 80, []service.Endpoint{ep("198.19.1.130:8080", "node-b")},
-			withNodePort(30083), withExternalLocal(), withInternalLocal()),
-		svc("dns", "198.18.0.53", 53, threeEndpoints()[:1], withProtocol(service.UDP)),
-		svc("fw", "198.18.0.60", 80, threeEndpoints()[:1], withLoadBalancer("198.18.200.6"), withSourceRanges("198.19.200.0/24")),
+	cluster := st.Snapshot(
+		st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithNodePort(30080),
+			st.WithExternalIPs("198.18.100.1"), st.WithLoadBalancer("198.18.200.1")),
+		st.Service("empty", "198.18.0.20", 80, nil, st.WithNodePort(30081), st.WithExternalIPs("198.18.100.2")),
+		st.Service("local", "198.18.0.30", 80, st.ThreeEndpoints(), st.WithNodePort(30082), st.WithExternalLocal()),
+		st.Service("remote", "198.18.0.40", 80, []service.Endpoint{st.Endpoint("198.19.1.130:8080", "node-b")},
+			st.WithNodePort(30083), st.WithExternalLocal(), st.WithInternalLocal()),
+		st.Service("dns", "198.18.0.53", 53, st.ThreeEndpoints()[:1], st.WithProtocol(service.UDP)),
+		st.Service("fw", "198.18.0.60", 80, st.ThreeEndpoints()[:1], st.WithLoadBalancer("198.18.200.6"), st.WithSourceRanges("198.19.200.0/24")),
 	)
 	f := syncedFake(t, testConfig, cluster)
 	tcp := func(src netip.Addr, dst string, pick int) knft.Packet {
@@ -115,8 +116,8 @@ func TestTrace(t *testing.T) {
 // source ranges; the firewall lets it through, service-ips sends it to the external
 // chain, which marks it for masquerade and spreads it.
 func TestTraceGolden(t *testing.T) {
-	f := syncedFake(t, testConfig, snapshot(svc("web", "198.18.0.10", 80, threeEndpoints()[:2],
-		withLoadBalancer("198.18.200.1"), withSourceRanges("198.19.200.0/24"))))
+	f := syncedFake(t, testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:2],
+		st.WithLoadBalancer("198.18.200.1"), st.WithSourceRanges("198.19.200.0/24"))))
 	tr, err := f.Trace(knft.Packet{Src: outsideIP, Dst: netip.MustParseAddrPort("198.18.200.1:80"), Pick: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -129,9 +130,9 @@ func TestTraceEvenSpread(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 7} {
 		var eps []service.Endpoint
 		for i := range n {
-			eps = append(eps, ep(netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 19, 1, byte(10 + i)}), 8080).String(), thisNode))
+			eps = append(eps, st.Endpoint(netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 19, 1, byte(10 + i)}), 8080).String(), st.ThisNode))
 		}
-		f := syncedFake(t, testConfig, snapshot(svc("web", "198.18.0.10", 80, eps)))
+		f := syncedFake(t, testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, eps)))
 		trs, err := f.TraceAll(knft.Packet{Src: podIP, Dst: netip.MustParseAddrPort("198.18.0.10:80")})
 		if err != nil {
 			t.Fatal(err)
@@ -161,7 +162,7 @@ func TestTraceAffinity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Update(snapshot(svc("web", "198.18.0.10", 80, threeEndpoints(), withAffinity(60*time.Second))))
+	p.Update(st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithAffinity(60*time.Second))))
 	if err := p.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
