@@ -68,7 +68,7 @@ func familyDataplane(cfg *Config, fam service.Family, mode, offloadMode string, 
 		}
 		return userspace.NewDataplane(userspace.New(uc), 0), nil
 	case dataplane.ModeIPTables, dataplane.ModeNFTables, dataplane.ModeIPVS:
-		return kernelPath(cfg, fam, mode, ipt, nil)
+		return kernelPath(cfg, fam, mode, ipt, nil, log)
 	case dataplane.ModeHybrid:
 		uc, err := userspaceConfig(cfg, fam, ipt, log)
 		if err != nil {
@@ -77,7 +77,7 @@ func familyDataplane(cfg *Config, fam service.Family, mode, offloadMode string, 
 		m, err := hybrid.New(hybrid.Config{
 			Userspace: uc,
 			Kernel: func(carried func(service.PortName) bool) (dataplane.KernelPath, error) {
-				return kernelPath(cfg, fam, offloadMode, ipt, carried)
+				return kernelPath(cfg, fam, offloadMode, ipt, carried, log)
 			},
 			Promoter: offload.Config{PromoteConnRate: cfg.PromoteConnRate, PromoteAfter: cfg.PromoteAfter, DemoteAfter: cfg.DemoteAfter},
 			Logger:   log.With("ipFamily", string(fam)),
@@ -115,10 +115,10 @@ func kernelMode(mode string, hybrid bool, log *slog.Logger) string {
 
 // kernelPath builds the kernel dataplane of mode for family fam, restricted to
 // the ports carried accepts when it is not nil.
-func kernelPath(cfg *Config, fam service.Family, mode string, ipt kiptables.Interface, carried func(service.PortName) bool) (dataplane.KernelPath, error) {
+func kernelPath(cfg *Config, fam service.Family, mode string, ipt kiptables.Interface, carried func(service.PortName) bool, log *slog.Logger) (dataplane.KernelPath, error) {
 	switch mode {
 	case dataplane.ModeIPVS:
-		return ipvsPath(cfg, fam, ipt, carried)
+		return ipvsPath(cfg, fam, ipt, carried, log)
 	case dataplane.ModeNFTables:
 		return nftablesPath(cfg, fam, carried)
 	}
@@ -183,7 +183,7 @@ func warnLoopbackNodeIPs(cfg *Config, log *slog.Logger) {
 
 // ipvsPath builds IPVS mode for family fam: one of the two Proxiers that share
 // IPVS and the dummy interface on a dual-stack node.
-func ipvsPath(cfg *Config, fam service.Family, ipt kiptables.Interface, carried func(service.PortName) bool) (dataplane.KernelPath, error) {
+func ipvsPath(cfg *Config, fam service.Family, ipt kiptables.Interface, carried func(service.PortName) bool, log *slog.Logger) (dataplane.KernelPath, error) {
 	k, err := kipvs.New()
 	if err != nil {
 		return nil, fmt.Errorf("ipvs: %w", err)
@@ -215,6 +215,8 @@ func ipvsPath(cfg *Config, fam service.Family, ipt kiptables.Interface, carried 
 		Sysctls:       link.ProcSys{},
 		StrictARP:     cfg.IPVSStrictARP,
 		Select:        carried,
+		Conntrack:     conntrack.Netlink{},
+		Logger:        log.With("component", "ipvs", "ipFamily", string(fam)),
 	}, offloadipvs.DataplaneConfig{SyncPeriod: cfg.SyncPeriod})
 }
 

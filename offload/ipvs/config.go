@@ -3,10 +3,12 @@ package ipvs
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"sync"
 	"time"
 
+	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	"github.com/svcproxy/svcproxy/kernel/ipset"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
@@ -92,6 +94,13 @@ type Config struct {
 	// deleted or drained real server loses its connections and persistence
 	// templates). Only ever the node's namespace.
 	Sysctls link.Sysctls
+	// Conntrack deletes the UDP conntrack entries a sync leaves stale
+	// (conntrack.go). If nil, there is no conntrack cleanup.
+	Conntrack conntrack.Interface
+	// Logger gets the failures of the conntrack cleanup, which do not fail
+	// a sync. If nil, they are only counted (Proxier.Conntrack).
+	Logger *slog.Logger
+
 	// StrictARP sets net.ipv4.conf.all.arp_ignore=1 and arp_announce=2, so the node
 	// does not answer ARP for the service IPs on its dummy interface (needed when
 	// a load balancer such as MetalLB announces them).
@@ -109,6 +118,12 @@ type Proxier struct {
 	draining map[realKey]time.Time
 	// sysctlsDone: the sysctls were set once; they are not re-checked every Sync.
 	sysctlsDone bool
+	// served is the UDP selection (staleSelection's frontends) that the last
+	// conntrack cleanup saw; reconciled, whether its walk of the table is
+	// done and succeeded; ctStats counts (conntrack.go).
+	served     map[netip.AddrPort][]netip.Addr
+	reconciled bool
+	ctStats    ConntrackStats
 }
 
 type realKey struct {

@@ -52,13 +52,13 @@ func NewDataplane(cfg Config, dc DataplaneConfig) (*Dataplane, error) {
 }
 
 // Status implements dataplane.Interface: the IPVS table as `ipvsadm -ln`
-// prints it, and the real servers draining.
+// prints it, the real servers draining, and the conntrack cleanup's counts.
 func (d *Dataplane) Status() any {
 	table, err := kipvs.List(context.Background(), d.p.cfg.IPVS)
 	if err != nil {
 		table = "error: " + err.Error()
 	}
-	return map[string]any{"mode": dataplane.ModeIPVS, "ipvs": table, "draining": d.p.Draining()}
+	return map[string]any{"mode": dataplane.ModeIPVS, "ipvs": table, "draining": d.p.Draining(), "conntrack": d.p.Conntrack()}
 }
 
 // Connections implements dataplane.KernelPath (see Proxier.Connections).
@@ -76,17 +76,29 @@ func (d *Dataplane) Connections(ctx context.Context, snap *service.Snapshot, por
 	return out, nil
 }
 
-var descDraining = prometheus.NewDesc("svcproxy_ipvs_draining_real_servers",
-	"Real servers at weight 0 waiting for their connections to end.", nil, nil)
+var (
+	descDraining = prometheus.NewDesc("svcproxy_ipvs_draining_real_servers",
+		"Real servers at weight 0 waiting for their connections to end.", nil, nil)
+	// The iptables and nftables modes' (offload/kernelsync), by name and help.
+	descConntrackDeleted = prometheus.NewDesc("svcproxy_conntrack_deleted_total",
+		"Stale UDP conntrack entries deleted.", nil, nil)
+	descConntrackErrors = prometheus.NewDesc("svcproxy_conntrack_errors_total",
+		"Conntrack cleanups that failed.", nil, nil)
+)
 
 // Describe implements prometheus.Collector.
 func (d *Dataplane) Describe(ch chan<- *prometheus.Desc) {
 	d.Syncer.Describe(ch)
 	ch <- descDraining
+	ch <- descConntrackDeleted
+	ch <- descConntrackErrors
 }
 
 // Collect implements prometheus.Collector.
 func (d *Dataplane) Collect(ch chan<- prometheus.Metric) {
 	d.Syncer.Collect(ch)
 	ch <- prometheus.MustNewConstMetric(descDraining, prometheus.GaugeValue, float64(d.p.Draining()))
+	ct := d.p.Conntrack()
+	ch <- prometheus.MustNewConstMetric(descConntrackDeleted, prometheus.CounterValue, float64(ct.Deleted))
+	ch <- prometheus.MustNewConstMetric(descConntrackErrors, prometheus.CounterValue, float64(ct.Errors))
 }

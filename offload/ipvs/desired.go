@@ -14,8 +14,9 @@ import (
 
 // wanted is the IPVS state a Snapshot asks for.
 type wanted struct {
-	vss   map[kipvs.Key]*wantedVS
-	addrs map[netip.Addr]bool // on the dummy interface
+	family service.Family
+	vss    map[kipvs.Key]*wantedVS
+	addrs  map[netip.Addr]bool // on the dummy interface
 	// Members of the masquerade ip sets (masq.go).
 	clusterIPs, external, loopback map[string]bool
 }
@@ -31,7 +32,8 @@ type wantedVS struct {
 // Service's typo does not stop the others.
 func (p *Proxier) desired(snap *service.Snapshot) (wanted, []error) {
 	w := wanted{
-		vss: map[kipvs.Key]*wantedVS{}, addrs: map[netip.Addr]bool{},
+		family: p.cfg.Family,
+		vss:    map[kipvs.Key]*wantedVS{}, addrs: map[netip.Addr]bool{},
 		clusterIPs: map[string]bool{}, external: map[string]bool{}, loopback: map[string]bool{},
 	}
 	var errs []error

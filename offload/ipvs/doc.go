@@ -13,7 +13,10 @@
 // Sync of the same Snapshot changes nothing. A real server that leaves is drained
 // rather than cut: it gets weight 0 (no new connections) and is deleted once its
 // connections are gone, or after Config.GracePeriod; UDP has no connections to wait
-// for and is deleted at once.
+// for and is deleted at once. The UDP conntrack entries a Sync leaves stale (of a
+// frontend no longer served, or not leading to one of its real servers) are deleted
+// after it (conntrack.go), as kube-proxy's ipvs mode does: a UDP client would keep
+// sending into them.
 //
 // IPVS rewrites destinations only, so traffic from outside the cluster CIDR (and to
 // external IPs and NodePorts) is marked and masqueraded by a few nat rules in chains

@@ -19,6 +19,7 @@ func (p *Proxier) Sync(ctx context.Context, snap *service.Snapshot) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w, errs := p.desired(snap)
+	udp := staleSelection(w) // before syncVirtualServer consumes w's real servers
 	dev := p.cfg.Interface
 	if err := p.syncSysctls(ctx); err != nil {
 		errs = append(errs, err)
@@ -78,6 +79,9 @@ func (p *Proxier) Sync(ctx context.Context, snap *service.Snapshot) error {
 			retiring[key.Addr.Addr()] = true
 		}
 	}
+	// The UDP entries this sync left stale go once the virtual servers are
+	// as wanted: a client's next datagram finds the new ones.
+	p.cleanConntrack(ctx, udp)
 	// Addresses last, once no virtual server uses them.
 	for _, pfx := range have {
 		if p.mine(pfx) && !w.addrs[pfx.Addr()] && !retiring[pfx.Addr()] {

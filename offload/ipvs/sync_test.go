@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
 	"github.com/svcproxy/svcproxy/kernel/link"
 	"github.com/svcproxy/svcproxy/service"
@@ -15,15 +16,16 @@ import (
 type fixture struct {
 	ipvs  *kipvs.Fake
 	links *link.Fake
+	ct    *conntrack.Fake
 	now   time.Time
 	p     *Proxier
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	f := &fixture{ipvs: kipvs.NewFake(), links: link.NewFake(), now: time.Unix(1000, 0)}
+	f := &fixture{ipvs: kipvs.NewFake(), links: link.NewFake(), ct: conntrack.NewFake(), now: time.Unix(1000, 0)}
 	p, err := New(Config{
-		IPVS: f.ipvs, Links: f.links, NodeName: "node-a",
+		IPVS: f.ipvs, Links: f.links, Conntrack: f.ct, NodeName: "node-a",
 		NodeIPs: []netip.Addr{netip.MustParseAddr("198.19.0.1")},
 		Now:     func() time.Time { return f.now },
 	})

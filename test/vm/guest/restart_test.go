@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"encoding/json"
 	"net"
 	"net/netip"
 	"os"
@@ -55,11 +56,18 @@ func (l *lab) startUDPFlow(t *testing.T, vip netip.AddrPort) *udpFlow {
 	l.director.sysctl(t, "net/netfilter/nf_conntrack_udp_timeout", "600")
 	l.director.sysctl(t, "net/netfilter/nf_conntrack_udp_timeout_stream", "600")
 	serveUDP(t, l.backend, netip.AddrPortFrom(backendIPs[0], 5353))
+	f := l.dialUDP(t, vip)
+	f.exchange(t)
+	return f
+}
+
+// dialUDP opens a flow from the client to vip, without sending.
+func (l *lab) dialUDP(t *testing.T, vip netip.AddrPort) *udpFlow {
+	t.Helper()
 	f := &udpFlow{}
 	l.client.do(t, func() (err error) { f.c, err = net.Dial("udp4", vip.String()); return err })
 	t.Cleanup(func() { f.c.Close() })
 	f.src = netip.MustParseAddrPort(f.c.LocalAddr().String())
-	f.exchange(t)
 	return f
 }
 
@@ -104,13 +112,14 @@ func (l *lab) hasEntry(t *testing.T, f *udpFlow, vip netip.AddrPort) bool {
 	return found
 }
 
-// serveUDP echoes datagrams on addr until the test ends.
-func serveUDP(t *testing.T, ns *netNS, addr netip.AddrPort) {
+// serveUDP echoes datagrams on addr until stop is called or the test ends.
+func serveUDP(t *testing.T, ns *netNS, addr netip.AddrPort) (stop func()) {
 	t.Helper()
 	var pc net.PacketConn
 	ns.do(t, func() (err error) { pc, err = net.ListenPacket("udp4", addr.String()); return err })
 	var wg sync.WaitGroup
-	t.Cleanup(func() { pc.Close(); wg.Wait() })
+	stop = func() { pc.Close(); wg.Wait() }
+	t.Cleanup(stop)
 	wg.Go(func() { // the UDP backend
 		buf := make([]byte, 1500)
 		for {
@@ -121,6 +130,7 @@ func serveUDP(t *testing.T, ns *netNS, addr netip.AddrPort) {
 			pc.WriteTo(buf[:n], from)
 		}
 	})
+	return stop
 }
 
 // TestSvcproxyRestartIPVS restarts svcproxy --mode ipvs (SIGTERM, then
@@ -170,5 +180,71 @@ func TestSvcproxyRestartIPVS(t *testing.T) {
 	t.Logf("ipvs shutdown: %d connections, %d failed (last: %v)", ok+failed, failed, last)
 	if failed > 0 {
 		t.Errorf("ipvs: %d connections failed after svcproxy stopped: the virtual servers must outlive it", failed)
+	}
+}
+
+// TestSvcproxyIPVSFirstSyncUDP: a UDP flow that a userspace portal (a
+// REDIRECT to a local listener) carried keeps its conntrack entry after the
+// portal and the listener are gone, and with it every datagram the client
+// sends goes to the dead listener. svcproxy --mode ipvs's first sync deletes
+// that entry (its reply comes from the node, not from an endpoint), so the
+// same client socket (same source port) reaches the endpoint through IPVS;
+// /status counts the deletion.
+func TestSvcproxyIPVSFirstSyncUDP(t *testing.T) {
+	if _, err := os.Stat(svcproxyBin); err != nil {
+		t.Skipf("needs %s (test/vm puts it in the guest): %v", svcproxyBin, err)
+	}
+	l := newLab(t)
+	// The entry must not time out by itself while svcproxy starts under TCG.
+	l.director.sysctl(t, "net/netfilter/nf_conntrack_udp_timeout", "600")
+	l.director.sysctl(t, "net/netfilter/nf_conntrack_udp_timeout_stream", "600")
+	portal := func(op string) []string {
+		return []string{"-t", "nat", op, "PREROUTING", "-d", dnsVIP.Addr().String(), "-p", "udp", "--dport", "53",
+			"-j", "REDIRECT", "--to-ports", "10053"}
+	}
+	l.director.output(t, "iptables", portal("-A")...)
+	stopListener := serveUDP(t, l.director, netip.AddrPortFrom(nodeIP, 10053))
+	udp := l.dialUDP(t, dnsVIP)
+	udp.exchange(t)
+	if !l.hasEntry(t, udp, dnsVIP) {
+		t.Fatalf("no conntrack entry for the UDP flow %s through the portal", udp.src)
+	}
+	l.director.output(t, "iptables", portal("-D")...)
+	stopListener()
+	// The entry outlives the portal: the client's next datagram still goes
+	// to the listener's port, and the node refuses it.
+	udp.c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := udp.c.Write([]byte("query")); err == nil {
+		if n, err := udp.c.Read(make([]byte, 64)); err == nil {
+			t.Fatalf("portal gone: the flow still got an answer (%d bytes): the test proves nothing", n)
+		}
+	}
+
+	serveUDP(t, l.backend, netip.AddrPortFrom(backendIPs[0], 5353))
+	file := filepath.Join(t.TempDir(), "services.yaml")
+	must(t, os.WriteFile(file, []byte(restartManifests), 0o644))
+	stop := l.startSvcproxy(t, "--mode", "ipvs", "--services", file, "--node-ip", nodeIP.String(), "--cluster-cidr", "198.19.0.0/16",
+		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249")
+	defer stop()
+	l.waitHealthy(t)
+	udp.exchange(t) // fails the test without an answer from the endpoint
+
+	var st struct {
+		IPv4 struct {
+			Conntrack struct {
+				Deleted   uint64
+				Errors    uint64
+				LastError string
+			}
+		}
+	}
+	body := l.get(t, "127.0.0.1:10249", "/status")
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatalf("/status: %v\n%s", err, body)
+	}
+	ct := st.IPv4.Conntrack
+	t.Logf("svcproxy --mode ipvs first sync: conntrack %+v", ct)
+	if ct.Deleted < 1 || ct.Errors != 0 {
+		t.Errorf("/status IPv4 conntrack %+v, want at least 1 deleted and no error", ct)
 	}
 }

@@ -1,0 +1,130 @@
+package ipvs
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"net/netip"
+	"slices"
+
+	"github.com/svcproxy/svcproxy/kernel/conntrack"
+	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
+)
+
+// ConntrackStats counts the conntrack cleanup of UDP entries after the syncs
+// (cleanConntrack): /status shows them under "conntrack".
+type ConntrackStats struct {
+	// Deleted is the number of entries deleted since the process started.
+	Deleted uint64 `json:"deleted"`
+	// Errors is the number of syncs whose cleanup failed, LastError the
+	// latest failure's error ("" once a cleanup succeeds again).
+	Errors    uint64 `json:"errors"`
+	LastError string `json:"lastError,omitempty"`
+}
+
+// staleSelection is what a sync of w serves over UDP, as the conntrack table
+// sees it: each UDP frontend of a virtual server with real servers (a
+// ClusterIP, external or LoadBalancer IP with the Service's port, a node
+// address with the NodePort) and the addresses of those real servers,
+// sorted. It is taken before syncVirtualServer consumes w's real servers.
+// A frontend without real servers is left out: nothing can replace its
+// entries (conntrack.Stale).
+func staleSelection(w wanted) conntrack.Stale {
+	s := conntrack.Stale{Family: conntrack.Family(w.family), Frontends: map[netip.AddrPort][]netip.Addr{}}
+	for key, wvs := range w.vss {
+		if key.Protocol != kipvs.UDP || len(wvs.reals) == 0 {
+			continue
+		}
+		eps := make([]netip.Addr, 0, len(wvs.reals))
+		for rs := range wvs.reals {
+			eps = append(eps, rs.Addr())
+		}
+		slices.SortFunc(eps, netip.Addr.Compare)
+		s.Frontends[key.Addr] = slices.Compact(eps)
+	}
+	return s
+}
+
+// cleanConntrack deletes the UDP conntrack entries that the sync which
+// served s left stale, as kube-proxy's IPVS mode does
+// (pkg/proxy/conntrack/cleanup.go): a UDP client keeps sending into its
+// entry, which no longer leads anywhere useful, until it is deleted (TCP
+// clients notice a dead peer and reconnect). IPVS rewrites the entry's reply
+// to come from the real server it picked (net.ipv4.vs.conntrack=1), so an
+// entry is stale when its frontend is not served any more, or when its reply
+// comes from an address that is not one of its frontend's real servers.
+//
+//   - every UDP entry of a frontend that left the selection since the last
+//     sync (deleted, demoted, or without real servers now), by filter;
+//   - when the selection changed since the last reconcile (a frontend joined
+//     it, or its real servers changed), the last walk failed, or this is the
+//     process's first sync: one walk of the family's
+//     table (DeleteStale) for the entries of served frontends whose reply does
+//     not come from one of their real servers. That covers what happened
+//     before this process (a userspace mode's REDIRECTed flows, a real server
+//     removed while no proxy ran), a removed real server, and a frontend that
+//     got its first real server (its entries were never NATed).
+//
+// Errors are counted in the stats and logged (Config.Logger), not returned: the sync itself
+// succeeded. A frontend whose entries could not be deleted stays in the
+// served selection, so the next sync tries again.
+func (p *Proxier) cleanConntrack(ctx context.Context, s conntrack.Stale) {
+	if p.cfg.Conntrack == nil {
+		return
+	}
+	served := maps.Clone(s.Frontends)
+	deleted := 0
+	var errs []error
+	for fe, eps := range p.served {
+		if _, ok := s.Frontends[fe]; ok {
+			continue
+		}
+		n, err := p.cfg.Conntrack.Delete(ctx, conntrack.Filter{Protocol: "udp", OrigDst: fe.Addr(), OrigDstPort: fe.Port()})
+		deleted += n
+		if err != nil {
+			errs = append(errs, err)
+			served[fe] = eps // again at the next sync
+		}
+	}
+	if !p.reconciled || grew(p.served, s.Frontends) {
+		p.reconciled = true
+		if len(s.Frontends) > 0 {
+			n, err := p.cfg.Conntrack.DeleteStale(ctx, s)
+			deleted += n
+			if err != nil {
+				errs = append(errs, err)
+				p.reconciled = false
+			}
+		}
+	}
+	p.served = served
+	p.ctStats.Deleted += uint64(deleted)
+	if err := errors.Join(errs...); err != nil {
+		p.ctStats.Errors++
+		p.ctStats.LastError = err.Error()
+		if p.cfg.Logger != nil {
+			p.cfg.Logger.Warn("conntrack cleanup failed; the next sync tries again", "err", err)
+		}
+	} else {
+		p.ctStats.LastError = ""
+	}
+}
+
+// Conntrack returns the counts of the conntrack cleanup so far.
+func (p *Proxier) Conntrack() ConntrackStats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ctStats
+}
+
+// grew reports whether cur has a frontend that old has not, or with other
+// real servers: what can make entries stale that the walk must find. A
+// frontend that only left is deleted by filter.
+func grew(old, cur map[netip.AddrPort][]netip.Addr) bool {
+	for fe, eps := range cur {
+		if was, ok := old[fe]; !ok || !slices.Equal(was, eps) {
+			return true
+		}
+	}
+	return false
+}
