@@ -40,7 +40,7 @@ func newDataplane(cfg *Config, log *slog.Logger) (dataplane.Interface, error) {
 		warnLoopbackNodeIPs(cfg, log)
 	}
 	var dps [2]dataplane.Interface
-	for i, fam := range servedFamilies(cfg, mode, offloadMode, log) {
+	for i, fam := range servedFamilies(mode, log) {
 		dp, err := familyDataplane(cfg, fam, mode, offloadMode, log)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", fam, err)

@@ -12,13 +12,13 @@ import (
 	"github.com/svcproxy/svcproxy/service"
 )
 
-// servedFamilies are the IP families this node serves in mode (hybrid's
-// kernel path: offloadMode): IPv4, and IPv6 when the namespace has IPv6 and
-// ip6tables works, as kube-proxy runs dual-stack when both families'
-// iptables are present. Why IPv6 is not served is logged once.
-func servedFamilies(cfg *Config, mode, offloadMode string, log *slog.Logger) []service.Family {
+// servedFamilies are the IP families this node serves in mode: IPv4, and
+// IPv6 when the namespace has IPv6 and ip6tables works, as kube-proxy runs
+// dual-stack when both families' iptables are present. Why IPv6 is not served
+// is logged once.
+func servedFamilies(mode string, log *slog.Logger) []service.Family {
 	fams := []service.Family{service.IPv4}
-	if err := ipv6Supported(mode, offloadMode); err != nil {
+	if err := ipv6Supported(mode); err != nil {
 		log.Info("serving IPv4 only", "reason", err)
 		return fams
 	}
@@ -26,13 +26,12 @@ func servedFamilies(cfg *Config, mode, offloadMode string, log *slog.Logger) []s
 }
 
 // ipv6Supported says why this namespace (or mode) cannot serve IPv6, or nil.
-func ipv6Supported(mode, offloadMode string) error {
-	switch {
-	case mode == dataplane.ModeIPTables, mode == dataplane.ModeIPVS, mode == dataplane.ModeUserspace, mode == dataplane.ModeNFTables:
-	case mode == dataplane.ModeHybrid && offloadMode != dataplane.ModeIPVS:
-		// Each family's hybrid promotes its own ports (a Promoter per family).
-	case mode == dataplane.ModeHybrid:
-		return fmt.Errorf("--mode hybrid --offload %s serves IPv4 only (see docs/operations.md, Dual-stack)", offloadMode)
+// Every mode serves both families; hybrid mode, whatever its kernel path
+// (--offload), runs a hybrid per family, each promoting its own ports (a
+// Promoter per family).
+func ipv6Supported(mode string) error {
+	switch mode {
+	case dataplane.ModeIPTables, dataplane.ModeIPVS, dataplane.ModeUserspace, dataplane.ModeNFTables, dataplane.ModeHybrid:
 	default:
 		return fmt.Errorf("--mode %s serves IPv4 only (see docs/operations.md, Dual-stack)", mode)
 	}

@@ -180,6 +180,14 @@ func TestSvcproxyDualStack(t *testing.T) {
 
 	out := l.director.output(t, svcproxyBin, "--cleanup")
 	t.Logf("svcproxy --cleanup: %s", strings.TrimSpace(out))
+	l.wantCleanedUp(t)
+}
+
+// wantCleanedUp checks, after svcproxy --cleanup, that nothing of svcproxy's
+// is left in the director in either family: no virtual server, no dummy
+// interface, no SVCP- rule in iptables or ip6tables, no ip set.
+func (l *lab) wantCleanedUp(t *testing.T) {
+	t.Helper()
 	vss, err := l.ipvs.VirtualServers(context.Background())
 	must(t, err)
 	if len(vss) != 0 {

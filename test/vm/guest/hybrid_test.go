@@ -2,11 +2,16 @@ package guest
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -154,33 +159,126 @@ func (lp *loop) stop() (ok, failed int64, last error) {
 	return lp.ok.Load(), lp.failed.Load(), last
 }
 
-// waitPath polls /status until the port takes path (120s at most).
+// waitPath polls /status until the IPv4 side of the port takes path (120s at most).
 func (l *lab) waitPath(t *testing.T, port, path string) {
+	t.Helper()
+	l.waitFamilyPath(t, "IPv4", port, path)
+}
+
+// waitFamilyPath polls /status until the side of the port in family fam
+// ("IPv4", "IPv6") takes path (120s at most).
+func (l *lab) waitFamilyPath(t *testing.T, fam, port, path string) {
 	t.Helper()
 	// 120s: under TCG on a loaded host the guest's loop takes a minute or
 	// more to reach the promotion rate (seen: promoted after 82s).
 	deadline := time.Now().Add(120 * time.Second)
 	var last string
 	for time.Now().Before(deadline) {
-		_, body, err := l.request("127.0.0.1:10249", "/status")
-		if err == nil {
-			var st struct { // one document per IP family; the IPv4 side
-				IPv4 struct {
-					Ports []struct{ Name, Path string }
-				}
-			}
-			if json.Unmarshal([]byte(body), &st) == nil {
-				for _, p := range st.IPv4.Ports {
-					if p.Name == port {
-						last = p.Path
-						if p.Path == path {
-							return
-						}
-					}
-				}
+		if p, err := l.pathOf(fam, port); err == nil {
+			last = p
+			if p == path {
+				return
 			}
 		}
 		time.Sleep(100 * time.Millisecond) // polling a status endpoint
 	}
-	t.Fatalf("%s: path %q after 120s, want %s", port, last, path)
+	t.Fatalf("%s %s: path %q after 120s, want %s", fam, port, last, path)
+}
+
+// portPath is the path of the port's side in family fam now.
+func (l *lab) portPath(t *testing.T, fam, port string) string {
+	t.Helper()
+	p, err := l.pathOf(fam, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// pathOf reads the path of the port's side in family fam from /status, which
+// has one document per IP family.
+func (l *lab) pathOf(fam, port string) (string, error) {
+	_, body, err := l.request("127.0.0.1:10249", "/status")
+	if err != nil {
+		return "", err
+	}
+	var st map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		return "", fmt.Errorf("/status: %w", err)
+	}
+	var doc struct{ Ports []struct{ Name, Path string } }
+	if err := json.Unmarshal(st[fam], &doc); err != nil {
+		return "", fmt.Errorf("/status %s: %w", fam, err)
+	}
+	for _, p := range doc.Ports {
+		if p.Name == port {
+			return p.Path, nil
+		}
+	}
+	return "", fmt.Errorf("/status %s: no port %s", fam, port)
+}
+
+// TestSvcproxyHybridIPVSDualStack runs svcproxy --mode hybrid --offload ipvs
+// on a dual-stack node: a loop to default/web's IPv6 ClusterIP promotes that
+// side of the port to IPVS while its IPv4 side stays in userspace (a hybrid
+// per family). IPVS then has web's IPv6 virtual servers and no IPv4 one,
+// /healthz answers, a connection opened in userspace finishes there, no
+// connection of the loop fails, and svcproxy --cleanup removes everything of
+// both families.
+func TestSvcproxyHybridIPVSDualStack(t *testing.T) {
+	if _, err := os.Stat(svcproxyBin); err != nil {
+		t.Skipf("needs %s (test/vm puts it in the guest): %v", svcproxyBin, err)
+	}
+	l := newLab(t)
+	l.addIPv6(t)
+	file := filepath.Join(t.TempDir(), "services.yaml")
+	must(t, os.WriteFile(file, []byte(dualManifests()), 0o644))
+	stop := l.startSvcproxy(t, "--mode", "hybrid", "--offload", "ipvs", "--services", file,
+		"--node-ip", nodeIP.String()+","+nodeIP6.String(), "--hostname-override", "node-a",
+		"--cluster-cidr", "198.19.1.0/24,2001:db8:19::1:0/112",
+		"--promote-conn-rate", "5", "--promote-after", "1s", "--demote-after", "0",
+		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249")
+	l.waitHealthy(t)
+	var st struct{ IPFamilies []string }
+	if err := json.Unmarshal([]byte(l.get(t, "127.0.0.1:10249", "/status")), &st); err != nil || !slices.Equal(st.IPFamilies, []string{"IPv4", "IPv6"}) {
+		t.Fatalf("/status ipFamilies %v (%v), want both", st.IPFamilies, err)
+	}
+	web4, web6 := netip.MustParseAddrPort("198.18.0.40:80"), netip.MustParseAddrPort("[2001:db8:18::40]:80")
+
+	inUserspace := l.dial(t, clientIPs6[0], web6)
+	loop := l.startLoop(t, web6, 10*time.Millisecond) // ~100/s, far above the rate
+	l.waitFamilyPath(t, "IPv6", "default/web:http", "ipvs")
+	if path := l.portPath(t, "IPv4", "default/web:http"); path != "userspace" {
+		t.Errorf("web's IPv4 side: path %q, want userspace (only its IPv6 side was hot)", path)
+	}
+	loop.waitMore(t, 20) // through IPVS now
+	inUserspace.echo(t)
+	inUserspace.Close()
+	ok, failed, last := loop.stop()
+	t.Logf("hybrid-ipvs dual-stack promotion: %d connections, %d failed (last: %v)", ok+failed, failed, last)
+	if failed > 0 {
+		t.Errorf("hybrid-ipvs dual-stack: %d of %d connections failed across the promotion; last: %v", failed, ok+failed, last)
+	}
+	vss, err := l.ipvs.VirtualServers(context.Background())
+	must(t, err)
+	have := map[netip.AddrPort]bool{}
+	for _, vs := range vss {
+		have[vs.Key.Addr] = true
+	}
+	for addr, want := range map[netip.AddrPort]bool{
+		web6: true, netip.AddrPortFrom(nodeIP6, 30080): true,
+		web4: false, netip.AddrPortFrom(nodeIP, 30080): false,
+	} {
+		if have[addr] != want {
+			t.Errorf("virtual server %s: present %v, want %v (IPVS: %v)", addr, have[addr], want, vss)
+		}
+	}
+	if status, body, err := l.request("127.0.0.1:10256", "/healthz"); err != nil || status != http.StatusOK {
+		t.Errorf("/healthz with web's IPv6 side on IPVS: %d %s %v", status, body, err)
+	}
+	stop()
+
+	out := l.director.output(t, svcproxyBin, "--cleanup")
+	t.Logf("svcproxy --cleanup: %s", strings.TrimSpace(out))
+	l.wantCleanedUp(t)
 }
