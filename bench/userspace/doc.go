@@ -12,7 +12,8 @@
 // time each proxy process spends per connection and per request (from
 // /proc/PID/stat: less sensitive to other load than the rates), where the
 // rest of the machine's time went meanwhile (wrk's CPU, the backends', softirq
-// and idle time: is a row bound by CPU, and whose), its threads' voluntary
+// and idle time: is a row bound by CPU, and whose), the same split per
+// gigabyte of the one stream, its threads' voluntary
 // and non-voluntary context switches per connection and per request
 // (/proc/PID/task/*/status),
 // the userspace proxy's heap allocations per connection and per request
@@ -23,7 +24,8 @@
 // heap) per open session.
 // -syscalls adds each proxy's system calls per connection and per request
 // (strace -c); -profile the proxier child's CPU, block and allocation
-// profiles and execution traces; -proxier-procs sets the proxier child's GOMAXPROCS and
+// profiles and execution traces (and the one stream's CPU profile and
+// trace); -proxier-procs sets the proxier child's GOMAXPROCS and
 // -haproxy-threads HAProxy's nbthread (default 2), to compare both at equal
 // footing.
 //

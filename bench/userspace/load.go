@@ -138,28 +138,70 @@ func selfCPU() (float64, error) {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds(), nil
 }
 
-// oneStream reads from a streaming backend through addr, from the client
-// namespace, for d, and returns Gbit/s.
-func oneStream(client *namespace, addr string, d time.Duration) (float64, error) {
-	c, err := client.dial("tcp4", addr)
+// streamResult is one bulk stream: its rate, and where the machine's time
+// went while it ran (seconds), as for wrk: the proxy's CPU (0 for direct),
+// this process's (the backend that writes and the reader in the client
+// namespace), softirq and idle.
+type streamResult struct {
+	gbits             float64
+	bytes             uint64
+	proxyCPU, selfCPU float64
+	softirq, idle     float64
+}
+
+// perGB is seconds per gigabyte (10^9 bytes) moved, in milliseconds.
+func (r streamResult) perGB(seconds float64) float64 {
+	if r.bytes == 0 {
+		return 0
+	}
+	return seconds / (float64(r.bytes) / 1e9) * 1e3
+}
+
+// oneStream reads from a streaming backend through p, from the client
+// namespace, for d, and returns Gbit/s and where the machine's time went.
+func oneStream(client *namespace, p path, d time.Duration) (streamResult, error) {
+	var r streamResult
+	c, err := client.dial("tcp4", p.addr(kindStream))
 	if err != nil {
-		return 0, err
+		return r, err
 	}
 	defer c.Close()
+	statBefore, err1 := machineCPU()
+	selfBefore, err2 := selfCPU()
+	var proxyBefore float64
+	var err3 error
+	if p.proc != nil {
+		proxyBefore, err3 = p.proc.cpuSeconds()
+	}
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return r, err
+	}
 	buf := make([]byte, 256<<10)
 	start := time.Now()
 	c.SetReadDeadline(start.Add(d))
-	var n uint64
 	for {
 		m, err := c.Read(buf)
-		n += uint64(m)
-		if err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				return float64(n) * 8 / 1e9 / time.Since(start).Seconds(), nil
-			}
-			return 0, err
+		r.bytes += uint64(m)
+		if err == nil {
+			continue
 		}
+		if ne, ok := err.(net.Error); !ok || !ne.Timeout() {
+			return r, err
+		}
+		r.gbits = float64(r.bytes) * 8 / 1e9 / time.Since(start).Seconds()
+		break
 	}
+	statAfter, err1 := machineCPU()
+	selfAfter, err2 := selfCPU()
+	if p.proc != nil {
+		var after float64
+		after, err3 = p.proc.cpuSeconds()
+		r.proxyCPU = after - proxyBefore
+	}
+	r.selfCPU = selfAfter - selfBefore
+	r.softirq = statAfter.softirq - statBefore.softirq
+	r.idle = statAfter.idle - statBefore.idle
+	return r, errors.Join(err1, err2, err3)
 }
 
 // openIdle opens n HTTP connections to addr from the client namespace, each

@@ -123,7 +123,7 @@ type path struct {
 // tcpRow is one path's TCP figures.
 type tcpRow struct {
 	conns, reqs wrkResult
-	gbits       float64
+	stream      streamResult
 	kibPerIdle  float64 // 0: not measured
 }
 
@@ -225,7 +225,7 @@ func measureTCP(client *namespace, p path, cfg benchConfig) (tcpRow, error) {
 	if row.reqs, err = measureWrk(client, p, false, cfg); err != nil {
 		return row, err
 	}
-	if row.gbits, err = oneStream(client, p.addr(kindStream), cfg.duration); err != nil {
+	if row.stream, err = oneStream(client, p, cfg.duration); err != nil {
 		return row, err
 	}
 	if p.proc != nil {
@@ -287,13 +287,13 @@ func printTCP(paths []path, rows map[string]tcpRow, cfg benchConfig) {
 			mem = fmt.Sprintf("%.1f KiB", r.kibPerIdle)
 		}
 		fmt.Printf("| %s | %.0f%s | %.0f%s | %.2f | %s |\n", p.name,
-			r.conns.perSecond, errNote(r.conns), r.reqs.perSecond, errNote(r.reqs), r.gbits, mem)
+			r.conns.perSecond, errNote(r.conns), r.reqs.perSecond, errNote(r.reqs), r.stream.gbits, mem)
 	}
 	u := rows["userspace"]
 	fmt.Printf("\nuserspace / haproxy: connections/s %.2f×, requests/s %.2f×, RSS per idle connection %.2f×\n",
 		u.conns.perSecond/h.conns.perSecond, u.reqs.perSecond/h.reqs.perSecond, u.kibPerIdle/h.kibPerIdle)
 	fmt.Printf("userspace / direct:  connections/s %.2f×, requests/s %.2f×, Gbit/s %.2f×\n",
-		u.conns.perSecond/d.conns.perSecond, u.reqs.perSecond/d.reqs.perSecond, u.gbits/d.gbits)
+		u.conns.perSecond/d.conns.perSecond, u.reqs.perSecond/d.reqs.perSecond, u.stream.gbits/d.stream.gbits)
 	fmt.Printf("proxy CPU per connection: userspace %.0f µs, haproxy %.0f µs (%.2f×); per keep-alive request: userspace %.1f µs, haproxy %.1f µs (%.2f×)\n",
 		u.conns.cpuPerRequest(), h.conns.cpuPerRequest(), u.conns.cpuPerRequest()/h.conns.cpuPerRequest(),
 		u.reqs.cpuPerRequest(), h.reqs.cpuPerRequest(), u.reqs.cpuPerRequest()/h.reqs.cpuPerRequest())
@@ -303,6 +303,12 @@ func printTCP(paths []path, rows map[string]tcpRow, cfg benchConfig) {
 	for _, p := range paths {
 		r := rows[p.name]
 		fmt.Printf("  %-9s  %s / %s\n", p.name, timeShares(r.conns), timeShares(r.reqs))
+	}
+	fmt.Println("one stream, ms per GB moved (the proxy's CPU, this process's: the backend that writes and the reader; softirq; idle CPU):")
+	for _, p := range paths {
+		s := rows[p.name].stream
+		fmt.Printf("  %-9s  proxy %.0f, backend and reader %.0f, softirq %.0f, idle %.0f\n", p.name,
+			s.perGB(s.proxyCPU), s.perGB(s.selfCPU), s.perGB(s.softirq), s.perGB(s.idle))
 	}
 	fmt.Printf("userspace heap allocations per connection: %.1f (%.0f bytes); per keep-alive request: %.2f (%.0f bytes)\n",
 		perRequestOf(u.conns.allocs, u.conns), perRequestOf(u.conns.allocBytes, u.conns),
@@ -469,8 +475,9 @@ func idleMemory(client *namespace, p path, n int) (float64, error) {
 // profileRows runs the userspace connections/s and requests/s rows again,
 // once each under the CPU profiler, the block profiler, the allocation
 // profiler (what was allocated during the run) and the execution tracer (go
-// tool trace: goroutine and P transitions, system calls), and writes the
-// profiles and traces of the proxier child to cfg.profile.
+// tool trace: goroutine and P transitions, system calls), then the one stream
+// under the CPU profiler and the tracer, and writes the profiles and traces of
+// the proxier child to cfg.profile.
 func profileRows(client *namespace, proxier *child, cfg benchConfig) error {
 	if err := os.MkdirAll(cfg.profile, 0o755); err != nil {
 		return err
@@ -488,6 +495,16 @@ func profileRows(client *namespace, proxier *child, cfg benchConfig) error {
 			}
 			fmt.Printf("profile %s: %s (%.0f/s during it)\n", row.name, file, res.perSecond)
 		}
+	}
+	stream := path{name: "userspace", proc: proxier, addr: vip}
+	for _, kind := range []string{"profile", "trace"} {
+		file := filepath.Join(cfg.profile, "stream-"+map[string]string{"profile": "cpu.pprof", "trace": "trace.out"}[kind])
+		wait := proxier.profile(kind, cfg.duration, file)
+		res, err := oneStream(client, stream, cfg.duration)
+		if err := errors.Join(err, wait()); err != nil {
+			return err
+		}
+		fmt.Printf("profile stream: %s (%.2f Gbit/s during it)\n", file, res.gbits)
 	}
 	return nil
 }
