@@ -34,10 +34,10 @@ import (
 // holding 10,000 idle connections would need 60,000 descriptors
 // (inetaf/tcpproxy#31).
 func (h *halfCopy) run() (eof bool) {
-	h.stepFunc, h.writeFunc = h.step, h.writeNow // one allocation each, not one per message
+	h.callback = h.rawCallback // one allocation per direction, not one per message
 	for {
 		h.out = stepResult{}
-		if err := h.src.Read(h.stepFunc); err != nil {
+		if err := h.src.Read(h.callback); err != nil {
 			h.out.err = err
 		}
 		if done, eof := h.afterStep(); done {
@@ -109,8 +109,12 @@ type halfCopy struct {
 	copied int
 	inq    inqState
 
-	stepFunc, writeFunc func(fd uintptr) bool
-	out                 stepResult // why step returned true
+	// callback is both RawConn callbacks, step (src's Read) and writeNow
+	// (dst's Write, nested in step, so writing tells them apart): one func
+	// value, which escapes to the poller, allocated once per direction.
+	callback func(fd uintptr) bool
+	writing  bool
+	out      stepResult // why step returned true
 
 	oob [24]byte // recvmsg's control message: one TCP_CM_INQ (unix.CmsgSpace(4))
 
@@ -161,9 +165,9 @@ func (h *halfCopy) step(fd uintptr) bool {
 			return h.readEnded(fd, errno)
 		}
 		h.copied = min(h.copied+1, 2)
-		h.wbuf = (*h.buf)[:n]
-		err := h.dst.Write(h.writeFunc)
-		h.wbuf = nil // the buffer goes back to the pool: hold no reference to it
+		h.wbuf, h.writing = (*h.buf)[:n], true
+		err := h.dst.Write(h.callback)
+		h.wbuf, h.writing = nil, false // the buffer goes back to the pool: hold no reference to it
 		if err != nil || h.errno != 0 {
 			return h.writeFailed(err)
 		}
@@ -181,6 +185,14 @@ func (h *halfCopy) step(fd uintptr) bool {
 		}
 		// inq > 0 (more data, or the FIN) or unknown (-1): read again.
 	}
+}
+
+// rawCallback is h.callback: writeNow while step writes, step otherwise.
+func (h *halfCopy) rawCallback(fd uintptr) bool {
+	if h.writing {
+		return h.writeNow(fd)
+	}
+	return h.step(fd)
 }
 
 // readEnded handles a read that returned no data: EAGAIN parks (false), the

@@ -181,8 +181,11 @@ func (p *Proxier) proxyTCP(c *tcpConn) {
 	c.up = halfCopy{c: c, dstConn: backend, srcConn: c.client, dst: backendRaw, src: clientRaw, bytes: &sp.counters.fromClients}
 	c.down = halfCopy{c: c, dstConn: c.client, srcConn: backend, dst: clientRaw, src: backendRaw, bytes: &sp.counters.toClients}
 	c.copying.Store(2)
-	p.wg.Go(func() { p.copyAndEnd(c, &c.up) })
-	p.wg.Go(func() { p.copyAndEnd(c, &c.down) })
+	// go statements, not p.wg.Go: wg.Go wraps its function in a closure of
+	// its own, one more allocation per goroutine.
+	p.wg.Add(2)
+	go p.copyAndEnd(c, &c.up)
+	go p.copyAndEnd(c, &c.down)
 }
 
 // copyAndEnd copies one direction; the second to finish ends the connection.
@@ -190,6 +193,7 @@ func (p *Proxier) proxyTCP(c *tcpConn) {
 // while the other direction still copies; when it is the last direction to
 // end, closing both sockets sends that FIN, and the shutdown(2) is saved.
 func (p *Proxier) copyAndEnd(c *tcpConn, h *halfCopy) {
+	defer p.wg.Done()
 	eof := h.run()
 	if c.copying.Add(-1) == 0 {
 		c.close()
