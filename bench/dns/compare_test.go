@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -67,7 +68,7 @@ func TestCompareCoreDNS(t *testing.T) {
 	if d, err := time.ParseDuration(os.Getenv("DURATION")); err == nil {
 		duration = d
 	}
-	counts := cmpOr(os.Getenv("SERVICES"), "2000,20000")
+	counts := cmp.Or(os.Getenv("SERVICES"), "2000,20000")
 	// BASELINE: a clusterdns binary built from an earlier commit, measured
 	// beside the current one (rows "clusterdns baseline").
 	baseline := os.Getenv("BASELINE")
@@ -354,13 +355,6 @@ func goEnv(t *testing.T, key string) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(out))
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // printComparison prints the side-by-side table and the ratios of clusterdns

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -34,7 +35,7 @@ func TestHoldAPIServer(t *testing.T) {
 		t.Skip("a tool: HOLD=DIR keeps a filled API server running (see the doc comment)")
 	}
 	n := 0
-	for c := range strings.SplitSeq(cmpOr(os.Getenv("SERVICES"), "20000"), ",") {
+	for c := range strings.SplitSeq(cmp.Or(os.Getenv("SERVICES"), "20000"), ",") {
 		v, err := strconv.Atoi(strings.TrimSpace(c))
 		if err != nil || v <= 0 {
 			t.Fatalf("SERVICES %q: not a positive number", c)
