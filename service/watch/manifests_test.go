@@ -125,6 +125,18 @@ func TestLoadManifests(t *testing.T) {
 		want: "Service default/web",
 		errs: []string{"f.yaml:10: v1 Service default/web: duplicate of the object at line 1"},
 	}, {
+		name: "list items with kind first, or escapes, load too",
+		data: `{"apiVersion":"v1","kind":"List","items":[{"kind":"Service","apiVersion":"v1","metadata":{"name":"a"}},{"apiVersion":"v\u0031","kind":"Service","metadata":{"name":"b"}},{ "apiVersion" : "v1" , "kind" : "Service" , "metadata":{"name":"c"}}]}`,
+		want: "Service default/a, Service default/b, Service default/c", noError: true, usable: true,
+	}, {
+		name: "a second kind in an item is an error naming it",
+		data: `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Service","metadata":{"name":"a"},"kind":"Endpoints"}]}`,
+		errs: []string{`f.yaml:1: items[0]: v1 Endpoints default/a: duplicate field "kind"`},
+	}, {
+		name: "an item without a name, apiVersion and kind leading",
+		data: `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Service","metadata":{"namespace":"x"}}]}`,
+		errs: []string{"f.yaml:1: items[0]: v1 Service: metadata.name: required"},
+	}, {
 		name: "list item error names the item",
 		data: `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Service","metadata":{"name":"a"}},{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}]}`,
 		want: "Service default/a",
