@@ -25,6 +25,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/deploy/image"
 	"github.com/svcproxy/svcproxy/internal/kapitest"
+	"github.com/svcproxy/svcproxy/internal/manifestgen"
 	"github.com/svcproxy/svcproxy/internal/testbin"
 	"github.com/svcproxy/svcproxy/service/watch"
 )
@@ -306,7 +307,7 @@ func existing(t *testing.T, client kubernetes.Interface) map[string]bool {
 // createNamespaces creates the benchmark's namespaces, unless they exist.
 func createNamespaces(t *testing.T, client kubernetes.Interface) {
 	t.Helper()
-	for i := range namespaces {
+	for i := range manifestgen.Namespaces {
 		_, ns := svcName(i)
 		_, err := client.CoreV1().Namespaces().Create(t.Context(), &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {

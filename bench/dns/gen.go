@@ -2,57 +2,22 @@ package main
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"time"
+
+	"github.com/svcproxy/svcproxy/internal/manifestgen"
 )
 
-// namespaces the Services are spread over.
-const namespaces = 50
+// svcName is the name and namespace of Service i of the manifests.
+func svcName(i int) (name, ns string) { return manifestgen.Name(i) }
 
-func svcName(i int) (name, ns string) {
-	return fmt.Sprintf("svc-%05d", i), fmt.Sprintf("ns-%02d", i%namespaces)
-}
-
-// writeManifests writes n ClusterIP Services, each with one named port and an
-// EndpointSlice of two ready endpoints, as one JSON List (parsed much faster
-// than YAML at 20,000 Services).
+// writeManifests writes manifestgen's List of n Services to path.
 func writeManifests(path string, n int) error {
-	if n > 65000 {
-		return fmt.Errorf("%d services: more than 198.18.0.0/16 holds", n)
-	}
-	items := make([]any, 0, 2*n)
-	for i := range n {
-		name, ns := svcName(i)
-		// From 198.18.0.2: the API server gives .1 to its own "kubernetes" Service.
-		ip := fmt.Sprintf("198.18.%d.%d", (i+2)/256, (i+2)%256)
-		items = append(items, map[string]any{
-			"apiVersion": "v1", "kind": "Service",
-			"metadata": map[string]any{"name": name, "namespace": ns},
-			"spec": map[string]any{
-				"clusterIP": ip,
-				"ports":     []any{map[string]any{"name": "http", "port": 80, "protocol": "TCP"}},
-			},
-		})
-		items = append(items, map[string]any{
-			"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-			"metadata": map[string]any{
-				"name": name + "-1", "namespace": ns,
-				"labels": map[string]any{"kubernetes.io/service-name": name},
-			},
-			"addressType": "IPv4",
-			"ports":       []any{map[string]any{"name": "http", "port": 8080, "protocol": "TCP"}},
-			"endpoints": []any{
-				map[string]any{"addresses": []any{fmt.Sprintf("198.19.%d.%d", (2*i)/256%256, (2*i)%256)}, "conditions": map[string]any{"ready": true}},
-				map[string]any{"addresses": []any{fmt.Sprintf("198.19.%d.%d", (2*i+1)/256%256, (2*i+1)%256)}, "conditions": map[string]any{"ready": true}},
-			},
-		})
-	}
-	data, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
+	data, err := manifestgen.List(n)
 	if err != nil {
 		return err
 	}
