@@ -110,15 +110,14 @@ type halfCopy struct {
 	inq    inqState
 
 	// callback is both RawConn callbacks, step (src's Read) and writeNow
-	// (dst's Write, nested in step, so writing tells them apart): one func
-	// value, which escapes to the poller, allocated once per direction.
+	// (dst's Write, nested in step, which sets wbuf while it writes): one
+	// func value, which escapes to the poller, allocated once per direction.
 	callback func(fd uintptr) bool
-	writing  bool
 	out      stepResult // why step returned true
 
 	oob [24]byte // recvmsg's control message: one TCP_CM_INQ (unix.CmsgSpace(4))
 
-	wbuf  []byte // writeNow's argument and results
+	wbuf  []byte // writeNow's argument, nil unless step is writing; and its results
 	wn    int
 	errno syscall.Errno
 }
@@ -165,9 +164,9 @@ func (h *halfCopy) step(fd uintptr) bool {
 			return h.readEnded(fd, errno)
 		}
 		h.copied = min(h.copied+1, 2)
-		h.wbuf, h.writing = (*h.buf)[:n], true
+		h.wbuf = (*h.buf)[:n] // n > 0: not nil
 		err := h.dst.Write(h.callback)
-		h.wbuf, h.writing = nil, false // the buffer goes back to the pool: hold no reference to it
+		h.wbuf = nil // the buffer goes back to the pool: hold no reference to it
 		if err != nil || h.errno != 0 {
 			return h.writeFailed(err)
 		}
@@ -189,7 +188,7 @@ func (h *halfCopy) step(fd uintptr) bool {
 
 // rawCallback is h.callback: writeNow while step writes, step otherwise.
 func (h *halfCopy) rawCallback(fd uintptr) bool {
-	if h.writing {
+	if h.wbuf != nil {
 		return h.writeNow(fd)
 	}
 	return h.step(fd)

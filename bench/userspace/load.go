@@ -68,9 +68,8 @@ func runWrk(client *namespace, addr string, newConn bool, cfg benchConfig) (wrkR
 	args = append(args, "http://"+addr+"/")
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.duration+time.Minute)
 	defer cancel()
-	statBefore, err1 := machineCPU()
-	selfBefore, err2 := selfCPU()
-	if err := errors.Join(err1, err2); err != nil {
+	before, err := readTimes()
+	if err != nil {
 		return wrkResult{}, err
 	}
 	cmd := client.command(ctx, "wrk", args...)
@@ -78,9 +77,8 @@ func runWrk(client *namespace, addr string, newConn bool, cfg benchConfig) (wrkR
 	if err != nil {
 		return wrkResult{}, fmt.Errorf("wrk %s: %w: %s", strings.Join(args, " "), err, out)
 	}
-	statAfter, err1 := machineCPU()
-	selfAfter, err2 := selfCPU()
-	if err := errors.Join(err1, err2); err != nil {
+	spent, err := before.since()
+	if err != nil {
 		return wrkResult{}, err
 	}
 	m := wrkRate.FindSubmatch(out)
@@ -98,9 +96,9 @@ func runWrk(client *namespace, addr string, newConn bool, cfg benchConfig) (wrkR
 	}
 	return wrkResult{perSecond: rate, requests: requests, errors: strings.Join(errs, "; "),
 		wrkCPU:     (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds(),
-		backendCPU: selfAfter - selfBefore,
-		idle:       statAfter.idle - statBefore.idle,
-		softirq:    statAfter.softirq - statBefore.softirq,
+		backendCPU: spent.self,
+		idle:       spent.idle,
+		softirq:    spent.softirq,
 	}, nil
 }
 
@@ -129,6 +127,25 @@ func machineCPU() (cpuTimes, error) {
 	return cpuTimes{idle: float64(idle+iowait) / clockTicks, softirq: float64(softirq) / clockTicks}, nil
 }
 
+// timeSpent is where the machine's time went, in seconds: this process's CPU
+// (the backends, and the one stream's reader) and the machine's idle and
+// softirq time, summed over its CPUs. readTimes gives the totals so far;
+// since, what was spent after such a reading.
+type timeSpent struct{ self, idle, softirq float64 }
+
+// readTimes reads the totals so far.
+func readTimes() (timeSpent, error) {
+	self, err1 := selfCPU()
+	stat, err2 := machineCPU()
+	return timeSpent{self: self, idle: stat.idle, softirq: stat.softirq}, errors.Join(err1, err2)
+}
+
+// since is the time spent after the reading t.
+func (t timeSpent) since() (timeSpent, error) {
+	now, err := readTimes()
+	return timeSpent{self: now.self - t.self, idle: now.idle - t.idle, softirq: now.softirq - t.softirq}, err
+}
+
 // selfCPU is the CPU time (user and system) this process has used so far.
 func selfCPU() (float64, error) {
 	var ru syscall.Rusage
@@ -139,14 +156,14 @@ func selfCPU() (float64, error) {
 }
 
 // streamResult is one bulk stream: its rate, and where the machine's time
-// went while it ran (seconds), as for wrk: the proxy's CPU (0 for direct),
-// this process's (the backend that writes and the reader in the client
-// namespace), softirq and idle.
+// went while it ran, as for wrk: the proxy's CPU (seconds, 0 for direct) and
+// the rest (this process's: the backend that writes and the reader in the
+// client namespace; softirq; idle).
 type streamResult struct {
-	gbits             float64
-	bytes             uint64
-	proxyCPU, selfCPU float64
-	softirq, idle     float64
+	gbits    float64
+	bytes    uint64
+	proxyCPU float64
+	timeSpent
 }
 
 // perGB is seconds per gigabyte (10^9 bytes) moved, in milliseconds.
@@ -166,14 +183,13 @@ func oneStream(client *namespace, p path, d time.Duration) (streamResult, error)
 		return r, err
 	}
 	defer c.Close()
-	statBefore, err1 := machineCPU()
-	selfBefore, err2 := selfCPU()
+	before, err1 := readTimes()
 	var proxyBefore float64
-	var err3 error
+	var err2 error
 	if p.proc != nil {
-		proxyBefore, err3 = p.proc.cpuSeconds()
+		proxyBefore, err2 = p.proc.cpuSeconds()
 	}
-	if err := errors.Join(err1, err2, err3); err != nil {
+	if err := errors.Join(err1, err2); err != nil {
 		return r, err
 	}
 	buf := make([]byte, 256<<10)
@@ -191,17 +207,13 @@ func oneStream(client *namespace, p path, d time.Duration) (streamResult, error)
 		r.gbits = float64(r.bytes) * 8 / 1e9 / time.Since(start).Seconds()
 		break
 	}
-	statAfter, err1 := machineCPU()
-	selfAfter, err2 := selfCPU()
+	r.timeSpent, err1 = before.since()
 	if p.proc != nil {
 		var after float64
-		after, err3 = p.proc.cpuSeconds()
+		after, err2 = p.proc.cpuSeconds()
 		r.proxyCPU = after - proxyBefore
 	}
-	r.selfCPU = selfAfter - selfBefore
-	r.softirq = statAfter.softirq - statBefore.softirq
-	r.idle = statAfter.idle - statBefore.idle
-	return r, errors.Join(err1, err2, err3)
+	return r, errors.Join(err1, err2)
 }
 
 // openIdle opens n HTTP connections to addr from the client namespace, each

@@ -308,7 +308,7 @@ func printTCP(paths []path, rows map[string]tcpRow, cfg benchConfig) {
 	for _, p := range paths {
 		s := rows[p.name].stream
 		fmt.Printf("  %-9s  proxy %.0f, backend and reader %.0f, softirq %.0f, idle %.0f\n", p.name,
-			s.perGB(s.proxyCPU), s.perGB(s.selfCPU), s.perGB(s.softirq), s.perGB(s.idle))
+			s.perGB(s.proxyCPU), s.perGB(s.self), s.perGB(s.softirq), s.perGB(s.idle))
 	}
 	fmt.Printf("userspace heap allocations per connection: %.1f (%.0f bytes); per keep-alive request: %.2f (%.0f bytes)\n",
 		perRequestOf(u.conns.allocs, u.conns), perRequestOf(u.conns.allocBytes, u.conns),
@@ -497,9 +497,9 @@ func profileRows(client *namespace, proxier *child, cfg benchConfig) error {
 		}
 	}
 	stream := path{name: "userspace", proc: proxier, addr: vip}
-	for _, kind := range []string{"profile", "trace"} {
-		file := filepath.Join(cfg.profile, "stream-"+map[string]string{"profile": "cpu.pprof", "trace": "trace.out"}[kind])
-		wait := proxier.profile(kind, cfg.duration, file)
+	for _, run := range []struct{ kind, file string }{{"profile", "stream-cpu.pprof"}, {"trace", "stream-trace.out"}} {
+		file := filepath.Join(cfg.profile, run.file)
+		wait := proxier.profile(run.kind, cfg.duration, file)
 		res, err := oneStream(client, stream, cfg.duration)
 		if err := errors.Join(err, wait()); err != nil {
 			return err
