@@ -2,7 +2,6 @@ package watch
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -11,12 +10,13 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -62,19 +62,28 @@ var typedLists = map[schema.GroupVersionKind]schema.GroupVersionKind{
 	discoveryv1.SchemeGroupVersion.WithKind("EndpointSliceList"): discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"),
 }
 
-// decodeStrict decodes JSON into obj and reports unknown and duplicate fields,
-// as `kubectl apply --validate=strict` does: a misspelt "clusterIp" should fail
-// loudly, not vanish. It is what apimachinery's strict JSON serializer does
-// once it knows the kind (sigs.k8s.io/json, case-sensitive, integers kept),
-// without the serializer's second parse of apiVersion and kind, which the
-// loader has read already.
+// The manifests are read with encoding/json/v2 (its mirror for Go 1.26,
+// github.com/go-json-experiment/json): one pass over each object, where
+// encoding/json validates the whole text before it decodes it, and a third of
+// the allocations. A 20,000-Service List loads in less than half the time
+// (BenchmarkLoadFile). v2's defaults are strict already: names match case
+// sensitively and a duplicate name is an error, as `kubectl apply
+// --validate=strict` has them.
+var (
+	// strict decodes an object once its kind is known, and reports unknown
+	// fields too: a misspelt "clusterIp" should fail loudly, not vanish.
+	// Invalid UTF-8 becomes U+FFFD, as the API server's decoder has it.
+	strict = json.JoinOptions(json.RejectUnknownMembers(true), jsontext.AllowInvalidUTF8(true))
+	// lenient reads the header: the last of two "kind"s wins here, so the
+	// error that strict then gives names the object as far as it can.
+	lenient = json.JoinOptions(jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+)
+
+// decodeStrict decodes JSON into obj (a new object of a kind the loader has
+// read already), with errors that name the field.
 func decodeStrict(js []byte, obj runtime.Object) error {
-	strict, err := kjson.UnmarshalStrict(js, obj)
-	if err != nil {
-		return err
-	}
-	if len(strict) > 0 {
-		return runtime.NewStrictDecodingError(strict)
+	if err := json.Unmarshal(js, obj, strict); err != nil {
+		return fieldError(err)
 	}
 	return nil
 }
@@ -139,7 +148,7 @@ type header struct {
 		Name      string `json:"name"`
 		Namespace string `json:"namespace"`
 	} `json:"metadata"`
-	Items []json.RawMessage `json:"items"`
+	Items []jsontext.Value `json:"items"`
 }
 
 func (h *header) gvk() schema.GroupVersionKind {
@@ -162,7 +171,7 @@ func (h *header) describe() string {
 func (l *loader) document(doc document) {
 	var h header
 	js, isJSON := asJSON(doc.data)
-	if !isJSON || json.Unmarshal(js, &h) != nil {
+	if !isJSON || json.Unmarshal(js, &h, lenient) != nil {
 		// YAML, or not JSON after all: "{a: 1}" is YAML's flow style. The
 		// YAML path also names the line of a syntax error.
 		h = header{}
@@ -173,7 +182,7 @@ func (l *loader) document(doc document) {
 		if bytes.Equal(bytes.TrimSpace(js), []byte("null")) {
 			return // only comments, or an empty document
 		}
-		if err := json.Unmarshal(js, &h); err != nil {
+		if err := json.Unmarshal(js, &h, lenient); err != nil {
 			l.fail(doc.contentLine(), "", fmt.Errorf("not a Kubernetes object: %w", err))
 			return
 		}
@@ -193,7 +202,7 @@ func (l *loader) document(doc document) {
 // second of decoding per CPU, and clusterdns answers nothing in the zone
 // until it is loaded. Results are taken in item order, so errors and
 // duplicates read as if decoded one by one.
-func (l *loader) list(line int, items []json.RawMessage, elem schema.GroupVersionKind) {
+func (l *loader) list(line int, items []jsontext.Value, elem schema.GroupVersionKind) {
 	type decoded struct {
 		obj  runtime.Object
 		desc string
@@ -260,7 +269,7 @@ func (l *loader) toJSON(doc document) ([]byte, error) {
 // List are decoded in parallel.
 func decodeObject(where string, js []byte, defaults schema.GroupVersionKind) (obj runtime.Object, desc string, err error) {
 	var h header
-	if err := json.Unmarshal(js, &h); err != nil {
+	if err := json.Unmarshal(js, &h, lenient); err != nil {
 		return nil, where, fmt.Errorf("not a Kubernetes object: %w", err)
 	}
 	if h.APIVersion == "" && h.Kind == "" {
@@ -284,7 +293,7 @@ func decodeObject(where string, js []byte, defaults schema.GroupVersionKind) (ob
 		return nil, desc, err
 	}
 	if err := decodeStrict(js, obj); err != nil {
-		return nil, desc, trimDecodeError(err)
+		return nil, desc, err
 	}
 	obj.GetObjectKind().SetGroupVersionKind(gvk) // typed list items may lack it
 	m, ok := obj.(metav1.Object)
@@ -314,11 +323,41 @@ func (l *loader) add(line int, desc string, obj runtime.Object, err error) {
 	l.objs = append(l.objs, obj)
 }
 
-// trimDecodeError drops the decoder's boilerplate so the field leads.
-func trimDecodeError(err error) error {
-	msg := err.Error()
-	msg = strings.TrimPrefix(msg, "strict decoding error: ")
-	return errors.New(msg)
+// fieldError rewrites a decode error so that the field leads, named as
+// kubectl names it: `unknown field "spec.clusterIp"`, `duplicate field
+// "kind"`, `spec.ports[0].port: cannot unmarshal JSON string into Go int32`.
+func fieldError(err error) error {
+	var se *json.SemanticError
+	var sy *jsontext.SyntacticError
+	switch {
+	case errors.As(err, &se) && errors.Is(se.Err, json.ErrUnknownName):
+		return fmt.Errorf("unknown field %q", fieldPath(se.JSONPointer))
+	case errors.As(err, &se):
+		msg := strings.TrimPrefix(se.Error(), "json: ")
+		msg = strings.Replace(msg, " within "+strconv.Quote(string(se.JSONPointer)), "", 1)
+		return fmt.Errorf("%s: %s", fieldPath(se.JSONPointer), msg)
+	case errors.As(err, &sy) && errors.Is(sy.Err, jsontext.ErrDuplicateName):
+		return fmt.Errorf("duplicate field %q", fieldPath(sy.JSONPointer))
+	}
+	return err
+}
+
+// fieldPath turns a JSON Pointer into a field path: "/spec/ports/0/port" is
+// "spec.ports[0].port". A name made of digits is taken for an index: no field
+// of the three kinds has such a name (a label's key may, and reads as one).
+func fieldPath(p jsontext.Pointer) string {
+	var b strings.Builder
+	for name := range p.Tokens() {
+		if _, err := strconv.Atoi(name); err == nil {
+			b.WriteString("[" + name + "]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(name)
+	}
+	return b.String()
 }
 
 // yamlLineRE finds the line numbers the YAML parser puts in its messages.

@@ -109,7 +109,7 @@ func TestLoadManifests(t *testing.T) {
 	}, {
 		name: "wrong type names the field",
 		data: strings.Replace(svcYAML, "port: 80", "port: eighty", 1),
-		errs: []string{"f.yaml:1: v1 Service default/web:", "spec.ports.port", "int32"},
+		errs: []string{"f.yaml:1: v1 Service default/web: spec.ports[0].port: cannot unmarshal JSON string into Go int32"},
 	}, {
 		name: "no name", data: "apiVersion: v1\nkind: Service\nspec: {}\n",
 		errs: []string{"f.yaml:1: v1 Service: metadata.name: required"},
