@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/manifestgen"
@@ -22,6 +23,17 @@ func writeManifests(path string, n int) error {
 		return err
 	}
 	return os.WriteFile(path, data, 0o644)
+}
+
+// writeHosts writes a hosts file of the n Services' names and ClusterIPs, for
+// dnsmasq: the floor row of the comparison.
+func writeHosts(path string, n int) error {
+	var b strings.Builder
+	for i := range n {
+		name, ns := svcName(i)
+		fmt.Fprintf(&b, "%s %s.%s.svc.cluster.local\n", manifestgen.ClusterIP(i), name, ns)
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 // writeQueries writes dnsperf input: 10,000 questions for existing Services,

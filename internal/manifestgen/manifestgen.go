@@ -18,9 +18,14 @@ func Name(i int) (name, ns string) {
 	return fmt.Sprintf("svc-%05d", i), fmt.Sprintf("ns-%02d", i%Namespaces)
 }
 
-// List is the JSON List of n Services and their EndpointSlices. ClusterIPs
-// count from 198.18.0.2 (the API server gives .1 to its own "kubernetes"
-// Service), endpoints from 198.19.0.0.
+// ClusterIP is the ClusterIP of Service i. They count from 198.18.0.2 (the
+// API server gives .1 to its own "kubernetes" Service).
+func ClusterIP(i int) string {
+	return fmt.Sprintf("198.18.%d.%d", (i+2)/256, (i+2)%256)
+}
+
+// List is the JSON List of n Services and their EndpointSlices: ClusterIP(i)
+// for Service i, endpoints from 198.19.0.0.
 func List(n int) ([]byte, error) {
 	if n > 65000 {
 		return nil, fmt.Errorf("%d services: more than 198.18.0.0/16 holds", n)
@@ -32,7 +37,7 @@ func List(n int) ([]byte, error) {
 			"apiVersion": "v1", "kind": "Service",
 			"metadata": map[string]any{"name": name, "namespace": ns},
 			"spec": map[string]any{
-				"clusterIP": fmt.Sprintf("198.18.%d.%d", (i+2)/256, (i+2)%256),
+				"clusterIP": ClusterIP(i),
 				"ports":     []any{map[string]any{"name": "http", "port": 80, "protocol": "TCP"}},
 			},
 		}, map[string]any{
