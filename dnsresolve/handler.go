@@ -64,15 +64,14 @@ func (s *Server) answer(ctx context.Context, req *dns.Msg) *dns.Msg {
 		return rcode(m, dns.RcodeRefused) // no zone transfers of the cluster
 	}
 	ix := s.index.Load()
-	inZone := dns.IsSubDomain(s.zone, dns.CanonicalName(q.Name))
 	if q.Qclass != dns.ClassINET && q.Qclass != dns.ClassANY {
-		if inZone {
+		if s.inZone(q.Name) {
 			return rcode(m, dns.RcodeRefused)
 		}
 		return s.forward(ctx, req, m)
 	}
 	if ix == nil {
-		if inZone {
+		if s.inZone(q.Name) {
 			return rcode(m, dns.RcodeServerFailure) // not ready: no Snapshot yet
 		}
 	} else if r, ok := ix.Lookup(q.Name, q.Qtype); ok {
@@ -86,6 +85,14 @@ func (s *Server) answer(ctx context.Context, req *dns.Msg) *dns.Msg {
 		return m
 	}
 	return s.forward(ctx, req, m)
+}
+
+// inZone reports whether name is the cluster's zone or under it. Only the
+// questions the Index does not answer ask it: dns.IsSubDomain splits both
+// names into labels, a slice per question, and a question answered from
+// the Index learns it there for free.
+func (s *Server) inZone(name string) bool {
+	return dns.IsSubDomain(s.zone, dns.CanonicalName(name))
 }
 
 // forward answers req through the upstreams; m is the reply prepared so far.
