@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/svcproxy/svcproxy/service"
 	"github.com/svcproxy/svcproxy/service/watch"
 )
 
@@ -103,11 +104,7 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		case snap := <-snaps:
 			snap = own.filter(snap)
 			hc.sync(snap)
-			if err := dp.Sync(ctx, snap); err != nil {
-				// The dataplane keeps what it could apply and its Run retries
-				// the rest; /healthz says so until it succeeds.
-				log.Warn("sync incomplete", "err", err)
-			} else {
+			if syncTo(ctx, dp, snap, log) {
 				ep.markSynced()
 			}
 		case <-ctx.Done():
@@ -121,6 +118,30 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 			return nil
 		}
 	}
+}
+
+// syncer is the part of a dataplane that syncTo uses.
+type syncer interface {
+	Sync(ctx context.Context, snap *service.Snapshot) error
+}
+
+// syncTo hands snap to the dataplane and reports whether it serves it. An
+// error is logged: the dataplane keeps what it could apply and its Run
+// retries the rest; /healthz says so until it succeeds. An error that comes
+// because ctx ended is the shutdown cutting the sync short, and only a debug
+// line: what was applied stays in the kernel after the process, as it does
+// after every stop, and the log's last word is "svcproxy stopped".
+func syncTo(ctx context.Context, dp syncer, snap *service.Snapshot, log *slog.Logger) bool {
+	err := dp.Sync(ctx, snap)
+	switch {
+	case err == nil:
+		return true
+	case ctx.Err() != nil:
+		log.Debug("sync cut short by the shutdown", "err", err)
+	default:
+		log.Warn("sync incomplete", "err", err)
+	}
+	return false
 }
 
 func sourceName(cfg *Config) string {
