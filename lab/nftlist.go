@@ -49,6 +49,12 @@ type nftChain struct {
 // parseNFTList reads the output of `nft list table FAMILY NAME`. It knows the
 // statements svcproxy's table uses and nft's way of printing them; what it
 // does not know (a flowtable, say) is an error naming the line.
+//
+// Why the text and not a library: the rule's text is what `svclab trace`
+// and `svclab rules` show, and knftables lists rules without it (ListRules
+// fills in only their comments and handles); `nft --json` gives each rule as
+// an expression tree, which would have to be printed back into the text nft
+// prints anyway.
 func parseNFTList(text string) (*nftTable, error) {
 	p := &nftParser{lines: strings.Split(text, "\n")}
 	return p.table()
