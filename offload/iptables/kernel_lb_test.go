@@ -17,11 +17,11 @@ func TestKernelSourceRanges(t *testing.T) {
 	l := newLab(t)
 	l.ServeTCP(t, 8080)
 	p := l.proxier(t)
-	l.sync(t, p, labService(l, st.WithLoadBalancer("198.18.200.1"), st.WithSourceRanges("198.19.10.0/24")))
+	l.sync(t, p, l.Web(st.WithLoadBalancer("198.18.200.1"), st.WithSourceRanges("198.19.10.0/24")))
 	if _, err := offloadtest.Dial(l.Client, "198.18.200.1:80", 3); err != nil {
 		t.Errorf("from inside the source ranges: %v", err)
 	}
-	l.sync(t, p, labService(l, st.WithLoadBalancer("198.18.200.1"), st.WithSourceRanges("203.0.113.0/24")))
+	l.sync(t, p, l.Web(st.WithLoadBalancer("198.18.200.1"), st.WithSourceRanges("203.0.113.0/24")))
 	if err := dialFails(l.Client, "198.18.200.1:80"); err != nil {
 		t.Error(err)
 	}

@@ -26,7 +26,7 @@ func TestKernelFlushedTableRepaired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.RunOnNode(t, dp, labService(l))
+	l.RunOnNode(t, dp, l.Web())
 	waitHealth(t, dp, "the first sync", func(h Health) bool { return h.FullSyncs == 1 })
 	if _, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 3); err != nil {
 		t.Fatal(err)

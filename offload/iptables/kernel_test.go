@@ -19,80 +19,27 @@ import (
 // Real-kernel tests: the rules applied with iptables-restore in a node namespace,
 // real sockets in client and backend namespaces. They need root.
 
-func labService(l *lab, opts ...st.Opt) *service.Snapshot {
-	return st.Snapshot(st.Service("web", "198.18.0.10", 80, l.Endpoints(8080), opts...))
-}
+// The checks every kernel mode shares (internal/offloadtest), on this mode.
 
-// Even spread over 3 backends, and no proxy hop: each backend sees the client.
 func TestKernelSpread(t *testing.T) {
 	l := newLab(t)
-	l.ServeTCP(t, 8080)
-	l.sync(t, l.proxier(t), labService(l))
-	answers, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 60)
-	if err != nil {
-		t.Fatal(err)
-	}
-	count := map[string]int{}
-	for _, a := range answers {
-		count[a.Backend]++
-		if a.Client != offloadtest.ClientAddr.String() {
-			t.Errorf("%s saw client %s, want %s (DNAT only, no SNAT)", a.Backend, a.Client, offloadtest.ClientAddr)
-		}
-	}
-	// Each backend's count is Binomial(60, 1/3): below 5 has probability ~1e-5.
-	for _, b := range []string{"b0", "b1", "b2"} {
-		if count[b] < 5 {
-			t.Errorf("backend %s got %d of 60 connections, want a fair share: %v", b, count[b], count)
-		}
-	}
-	t.Logf("connections per backend: %v", count)
+	l.CheckSpread(t, l.syncer(t))
 }
 
 func TestKernelAffinity(t *testing.T) {
 	l := newLab(t)
-	l.ServeTCP(t, 8080)
-	l.sync(t, l.proxier(t), labService(l, st.WithAffinity(time.Minute)))
-	answers, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range answers[1:] {
-		if a.Backend != answers[0].Backend {
-			t.Fatalf("affinity broken: first connection went to %s, a later one to %s", answers[0].Backend, a.Backend)
-		}
-	}
+	l.CheckAffinity(t, l.syncer(t))
 }
 
-// NodePort from another namespace: Cluster policy masquerades, so the backend
-// sees the node; policy Local keeps the client.
 func TestKernelNodePort(t *testing.T) {
 	l := newLab(t)
-	l.ServeTCP(t, 8080)
-	p := l.proxier(t)
-	for _, tt := range []struct {
-		name       string
-		opts       []st.Opt
-		masquerade bool
-	}{
-		{"Cluster", []st.Opt{st.WithNodePort(30080)}, true},
-		{"Local", []st.Opt{st.WithNodePort(30080), st.WithExternalLocal()}, false},
-	} {
-		l.sync(t, p, labService(l, tt.opts...))
-		answers, err := offloadtest.Dial(l.Client, "198.19.10.1:30080", 6)
-		if err != nil {
-			t.Fatalf("%s: %v", tt.name, err)
-		}
-		for _, a := range answers {
-			// Masqueraded, the source is the node's address on the backend's link.
-			want := offloadtest.ClientAddr.String()
-			if tt.masquerade {
-				want = "198.19.1" + string(a.Backend[1]+1) + ".1"
-			}
-			if a.Client != want {
-				t.Errorf("%s: backend %s saw %s, want %s", tt.name, a.Backend, a.Client, want)
-			}
-		}
-	}
+	l.CheckNodePort(t, l.syncer(t))
+}
+
+func TestKernelUDPConntrack(t *testing.T) {
+	l := newLab(t)
+	netnstestRequireConntrack(t)
+	l.CheckUDPConntrack(t, l.syncer(t))
 }
 
 // The node itself reaches a ClusterIP (OUTPUT), and a port without endpoints is
@@ -126,7 +73,7 @@ func TestKernelLocalAndReject(t *testing.T) {
 func TestKernelRestartAndCleanup(t *testing.T) {
 	l := newLab(t)
 	l.ServeTCP(t, 8080)
-	l.sync(t, l.proxier(t), labService(l))
+	l.sync(t, l.proxier(t), l.Web())
 	// The old process is gone; traffic flows while a new one takes over.
 	ctx, cancel := context.WithCancel(context.Background())
 	var ok, failed atomic.Int64
@@ -147,7 +94,7 @@ func TestKernelRestartAndCleanup(t *testing.T) {
 	}
 	restarted := l.proxier(t)
 	for range 3 {
-		l.sync(t, restarted, labService(l, st.WithNodePort(30080)))
+		l.sync(t, restarted, l.Web(st.WithNodePort(30080)))
 	}
 	for n := ok.Load(); ok.Load() < n+5; {
 		time.Sleep(10 * time.Millisecond)
@@ -173,46 +120,6 @@ func TestKernelRestartAndCleanup(t *testing.T) {
 	}
 }
 
-// A UDP flow keeps its endpoint while the endpoint lives; when the endpoint is
-// removed, the conntrack cleanup moves it to a live one (kubernetes #19029).
-func TestKernelUDPConntrack(t *testing.T) {
-	l := newLab(t)
-	netnstestRequireConntrack(t)
-	l.ServeUDP(t, 5353)
-	p := l.proxier(t)
-	dns := func(eps []service.Endpoint) *service.Snapshot {
-		return st.Snapshot(st.Service("dns", "198.18.0.53", 53, eps, st.WithProtocol(service.UDP)))
-	}
-	l.sync(t, p, dns(l.Endpoints(5353)))
-	c := offloadtest.NewUDPClient(t, l.Client, "198.18.0.53:53")
-	first, err := c.Ask()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 5 {
-		if got, err := c.Ask(); err != nil || got != first {
-			t.Fatalf("the flow moved from %s to %s (%v) without a change", first, got, err)
-		}
-	}
-	var keep []service.Endpoint
-	for i, e := range l.Endpoints(5353) {
-		if first != "b"+string(rune('0'+i)) {
-			keep = append(keep, e)
-		}
-	}
-	l.sync(t, p, dns(keep)) // the removed backend still runs: only conntrack moves the flow
-	got, err := c.Ask()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got == first {
-		t.Errorf("after removing %s, the flow still goes there (conntrack entry not deleted)", first)
-	}
-	if h := p.Health(); h.ConntrackDeleted == 0 || h.ConntrackErrors != 0 {
-		t.Errorf("health %+v: want conntrack entries deleted without errors", h)
-	}
-}
-
 // Chains that belong to nothing any more are deleted in the same transaction that
 // drops the jumps to them: by a partial sync (from what it applied) and by a new
 // Proxier's full sync (from iptables-save).
@@ -222,7 +129,7 @@ func TestKernelStaleChains(t *testing.T) {
 		st.Service("api", "198.18.0.20", 80, l.Endpoints(8080), st.WithAffinity(time.Minute)))
 	p := l.proxier(t)
 	l.sync(t, p, two)
-	l.sync(t, p, labService(l)) // partial: api goes, web loses its NodePort
+	l.sync(t, p, l.Web()) // partial: api goes, web loses its NodePort
 	save := l.Node.Run(t, "iptables-save", "-t", "nat")
 	if strings.Contains(save, "default/api") || strings.Contains(save, prefixEXT) {
 		t.Errorf("after a partial sync, stale chains are left:\n%s", save)

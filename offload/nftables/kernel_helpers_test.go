@@ -8,6 +8,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
+	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
@@ -46,6 +47,16 @@ func (l *lab) proxier(t *testing.T) *Proxier {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// syncer is the offloadtest.Sync of a new Proxier: each call applies a
+// Snapshot with it and returns its Health.
+func (l *lab) syncer(t *testing.T) offloadtest.Sync {
+	p := l.proxier(t)
+	return func(snap *service.Snapshot) kernelsync.Health {
+		l.sync(t, p, snap)
+		return p.Health().Health
+	}
 }
 
 // sync applies snap with p inside the node namespace.
