@@ -1,6 +1,7 @@
 package offloadtest
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -101,15 +102,23 @@ func (l *Lab) CheckNodePort(t *testing.T, sync Sync) {
 
 // CheckUDPConntrack: a UDP flow keeps its endpoint while the endpoint lives;
 // when the endpoint is removed, the conntrack cleanup moves it to a live one
-// (kubernetes #19029), and Health counts the entries deleted.
-func (l *Lab) CheckUDPConntrack(t *testing.T, sync Sync) {
+// (kubernetes #19029), and Health counts the entries deleted. fam is the
+// family of the Proxier sync uses: for IPv6 the Service is dual-stack and the
+// flow goes to its IPv6 ClusterIP (the Lab needs AddIPv6), through the IPv6
+// conntrack table.
+func (l *Lab) CheckUDPConntrack(t *testing.T, sync Sync, fam service.Family) {
 	t.Helper()
 	l.ServeUDP(t, 5353)
-	dns := func(eps []service.Endpoint) *service.Snapshot {
-		return st.Snapshot(st.Service("dns", "198.18.0.53", 53, eps, st.WithProtocol(service.UDP)))
+	endpoints, vip, opts := l.Endpoints, "198.18.0.53:53", []st.Opt{st.WithProtocol(service.UDP)}
+	if fam == service.IPv6 {
+		endpoints, vip = l.Endpoints6, "[2001:db8:18::53]:53"
+		opts = append(opts, st.WithDualStack("2001:db8:18::53"))
 	}
-	sync(dns(l.Endpoints(5353)))
-	c := NewUDPClient(t, l.Client, "198.18.0.53:53")
+	dns := func(eps []service.Endpoint) *service.Snapshot {
+		return st.Snapshot(st.Service("dns", "198.18.0.53", 53, eps, opts...)).Family(fam)
+	}
+	sync(dns(endpoints(5353)))
+	c := NewUDPClient(t, l.Client, vip)
 	first, err := c.Ask()
 	if err != nil {
 		t.Fatal(err)
@@ -120,20 +129,16 @@ func (l *Lab) CheckUDPConntrack(t *testing.T, sync Sync) {
 		}
 	}
 	var keep []service.Endpoint
-	for i, e := range l.Endpoints(5353) {
-		if first != "b"+string(rune('0'+i)) {
+	for i, e := range endpoints(5353) {
+		if first != fmt.Sprintf("b%d", i) {
 			keep = append(keep, e)
 		}
 	}
 	h := sync(dns(keep)) // the removed backend still runs: only conntrack moves the flow
-	got, err := c.Ask()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got == first {
-		t.Errorf("after removing %s, the flow still goes there (conntrack entry not deleted)", first)
+	if got, err := c.Ask(); err != nil || got == first {
+		t.Errorf("after removing %s: answered by %s (%v), want another backend (the %s conntrack entry not deleted?)", first, got, err, fam)
 	}
 	if h.ConntrackDeleted == 0 || h.ConntrackErrors != 0 {
-		t.Errorf("health %+v: want conntrack entries deleted without errors", h)
+		t.Errorf("health %+v: want %s conntrack entries deleted without errors", h, fam)
 	}
 }

@@ -30,23 +30,15 @@ func dualEndpoints() []service.Endpoint {
 		st.Endpoint("[2001:db8:19::1:130]:8080", "node-b"))
 }
 
-// dualStack makes a Service dual-stack: an IPv6 ClusterIP after its IPv4 one.
-func dualStack(clusterIP6 string) st.Opt {
-	return func(s *service.Service) {
-		s.ClusterIPs = append(s.ClusterIPs, netip.MustParseAddr(clusterIP6))
-		s.IPFamilies, s.IPFamilyPolicy = []service.Family{service.IPv4, service.IPv6}, service.RequireDualStack
-	}
-}
-
 // One Snapshot, two rule sets: each family renders its own addresses and
 // endpoints only, with its own loopback range and recent mask.
 func TestRenderGoldenFamilies(t *testing.T) {
 	snap := st.Snapshot(
-		st.Service("web", "198.18.0.10", 80, dualEndpoints(), dualStack("2001:db8:18::10"), st.WithNodePort(30080),
+		st.Service("web", "198.18.0.10", 80, dualEndpoints(), st.WithDualStack("2001:db8:18::10"), st.WithNodePort(30080),
 			st.WithAffinity(600*time.Second), st.WithExternalIPs("198.18.100.1", "2001:db8:18::100")),
-		st.Service("lb", "198.18.0.20", 443, dualEndpoints()[:4], dualStack("2001:db8:18::20"), st.WithNodePort(30443),
+		st.Service("lb", "198.18.0.20", 443, dualEndpoints()[:4], st.WithDualStack("2001:db8:18::20"), st.WithNodePort(30443),
 			st.WithLoadBalancer("198.18.200.1", "2001:db8:18::200"), st.WithSourceRanges("203.0.113.0/25", "2001:db8:ff::/48")),
-		st.Service("empty", "198.18.0.30", 80, nil, dualStack("2001:db8:18::30"), st.WithNodePort(30081)),
+		st.Service("empty", "198.18.0.30", 80, nil, st.WithDualStack("2001:db8:18::30"), st.WithNodePort(30081)),
 		st.Service("v6only", "2001:db8:18::40", 53, dualEndpoints()[3:], st.WithProtocol(service.UDP)),
 	)
 	for _, tt := range []struct {
@@ -108,9 +100,9 @@ func syncedFake6(t *testing.T, cfg Config, snap *service.Snapshot) *kiptables.Fa
 // traffic from outside the pod network, REJECT without endpoints.
 func TestTraceIPv6(t *testing.T) {
 	snap := st.Snapshot(
-		st.Service("web", "198.18.0.10", 80, dualEndpoints(), dualStack("2001:db8:18::10"), st.WithNodePort(30080)),
-		st.Service("sticky", "198.18.0.11", 80, dualEndpoints(), dualStack("2001:db8:18::11"), st.WithAffinity(time.Minute)),
-		st.Service("empty", "198.18.0.30", 80, nil, dualStack("2001:db8:18::30"), st.WithNodePort(30081)),
+		st.Service("web", "198.18.0.10", 80, dualEndpoints(), st.WithDualStack("2001:db8:18::10"), st.WithNodePort(30080)),
+		st.Service("sticky", "198.18.0.11", 80, dualEndpoints(), st.WithDualStack("2001:db8:18::11"), st.WithAffinity(time.Minute)),
+		st.Service("empty", "198.18.0.30", 80, nil, st.WithDualStack("2001:db8:18::30"), st.WithNodePort(30081)),
 	)
 	f := syncedFake6(t, testConfig6, snap)
 	vip := netip.MustParseAddrPort("[2001:db8:18::10]:80")
@@ -179,7 +171,7 @@ func TestConntrackCleanupIPv6(t *testing.T) {
 		return conntrack.Flow{Protocol: "udp", Src: client, OrigDst: netip.MustParseAddrPort(dst), DstNAT: netip.MustParseAddrPort(ep)}
 	}
 	dns := func(eps []service.Endpoint) *service.Service {
-		return st.Service("dns", "198.18.0.53", 53, eps, dualStack("2001:db8:18::53"), st.WithProtocol(service.UDP), st.WithNodePort(30053))
+		return st.Service("dns", "198.18.0.53", 53, eps, st.WithDualStack("2001:db8:18::53"), st.WithProtocol(service.UDP), st.WithNodePort(30053))
 	}
 	ct := conntrack.NewFake()
 	p, err := NewProxier(ProxierConfig{Rules: testConfig6, IPTables: kiptables.NewFakeFamily(kiptables.IPv6), Conntrack: ct})
@@ -216,7 +208,7 @@ func TestCleanupIPv6(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustSync(t, p, st.Snapshot(st.Service("web", "198.18.0.10", 80, dualEndpoints(), dualStack("2001:db8:18::10"), st.WithNodePort(30080))))
+	mustSync(t, p, st.Snapshot(st.Service("web", "198.18.0.10", 80, dualEndpoints(), st.WithDualStack("2001:db8:18::10"), st.WithNodePort(30080))))
 	if !strings.Contains(f.Dump(), "2001:db8:18::10") {
 		t.Fatalf("nothing synced:\n%s", f.Dump())
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
+	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
@@ -64,9 +65,9 @@ func TestKernelDualStack(t *testing.T) {
 	l.ServeTCP(t, 8080)
 	eps := append(l.Endpoints(8080), l.Endpoints6(8080)...)
 	dual := func(name, v4, v6 string, opts ...st.Opt) *service.Service {
-		return st.Service(name, v4, 80, eps, append([]st.Opt{dualStack(v6)}, opts...)...)
+		return st.Service(name, v4, 80, eps, append([]st.Opt{st.WithDualStack(v6)}, opts...)...)
 	}
-	empty := st.Service("empty", "198.18.0.30", 80, nil, dualStack("2001:db8:18::30"), st.WithNodePort(30081))
+	empty := st.Service("empty", "198.18.0.30", 80, nil, st.WithDualStack("2001:db8:18::30"), st.WithNodePort(30081))
 	snap := st.Snapshot(dual("web", "198.18.0.10", "2001:db8:18::10", st.WithNodePort(30080)),
 		dual("sticky", "198.18.0.11", "2001:db8:18::11", st.WithAffinity(time.Minute)), empty)
 
@@ -150,33 +151,9 @@ func TestKernelDualStack(t *testing.T) {
 // the IPv6 conntrack table is cleaned like the IPv4 one.
 func TestKernelUDPConntrackIPv6(t *testing.T) {
 	l := newDualLab(t)
-	l.ServeUDP(t, 5353)
 	p, _ := l.familyProxier(t, service.IPv6)
-	dns := func(eps []service.Endpoint) *service.Snapshot {
-		return st.Snapshot(st.Service("dns", "198.18.0.53", 53, eps, dualStack("2001:db8:18::53"), st.WithProtocol(service.UDP))).Family(service.IPv6)
-	}
-	l.sync(t, p, dns(l.Endpoints6(5353)))
-	c := offloadtest.NewUDPClient(t, l.Client, "[2001:db8:18::53]:53")
-	first, err := c.Ask()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range 3 {
-		if got, err := c.Ask(); err != nil || got != first {
-			t.Fatalf("the flow moved from %s to %s (%v) without a change", first, got, err)
-		}
-	}
-	var keep []service.Endpoint
-	for i, e := range l.Endpoints6(5353) {
-		if first != fmt.Sprintf("b%d", i) {
-			keep = append(keep, e)
-		}
-	}
-	l.sync(t, p, dns(keep))
-	if got, err := c.Ask(); err != nil || got == first {
-		t.Errorf("after removing %s: answered by %s (%v), want another backend", first, got, err)
-	}
-	if h := p.Health(); h.ConntrackDeleted == 0 || h.ConntrackErrors != 0 {
-		t.Errorf("health %+v: want IPv6 conntrack entries deleted without errors", h)
-	}
+	l.CheckUDPConntrack(t, func(snap *service.Snapshot) kernelsync.Health {
+		l.sync(t, p, snap)
+		return p.Health().Health
+	}, service.IPv6)
 }

@@ -39,7 +39,7 @@ func TestKernelNodePort(t *testing.T) {
 func TestKernelUDPConntrack(t *testing.T) {
 	l := newLab(t)
 	netnstestRequireConntrack(t)
-	l.CheckUDPConntrack(t, l.syncer(t))
+	l.CheckUDPConntrack(t, l.syncer(t), service.IPv4)
 }
 
 // The node itself reaches a ClusterIP (OUTPUT), and a port without endpoints is

@@ -30,24 +30,16 @@ func dualEndpoints() []service.Endpoint {
 		st.Endpoint("[2001:db8:19::1:130]:8080", "node-b"))
 }
 
-// dualStack makes a Service dual-stack: an IPv6 ClusterIP after its IPv4 one.
-func dualStack(clusterIP6 string) st.Opt {
-	return func(s *service.Service) {
-		s.ClusterIPs = append(s.ClusterIPs, netip.MustParseAddr(clusterIP6))
-		s.IPFamilies, s.IPFamilyPolicy = []service.Family{service.IPv4, service.IPv6}, service.RequireDualStack
-	}
-}
-
 // One Snapshot, two tables: `ip svcproxy` renders the IPv4 addresses and
 // endpoints only, `ip6 svcproxy` the IPv6 ones, with ip6 expressions,
 // ipv6_addr sets and ::1 as the loopback NodePorts never answer on.
 func TestRenderGoldenFamilies(t *testing.T) {
 	snap := st.Snapshot(
-		st.Service("web", "198.18.0.10", 80, dualEndpoints(), dualStack("2001:db8:18::10"), st.WithNodePort(30080),
+		st.Service("web", "198.18.0.10", 80, dualEndpoints(), st.WithDualStack("2001:db8:18::10"), st.WithNodePort(30080),
 			st.WithAffinity(600*time.Second), st.WithExternalIPs("198.18.100.1", "2001:db8:18::100")),
-		st.Service("lb", "198.18.0.20", 443, dualEndpoints()[:4], dualStack("2001:db8:18::20"), st.WithNodePort(30443),
+		st.Service("lb", "198.18.0.20", 443, dualEndpoints()[:4], st.WithDualStack("2001:db8:18::20"), st.WithNodePort(30443),
 			st.WithLoadBalancer("198.18.200.1", "2001:db8:18::200"), st.WithSourceRanges("203.0.113.0/25", "2001:db8:ff::/48")),
-		st.Service("empty", "198.18.0.30", 80, nil, dualStack("2001:db8:18::30"), st.WithNodePort(30081)),
+		st.Service("empty", "198.18.0.30", 80, nil, st.WithDualStack("2001:db8:18::30"), st.WithNodePort(30081)),
 		st.Service("v6only", "2001:db8:18::40", 53, dualEndpoints()[3:], st.WithProtocol(service.UDP)),
 	)
 	for _, tt := range []struct {
@@ -99,9 +91,9 @@ func syncedFake6(t *testing.T, cfg Config, snap *service.Snapshot) *knft.Fake {
 // from outside the pod network, REJECT without endpoints.
 func TestTraceIPv6(t *testing.T) {
 	snap := st.Snapshot(
-		st.Service("web", "198.18.0.10", 80, dualEndpoints(), dualStack("2001:db8:18::10"), st.WithNodePort(30080)),
-		st.Service("sticky", "198.18.0.11", 80, dualEndpoints(), dualStack("2001:db8:18::11"), st.WithAffinity(time.Minute)),
-		st.Service("empty", "198.18.0.30", 80, nil, dualStack("2001:db8:18::30"), st.WithNodePort(30081)),
+		st.Service("web", "198.18.0.10", 80, dualEndpoints(), st.WithDualStack("2001:db8:18::10"), st.WithNodePort(30080)),
+		st.Service("sticky", "198.18.0.11", 80, dualEndpoints(), st.WithDualStack("2001:db8:18::11"), st.WithAffinity(time.Minute)),
+		st.Service("empty", "198.18.0.30", 80, nil, st.WithDualStack("2001:db8:18::30"), st.WithNodePort(30081)),
 	)
 	f := syncedFake6(t, testConfig6, snap)
 	vip := netip.MustParseAddrPort("[2001:db8:18::10]:80")
@@ -185,7 +177,7 @@ func TestRenderFamilyConfig(t *testing.T) {
 // NodePort's filter, which names no address, says its family.
 func TestConntrackCleanupIPv6(t *testing.T) {
 	dns := func(eps []service.Endpoint) *service.Service {
-		return st.Service("dns", "198.18.0.53", 53, eps, dualStack("2001:db8:18::53"), st.WithProtocol(service.UDP), st.WithNodePort(30053))
+		return st.Service("dns", "198.18.0.53", 53, eps, st.WithDualStack("2001:db8:18::53"), st.WithProtocol(service.UDP), st.WithNodePort(30053))
 	}
 	ct := conntrack.NewFake()
 	p, err := NewProxier(ProxierConfig{Rules: testConfig6, NFT: knft.NewFakeFamily(TableFamily(service.IPv6), Table), Conntrack: ct})

@@ -45,7 +45,7 @@ func TestKernelNodePort(t *testing.T) {
 func TestKernelUDPConntrack(t *testing.T) {
 	l := newLab(t)
 	netnstestRequireConntrack(t)
-	l.CheckUDPConntrack(t, l.syncer(t))
+	l.CheckUDPConntrack(t, l.syncer(t), service.IPv4)
 }
 
 // Hairpin: a backend that reaches its own Service and lands on itself must see

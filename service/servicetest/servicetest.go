@@ -78,6 +78,15 @@ func WithProtocol(p service.Protocol) Opt {
 	}
 }
 
+// WithDualStack makes the Service dual-stack: clusterIP6, an IPv6 ClusterIP,
+// after its IPv4 one, and ipFamilyPolicy RequireDualStack.
+func WithDualStack(clusterIP6 string) Opt {
+	return func(s *service.Service) {
+		s.ClusterIPs = append(s.ClusterIPs, netip.MustParseAddr(clusterIP6))
+		s.IPFamilies, s.IPFamilyPolicy = []service.Family{service.IPv4, service.IPv6}, service.RequireDualStack
+	}
+}
+
 // WithHeadless makes the Service headless (clusterIP: None).
 func WithHeadless() Opt {
 	return func(s *service.Service) { s.ClusterIPs, s.Headless = nil, true }
