@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/svcproxy/svcproxy/deploy"
 )
@@ -107,13 +108,8 @@ func (l *Lab) upControlPlane(ctx context.Context, cp ControlPlane, dns, proxy, m
 	if err != nil {
 		return err
 	}
-	for _, want := range []struct {
-		ns, svc string
-		n       int
-	}{{"default", "web", 3}, {"default", "db", 2}} {
-		if err := l.waitEndpoints(ctx, c, want.ns, want.svc, want.n); err != nil {
-			return err
-		}
+	if err := l.waitLabEndpoints(ctx, c); err != nil {
+		return err
 	}
 	if err := l.startDNS(ctx, dns); err != nil {
 		return err
@@ -125,6 +121,37 @@ func (l *Lab) upControlPlane(ctx context.Context, cp ControlPlane, dns, proxy, m
 		return err
 	}
 	return l.startProxy(ctx, proxy, mode)
+}
+
+// waitLabEndpoints waits until every Service of cluster.yaml that selects the
+// pods of a StatefulSet has a ready endpoint per replica and IP family: the
+// EndpointSlice controller has caught up on every Service, not only on web.
+// Under load it can lag seconds behind on one of them (a sync that meets a
+// stale cache is requeued with backoff), and a demo step about echo then saw
+// one pod of three answer.
+func (l *Lab) waitLabEndpoints(ctx context.Context, c kubernetes.Interface) error {
+	sets, err := c.AppsV1().StatefulSets(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	replicas := map[string]int{} // by the app label of the pods
+	for _, ss := range sets.Items {
+		replicas[ss.Spec.Template.Labels["app"]] = int(ptr.Deref(ss.Spec.Replicas, 1))
+	}
+	svcs, err := c.CoreV1().Services(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for _, svc := range svcs.Items {
+		pods, ok := replicas[svc.Spec.Selector["app"]]
+		if !ok {
+			continue // no selector (kubernetes, frontend): no slices of the controller's
+		}
+		if err := l.waitEndpoints(ctx, c, svc.Namespace, svc.Name, pods*max(1, len(svc.Spec.IPFamilies))); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // waitEndpoints waits until the EndpointSlices of Service ns/svc have n ready
