@@ -93,7 +93,8 @@ type Probe struct {
 	N      int
 	// Rate is requests per second; 0 sends each as soon as the last is answered.
 	Rate float64
-	// Timeout bounds one request (default 2s, times the slowdown of SlowdownEnv).
+	// Timeout bounds one request (default 2s, times the slowdown of
+	// SlowdownEnv; twice that for a new TCP connection, see tcpTimeout).
 	Timeout time.Duration
 	// Resolver looks the name up; nil is the Go resolver reading
 	// /etc/resolv.conf, which in a lab pod is the pod's own.
@@ -256,10 +257,18 @@ func (p *Probe) once(ctx context.Context, addr string) (Answer, error) {
 		defer cancel()
 		return udpOnce(ctx, addr, p.timeout())
 	}
-	ctx, cancel := context.WithTimeout(ctx, p.timeout())
+	ctx, cancel := context.WithTimeout(ctx, p.tcpTimeout())
 	defer cancel()
 	return httpOnce(ctx, addr)
 }
+
+// tcpTimeout bounds a request on a new TCP connection: twice the timeout,
+// which on the default 2s takes in the kernel's first SYN retransmission
+// (after 1s) and its second (after 3s). On a machine this busy a SYN can be
+// lost, and a client that waits, as curl does, still gets its answer; a UDP
+// request is sent a second time for the same reason (udpTries). A port that
+// refuses is answered at once, whatever the bound.
+func (p *Probe) tcpTimeout() time.Duration { return 2 * p.timeout() }
 
 func httpOnce(ctx context.Context, addr string) (Answer, error) {
 	u := url.URL{Scheme: "http", Host: addr, Path: "/"}
@@ -270,8 +279,21 @@ func httpOnce(ctx context.Context, addr string) (Answer, error) {
 	// A new connection per request: the proxy balances connections, not requests.
 	tr := &http.Transport{DisableKeepAlives: true, Proxy: nil}
 	defer tr.CloseIdleConnections()
+	// Which side a timeout fell on says where to look: no connection (the
+	// SYN or its answer lost: the rules, the routes), or a connection that
+	// got no answer (the pod, or the proxy's own connection to it).
+	var local net.Addr
+	req = req.WithContext(httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		GotConn: func(c httptrace.GotConnInfo) { local = c.Conn.LocalAddr() },
+	}))
 	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			if local == nil {
+				return Answer{}, fmt.Errorf("%w (no connection)", err)
+			}
+			return Answer{}, fmt.Errorf("%w (connected from %s, no answer)", err, local)
+		}
 		return Answer{}, err
 	}
 	defer resp.Body.Close()

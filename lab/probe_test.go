@@ -132,6 +132,33 @@ func TestProbeFailures(t *testing.T) {
 	require.Contains(t, out.String(), "connection refused")
 }
 
+// A request that times out says which side of the connection it fell on: a
+// pod that accepts and never answers is "connected ..., no answer", with the
+// client's port to look for in conntrack; and a new TCP connection gets twice
+// the timeout (tcpTimeout), room for the kernel's SYN retransmissions.
+func TestProbeTimeoutSaysWhere(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // held open, never answered
+		}
+	}()
+	tg, err := ParseTarget(ln.Addr().String())
+	require.NoError(t, err)
+	p := &Probe{Target: tg, N: 1, Timeout: 200 * time.Millisecond}
+	require.Equal(t, 400*time.Millisecond, p.tcpTimeout())
+	_, err = p.once(context.Background(), ln.Addr().String())
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "context deadline exceeded (connected from 127.0.0.1:")
+	require.Contains(t, err.Error(), ", no answer)")
+}
+
 // A datagram that got no answer in time is sent once more on the same socket;
 // a refusal (nobody listens) is an answer, not sent again.
 func TestUDPOnceSendsAgain(t *testing.T) {
