@@ -13,7 +13,6 @@ import (
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
-	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
@@ -152,8 +151,5 @@ func TestKernelDualStack(t *testing.T) {
 func TestKernelUDPConntrackIPv6(t *testing.T) {
 	l := newDualLab(t)
 	p, _ := l.familyProxier(t, service.IPv6)
-	l.CheckUDPConntrack(t, func(snap *service.Snapshot) kernelsync.Health {
-		l.sync(t, p, snap)
-		return p.Health().Health
-	}, service.IPv6)
+	l.CheckUDPConntrack(t, l.syncer(t, p), service.IPv6)
 }

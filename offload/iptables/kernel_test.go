@@ -23,23 +23,23 @@ import (
 
 func TestKernelSpread(t *testing.T) {
 	l := newLab(t)
-	l.CheckSpread(t, l.syncer(t))
+	l.CheckSpread(t, l.syncer(t, l.proxier(t)))
 }
 
 func TestKernelAffinity(t *testing.T) {
 	l := newLab(t)
-	l.CheckAffinity(t, l.syncer(t))
+	l.CheckAffinity(t, l.syncer(t, l.proxier(t)))
 }
 
 func TestKernelNodePort(t *testing.T) {
 	l := newLab(t)
-	l.CheckNodePort(t, l.syncer(t))
+	l.CheckNodePort(t, l.syncer(t, l.proxier(t)))
 }
 
 func TestKernelUDPConntrack(t *testing.T) {
 	l := newLab(t)
 	netnstestRequireConntrack(t)
-	l.CheckUDPConntrack(t, l.syncer(t), service.IPv4)
+	l.CheckUDPConntrack(t, l.syncer(t, l.proxier(t)), service.IPv4)
 }
 
 // The node itself reaches a ClusterIP (OUTPUT), and a port without endpoints is

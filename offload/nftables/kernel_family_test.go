@@ -6,7 +6,6 @@ import (
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
-	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -49,8 +48,5 @@ func (l *lab) familyProxier(t *testing.T, fam service.Family) *Proxier {
 func TestKernelUDPConntrackIPv6(t *testing.T) {
 	l := newDualLab(t)
 	p := l.familyProxier(t, service.IPv6)
-	l.CheckUDPConntrack(t, func(snap *service.Snapshot) kernelsync.Health {
-		l.sync(t, p, snap)
-		return p.Health().Health
-	}, service.IPv6)
+	l.CheckUDPConntrack(t, l.syncer(t, p), service.IPv6)
 }

@@ -49,10 +49,9 @@ func (l *lab) proxier(t *testing.T) *Proxier {
 	return p
 }
 
-// syncer is the offloadtest.Sync of a new Proxier: each call applies a
-// Snapshot with it and returns its Health.
-func (l *lab) syncer(t *testing.T) offloadtest.Sync {
-	p := l.proxier(t)
+// syncer is the offloadtest.Sync of p: each call applies a Snapshot with it
+// in the node namespace and returns its Health.
+func (l *lab) syncer(t *testing.T, p *Proxier) offloadtest.Sync {
 	return func(snap *service.Snapshot) kernelsync.Health {
 		l.sync(t, p, snap)
 		return p.Health().Health
