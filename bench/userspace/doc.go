@@ -1,18 +1,22 @@
 // Command userspace-bench measures the userspace data path: the same load
 // (wrk for HTTP, a Go generator for the stream, the idle connections and UDP)
-// drives the same backends three ways in one run,
+// drives the same backends four ways in one run,
 //
 //   - direct: straight to the backends;
 //   - userspace: to a ClusterIP, REDIRECTed by the portals of a real
 //     userspace.Proxier (a child process, as svcproxy runs it) to its listener;
-//   - haproxy: to Debian's HAProxy in TCP mode with `option splice-auto`,
+//   - haproxy: to Debian's HAProxy in TCP mode with `option splice-auto`;
+//   - haproxy-redirect: to the same HAProxy through a REDIRECT from a virtual
+//     address, as the userspace proxy is reached: the two proxies compared
+//     at equal footing, and what the REDIRECT costs a proxy,
 //
 // and reports connections/s (one short connection each), requests/s (small
 // requests on keep-alive connections, wrk), Gbit/s (one bulk stream), the CPU
-// time each proxy process spends per connection and per request (from
-// /proc/PID/stat: less sensitive to other load than the rates), where the
-// rest of the machine's time went meanwhile (wrk's CPU, the backends', softirq
-// and idle time: is a row bound by CPU, and whose), the same split per
+// time each proxy process spends per connection and per request, and the part
+// of it spent in the kernel (from /proc/PID/stat: less sensitive to other load
+// than the rates), where the rest of the machine's time went meanwhile (wrk's
+// CPU, the backends', softirq and idle time: is a row bound by CPU, and whose;
+// and steal time, what the hypervisor gave to other guests), the same split per
 // gigabyte of the one stream, its threads' voluntary
 // and non-voluntary context switches per connection and per request
 // (/proc/PID/task/*/status),

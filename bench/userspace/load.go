@@ -21,6 +21,7 @@ type wrkResult struct {
 	perSecond float64
 	requests  int64   // requests completed
 	cpu       float64 // seconds of CPU the proxy process used meanwhile; 0 for direct
+	cpuSystem float64 // the part of cpu spent in the kernel (system time)
 	// heap allocations of the userspace proxy meanwhile (objects, bytes);
 	// they include the pprof server's few answers around the run
 	allocs, allocBytes uint64
@@ -29,10 +30,13 @@ type wrkResult struct {
 
 	// Where the machine's time went during the run, in seconds: wrk's CPU
 	// (its rusage), the backends' (this process's: it serves them, and does
-	// nothing else meanwhile), and the machine's idle time and its softirq
+	// nothing else meanwhile), and the machine's idle time, its softirq
+	// time, and its steal time: time the hypervisor gave the machine's
+	// virtual CPUs to other guests, which no figure of the run can show
+	// otherwise; on a shared host it is what makes runs of one build differ
 	// time (/proc/stat, all CPUs). With the proxy's CPU they tell whether a
 	// path's rate is bound by CPU (no idle time left) and whose.
-	wrkCPU, backendCPU, idle, softirq float64
+	wrkCPU, backendCPU, idle, softirq, steal float64
 }
 
 // perRequest is seconds per request of r, in microseconds.
@@ -99,15 +103,16 @@ func runWrk(client *namespace, addr string, newConn bool, cfg benchConfig) (wrkR
 		backendCPU: spent.self,
 		idle:       spent.idle,
 		softirq:    spent.softirq,
+		steal:      spent.steal,
 	}, nil
 }
 
-// cpuTimes are the machine's idle and softirq seconds so far, summed over
-// its CPUs.
-type cpuTimes struct{ idle, softirq float64 }
+// cpuTimes are the machine's idle, softirq and steal seconds so far, summed
+// over its CPUs.
+type cpuTimes struct{ idle, softirq, steal float64 }
 
 // machineCPU reads the "cpu" line of /proc/stat: user nice system idle iowait
-// irq softirq ..., in clock ticks.
+// irq softirq steal ..., in clock ticks.
 func machineCPU() (cpuTimes, error) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -115,35 +120,38 @@ func machineCPU() (cpuTimes, error) {
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
 	f := strings.Fields(line)
-	if len(f) < 8 || f[0] != "cpu" {
+	if len(f) < 9 || f[0] != "cpu" {
 		return cpuTimes{}, fmt.Errorf("/proc/stat: unexpected first line %q", line)
 	}
 	idle, err1 := strconv.ParseUint(f[4], 10, 64)
 	iowait, err2 := strconv.ParseUint(f[5], 10, 64)
 	softirq, err3 := strconv.ParseUint(f[7], 10, 64)
-	if err := errors.Join(err1, err2, err3); err != nil {
+	steal, err4 := strconv.ParseUint(f[8], 10, 64)
+	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return cpuTimes{}, err
 	}
-	return cpuTimes{idle: float64(idle+iowait) / clockTicks, softirq: float64(softirq) / clockTicks}, nil
+	return cpuTimes{idle: float64(idle+iowait) / clockTicks, softirq: float64(softirq) / clockTicks,
+		steal: float64(steal) / clockTicks}, nil
 }
 
 // timeSpent is where the machine's time went, in seconds: this process's CPU
-// (the backends, and the one stream's reader) and the machine's idle and
-// softirq time, summed over its CPUs. readTimes gives the totals so far;
+// (the backends, and the one stream's reader) and the machine's idle,
+// softirq and steal time, summed over its CPUs. readTimes gives the totals so far;
 // since, what was spent after such a reading.
-type timeSpent struct{ self, idle, softirq float64 }
+type timeSpent struct{ self, idle, softirq, steal float64 }
 
 // readTimes reads the totals so far.
 func readTimes() (timeSpent, error) {
 	self, err1 := selfCPU()
 	stat, err2 := machineCPU()
-	return timeSpent{self: self, idle: stat.idle, softirq: stat.softirq}, errors.Join(err1, err2)
+	return timeSpent{self: self, idle: stat.idle, softirq: stat.softirq, steal: stat.steal}, errors.Join(err1, err2)
 }
 
 // since is the time spent after the reading t.
 func (t timeSpent) since() (timeSpent, error) {
 	now, err := readTimes()
-	return timeSpent{self: now.self - t.self, idle: now.idle - t.idle, softirq: now.softirq - t.softirq}, err
+	return timeSpent{self: now.self - t.self, idle: now.idle - t.idle, softirq: now.softirq - t.softirq,
+		steal: now.steal - t.steal}, err
 }
 
 // selfCPU is the CPU time (user and system) this process has used so far.

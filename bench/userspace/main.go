@@ -118,6 +118,9 @@ type path struct {
 	name string
 	addr func(kind string) string
 	proc *child // the proxy process; nil for direct
+	// noIdle skips the memory measurement: another row measures the
+	// same process
+	noIdle bool
 }
 
 // tcpRow is one path's TCP figures.
@@ -171,6 +174,9 @@ func bench(cfg benchConfig) error {
 		return err
 	}
 	defer haproxy.stop()
+	if err := redirectToHAProxy(context.Background()); err != nil {
+		return err
+	}
 
 	paths := []path{
 		{name: "direct", addr: func(kind string) string { return b.addrs[kind][0] }},
@@ -178,6 +184,9 @@ func bench(cfg benchConfig) error {
 		{name: "haproxy", proc: haproxy, addr: func(kind string) string {
 			return fmt.Sprintf("%s:%d", backendIP, haproxyPorts[kind])
 		}},
+		// The same HAProxy, reached as the userspace proxy is: through a
+		// REDIRECT from a virtual address. Its idle memory is the row above's.
+		{name: "haproxy-redirect", proc: haproxy, addr: haproxyVIP, noIdle: true},
 	}
 	procs := "default"
 	if cfg.proxierProcs > 0 {
@@ -228,7 +237,7 @@ func measureTCP(client *namespace, p path, cfg benchConfig) (tcpRow, error) {
 	if row.stream, err = oneStream(client, p, cfg.duration); err != nil {
 		return row, err
 	}
-	if p.proc != nil {
+	if p.proc != nil && !p.noIdle {
 		if row.kibPerIdle, err = idleMemory(client, p, cfg.idle); err != nil {
 			return row, err
 		}
@@ -239,11 +248,11 @@ func measureTCP(client *namespace, p path, cfg benchConfig) (tcpRow, error) {
 // measureWrk runs wrk through p and, for a proxy, reads the CPU time the
 // proxy process used meanwhile.
 func measureWrk(client *namespace, p path, newConn bool, cfg benchConfig) (wrkResult, error) {
-	var before float64
+	var before, beforeSys float64
 	var before0 switches
 	if p.proc != nil {
 		var err error
-		if before, err = p.proc.cpuSeconds(); err != nil {
+		if before, beforeSys, err = p.proc.cpuTimes(); err != nil {
 			return wrkResult{}, err
 		}
 		if before0, err = p.proc.contextSwitches(); err != nil {
@@ -261,8 +270,9 @@ func measureWrk(client *namespace, p path, newConn bool, cfg benchConfig) (wrkRe
 	if err != nil || p.proc == nil {
 		return res, err
 	}
-	after, err := p.proc.cpuSeconds()
-	res.cpu = after - before
+	after, afterSys, err := p.proc.cpuTimes()
+	res.cpu = after + afterSys - before - beforeSys
+	res.cpuSystem = afterSys - beforeSys
 	if err == nil {
 		var n switches
 		n, err = p.proc.contextSwitches()
@@ -277,7 +287,7 @@ func measureWrk(client *namespace, p path, newConn bool, cfg benchConfig) (wrkRe
 }
 
 func printTCP(paths []path, rows map[string]tcpRow, cfg benchConfig) {
-	d, h := rows["direct"], rows["haproxy"]
+	d, h, hr := rows["direct"], rows["haproxy"], rows["haproxy-redirect"]
 	fmt.Println("| path | connections/s | requests/s (keep-alive) | Gbit/s (one stream) | RSS per idle connection |")
 	fmt.Println("|---|---:|---:|---:|---:|")
 	for _, p := range paths {
@@ -294,21 +304,28 @@ func printTCP(paths []path, rows map[string]tcpRow, cfg benchConfig) {
 		u.conns.perSecond/h.conns.perSecond, u.reqs.perSecond/h.reqs.perSecond, u.kibPerIdle/h.kibPerIdle)
 	fmt.Printf("userspace / direct:  connections/s %.2f×, requests/s %.2f×, Gbit/s %.2f×\n",
 		u.conns.perSecond/d.conns.perSecond, u.reqs.perSecond/d.reqs.perSecond, u.stream.gbits/d.stream.gbits)
-	fmt.Printf("proxy CPU per connection: userspace %.0f µs, haproxy %.0f µs (%.2f×); per keep-alive request: userspace %.1f µs, haproxy %.1f µs (%.2f×)\n",
-		u.conns.cpuPerRequest(), h.conns.cpuPerRequest(), u.conns.cpuPerRequest()/h.conns.cpuPerRequest(),
-		u.reqs.cpuPerRequest(), h.reqs.cpuPerRequest(), u.reqs.cpuPerRequest()/h.reqs.cpuPerRequest())
+	fmt.Printf("haproxy-redirect / haproxy (what the REDIRECT costs HAProxy): connections/s %.2f×, requests/s %.2f×, Gbit/s %.2f×\n",
+		hr.conns.perSecond/h.conns.perSecond, hr.reqs.perSecond/h.reqs.perSecond, hr.stream.gbits/h.stream.gbits)
+	fmt.Printf("userspace / haproxy-redirect (both behind a REDIRECT): connections/s %.2f×, requests/s %.2f×, Gbit/s %.2f×\n",
+		u.conns.perSecond/hr.conns.perSecond, u.reqs.perSecond/hr.reqs.perSecond, u.stream.gbits/hr.stream.gbits)
+	fmt.Printf("proxy CPU per connection: userspace %s, haproxy %s (%.2f×), haproxy-redirect %s (%.2f×)\n",
+		cpuSplit(u.conns), cpuSplit(h.conns), u.conns.cpuPerRequest()/h.conns.cpuPerRequest(),
+		cpuSplit(hr.conns), u.conns.cpuPerRequest()/hr.conns.cpuPerRequest())
+	fmt.Printf("proxy CPU per keep-alive request: userspace %s, haproxy %s (%.2f×), haproxy-redirect %s (%.2f×)\n",
+		cpuSplit(u.reqs), cpuSplit(h.reqs), u.reqs.cpuPerRequest()/h.reqs.cpuPerRequest(),
+		cpuSplit(hr.reqs), u.reqs.cpuPerRequest()/hr.reqs.cpuPerRequest())
 	fmt.Printf("proxy threads' context switches (voluntary + non-voluntary) per connection: userspace %s, haproxy %s; per keep-alive request: userspace %s, haproxy %s\n",
 		switchesPer(u.conns), switchesPer(h.conns), switchesPer(u.reqs), switchesPer(h.reqs))
-	fmt.Println("where the machine's time went, µs per connection / per keep-alive request (the proxy's CPU, wrk's, the backends', the kernel's softirq work not charged to a process, and idle CPU):")
+	fmt.Println("where the machine's time went, µs per connection / per keep-alive request (the proxy's CPU, wrk's, the backends', the kernel's softirq work not charged to a process, idle CPU, and steal: CPU time the hypervisor gave to other guests):")
 	for _, p := range paths {
 		r := rows[p.name]
-		fmt.Printf("  %-9s  %s / %s\n", p.name, timeShares(r.conns), timeShares(r.reqs))
+		fmt.Printf("  %-16s  %s / %s\n", p.name, timeShares(r.conns), timeShares(r.reqs))
 	}
-	fmt.Println("one stream, ms per GB moved (the proxy's CPU, this process's: the backend that writes and the reader; softirq; idle CPU):")
+	fmt.Println("one stream, ms per GB moved (the proxy's CPU, this process's: the backend that writes and the reader; softirq; idle CPU; steal):")
 	for _, p := range paths {
 		s := rows[p.name].stream
-		fmt.Printf("  %-9s  proxy %.0f, backend and reader %.0f, softirq %.0f, idle %.0f\n", p.name,
-			s.perGB(s.proxyCPU), s.perGB(s.self), s.perGB(s.softirq), s.perGB(s.idle))
+		fmt.Printf("  %-16s  proxy %.0f, backend and reader %.0f, softirq %.0f, idle %.0f, steal %.0f\n", p.name,
+			s.perGB(s.proxyCPU), s.perGB(s.self), s.perGB(s.softirq), s.perGB(s.idle), s.perGB(s.steal))
 	}
 	fmt.Printf("userspace heap allocations per connection: %.1f (%.0f bytes); per keep-alive request: %.2f (%.0f bytes)\n",
 		perRequestOf(u.conns.allocs, u.conns), perRequestOf(u.conns.allocBytes, u.conns),
@@ -316,10 +333,16 @@ func printTCP(paths []path, rows map[string]tcpRow, cfg benchConfig) {
 	fmt.Printf("RSS per idle connection: (VmRSS with %d idle proxied connections - VmRSS before) / %d, of the proxy process only; kernel socket buffers are not in it.\n", cfg.idle, cfg.idle)
 }
 
+// cpuSplit is the proxy's CPU per request of r, in µs, and the part of it
+// spent in the kernel.
+func cpuSplit(r wrkResult) string {
+	return fmt.Sprintf("%.1f µs (system %.1f)", r.cpuPerRequest(), r.perRequest(r.cpuSystem))
+}
+
 // timeShares is where the machine's time went per request of r.
 func timeShares(r wrkResult) string {
-	return fmt.Sprintf("proxy %.1f, wrk %.1f, backends %.1f, softirq %.1f, idle %.1f",
-		r.perRequest(r.cpu), r.perRequest(r.wrkCPU), r.perRequest(r.backendCPU), r.perRequest(r.softirq), r.perRequest(r.idle))
+	return fmt.Sprintf("proxy %.1f, wrk %.1f, backends %.1f, softirq %.1f, idle %.1f, steal %.1f",
+		r.perRequest(r.cpu), r.perRequest(r.wrkCPU), r.perRequest(r.backendCPU), r.perRequest(r.softirq), r.perRequest(r.idle), r.perRequest(r.steal))
 }
 
 // switchesPer is r's context switches per request: voluntary + non-voluntary.

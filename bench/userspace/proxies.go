@@ -201,9 +201,17 @@ func (c *child) allocs() (objects, bytes uint64, err error) {
 // cpuSeconds is the CPU time (user and system, all threads) the child has
 // used so far, from /proc/PID/stat.
 func (c *child) cpuSeconds() (float64, error) {
+	user, system, err := c.cpuTimes()
+	return user + system, err
+}
+
+// cpuTimes is the child's CPU time so far, all threads, split into user time
+// (its own code) and system time (the kernel's work in its system calls),
+// from /proc/PID/stat.
+func (c *child) cpuTimes() (user, system float64, err error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	// The command name (field 2) is in parentheses and may hold spaces: count
 	// the fields after its closing parenthesis. utime and stime are fields 14
@@ -211,14 +219,14 @@ func (c *child) cpuSeconds() (float64, error) {
 	_, rest, ok := strings.Cut(string(b), ") ")
 	f := strings.Fields(rest)
 	if !ok || len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", c.cmd.Process.Pid)
+		return 0, 0, fmt.Errorf("/proc/%d/stat: unexpected format", c.cmd.Process.Pid)
 	}
 	utime, err1 := strconv.ParseUint(f[11], 10, 64)
 	stime, err2 := strconv.ParseUint(f[12], 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return float64(utime+stime) / clockTicks, nil
+	return float64(utime) / clockTicks, float64(stime) / clockTicks, nil
 }
 
 // contextSwitches is how often the child's threads have left the CPU so far
@@ -323,6 +331,36 @@ func (c *child) profile(name string, d time.Duration, file string) func() error 
 
 // haproxyPorts are HAProxy's frontends, one per kind.
 var haproxyPorts = map[string]int{kindHTTP: 18001, kindStream: 18002}
+
+// haproxyVIP is the address of a kind's HAProxy frontend behind a REDIRECT:
+// a virtual address, as a ClusterIP is, that a nat rule turns into the
+// frontend's (redirectToHAProxy). Reached this way HAProxy pays for the
+// same REDIRECT as the userspace proxy: conntrack's NAT of every packet of
+// the client's connection.
+func haproxyVIP(kind string) string {
+	return map[string]string{kindHTTP: "198.18.1.1:80", kindStream: "198.18.1.2:80"}[kind]
+}
+
+// redirectToHAProxy adds, in the node namespace, the nat rules that lead
+// haproxyVIP to HAProxy's frontends: what a portal of the userspace proxy does
+// for its listener (REDIRECT in PREROUTING, for traffic that arrives from the
+// client's link). The namespace, and with it the rules, ends with the bench.
+func redirectToHAProxy(ctx context.Context) error {
+	ipt, err := iptables.New(iptables.Config{})
+	if err != nil {
+		return err
+	}
+	for _, kind := range tcpKinds {
+		vip := netip.MustParseAddrPort(haproxyVIP(kind))
+		_, err := ipt.EnsureRule(ctx, iptables.Append, iptables.TableNAT, "PREROUTING",
+			"-d", vip.Addr().String()+"/32", "-p", "tcp", "--dport", strconv.Itoa(int(vip.Port())),
+			"-j", "REDIRECT", "--to-ports", strconv.Itoa(haproxyPorts[kind]))
+		if err != nil {
+			return fmt.Errorf("REDIRECT %s to HAProxy: %w", vip, err)
+		}
+	}
+	return nil
+}
 
 // haproxyConfig is the global part; maxconn and nbthread are filled in: HAProxy refuses to
 // start when the file limit cannot hold 2 descriptors per connection plus its
