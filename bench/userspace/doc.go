@@ -6,9 +6,10 @@
 //   - userspace: to a ClusterIP, REDIRECTed by the portals of a real
 //     userspace.Proxier (a child process, as svcproxy runs it) to its listener;
 //   - haproxy: to Debian's HAProxy in TCP mode with `option splice-auto`;
-//   - haproxy-redirect: to the same HAProxy through a REDIRECT from a virtual
-//     address, as the userspace proxy is reached: the two proxies compared
-//     at equal footing, and what the REDIRECT costs a proxy,
+//   - haproxy-redirect: to the same HAProxy (on frontends of its own) through
+//     a REDIRECT from a virtual address, as the userspace proxy is reached:
+//     the two proxies compared at equal footing, and what the REDIRECT costs
+//     a proxy,
 //
 // and reports connections/s (one short connection each), requests/s (small
 // requests on keep-alive connections, wrk), Gbit/s (one bulk stream), the CPU
@@ -25,7 +26,9 @@
 // proxied connection. UDP (userspace against direct: HAProxy 2.6 proxies no
 // UDP): datagrams/s, new sessions/s, and the cost of a session: the proxy's
 // CPU time per exchange and per new session, and its memory (RSS and live
-// heap) per open session.
+// heap) per open session. It names any wrk run during which the TCP counters
+// of either namespace show a SYN sent again, a timeout or a drop: a run that
+// measured the kernel's timers too.
 // -syscalls adds each proxy's system calls per connection and per request
 // (strace -c); -profile the proxier child's CPU, block and allocation
 // profiles and execution traces (and the one stream's CPU profile and

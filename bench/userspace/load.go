@@ -27,6 +27,7 @@ type wrkResult struct {
 	allocs, allocBytes uint64
 	switches           switches // the proxy's threads' context switches meanwhile
 	errors             string   // wrk's "Socket errors" and non-2xx lines, "" when none
+	trouble            string   // troubleCounters that grew meanwhile (tcpTrouble), "" when none
 
 	// Where the machine's time went during the run, in seconds: wrk's CPU
 	// (its rusage), the backends' (this process's: it serves them, and does

@@ -266,9 +266,21 @@ func measureWrk(client *namespace, p path, newConn bool, cfg benchConfig) (wrkRe
 			return wrkResult{}, err
 		}
 	}
+	cl0, node0, err := bothCounters(client)
+	if err != nil {
+		return wrkResult{}, err
+	}
 	res, err := runWrk(client, p.addr(kindHTTP), newConn, cfg)
-	if err != nil || p.proc == nil {
+	if err != nil {
 		return res, err
+	}
+	cl1, node1, err := bothCounters(client)
+	if err != nil {
+		return res, err
+	}
+	res.trouble = tcpTrouble(cl0, node0, cl1, node1)
+	if p.proc == nil {
+		return res, nil
 	}
 	after, afterSys, err := p.proc.cpuTimes()
 	res.cpu = after + afterSys - before - beforeSys
@@ -320,6 +332,22 @@ func printTCP(paths []path, rows map[string]tcpRow, cfg benchConfig) {
 	for _, p := range paths {
 		r := rows[p.name]
 		fmt.Printf("  %-16s  %s / %s\n", p.name, timeShares(r.conns), timeShares(r.reqs))
+	}
+	trouble := false
+	for _, p := range paths {
+		r := rows[p.name]
+		for _, run := range []struct {
+			name string
+			r    wrkResult
+		}{{"connections/s", r.conns}, {"requests/s", r.reqs}} {
+			if run.r.trouble != "" {
+				fmt.Printf("TCP retransmits or drops in %s's %s run: %s (a SYN sent again, a timeout or a PAWS drop costs its connection a second or more)\n", p.name, run.name, run.r.trouble)
+				trouble = true
+			}
+		}
+	}
+	if !trouble {
+		fmt.Println("TCP retransmits or drops in the wrk runs (SYNs sent again, timeouts, PAWS, accept queue): none")
 	}
 	fmt.Println("one stream, ms per GB moved (the proxy's CPU, this process's: the backend that writes and the reader; softirq; idle CPU; steal):")
 	for _, p := range paths {

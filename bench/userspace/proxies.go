@@ -332,6 +332,14 @@ func (c *child) profile(name string, d time.Duration, file string) func() error 
 // haproxyPorts are HAProxy's frontends, one per kind.
 var haproxyPorts = map[string]int{kindHTTP: 18001, kindStream: 18002}
 
+// haproxyRedirectPorts are HAProxy's frontends for the haproxy-redirect row,
+// to the same backends. They are not haproxyPorts: after the REDIRECT a new
+// connection would otherwise have the address and port of one of the
+// haproxy row's, whose socket is still in TIME_WAIT, and its SYN, whose
+// timestamp the client derived for another destination, would be dropped
+// there (PAWS) and sent again a second later.
+var haproxyRedirectPorts = map[string]int{kindHTTP: 18011, kindStream: 18012}
+
 // haproxyVIP is the address of a kind's HAProxy frontend behind a REDIRECT:
 // a virtual address, as a ClusterIP is, that a nat rule turns into the
 // frontend's (redirectToHAProxy). Reached this way HAProxy pays for the
@@ -342,7 +350,7 @@ func haproxyVIP(kind string) string {
 }
 
 // redirectToHAProxy adds, in the node namespace, the nat rules that lead
-// haproxyVIP to HAProxy's frontends: what a portal of the userspace proxy does
+// haproxyVIP to HAProxy's haproxyRedirectPorts: what a portal of the userspace proxy does
 // for its listener (REDIRECT in PREROUTING, for traffic that arrives from the
 // client's link). The namespace, and with it the rules, ends with the bench.
 func redirectToHAProxy(ctx context.Context) error {
@@ -354,7 +362,7 @@ func redirectToHAProxy(ctx context.Context) error {
 		vip := netip.MustParseAddrPort(haproxyVIP(kind))
 		_, err := ipt.EnsureRule(ctx, iptables.Append, iptables.TableNAT, "PREROUTING",
 			"-d", vip.Addr().String()+"/32", "-p", "tcp", "--dport", strconv.Itoa(int(vip.Port())),
-			"-j", "REDIRECT", "--to-ports", strconv.Itoa(haproxyPorts[kind]))
+			"-j", "REDIRECT", "--to-ports", strconv.Itoa(haproxyRedirectPorts[kind]))
 		if err != nil {
 			return fmt.Errorf("REDIRECT %s to HAProxy: %w", vip, err)
 		}
@@ -385,6 +393,7 @@ func startHAProxy(ctx context.Context, b *backends, dir string, maxconn, threads
 	fmt.Fprintf(&cfg, haproxyConfig, maxconn, threads)
 	for _, kind := range tcpKinds {
 		fmt.Fprintf(&cfg, "frontend %s\n\tbind %s:%d\n\tdefault_backend %s\n", kind, backendIP, haproxyPorts[kind], kind)
+		fmt.Fprintf(&cfg, "frontend %s-redirect\n\tbind %s:%d\n\tdefault_backend %s\n", kind, backendIP, haproxyRedirectPorts[kind], kind)
 		fmt.Fprintf(&cfg, "backend %s\n\tbalance roundrobin\n", kind)
 		for i, a := range b.addrs[kind] {
 			fmt.Fprintf(&cfg, "\tserver s%d %s\n", i, a)
@@ -404,9 +413,11 @@ func startHAProxy(ctx context.Context, b *backends, dir string, maxconn, threads
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	for _, kind := range tcpKinds {
-		if err := waitListening(ctx, fmt.Sprintf("%s:%d", backendIP, haproxyPorts[kind])); err != nil {
-			c.stop()
-			return nil, fmt.Errorf("haproxy did not come up: %w", err)
+		for _, port := range []int{haproxyPorts[kind], haproxyRedirectPorts[kind]} {
+			if err := waitListening(ctx, fmt.Sprintf("%s:%d", backendIP, port)); err != nil {
+				c.stop()
+				return nil, fmt.Errorf("haproxy did not come up: %w", err)
+			}
 		}
 	}
 	return c, nil
