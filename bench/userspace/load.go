@@ -31,12 +31,12 @@ type wrkResult struct {
 
 	// Where the machine's time went during the run, in seconds: wrk's CPU
 	// (its rusage), the backends' (this process's: it serves them, and does
-	// nothing else meanwhile), and the machine's idle time, its softirq
-	// time, and its steal time: time the hypervisor gave the machine's
-	// virtual CPUs to other guests, which no figure of the run can show
-	// otherwise; on a shared host it is what makes runs of one build differ
+	// nothing else meanwhile), and the machine's idle, softirq and steal
 	// time (/proc/stat, all CPUs). With the proxy's CPU they tell whether a
-	// path's rate is bound by CPU (no idle time left) and whose.
+	// path's rate is bound by CPU (no idle time left) and whose. Steal is
+	// time the hypervisor gave the machine's virtual CPUs to other guests,
+	// which no other figure of the run shows; on a shared host it is one
+	// reason runs of one build differ.
 	wrkCPU, backendCPU, idle, softirq, steal float64
 }
 

@@ -248,11 +248,11 @@ func measureTCP(client *namespace, p path, cfg benchConfig) (tcpRow, error) {
 // measureWrk runs wrk through p and, for a proxy, reads the CPU time the
 // proxy process used meanwhile.
 func measureWrk(client *namespace, p path, newConn bool, cfg benchConfig) (wrkResult, error) {
-	var before, beforeSys float64
+	var userBefore, sysBefore float64
 	var before0 switches
 	if p.proc != nil {
 		var err error
-		if before, beforeSys, err = p.proc.cpuTimes(); err != nil {
+		if userBefore, sysBefore, err = p.proc.cpuTimes(); err != nil {
 			return wrkResult{}, err
 		}
 		if before0, err = p.proc.contextSwitches(); err != nil {
@@ -282,9 +282,9 @@ func measureWrk(client *namespace, p path, newConn bool, cfg benchConfig) (wrkRe
 	if p.proc == nil {
 		return res, nil
 	}
-	after, afterSys, err := p.proc.cpuTimes()
-	res.cpu = after + afterSys - before - beforeSys
-	res.cpuSystem = afterSys - beforeSys
+	userAfter, sysAfter, err := p.proc.cpuTimes()
+	res.cpu = userAfter + sysAfter - userBefore - sysBefore
+	res.cpuSystem = sysAfter - sysBefore
 	if err == nil {
 		var n switches
 		n, err = p.proc.contextSwitches()
