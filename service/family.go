@@ -122,7 +122,9 @@ func (s *Snapshot) familyView(f Family) *Snapshot {
 			out = append(out, v)
 		}
 	}
-	return NewSnapshot(out, s.errs)
+	view := NewSnapshot(out, s.errs)
+	view.node = s.node
+	return view
 }
 
 // serviceView is svc as family f's dataplane sees it, or nil when svc has no

@@ -129,5 +129,7 @@ func RefuseEndpoints(snap *Snapshot, refuse func(Endpoint) string) (*Snapshot, [
 	if len(errs) == 0 {
 		return snap, nil
 	}
-	return NewSnapshot(out, append(slices.Clone(snap.Errors()), errs...)), errs
+	guarded := NewSnapshot(out, append(slices.Clone(snap.Errors()), errs...))
+	guarded.node = snap.node
+	return guarded, errs
 }

@@ -26,6 +26,9 @@ type Snapshot struct {
 	// errs are the objects Build skipped, each naming its object and field.
 	errs []error
 
+	// node is this node's Node object, nil when unknown (SetNode).
+	node *Node
+
 	// views are the per-family views (Family), IPv4 and IPv6, made on first use.
 	views [2]struct {
 		once sync.Once
