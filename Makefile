@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 TIMEOUT ?= 25m
 
-.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi image bench clean
+.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins image bench clean
 
 all: build
 
@@ -40,6 +40,12 @@ vet:
 ## tests skip
 kapi:
 	@./test/kapi/build.sh || [ $$? -eq 2 ]
+
+## node-bins: what kapi builds, and kubelet and kube-scheduler for the real-node
+## lab (test/kapi/README.md); make test never builds them: the tests that need
+## them skip and name this target
+node-bins:
+	@./test/kapi/build.sh -node || [ $$? -eq 2 ]
 
 ## image: the container image for kind (docs/kind.md), built without a Docker
 ## daemon: bin/svcproxy-image.tar, for `kind load image-archive` or `docker load`

@@ -27,7 +27,7 @@ type built struct {
 	took time.Duration
 }
 
-var binaries, controlPlane built
+var binaries, controlPlane, node built
 
 // Binaries finds kube-apiserver and etcd, cached outside the repository keyed
 // by their versions ($XDG_CACHE_HOME or ~/.cache, under svcproxy/kapi/<versions>/).
@@ -40,17 +40,28 @@ var binaries, controlPlane built
 // the one that builds.
 func Binaries(t testing.TB) kapibin.Binaries {
 	t.Helper()
-	return find(t, &binaries, false)
+	return find(t, &binaries, kapibin.Config{}, "make kapi")
 }
 
 // ControlPlaneBinaries is Binaries with kube-controller-manager and kubectl
 // as well (Binaries.ControllerManager and Binaries.Kubectl).
 func ControlPlaneBinaries(t testing.TB) kapibin.Binaries {
 	t.Helper()
-	return find(t, &controlPlane, true)
+	return find(t, &controlPlane, kapibin.Config{ControlPlane: true}, "make kapi")
 }
 
-func find(t testing.TB, binaries *built, withControlPlane bool) kapibin.Binaries {
+// NodeBinaries is ControlPlaneBinaries with kubelet and kube-scheduler as
+// well (Binaries.Kubelet and Binaries.Scheduler), for the real-node lab.
+// `make test` does not build them: without them the test skips and names
+// `make node-bins`.
+func NodeBinaries(t testing.TB) kapibin.Binaries {
+	t.Helper()
+	return find(t, &node, kapibin.Config{ControlPlane: true, Node: true}, "make node-bins")
+}
+
+// find builds (or finds) what cfg asks for; advice names the make target that
+// builds it.
+func find(t testing.TB, binaries *built, cfg kapibin.Config, advice string) kapibin.Binaries {
 	t.Helper()
 	binaries.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
@@ -63,25 +74,27 @@ func find(t testing.TB, binaries *built, withControlPlane bool) kapibin.Binaries
 			}
 		}
 		start := time.Now()
-		binaries.bins, binaries.err = kapibin.Build(ctx, kapibin.Config{
-			Log:          logWriter{t},
-			CachedOnly:   os.Getenv("SVCPROXY_KAPI_BUILD") != "1",
-			ControlPlane: withControlPlane,
-		})
+		cfg.Log = logWriter{t}
+		cfg.CachedOnly = os.Getenv("SVCPROXY_KAPI_BUILD") != "1"
+		binaries.bins, binaries.err = kapibin.Build(ctx, cfg)
 		binaries.took = time.Since(start)
 	})
 	switch {
 	case errors.Is(binaries.err, kapibin.ErrNotBuilt):
-		t.Skipf("needs the Kubernetes programs: %v; run `make kapi` first (make test does), "+
-			"or set SVCPROXY_KAPI_BUILD=1 to build them here", binaries.err)
+		made := " (make test does)"
+		if advice != "make kapi" {
+			made = ""
+		}
+		t.Skipf("needs the Kubernetes programs: %v; run `%s` first%s, "+
+			"or set SVCPROXY_KAPI_BUILD=1 to build them here", binaries.err, advice, made)
 	case errors.Is(binaries.err, kapibin.ErrUnavailable):
-		t.Skipf("needs kube-apiserver and etcd, which cannot be built here: %v", binaries.err)
+		t.Skipf("needs the Kubernetes programs, which cannot be built here: %v", binaries.err)
 	case errors.Is(binaries.err, context.DeadlineExceeded):
-		t.Fatalf("build kube-apiserver and etcd: not done before the test's deadline (%v); "+
-			"a cold build takes minutes: run test/kapi/build.sh first (make test does), or raise go test -timeout. "+
-			"What was compiled is kept in the go build cache.", binaries.err)
+		t.Fatalf("build the Kubernetes programs: not done before the test's deadline (%v); "+
+			"a cold build takes minutes: run `%s` first, or raise go test -timeout. "+
+			"What was compiled is kept in the go build cache.", binaries.err, advice)
 	case binaries.err != nil:
-		t.Fatalf("build kube-apiserver and etcd: %v", binaries.err)
+		t.Fatalf("build the Kubernetes programs: %v", binaries.err)
 	}
 	return binaries.bins
 }

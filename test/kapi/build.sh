@@ -7,7 +7,10 @@
 #   KUBE_CONTROLLER_MANAGER=/root/.cache/svcproxy/kapi/<versions>/kube-controller-manager
 #   KUBECTL=/root/.cache/svcproxy/kapi/<versions>/kubectl
 # A cold build takes minutes (tens of them on a busy machine) and ~2.4 GB of
-# memory; a cached one, a second. -apiserver-only builds the first two.
+# memory; a cached one, a second. -apiserver-only builds the first two; -node
+# adds kubelet and kube-scheduler for the real-node lab:
+#   KUBELET=/root/.cache/svcproxy/kapi/<versions>/kubelet
+#   KUBE_SCHEDULER=/root/.cache/svcproxy/kapi/<versions>/kube-scheduler
 # Exit status 2: no go command or no module proxy (the tests would skip).
 set -eu
 cd "$(dirname "$0")/../.."

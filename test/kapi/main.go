@@ -8,10 +8,14 @@
 //	KUBE_CONTROLLER_MANAGER=/root/.cache/svcproxy/kapi/kube-controller-manager-v1.37.2_kubectl-v1.37.2_89ab01cd23ef/kube-controller-manager
 //	KUBECTL=/root/.cache/svcproxy/kapi/kube-controller-manager-v1.37.2_kubectl-v1.37.2_89ab01cd23ef/kubectl
 //
-// With -apiserver-only, only the first two.
+// With -apiserver-only, only the first two. With -node, also the kubelet and
+// kube-scheduler of the real-node lab:
 //
-// The versions are pinned by the two nested modules beside this file,
-// apiserver/ and etcd/; see README.md. The tests call the same code
+//	KUBELET=/root/.cache/svcproxy/kapi/kubelet-v1.37.2_kube-scheduler-v1.37.2_cdef01234567/kubelet
+//	KUBE_SCHEDULER=/root/.cache/svcproxy/kapi/kubelet-v1.37.2_kube-scheduler-v1.37.2_cdef01234567/kube-scheduler
+//
+// The versions are pinned by the nested modules beside this file
+// (apiserver/, etcd/, controlplane/, node/); see README.md. The tests call the same code
 // (internal/kapitest/kapibin), so running this first only moves the cold build
 // out of the first test's time.
 package main
@@ -32,9 +36,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	apiOnly := flag.Bool("apiserver-only", false, "build only kube-apiserver and etcd")
+	node := flag.Bool("node", false, "build kubelet and kube-scheduler as well (the real-node lab)")
 	cachedOnly := flag.Bool("cached-only", false, "build nothing: print the cached programs, or exit 1")
 	flag.Parse()
-	bins, err := kapibin.Build(ctx, kapibin.Config{Log: os.Stderr, ControlPlane: !*apiOnly, CachedOnly: *cachedOnly})
+	bins, err := kapibin.Build(ctx, kapibin.Config{Log: os.Stderr, ControlPlane: !*apiOnly, Node: *node, CachedOnly: *cachedOnly})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kapi:", err)
 		if errors.Is(err, kapibin.ErrUnavailable) {
@@ -45,5 +50,8 @@ func main() {
 	fmt.Printf("APISERVER=%s\nETCD=%s\n", bins.APIServer, bins.Etcd)
 	if !*apiOnly {
 		fmt.Printf("KUBE_CONTROLLER_MANAGER=%s\nKUBECTL=%s\n", bins.ControllerManager, bins.Kubectl)
+	}
+	if *node {
+		fmt.Printf("KUBELET=%s\nKUBE_SCHEDULER=%s\n", bins.Kubelet, bins.Scheduler)
 	}
 }

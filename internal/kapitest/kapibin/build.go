@@ -30,6 +30,9 @@ type Binaries struct {
 	// ControllerManager and Kubectl are set only with Config.ControlPlane.
 	ControllerManager string // kube-controller-manager
 	Kubectl           string // kubectl
+	// Kubelet and Scheduler are set only with Config.Node.
+	Kubelet   string // kubelet
+	Scheduler string // kube-scheduler
 	// Key names the versions of kube-apiserver and etcd:
 	// "kube-apiserver-v1.37.2_etcd-v3.6.16_<hash>".
 	Key string
@@ -54,6 +57,9 @@ type Config struct {
 	// ControlPlane asks for kube-controller-manager and kubectl as well (the
 	// control-plane lab), besides kube-apiserver and etcd.
 	ControlPlane bool
+	// Node asks for kubelet and kube-scheduler as well (the real-node lab:
+	// the kubelet runs pods, and the scheduler places the DaemonSet's).
+	Node bool
 }
 
 // ErrNotBuilt is Build's error with CachedOnly when the binaries are not cached.
@@ -73,6 +79,11 @@ var (
 	// requirements kubectl adds; a module of its own so that adding them did
 	// not change apiserver/'s go.sum, and with it the cached kube-apiserver's key.
 	controlPlane = module{dir: "controlplane", dep: "k8s.io/kubernetes", ldflags: kubeLDFlags}
+	// node is k8s.io/kubernetes once more, for kubelet and kube-scheduler:
+	// the kubelet requires modules controlplane/ does not (hnslib, cri-streaming,
+	// otelrestful), and adding them there would have changed its go.mod, and
+	// with it the cached kube-controller-manager's key.
+	node = module{dir: "node", dep: "k8s.io/kubernetes", ldflags: kubeLDFlags}
 )
 
 // program is one command and the module that builds it.
@@ -80,6 +91,8 @@ type program struct {
 	mod module
 	pkg string // the command's package
 	out string // the binary's file name
+	// field is where Build reports the program's path.
+	field func(*Binaries) *string
 }
 
 // set is a group of programs cached together, in one directory named by their
@@ -90,14 +103,28 @@ type set []program
 
 var (
 	apiServerSet = set{
-		{mod: kubernetes, pkg: "k8s.io/kubernetes/cmd/kube-apiserver", out: "kube-apiserver"},
-		{mod: etcd, pkg: "go.etcd.io/etcd/server/v3", out: "etcd"},
+		{mod: kubernetes, pkg: "k8s.io/kubernetes/cmd/kube-apiserver", out: "kube-apiserver",
+			field: func(b *Binaries) *string { return &b.APIServer }},
+		{mod: etcd, pkg: "go.etcd.io/etcd/server/v3", out: "etcd",
+			field: func(b *Binaries) *string { return &b.Etcd }},
 	}
 	// The same versions as kube-apiserver's module: the packages they share
 	// come compiled from the go build cache.
 	controlPlaneSet = set{
-		{mod: controlPlane, pkg: "k8s.io/kubernetes/cmd/kube-controller-manager", out: "kube-controller-manager"},
-		{mod: controlPlane, pkg: "k8s.io/kubernetes/cmd/kubectl", out: "kubectl"},
+		{mod: controlPlane, pkg: "k8s.io/kubernetes/cmd/kube-controller-manager", out: "kube-controller-manager",
+			field: func(b *Binaries) *string { return &b.ControllerManager }},
+		{mod: controlPlane, pkg: "k8s.io/kubernetes/cmd/kubectl", out: "kubectl",
+			field: func(b *Binaries) *string { return &b.Kubectl }},
+	}
+	// kubelet is built as hack/lib/golang.sh builds it, with cgo left as the
+	// go command has it (kubelet is not in KUBE_STATIC_BINARIES), which is
+	// also how the other programs here are built: one setting, one go build
+	// cache for all.
+	nodeSet = set{
+		{mod: node, pkg: "k8s.io/kubernetes/cmd/kubelet", out: "kubelet",
+			field: func(b *Binaries) *string { return &b.Kubelet }},
+		{mod: node, pkg: "k8s.io/kubernetes/cmd/kube-scheduler", out: "kube-scheduler",
+			field: func(b *Binaries) *string { return &b.Scheduler }},
 	}
 )
 
@@ -143,6 +170,9 @@ func Build(ctx context.Context, cfg Config) (Binaries, error) {
 	if cfg.ControlPlane {
 		sets = append(sets, controlPlaneSet)
 	}
+	if cfg.Node {
+		sets = append(sets, nodeSet)
+	}
 	var all, missing []cached
 	for _, s := range sets {
 		key, versions, err := cacheKey(kapiDir, s)
@@ -181,14 +211,11 @@ func Build(ctx context.Context, cfg Config) (Binaries, error) {
 			return Binaries{}, err
 		}
 	}
-	bins := Binaries{
-		APIServer: filepath.Join(all[0].dir, "kube-apiserver"),
-		Etcd:      filepath.Join(all[0].dir, "etcd"),
-		Key:       all[0].key,
-	}
-	if cfg.ControlPlane {
-		bins.ControllerManager = filepath.Join(all[1].dir, "kube-controller-manager")
-		bins.Kubectl = filepath.Join(all[1].dir, "kubectl")
+	bins := Binaries{Key: all[0].key}
+	for _, c := range all {
+		for _, p := range c.set {
+			*p.field(&bins) = filepath.Join(c.dir, p.out)
+		}
 	}
 	return bins, nil
 }

@@ -58,8 +58,8 @@ func TestKubeLDFlags(t *testing.T) {
 // TestBuildCached checks the repository's own pins produce keys named by
 // their versions, that complete cache directories are used as they are
 // (nothing is built, so this runs in milliseconds), and that the control
-// plane's programs are a set of their own: missing, they make only a request
-// for them fail, not one for the API server alone.
+// plane's and the node's programs are sets of their own: missing, they make
+// only a request for them fail, not one for the API server alone.
 func TestBuildCached(t *testing.T) {
 	cache := t.TempDir()
 	kapiDir := filepath.Join("..", "..", "..", "test", "kapi")
@@ -111,6 +111,59 @@ func TestBuildCached(t *testing.T) {
 	want.Kubectl = filepath.Join(cpDir, "kubectl")
 	if bins != want {
 		t.Errorf("Build(ControlPlane) = %+v, want %+v", bins, want)
+	}
+
+	// The node's programs: a set of their own again, named by their version,
+	// asked for with or without the control plane's.
+	nodeKey, _, err := cacheKey(kapiDir, nodeSet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(nodeKey, "kubelet-"+kube+"_kube-scheduler-"+kube+"_") {
+		t.Errorf("node cache key %q does not name the version %s", nodeKey, kube)
+	}
+	if _, err := Build(context.Background(), Config{CacheDir: cache, CachedOnly: true, ControlPlane: true, Node: true}); !errors.Is(err, ErrNotBuilt) {
+		t.Errorf("Build(Node) without its programs cached: %v, want ErrNotBuilt", err)
+	}
+	nodeDir := fill(nodeKey, "kubelet", "kube-scheduler")
+	bins, err = Build(context.Background(), Config{CacheDir: cache, CachedOnly: true, ControlPlane: true, Node: true})
+	if err != nil {
+		t.Fatalf("Build(ControlPlane, Node) with a complete cache: %v", err)
+	}
+	want.Kubelet = filepath.Join(nodeDir, "kubelet")
+	want.Scheduler = filepath.Join(nodeDir, "kube-scheduler")
+	if bins != want {
+		t.Errorf("Build(ControlPlane, Node) = %+v, want %+v", bins, want)
+	}
+	bins, err = Build(context.Background(), Config{CacheDir: cache, CachedOnly: true, Node: true})
+	if err != nil {
+		t.Fatalf("Build(Node) with a complete cache: %v", err)
+	}
+	want.ControllerManager, want.Kubectl = "", ""
+	if bins != want {
+		t.Errorf("Build(Node) = %+v, want %+v", bins, want)
+	}
+}
+
+// TestSetsApart checks that no module builds programs of two sets (a program
+// added to a module already cached would change its go.sum, and with it the
+// key of programs already built), and that each program has a Binaries field
+// of its own.
+func TestSetsApart(t *testing.T) {
+	owner := map[string]string{}
+	var b Binaries
+	field := map[*string]string{}
+	for name, s := range map[string]set{"apiserver": apiServerSet, "controlplane": controlPlaneSet, "node": nodeSet} {
+		for _, p := range s {
+			if o, ok := owner[p.mod.dir]; ok && o != name {
+				t.Errorf("module %s builds programs of the sets %s and %s", p.mod.dir, o, name)
+			}
+			owner[p.mod.dir] = name
+			if o, ok := field[p.field(&b)]; ok {
+				t.Errorf("%s and %s share a Binaries field", o, p.out)
+			}
+			field[p.field(&b)] = p.out
+		}
 	}
 }
 

@@ -1,16 +1,18 @@
 // Package kapibin builds the Kubernetes programs svcproxy's tests and lab run,
-// kube-apiserver and etcd, and for the control-plane lab kube-controller-manager
-// and kubectl, from the Go module proxy, and keeps them in a cache outside the
-// repository so that only the first build on a machine pays for it.
+// kube-apiserver and etcd, for the control-plane lab kube-controller-manager
+// and kubectl, and for the real-node lab kubelet and kube-scheduler, from the
+// Go module proxy, and keeps them in a cache outside the repository so that
+// only the first build on a machine pays for it.
 //
-// The versions live in small Go modules under test/kapi (apiserver/, etcd/ and
-// controlplane/, each with its own go.mod and go.sum, so svcproxy's go.mod
-// stays clean); Build reads them there.
+// The versions live in small Go modules under test/kapi (apiserver/, etcd/,
+// controlplane/ and node/, each with its own go.mod and go.sum, so svcproxy's
+// go.mod stays clean); Build reads them there.
 // Programs are cached in sets, each in a directory named by its programs'
 // versions and a hash of their modules' go.mod and go.sum: pinning another
 // version, or any dependency, builds anew. The API server's set
-// (kube-apiserver, etcd) and the control plane's (kube-controller-manager,
-// kubectl) are apart, so a cache made before the second existed stays good.
+// (kube-apiserver, etcd), the control plane's (kube-controller-manager,
+// kubectl) and the node's (kubelet, kube-scheduler) are apart, so a cache made
+// before a later set existed stays good.
 //
 // A cold build takes minutes and ~2.4 GB of memory to link kube-apiserver;
 // controlplane/ pins the same versions as apiserver/, so kube-controller-manager
