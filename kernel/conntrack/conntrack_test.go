@@ -177,16 +177,41 @@ func TestFakeDeleteStale(t *testing.T) {
 	if _, err := f.DeleteStale(context.Background(), Stale{}); err == nil {
 		t.Error("DeleteStale without a family: no error")
 	}
+	if _, err := f.DeleteStale(context.Background(), Stale{Family: IPv4, NodePorts: map[uint16][]netip.Addr{30053: nil}}); err == nil {
+		t.Error("DeleteStale of a node port without endpoints (every entry to that port): no error")
+	}
 	s.Family = IPv6
 	if _, err := f.DeleteStale(context.Background(), s); err == nil {
 		t.Error("DeleteStale of IPv4 frontends in the IPv6 table: no error")
 	}
 }
 
+// A frontend without endpoints selects every UDP entry sent to it: the entry
+// DNATed to its last endpoint (kubernetes#139629) and one never DNATed.
+func TestFakeDeleteStaleWithoutEndpoints(t *testing.T) {
+	flow := func(sport uint16, dst, nat string) Flow {
+		return Flow{Protocol: "udp", Src: netip.AddrPortFrom(netip.MustParseAddr("198.19.1.50"), sport), OrigDst: netip.MustParseAddrPort(dst), DstNAT: netip.MustParseAddrPort(nat)}
+	}
+	toDeleted := flow(5000, "198.18.0.53:53", "198.19.1.10:53")
+	neverNATed := flow(5001, "198.18.0.53:53", "198.18.0.53:53")
+	otherPort := flow(5002, "198.18.0.53:5353", "198.19.1.10:5353")
+	nodePort := flow(5003, "198.19.0.1:30053", "198.19.1.10:53")
+	f := NewFake(toDeleted, neverNATed, otherPort, nodePort)
+	s := Stale{Family: IPv4, Frontends: map[netip.AddrPort][]netip.Addr{netip.MustParseAddrPort("198.18.0.53:53"): nil}}
+	n, err := f.DeleteStale(context.Background(), s)
+	if err != nil || n != 2 {
+		t.Fatalf("DeleteStale: %d, %v; want 2, nil", n, err)
+	}
+	if got, want := f.Flows(), []Flow{otherPort, nodePort}; !slices.Equal(got, want) {
+		t.Errorf("flows left %v, want %v", got, want)
+	}
+}
+
 // The kernel's table: flows sent to one frontend from different source ports
 // are DNATed to an endpoint, to an address that is not one, REDIRECTed to a
-// local port, or sent to the node port; DeleteStale leaves the endpoint's flow
-// and the flow to another address, and deletes the rest.
+// local port, or sent to the node port, and one is DNATed to the last endpoint
+// of a frontend that has none now; DeleteStale leaves the endpoint's flow and
+// the flow to another address, and deletes the rest.
 func TestNetlinkDeleteStale(t *testing.T) {
 	netnstest.RequireRoot(t, "iptables")
 	ns := netnstest.New(t)
@@ -201,6 +226,8 @@ func TestNetlinkDeleteStale(t *testing.T) {
 	} {
 		ns.Run(t, "iptables", append([]string{"-t", "nat", "-A", "OUTPUT", "-d", "198.18.0.53", "-p", "udp", "--dport", "53"}, r...)...)
 	}
+	// 198.18.0.54's endpoint went away: the port has none now.
+	ns.Run(t, "iptables", "-t", "nat", "-A", "OUTPUT", "-d", "198.18.0.54", "-p", "udp", "-j", "DNAT", "--to-destination", "198.19.0.2:53")
 	var conns []net.Conn
 	defer func() {
 		for _, c := range conns {
@@ -225,14 +252,15 @@ func TestNetlinkDeleteStale(t *testing.T) {
 	send(5003, "198.18.0.53:53")   // REDIRECTed, as the userspace mode does: deleted
 	send(5004, "198.19.0.1:30053") // the node port, not NATed: deleted
 	send(5005, "198.19.0.1:9")     // neither: stays
+	send(5006, "198.18.0.54:53")   // to the last endpoint of a port without endpoints now: deleted
 	eps := []netip.Addr{netip.MustParseAddr("198.19.0.2")}
 	s := Stale{Family: IPv4,
-		Frontends: map[netip.AddrPort][]netip.Addr{netip.MustParseAddrPort("198.18.0.53:53"): eps},
+		Frontends: map[netip.AddrPort][]netip.Addr{netip.MustParseAddrPort("198.18.0.53:53"): eps, netip.MustParseAddrPort("198.18.0.54:53"): nil},
 		NodePorts: map[uint16][]netip.Addr{30053: eps}}
 	var n int
 	err := ns.Do(func() (err error) { n, err = Netlink{}.DeleteStale(context.Background(), s); return err })
-	if err != nil || n != 3 {
-		t.Errorf("DeleteStale: %d, %v; want 3, nil", n, err)
+	if err != nil || n != 4 {
+		t.Errorf("DeleteStale: %d, %v; want 4, nil", n, err)
 	}
 	// What is left: deleting by destination finds the two flows that stayed.
 	for _, f := range []Filter{

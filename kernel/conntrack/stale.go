@@ -18,18 +18,26 @@ import (
 //     comes from the node) before a kernel mode took over;
 //   - a flow DNATed to an endpoint that went away while no proxy ran;
 //   - a flow sent while the port had no endpoint (never DNATed: its reply
-//     would come from the frontend itself).
+//     would come from the frontend itself);
+//   - a flow DNATed to the last endpoint of a port that has none now: a
+//     frontend with no endpoints selects every entry sent to it. The REJECT
+//     rule of such a port matches new flows only, and a one-way sender's
+//     datagrams keep its entry alive forever (kubernetes#139628, fixed in
+//     kube-proxy's CleanStaleEntries by kubernetes#139629).
 //
-// Ports without endpoints are left out by the caller: nothing can replace
-// their entries, and kube-proxy leaves them too.
+// A node port is matched by its port alone, so the caller leaves out node
+// ports without endpoints, as kube-proxy's CleanStaleEntries does: an empty
+// list would select every UDP entry to that port number, other hosts' too.
 type Stale struct {
 	// Family is the table searched: IPv4 or IPv6. Required: the same node
 	// port can have endpoints of both families, one proxier each.
 	Family Family
 	// Frontends maps a frontend (a ClusterIP, external IP or LoadBalancer IP,
-	// with the Service's port) to its endpoints' addresses, sorted.
+	// with the Service's port) to its endpoints' addresses, sorted; none:
+	// every entry sent to the frontend goes.
 	Frontends map[netip.AddrPort][]netip.Addr
-	// NodePorts maps a node port to its endpoints' addresses, sorted.
+	// NodePorts maps a node port to its endpoints' addresses, sorted; never
+	// empty (see above).
 	NodePorts map[uint16][]netip.Addr
 }
 
@@ -45,6 +53,11 @@ func (s Stale) validate() error {
 	for fe := range s.Frontends {
 		if fe.Addr().Is4() != (s.Family == IPv4) {
 			return fmt.Errorf("conntrack: %s: frontend %s is not an %s address", s, fe, s.Family)
+		}
+	}
+	for np, eps := range s.NodePorts {
+		if len(eps) == 0 {
+			return fmt.Errorf("conntrack: %s: node port %d without endpoints would select every entry to that port", s, np)
 		}
 	}
 	return nil

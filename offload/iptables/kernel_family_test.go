@@ -153,3 +153,12 @@ func TestKernelUDPConntrackIPv6(t *testing.T) {
 	p, _ := l.familyProxier(t, service.IPv6)
 	l.CheckUDPConntrack(t, l.syncer(t, p), service.IPv6)
 }
+
+// The one-way sender of TestKernelUDPOneWayToZero, over IPv6.
+func TestKernelUDPOneWayToZeroIPv6(t *testing.T) {
+	l := newDualLab(t)
+	l.CheckUDPOneWayToZero(t, func() offloadtest.Sync {
+		p, _ := l.familyProxier(t, service.IPv6)
+		return l.syncer(t, p)
+	}, service.IPv6)
+}

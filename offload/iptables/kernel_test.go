@@ -192,3 +192,11 @@ func TestKernelFirstSyncUDPConntrack(t *testing.T) {
 		return p.Health().Health
 	})
 }
+
+// A one-way UDP sender to a Service whose endpoints go to zero is refused,
+// not left on its conntrack entry to the old endpoint (kubernetes#139629).
+func TestKernelUDPOneWayToZero(t *testing.T) {
+	l := newLab(t)
+	netnstestRequireConntrack(t)
+	l.CheckUDPOneWayToZero(t, func() offloadtest.Sync { return l.syncer(t, l.proxier(t)) }, service.IPv4)
+}

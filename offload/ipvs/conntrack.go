@@ -23,16 +23,17 @@ type ConntrackStats struct {
 }
 
 // staleSelection is what a sync of w serves over UDP, as the conntrack table
-// sees it: each UDP frontend of a virtual server with real servers (a
-// ClusterIP, external or LoadBalancer IP with the Service's port, a node
-// address with the NodePort) and the addresses of those real servers,
-// sorted. It is taken before syncVirtualServer consumes w's real servers.
-// A frontend without real servers is left out: nothing can replace its
-// entries (conntrack.Stale).
+// sees it: each UDP frontend of a virtual server (a ClusterIP, external or
+// LoadBalancer IP with the Service's port, a node address with the NodePort)
+// and the addresses of its real servers, sorted. It is taken before
+// syncVirtualServer consumes w's real servers. A frontend without real
+// servers is there with none: every entry to it goes, those a one-way sender
+// keeps alive to the real server it had last among them (kubernetes#139629;
+// IPVS frontends name their address, so a node port's are no exception).
 func staleSelection(w wanted) conntrack.Stale {
 	s := conntrack.Stale{Family: conntrack.Family(w.family), Frontends: map[netip.AddrPort][]netip.Addr{}}
 	for key, wvs := range w.vss {
-		if key.Protocol != kipvs.UDP || len(wvs.reals) == 0 {
+		if key.Protocol != kipvs.UDP {
 			continue
 		}
 		eps := make([]netip.Addr, 0, len(wvs.reals))
@@ -55,15 +56,16 @@ func staleSelection(w wanted) conntrack.Stale {
 // comes from an address that is not one of its frontend's real servers.
 //
 //   - every UDP entry of a frontend that left the selection since the last
-//     sync (deleted, demoted, or without real servers now), by filter;
+//     sync (its Service deleted, its port demoted), by filter;
 //   - when the selection changed since the last reconcile (a frontend joined
 //     it, or its real servers changed), the last walk failed, or this is the
 //     process's first sync: one walk of the family's
 //     table (DeleteStale) for the entries of served frontends whose reply does
 //     not come from one of their real servers. That covers what happened
 //     before this process (a userspace mode's REDIRECTed flows, a real server
-//     removed while no proxy ran), a removed real server, and a frontend that
-//     got its first real server (its entries were never NATed).
+//     removed while no proxy ran), a removed real server, the last one
+//     included (every entry of its frontend goes), and a frontend that got
+//     its first real server (its entries were never NATed).
 //
 // Errors are counted in the stats and logged (Config.Logger), not returned: the sync itself
 // succeeded. A frontend whose entries could not be deleted stays in the

@@ -106,6 +106,39 @@ func TestSyncConntrack(t *testing.T) {
 	}
 }
 
+// A UDP Service whose endpoints went to zero: after the sync that removed
+// its last real server, no entry to its frontends is left; nor after a new
+// process's first sync, which finds the entries an earlier one left
+// (kubernetes#139629): every entry to a frontend without real servers goes,
+// its node address's included (matched by address, not by port alone).
+func TestSyncConntrackEndpointsToZero(t *testing.T) {
+	toGone := flow("udp", "198.18.0.11:53", "198.19.1.4:8080")
+	nodePortToGone := flow("udp", "198.19.0.1:30053", "198.19.1.4:8080")
+	tcp := flow("tcp", "198.18.0.11:53", "198.19.1.4:8080")
+	otherNode := flow("udp", "198.19.0.99:30053", "198.19.1.4:8080")
+
+	t.Run("sync", func(t *testing.T) {
+		f := newFixture(t)
+		f.sync(t, dnsService("198.19.1.4"))
+		f.ct.Add(toGone, nodePortToGone, tcp, otherNode)
+		f.sync(t, dnsService())
+		if got, want := f.ct.Flows(), []conntrack.Flow{tcp, otherNode}; !slices.Equal(got, want) {
+			t.Errorf("flows %v, want %v", got, want)
+		}
+	})
+	t.Run("first sync", func(t *testing.T) {
+		f := newFixture(t)
+		f.ct.Add(toGone, nodePortToGone, tcp, otherNode)
+		f.sync(t, dnsService())
+		if got, want := f.ct.Flows(), []conntrack.Flow{tcp, otherNode}; !slices.Equal(got, want) {
+			t.Errorf("flows %v, want %v (the entries of frontends without real servers stayed)", got, want)
+		}
+		if st := f.p.Conntrack(); st != (ConntrackStats{Deleted: 2}) {
+			t.Errorf("Conntrack() = %+v, want 2 deleted, no error", st)
+		}
+	})
+}
+
 // failingWalk is a conntrack table whose next DeleteStale fails.
 type failingWalk struct {
 	*conntrack.Fake

@@ -20,8 +20,9 @@
 //     port, so a sync after one change renders one port, not 10,000;
 //   - it deletes the UDP conntrack entries a change leaves stale (StaleFlows),
 //     and after a full sync every UDP entry of a port it serves that did not go
-//     to one of the port's endpoints (StaleEntries: what came before the first
-//     sync, a REDIRECT of the userspace mode say), as kube-proxy's
+//     to one of the port's endpoints, every entry to the frontends of a port
+//     without endpoints (StaleEntries: what came before the first sync, a
+//     REDIRECT of the userspace mode say), as kube-proxy's
 //     pkg/proxy/conntrack does;
 //   - it keeps the sync record /status shows (Health).
 //

@@ -96,17 +96,26 @@ func compareFilters(a, b conntrack.Filter) int {
 }
 
 // StaleEntries returns what a full sync reconciles the conntrack table with,
-// one selection per family: every UDP port the kernel now serves that has
-// endpoints, its frontends and node port with the endpoints its entries may
-// lead to. kube-proxy runs the same reconciliation after every sync; svcproxy
-// runs it after a full one (the first of a process included), where no change
-// list says what came before, and keeps StaleFlows' exact deletions for
-// partial syncs.
+// one selection per family: every UDP port the kernel now serves, its
+// frontends and node port with the endpoints its entries may lead to, as
+// kube-proxy's CleanStaleEntries (pkg/proxy/conntrack/cleanup.go) builds them.
+// A port without endpoints (its traffic rejected) is there too, with none:
+// every entry to its frontends goes, the entries DNATed to its last endpoint
+// among them, which its REJECT rule (new flows only) never sees; a one-way
+// sender would keep such an entry alive for ever (kubernetes#139629). Its
+// node port is left out, as kube-proxy does: matched by port alone, it would
+// select other hosts' entries too. kube-proxy runs the same reconciliation
+// after every sync; svcproxy runs it after a full one (the first of a process
+// included), where no change list says what came before, and keeps
+// StaleFlows' exact deletions for partial syncs.
 func StaleEntries[P Port](ports map[service.PortName]P) []conntrack.Stale {
 	byFamily := map[conntrack.Family]*conntrack.Stale{}
 	for _, port := range ports {
 		o := port.Flows()
-		if o.Protocol != "udp" || len(o.Endpoints) == 0 {
+		if o.Protocol != "udp" || (o.HasEndpoints && len(o.Endpoints) == 0) {
+			// The second: endpoints, but none these rules lead to (a Local
+			// policy without local endpoints): entries to the others stay,
+			// as kube-proxy keeps every serving endpoint's.
 			continue
 		}
 		s := byFamily[o.Family]
@@ -117,7 +126,7 @@ func StaleEntries[P Port](ports map[service.PortName]P) []conntrack.Stale {
 		for _, fe := range o.Frontends {
 			s.Frontends[netip.AddrPortFrom(fe, o.Port)] = o.Endpoints
 		}
-		if o.NodePort != 0 {
+		if o.NodePort != 0 && len(o.Endpoints) > 0 {
 			s.NodePorts[o.NodePort] = o.Endpoints
 		}
 	}

@@ -150,7 +150,9 @@ func TestProxierSyncs(t *testing.T) {
 	}
 }
 
-// StaleEntries: one selection per family, of the UDP ports with endpoints.
+// StaleEntries: one selection per family, of the UDP ports; a port without
+// endpoints selects every entry to its frontends (kubernetes#139629), but not
+// to its node port, which would select every entry to that port number.
 func TestStaleEntries(t *testing.T) {
 	mk := func(fam conntrack.Family, proto, vip string, nodePort uint16, eps ...string) *port {
 		o := Flows{Family: fam, Protocol: proto, Port: 53, NodePort: nodePort, Frontends: []netip.Addr{netip.MustParseAddr(vip)}}
@@ -166,17 +168,73 @@ func TestStaleEntries(t *testing.T) {
 		{Port: "tcp"}:  mk(conntrack.IPv4, "tcp", "198.18.0.54", 0, "198.19.1.2"),
 		{Port: "none"}: mk(conntrack.IPv4, "udp", "198.18.0.55", 30055),
 	}
+	// Endpoints, but none these rules lead to (a Local policy without
+	// local endpoints): left out.
+	elsewhere := mk(conntrack.IPv4, "udp", "198.18.0.56", 30056)
+	elsewhere.flows.HasEndpoints = true
+	ports[service.PortName{Port: "elsewhere"}] = elsewhere
 	got := StaleEntries(ports)
 	if len(got) != 2 || got[0].Family != conntrack.IPv4 || got[1].Family != conntrack.IPv6 {
 		t.Fatalf("StaleEntries: %v, want IPv4 then IPv6", got)
 	}
 	v4, v6 := got[0], got[1]
-	if len(v4.Frontends) != 1 || len(v4.NodePorts) != 1 || !slices.Equal(v4.NodePorts[30053], []netip.Addr{netip.MustParseAddr("198.19.1.2")}) {
-		t.Errorf("IPv4: %+v, want only the UDP port with endpoints", v4)
+	if len(v4.Frontends) != 2 || len(v4.NodePorts) != 1 || !slices.Equal(v4.NodePorts[30053], []netip.Addr{netip.MustParseAddr("198.19.1.2")}) {
+		t.Errorf("IPv4: %+v, want the UDP ports' frontends, and the node port of the one with endpoints", v4)
+	}
+	if eps, ok := v4.Frontends[netip.MustParseAddrPort("198.18.0.55:53")]; !ok || len(eps) != 0 {
+		t.Errorf("IPv4: %+v, want 198.18.0.55:53 without endpoints", v4)
 	}
 	if eps := v6.Frontends[netip.MustParseAddrPort("[2001:db8:18::53]:53")]; !slices.Equal(eps, []netip.Addr{netip.MustParseAddr("2001:db8:19::2")}) {
 		t.Errorf("IPv6: %+v", v6)
 	}
+}
+
+// A UDP port whose endpoints went to zero: a partial sync deletes its
+// entries to the endpoint that left; and a new process, whose first sync
+// knows nothing of what came before, deletes every entry to its frontends
+// that an earlier one left behind (kubernetes#139629): a one-way sender's
+// entry to the deleted endpoint, and one never DNATed. TCP entries stay.
+func TestProxierEndpointsToZero(t *testing.T) {
+	vip := netip.MustParseAddrPort("198.18.0.53:53")
+	flow := func(proto string, sport uint16, nat string) conntrack.Flow {
+		return conntrack.Flow{Protocol: proto, Src: netip.AddrPortFrom(netip.MustParseAddr("198.19.10.2"), sport), OrigDst: vip, DstNAT: netip.MustParseAddrPort(nat)}
+	}
+	toGone := flow("udp", 5000, "198.19.1.2:53")
+	neverNATed := flow("udp", 5001, "198.18.0.53:53")
+	tcp := flow("tcp", 5002, "198.19.1.2:53")
+	ctx := context.Background()
+	sync := func(t *testing.T, p *Proxier[*port, *rendering], snap *service.Snapshot) {
+		t.Helper()
+		p.Update(snap)
+		if err := p.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("partial sync", func(t *testing.T) {
+		ct := conntrack.NewFake()
+		p := New(Config{Conntrack: ct}, &mode{})
+		sync(t, p, udpService("198.19.1.2:53"))
+		ct.Add(toGone, tcp)
+		sync(t, p, udpService())
+		if got, want := ct.Flows(), []conntrack.Flow{tcp}; !slices.Equal(got, want) {
+			t.Errorf("flows left %v, want %v", got, want)
+		}
+		if h := p.Health(); h.ConntrackDeleted != 1 {
+			t.Errorf("health %+v, want 1 conntrack entry deleted", h)
+		}
+	})
+	t.Run("first sync", func(t *testing.T) {
+		ct := conntrack.NewFake(toGone, neverNATed, tcp)
+		p := New(Config{Conntrack: ct}, &mode{})
+		sync(t, p, udpService())
+		if got, want := ct.Flows(), []conntrack.Flow{tcp}; !slices.Equal(got, want) {
+			t.Errorf("flows left %v, want %v (the UDP entries of a port without endpoints stayed)", got, want)
+		}
+		if h := p.Health(); h.ConntrackDeleted != 2 {
+			t.Errorf("health %+v, want 2 conntrack entries deleted", h)
+		}
+	})
 }
 
 func TestStaleFlows(t *testing.T) {
@@ -199,6 +257,9 @@ func TestStaleFlows(t *testing.T) {
 		{"a new port with endpoints", []Change[*port]{{Cur: mk("udp", ep1)}}, nil, []conntrack.Filter{
 			{Protocol: "udp", OrigDstPort: 30053},
 			{Protocol: "udp", OrigDst: vip, OrigDstPort: 53}}},
+		{"the last endpoint leaves", []Change[*port]{{Old: mk("udp", ep1), Cur: mk("udp")}}, nil, []conntrack.Filter{
+			{Protocol: "udp", OrigDstPort: 30053, DstNAT: ep1},
+			{Protocol: "udp", OrigDst: vip, OrigDstPort: 53, DstNAT: ep1}}},
 		{"a port removed", nil, []*port{mk("udp", ep1)}, []conntrack.Filter{
 			{Protocol: "udp", OrigDstPort: 30053, DstNAT: ep1},
 			{Protocol: "udp", OrigDst: vip, OrigDstPort: 53, DstNAT: ep1}}},

@@ -50,3 +50,9 @@ func TestKernelUDPConntrackIPv6(t *testing.T) {
 	p := l.familyProxier(t, service.IPv6)
 	l.CheckUDPConntrack(t, l.syncer(t, p), service.IPv6)
 }
+
+// The one-way sender of TestKernelUDPOneWayToZero, over IPv6.
+func TestKernelUDPOneWayToZeroIPv6(t *testing.T) {
+	l := newDualLab(t)
+	l.CheckUDPOneWayToZero(t, func() offloadtest.Sync { return l.syncer(t, l.familyProxier(t, service.IPv6)) }, service.IPv6)
+}
