@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 TIMEOUT ?= 25m
 
-.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins image bench clean
+.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins conformance-bins image bench clean
 
 all: build
 
@@ -46,6 +46,11 @@ kapi:
 ## them skip and name this target
 node-bins:
 	@./test/kapi/build.sh -node || [ $$? -eq 2 ]
+
+## conformance-bins: what node-bins builds, and Kubernetes' e2e.test and agnhost
+## (test/kapi/README.md); make test never builds them either
+conformance-bins:
+	@./test/kapi/build.sh -node -conformance || [ $$? -eq 2 ]
 
 ## image: the container image for kind (docs/kind.md), built without a Docker
 ## daemon: bin/svcproxy-image.tar, for `kind load image-archive` or `docker load`

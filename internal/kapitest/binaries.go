@@ -27,7 +27,7 @@ type built struct {
 	took time.Duration
 }
 
-var binaries, controlPlane, node built
+var binaries, controlPlane, node, conformance built
 
 // Binaries finds kube-apiserver and etcd, cached outside the repository keyed
 // by their versions ($XDG_CACHE_HOME or ~/.cache, under svcproxy/kapi/<versions>/).
@@ -57,6 +57,14 @@ func ControlPlaneBinaries(t testing.TB) kapibin.Binaries {
 func NodeBinaries(t testing.TB) kapibin.Binaries {
 	t.Helper()
 	return find(t, &node, kapibin.Config{ControlPlane: true, Node: true}, "make node-bins")
+}
+
+// ConformanceBinaries is NodeBinaries with Kubernetes' e2e.test and agnhost
+// as well (Binaries.E2ETest and Binaries.Agnhost). `make test` does not
+// build them: without them the test skips and names `make conformance-bins`.
+func ConformanceBinaries(t testing.TB) kapibin.Binaries {
+	t.Helper()
+	return find(t, &conformance, kapibin.Config{ControlPlane: true, Node: true, Conformance: true}, "make conformance-bins")
 }
 
 // find builds (or finds) what cfg asks for; advice names the make target that

@@ -11,6 +11,9 @@
 # adds kubelet and kube-scheduler for the real-node lab:
 #   KUBELET=/root/.cache/svcproxy/kapi/<versions>/kubelet
 #   KUBE_SCHEDULER=/root/.cache/svcproxy/kapi/<versions>/kube-scheduler
+# and -conformance adds Kubernetes' e2e.test and agnhost:
+#   E2E_TEST=/root/.cache/svcproxy/kapi/<versions>/e2e.test
+#   AGNHOST=/root/.cache/svcproxy/kapi/<versions>/agnhost
 # Exit status 2: no go command or no module proxy (the tests would skip).
 set -eu
 cd "$(dirname "$0")/../.."

@@ -14,8 +14,14 @@
 //	KUBELET=/root/.cache/svcproxy/kapi/kubelet-v1.37.2_kube-scheduler-v1.37.2_cdef01234567/kubelet
 //	KUBE_SCHEDULER=/root/.cache/svcproxy/kapi/kubelet-v1.37.2_kube-scheduler-v1.37.2_cdef01234567/kube-scheduler
 //
+// With -conformance, also Kubernetes' e2e.test and agnhost, for the
+// conformance run against the real node:
+//
+//	E2E_TEST=/root/.cache/svcproxy/kapi/e2e.test-v1.37.2_agnhost-v1.37.2_456789abcdef/e2e.test
+//	AGNHOST=/root/.cache/svcproxy/kapi/e2e.test-v1.37.2_agnhost-v1.37.2_456789abcdef/agnhost
+//
 // The versions are pinned by the nested modules beside this file
-// (apiserver/, etcd/, controlplane/, node/); see README.md. The tests call the same code
+// (apiserver/, etcd/, controlplane/, node/, conformance/); see README.md. The tests call the same code
 // (internal/kapitest/kapibin), so running this first only moves the cold build
 // out of the first test's time.
 package main
@@ -37,9 +43,10 @@ func main() {
 	defer stop()
 	apiOnly := flag.Bool("apiserver-only", false, "build only kube-apiserver and etcd")
 	node := flag.Bool("node", false, "build kubelet and kube-scheduler as well (the real-node lab)")
+	conformance := flag.Bool("conformance", false, "build e2e.test and agnhost as well (the conformance run)")
 	cachedOnly := flag.Bool("cached-only", false, "build nothing: print the cached programs, or exit 1")
 	flag.Parse()
-	bins, err := kapibin.Build(ctx, kapibin.Config{Log: os.Stderr, ControlPlane: !*apiOnly, Node: *node, CachedOnly: *cachedOnly})
+	bins, err := kapibin.Build(ctx, kapibin.Config{Log: os.Stderr, ControlPlane: !*apiOnly, Node: *node, Conformance: *conformance, CachedOnly: *cachedOnly})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kapi:", err)
 		if errors.Is(err, kapibin.ErrUnavailable) {
@@ -53,5 +60,8 @@ func main() {
 	}
 	if *node {
 		fmt.Printf("KUBELET=%s\nKUBE_SCHEDULER=%s\n", bins.Kubelet, bins.Scheduler)
+	}
+	if *conformance {
+		fmt.Printf("E2E_TEST=%s\nAGNHOST=%s\n", bins.E2ETest, bins.Agnhost)
 	}
 }

@@ -33,6 +33,9 @@ type Binaries struct {
 	// Kubelet and Scheduler are set only with Config.Node.
 	Kubelet   string // kubelet
 	Scheduler string // kube-scheduler
+	// E2ETest and Agnhost are set only with Config.Conformance.
+	E2ETest string // e2e.test, Kubernetes' end-to-end tests
+	Agnhost string // agnhost, the program of the e2e tests' images
 	// Key names the versions of kube-apiserver and etcd:
 	// "kube-apiserver-v1.37.2_etcd-v3.6.16_<hash>".
 	Key string
@@ -60,83 +63,13 @@ type Config struct {
 	// Node asks for kubelet and kube-scheduler as well (the real-node lab:
 	// the kubelet runs pods, and the scheduler places the DaemonSet's).
 	Node bool
+	// Conformance asks for e2e.test and agnhost as well (Kubernetes' own
+	// Service and DNS tests, and the program of the images they run).
+	Conformance bool
 }
 
 // ErrNotBuilt is Build's error with CachedOnly when the binaries are not cached.
 var ErrNotBuilt = errors.New("the Kubernetes programs are not built yet")
-
-// module is one of the nested Go modules under test/kapi.
-type module struct {
-	dir     string                      // under test/kapi
-	dep     string                      // the module that holds the commands; its version is in the key
-	ldflags func(version string) string // nil: none
-}
-
-var (
-	kubernetes = module{dir: "apiserver", dep: "k8s.io/kubernetes", ldflags: kubeLDFlags}
-	etcd       = module{dir: "etcd", dep: "go.etcd.io/etcd/server/v3"}
-	// controlPlane is k8s.io/kubernetes again, at the same version, with the
-	// requirements kubectl adds; a module of its own so that adding them did
-	// not change apiserver/'s go.sum, and with it the cached kube-apiserver's key.
-	controlPlane = module{dir: "controlplane", dep: "k8s.io/kubernetes", ldflags: kubeLDFlags}
-	// node is k8s.io/kubernetes once more, for kubelet and kube-scheduler:
-	// the kubelet requires modules controlplane/ does not (hnslib, cri-streaming,
-	// otelrestful), and adding them there would have changed its go.mod, and
-	// with it the cached kube-controller-manager's key.
-	node = module{dir: "node", dep: "k8s.io/kubernetes", ldflags: kubeLDFlags}
-)
-
-// program is one command and the module that builds it.
-type program struct {
-	mod module
-	pkg string // the command's package
-	out string // the binary's file name
-	// field is where Build reports the program's path.
-	field func(*Binaries) *string
-}
-
-// set is a group of programs cached together, in one directory named by their
-// versions and a hash of their modules' go.mod and go.sum. Sets are cached
-// apart so that asking for a new one never invalidates one already built:
-// the control plane's programs were added after the API server's.
-type set []program
-
-var (
-	apiServerSet = set{
-		{mod: kubernetes, pkg: "k8s.io/kubernetes/cmd/kube-apiserver", out: "kube-apiserver",
-			field: func(b *Binaries) *string { return &b.APIServer }},
-		{mod: etcd, pkg: "go.etcd.io/etcd/server/v3", out: "etcd",
-			field: func(b *Binaries) *string { return &b.Etcd }},
-	}
-	// The same versions as kube-apiserver's module: the packages they share
-	// come compiled from the go build cache.
-	controlPlaneSet = set{
-		{mod: controlPlane, pkg: "k8s.io/kubernetes/cmd/kube-controller-manager", out: "kube-controller-manager",
-			field: func(b *Binaries) *string { return &b.ControllerManager }},
-		{mod: controlPlane, pkg: "k8s.io/kubernetes/cmd/kubectl", out: "kubectl",
-			field: func(b *Binaries) *string { return &b.Kubectl }},
-	}
-	// kubelet is built as hack/lib/golang.sh builds it, with cgo left as the
-	// go command has it (kubelet is not in KUBE_STATIC_BINARIES), which is
-	// also how the other programs here are built: one setting, one go build
-	// cache for all.
-	nodeSet = set{
-		{mod: node, pkg: "k8s.io/kubernetes/cmd/kubelet", out: "kubelet",
-			field: func(b *Binaries) *string { return &b.Kubelet }},
-		{mod: node, pkg: "k8s.io/kubernetes/cmd/kube-scheduler", out: "kube-scheduler",
-			field: func(b *Binaries) *string { return &b.Scheduler }},
-	}
-)
-
-// kubeLDFlags stamps what the Kubernetes release build stamps
-// (hack/lib/version.sh), so that /version reports v1.37.2 and not v0.0.0-master.
-func kubeLDFlags(version string) string {
-	major, minor, _ := strings.Cut(strings.TrimPrefix(version, "v"), ".")
-	minor, _, _ = strings.Cut(minor, ".")
-	const pkg = "k8s.io/component-base/version"
-	return fmt.Sprintf("-X %[1]s.gitVersion=%[2]s -X %[1]s.gitMajor=%[3]s -X %[1]s.gitMinor=%[4]s -X %[1]s.gitTreeState=clean",
-		pkg, version, major, minor)
-}
 
 // cached is one set resolved against the cache: its key, its directory, the
 // versions of its modules.
@@ -172,6 +105,9 @@ func Build(ctx context.Context, cfg Config) (Binaries, error) {
 	}
 	if cfg.Node {
 		sets = append(sets, nodeSet)
+	}
+	if cfg.Conformance {
+		sets = append(sets, conformanceSet)
 	}
 	var all, missing []cached
 	for _, s := range sets {
@@ -275,33 +211,63 @@ func build(ctx context.Context, kapiDir string, sets []cached, log io.Writer) er
 	return nil
 }
 
-// buildModule runs one go build for the programs of module m, into work.
+// buildModule compiles the programs of module m into work: the commands in
+// one go build, each test binary (go test -c) and each program with an
+// environment of its own in a go command of its own.
 func buildModule(ctx context.Context, goCmd, modDir string, m module, version string, progs []program, work string, log io.Writer) error {
 	// Asking for the one module first tells "no proxy" (skip) apart from
 	// "the build is broken" (fail).
-	if out, err := goRun(ctx, goCmd, modDir, "mod", "download", m.dep); err != nil {
+	if out, err := goRun(ctx, goCmd, modDir, nil, "mod", "download", m.dep); err != nil {
 		return fmt.Errorf("%w: go mod download %s@%s: %w\n%s", ErrUnavailable, m.dep, version, err, out)
 	}
+	var together, alone []program
+	for _, p := range progs {
+		if p.test || len(p.env) > 0 {
+			alone = append(alone, p)
+		} else {
+			together = append(together, p)
+		}
+	}
+	if len(together) > 0 {
+		// One program: -o names the file (etcd's package path ends in /v3).
+		// More: -o DIR/ names each by its package, which is each program's name.
+		out := filepath.Join(work, together[0].out)
+		if len(together) > 1 {
+			out = work + string(os.PathSeparator)
+		}
+		if err := compile(ctx, goCmd, modDir, m, version, []string{"build", "-o", out}, together, log); err != nil {
+			return err
+		}
+	}
+	for _, p := range alone {
+		verb := []string{"build", "-o", filepath.Join(work, p.out)}
+		if p.test {
+			verb = []string{"test", "-c", "-o", filepath.Join(work, p.out)}
+		}
+		if err := compile(ctx, goCmd, modDir, m, version, verb, []program{p}, log); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// compile runs one go command (verb: build or test -c, with -o) for progs,
+// which share their environment.
+func compile(ctx context.Context, goCmd, modDir string, m module, version string, verb []string, progs []program, log io.Writer) error {
 	var names, pkgs []string
 	for _, p := range progs {
 		names, pkgs = append(names, p.out), append(pkgs, p.pkg)
 	}
 	fmt.Fprintf(log, "kapibin: building %s %s (a cold build takes minutes)\n", strings.Join(names, ", "), version)
 	start := time.Now()
-	// One program: -o names the file (etcd's package path ends in /v3). More:
-	// -o DIR/ names each by its package, which is each program's name.
-	out := filepath.Join(work, progs[0].out)
-	if len(progs) > 1 {
-		out = work + string(os.PathSeparator)
-	}
-	args := []string{"build", "-trimpath", "-o", out}
+	args := append(verb, "-trimpath")
 	if m.ldflags != nil {
 		args = append(args, "-ldflags", m.ldflags(version))
 	}
-	b, err := goRun(ctx, goCmd, modDir, append(args, pkgs...)...)
+	b, err := goRun(ctx, goCmd, modDir, progs[0].env, append(args, pkgs...)...)
 	log.Write(b)
 	if err != nil {
-		return fmt.Errorf("go build %s@%s: %w\n%s", strings.Join(pkgs, " "), version, err, b)
+		return fmt.Errorf("go %s %s@%s: %w\n%s", verb[0], strings.Join(pkgs, " "), version, err, b)
 	}
 	fmt.Fprintf(log, "kapibin: built %s in %s\n", strings.Join(names, ", "), time.Since(start).Round(time.Second))
 	return nil
@@ -338,12 +304,13 @@ func install(c cached, work string) error {
 	return nil
 }
 
-// goRun runs the go command in a nested module. GOWORK=off and -mod=readonly
-// keep a developer's workspace or GOFLAGS from changing what is built.
-func goRun(ctx context.Context, goCmd, dir string, args ...string) ([]byte, error) {
+// goRun runs the go command in a nested module, with env added to the
+// environment. GOWORK=off and -mod=readonly keep a developer's workspace or
+// GOFLAGS from changing what is built.
+func goRun(ctx context.Context, goCmd, dir string, env []string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, goCmd, args...)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
+	cmd.Env = append(append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly"), env...)
 	// A build must not outlive its owner: a test binary that times out
 	// would otherwise leave an orphaned go build (and, its lock released,
 	// the next test would start a second one beside it). Packages already

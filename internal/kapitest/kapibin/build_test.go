@@ -143,6 +143,72 @@ func TestBuildCached(t *testing.T) {
 	if bins != want {
 		t.Errorf("Build(Node) = %+v, want %+v", bins, want)
 	}
+
+	confKey, _, err := cacheKey(kapiDir, conformanceSet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(confKey, "e2e.test-"+kube+"_agnhost-"+kube+"_") {
+		t.Errorf("conformance cache key %q does not name the version %s", confKey, kube)
+	}
+	if _, err := Build(context.Background(), Config{CacheDir: cache, CachedOnly: true, Conformance: true}); !errors.Is(err, ErrNotBuilt) {
+		t.Errorf("Build(Conformance) without its programs cached: %v, want ErrNotBuilt", err)
+	}
+	confDir := fill(confKey, "e2e.test", "agnhost")
+	bins, err = Build(context.Background(), Config{CacheDir: cache, CachedOnly: true, Conformance: true})
+	if err != nil {
+		t.Fatalf("Build(Conformance) with a complete cache: %v", err)
+	}
+	want.Kubelet, want.Scheduler = "", ""
+	want.E2ETest, want.Agnhost = filepath.Join(confDir, "e2e.test"), filepath.Join(confDir, "agnhost")
+	if bins != want {
+		t.Errorf("Build(Conformance) = %+v, want %+v", bins, want)
+	}
+}
+
+// TestBuildModuleCommands checks the go commands buildModule runs, with a
+// fake go that logs its arguments and CGO_ENABLED and writes each -o file:
+// commands share one go build, a test binary gets go test -c, a program with
+// an environment of its own a go build of its own.
+func TestBuildModuleCommands(t *testing.T) {
+	dir := t.TempDir()
+	logFile := filepath.Join(dir, "log")
+	fakeGo := filepath.Join(dir, "go")
+	script := `#!/bin/sh
+echo "CGO_ENABLED=${CGO_ENABLED:-} $*" >> ` + logFile + `
+while [ $# -gt 0 ]; do
+	if [ "$1" = -o ]; then case "$2" in */) touch "$2"/x ;; *) touch "$2" ;; esac; fi
+	shift
+done
+`
+	if err := os.WriteFile(fakeGo, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CGO_ENABLED", "")
+	work := t.TempDir()
+	m := module{dir: "m", dep: "example.com/k", ldflags: func(v string) string { return "-X v=" + v }}
+	progs := []program{
+		{mod: m, pkg: "example.com/k/cmd/a", out: "a"},
+		{mod: m, pkg: "example.com/k/test/e2e", out: "e2e.test", test: true},
+		{mod: m, pkg: "example.com/k/cmd/b", out: "b"},
+		{mod: m, pkg: "example.com/k/cmd/static", out: "static", env: []string{"CGO_ENABLED=0"}},
+	}
+	if err := buildModule(context.Background(), fakeGo, dir, m, "v1.2.3", progs, work, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.Join([]string{
+		"CGO_ENABLED= mod download example.com/k",
+		"CGO_ENABLED= build -o " + work + "/ -trimpath -ldflags -X v=v1.2.3 example.com/k/cmd/a example.com/k/cmd/b",
+		"CGO_ENABLED= test -c -o " + work + "/e2e.test -trimpath -ldflags -X v=v1.2.3 example.com/k/test/e2e",
+		"CGO_ENABLED=0 build -o " + work + "/static -trimpath -ldflags -X v=v1.2.3 example.com/k/cmd/static",
+	}, "\n") + "\n"
+	if string(b) != want {
+		t.Errorf("go commands:\n%s\nwant:\n%s", b, want)
+	}
 }
 
 // TestSetsApart checks that no module builds programs of two sets (a program
@@ -153,7 +219,7 @@ func TestSetsApart(t *testing.T) {
 	owner := map[string]string{}
 	var b Binaries
 	field := map[*string]string{}
-	for name, s := range map[string]set{"apiserver": apiServerSet, "controlplane": controlPlaneSet, "node": nodeSet} {
+	for name, s := range map[string]set{"apiserver": apiServerSet, "controlplane": controlPlaneSet, "node": nodeSet, "conformance": conformanceSet} {
 		for _, p := range s {
 			if o, ok := owner[p.mod.dir]; ok && o != name {
 				t.Errorf("module %s builds programs of the sets %s and %s", p.mod.dir, o, name)

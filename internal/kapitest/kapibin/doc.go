@@ -1,22 +1,24 @@
 // Package kapibin builds the Kubernetes programs svcproxy's tests and lab run,
 // kube-apiserver and etcd, for the control-plane lab kube-controller-manager
-// and kubectl, and for the real-node lab kubelet and kube-scheduler, from the
-// Go module proxy, and keeps them in a cache outside the repository so that
-// only the first build on a machine pays for it.
+// and kubectl, for the real-node lab kubelet and kube-scheduler, and for the
+// conformance run Kubernetes' e2e.test and agnhost, from the Go module proxy,
+// and keeps them in a cache outside the repository so that only the first
+// build on a machine pays for it.
 //
 // The versions live in small Go modules under test/kapi (apiserver/, etcd/,
-// controlplane/ and node/, each with its own go.mod and go.sum, so svcproxy's
-// go.mod stays clean); Build reads them there.
+// controlplane/, node/ and conformance/, each with its own go.mod and go.sum,
+// so svcproxy's go.mod stays clean); Build reads them there.
 // Programs are cached in sets, each in a directory named by its programs'
 // versions and a hash of their modules' go.mod and go.sum: pinning another
 // version, or any dependency, builds anew. The API server's set
 // (kube-apiserver, etcd), the control plane's (kube-controller-manager,
-// kubectl) and the node's (kubelet, kube-scheduler) are apart, so a cache made
-// before a later set existed stays good.
+// kubectl), the node's (kubelet, kube-scheduler) and the conformance run's
+// (e2e.test, agnhost) are apart, so a cache made before a later set existed
+// stays good.
 //
 // A cold build takes minutes and ~2.4 GB of memory to link kube-apiserver;
-// controlplane/ pins the same versions as apiserver/, so kube-controller-manager
-// and kubectl reuse the packages kube-apiserver compiled (the go build cache).
+// the Kubernetes modules pin the same versions, so the later sets reuse the
+// packages kube-apiserver compiled (the go build cache).
 // A file lock lets many test processes ask at once
 // while one of them builds. The package uses only the standard library, so
 // `go run ./test/kapi` (what test/kapi/build.sh and the Makefile use) starts
