@@ -108,6 +108,19 @@ type Config struct {
 	// nil, nothing is logged.
 	Logger *slog.Logger
 
+	// LocalhostNodePorts makes the Proxier serve only the TCP node ports, on
+	// BindAddress (the family's loopback address, 127.0.0.1 or ::1), with no
+	// listener per service port and no portals: nftables mode's localhost
+	// NodePorts (KEP-6032; kube-proxy's pkg/proxy/localnodeportproxy,
+	// whose nftables table rejects the other protocols there). A node port
+	// has a listener only while it has an endpoint to send to, for
+	// externalTrafficPolicy Local one on this node (kube-proxy's
+	// SyncNodePorts skips a NodePort without endpoints): without one the
+	// connection is refused. Its traffic is external, and a Local policy
+	// holds for it although it comes from the node itself: kube-proxy's
+	// localhost proxy picks from the local endpoints too.
+	LocalhostNodePorts bool
+
 	// DialTimeouts are the timeouts of successive attempts to reach an endpoint of
 	// a TCP service port; each attempt may pick another endpoint. If nil,
 	// kube-proxy's tryConnect timeouts: 250ms, 500ms, 1s, 2s.
@@ -139,6 +152,7 @@ type Proxier struct {
 
 	fds        *fdBudget
 	fdRefusals atomic.Uint64 // refused for lack of file descriptors
+	bindFails  atomic.Uint64 // listeners that could not be bound
 	fdLog      sparseLog
 
 	mu       sync.Mutex
@@ -239,7 +253,10 @@ func (p *Proxier) retryLater() {
 // no address at all (a headless Service) is simply not served, with no reason
 // to report. A dual-stack node feeds each family's Proxier only its family's
 // view of the Snapshot, where every Service has a ClusterIP of that family.
-func served(fam service.Family, port *service.Port) (ok bool, why string) {
+func served(fam service.Family, port *service.Port, localhost bool) (ok bool, why string) {
+	if localhost {
+		return servedOnLocalhost(port)
+	}
 	if port.Protocol != service.TCP && port.Protocol != service.UDP {
 		return false, fmt.Sprintf("protocol %s: userspace mode serves TCP and UDP", port.Protocol)
 	}
@@ -264,7 +281,7 @@ func served(fam service.Family, port *service.Port) (ok bool, why string) {
 func (p *Proxier) pickFrom(sp *servicePort, external bool, client netip.Addr) *Balancer {
 	local := sp.internalLocal.Load()
 	if external {
-		local = sp.externalLocal.Load() && !p.fromInside(client)
+		local = sp.externalLocal.Load() && (p.cfg.LocalhostNodePorts || !p.fromInside(client))
 	}
 	if local {
 		return p.local
@@ -289,7 +306,7 @@ func (p *Proxier) syncLocked(ctx context.Context) error {
 	p.unserved = p.unserved[:0]
 	if p.snap != nil {
 		for _, port := range p.snap.Ports() {
-			if ok, why := served(p.cfg.Family, port); ok {
+			if ok, why := served(p.cfg.Family, port, p.cfg.LocalhostNodePorts); ok {
 				want = append(want, port)
 			} else if why != "" {
 				p.unserved = append(p.unserved, UnservedPort{Name: port.Name.String(), Reason: why})
@@ -307,6 +324,9 @@ func (p *Proxier) syncLocked(ctx context.Context) error {
 			p.ports[port.Name] = sp
 		}
 		sp.setPort(port)
+		if p.cfg.LocalhostNodePorts {
+			continue // its listener depends on its endpoints: below
+		}
 		ls, err := p.openListeners(sp)
 		opened = append(opened, ls...)
 		if err != nil {
@@ -332,6 +352,15 @@ func (p *Proxier) syncLocked(ctx context.Context) error {
 			}
 		}
 	}
+	if p.cfg.LocalhostNodePorts {
+		for _, sp := range p.ports {
+			ls, err := p.openListeners(sp)
+			opened = append(opened, ls...)
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
 	// New listeners start accepting once the Balancer knows their port: what
 	// the kernel queued meanwhile waits in the backlog.
 	for _, l := range opened {
@@ -352,9 +381,10 @@ func (p *Proxier) openListeners(sp *servicePort) ([]listener, error) {
 	defer sp.mu.Unlock()
 	var opened []listener
 	var errs []error
-	if sp.listener == nil {
+	if sp.listener == nil && !p.cfg.LocalhostNodePorts {
 		l, err := p.listen(sp, 0, false)
 		if err != nil {
+			p.bindFails.Add(1)
 			errs = append(errs, fmt.Errorf("listener: %w", err))
 		} else {
 			sp.listener = l
@@ -362,6 +392,9 @@ func (p *Proxier) openListeners(sp *servicePort) ([]listener, error) {
 		}
 	}
 	nodePort := sp.port.NodePort
+	if p.cfg.LocalhostNodePorts && !p.hasEndpoints(sp) {
+		nodePort = 0 // no endpoint to send to: refused, as kube-proxy's SyncNodePorts leaves it
+	}
 	if sp.nodePort != nil && sp.nodePort.port() != nodePort {
 		sp.nodePort.close()
 		sp.nodePort = nil
@@ -369,6 +402,7 @@ func (p *Proxier) openListeners(sp *servicePort) ([]listener, error) {
 	if sp.nodePort == nil && nodePort != 0 {
 		l, err := p.listen(sp, nodePort, true)
 		if err != nil {
+			p.bindFails.Add(1)
 			errs = append(errs, fmt.Errorf("nodePort %d: %w", nodePort, err))
 		} else {
 			sp.nodePort = l
