@@ -27,6 +27,12 @@ type Interface interface {
 	// Healthy is nil while the mode serves the latest Snapshot, or has been
 	// handed it less than a bound ago (Record); else the reason.
 	Healthy() error
+	// Lag is nil while no Snapshot handed to Sync has waited longer than a
+	// bound (Record's) to be applied, else how long the oldest has: the rules
+	// keep up with the Snapshots. It is kube-proxy's ProxyHealthServer.Health
+	// (what /livez answers): a failed sync counts only once its Snapshot has
+	// waited past the bound, and before the first Snapshot nothing waits.
+	Lag() error
 	// Status is the /status document (encoded as JSON).
 	Status() any
 	// Collector gives the mode's metrics; cmd/svcproxy registers the mode

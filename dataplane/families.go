@@ -118,6 +118,15 @@ func (f *Families) Healthy() error {
 	return errors.Join(errs...)
 }
 
+// Lag implements Interface: no family may lag.
+func (f *Families) Lag() error {
+	errs := make([]error, len(f.fams))
+	for i, x := range f.fams {
+		errs[i] = f.named(x, x.dp.Lag())
+	}
+	return errors.Join(errs...)
+}
+
 // Status implements Interface: the mode, the families served, and each
 // family's own document under its name.
 //

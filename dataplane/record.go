@@ -172,6 +172,24 @@ func (r *Record) Healthy() error {
 	return nil
 }
 
+// Lag is nil while no Snapshot has waited to be applied for longer than the
+// bound, whatever the syncs did before: kube-proxy's ProxyHealthServer.Health,
+// where a queued update is late only once it has waited healthTimeout. A
+// failed sync leaves its Snapshot waiting (End), so failures that last count
+// here once they outlast the bound.
+func (r *Record) Lag() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	waiting := r.pending
+	if !r.inFlight.IsZero() && (waiting.IsZero() || r.inFlight.Before(waiting)) {
+		waiting = r.inFlight
+	}
+	if lag := r.cfg.Now().Sub(waiting); !waiting.IsZero() && lag > r.cfg.LagBound {
+		return fmt.Errorf("the rules lag the Snapshot by %s (bound %s)", lag.Round(time.Millisecond), r.cfg.LagBound)
+	}
+	return nil
+}
+
 // Describe implements prometheus.Collector.
 func (r *Record) Describe(ch chan<- *prometheus.Desc) {
 	for _, c := range r.collectors() {

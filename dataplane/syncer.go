@@ -178,6 +178,14 @@ func (s *Syncer) Healthy() error {
 	return nil
 }
 
+// Lag is the Record's, named by the mode.
+func (s *Syncer) Lag() error {
+	if err := s.record.Lag(); err != nil {
+		return fmt.Errorf("%s: %w", s.cfg.Mode, err)
+	}
+	return nil
+}
+
 // Describe implements prometheus.Collector: the Record's metrics.
 func (s *Syncer) Describe(ch chan<- *prometheus.Desc) { s.record.Describe(ch) }
 

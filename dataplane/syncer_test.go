@@ -107,6 +107,32 @@ func TestRecordLag(t *testing.T) {
 	}
 }
 
+// Issue 32 point 3: Lag, what /livez answers, is kube-proxy's
+// ProxyHealthServer.Health: nothing waits before the first Snapshot, and a
+// failed sync counts only once its Snapshot has waited past the bound; the
+// other conditions of Healthy (/healthz) do not touch it.
+func TestRecordLagOnly(t *testing.T) {
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := NewRecord(RecordConfig{Mode: "test", LagBound: time.Minute, Now: func() time.Time { return now }})
+	if r.Lag() != nil || r.Healthy() == nil {
+		t.Errorf("before the first Snapshot: Lag() = %v (want nil), Healthy() = %v (want an error)", r.Lag(), r.Healthy())
+	}
+	r.Queued()
+	r.End(r.Begin(), errors.New("restore failed"))
+	now = now.Add(59 * time.Second)
+	if r.Lag() != nil || r.Healthy() == nil {
+		t.Errorf("a failed sync 59s ago: Lag() = %v (want nil), Healthy() = %v (want an error)", r.Lag(), r.Healthy())
+	}
+	now = now.Add(2 * time.Second)
+	if err := r.Lag(); err == nil || !strings.Contains(err.Error(), "lag the Snapshot by 1m1s") {
+		t.Errorf("its Snapshot waited 61s: Lag() = %v", err)
+	}
+	r.End(r.Begin(), nil)
+	if r.Lag() != nil || r.Healthy() != nil {
+		t.Errorf("after the retry succeeded: Lag() = %v, Healthy() = %v", r.Lag(), r.Healthy())
+	}
+}
+
 func TestRetryDelay(t *testing.T) {
 	for n, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 4: 8 * time.Second, 10: 30 * time.Second} {
 		if got := retryDelay(n, time.Second, 30*time.Second); got != want {

@@ -15,4 +15,9 @@
 //
 // The Server follows Snapshots: it opens a listener when a Service gains a health
 // check port, closes it when the Service loses it, and updates counts in place.
+//
+// Proxy is the proxy's own health, kube-proxy's ProxyHealthServer (KEP-3836):
+// /livez fails only while the rules lag the Snapshots, /healthz also while they
+// are not synced and while this node is being deleted or is tainted
+// ToBeDeletedByClusterAutoscaler, so that load balancers drain it.
 package healthcheck

@@ -58,6 +58,15 @@ func (d *Dataplane) Healthy() error {
 	return nil
 }
 
+// Lag implements dataplane.Interface: the Record's (the Proxier takes up each
+// Snapshot at once, so it lags only while a Sync runs past the bound).
+func (d *Dataplane) Lag() error {
+	if err := d.record.Lag(); err != nil {
+		return fmt.Errorf("userspace: %w", err)
+	}
+	return nil
+}
+
 // Status implements dataplane.Interface.
 func (d *Dataplane) Status() any {
 	return map[string]any{"mode": dataplane.ModeUserspace, "userspace": d.p.Status()}

@@ -103,6 +103,7 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		select {
 		case snap := <-snaps:
 			snap = own.filter(snap)
+			ep.health.SetNode(snap.Node())
 			hc.sync(snap)
 			if syncTo(ctx, dp, snap, log) {
 				ep.markSynced()

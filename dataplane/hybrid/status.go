@@ -27,6 +27,18 @@ func (m *Mode) Healthy() error {
 	return errors.Join(errs...)
 }
 
+// Lag implements dataplane.Interface: neither path may lag.
+func (m *Mode) Lag() error {
+	var errs []error
+	if err := m.record.Lag(); err != nil {
+		errs = append(errs, fmt.Errorf("userspace: %w", err))
+	}
+	if err := m.kernel.Lag(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
 // Port is one service port in /status.
 type Port struct {
 	Name string `json:"name"`
