@@ -131,6 +131,7 @@ func kernelPath(cfg *Config, fam service.Family, mode string, ipt kiptables.Inte
 			Family:        fam,
 			NodeName:      cfg.NodeName,
 			NodeIPs:       cfg.NodeIPs,
+			NodeIP:        primaryNodeIP(cfg, fam),
 			ClusterCIDR:   cfg.clusterCIDR(fam),
 			MasqueradeAll: cfg.MasqueradeAll,
 			Include:       include,
@@ -159,6 +160,7 @@ func nftablesPath(cfg *Config, fam service.Family, carried func(service.PortName
 			Family:           fam,
 			NodeName:         cfg.NodeName,
 			NodeIPs:          cfg.NodeIPs,
+			NodeIP:           primaryNodeIP(cfg, fam),
 			ClusterCIDR:      cfg.clusterCIDR(fam),
 			MasqueradeAll:    cfg.MasqueradeAll,
 			Include:          include,
@@ -267,6 +269,26 @@ func nodeAddresses(cfg *Config) ([]netip.Addr, error) {
 		}
 	}
 	return out, nil
+}
+
+// primaryNodeIP is this node's own address of family fam, the rules'
+// Config.NodeIP (a LoadBalancer whose source ranges hold it accepts its own IPs
+// as sources): the first address of the family in nodeAddresses, --node-ip or
+// this namespace's, loopback left out. kube-proxy's detectNodeIPs takes the
+// first of each family too, from the Node object's addresses or --bind-address;
+// svcproxy does not read the Node's addresses. Invalid when there is none: then
+// no such source is accepted, as kube-proxy's loopback fallback accepts none.
+func primaryNodeIP(cfg *Config, fam service.Family) netip.Addr {
+	addrs, err := nodeAddresses(cfg)
+	if err != nil {
+		return netip.Addr{}
+	}
+	for _, a := range addrs {
+		if a = a.Unmap(); fam.Has(a) && !a.IsLoopback() {
+			return a
+		}
+	}
+	return netip.Addr{}
 }
 
 // cleanup removes what every mode may have left in this namespace, in both IP

@@ -44,3 +44,12 @@ func dialFails(ns *netnstest.NS, dst string) error {
 	}
 	return nil
 }
+
+// kube-proxy's "same node to LB, SNATted" flows on the real kernel: a
+// connection with the LoadBalancer IP as its source is accepted while the
+// source ranges hold the node's IP (offloadtest.CheckLoadBalancerSNATted).
+func TestKernelSourceRangesSNATted(t *testing.T) {
+	l := newLab(t)
+	l.cfg.NodeIP = offloadtest.NodeAddr
+	l.CheckLoadBalancerSNATted(t, l.syncer(t, l.proxier(t)))
+}

@@ -55,7 +55,8 @@ func planPort(cfg *Config, p *service.Port) *portPlan {
 	return pp
 }
 
-// usesFirewall: LoadBalancer IPs with loadBalancerSourceRanges go through SVCP-FW-.
+// usesFirewall: LoadBalancer IPs with loadBalancerSourceRanges go through SVCP-FW-,
+// which accepts the sources of kernelsync.FirewallSources.
 func (pp *portPlan) usesFirewall() bool {
 	return len(pp.sourceRanges) > 0 && len(pp.lbIPs) > 0 && pp.HasEndpoints
 }
@@ -112,9 +113,11 @@ func renderPort(cfg *Config, p *service.Port) *portRules {
 		renderExternalChain(cfg, pp, chain(pp.extChain))
 	}
 	if pp.usesFirewall() {
+		// The ranges, and the LoadBalancer IPs themselves when the ranges
+		// allow this node (kernelsync.FirewallSources, kube-proxy's allowFromNode).
 		l := chain(pp.fwChain)
-		for _, r := range pp.sourceRanges {
-			l.rule(pp.fwChain).comment(pp.name+" loadbalancer IP").w("-s", r.String(), "-j", pp.extChain).end()
+		for _, src := range kernelsync.FirewallSources(pp.sourceRanges, pp.lbIPs, cfg.NodeIP) {
+			l.rule(pp.fwChain).comment(pp.name+" loadbalancer IP").w("-s", src, "-j", pp.extChain).end()
 		}
 	}
 	seps := make(map[netip.AddrPort]string, len(p.Endpoints))

@@ -26,6 +26,12 @@ type Config struct {
 	// --nodeport-addresses). Empty: every local address but loopback
 	// (addrtype LOCAL). Loopback addresses are left out: see renderFixed.
 	NodeIPs []netip.Addr
+	// NodeIP is this node's own address of the family (kube-proxy's nodeIP,
+	// detectNodeIPs: the first of the family). A LoadBalancer whose source
+	// ranges hold it also accepts its own IPs as a source (see usesFirewall).
+	// Invalid (zero): unknown, and no such source is accepted, as kube-proxy
+	// does when it falls back to loopback.
+	NodeIP netip.Addr
 	// ClusterCIDR is the pod network (--cluster-cidr). Traffic to a ClusterIP from
 	// outside it is masqueraded; pod traffic to an external destination of a
 	// Local-policy Service goes to every endpoint. Invalid (zero): neither.
@@ -58,6 +64,9 @@ func (c *Config) validate() error {
 		if !ip.IsValid() {
 			return fmt.Errorf("iptables config: NodeIPs: invalid address")
 		}
+	}
+	if c.NodeIP.IsValid() && !c.Family.Has(c.NodeIP) {
+		return fmt.Errorf("iptables config: NodeIP %s: not an %s address", c.NodeIP, c.Family)
 	}
 	return nil
 }

@@ -56,6 +56,10 @@ func TestRenderGolden(t *testing.T) {
 			st.WithNodePort(30080), st.WithLoadBalancer("198.18.200.1")))},
 		{"loadbalancer-source-ranges", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:2],
 			st.WithNodePort(30080), st.WithLoadBalancer("198.18.200.1"), st.WithSourceRanges("203.0.113.0/25", "198.19.10.0/24")))},
+		// The ranges hold the node's IP, so the LoadBalancer IPs are sources too.
+		{"loadbalancer-source-ranges-node", Config{NodeName: st.ThisNode, ClusterCIDR: testConfig.ClusterCIDR, NodeIP: netip.MustParseAddr("198.19.0.1")},
+			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1],
+				st.WithLoadBalancer("198.18.200.1", "198.18.200.2"), st.WithSourceRanges("203.0.113.0/25", "198.19.0.0/24")))},
 		{"health-check", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:2],
 			st.WithNodePort(30080), st.WithLoadBalancer("198.18.200.1"), st.WithExternalLocal(), st.WithHealthCheck(32000)))},
 		{"nodeport-loopback", Config{NodeName: st.ThisNode, NodeIPs: st.Addrs("127.0.0.1", "198.19.0.1")},
@@ -100,7 +104,8 @@ func TestRenderGolden(t *testing.T) {
 }
 
 func TestRenderInvalidConfig(t *testing.T) {
-	for _, cfg := range []Config{{MasqueradeBit: 32}, {MasqueradeBit: -1}, {NodeIPs: []netip.Addr{{}}}} {
+	for _, cfg := range []Config{{MasqueradeBit: 32}, {MasqueradeBit: -1}, {NodeIPs: []netip.Addr{{}}},
+		{NodeIP: netip.MustParseAddr("2001:db8:19::1")}, {Family: service.IPv6, NodeIP: netip.MustParseAddr("198.19.0.1")}} {
 		if _, err := Render(cfg, st.Snapshot()); err == nil {
 			t.Errorf("Render(%+v): no error", cfg)
 		}

@@ -26,6 +26,12 @@ type Config struct {
 	// (`fib daddr type local`). Loopback addresses are left out: see
 	// docs/operations.md.
 	NodeIPs []netip.Addr
+	// NodeIP is this node's own address of the family (kube-proxy's nodeIP,
+	// detectNodeIPs: the first of the family). A LoadBalancer whose source
+	// ranges hold it also accepts its own IPs as a source
+	// (kernelsync.FirewallSources). Invalid (zero): unknown, and no such source
+	// is accepted, as kube-proxy does when it falls back to loopback.
+	NodeIP netip.Addr
 	// ClusterCIDR is the pod network. Traffic to a ClusterIP from outside it is
 	// masqueraded, and pod traffic to an external destination of a Local-policy
 	// Service goes to every endpoint. Invalid (zero): neither.
@@ -55,6 +61,9 @@ func (c *Config) validate() error {
 	}
 	if c.Family != "" && c.Family != service.IPv4 && c.Family != service.IPv6 {
 		return fmt.Errorf("nftables config: Family %q: want IPv4 or IPv6", c.Family)
+	}
+	if a := c.NodeIP; a.IsValid() && a.Unmap().Is6() != c.ipv6() {
+		return fmt.Errorf("nftables config: NodeIP %s: not an %s address", a, c.family())
 	}
 	if p := c.ClusterCIDR; p.IsValid() && p.Addr().Is6() != c.ipv6() {
 		return fmt.Errorf("nftables config: ClusterCIDR %s: not an %s prefix", p, c.family())

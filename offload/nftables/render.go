@@ -95,11 +95,10 @@ func renderPort(cfg *Config, p *service.Port) *portObjects {
 		renderExternalChain(cfg, pp, b)
 	}
 	if len(pp.sourceRanges) > 0 && len(pp.lbIPs) > 0 {
-		ranges := make([]string, len(pp.sourceRanges))
-		for i, r := range pp.sourceRanges {
-			ranges[i] = r.String()
-		}
-		b.add(pp.fwChain, pp.ip+" saddr != {", strings.Join(ranges, ", "), "}", "drop")
+		// The ranges, and the LoadBalancer IPs themselves when the ranges allow
+		// this node (kernelsync.FirewallSources, kube-proxy's allowFromNode).
+		sources := kernelsync.FirewallSources(pp.sourceRanges, pp.lbIPs, cfg.NodeIP)
+		b.add(pp.fwChain, pp.ip+" saddr != {", strings.Join(sources, ", "), "}", "drop")
 	}
 	if cfg.CountConnections {
 		po.counter = prefixCounter + pp.base
