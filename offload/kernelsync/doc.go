@@ -23,7 +23,7 @@
 //     to one of the port's endpoints, every entry to the frontends of a port
 //     without endpoints (StaleEntries: what came before the first sync, a
 //     REDIRECT of the userspace mode say), as kube-proxy's
-//     pkg/proxy/conntrack does;
+//     pkg/proxy/conntrack does; what fails is tried again at the next sync;
 //   - it keeps the sync record /status shows (Health).
 //
 // Policy is what a port's traffic policies decide (which policy chains it needs,

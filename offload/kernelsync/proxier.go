@@ -121,6 +121,11 @@ type Proxier[P Port, R Rendering[P]] struct {
 	needFull bool                   // a sync failed: the kernel may not be what applied says
 	lastFull time.Time              // when the last full sync ended
 	checked  time.Time              // when the kernel was last checked (Mode.Check), or fully synced
+	// A conntrack cleanup that failed is tried again at the next sync: the
+	// deletions that failed (a deleted Service's entries are in no later
+	// walk), and the walk if it failed.
+	ctRetry []conntrack.Filter
+	ctWalk  bool
 }
 
 // New returns a Proxier of mode with cfg's defaults filled in.
@@ -262,28 +267,40 @@ func (p *Proxier[P, R]) commit(ctx context.Context, r R, full bool, start time.T
 // its changes and removals (StaleFlows), and after a full sync, which has no
 // complete change list (the first of a process knows nothing of what came
 // before it), every UDP entry of a served port that did not go to one of its
-// endpoints (StaleEntries).
+// endpoints (StaleEntries). What fails is tried again at the next sync, full
+// or not: kube-proxy reconciles after every sync that changed a UDP
+// Service's endpoints, so a failure there is mended by the next one; here a
+// lost deletion would wait for the next full sync, an hour, while a one-way
+// sender keeps its entry to a deleted pod alive. A deletion retried after its
+// endpoint came back ends that endpoint's flows early: their clients' next
+// datagrams pick an endpoint again.
 func (p *Proxier[P, R]) cleanFlows(ctx context.Context, first, full bool, r R) (int, error) {
 	if p.cfg.Conntrack == nil {
 		return 0, nil
 	}
 	var errs []error
 	n := 0
+	filters := p.ctRetry
 	if !first {
-		for _, f := range StaleFlows(r.Changed(), r.Removed()) {
-			d, err := p.cfg.Conntrack.Delete(ctx, f)
-			n += d
-			if err != nil {
-				errs = append(errs, err)
-			}
+		filters = append(filters, StaleFlows(r.Changed(), r.Removed())...)
+	}
+	p.ctRetry = nil
+	for _, f := range compact(filters) {
+		d, err := p.cfg.Conntrack.Delete(ctx, f)
+		n += d
+		if err != nil {
+			errs = append(errs, err)
+			p.ctRetry = append(p.ctRetry, f)
 		}
 	}
-	if full {
+	if full || p.ctWalk {
+		p.ctWalk = false
 		for _, s := range StaleEntries(p.applied) {
 			d, err := p.cfg.Conntrack.DeleteStale(ctx, s)
 			n += d
 			if err != nil {
 				errs = append(errs, err)
+				p.ctWalk = true
 			}
 		}
 	}

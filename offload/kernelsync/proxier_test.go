@@ -237,6 +237,82 @@ func TestProxierEndpointsToZero(t *testing.T) {
 	})
 }
 
+// failing is a conntrack table whose next failDeletes Delete calls and next
+// failWalks DeleteStale calls fail.
+type failing struct {
+	*conntrack.Fake
+	failDeletes, failWalks int
+}
+
+func (f *failing) Delete(ctx context.Context, flt conntrack.Filter) (int, error) {
+	if f.failDeletes > 0 {
+		f.failDeletes--
+		return 0, errors.New("conntrack: netlink: no buffer space available")
+	}
+	return f.Fake.Delete(ctx, flt)
+}
+
+func (f *failing) DeleteStale(ctx context.Context, s conntrack.Stale) (int, error) {
+	if f.failWalks > 0 {
+		f.failWalks--
+		return 0, errors.New("conntrack: netlink: no buffer space available")
+	}
+	return f.Fake.DeleteStale(ctx, s)
+}
+
+// A conntrack cleanup that failed is tried again at the next sync, although
+// it is partial and changes nothing: the deletion of a port's last endpoint,
+// of a deleted Service's (no later walk knows its frontends), and the first
+// sync's walk.
+func TestProxierRetriesConntrack(t *testing.T) {
+	toGone := conntrack.Flow{Protocol: "udp", Src: netip.MustParseAddrPort("198.19.10.2:5000"),
+		OrigDst: netip.MustParseAddrPort("198.18.0.53:53"), DstNAT: netip.MustParseAddrPort("198.19.1.2:53")}
+	none := service.NewSnapshot(nil, nil)
+	for _, tt := range []struct {
+		name           string
+		before, after  *service.Snapshot // the sync before the entry, the one that fails
+		deletes, walks int               // failures injected
+	}{
+		{"the last endpoint leaves", udpService("198.19.1.2:53"), udpService(), 1, 0},
+		{"the Service is deleted", udpService("198.19.1.2:53"), none, 1, 0},
+		{"the first sync's walk", nil, udpService(), 0, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ct := &failing{Fake: conntrack.NewFake()}
+			m := &mode{}
+			p := New(Config{Conntrack: ct}, m)
+			sync := func(snap *service.Snapshot) {
+				t.Helper()
+				p.Update(snap)
+				if err := p.Sync(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.before != nil {
+				sync(tt.before)
+			}
+			ct.Add(toGone)
+			ct.failDeletes, ct.failWalks = tt.deletes, tt.walks
+			sync(tt.after)
+			if h := p.Health(); h.ConntrackErrors != 1 || len(ct.Flows()) != 1 {
+				t.Fatalf("the failed cleanup: health %+v, flows %v; want one error, the entry left", h, ct.Flows())
+			}
+			sync(tt.after) // nothing changed: a partial sync
+			if h := p.Health(); h.ConntrackErrors != 1 || h.ConntrackDeleted != 1 || len(ct.Flows()) != 0 {
+				t.Errorf("the next sync: health %+v, flows %v; want the entry deleted", h, ct.Flows())
+			}
+			if got := m.writes[len(m.writes)-1]; got != "partial" {
+				t.Errorf("the next sync was %s, want partial: the retry needs no full sync", got)
+			}
+			n := len(ct.Deletes()) + len(ct.Stales())
+			sync(tt.after)
+			if got := len(ct.Deletes()) + len(ct.Stales()); got != n {
+				t.Errorf("a third sync cleaned again (%d calls, then %d): a retry must happen once", n, got)
+			}
+		})
+	}
+}
+
 func TestStaleFlows(t *testing.T) {
 	vip, ep1, ep2 := netip.MustParseAddr("198.18.0.53"), netip.MustParseAddr("198.19.1.2"), netip.MustParseAddr("198.19.1.3")
 	mk := func(proto string, eps ...netip.Addr) *port {
