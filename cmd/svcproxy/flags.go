@@ -31,6 +31,9 @@ type Config struct {
 	Kubeconfig       string
 	Mode             string
 	Offload          string
+	// ModeDefaulted: --mode was not given, and Mode is its default (logged at
+	// start, as kube-proxy logs a defaulted mode: logModeChoice).
+	ModeDefaulted bool
 
 	PromoteConnRate float64
 	PromoteAfter    time.Duration
@@ -87,6 +90,8 @@ func parseFlags(args []string) (*Config, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	c.ModeDefaulted = true
+	fs.Visit(func(f *flag.Flag) { c.ModeDefaulted = c.ModeDefaulted && f.Name != "mode" })
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}

@@ -27,51 +27,33 @@ spec:
 
 // TestIPVSFallback runs the svcproxy binary with --mode ipvs on this machine's
 // kernel, which has no IPVS (the IPVS tests run in test/vm's VM): it must say why in
-// one log line and run iptables mode, and /proxyMode must say iptables.
+// one log line and run iptables mode, and /proxyMode must say iptables. Before
+// that it logs kube-proxy's IPVS deprecation warning once.
 func TestIPVSFallback(t *testing.T) {
 	if err := kipvs.Available(); err == nil {
 		t.Skip("this kernel has IPVS: nothing to fall back from (test/vm covers IPVS mode)")
 	}
 	netnstest.RequireRoot(t, "iptables-restore", "iptables-save")
-	file := filepath.Join(t.TempDir(), "services.yaml")
-	if err := os.WriteFile(file, []byte(fallbackManifests), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	ns := netnstest.New(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	// The test binary itself runs as svcproxy (TestHelperSvcproxy), so no
-	// build step is needed.
-	cmd := ns.Command(ctx, "env", "SVCPROXY_HELPER=1", os.Args[0], "-test.run=^TestHelperSvcproxy$", "--",
-		"--mode", "ipvs", "--services", file,
-		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249")
-	logs, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-
-	// Read the log until both HTTP servers listen: the readiness signal.
-	var fallback []string
-	var all strings.Builder
-	sc := bufio.NewScanner(logs)
-	for serving := 0; serving < 2 && sc.Scan(); {
-		line := sc.Text()
-		all.WriteString(line + "\n")
+	var fallback, deprecated []string
+	for _, line := range startHelper(t, ns, "--mode", "ipvs") {
 		switch {
 		case strings.Contains(line, "IPVS not available"):
 			fallback = append(fallback, line)
-		case strings.Contains(line, "msg=serving"):
-			serving++
+		case strings.Contains(line, ipvsDeprecation):
+			// kube-proxy's warning, for the mode chosen (logModeChoice),
+			// before the fallback.
+			if len(fallback) > 0 {
+				t.Errorf("the deprecation warning comes after the fallback line")
+			}
+			deprecated = append(deprecated, line)
 		}
 	}
-	go io.Copy(io.Discard, logs) // keep the pipe drained until the process ends
-	t.Logf("svcproxy log:\n%s", all.String())
 	if len(fallback) != 1 {
 		t.Fatalf("want one fallback line, got %d", len(fallback))
+	}
+	if len(deprecated) != 1 || !strings.Contains(deprecated[0], "level=WARN") {
+		t.Errorf("want one warning with kube-proxy's IPVS deprecation, got %q", deprecated)
 	}
 	for _, want := range []string{"running iptables mode instead", "/proc/net/ip_vs", "kernel has no IPVS"} {
 		if !strings.Contains(fallback[0], want) {
@@ -85,6 +67,41 @@ func TestIPVSFallback(t *testing.T) {
 	if strings.TrimSpace(mode) != "iptables" {
 		t.Errorf("/proxyMode = %q, want iptables", mode)
 	}
+}
+
+// startHelper runs the test binary as svcproxy (TestHelperSvcproxy, so no
+// build step is needed) in ns with args, on fallbackManifests and loopback
+// HTTP addresses, until the test ends. It returns the log up to the
+// readiness signal: both HTTP servers listening.
+func startHelper(t *testing.T, ns *netnstest.NS, args ...string) []string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "services.yaml")
+	if err := os.WriteFile(file, []byte(fallbackManifests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	cmd := ns.Command(ctx, "env", append([]string{"SVCPROXY_HELPER=1", os.Args[0], "-test.run=^TestHelperSvcproxy$", "--",
+		"--services", file, "--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}, args...)...)
+	logs, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	var lines []string
+	sc := bufio.NewScanner(logs)
+	for serving := 0; serving < 2 && sc.Scan(); {
+		lines = append(lines, sc.Text())
+		if strings.Contains(sc.Text(), "msg=serving") {
+			serving++
+		}
+	}
+	go io.Copy(io.Discard, logs) // keep the pipe drained until the process ends
+	t.Logf("svcproxy log:\n%s", strings.Join(lines, "\n"))
+	return lines
 }
 
 // fallbackGet makes one GET inside ns: the socket is made on the namespace's thread

@@ -66,6 +66,7 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	logModeChoice(cfg, log)
 	dp, err := newDataplane(cfg, log)
 	if err != nil {
 		return err
