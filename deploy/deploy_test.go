@@ -117,13 +117,14 @@ func TestApply(t *testing.T) {
 	}
 
 	for _, sa := range []string{"svcproxy", "clusterdns"} {
-		t.Run(sa, func(t *testing.T) { checkRBAC(ctx, t, srv, kubectl, sa) })
+		t.Run(sa, func(t *testing.T) { checkRBAC(ctx, t, srv, kubectl, sa, sa == "svcproxy") })
 	}
 }
 
 // checkRBAC uses the ServiceAccount's own token: it may list and watch what
-// the informers of service/watch read, and nothing else.
-func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl, sa string) {
+// the informers of service/watch read, and nothing else. nodes says whether
+// it reads its Node (svcproxy does, clusterdns does not).
+func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl, sa string, nodes bool) {
 	out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", srv.Kubeconfig,
 		"-n", "kube-system", "create", "token", sa).Output()
 	if err != nil {
@@ -141,6 +142,18 @@ func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl,
 		"list services":       func() error { _, err := c.CoreV1().Services("").List(ctx, opts); return err },
 		"list endpointslices": func() error { _, err := c.DiscoveryV1().EndpointSlices("").List(ctx, opts); return err },
 	}
+	listNodes := func() error { _, err := c.CoreV1().Nodes().List(ctx, opts); return err }
+	watchNodes := func() error {
+		w, err := c.CoreV1().Nodes().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=node-a"})
+		if err == nil {
+			w.Stop()
+		}
+		return err
+	}
+	getNode := func() error { _, err := c.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{}); return err }
+	if nodes {
+		allowed["list nodes"], allowed["watch nodes"] = listNodes, watchNodes
+	}
 	for what, do := range allowed {
 		if err := do(); err != nil {
 			t.Errorf("%s may not %s: %v", sa, what, err)
@@ -151,10 +164,13 @@ func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl,
 		"list endpoints":  func() error { _, err := c.CoreV1().Endpoints("").List(ctx, opts); return err },
 		"list configmaps": func() error { _, err := c.CoreV1().ConfigMaps("").List(ctx, opts); return err },
 		"list pods":       func() error { _, err := c.CoreV1().Pods("").List(ctx, opts); return err },
-		"list nodes":      func() error { _, err := c.CoreV1().Nodes().List(ctx, opts); return err },
+		"get node":        getNode,
 		"delete service kube-dns": func() error {
 			return c.CoreV1().Services("kube-system").Delete(ctx, "kube-dns", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		},
+	}
+	if !nodes {
+		denied["list nodes"], denied["watch nodes"] = listNodes, watchNodes
 	}
 	for what, do := range denied {
 		if err := do(); !apierrors.IsForbidden(err) {

@@ -58,7 +58,10 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		MaxFileBytes:  cfg.ServicesMaxBytes,
 		MinSyncPeriod: cfg.MinSyncPeriod,
 		ResyncPeriod:  cfg.SyncPeriod,
-		Logger:        log,
+		// This node's Node: its zone for traffic distribution, its deletion
+		// and the autoscaler's taint for /healthz.
+		NodeName: cfg.NodeName,
+		Logger:   log,
 	})
 	if errors.Is(err, watch.ErrFileTooLarge) {
 		return fmt.Errorf("%w (raise --services-max-bytes to accept it)", err)

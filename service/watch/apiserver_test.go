@@ -147,11 +147,16 @@ type apiFollower struct {
 // its first Snapshot.
 func startAPIWatcher(t *testing.T, kubeconfig string) *apiFollower {
 	t.Helper()
-	w, err := watch.New(watch.Config{
-		Kubeconfig:    kubeconfig,
-		MinSyncPeriod: 10 * time.Millisecond,
-		Logger:        slog.New(slog.NewTextHandler(apiTestLog{t}, nil)),
-	})
+	return startAPIWatcherConfig(t, watch.Config{Kubeconfig: kubeconfig})
+}
+
+// startAPIWatcherConfig is startAPIWatcher with more of the Config: its
+// MinSyncPeriod and Logger are the test's.
+func startAPIWatcherConfig(t *testing.T, cfg watch.Config) *apiFollower {
+	t.Helper()
+	cfg.MinSyncPeriod = 10 * time.Millisecond
+	cfg.Logger = slog.New(slog.NewTextHandler(apiTestLog{t}, nil))
+	w, err := watch.New(cfg)
 	if err != nil {
 		t.Fatalf("watch.New: %v", err)
 	}

@@ -26,7 +26,7 @@ func BenchmarkLoadFile(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if snap := build(objs); snap.Len() != n {
+				if snap := build(objs, selection{}); snap.Len() != n {
 					b.Fatalf("%d Services, want %d", snap.Len(), n)
 				}
 			}

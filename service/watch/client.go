@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apifields "k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -19,11 +20,11 @@ import (
 // group at init, some sixty groups, for two read here: measured on an idle
 // clusterdns, that was 10 of its 28 MiB resident (mostly the binary's pages
 // that the registrations touch). Instead, one REST client per group lists and
-// watches the two kinds, with a scheme that knows only the kinds read here and
-// in manifests files.
+// watches the kinds read (Services, EndpointSlices, this node's Node), with a
+// scheme that knows only the kinds read here and in manifests files.
 
-// scheme knows the kinds this package reads: core/v1 (Services, Endpoints)
-// and discovery/v1 (EndpointSlices), and the meta types of lists and watches.
+// scheme knows the kinds this package reads: core/v1 (Services, Endpoints,
+// Nodes) and discovery/v1 (EndpointSlices), and the meta types of lists and watches.
 // It decodes the API server's answers and the manifests files.
 var scheme = newScheme()
 
@@ -48,13 +49,17 @@ const protobuf = "application/vnd.kubernetes.protobuf"
 // listWatchers are where the informers list and watch each kind.
 type listWatchers struct {
 	services, slices cache.ListerWatcher
+	// node lists and watches this node's Node object, and no other: nil when
+	// the Watcher follows no Node (Config.NodeName is "").
+	node cache.ListerWatcher
 }
 
 // apiListWatchers connects to the API server of rc: a REST client for core/v1
 // and one for discovery/v1, sharing one HTTP client (one connection).
 // Authentication is rc's: whatever the kubeconfig or the in-cluster config
 // says (client certificates, a bearer token or token file, exec plugins).
-func apiListWatchers(rc *rest.Config) (listWatchers, error) {
+// nodeName, when not "", adds the watch of that Node.
+func apiListWatchers(rc *rest.Config, nodeName string) (listWatchers, error) {
 	hc, err := rest.HTTPClientFor(rc)
 	if err != nil {
 		return listWatchers{}, fmt.Errorf("api client: %w", err)
@@ -67,10 +72,26 @@ func apiListWatchers(rc *rest.Config) (listWatchers, error) {
 	if err != nil {
 		return listWatchers{}, err
 	}
-	return listWatchers{
+	lws := listWatchers{
 		services: listWatch(core, serviceList),
 		slices:   listWatch(discovery, sliceList),
-	}, nil
+	}
+	if nodeName != "" {
+		lws.node = nodeListWatch(core, nodeName)
+	}
+	return lws, nil
+}
+
+// nodeListWatch lists and watches the Node named name and no other, selected
+// by the API server (metadata.name=name), as kube-proxy's node informer does
+// (k8s.io/kubernetes v1.37.2 pkg/proxy/node.go, newNodeManager): a node
+// proxy has no business with the other Nodes, and a cluster of 5,000 nodes
+// would otherwise send each of them every Node's status updates. Its LIST
+// is one object: client-go's path decodes it.
+func nodeListWatch(c cache.Getter, name string) cache.ListerWatcher {
+	return listThenWatch{cache.NewFilteredListWatchFromClient(c, "nodes", metav1.NamespaceAll, func(o *metav1.ListOptions) {
+		o.FieldSelector = apifields.OneTermEqualSelector("metadata.name", name).String()
+	})}
 }
 
 // restClient is a client of one API group version that asks for protobuf

@@ -3,7 +3,9 @@
 //
 // A Watcher runs client-go informers on Services and EndpointSlices, as
 // kube-proxy does (v1 Endpoints of the API server are not read: the
-// EndpointSlice mirroring controller turns them into slices). Their events
+// EndpointSlice mirroring controller turns them into slices), and, when
+// Config.NodeName names this node, on that one Node, whose labels and
+// deletion state every Snapshot carries (service.Snapshot.Node). Their events
 // only mark the state dirty; a coalescing loop then joins the informers'
 // caches into a new service.Snapshot, at most once per MinSyncPeriod and at
 // least once per ResyncPeriod, and hands it to every subscriber.

@@ -54,11 +54,10 @@ const (
 // objects have no later use: at 20,000 Services, dropping them halved
 // clusterdns's heap (86 to 44 MB). A Watcher takes the latest Snapshot under mu.
 type fileSource struct {
-	path     string
-	maxBytes int64
-	log      *slog.Logger
-	changed  func() // wakes the Watcher's loop
-	now      func() time.Time
+	fileConfig
+	log     *slog.Logger
+	changed func() // wakes the Watcher's loop
+	now     func() time.Time
 
 	mu   sync.Mutex
 	snap *service.Snapshot // of the file as last applied
@@ -78,14 +77,21 @@ type fileStamp struct {
 
 func (s fileStamp) sameStat(o fileStamp) bool { return s.size == o.size && s.mtime.Equal(o.mtime) }
 
+// fileConfig is what a fileSource is told by the Watcher's Config.
+type fileConfig struct {
+	path     string
+	maxBytes int64
+	sel      selection
+}
+
 // newFileSource reads and loads the file; it must load.
-func newFileSource(path string, maxBytes int64, log *slog.Logger, changed func()) (*fileSource, error) {
-	f := &fileSource{path: path, maxBytes: maxBytes, log: log, changed: changed, now: time.Now}
+func newFileSource(cfg fileConfig, log *slog.Logger, changed func()) (*fileSource, error) {
+	f := &fileSource{fileConfig: cfg, log: log, changed: changed, now: time.Now}
 	data, st, err := f.readSettled()
 	if err != nil {
 		return nil, fmt.Errorf("services file: %w", err)
 	}
-	objs, err := LoadManifests(path, data)
+	objs, err := LoadManifests(f.path, data)
 	if !onlyUnsupported(err) {
 		return nil, err
 	}
@@ -319,7 +325,7 @@ func unjoin(err error) []error {
 // log (the lab waits for a sync after that line) never sees a handover that
 // precedes it.
 func (f *fileSource) put(objs []runtime.Object) int {
-	snap := build(objs)
+	snap := build(objs, f.sel)
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -332,7 +338,8 @@ func (f *fileSource) put(objs []runtime.Object) int {
 }
 
 // changes counts the Services that differ between two Snapshots (old may be
-// nil), plus one if their validation errors differ.
+// nil), plus one if their validation errors differ, plus one if this node's
+// Node differs.
 func changes(old, cur *service.Snapshot) int {
 	if old == nil {
 		old = service.NewSnapshot(nil, nil)
@@ -349,6 +356,9 @@ func changes(old, cur *service.Snapshot) int {
 		}
 	}
 	if !slices.EqualFunc(old.Errors(), cur.Errors(), func(a, b error) bool { return a.Error() == b.Error() }) {
+		n++
+	}
+	if !reflect.DeepEqual(old.Node(), cur.Node()) {
 		n++
 	}
 	return n

@@ -48,7 +48,7 @@ func endpointsOf(s *service.Snapshot) string {
 func TestFileSourceWaitsForSettledFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "services.yaml")
 	writeFile(t, path, manifest(80))
-	f, err := newFileSource(path, DefaultMaxFileBytes, slog.New(newLogRecorder()), func() {})
+	f, err := newFileSource(fileConfig{path: path, maxBytes: DefaultMaxFileBytes}, slog.New(newLogRecorder()), func() {})
 	if err != nil {
 		t.Fatal(err)
 	}

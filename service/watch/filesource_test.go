@@ -163,7 +163,7 @@ func TestFileSourceLogsBeforeHandover(t *testing.T) {
 	writeFile(t, path, manifest(80))
 	logs := newLogRecorder()
 	var wakes []int // the reloaded lines logged at each wake
-	f, err := newFileSource(path, 1<<20, slog.New(logs), func() {
+	f, err := newFileSource(fileConfig{path: path, maxBytes: 1 << 20}, slog.New(logs), func() {
 		wakes = append(wakes, logs.count("services file reloaded"))
 	})
 	if err != nil {

@@ -1,9 +1,13 @@
 package watch
 
 import (
+	"reflect"
+	"sync"
 	"sync/atomic"
 
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/svcproxy/svcproxy/service"
 )
 
 // changeTracker is the Watcher's event handler for both informers. It keeps
@@ -34,3 +38,64 @@ func (c *changeTracker) changed() {
 func (c *changeTracker) OnAdd(any, bool)   { c.changed() }
 func (c *changeTracker) OnUpdate(_, _ any) { c.changed() }
 func (c *changeTracker) OnDelete(any)      { c.changed() }
+
+// nodeTracker is the event handler of the Node informer, and keeps what
+// a Snapshot holds of this node's Node (service.Node: labels, deletion, the
+// autoscaler's taint). It passes a change on to the changeTracker only when
+// that changed: the kubelet rewrites its Node's status on its own schedule
+// (conditions, images, heartbeats when leases are off), and each such update
+// would otherwise rebuild the Snapshot of every Service for nothing.
+// kube-proxy filters the same way: its NodeTopologyConfig (k8s.io/kubernetes
+// v1.37.2 pkg/proxy/config/config.go, handleNodeEvent) tells the proxier of a
+// Node update only when the zone label changed.
+//
+// A Node that is deleted stays, marked Deleting: it went away, which is what
+// a deletionTimestamp announces, and the health check keeps answering that
+// the node is going (kube-proxy's NodeManager.OnNodeDelete exits instead;
+// its topology keeps the last labels, as here).
+type nodeTracker struct {
+	changes *changeTracker
+
+	mu   sync.Mutex
+	node *service.Node // nil until the Node is seen
+}
+
+var _ cache.ResourceEventHandler = (*nodeTracker)(nil)
+
+func (n *nodeTracker) OnAdd(obj any, _ bool) { n.seen(obj) }
+func (n *nodeTracker) OnUpdate(_, obj any)   { n.seen(obj) }
+
+func (n *nodeTracker) OnDelete(any) {
+	n.mu.Lock()
+	if n.node == nil || n.node.Deleting {
+		n.mu.Unlock()
+		return
+	}
+	gone := *n.node
+	gone.Deleting = true
+	n.node = &gone
+	n.mu.Unlock()
+	n.changes.changed()
+}
+
+func (n *nodeTracker) seen(obj any) {
+	c, ok := obj.(*cachedNode)
+	if !ok {
+		return // the transform made every Node a cachedNode
+	}
+	n.mu.Lock()
+	same := reflect.DeepEqual(n.node, c.obj)
+	n.node = c.obj
+	n.mu.Unlock()
+	if !same {
+		n.changes.changed()
+	}
+}
+
+// get returns the Node as last seen, nil before it is. The Node is never
+// modified once stored, so Snapshots may share it.
+func (n *nodeTracker) get() *service.Node {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.node
+}

@@ -21,9 +21,10 @@ import (
 )
 
 // ErrUnsupportedKind is wrapped by the DocumentError of a document whose kind is
-// not one of the three that make up Services: v1 Service, discovery.k8s.io/v1
-// EndpointSlice, v1 Endpoints. Such a document is skipped; the others still load.
-var ErrUnsupportedKind = errors.New("unsupported kind (want v1 Service, discovery.k8s.io/v1 EndpointSlice or v1 Endpoints)")
+// not one of the three that make up Services (v1 Service, discovery.k8s.io/v1
+// EndpointSlice, v1 Endpoints) nor a v1 Node (this node's labels and state).
+// Such a document is skipped; the others still load.
+var ErrUnsupportedKind = errors.New("unsupported kind (want v1 Service, discovery.k8s.io/v1 EndpointSlice, v1 Endpoints or v1 Node)")
 
 // DocumentError is a document (or an item of a List) of a manifests file that
 // did not load. Its text reads "services.yaml:12: v1 Service default/web: ...".
@@ -52,6 +53,13 @@ var supported = map[schema.GroupVersionKind]bool{
 	v1.SchemeGroupVersion.WithKind("Service"):                true,
 	v1.SchemeGroupVersion.WithKind("Endpoints"):              true,
 	discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"): true,
+	v1.SchemeGroupVersion.WithKind("Node"):                   true,
+}
+
+// clusterScoped are the supported kinds that live in no namespace: they get
+// none by default, and are named without one.
+var clusterScoped = map[schema.GroupVersionKind]bool{
+	v1.SchemeGroupVersion.WithKind("Node"): true,
 }
 
 // typedLists are the list kinds whose items may omit apiVersion and kind, as
@@ -60,6 +68,7 @@ var typedLists = map[schema.GroupVersionKind]schema.GroupVersionKind{
 	v1.SchemeGroupVersion.WithKind("ServiceList"):                v1.SchemeGroupVersion.WithKind("Service"),
 	v1.SchemeGroupVersion.WithKind("EndpointsList"):              v1.SchemeGroupVersion.WithKind("Endpoints"),
 	discoveryv1.SchemeGroupVersion.WithKind("EndpointSliceList"): discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"),
+	v1.SchemeGroupVersion.WithKind("NodeList"):                   v1.SchemeGroupVersion.WithKind("Node"),
 }
 
 // The manifests are read with encoding/json/v2 (its mirror for Go 1.26,
@@ -89,9 +98,9 @@ func decodeStrict(js []byte, obj runtime.Object) error {
 }
 
 // LoadManifests parses a manifests file: YAML documents separated by "---", or
-// JSON, each a v1 Service, discovery.k8s.io/v1 EndpointSlice or v1 Endpoints,
-// or a List of them. name is used only in errors. Objects without a namespace
-// get "default", as kubectl gives them.
+// JSON, each a v1 Service, discovery.k8s.io/v1 EndpointSlice, v1 Endpoints or
+// v1 Node, or a List of them. name is used only in errors. Objects without a
+// namespace get "default", as kubectl gives them; a Node has none.
 //
 // The error joins one *DocumentError per document that did not load. Documents
 // of other kinds wrap ErrUnsupportedKind and leave the rest loaded; any other
@@ -157,7 +166,11 @@ func (h *header) gvk() schema.GroupVersionKind {
 
 func (h *header) describe() string {
 	s := strings.TrimSpace(h.APIVersion + " " + h.Kind)
-	if h.Metadata.Name != "" {
+	switch {
+	case h.Metadata.Name == "":
+	case clusterScoped[h.gvk()]:
+		s = strings.TrimSpace(s + " " + h.Metadata.Name)
+	default:
 		ns := h.Metadata.Namespace
 		if ns == "" {
 			ns = metav1.NamespaceDefault
@@ -300,7 +313,7 @@ func decodeObject(where string, js []byte, defaults schema.GroupVersionKind) (ob
 	if !ok { // cannot happen for the supported kinds
 		return nil, desc, fmt.Errorf("decoded into %T, not an object", obj)
 	}
-	if m.GetNamespace() == "" {
+	if m.GetNamespace() == "" && !clusterScoped[gvk] {
 		m.SetNamespace(metav1.NamespaceDefault)
 	}
 	return obj, desc, nil
@@ -344,7 +357,7 @@ func fieldError(err error) error {
 
 // fieldPath turns a JSON Pointer into a field path: "/spec/ports/0/port" is
 // "spec.ports[0].port". A name made of digits is taken for an index: no field
-// of the three kinds has such a name (a label's key may, and reads as one).
+// of the kinds read has such a name (a label's key may, and reads as one).
 func fieldPath(p jsontext.Pointer) string {
 	var b strings.Builder
 	for name := range p.Tokens() {

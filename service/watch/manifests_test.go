@@ -137,6 +137,23 @@ func TestLoadManifests(t *testing.T) {
 		data: `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Service","metadata":{"namespace":"x"}}]}`,
 		errs: []string{"f.yaml:1: items[0]: v1 Service: metadata.name: required"},
 	}, {
+		name: "a node has no namespace",
+		data: svcYAML + "---\n" + nodeYAML("node-a", "zone-1", ""),
+		want: "Service default/web, Node /node-a", noError: true, usable: true,
+	}, {
+		name: "typed node list (API server JSON)",
+		data: `{"apiVersion":"v1","kind":"NodeList","items":[{"metadata":{"name":"node-a"}},{"metadata":{"name":"node-b"}}]}`,
+		want: "Node /node-a, Node /node-b", noError: true, usable: true,
+	}, {
+		name: "malformed node names the node and the field",
+		data: svcYAML + "---\n" + strings.Replace(nodeYAML("node-a", "zone-1", ""), "taints:", "taint:", 1),
+		want: "Service default/web",
+		errs: []string{`f.yaml:10: v1 Node node-a: unknown field "spec.taint"`},
+	}, {
+		name: "node label of the wrong type names the field",
+		data: "apiVersion: v1\nkind: Node\nmetadata:\n  name: node-a\n  labels: {topology.kubernetes.io/zone: [a]}\n",
+		errs: []string{"f.yaml:1: v1 Node node-a: metadata.labels.topology.kubernetes.io/zone: cannot unmarshal"},
+	}, {
 		name: "list item error names the item",
 		data: `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Service","metadata":{"name":"a"}},{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}]}`,
 		want: "Service default/a",

@@ -18,19 +18,33 @@ func SnapshotOf(name string, data []byte) (*service.Snapshot, error) {
 	if !onlyUnsupported(err) {
 		return nil, err
 	}
-	return build(objs), err
+	return build(objs, selection{}), err
 }
 
-// build is the Snapshot of objs (Services, EndpointSlices and v1 Endpoints;
-// anything else is ignored): what a manifests file describes.
-func build(objs []runtime.Object) *service.Snapshot {
+// selection says what of a manifests file goes into a Snapshot, as the
+// Watcher's Config says it.
+type selection struct {
+	// nodeName is Config.NodeName: the Node document of that name is this
+	// node's, the Snapshot's Node; other Nodes are ignored.
+	nodeName string
+}
+
+// build is the Snapshot of objs (Services, EndpointSlices, v1 Endpoints and
+// this node's Node; anything else is ignored): what a manifests file
+// describes, as sel selects it.
+func build(objs []runtime.Object, sel selection) *service.Snapshot {
 	var (
 		svcs      []*v1.Service
 		slices    []*discoveryv1.EndpointSlice
 		endpoints []*v1.Endpoints
+		node      *service.Node
 	)
 	for _, o := range objs {
 		switch o := o.(type) {
+		case *v1.Node:
+			if sel.nodeName != "" && o.Name == sel.nodeName {
+				node = service.ConvertNode(o)
+			}
 		case *v1.Service:
 			svcs = append(svcs, o)
 		case *discoveryv1.EndpointSlice:
@@ -39,5 +53,7 @@ func build(objs []runtime.Object) *service.Snapshot {
 			endpoints = append(endpoints, o)
 		}
 	}
-	return service.Build(svcs, slices, endpoints)
+	snap := service.Build(svcs, slices, endpoints)
+	snap.SetNode(node)
+	return snap
 }

@@ -39,9 +39,18 @@ type cachedSlice struct {
 	obj *service.SliceObject
 }
 
+// cachedNode is what the Node informer keeps of this node's Node: the
+// little a Snapshot carries of it (service.ConvertNode), not its status,
+// images and conditions.
+type cachedNode struct {
+	cacheMeta
+	obj *service.Node
+}
+
 // compact is the informers' transform: a *v1.Service becomes a
-// *cachedService, an *discoveryv1.EndpointSlice a *cachedSlice. Anything
-// else, a tombstone or an object already converted, is returned as it is.
+// *cachedService, an *discoveryv1.EndpointSlice a *cachedSlice, a *v1.Node a
+// *cachedNode. Anything else, a tombstone or an object already converted, is
+// returned as it is.
 // It reads obj, which it may modify (the informer owns it), and keeps none
 // of it but strings.
 func compact(obj any) (any, error) {
@@ -50,6 +59,8 @@ func compact(obj any) (any, error) {
 		return compactService(o), nil
 	case *discoveryv1.EndpointSlice:
 		return compactSlice(o), nil
+	case *v1.Node:
+		return &cachedNode{cacheMeta: metaOf(&o.ObjectMeta), obj: service.ConvertNode(o)}, nil
 	}
 	return obj, nil
 }
@@ -71,9 +82,11 @@ func compactSlice(es *discoveryv1.EndpointSlice) *cachedSlice {
 
 func (*cachedService) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 func (*cachedSlice) GetObjectKind() schema.ObjectKind   { return schema.EmptyObjectKind }
+func (*cachedNode) GetObjectKind() schema.ObjectKind    { return schema.EmptyObjectKind }
 
 func (c *cachedService) DeepCopyObject() runtime.Object { d := *c; return &d }
 func (c *cachedSlice) DeepCopyObject() runtime.Object   { d := *c; return &d }
+func (c *cachedNode) DeepCopyObject() runtime.Object    { d := *c; return &d }
 
 // ours returns the annotations svcproxy reads (nil if none): a Service keeps
 // its annotations, and kubectl apply's last-applied-configuration alone is

@@ -44,6 +44,14 @@ type Config struct {
 	// changed. 0 means DefaultResyncPeriod.
 	ResyncPeriod time.Duration
 
+	// NodeName is this node's name. When it is not "", every Snapshot
+	// carries that Node (service.Snapshot.Node): from the API server, a
+	// watch of that one Node; from a manifests file, the v1 Node document of
+	// that name. A change of what service.Node holds (labels, deletion, the
+	// autoscaler's taint) publishes a new Snapshot. "" (clusterdns) watches
+	// no Node, and Snapshot.Node is nil.
+	NodeName string
+
 	// Logger receives parse errors of the file, validation errors of objects
 	// (each distinct error once) and source events. nil means slog.Default().
 	Logger *slog.Logger
@@ -107,7 +115,8 @@ func newWatcher(cfg Config, lw *listWatchers) (*Watcher, error) {
 		if cfg.MaxFileBytes <= 0 {
 			cfg.MaxFileBytes = DefaultMaxFileBytes
 		}
-		fs, err := newFileSource(cfg.ServicesFile, cfg.MaxFileBytes, w.log, w.tracker.changed)
+		fs, err := newFileSource(fileConfig{path: cfg.ServicesFile, maxBytes: cfg.MaxFileBytes, sel: selection{nodeName: cfg.NodeName}},
+			w.log, w.tracker.changed)
 		if err != nil {
 			return nil, err
 		}
@@ -122,7 +131,7 @@ func newWatcher(cfg Config, lw *listWatchers) (*Watcher, error) {
 			return nil, err
 		}
 		rc.WarningHandler = &warningLogger{log: w.log, seen: make(map[string]bool)}
-		if w.api, err = apiListWatchers(rc); err != nil {
+		if w.api, err = apiListWatchers(rc, cfg.NodeName); err != nil {
 			return nil, err
 		}
 	}
@@ -192,17 +201,18 @@ func (w *Watcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel() // runs first: stops the informers that wg waits for
-	newInformer := func(lw cache.ListerWatcher, example runtime.Object) (cache.SharedIndexInformer, cache.DoneChecker, error) {
+	newInformer := func(lw cache.ListerWatcher, example runtime.Object, h cache.ResourceEventHandler) (cache.SharedIndexInformer, cache.DoneChecker, error) {
 		// No informer resync (0): our own ResyncPeriod rebuilds from the caches.
 		inf := cache.NewSharedIndexInformer(lw, example, 0, noIndexes)
 		// Cache converted objects, not API objects (transform.go).
 		if err := inf.SetTransform(compact); err != nil {
 			return nil, nil, fmt.Errorf("informer transform: %w", err)
 		}
-		r, err := inf.AddEventHandler(w.tracker)
+		r, err := inf.AddEventHandler(h)
 		if err != nil {
 			return nil, nil, fmt.Errorf("informer handler: %w", err)
 		}
+		wg.Go(func() { inf.RunWithContext(ctx) })
 		return inf, r.HasSyncedChecker(), nil // synced: the handler has seen the initial list
 	}
 	// Services and EndpointSlices only, as kube-proxy and CoreDNS's
@@ -212,21 +222,38 @@ func (w *Watcher) Run(ctx context.Context) error {
 	// an informer on v1 Endpoints would cache a second copy of every
 	// Service's endpoints and add nothing. A manifests file may still hold
 	// v1 Endpoints: no controller mirrors a file.
-	svcInf, svcSynced, err1 := newInformer(w.api.services, &v1.Service{})
-	sliceInf, sliceSynced, err2 := newInformer(w.api.slices, &discoveryv1.EndpointSlice{})
-	if err := errors.Join(err1, err2); err != nil {
+	svcInf, svcSynced, err := newInformer(w.api.services, &v1.Service{}, w.tracker)
+	if err != nil {
 		return err
 	}
-	for _, inf := range []cache.SharedIndexInformer{svcInf, sliceInf} {
-		wg.Go(func() { inf.RunWithContext(ctx) })
+	sliceInf, sliceSynced, err := newInformer(w.api.slices, &discoveryv1.EndpointSlice{}, w.tracker)
+	if err != nil {
+		return err
+	}
+	synced := []cache.DoneChecker{svcSynced, sliceSynced}
+	node := &nodeTracker{changes: w.tracker}
+	if w.api.node != nil { // and this node's Node
+		_, nodeSynced, err := newInformer(w.api.node, &v1.Node{}, node)
+		if err != nil {
+			return err
+		}
+		synced = append(synced, nodeSynced)
 	}
 
 	w.log.Info("waiting for informers to sync", "source", w.source)
-	// WaitFor wakes when both are done; WaitForCacheSync would poll every 100 ms.
-	if !cache.WaitFor(ctx, "", svcSynced, sliceSynced) {
+	// WaitFor wakes when all are done; WaitForCacheSync would poll every 100 ms.
+	if !cache.WaitFor(ctx, "", synced...) {
 		return nil // ctx done before the first list
 	}
-	w.loop(ctx, func() *service.Snapshot { return join(svcInf.GetStore(), sliceInf.GetStore()) })
+	if w.api.node != nil && node.get() == nil {
+		// kube-proxy logs it too (newNodeManager), and goes on without it.
+		w.log.Warn("this node's Node object does not exist: Snapshots carry none until it does", "node", w.cfg.NodeName)
+	}
+	w.loop(ctx, func() *service.Snapshot {
+		snap := join(svcInf.GetStore(), sliceInf.GetStore())
+		snap.SetNode(node.get())
+		return snap
+	})
 	return nil
 }
 
