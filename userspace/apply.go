@@ -51,6 +51,8 @@ func (p *Proxier) ApplyPortals() error {
 	err := p.applyPortals(p.ctx)
 	if err != nil {
 		p.retryLater()
+	} else if err := p.clearRejected(p.ctx); err != nil {
+		p.cfg.Logger.Warn("conntrack cleanup failed", "err", err)
 	}
 	return err
 }

@@ -36,6 +36,10 @@ type servicePort struct {
 	pickable  int                          // endpoints the Balancer picks from
 	refused   []string                     // endpoints never picked, and why
 	sessions  map[io.Closer]netip.AddrPort // UDP session -> endpoint
+
+	// ctCleared: the port's UDP conntrack entries were deleted since it
+	// lost its last endpoint (Proxier.clearRejected). Guarded by Proxier.mu.
+	ctCleared bool
 }
 
 func newServicePort(name service.PortName) *servicePort {

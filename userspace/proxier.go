@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	"github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -102,6 +103,12 @@ type Config struct {
 	// listener); so do their NodePort listeners, which a kernel DNAT of the node
 	// port passes by. Call ApplyPortals after its answer changes.
 	Exclude func(service.PortName) bool
+
+	// Conntrack, if not nil, deletes the UDP conntrack entries of a port
+	// whose portal became a REJECT, so that a client that keeps sending is
+	// refused instead of kept on the listener (see clearRejected). If nil,
+	// those entries stay until their client goes quiet.
+	Conntrack conntrack.Interface
 
 	// Logger receives what happens away from any caller: running out of file
 	// descriptors (at most one line per 10s), endpoints refused as loops. If
@@ -368,6 +375,9 @@ func (p *Proxier) syncLocked(ctx context.Context) error {
 	}
 	if err := p.applyPortals(ctx); err != nil {
 		errs = append(errs, err)
+	} else if err := p.clearRejected(ctx); err != nil {
+		// Not the sync's failure: the next sync tries again.
+		p.cfg.Logger.Warn("conntrack cleanup failed", "err", err)
 	}
 	return errors.Join(errs...)
 }

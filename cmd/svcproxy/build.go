@@ -236,6 +236,7 @@ func userspaceConfig(cfg *Config, fam service.Family, ipt kiptables.Interface, l
 		UDPMaxSessions: cfg.UDPMaxSessions,
 		ShutdownGrace:  cfg.ShutdownGrace,
 		IPTables:       ipt,
+		Conntrack:      conntrack.Netlink{},
 		NodeName:       cfg.NodeName,
 		ClusterCIDRs:   cfg.ClusterCIDRs,
 		Logger:         log.With("component", "userspace"),
