@@ -67,7 +67,16 @@ func familyDataplane(cfg *Config, fam service.Family, mode, offloadMode string, 
 			return nil, err
 		}
 		return userspace.NewDataplane(userspace.New(uc), 0), nil
-	case dataplane.ModeIPTables, dataplane.ModeNFTables, dataplane.ModeIPVS:
+	case dataplane.ModeNFTables:
+		dp, err := kernelPath(cfg, fam, mode, ipt, nil, log)
+		if err != nil {
+			return nil, err
+		}
+		if np, err := cfg.nodePortFamily(fam); err != nil || !np.Loopback {
+			return dp, err
+		}
+		return newLocalhostNodePorts(cfg, fam, dp, log), nil
+	case dataplane.ModeIPTables, dataplane.ModeIPVS:
 		return kernelPath(cfg, fam, mode, ipt, nil, log)
 	case dataplane.ModeHybrid:
 		uc, err := userspaceConfig(cfg, fam, ipt, log)
@@ -120,17 +129,21 @@ func kernelPath(cfg *Config, fam service.Family, mode string, ipt kiptables.Inte
 	case dataplane.ModeIPVS:
 		return ipvsPath(cfg, fam, ipt, carried, log)
 	case dataplane.ModeNFTables:
-		return nftablesPath(cfg, fam, carried)
+		return nftablesPath(cfg, fam, carried, log)
 	}
 	var include func(*service.Port) bool
 	if carried != nil {
 		include = func(p *service.Port) bool { return carried(p.Name) }
 	}
+	np, err := kernelNodePorts(cfg, fam, mode, log)
+	if err != nil {
+		return nil, err
+	}
 	return offloadiptables.NewDataplane(offloadiptables.ProxierConfig{
 		Rules: offloadiptables.Config{
 			Family:        fam,
 			NodeName:      cfg.NodeName,
-			NodeIPs:       cfg.NodeIPs,
+			NodeIPs:       np.Addrs,
 			NodeIP:        primaryNodeIP(cfg, fam),
 			ClusterCIDR:   cfg.clusterCIDR(fam),
 			MasqueradeAll: cfg.MasqueradeAll,
@@ -145,9 +158,16 @@ func kernelPath(cfg *Config, fam service.Family, mode string, ipt kiptables.Inte
 
 // nftablesPath builds nftables mode (offload/nftables) for family fam, in its
 // own table (`ip svcproxy` or `ip6 svcproxy`), restricted to the ports carried
-// accepts when it is not nil, with per-port connection counters then.
-func nftablesPath(cfg *Config, fam service.Family, carried func(service.PortName) bool) (dataplane.KernelPath, error) {
+// accepts when it is not nil, with per-port connection counters then. Without
+// carried (nftables mode), a loopback --nodeport-addresses makes the table
+// reject the UDP and SCTP NodePorts on loopback (familyDataplane adds the
+// TCP listeners: localhost.go).
+func nftablesPath(cfg *Config, fam service.Family, carried func(service.PortName) bool, log *slog.Logger) (dataplane.KernelPath, error) {
 	nft, err := knft.NewFamily(offloadnftables.TableFamily(fam), offloadnftables.Table)
+	if err != nil {
+		return nil, err
+	}
+	np, err := kernelNodePorts(cfg, fam, dataplane.ModeNFTables, log)
 	if err != nil {
 		return nil, err
 	}
@@ -157,14 +177,19 @@ func nftablesPath(cfg *Config, fam service.Family, carried func(service.PortName
 	}
 	return offloadnftables.NewDataplane(offloadnftables.ProxierConfig{
 		Rules: offloadnftables.Config{
-			Family:           fam,
-			NodeName:         cfg.NodeName,
-			NodeIPs:          cfg.NodeIPs,
-			NodeIP:           primaryNodeIP(cfg, fam),
-			ClusterCIDR:      cfg.clusterCIDR(fam),
-			MasqueradeAll:    cfg.MasqueradeAll,
-			Include:          include,
-			CountConnections: carried != nil,
+			Family:      fam,
+			NodeName:    cfg.NodeName,
+			NodeIPs:     np.Addrs,
+			NodeIP:      primaryNodeIP(cfg, fam),
+			NoNodePorts: !np.All && len(np.Addrs) == 0,
+			// The localhost listeners run in nftables mode only, not in
+			// hybrid's: there the userspace NodePort listeners, bound to
+			// every address, answer on loopback already.
+			LocalhostNodePorts: np.Loopback && carried == nil,
+			ClusterCIDR:        cfg.clusterCIDR(fam),
+			MasqueradeAll:      cfg.MasqueradeAll,
+			Include:            include,
+			CountConnections:   carried != nil,
 		},
 		NFT:        nft,
 		Conntrack:  conntrack.Netlink{},
@@ -194,7 +219,7 @@ func ipvsPath(cfg *Config, fam service.Family, ipt kiptables.Interface, carried 
 	if err != nil {
 		return nil, fmt.Errorf("links: %w", err)
 	}
-	nodeIPs, err := nodeAddresses(cfg)
+	nodeIPs, err := ipvsNodePorts(cfg, fam, log)
 	if err != nil {
 		return nil, err
 	}
@@ -346,8 +371,8 @@ func cleanupIPVS(ctx context.Context, cfg *Config, fam service.Family, ipt kipta
 	}
 	defer links.Close()
 	// The NodePort virtual servers are known by their address, a node address
-	// (--node-ip, or every address of the namespace), and port.
-	nodeIPs, err := nodeAddresses(cfg)
+	// (--nodeport-addresses), and port.
+	nodeIPs, err := ipvsNodePorts(cfg, fam, nil)
 	if err != nil {
 		return err
 	}

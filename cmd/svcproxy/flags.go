@@ -56,6 +56,10 @@ type Config struct {
 	SyncPeriod     time.Duration
 	ShutdownGrace  time.Duration
 
+	// NodePortAddresses is --nodeport-addresses: which node addresses
+	// answer NodePorts (nodeports.go).
+	NodePortAddresses NodePortAddresses
+
 	Cleanup bool
 }
 
@@ -77,7 +81,8 @@ func parseFlags(args []string) (*Config, error) {
 	fs.StringVar(&c.HealthzAddr, "healthz-bind-address", "0.0.0.0:10256", "serve /healthz here once the first sync is done")
 	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", "127.0.0.1:10249", "serve /metrics, /proxyMode and /status here")
 	fs.StringVar(&c.NodeName, "hostname-override", "", "this node's name, for traffic policy Local and the health check (default: the hostname, lower-cased)")
-	nodeIPs := fs.String("node-ip", "", "this node's addresses, comma-separated, for NodePorts (default: every address of the namespace)")
+	nodeIPs := fs.String("node-ip", "", "this node's addresses, comma-separated: what primary in --nodeport-addresses stands for")
+	nodePorts := fs.String("nodeport-addresses", "", "where NodePorts answer: CIDRs and the keywords primary (--node-ip), localhost (127.0.0.0/8, ::1/128: nftables mode serves TCP NodePorts there with userspace listeners) and all, comma-separated (default: primary with --node-ip, else all)")
 	cidr := fs.String("cluster-cidr", "198.19.0.0/16,2001:db8:19::/64", "pod addresses, one CIDR per IP family, comma-separated; traffic from outside them to a ClusterIP is masqueraded")
 	fs.BoolVar(&c.MasqueradeAll, "masquerade-all", false, "iptables mode: SNAT all traffic to a service")
 	fs.StringVar(&c.ProxyPortRange, "proxy-port-range", "", "userspace: local ports for the listeners, `FROM-TO` (default: chosen by the kernel)")
@@ -126,6 +131,9 @@ func parseFlags(args []string) (*Config, error) {
 			}
 			c.NodeIPs = append(c.NodeIPs, ip)
 		}
+	}
+	if c.NodePortAddresses, err = parseNodePortAddresses(*nodePorts, c.NodeIPs); err != nil {
+		errs = append(errs, err)
 	}
 	if *cidr != "" {
 		for _, s := range strings.Split(*cidr, ",") {

@@ -32,6 +32,17 @@ type Config struct {
 	// (kernelsync.FirewallSources). Invalid (zero): unknown, and no such source
 	// is accepted, as kube-proxy does when it falls back to loopback.
 	NodeIP netip.Addr
+	// NoNodePorts: no address of the family answers NodePorts in the kernel,
+	// even with NodeIPs empty (--nodeport-addresses names only loopback, or
+	// CIDRs no address of the node is in: kube-proxy's empty nodeport-ips
+	// set). NodeIPs is ignored then.
+	NoNodePorts bool
+	// LocalhostNodePorts: the node's loopback address (127.0.0.1, ::1)
+	// answers TCP NodePorts through userspace listeners beside the table
+	// (KEP-6032, kube-proxy's localnodeportproxy); the table rejects the
+	// UDP and SCTP NodePorts there, counting their packets in named
+	// counters (LocalhostRejected), as kube-proxy's table does.
+	LocalhostNodePorts bool
 	// ClusterCIDR is the pod network. Traffic to a ClusterIP from outside it is
 	// masqueraded, and pod traffic to an external destination of a Local-policy
 	// Service goes to every endpoint. Invalid (zero): neither.
@@ -83,6 +94,9 @@ func (c *Config) mark() string {
 // 127.0.0.1 could only work with route_localnet, which svcproxy never sets
 // (CVE-2020-8558); ::1 cannot be DNATed away from at all.
 func (c *Config) nodeIPs() []netip.Addr {
+	if c.NoNodePorts {
+		return nil
+	}
 	var out []netip.Addr
 	for _, a := range c.addrs(c.NodeIPs) {
 		if !a.IsLoopback() {
@@ -91,6 +105,10 @@ func (c *Config) nodeIPs() []netip.Addr {
 	}
 	return out
 }
+
+// nodePortSet reports whether NodePorts are matched by the nodeport-ips set
+// (some addresses, or none) rather than by every local address.
+func (c *Config) nodePortSet() bool { return c.NoNodePorts || len(c.nodeIPs()) > 0 }
 
 // TableFamily is the nftables family of fam's table: ip for IPv4, ip6 for IPv6.
 func TableFamily(fam service.Family) knftables.Family {

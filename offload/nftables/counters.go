@@ -3,6 +3,9 @@ package nftables
 import (
 	"context"
 	"fmt"
+	"strings"
+
+	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -38,6 +41,30 @@ func (t *transactor) connections(ctx context.Context, applied map[service.PortNa
 	for name := range ports {
 		if po, ok := applied[name]; ok && po.counter != "" {
 			out[name] = packets[po.counter]
+		}
+	}
+	return out, nil
+}
+
+// LocalhostRejected returns, by protocol ("udp", "sctp"), the packets the
+// table has rejected on localhost NodePorts (Config.LocalhostNodePorts): its
+// named counters, as kube-proxy's nftCounterMetricCollector reads them. Nil
+// without LocalhostNodePorts, or before the table exists.
+func (p *Proxier) LocalhostRejected(ctx context.Context) (map[string]uint64, error) {
+	if !p.t.cfg.Rules.LocalhostNodePorts {
+		return nil, nil
+	}
+	counters, err := p.t.cfg.NFT.ListCounters(ctx)
+	if knftables.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read counters of table %s: %w", Table, err)
+	}
+	out := map[string]uint64{}
+	for _, c := range counters {
+		if proto, ok := strings.CutPrefix(c.Name, prefixLocalhostRejected); ok && c.Packets != nil {
+			out[proto] = *c.Packets
 		}
 	}
 	return out, nil

@@ -2,7 +2,10 @@ package nftables
 
 import (
 	"context"
+	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/offload/kernelsync"
@@ -47,4 +50,39 @@ func (d *Dataplane) Status() any {
 // Connections implements dataplane.KernelPath (see Proxier.Connections).
 func (d *Dataplane) Connections(ctx context.Context, _ *service.Snapshot, ports dataplane.PortSet) (map[service.PortName]uint64, error) {
 	return d.p.Connections(ctx, ports)
+}
+
+// localhostRejectedDesc is kube-proxy's metric of the packets its table
+// rejects on localhost NodePorts (pkg/proxy/metrics:
+// localhostNodePortRejectedPacketsDescription); dataplane.Families adds the
+// label ip_family.
+var localhostRejectedDesc = prometheus.NewDesc("kubeproxy_nftables_localhost_nodeport_rejected_packets_total",
+	"Number of packets rejected on localhost NodePorts: UDP and SCTP, which the localhost listeners do not serve.",
+	[]string{"protocol"}, nil)
+
+// Describe implements prometheus.Collector: the sync record's metrics, and
+// with Config.LocalhostNodePorts the localhost rejections.
+func (d *Dataplane) Describe(ch chan<- *prometheus.Desc) {
+	d.Dataplane.Describe(ch)
+	if d.p.t.cfg.Rules.LocalhostNodePorts {
+		ch <- localhostRejectedDesc
+	}
+}
+
+// Collect implements prometheus.Collector. The rejections are read from the
+// kernel at each scrape, bounded as kube-proxy bounds it (2s); a failed read
+// leaves them out of that scrape.
+func (d *Dataplane) Collect(ch chan<- prometheus.Metric) {
+	d.Dataplane.Collect(ch)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	rejected, err := d.p.LocalhostRejected(ctx)
+	if err != nil {
+		return
+	}
+	for _, proto := range localhostRejected {
+		if n, ok := rejected[proto]; ok {
+			ch <- prometheus.MustNewConstMetric(localhostRejectedDesc, prometheus.CounterValue, float64(n), strings.ToUpper(proto))
+		}
+	}
 }

@@ -38,6 +38,23 @@ const (
 	chainReject                 = "reject-chain" // maps cannot say "reject": they say goto reject-chain
 )
 
+// Localhost NodePorts (Config.LocalhostNodePorts), kube-proxy's names
+// (pkg/proxy/nftables: localhostNodePortRejectMap,
+// localhostNodePortRejectChainName; pkg/proxy/metrics:
+// LocalhostNodePortRejectedCounterName): the map of the node ports whose
+// packets to loopback are rejected, and per protocol a chain that counts and
+// rejects them.
+const (
+	mapLocalhostNodePortReject = "localhost-nodeport-reject-ports"
+	prefixLocalhostReject      = "localhost-nodeport-reject-"   // + "udp", "sctp": the chain
+	prefixLocalhostRejected    = "localhost-nodeport-rejected-" // + "udp", "sctp": the named counter
+)
+
+// localhostRejected are the protocols whose localhost NodePorts are rejected
+// and counted: those the userspace listeners cannot serve (kube-proxy's
+// LocalhostNodePortRejectedProtocols).
+var localhostRejected = []string{"udp", "sctp"}
+
 // Sets and maps.
 const (
 	setClusterIPs         = "cluster-ips"

@@ -176,6 +176,9 @@ func renderFrontends(cfg *Config, pp *portPlan, b *chainBuilder) []element {
 		if !pp.HasExternal {
 			el(mapNoEndpointNodePort, key, pp.noEndpointVerdict)
 		}
+		if cfg.LocalhostNodePorts && slices.Contains(localhostRejected, pp.proto) {
+			el(mapLocalhostNodePortReject, key, "goto "+prefixLocalhostReject+pp.proto)
+		}
 	}
 	return out
 }

@@ -64,6 +64,13 @@ func TestRenderGolden(t *testing.T) {
 		{"internal-local-none-here", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, remoteOnly, st.WithInternalLocal()))},
 		{"count-connections", Config{NodeName: st.ThisNode, CountConnections: true},
 			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:2]))},
+		// KEP-6032: the UDP node port is rejected and counted on loopback
+		// (the TCP one is the listeners'); only the listed addresses take
+		// NodePorts in the kernel, here none (--nodeport-addresses localhost).
+		{"localhost-nodeports", Config{NodeName: st.ThisNode, LocalhostNodePorts: true, NoNodePorts: true}, st.Snapshot(
+			st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1], st.WithNodePort(30080)),
+			st.Service("dns", "198.18.0.53", 53, st.ThreeEndpoints()[:1], st.WithProtocol(service.UDP), st.WithNodePort(30053)),
+		)},
 		{"skipped", testConfig, st.Snapshot(
 			st.Service("headless", "198.18.0.1", 80, st.ThreeEndpoints(), st.WithHeadless()),
 			st.Service("v6only", "2001:db8::10", 80, st.ThreeEndpoints()),

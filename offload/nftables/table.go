@@ -81,6 +81,11 @@ func addTable(tx *knftables.Transaction, cfg *Config, fresh bool) {
 	for _, ip := range cfg.nodeIPs() {
 		tx.Add(&knftables.Element{Set: setNodePortIPs, Key: []string{ip.String()}})
 	}
+	if cfg.LocalhostNodePorts {
+		for _, proto := range localhostRejected {
+			tx.Add(&knftables.Counter{Name: prefixLocalhostRejected + proto}) // an existing counter keeps its count
+		}
+	}
 	fixed := fixedChains(cfg)
 	for _, c := range fixed[len(baseChains):] { // base chains were added above, with their hooks
 		tx.Add(&knftables.Chain{Name: c.name})
@@ -113,8 +118,12 @@ func tableSets(cfg *Config) []knftables.Object {
 		{mapNoEndpointServices, addr + " . inet_proto . inet_service : verdict", "REJECT or DROP service traffic without endpoints", true},
 		{mapNoEndpointNodePort, "inet_proto . inet_service : verdict", "REJECT or DROP NodePort traffic without endpoints", true},
 		{mapFirewallIPs, addr + " . inet_proto . inet_service : verdict", "LoadBalancer IPs with loadBalancerSourceRanges", true},
+		{mapLocalhostNodePortReject, "inet_proto . inet_service : verdict", "localhost NodePorts rejected by svcproxy", true},
 	} {
-		if s.name == setNodePortIPs && len(cfg.nodeIPs()) == 0 {
+		if s.name == mapLocalhostNodePortReject && !cfg.LocalhostNodePorts {
+			continue
+		}
+		if s.name == setNodePortIPs && !cfg.nodePortSet() {
 			continue
 		}
 		if s.isMap {
@@ -175,11 +184,22 @@ func fixedChains(cfg *Config) []chainRules {
 	// NodePorts: on the configured node addresses, or on every local one but
 	// loopback (a NodePort on 127.0.0.1 would need route_localnet).
 	nodePorts := "fib daddr type local " + ip + " daddr != " + cfg.loopback()
-	if len(cfg.nodeIPs()) > 0 {
+	if cfg.nodePortSet() {
 		nodePorts = ip + " daddr @" + setNodePortIPs
 	}
 	const isNew = "ct state new "
-	return []chainRules{
+	nodePortChecks := []string{nodePorts + " meta l4proto . th dport vmap @" + mapNoEndpointNodePort}
+	var localhost []chainRules
+	if cfg.LocalhostNodePorts {
+		// kube-proxy's setupNFTables: packets to loopback for a node port
+		// the listeners do not serve are counted and rejected.
+		nodePortChecks = append(nodePortChecks, ip+" daddr "+cfg.loopback()+" meta l4proto . th dport vmap @"+mapLocalhostNodePortReject)
+		for _, proto := range localhostRejected {
+			localhost = append(localhost, chainRules{prefixLocalhostReject + proto,
+				[]string{`counter name "` + prefixLocalhostRejected + proto + `" reject`}})
+		}
+	}
+	return append([]chainRules{
 		{chainFilterPrerouting, []string{isNew + "jump " + chainFirewallCheck}},
 		{chainFilterInput, []string{isNew + "jump " + chainNodePortEndpointsCheck, isNew + "jump " + chainServiceEndpointsCheck}},
 		{chainFilterForward, []string{isNew + "jump " + chainServiceEndpointsCheck, isNew + "jump " + chainClusterIPsCheck}},
@@ -193,7 +213,7 @@ func fixedChains(cfg *Config) []chainRules {
 			nodePorts + " meta l4proto . th dport vmap @" + mapServiceNodePorts,
 		}},
 		{chainServiceEndpointsCheck, []string{ip + " daddr . meta l4proto . th dport vmap @" + mapNoEndpointServices}},
-		{chainNodePortEndpointsCheck, []string{nodePorts + " meta l4proto . th dport vmap @" + mapNoEndpointNodePort}},
+		{chainNodePortEndpointsCheck, nodePortChecks},
 		{chainFirewallCheck, []string{ip + " daddr . meta l4proto . th dport vmap @" + mapFirewallIPs}},
 		// A ClusterIP answers only on its Services' ports; anything else is
 		// refused at once rather than routed out towards the service range.
@@ -216,7 +236,7 @@ func fixedChains(cfg *Config) []chainRules {
 			"masquerade fully-random",
 		}},
 		{chainReject, []string{"reject"}},
-	}
+	}, localhost...)
 }
 
 // addPort writes a port's sets and chains (each chain flushed unless the table is
