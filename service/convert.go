@@ -47,6 +47,9 @@ func convertService(obj *v1.Service) (*Service, error) {
 		PublishNotReadyAddresses: spec.PublishNotReadyAddresses,
 		Annotations:              obj.Annotations,
 	}
+	if spec.TrafficDistribution != nil {
+		svc.TrafficDistribution = *spec.TrafficDistribution
+	}
 	if svc.Type != TypeExternalName {
 		for _, s := range clusterIPStrings(spec) {
 			if s == v1.ClusterIPNone {
@@ -220,6 +223,16 @@ func sliceEndpoint(e discoveryv1.Endpoint) Endpoint {
 	}
 	if e.Hostname != nil {
 		ep.Hostname = *e.Hostname
+	}
+	// The hints, as kube-proxy's EndpointSliceCache reads them (its
+	// addEndpoints): a hint without names is none.
+	if h := e.Hints; h != nil {
+		for _, z := range h.ForZones {
+			ep.ForZones = append(ep.ForZones, z.Name)
+		}
+		for _, n := range h.ForNodes {
+			ep.ForNodes = append(ep.ForNodes, n.Name)
+		}
 	}
 	return ep
 }

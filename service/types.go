@@ -3,6 +3,7 @@ package service
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -114,6 +115,13 @@ type Service struct {
 	// PublishNotReadyAddresses makes the DNS publish endpoints that are not ready.
 	PublishNotReadyAddresses bool
 
+	// TrafficDistribution is spec.trafficDistribution as written: PreferSameNode,
+	// PreferSameZone, PreferClose (its older name) or "". The proxy does not
+	// choose by it: the EndpointSlice controller turns it into the endpoints'
+	// hints, and Port.Categorize follows the hints, as kube-proxy does. It is
+	// kept to say what the Service asked for beside what the hints give.
+	TrafficDistribution string
+
 	// Annotations are the Service's metadata.annotations (e.g. a per-service IPVS
 	// scheduler override). Read only.
 	Annotations map[string]string
@@ -140,7 +148,7 @@ type Port struct {
 	TargetPort string
 
 	// Endpoints in a stable order (by IP, then port). Endpoints of every
-	// condition are here; use Ready or Usable to choose.
+	// condition are here; Categorize chooses those a proxy sends to.
 	Endpoints []Endpoint
 }
 
@@ -158,9 +166,26 @@ type Endpoint struct {
 	NodeName string
 	Zone     string
 	Hostname string
+
+	// ForZones and ForNodes are the endpoint's hints (discovery/v1
+	// endpoints[].hints.forZones[].name and .forNodes[].name): the zones and
+	// nodes whose proxies should prefer it. nil when the slice gives none.
+	// They are shared and never modified.
+	ForZones, ForNodes []string
 }
 
 func (e Endpoint) String() string { return e.Addr.String() }
+
+// Equal reports whether e and o are the same endpoint in every field (an
+// Endpoint holds slices, so == does not compile).
+func (e Endpoint) Equal(o Endpoint) bool {
+	return e.Addr == o.Addr && e.Ready == o.Ready && e.Serving == o.Serving && e.Terminating == o.Terminating &&
+		e.NodeName == o.NodeName && e.Zone == o.Zone && e.Hostname == o.Hostname &&
+		slices.Equal(e.ForZones, o.ForZones) && slices.Equal(e.ForNodes, o.ForNodes)
+}
+
+// EqualEndpoints reports whether a and b hold equal endpoints in one order.
+func EqualEndpoints(a, b []Endpoint) bool { return slices.EqualFunc(a, b, Endpoint.Equal) }
 
 // Ready returns the endpoints that take new traffic.
 func (p *Port) Ready() []Endpoint {

@@ -229,7 +229,7 @@ func samePort(a, b *service.Port) bool {
 	}
 	as, bs := a.Service, b.Service
 	return a.Name == b.Name && a.Port == b.Port && a.Protocol == b.Protocol && a.NodePort == b.NodePort &&
-		slices.Equal(a.Endpoints, b.Endpoints) &&
+		service.EqualEndpoints(a.Endpoints, b.Endpoints) &&
 		slices.Equal(as.ClusterIPs, bs.ClusterIPs) && slices.Equal(as.ExternalIPs, bs.ExternalIPs) &&
 		slices.Equal(as.LoadBalancerIPs, bs.LoadBalancerIPs) && slices.Equal(as.LoadBalancerSourceRanges, bs.LoadBalancerSourceRanges) &&
 		as.HealthCheckNodePort == bs.HealthCheckNodePort && as.Affinity == bs.Affinity &&
