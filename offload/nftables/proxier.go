@@ -187,7 +187,8 @@ func (t *transactor) Check(ctx context.Context) error {
 // or, with noTable, the news that there is no table yet.
 type staleObjects struct {
 	chains, sets, counters []string
-	noTable                bool // nothing to flush: every object is new
+	maps                   []string // deleted before the chains their elements go to
+	noTable                bool     // nothing to flush: every object is new
 }
 
 // stale reads the table and returns the port chains, affinity sets and counters in
@@ -228,10 +229,34 @@ func (t *transactor) stale(ctx context.Context, rs *ruleset) (staleObjects, erro
 			out.counters = append(out.counters, c)
 		}
 	}
+	if !rs.cfg.LocalhostNodePorts {
+		out.addLocalhostLeftovers(objs)
+	}
 	slices.Sort(out.chains)
 	slices.Sort(out.sets)
 	slices.Sort(out.counters)
 	return out, nil
+}
+
+// addLocalhostLeftovers adds the localhost NodePort objects (the reject map,
+// its chains and counters) of a process that had Config.LocalhostNodePorts,
+// when this one has not: kube-proxy's setupNFTables deletes them too.
+func (out *staleObjects) addLocalhostLeftovers(objs map[string][]string) {
+	for _, m := range objs["map"] {
+		if m == mapLocalhostNodePortReject {
+			out.maps = append(out.maps, m)
+		}
+	}
+	for _, c := range objs["chain"] {
+		if strings.HasPrefix(c, prefixLocalhostReject) {
+			out.chains = append(out.chains, c)
+		}
+	}
+	for _, c := range objs["counter"] {
+		if strings.HasPrefix(c, prefixLocalhostRejected) {
+			out.counters = append(out.counters, c)
+		}
+	}
 }
 
 // Render returns the transaction (as `nft -f` text) of a full sync of snap into an

@@ -321,6 +321,9 @@ func (rs *ruleset) fullTx(tx *knftables.Transaction, stale staleObjects) {
 	// Grouped by set, each group after its set's declaration: nft then
 	// reads each set's elements as one command (kernel/nftables).
 	addElements(tx, &rs.cfg, els)
+	for _, m := range stale.maps {
+		tx.Delete(&knftables.Map{Name: m})
+	}
 	deleteObjects(tx, stale.chains, stale.sets, stale.counters)
 }
 

@@ -1,0 +1,79 @@
+package nftables
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/svcproxy/svcproxy/internal/netnstest"
+	knft "github.com/svcproxy/svcproxy/kernel/nftables"
+	"github.com/svcproxy/svcproxy/service"
+	st "github.com/svcproxy/svcproxy/service/servicetest"
+)
+
+// TestLocalhostLeftovers: a process that serves no localhost NodePorts deletes
+// the reject map, chains and counters an earlier one with
+// Config.LocalhostNodePorts left in the table (kube-proxy's setupNFTables
+// does the same), at its first, full, sync; with LocalhostNodePorts they
+// stay. On the Fake, and on the real kernel (one transaction must delete the
+// map before the chains its elements go to).
+func TestLocalhostLeftovers(t *testing.T) {
+	t.Run("fake", func(t *testing.T) {
+		checkLocalhostLeftovers(t, knft.NewFake(Table), func(fn func() error) error { return fn() })
+	})
+	t.Run("kernel", func(t *testing.T) {
+		netnstest.RequireRoot(t, "nft")
+		ns := netnstest.New(t)
+		var nft knft.Interface
+		if err := ns.Do(func() (err error) { nft, err = knft.New(Table); return err }); err != nil {
+			t.Fatal(err)
+		}
+		checkLocalhostLeftovers(t, nft, ns.Do)
+	})
+}
+
+func checkLocalhostLeftovers(t *testing.T, nft knft.Interface, in func(func() error) error) {
+	snap := st.Snapshot(st.Service("dns", "198.18.0.53", 53, st.ThreeEndpoints()[:1], st.WithProtocol(service.UDP), st.WithNodePort(30053)))
+	sync := func(localhost bool) {
+		t.Helper()
+		p, err := NewProxier(ProxierConfig{Rules: Config{NodeName: st.ThisNode, LocalhostNodePorts: localhost}, NFT: nft})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Update(snap)
+		if err := in(func() error { return p.Sync(context.Background()) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objects := func() (found []string) {
+		t.Helper()
+		var all map[string][]string
+		if err := in(func() (err error) { all, err = nft.ListAll(context.Background()); return err }); err != nil {
+			t.Fatal(err)
+		}
+		for kind, names := range map[string][]string{
+			"map":     {mapLocalhostNodePortReject},
+			"chain":   {prefixLocalhostReject + "udp", prefixLocalhostReject + "sctp"},
+			"counter": {prefixLocalhostRejected + "udp", prefixLocalhostRejected + "sctp"},
+		} {
+			for _, n := range names {
+				if slices.Contains(all[kind], n) {
+					found = append(found, kind+" "+n)
+				}
+			}
+		}
+		return found
+	}
+	sync(true)
+	if got := objects(); len(got) != 5 {
+		t.Fatalf("with LocalhostNodePorts: %v, want the map, 2 chains and 2 counters", got)
+	}
+	sync(true) // a second process adopting the table keeps them
+	if got := objects(); len(got) != 5 {
+		t.Fatalf("adopted with LocalhostNodePorts: %v, want 5 objects", got)
+	}
+	sync(false)
+	if got := objects(); len(got) != 0 {
+		t.Fatalf("without LocalhostNodePorts: %v left", got)
+	}
+}
