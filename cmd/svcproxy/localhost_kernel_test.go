@@ -26,7 +26,7 @@ import (
 // localhostManifests: web, a dual-stack TCP NodePort with the lab's three
 // backends on this node; remote, externalTrafficPolicy Local with its one
 // endpoint on another node; local, the same with b1 on this node and b2 on
-// another; dns, a UDP NodePort; clash, a NodePort whose port something else
+// another; dns, a dual-stack UDP NodePort; clash, a NodePort whose port something else
 // holds on 127.0.0.1.
 var localhostManifests = func() string {
 	var b strings.Builder
@@ -70,8 +70,12 @@ endpoints:
 	svc("local", "TCP", 30083, "clusterIP: 198.18.0.14\n  externalTrafficPolicy: Local")
 	slice("local", "IPv4", "TCP", "node-a", v4[1])
 	fmt.Fprintf(&b, "- {addresses: [%q], nodeName: node-b, conditions: {ready: true}}\n", v4[2])
-	svc("dns", "UDP", 30053, "clusterIP: 198.18.0.12")
+	svc("dns", "UDP", 30053, `ipFamilyPolicy: RequireDualStack
+  ipFamilies: [IPv4, IPv6]
+  clusterIP: 198.18.0.12
+  clusterIPs: [198.18.0.12, "2001:db8:18::12"]`)
 	slice("dns", "IPv4", "UDP", "node-a", v4...)
+	slice("dns", "IPv6", "UDP", "node-a", v6...)
 	svc("clash", "TCP", 30082, "clusterIP: 198.18.0.13")
 	slice("clash", "IPv4", "TCP", "node-a", v4...)
 	return b.String()
@@ -83,7 +87,7 @@ endpoints:
 // through the localhost listeners while the node's address answers through
 // the table; a Local NodePort with no endpoint here is refused; a node port
 // taken on loopback is skipped with a log line; UDP on loopback is rejected
-// and counted; the listener metrics are kube-proxy's.
+// and counted, in both families; the listener metrics are kube-proxy's.
 func TestLocalhostNodePorts(t *testing.T) {
 	netnstest.RequireRoot(t, "nft", "ip", "iptables-restore")
 	if err := knft.Available(); err != nil {
@@ -131,8 +135,10 @@ func TestLocalhostNodePorts(t *testing.T) {
 	if !logs.waitFor("localhost NodePort skipped", "default/clash:p") {
 		t.Errorf("no log line for the taken node port 30082:\n%s", logs)
 	}
-	if err := udpRefused(lab.Node, "127.0.0.1:30053"); err != nil {
-		t.Error(err)
+	for _, dst := range []string{"127.0.0.1:30053", "[::1]:30053"} {
+		if err := udpRefused(lab.Node, dst); err != nil {
+			t.Error(err)
+		}
 	}
 
 	if strings.Contains(logs.String(), "object skipped") {
@@ -157,6 +163,7 @@ func TestLocalhostNodePorts(t *testing.T) {
 		{"kubeproxy_nftables_localhost_nodeport_listeners", map[string]string{"ip_family": "IPv6"}, func(v float64) bool { return v == 1 }, "1 (web)"},
 		{"kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total", map[string]string{"ip_family": "IPv4"}, func(v float64) bool { return v >= 1 }, ">= 1 (clash)"},
 		{"kubeproxy_nftables_localhost_nodeport_rejected_packets_total", map[string]string{"ip_family": "IPv4", "protocol": "UDP"}, func(v float64) bool { return v >= 1 }, ">= 1 (the datagram to dns)"},
+		{"kubeproxy_nftables_localhost_nodeport_rejected_packets_total", map[string]string{"ip_family": "IPv6", "protocol": "UDP"}, func(v float64) bool { return v >= 1 }, ">= 1 (the datagram to dns)"},
 	} {
 		v, ok := metricValue(fams[m.name], m.labels)
 		if !ok || !m.ok(v) {
@@ -271,7 +278,7 @@ func waitAnswers(t *testing.T, ns *netnstest.NS, dst string) []offloadtest.Answe
 // unreachable of a reject (read as connection refused).
 func udpRefused(ns *netnstest.NS, dst string) error {
 	return ns.Do(func() error {
-		c, err := net.Dial("udp4", dst)
+		c, err := net.Dial("udp", dst)
 		if err != nil {
 			return err
 		}

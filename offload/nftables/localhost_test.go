@@ -2,7 +2,9 @@ package nftables
 
 import (
 	"context"
+	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
@@ -75,5 +77,44 @@ func checkLocalhostLeftovers(t *testing.T, nft knft.Interface, in func(func() er
 	sync(false)
 	if got := objects(); len(got) != 0 {
 		t.Fatalf("without LocalhostNodePorts: %v left", got)
+	}
+}
+
+// TestTraceLocalhostNodePorts: with LocalhostNodePorts, the node's own UDP
+// packet to 127.0.0.1:<nodePort> is rejected (kube-proxy's
+// localhost-nodeport-reject-udp), its TCP one passes to the localhost
+// listener (no DNAT), and the node's address still reaches the endpoints.
+func TestTraceLocalhostNodePorts(t *testing.T) {
+	cfg := testConfig
+	cfg.LocalhostNodePorts = true
+	f := syncedFake(t, cfg, st.Snapshot(
+		st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1], st.WithNodePort(30080)),
+		st.Service("dns", "198.18.0.53", 53, st.ThreeEndpoints()[:1], st.WithProtocol(service.UDP), st.WithNodePort(30053)),
+	))
+	local := func(proto, dst string) knft.Packet {
+		return knft.Packet{Proto: proto, Src: netip.MustParseAddr("127.0.0.1"), Dst: netip.MustParseAddrPort(dst), Local: true}
+	}
+	for _, tt := range []struct {
+		name string
+		pkt  knft.Packet
+		want string
+		via  string // a chain the trace passes
+	}{
+		{"UDP to a loopback NodePort: rejected", local("udp", "127.0.0.1:30053"), "REJECT", prefixLocalhostReject + "udp"},
+		{"TCP to a loopback NodePort: the listener's", local("tcp", "127.0.0.1:30080"), "ACCEPT", ""},
+		{"UDP to the node's address: its endpoint", knft.Packet{Proto: "udp", Src: nodeIP, Dst: netip.MustParseAddrPort("198.19.0.1:30053"), Local: true}, "DNAT 198.19.1.10:8080, MASQUERADE", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			tr, err := f.Trace(tt.pkt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := tr.Result(); got != tt.want {
+				t.Errorf("result %q, want %q\n%s", got, tt.want, tr)
+			}
+			if !strings.Contains(tr.String(), tt.via) {
+				t.Errorf("the trace does not pass %s\n%s", tt.via, tr)
+			}
+		})
 	}
 }
