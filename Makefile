@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 TIMEOUT ?= 25m
 
-.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins conformance-bins image bench clean
+.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins conformance-bins image e2e-images bench clean
 
 all: build
 
@@ -56,6 +56,13 @@ conformance-bins:
 ## daemon: bin/svcproxy-image.tar, for `kind load image-archive` or `docker load`
 image: deps
 	$(GO) run ./deploy/image/mkimage -o $(BIN)/svcproxy-image.tar
+
+## e2e-images: the images Kubernetes' e2e tests run (pause, agnhost, busybox,
+## glibc-dns-testing, an nginx stand-in), under the names the tests ask for,
+## one archive each in bin/e2e-images for `ctr -n k8s.io images import`;
+## agnhost's need `make conformance-bins` first (test/images)
+e2e-images: deps
+	$(GO) run ./test/images/mkimages -o $(BIN)/e2e-images
 
 ## test: everything, root-only tests included (they skip without root); then
 ## the userspace shutdown tests again under the race detector, the only way

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
 )
@@ -11,7 +12,8 @@ import (
 // BuildBinaries builds ./cmd/NAME for each name into dir, static
 // (CGO_ENABLED=0) and without symbol tables (-s -w: panics still name their
 // functions), in the root of the module the working directory is in, and
-// returns name -> path.
+// returns name -> path. A name with a slash is a package directory under the
+// module's root ("test/images/pause"), and its last element the name.
 func BuildBinaries(dir string, names ...string) (map[string]string, error) {
 	gomod, err := exec.Command("go", "env", "GOMOD").Output()
 	root := strings.TrimSuffix(strings.TrimSpace(string(gomod)), "go.mod")
@@ -20,7 +22,11 @@ func BuildBinaries(dir string, names ...string) (map[string]string, error) {
 	}
 	args := []string{"build", "-trimpath", "-ldflags=-s -w", "-o", dir + string(os.PathSeparator)}
 	for _, n := range names {
-		args = append(args, "./cmd/"+n)
+		if strings.Contains(n, "/") {
+			args = append(args, "./"+n)
+		} else {
+			args = append(args, "./cmd/"+n)
+		}
 	}
 	cmd := exec.Command("go", args...)
 	cmd.Dir = root
@@ -30,7 +36,7 @@ func BuildBinaries(dir string, names ...string) (map[string]string, error) {
 	}
 	bins := map[string]string{}
 	for _, n := range names {
-		bins[n] = filepath.Join(dir, n)
+		bins[path.Base(n)] = filepath.Join(dir, path.Base(n))
 	}
 	return bins, nil
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -56,37 +57,59 @@ func Build(cfg Config) (v1.Image, error) {
 	if cfg.Entrypoint == "" {
 		cfg.Entrypoint = path.Join(binDir, "svcproxy")
 	}
-	root := rootfs{}
+	var root Root
 	// /proc, /sys and /dev are where a container runtime mounts them.
 	for _, d := range []string{"/etc", "/run", "/var/run", "/var/lib", "/lib/modules", "/proc", "/sys", "/dev", binDir} {
-		root.addDir(d, 0o755)
+		root.AddDir(d, 0o755)
 	}
-	root.addDir("/tmp", os.ModeSticky|0o777)
+	root.AddDir("/tmp", os.ModeSticky|0o777)
 	// Two users, so that ps and ls name them: root, and the nonroot user the
 	// clusterdns Deployment runs as (distroless's 65532).
-	root.addFile(file{path: "/etc/passwd", mode: 0o644, data: []byte(
-		"root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n")})
-	root.addFile(file{path: "/etc/group", mode: 0o644, data: []byte("root:x:0:\nnonroot:x:65532:\n")})
+	root.AddFile("/etc/passwd", 0o644, []byte(
+		"root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n"))
+	root.AddFile("/etc/group", 0o644, []byte("root:x:0:\nnonroot:x:65532:\n"))
 	for _, f := range hostFiles {
 		if _, err := os.Stat(f); err == nil {
-			if err := root.addHostFile(f); err != nil {
+			if err := root.AddHostFile(f); err != nil {
 				return nil, err
 			}
 		}
 	}
 	names := make([]string, 0, len(cfg.Binaries))
 	for name, src := range cfg.Binaries {
-		if err := checkStatic(src); err != nil {
+		if err := CheckStatic(src); err != nil {
 			return nil, fmt.Errorf("image: binary %s: %w", name, err)
 		}
-		root.addFile(file{path: path.Join(binDir, name), mode: 0o755, src: src})
+		if err := root.CopyFile(src, path.Join(binDir, name), 0o755); err != nil {
+			return nil, fmt.Errorf("image: binary %s: %w", name, err)
+		}
 		names = append(names, name)
 	}
 	sort.Strings(names)
-	if err := root.addTools(cfg.Tools); err != nil {
+	exts, err := filepath.Glob(filepath.Join(xtablesDir, "*.so"))
+	if err != nil || len(exts) == 0 {
+		return nil, fmt.Errorf("image: iptables extensions: none in %s (the iptables package)", xtablesDir)
+	}
+	if err := root.AddTools(cfg.Tools, exts...); err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}
-	layerTar, err := root.tar()
+	return root.Image(v1.Config{
+		Entrypoint: []string{cfg.Entrypoint},
+		Env:        []string{DefaultPath},
+		Labels: map[string]string{
+			"org.opencontainers.image.title":       "svcproxy",
+			"org.opencontainers.image.description": "svcproxy and clusterdns: " + strings.Join(names, ", ") + " in " + binDir + ", with iptables, nft, ipset, conntrack and modprobe",
+		},
+	})
+}
+
+// DefaultPath is the PATH of the images built here, Debian's (and Docker's).
+const DefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Image makes the tree one gzip layer of an image with OCI media types,
+// linux/amd64, created at epoch, that runs as cfg says.
+func (r *Root) Image(cfg v1.Config) (v1.Image, error) {
+	layerTar, err := r.tar()
 	if err != nil {
 		return nil, fmt.Errorf("image: layer: %w", err)
 	}
@@ -109,20 +132,13 @@ func Build(cfg Config) (v1.Image, error) {
 	cf = cf.DeepCopy()
 	cf.Architecture, cf.OS = "amd64", "linux"
 	cf.Created = v1.Time{Time: epoch}
-	cf.Config = v1.Config{
-		Entrypoint: []string{cfg.Entrypoint},
-		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-		Labels: map[string]string{
-			"org.opencontainers.image.title":       "svcproxy",
-			"org.opencontainers.image.description": "svcproxy and clusterdns: " + strings.Join(names, ", ") + " in " + binDir + ", with iptables, nft, ipset, conntrack and modprobe",
-		},
-	}
+	cf.Config = cfg
 	return mutate.ConfigFile(img, cf)
 }
 
-// checkStatic refuses a dynamically linked Go binary: the image's libraries
-// are only those the tools need.
-func checkStatic(p string) error {
+// CheckStatic refuses a dynamically linked program: the images built here
+// hold only the libraries their tools need, and a static program none.
+func CheckStatic(p string) error {
 	out, err := os.ReadFile(p)
 	if err != nil {
 		return err
@@ -136,16 +152,16 @@ func checkStatic(p string) error {
 
 // tar writes the tree as an uncompressed layer, entries sorted, owned by
 // root, every time epoch.
-func (r rootfs) tar() ([]byte, error) {
-	paths := make([]string, 0, len(r))
-	for p := range r {
+func (r *Root) tar() ([]byte, error) {
+	paths := make([]string, 0, len(r.files))
+	for p := range r.files {
 		paths = append(paths, p)
 	}
 	sort.Strings(paths)
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	for _, p := range paths {
-		f := r[p]
+		f := r.files[p]
 		h := &tar.Header{
 			Name:    strings.TrimPrefix(p, "/"),
 			Mode:    int64(f.mode.Perm()),

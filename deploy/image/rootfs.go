@@ -65,36 +65,46 @@ type file struct {
 	link string      // a symlink's target
 }
 
-// rootfs is the image's file tree as it is gathered: path -> entry.
-type rootfs map[string]file
+// Root is an image's file tree as it is gathered, path -> entry; Image makes
+// it the image's one layer. Every entry is owned by root and dated epoch, so
+// the same inputs give the same digest. The zero value is an empty tree.
+// svcproxy's image (Build) and the test images of Kubernetes' e2e tests
+// (test/images) are both put together with it.
+type Root struct {
+	files map[string]file
+}
 
-func (r rootfs) addDir(p string, mode os.FileMode) {
+func (r *Root) set(f file) {
+	if r.files == nil {
+		r.files = map[string]file{}
+	}
+	r.files[f.path] = f
+}
+
+// AddDir adds directory p, and its parents (0755) where missing.
+func (r *Root) AddDir(p string, mode os.FileMode) {
 	for d := p; d != "/" && d != "."; d = path.Dir(d) {
-		if _, ok := r[d]; !ok {
-			r[d] = file{path: d, mode: os.ModeDir | 0o755}
+		if _, ok := r.files[d]; !ok {
+			r.set(file{path: d, mode: os.ModeDir | 0o755})
 		}
 	}
-	r[p] = file{path: p, mode: os.ModeDir | mode}
+	r.set(file{path: p, mode: os.ModeDir | mode})
 }
 
-func (r rootfs) addFile(f file) {
-	r.addParents(f.path)
-	r[f.path] = f
+// AddFile adds a regular file p with the given content.
+func (r *Root) AddFile(p string, mode os.FileMode, data []byte) {
+	r.addFile(file{path: p, mode: mode, data: data})
 }
 
-func (r rootfs) addParents(p string) {
-	for d := path.Dir(p); d != "/"; d = path.Dir(d) {
-		if _, ok := r[d]; ok {
-			break
-		}
-		r[d] = file{path: d, mode: os.ModeDir | 0o755}
-	}
+// AddSymlink adds p as a symlink to target.
+func (r *Root) AddSymlink(p, target string) {
+	r.addFile(file{path: p, mode: os.ModeSymlink | 0o777, link: target})
 }
 
-// addHostFile copies a regular file of this machine to the same path in the
-// image, following symlinks on the way to it.
-func (r rootfs) addHostFile(p string) error {
-	real, err := filepath.EvalSymlinks(p)
+// CopyFile adds the regular file src of this machine as p, following
+// symlinks on the way to src; mode 0 keeps src's permissions.
+func (r *Root) CopyFile(src, p string, mode os.FileMode) error {
+	real, err := filepath.EvalSymlinks(src)
 	if err != nil {
 		return err
 	}
@@ -103,15 +113,39 @@ func (r rootfs) addHostFile(p string) error {
 		return err
 	}
 	if !fi.Mode().IsRegular() {
-		return fmt.Errorf("%s: not a regular file", p)
+		return fmt.Errorf("%s: not a regular file", src)
 	}
-	r.addFile(file{path: p, mode: fi.Mode().Perm(), src: real})
+	if mode == 0 {
+		mode = fi.Mode().Perm()
+	}
+	r.addFile(file{path: p, mode: mode, src: real})
 	return nil
 }
 
-// addTools copies each tool's binary, links the tool's name to it, and copies
-// the shared libraries every binary and iptables extension needs.
-func (r rootfs) addTools(tools []Tool) error {
+// AddHostFile copies a regular file of this machine to the same path in the
+// image, following symlinks on the way to it.
+func (r *Root) AddHostFile(p string) error {
+	return r.CopyFile(p, p, 0)
+}
+
+func (r *Root) addFile(f file) {
+	r.addParents(f.path)
+	r.set(f)
+}
+
+func (r *Root) addParents(p string) {
+	for d := path.Dir(p); d != "/"; d = path.Dir(d) {
+		if _, ok := r.files[d]; ok {
+			break
+		}
+		r.set(file{path: d, mode: os.ModeDir | 0o755})
+	}
+}
+
+// AddTools copies each tool's binary, links the tool's name to it, and copies
+// the shared libraries every binary needs, and those of the dlopened files
+// (copied as well: plugins a tool opens by name, which ldd does not see).
+func (r *Root) AddTools(tools []Tool, dlopened ...string) error {
 	var elfs []string
 	seen := map[string]bool{}
 	for _, t := range tools {
@@ -120,7 +154,7 @@ func (r rootfs) addTools(tools []Tool) error {
 			target = t.Name
 		}
 		if !seen[target] {
-			if err := r.addHostFile(target); err != nil {
+			if err := r.AddHostFile(target); err != nil {
 				return fmt.Errorf("tool %s: %w (is its Debian package installed? make deps)", t.Name, err)
 			}
 			seen[target] = true
@@ -131,24 +165,20 @@ func (r rootfs) addTools(tools []Tool) error {
 			if err != nil {
 				return err
 			}
-			r.addFile(file{path: t.Name, mode: os.ModeSymlink | 0o777, link: rel})
+			r.AddSymlink(t.Name, rel)
 		}
 	}
-	exts, err := filepath.Glob(filepath.Join(xtablesDir, "*.so"))
-	if err != nil || len(exts) == 0 {
-		return fmt.Errorf("iptables extensions: none in %s (the iptables package)", xtablesDir)
-	}
-	for _, e := range exts {
-		if err := r.addHostFile(e); err != nil {
+	for _, e := range dlopened {
+		if err := r.AddHostFile(e); err != nil {
 			return err
 		}
 	}
-	libs, err := sharedLibraries(append(elfs, exts...))
+	libs, err := sharedLibraries(append(elfs, dlopened...))
 	if err != nil {
 		return err
 	}
 	for _, l := range libs {
-		if err := r.addHostFile(l); err != nil {
+		if err := r.AddHostFile(l); err != nil {
 			return fmt.Errorf("library %s: %w", l, err)
 		}
 	}
@@ -156,12 +186,16 @@ func (r rootfs) addTools(tools []Tool) error {
 }
 
 // sharedLibraries lists, sorted, the libraries ldd finds for the given ELF
-// files, the dynamic loader among them: ldd resolves the whole closure.
+// files, the dynamic loader among them: ldd resolves the whole closure. A
+// static binary has none.
 func sharedLibraries(elfs []string) ([]string, error) {
 	set := map[string]bool{}
 	for _, e := range elfs {
-		out, err := exec.Command("ldd", e).Output()
+		out, err := exec.Command("ldd", e).CombinedOutput()
 		if err != nil {
+			if bytes.Contains(out, []byte("not a dynamic executable")) {
+				continue
+			}
 			return nil, fmt.Errorf("ldd %s: %w", e, err)
 		}
 		for _, lib := range parseLdd(out) {

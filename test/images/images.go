@@ -1,0 +1,270 @@
+package images
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/svcproxy/svcproxy/deploy/image"
+)
+
+// The names and tags of k8s.io/kubernetes v1.37.2's test/utils/image/manifest.go
+// (registry.k8s.io/e2e-test-images is its PromoterE2eRegistry,
+// registry.k8s.io its GcRegistry); TestRefsMatchKubernetes reads that file to
+// check them.
+const (
+	AgnhostRef = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+	BusyBoxRef = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"
+	// GlibcDNSTestingRef is the DNS tests' glibc prober (formerly
+	// jessie-dnsutils): Debian with dnsutils.
+	GlibcDNSTestingRef = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"
+	NginxRef           = "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"
+	// PauseRef is the e2e tests' Pause and the node's sandbox image:
+	// containerd's sandbox_image must name it.
+	PauseRef = "registry.k8s.io/pause:3.10.2"
+)
+
+// Config says where the Go programs are. Both must be static.
+type Config struct {
+	Agnhost string // k8s.io/kubernetes/test/images/agnhost, CGO_ENABLED=0
+	Pause   string // ./test/images/pause, CGO_ENABLED=0
+}
+
+// Spec is one image: its name, its archive's file name, how it is built.
+type Spec struct {
+	Ref  string // the name the e2e tests ask for
+	File string // "agnhost.tar"
+	// Needs names the Config field the image needs: "agnhost" or "pause".
+	Needs string
+	build func(Config) (v1.Image, error)
+}
+
+// Build builds the image from cfg.
+func (s Spec) Build(cfg Config) (v1.Image, error) {
+	img, err := s.build(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", s.Ref, err)
+	}
+	return img, nil
+}
+
+// All are the images, pause first (the node needs it for any pod).
+func All() []Spec {
+	return []Spec{
+		{Ref: PauseRef, File: "pause.tar", Needs: "pause", build: pause},
+		{Ref: BusyBoxRef, File: "busybox.tar", build: busybox},
+		{Ref: GlibcDNSTestingRef, File: "glibc-dns-testing.tar", build: glibcDNSTesting},
+		{Ref: AgnhostRef, File: "agnhost.tar", Needs: "agnhost", build: agnhost},
+		{Ref: NginxRef, File: "nginx.tar", Needs: "agnhost", build: nginx},
+	}
+}
+
+// pause is build/pause's image: the program alone, run as 65535
+// (build/pause/Dockerfile's USER).
+func pause(cfg Config) (v1.Image, error) {
+	var root image.Root
+	if err := addStatic(&root, cfg.Pause, "/pause"); err != nil {
+		return nil, err
+	}
+	return root.Image(v1.Config{
+		Entrypoint: []string{"/pause"},
+		User:       "65535:65535",
+		Labels:     labels("pause", "pause.c's behaviour in Go (test/images/pause)"),
+	})
+}
+
+// busybox is test/images/busybox's image, Docker's busybox:1.37.0 there:
+// the applets, CMD sh. Debian's busybox-static is 1.35, linked statically
+// against glibc.
+func busybox(Config) (v1.Image, error) {
+	root := base()
+	if err := addBusybox(root, nil); err != nil {
+		return nil, err
+	}
+	return root.Image(v1.Config{
+		Cmd:    []string{"sh"},
+		Env:    []string{image.DefaultPath},
+		Labels: labels("busybox", "Debian's busybox-static and its applets"),
+	})
+}
+
+// dnsTools are the DNS tests' commands from Debian's packages: dig and
+// nslookup (dnsutils), host (bind9-host), getent (libc-bin, glibc's
+// resolver: the point of the glibc prober), and dash as /bin/sh, Debian's
+// shell. Not busybox's sh: Debian's busybox-static runs some of its own
+// applets in preference to PATH (`ip` in it is busybox's, not iproute2's),
+// so the tests' `sh -c` scripts might not run the Debian tools the image has.
+var dnsTools = []image.Tool{
+	{Name: "/bin/sh", Target: "/usr/bin/dash"},
+	{Name: "/usr/bin/dig"}, {Name: "/usr/bin/nslookup"}, {Name: "/usr/bin/host"}, {Name: "/usr/bin/getent"},
+}
+
+// glibcDNSTesting is test/images/glibc-dns-testing's image (Debian bookworm
+// with dnsutils): the DNS tests run `sh -c` scripts of dig, getent, test,
+// seq and sleep in it. The utilities are busybox's here, not coreutils.
+func glibcDNSTesting(Config) (v1.Image, error) {
+	root := base()
+	if err := addBusybox(root, dnsTools); err != nil {
+		return nil, err
+	}
+	if err := root.AddTools(dnsTools); err != nil {
+		return nil, err
+	}
+	return root.Image(v1.Config{
+		Cmd:    []string{"sh"},
+		Env:    []string{image.DefaultPath},
+		Labels: labels("glibc-dns-testing", "Debian's dash, dig, nslookup, host and getent with their libraries; busybox"),
+	})
+}
+
+// agnhostTools are what the Service and DNS tests run in agnhost besides
+// agnhost itself: Alpine's bind-tools, curl, netcat-openbsd and iproute2 in
+// Kubernetes' image, Debian's here. wget is GNU wget: busybox's segfaults in
+// this machine's containers.
+var agnhostTools = append([]image.Tool{
+	{Name: "/usr/bin/curl"}, {Name: "/usr/bin/wget"}, {Name: "/usr/bin/nc", Target: "/usr/bin/nc.openbsd"},
+	{Name: "/usr/bin/ip"}, {Name: "/usr/bin/ss"},
+}, dnsTools...)
+
+// agnhost is test/images/agnhost's image: /agnhost and its second name
+// agnhost-2, the tools, /uploads (netexec), the user and group the
+// SupplementalGroups test expects, ENTRYPOINT /agnhost, CMD pause. Its dig
+// is glibc's here, not musl's: the DNS tests' "musl" prober asks the same
+// server through a different resolver library in Kubernetes' image only.
+// Left out: coredns (only the DNS ConfigMap tests run it) and porter's
+// certificate (the Proxy tests).
+func agnhost(cfg Config) (v1.Image, error) {
+	root := base()
+	root.AddFile("/etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\n"+
+		"nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n"+
+		"user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n"))
+	root.AddFile("/etc/group", 0o644, []byte("root:x:0:\nnogroup:x:65534:\n"+
+		"user-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n"))
+	root.AddDir("/uploads", 0o755)
+	if err := addStatic(root, cfg.Agnhost, "/agnhost"); err != nil {
+		return nil, err
+	}
+	root.AddSymlink("/agnhost-2", "agnhost")
+	if err := addBusybox(root, agnhostTools); err != nil {
+		return nil, err
+	}
+	if err := root.AddTools(agnhostTools); err != nil {
+		return nil, err
+	}
+	return root.Image(v1.Config{
+		Entrypoint: []string{"/agnhost"},
+		Cmd:        []string{"pause"},
+		Env:        []string{image.DefaultPath},
+		Labels:     labels("agnhost", "agnhost "+AgnhostRef[strings.LastIndexByte(AgnhostRef, ':')+1:]+" from k8s.io/kubernetes v1.37.2; busybox; Debian's dash, curl, wget, nc, ip, ss, dig, nslookup, host, getent"),
+	})
+}
+
+// nginx stands in for test/images/nginx: the EndpointSlice and Endpoints
+// tests only need a pod with port 80 that runs; agnhost's test-webserver
+// serves HTTP on port 80. Not nginx: say so wherever it shows.
+func nginx(cfg Config) (v1.Image, error) {
+	var root image.Root
+	root.AddDir("/tmp", os.ModeSticky|0o777)
+	if err := addStatic(&root, cfg.Agnhost, "/agnhost"); err != nil {
+		return nil, err
+	}
+	return root.Image(v1.Config{
+		Entrypoint: []string{"/agnhost", "test-webserver", "--port=80"},
+		Labels:     labels("nginx", "a stand-in, not nginx: agnhost test-webserver on port 80"),
+	})
+}
+
+// base is the tree every image with a shell starts from: the directories a
+// runtime mounts over, /tmp, this machine's /etc/protocols and /etc/services,
+// users root and nobody, and an nsswitch.conf for glibc's getent.
+func base() *image.Root {
+	root := &image.Root{}
+	for _, d := range []string{"/etc", "/root", "/proc", "/sys", "/dev", "/run", "/var/run"} {
+		root.AddDir(d, 0o755)
+	}
+	root.AddDir("/tmp", os.ModeSticky|0o777)
+	root.AddFile("/etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\n"))
+	root.AddFile("/etc/group", 0o644, []byte("root:x:0:\nnogroup:x:65534:\n"))
+	root.AddFile("/etc/nsswitch.conf", 0o644, []byte("hosts: files dns\nnetworks: files\n"))
+	for _, f := range []string{"/etc/protocols", "/etc/services"} {
+		if _, err := os.Stat(f); err == nil {
+			root.AddHostFile(f)
+		}
+	}
+	return root
+}
+
+// busyboxPath is Debian's busybox-static.
+const busyboxPath = "/usr/bin/busybox"
+
+// addBusybox puts busybox at /bin/busybox and links each of its applets to
+// it where `busybox --list-full` says it lives, except those the image gets
+// from Debian's packages (skip).
+func addBusybox(root *image.Root, skip []image.Tool) error {
+	if err := image.CheckStatic(busyboxPath); err != nil {
+		return fmt.Errorf("busybox: %w (the busybox-static package; make deps)", err)
+	}
+	out, err := exec.Command(busyboxPath, "--list-full").Output()
+	if err != nil {
+		return fmt.Errorf("busybox --list-full: %w", err)
+	}
+	if err := root.CopyFile(busyboxPath, "/bin/busybox", 0o755); err != nil {
+		return err
+	}
+	skipped := map[string]bool{}
+	for _, t := range skip {
+		skipped[path.Base(t.Name)] = true
+	}
+	for _, applet := range strings.Fields(string(out)) {
+		p := "/" + applet
+		if skipped[path.Base(p)] || p == "/bin/busybox" {
+			continue
+		}
+		rel := strings.Repeat("../", strings.Count(p, "/")-1) + "bin/busybox"
+		root.AddSymlink(p, rel)
+	}
+	return nil
+}
+
+// addStatic copies a static program into the image as p.
+func addStatic(root *image.Root, src, p string) error {
+	if src == "" {
+		return fmt.Errorf("%s: no program given", p)
+	}
+	if err := image.CheckStatic(src); err != nil {
+		return fmt.Errorf("%s: %w", src, err)
+	}
+	return root.CopyFile(src, p, 0o755)
+}
+
+func labels(title, description string) map[string]string {
+	return map[string]string{
+		"org.opencontainers.image.title":       title,
+		"org.opencontainers.image.description": description + " (built by svcproxy's test/images for a node without a registry)",
+	}
+}
+
+// Write builds each of specs and writes it to dir/File, returning the files
+// written.
+func Write(dir string, cfg Config, specs []Spec) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, s := range specs {
+		img, err := s.Build(cfg)
+		if err != nil {
+			return files, err
+		}
+		f := path.Join(dir, s.File)
+		if err := image.WriteArchive(f, img, s.Ref); err != nil {
+			return files, fmt.Errorf("image %s: %w", s.Ref, err)
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
