@@ -25,7 +25,7 @@ func (p *Proxier) applyPortals(ctx context.Context) error {
 	if ipt == nil {
 		return nil
 	}
-	rules := Render(p.cfg.Family, portalsOf(p.ports, p.cfg.Exclude))
+	rules := Render(p.cfg.Family, portalsOf(p.ports, p.cfg))
 	if p.portals.err == nil && bytes.Equal(rules, p.portals.applied) {
 		return nil
 	}

@@ -47,6 +47,8 @@ type svcSpec struct {
 	endpoints []string // "ip:port" or "ip:port@node"; a "!" prefix marks the endpoint not ready
 
 	internalLocal, externalLocal bool // the traffic policies
+
+	lbIPs, sourceRanges []string // a LoadBalancer's ingress IPs and loadBalancerSourceRanges
 }
 
 func (s svcSpec) build(t testing.TB) *service.Service {
@@ -71,6 +73,13 @@ func (s svcSpec) build(t testing.TB) *service.Service {
 	}
 	if s.nodePort != 0 {
 		svc.Type = service.TypeNodePort
+	}
+	for _, ip := range s.lbIPs {
+		svc.Type = service.TypeLoadBalancer
+		svc.LoadBalancerIPs = append(svc.LoadBalancerIPs, netip.MustParseAddr(ip))
+	}
+	for _, r := range s.sourceRanges {
+		svc.LoadBalancerSourceRanges = append(svc.LoadBalancerSourceRanges, netip.MustParsePrefix(r))
 	}
 	p := &service.Port{
 		Name:     service.PortName{NamespacedName: svc.NamespacedName, Port: s.port, Protocol: proto},

@@ -2,6 +2,7 @@ package userspace
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -97,6 +98,13 @@ type Portal struct {
 	// port.
 	External         []netip.Addr
 	ExternalListener uint16
+	// Firewalled are the load-balancer IPs among IPs that
+	// loadBalancerSourceRanges restrict, and Sources the source addresses and
+	// ranges they accept (service.FirewallSources). Their portals redirect only
+	// those sources; filter drops what else is sent to them, as iptables mode's
+	// SVCP-FW- does. Without Sources, nothing is restricted.
+	Firewalled []netip.Addr
+	Sources    []string
 	// HasEndpoints is false when the port has no usable endpoint.
 	HasEndpoints bool
 	// Excluded ports (hybrid mode promoted them to a kernel path) get no
@@ -151,9 +159,22 @@ func Render(fam service.Family, portals []Portal) []byte {
 			if p.ExternalListener != 0 && slices.Contains(p.External, ip) {
 				to = p.ExternalListener
 			}
-			rule := fmt.Sprintf("-d %s/%d %s %d -j REDIRECT --to-ports %d\n", ip, fam.Bits(), match, p.Port, to)
-			fmt.Fprintf(&container, "-A %s %s", ChainPortalsContainer, rule)
-			fmt.Fprintf(&host, "-A %s %s", ChainPortalsHost, rule)
+			sources := []string{""}
+			if len(p.Sources) > 0 && slices.Contains(p.Firewalled, ip) {
+				// Only the allowed sources are redirected; the rest keeps the
+				// load-balancer IP as its destination, and filter drops it.
+				sources = p.Sources
+				fmt.Fprintf(&filter, "-A %s -d %s/%d -p %s -m comment --comment %q -m %s --dport %d -j DROP\n", ChainReject, ip, fam.Bits(),
+					proto, p.Name.String()+" not in loadBalancerSourceRanges", proto, p.Port)
+			}
+			for _, src := range sources {
+				if src != "" {
+					src = "-s " + src + " "
+				}
+				rule := fmt.Sprintf("%s-d %s/%d %s %d -j REDIRECT --to-ports %d\n", src, ip, fam.Bits(), match, p.Port, to)
+				fmt.Fprintf(&container, "-A %s %s", ChainPortalsContainer, rule)
+				fmt.Fprintf(&host, "-A %s %s", ChainPortalsHost, rule)
+			}
 		}
 	}
 	var b bytes.Buffer
@@ -180,10 +201,11 @@ func renderCleanup() []byte {
 		iptables.DeleteChains(iptables.TableFilter, filterChains...)...)
 }
 
-// portalsOf lists the portals of the served ports, those exclude names (nil:
-// none) marked Excluded, sorted by port name so that the rendered text is
+// portalsOf lists the portals of the served ports, those cfg.Exclude names
+// (nil: none) marked Excluded, sorted by port name so that the rendered text is
 // stable.
-func portalsOf(ports map[service.PortName]*servicePort, exclude func(service.PortName) bool) []Portal {
+func portalsOf(ports map[service.PortName]*servicePort, cfg Config) []Portal {
+	exclude := cfg.Exclude
 	out := make([]Portal, 0, len(ports))
 	for name, sp := range ports {
 		sp.mu.Lock()
@@ -201,6 +223,11 @@ func portalsOf(ports map[service.PortName]*servicePort, exclude func(service.Por
 			pt.Listener = sp.listener.port()
 		}
 		pt.External = slices.Concat(port.Service.ExternalIPs, port.Service.LoadBalancerIPs)
+		if svc := port.Service; len(svc.LoadBalancerSourceRanges) > 0 && len(svc.LoadBalancerIPs) > 0 {
+			fam := cmp.Or(cfg.Family, service.IPv4)
+			pt.Firewalled = fam.Addrs(svc.LoadBalancerIPs)
+			pt.Sources = service.FirewallSources(fam.Prefixes(svc.LoadBalancerSourceRanges), pt.Firewalled, cfg.NodeIP)
+		}
 		if sp.nodePort != nil {
 			pt.ExternalListener = sp.nodePort.port()
 		}

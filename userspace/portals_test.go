@@ -30,8 +30,9 @@ func addrs(s ...string) []netip.Addr {
 
 // testPortals covers every kind of rule: a TCP port with an external IP and a
 // node port, a UDP port, a port without endpoints (with a node port), a port
-// whose listener could not be bound, an IPv6 ClusterIP that is left out, and a
-// port hybrid mode promoted (no portal, a guarded listener).
+// whose listener could not be bound, an IPv6 ClusterIP that is left out, a port
+// hybrid mode promoted (no portal, a guarded listener), and a LoadBalancer IP
+// with source ranges (a portal per allowed source, a DROP for the rest).
 var testPortals = []Portal{
 	{Name: portName("default/web", "http", service.TCP), Protocol: service.TCP,
 		IPs: addrs("198.18.0.10", "198.19.100.1"), Port: 80, NodePort: 30080, Listener: 40001, HasEndpoints: true},
@@ -43,6 +44,9 @@ var testPortals = []Portal{
 		IPs: addrs("198.18.0.12"), Port: 9000, HasEndpoints: true},
 	{Name: portName("default/promoted", "http", service.TCP), Protocol: service.TCP,
 		IPs: addrs("198.18.0.13"), Port: 80, Listener: 40004, HasEndpoints: true, Excluded: true},
+	{Name: portName("default/lb", "http", service.TCP), Protocol: service.TCP,
+		IPs: addrs("198.18.0.14", "198.18.200.1"), Port: 80, Listener: 40005, HasEndpoints: true,
+		External: addrs("198.18.200.1"), Firewalled: addrs("198.18.200.1"), Sources: []string{"203.0.113.0/25", "198.19.0.0/24", "198.18.200.1"}},
 }
 
 func TestRenderGolden(t *testing.T) {

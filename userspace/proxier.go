@@ -96,6 +96,12 @@ type Config struct {
 	// traffic from outside the cluster is kept on the node.
 	ClusterCIDRs []netip.Prefix
 
+	// NodeIP is this node's own address of Family (kube-proxy's nodeIP): a
+	// LoadBalancer whose loadBalancerSourceRanges hold it also accepts its own
+	// IPs as sources (service.FirewallSources). Invalid: unknown, and they are
+	// not accepted.
+	NodeIP netip.Addr
+
 	// Exclude, if not nil, names the service ports that get no portal (and no
 	// REJECT rule): hybrid mode has promoted them to a kernel path, whose rules
 	// then decide alone. Their listeners stay open, so a connection a portal

@@ -263,6 +263,7 @@ func userspaceConfig(cfg *Config, fam service.Family, ipt kiptables.Interface, l
 		IPTables:       ipt,
 		Conntrack:      conntrack.Netlink{},
 		NodeName:       cfg.NodeName,
+		NodeIP:         primaryNodeIP(cfg, fam),
 		ClusterCIDRs:   cfg.ClusterCIDRs,
 		Logger:         log.With("component", "userspace"),
 	}, nil

@@ -59,7 +59,7 @@ func TestTraceHealthCheckAccepted(t *testing.T) {
 // its flows in this cluster's addresses: two LoadBalancer IPs, source ranges of
 // which one holds this node's IP. kube-proxy's "same node to LB, SNATted" flows
 // are the packets a load balancer sends back with its own IP as the source; they
-// are accepted because the node is (kernelsync.FirewallSources). With the node
+// are accepted because the node is (service.FirewallSources). With the node
 // outside the ranges, or its IP unknown, they are dropped like any other source.
 func TestTraceLoadBalancer(t *testing.T) {
 	const lb1, lb2 = "198.18.200.1", "198.18.200.2"

@@ -56,7 +56,7 @@ func planPort(cfg *Config, p *service.Port) *portPlan {
 }
 
 // usesFirewall: LoadBalancer IPs with loadBalancerSourceRanges go through SVCP-FW-,
-// which accepts the sources of kernelsync.FirewallSources.
+// which accepts the sources of service.FirewallSources.
 func (pp *portPlan) usesFirewall() bool {
 	return len(pp.sourceRanges) > 0 && len(pp.lbIPs) > 0 && pp.HasEndpoints
 }
@@ -114,9 +114,9 @@ func renderPort(cfg *Config, p *service.Port) *portRules {
 	}
 	if pp.usesFirewall() {
 		// The ranges, and the LoadBalancer IPs themselves when the ranges
-		// allow this node (kernelsync.FirewallSources, kube-proxy's allowFromNode).
+		// allow this node (service.FirewallSources, kube-proxy's allowFromNode).
 		l := chain(pp.fwChain)
-		for _, src := range kernelsync.FirewallSources(pp.sourceRanges, pp.lbIPs, cfg.NodeIP) {
+		for _, src := range service.FirewallSources(pp.sourceRanges, pp.lbIPs, cfg.NodeIP) {
 			l.rule(pp.fwChain).comment(pp.name+" loadbalancer IP").w("-s", src, "-j", pp.extChain).end()
 		}
 	}

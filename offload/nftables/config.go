@@ -29,7 +29,7 @@ type Config struct {
 	// NodeIP is this node's own address of the family (kube-proxy's nodeIP,
 	// detectNodeIPs: the first of the family). A LoadBalancer whose source
 	// ranges hold it also accepts its own IPs as a source
-	// (kernelsync.FirewallSources). Invalid (zero): unknown, and no such source
+	// (service.FirewallSources). Invalid (zero): unknown, and no such source
 	// is accepted, as kube-proxy does when it falls back to loopback.
 	NodeIP netip.Addr
 	// NoNodePorts: no address of the family answers NodePorts in the kernel,

@@ -96,8 +96,8 @@ func renderPort(cfg *Config, p *service.Port) *portObjects {
 	}
 	if len(pp.sourceRanges) > 0 && len(pp.lbIPs) > 0 {
 		// The ranges, and the LoadBalancer IPs themselves when the ranges allow
-		// this node (kernelsync.FirewallSources, kube-proxy's allowFromNode).
-		sources := kernelsync.FirewallSources(pp.sourceRanges, pp.lbIPs, cfg.NodeIP)
+		// this node (service.FirewallSources, kube-proxy's allowFromNode).
+		sources := service.FirewallSources(pp.sourceRanges, pp.lbIPs, cfg.NodeIP)
 		b.add(pp.fwChain, pp.ip+" saddr != {", strings.Join(sources, ", "), "}", "drop")
 	}
 	if cfg.CountConnections {

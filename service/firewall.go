@@ -1,4 +1,4 @@
-package kernelsync
+package service
 
 import (
 	"net/netip"
@@ -6,7 +6,8 @@ import (
 )
 
 // FirewallSources are the source addresses a LoadBalancer IP with
-// loadBalancerSourceRanges accepts, as both modes write them: each range, and,
+// loadBalancerSourceRanges accepts, as every path that filters by them writes
+// them (iptables, nftables, the userspace portals): each range, and,
 // when one of the ranges holds nodeIP (this node's own address of the family),
 // each of the port's LoadBalancer IPs itself.
 //

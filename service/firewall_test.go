@@ -1,18 +1,16 @@
-package kernelsync
+package service
 
 import (
 	"net/netip"
 	"slices"
 	"testing"
-
-	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
 // The LoadBalancer IPs are accepted as sources only when a range holds the
 // node's IP (kube-proxy's allowFromNode).
 func TestFirewallSources(t *testing.T) {
 	ranges := []netip.Prefix{netip.MustParsePrefix("198.19.0.0/24"), netip.MustParsePrefix("203.0.113.0/25")}
-	lbIPs := st.Addrs("198.18.200.1", "198.18.200.2")
+	lbIPs := []netip.Addr{netip.MustParseAddr("198.18.200.1"), netip.MustParseAddr("198.18.200.2")}
 	for _, tt := range []struct {
 		name   string
 		nodeIP netip.Addr
