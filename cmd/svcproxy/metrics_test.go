@@ -16,7 +16,9 @@ import (
 
 	"github.com/svcproxy/svcproxy/dataplane"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
+	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	offloadiptables "github.com/svcproxy/svcproxy/offload/iptables"
+	offloadnftables "github.com/svcproxy/svcproxy/offload/nftables"
 	"github.com/svcproxy/svcproxy/service"
 	"github.com/svcproxy/svcproxy/userspace"
 )
@@ -77,6 +79,17 @@ func TestMetricsScrape(t *testing.T) {
 			}
 			return d
 		}, []string{"svcproxy_iptables_syncs_total", "svcproxy_iptables_restore_bytes", "svcproxy_conntrack_deleted_total"}},
+		{"nftables with localhost NodePorts", func(t *testing.T) dataplane.Interface {
+			d, err := offloadnftables.NewDataplane(offloadnftables.ProxierConfig{
+				Rules: offloadnftables.Config{LocalhostNodePorts: true}, NFT: knft.NewFake(offloadnftables.Table)}, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := newLocalhostNodePorts(&Config{}, service.IPv4, d, log)
+			t.Cleanup(func() { _ = l.p.Shutdown(context.Background()) })
+			return l
+		}, []string{"svcproxy_nftables_syncs_total", "kubeproxy_nftables_localhost_nodeport_listeners",
+			"kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total"}},
 	}
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {

@@ -63,6 +63,9 @@ func (p *Proxier) LocalhostRejected(ctx context.Context) (map[string]uint64, err
 	}
 	out := map[string]uint64{}
 	for _, c := range counters {
+		if c == nil {
+			continue // knftables' Fake (v0.0.22) lists a nil before each counter
+		}
 		if proto, ok := strings.CutPrefix(c.Name, prefixLocalhostRejected); ok && c.Packets != nil {
 			out[proto] = *c.Packets
 		}
