@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -137,5 +138,30 @@ func TestLocalhostNodePortTaken(t *testing.T) {
 	addr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), web.nodePort).String()
 	if s, err := readAll(t, addr); err != nil || s != "a" {
 		t.Errorf("web's node port: %q, %v; want a", s, err)
+	}
+}
+
+// TestLocalhostNodePortAffinity: with ClientIP affinity every connection
+// through a localhost listener comes from the loopback address, so while the
+// affinity holds they all go to one endpoint (kube-proxy's localhost proxy
+// pins one endpoint the same way).
+func TestLocalhostNodePortAffinity(t *testing.T) {
+	a := startTCPBackend(t, direct, "a", "127.0.0.1:0", sayName)
+	b := startTCPBackend(t, direct, "b", "127.0.0.1:0", sayName)
+	spec := webSpec(service.Affinity{ClientIP: true, Timeout: time.Hour}, a.addr.String(), b.addr.String())
+	spec.nodePort = freeLoopbackPort(t)
+	p := startProxier(t, Config{BindAddress: netip.MustParseAddr("127.0.0.1"), LocalhostNodePorts: true})
+	mustSync(t, p, snapshotOf(t, spec))
+	addr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), spec.nodePort).String()
+	got := map[string]int{}
+	for range 6 {
+		s, err := readAll(t, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[s]++
+	}
+	if len(got) != 1 {
+		t.Fatalf("answers %v, want all 6 from one endpoint", got)
 	}
 }
