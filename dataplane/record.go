@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/svcproxy/svcproxy/service"
 )
 
 // DefaultLagBound is how long a Snapshot may wait to be applied before
@@ -21,6 +23,9 @@ type RecordConfig struct {
 	// LagBound is how long the latest Snapshot may wait to be applied before
 	// Healthy fails. If zero, DefaultLagBound.
 	LagBound time.Duration
+	// NodeName is this node: its endpoints are the local ones that
+	// kubeproxy_sync_proxy_rules_no_local_endpoints_total looks for.
+	NodeName string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -48,6 +53,7 @@ type Record struct {
 	queued      prometheus.Gauge
 	failures    prometheus.Counter
 	syncs       prometheus.Counter
+	noLocal     *prometheus.GaugeVec
 }
 
 // NewRecord returns a Record that has seen no Snapshot.
@@ -88,6 +94,10 @@ func NewRecord(cfg RecordConfig) *Record {
 		syncs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "svcproxy_syncs_total", Help: "Syncs that succeeded.", ConstLabels: mode,
 		}),
+		noLocal: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "kubeproxy_sync_proxy_rules_no_local_endpoints_total",
+			Help: "Number of services with a Local traffic policy and no endpoints",
+		}, []string{"traffic_policy"}),
 	}
 }
 
@@ -113,14 +123,15 @@ func (r *Record) Queued() {
 // Attempt is one sync, from Begin to End.
 type Attempt struct {
 	start, queued time.Time
+	snap          *service.Snapshot
 }
 
-// Begin records that a sync starts, taking over what is pending: the sync
-// applies the latest Snapshot, which covers every one handed over before.
-func (r *Record) Begin() Attempt {
+// Begin records that a sync of snap starts, taking over what is pending: the
+// sync applies the latest Snapshot, which covers every one handed over before.
+func (r *Record) Begin(snap *service.Snapshot) Attempt {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	a := Attempt{start: r.cfg.Now(), queued: r.pending}
+	a := Attempt{start: r.cfg.Now(), queued: r.pending, snap: snap}
 	r.inFlight, r.pending = r.pending, time.Time{}
 	return a
 }
@@ -147,6 +158,34 @@ func (r *Record) End(a Attempt, err error) {
 	if !a.queued.IsZero() {
 		r.programming.Observe(end.Sub(a.queued).Seconds())
 	}
+	if a.snap != nil {
+		internal, external := NoLocalEndpoints(a.snap, r.cfg.NodeName)
+		r.noLocal.WithLabelValues("internal").Set(float64(internal))
+		r.noLocal.WithLabelValues("external").Set(float64(external))
+	}
+}
+
+// NoLocalEndpoints counts the service ports of snap whose internal
+// (internalTrafficPolicy: Local) or external (externalTrafficPolicy: Local,
+// with a NodePort, externalIPs or LoadBalancer IPs) traffic is dropped on node
+// because none of the endpoints it may go to is there, while some endpoint is
+// usable elsewhere: kube-proxy's serviceNoLocalEndpointsTotalInternal and
+// ...External in syncProxyRules (pkg/proxy/iptables/proxier.go at v1.37.2). A
+// port without any usable endpoint is rejected, not counted.
+func NoLocalEndpoints(snap *service.Snapshot, node string) (internal, external int) {
+	for _, p := range snap.Ports() {
+		svc := p.Service
+		if len(svc.ClusterIPs) == 0 || len(p.Usable()) == 0 || len(p.LocalUsable(node)) > 0 {
+			continue
+		}
+		if svc.InternalPolicyLocal {
+			internal++
+		}
+		if svc.ExternalPolicyLocal && (p.NodePort != 0 || len(svc.ExternalIPs) > 0 || len(svc.LoadBalancerIPs) > 0) {
+			external++
+		}
+	}
+	return internal, external
 }
 
 // Healthy is nil once a sync has succeeded, while the last one succeeded and
@@ -205,5 +244,5 @@ func (r *Record) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (r *Record) collectors() []prometheus.Collector {
-	return []prometheus.Collector{r.duration, r.programming, r.last, r.queued, r.failures, r.syncs}
+	return []prometheus.Collector{r.duration, r.programming, r.last, r.queued, r.failures, r.syncs, r.noLocal}
 }

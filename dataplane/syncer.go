@@ -32,6 +32,8 @@ type SyncerConfig struct {
 	PendingEvery time.Duration // default 1s
 	// LagBound is Record's (default: twice Period, as kube-proxy's healthz).
 	LagBound time.Duration
+	// NodeName is Record's.
+	NodeName string
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -68,7 +70,7 @@ func NewSyncer(cfg SyncerConfig) *Syncer {
 	}
 	return &Syncer{
 		cfg:    cfg,
-		record: NewRecord(RecordConfig{Mode: cfg.Mode, LagBound: cfg.LagBound, Now: cfg.Now}),
+		record: NewRecord(RecordConfig{Mode: cfg.Mode, LagBound: cfg.LagBound, NodeName: cfg.NodeName, Now: cfg.Now}),
 		ended:  make(chan error, 1),
 	}
 }
@@ -108,7 +110,8 @@ func (s *Syncer) Latest() *service.Snapshot {
 
 func (s *Syncer) syncLocked(ctx context.Context) error {
 	s.latestMu.Lock()
-	snap, a := s.snap, s.record.Begin() // the Record's pending handovers are snap's
+	snap := s.snap
+	a := s.record.Begin(snap) // the Record's pending handovers are snap's
 	s.latestMu.Unlock()
 	err := s.cfg.Apply(ctx, snap)
 	s.record.End(a, err)

@@ -86,12 +86,12 @@ func TestRecordLag(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	r := NewRecord(RecordConfig{Mode: "test", LagBound: time.Minute, Now: func() time.Time { return now }})
 	r.Queued()
-	r.End(r.Begin(), nil)
+	r.End(r.Begin(nil), nil)
 	if err := r.Healthy(); err != nil {
 		t.Fatalf("after a sync: %v", err)
 	}
 	r.Queued() // handed over, and the sync takes long
-	a := r.Begin()
+	a := r.Begin(nil)
 	now = now.Add(30 * time.Second)
 	if err := r.Healthy(); err != nil {
 		t.Errorf("30s into a sync, bound 1m: %v", err)
@@ -118,7 +118,7 @@ func TestRecordLagOnly(t *testing.T) {
 		t.Errorf("before the first Snapshot: Lag() = %v (want nil), Healthy() = %v (want an error)", r.Lag(), r.Healthy())
 	}
 	r.Queued()
-	r.End(r.Begin(), errors.New("restore failed"))
+	r.End(r.Begin(nil), errors.New("restore failed"))
 	now = now.Add(59 * time.Second)
 	if r.Lag() != nil || r.Healthy() == nil {
 		t.Errorf("a failed sync 59s ago: Lag() = %v (want nil), Healthy() = %v (want an error)", r.Lag(), r.Healthy())
@@ -127,7 +127,7 @@ func TestRecordLagOnly(t *testing.T) {
 	if err := r.Lag(); err == nil || !strings.Contains(err.Error(), "lag the Snapshot by 1m1s") {
 		t.Errorf("its Snapshot waited 61s: Lag() = %v", err)
 	}
-	r.End(r.Begin(), nil)
+	r.End(r.Begin(nil), nil)
 	if r.Lag() != nil || r.Healthy() != nil {
 		t.Errorf("after the retry succeeded: Lag() = %v, Healthy() = %v", r.Lag(), r.Healthy())
 	}

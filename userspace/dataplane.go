@@ -24,7 +24,7 @@ var _ dataplane.Interface = (*Dataplane)(nil)
 // NewDataplane returns the userspace mode of p; lagBound is how long a
 // Snapshot may wait to be served before Healthy fails (0: the default).
 func NewDataplane(p *Proxier, lagBound time.Duration) *Dataplane {
-	return &Dataplane{p: p, record: dataplane.NewRecord(dataplane.RecordConfig{Mode: dataplane.ModeUserspace, LagBound: lagBound})}
+	return &Dataplane{p: p, record: dataplane.NewRecord(dataplane.RecordConfig{Mode: dataplane.ModeUserspace, LagBound: lagBound, NodeName: p.cfg.NodeName})}
 }
 
 // Mode implements dataplane.Interface.
@@ -33,7 +33,7 @@ func (d *Dataplane) Mode() string { return dataplane.ModeUserspace }
 // Sync implements dataplane.Interface.
 func (d *Dataplane) Sync(_ context.Context, snap *service.Snapshot) error {
 	d.record.Queued()
-	a := d.record.Begin()
+	a := d.record.Begin(snap)
 	err := d.p.Sync(snap)
 	// The Proxier serves every port it could and its Run retries the rest,
 	// so the record only tracks that snap was taken up; what failed shows in

@@ -127,7 +127,7 @@ func (m *Mode) Sync(ctx context.Context, snap *service.Snapshot) error {
 		}
 		set.Store(&next)
 	}
-	a := m.record.Begin()
+	a := m.record.Begin(snap)
 	errU := m.us.Sync(snap)
 	m.record.End(a, nil) // as userspace.Dataplane: failures show in LastError and Status until retried
 	errK := m.kernel.Sync(ctx, snap)

@@ -34,7 +34,14 @@ func NewDataplane(cfg ProxierConfig, lagBound time.Duration) (*Dataplane, error)
 		SyncsHelp:  "Successful iptables syncs, by kind: full (every chain rewritten) or partial (only the changed ports').",
 		SizeMetric: "svcproxy_iptables_restore_bytes",
 		SizeHelp:   "Size of the last iptables-restore input.",
-		LagBound:   lagBound,
+		// kube-proxy's names (pkg/proxy/metrics); a sync fails when its
+		// iptables-restore does.
+		FailuresMetric:        "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
+		FailuresHelp:          "Cumulative proxy iptables restore failures",
+		PartialFailuresMetric: "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total",
+		PartialFailuresHelp:   "Cumulative proxy iptables partial restore failures (each followed by a full restore)",
+		LagBound:              lagBound,
+		NodeName:              cfg.Rules.NodeName,
 	})}, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
@@ -124,6 +125,9 @@ type Proxier struct {
 	served     map[netip.AddrPort][]netip.Addr
 	reconciled bool
 	ctStats    ConntrackStats
+	// restoreFailures counts the masquerade rules' iptables-restore runs
+	// that failed (kube-proxy's IPTablesRestoreFailuresTotal in ipvs mode).
+	restoreFailures atomic.Uint64
 }
 
 type realKey struct {

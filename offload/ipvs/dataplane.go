@@ -47,6 +47,7 @@ func NewDataplane(cfg Config, dc DataplaneConfig) (*Dataplane, error) {
 		Period:   dc.SyncPeriod,
 		Pending:  func() bool { return p.Draining() > 0 },
 		LagBound: dc.LagBound,
+		NodeName: cfg.NodeName,
 	})
 	return d, nil
 }
@@ -84,6 +85,12 @@ var (
 		"Stale UDP conntrack entries deleted.", nil, nil)
 	descConntrackErrors = prometheus.NewDesc("svcproxy_conntrack_errors_total",
 		"Conntrack cleanups that failed.", nil, nil)
+	// descConntrackReconciled is kube-proxy's name for descConntrackDeleted's
+	// count (pkg/proxy/metrics: ReconcileConntrackFlowsDeletedEntriesTotal).
+	descRestoreFailures = prometheus.NewDesc("kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
+		"Cumulative proxy iptables restore failures (the masquerade rules')", nil, nil)
+	descConntrackReconciled = prometheus.NewDesc("kubeproxy_conntrack_reconciler_deleted_entries_total",
+		"Cumulative conntrack flows deleted by conntrack reconciler", nil, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -92,6 +99,8 @@ func (d *Dataplane) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descDraining
 	ch <- descConntrackDeleted
 	ch <- descConntrackErrors
+	ch <- descConntrackReconciled
+	ch <- descRestoreFailures
 }
 
 // Collect implements prometheus.Collector.
@@ -101,4 +110,6 @@ func (d *Dataplane) Collect(ch chan<- prometheus.Metric) {
 	ct := d.p.Conntrack()
 	ch <- prometheus.MustNewConstMetric(descConntrackDeleted, prometheus.CounterValue, float64(ct.Deleted))
 	ch <- prometheus.MustNewConstMetric(descConntrackErrors, prometheus.CounterValue, float64(ct.Errors))
+	ch <- prometheus.MustNewConstMetric(descConntrackReconciled, prometheus.CounterValue, float64(ct.Deleted))
+	ch <- prometheus.MustNewConstMetric(descRestoreFailures, prometheus.CounterValue, float64(d.p.restoreFailures.Load()))
 }

@@ -163,6 +163,7 @@ func (p *Proxier) syncMasq(ctx context.Context, w wanted) error {
 	}
 	if !maps.Equal(ruleCounts(saved), ruleCounts(rules)) {
 		if err := p.cfg.IPTables.Restore(ctx, rules); err != nil {
+			p.restoreFailures.Add(1)
 			return fmt.Errorf("masquerade: %w", err)
 		}
 	}

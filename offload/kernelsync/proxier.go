@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -85,14 +87,17 @@ type Health struct {
 	// Synced: at least one sync has succeeded (serve /healthz from then on).
 	Synced bool `json:"synced"`
 	// Healthy: the last sync succeeded.
-	Healthy             bool          `json:"healthy"`
-	LastError           string        `json:"lastError,omitempty"`
-	LastSync            time.Time     `json:"lastSync"` // last successful sync
-	LastSyncDuration    time.Duration `json:"lastSyncDuration"`
-	FullSyncs           uint64        `json:"fullSyncs"`
-	PartialSyncs        uint64        `json:"partialSyncs"`
-	Failures            uint64        `json:"failures"`
-	ConsecutiveFailures uint64        `json:"consecutiveFailures"`
+	Healthy          bool          `json:"healthy"`
+	LastError        string        `json:"lastError,omitempty"`
+	LastSync         time.Time     `json:"lastSync"` // last successful sync
+	LastSyncDuration time.Duration `json:"lastSyncDuration"`
+	FullSyncs        uint64        `json:"fullSyncs"`
+	PartialSyncs     uint64        `json:"partialSyncs"`
+	Failures         uint64        `json:"failures"`
+	// PartialFailures are the Failures of partial syncs (each followed by a
+	// full one).
+	PartialFailures     uint64 `json:"partialFailures"`
+	ConsecutiveFailures uint64 `json:"consecutiveFailures"`
 	// Repairs are the full syncs forced by a failed Check, and LastRepair
 	// what that check found: another program flushed or deleted the rules.
 	Repairs          uint64 `json:"repairs"`
@@ -115,6 +120,11 @@ type Proxier[P Port, R Rendering[P]] struct {
 	mu     sync.Mutex // guards snap and health
 	snap   *service.Snapshot
 	health Health
+
+	// kube-proxy's histograms of full and partial syncs and of the conntrack
+	// cleanup after them (pkg/proxy/metrics: SyncFullProxyRulesLatency,
+	// SyncPartialProxyRulesLatency, ReconcileConntrackFlowsLatency).
+	fullDuration, partialDuration, conntrackDuration prometheus.Histogram
 
 	syncMu   sync.Mutex             // one sync at a time; guards the fields below
 	applied  map[service.PortName]P // what the last successful sync left; nil before the first
@@ -139,7 +149,23 @@ func New[P Port, R Rendering[P]](cfg Config, mode Mode[P, R]) *Proxier[P, R] {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Proxier[P, R]{cfg: cfg, mode: mode}
+	return &Proxier[P, R]{cfg: cfg, mode: mode,
+		fullDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kubeproxy_sync_full_proxy_rules_duration_seconds",
+			Help:    "SyncProxyRules latency in seconds for full resyncs",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}),
+		partialDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kubeproxy_sync_partial_proxy_rules_duration_seconds",
+			Help:    "SyncProxyRules latency in seconds for partial resyncs",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}),
+		conntrackDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kubeproxy_conntrack_reconciler_sync_duration_seconds",
+			Help:    "ReconcileConntrackFlowsLatency latency in seconds: the stale UDP conntrack cleanup after a sync",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		}),
+	}
 }
 
 // SyncPeriod is the period of the kernel check, defaults filled in.
@@ -199,6 +225,9 @@ func (p *Proxier[P, R]) Sync(ctx context.Context) error {
 		h := &p.health
 		h.Healthy, h.LastError = false, err.Error()
 		h.Failures++
+		if !full {
+			h.PartialFailures++
+		}
 		h.ConsecutiveFailures++
 		return err
 	}
@@ -245,7 +274,19 @@ func (p *Proxier[P, R]) commit(ctx context.Context, r R, full bool, start time.T
 		p.lastFull, p.needFull = p.cfg.Now(), false
 		p.checked = p.lastFull
 	}
+	// kube-proxy times a sync up to its conntrack cleanup, and the cleanup
+	// on its own.
+	synced := p.cfg.Now()
+	took := synced.Sub(start)
+	if full {
+		p.fullDuration.Observe(took.Seconds())
+	} else {
+		p.partialDuration.Observe(took.Seconds())
+	}
 	deleted, ctErr := p.cleanFlows(ctx, first, full, r)
+	if p.cfg.Conntrack != nil {
+		p.conntrackDuration.Observe(p.cfg.Now().Sub(synced).Seconds())
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	h := &p.health

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -127,8 +130,22 @@ func TestProxierSyncs(t *testing.T) {
 		t.Errorf("syncs %v, want %v", m.writes, want)
 	}
 	h := p.Health()
-	if !h.Healthy || h.FullSyncs != 3 || h.PartialSyncs != 2 || h.Failures != 1 || h.Size != 1 {
-		t.Errorf("health %+v", h)
+	if !h.Healthy || h.FullSyncs != 3 || h.PartialSyncs != 2 || h.Failures != 1 || h.PartialFailures != 1 || h.Size != 1 {
+		t.Errorf("health %+v (the failure was a partial sync's)", h)
+	}
+	// kube-proxy's histograms: one sample per full, per partial sync, and per
+	// conntrack cleanup after a successful sync.
+	for _, c := range []struct {
+		h    prometheus.Histogram
+		want uint64
+	}{{p.fullDuration, 3}, {p.partialDuration, 2}, {p.conntrackDuration, 5}} {
+		var m dto.Metric
+		if err := c.h.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		if n := m.GetHistogram().GetSampleCount(); n != c.want {
+			t.Errorf("%s: %d samples, want %d", c.h.Desc(), n, c.want)
+		}
 	}
 	want := []conntrack.Filter{{Protocol: "udp", OrigDst: netip.MustParseAddr("198.18.0.53"), OrigDstPort: 53, DstNAT: netip.MustParseAddr("198.19.1.3"), Family: conntrack.IPv4}}
 	if got := ct.Deletes(); !slices.Equal(got, want) || h.ConntrackDeleted != 0 || h.ConntrackErrors != 0 {

@@ -37,7 +37,12 @@ func NewDataplane(cfg ProxierConfig, lagBound time.Duration) (*Dataplane, error)
 		SyncsHelp:  "Successful nftables syncs, by kind: full (the whole table written) or partial (only the changed ports' objects).",
 		SizeMetric: "svcproxy_nftables_transaction_operations",
 		SizeHelp:   "Commands in the last nft transaction.",
-		LagBound:   lagBound,
+		// kube-proxy's name (pkg/proxy/metrics); a sync fails when its nft
+		// transaction does.
+		FailuresMetric: "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+		FailuresHelp:   "Cumulative proxy nftables sync failures",
+		LagBound:       lagBound,
+		NodeName:       cfg.Rules.NodeName,
 	})}, nil
 }
 
