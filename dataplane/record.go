@@ -167,21 +167,26 @@ func (r *Record) End(a Attempt, err error) {
 
 // NoLocalEndpoints counts the service ports of snap whose internal
 // (internalTrafficPolicy: Local) or external (externalTrafficPolicy: Local,
-// with a NodePort, externalIPs or LoadBalancer IPs) traffic is dropped on node
-// because none of the endpoints it may go to is there, while some endpoint is
-// usable elsewhere: kube-proxy's serviceNoLocalEndpointsTotalInternal and
-// ...External in syncProxyRules (pkg/proxy/iptables/proxier.go at v1.37.2). A
-// port without any usable endpoint is rejected, not counted.
+// with a NodePort, externalIPs or LoadBalancer IPs) traffic is dropped on
+// this node because none of its local endpoints is usable, while some
+// endpoint is usable elsewhere: kube-proxy's serviceNoLocalEndpointsTotalInternal
+// and ...External in syncProxyRules (pkg/proxy/iptables/proxier.go at v1.37.2),
+// over the same CategorizeEndpoints (service.Port.Categorize). A port without
+// any usable endpoint is rejected, not counted.
 func NoLocalEndpoints(snap *service.Snapshot, node string) (internal, external int) {
 	for _, p := range snap.Ports() {
 		svc := p.Service
-		if len(svc.ClusterIPs) == 0 || len(p.Usable()) == 0 || len(p.LocalUsable(node)) > 0 {
+		if len(svc.ClusterIPs) == 0 {
+			continue
+		}
+		c := p.Categorize(node, snap.Node())
+		if !c.HasAny || len(c.Local) > 0 {
 			continue
 		}
 		if svc.InternalPolicyLocal {
 			internal++
 		}
-		if svc.ExternalPolicyLocal && (p.NodePort != 0 || len(svc.ExternalIPs) > 0 || len(svc.LoadBalancerIPs) > 0) {
+		if svc.ExternalPolicyLocal && p.ExternallyAccessible() {
 			external++
 		}
 	}

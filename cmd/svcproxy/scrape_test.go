@@ -47,9 +47,9 @@ type svcproxyProcess struct {
 	log *strings.Builder
 }
 
-// startSvcproxy runs svcproxy with args in a new namespace and returns once
+// runSvcproxy runs svcproxy with args in a new namespace and returns once
 // both its HTTP servers listen (its log says so).
-func startSvcproxy(t *testing.T, args ...string) *svcproxyProcess {
+func runSvcproxy(t *testing.T, args ...string) *svcproxyProcess {
 	t.Helper()
 	ns := netnstest.New(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -104,14 +104,16 @@ func (p *svcproxyProcess) get(t *testing.T, addr, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// waitHealthy polls /healthz until it answers want, the readiness signal of a
-// first sync (or of a Node's change); it fails the test after a minute.
+// waitHealthz polls /healthz until it answers want with the rules healthy
+// (its body's "healthy"), the readiness signal of a first sync; it fails the
+// test after a minute.
 func (p *svcproxyProcess) waitHealthz(t *testing.T, want int) string {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		code, body := p.get(t, "127.0.0.1:10256", "/healthz")
-		if code == want {
+		var h healthBody
+		if code == want && json.Unmarshal([]byte(body), &h) == nil && h.Healthy {
 			return body
 		}
 		if time.Now().After(deadline) {
@@ -180,7 +182,10 @@ func TestKubeProxyMetricsScrape(t *testing.T) {
 			} else {
 				args = append(args, "--mode", mode)
 			}
-			p := startSvcproxy(t, args...)
+			if mode == "nftables" { // the localhost NodePorts' metrics need a loopback entry
+				args = append(args, "--nodeport-addresses", "localhost")
+			}
+			p := runSvcproxy(t, args...)
 			p.waitHealthz(t, http.StatusOK)
 			if code, body := p.get(t, "127.0.0.1:10256", "/livez"); code != http.StatusOK {
 				t.Errorf("/livez = %d %s, want 200 while the rules keep up", code, body)
@@ -257,4 +262,52 @@ func parseHealth(t *testing.T, body string) healthBody {
 		t.Fatalf("/healthz body %q: %v", body, err)
 	}
 	return h
+}
+
+// Issue 32 point 3, through a real svcproxy fed by a manifests file with this
+// node's Node document: /healthz answers 503 while the Node is being deleted
+// or carries the cluster autoscaler's taint (nodeEligible false, the rules
+// still healthy), /livez 200 all the while, and both answers are counted.
+func TestHealthzNodeEligible(t *testing.T) {
+	netnstest.RequireRoot(t, "iptables-restore", "iptables-save")
+	cases := []struct {
+		name, node string
+		healthz    int
+	}{
+		{"ready", `{name: node-a}`, http.StatusOK},
+		{"being deleted", `{name: node-a, deletionTimestamp: "2026-12-03T08:00:00Z", finalizers: [example.com/hold]}`, http.StatusServiceUnavailable},
+		{"tainted ToBeDeletedByClusterAutoscaler", `{name: node-a}
+spec:
+  taints: [{key: ToBeDeletedByClusterAutoscaler, value: "1764748800", effect: NoSchedule}]`, http.StatusServiceUnavailable},
+		{"another node deleted", `{name: node-b, deletionTimestamp: "2026-12-03T08:00:00Z", finalizers: [example.com/hold]}`, http.StatusOK},
+	}
+	for _, c := range cases {
+		t.Run(strings.ReplaceAll(c.name, " ", "-"), func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "services.yaml")
+			manifests := scrapeManifests + "---\napiVersion: v1\nkind: Node\nmetadata: " + c.node + "\n"
+			if err := os.WriteFile(file, []byte(manifests), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			p := runSvcproxy(t, "--mode", "iptables", "--services", file, "--hostname-override", "node-a")
+			body := p.waitHealthz(t, c.healthz)
+			h := parseHealth(t, body)
+			if eligible := c.healthz == http.StatusOK; h.NodeEligible == nil || *h.NodeEligible != eligible || !h.Healthy {
+				t.Errorf("/healthz body %s: want nodeEligible %v and healthy true (the rules are)", body, eligible)
+			}
+			if code, body := p.get(t, "127.0.0.1:10256", "/livez"); code != http.StatusOK {
+				t.Errorf("/livez = %d %s, want 200: the node's state is not the proxy's liveness", code, body)
+			}
+			fams := p.metrics(t)
+			code := fmt.Sprint(c.healthz)
+			if v, ok := sample(fams, "kubeproxy_proxy_healthz_total", map[string]string{"code": code}); !ok || v < 1 {
+				t.Errorf("kubeproxy_proxy_healthz_total{code=%q} = %v, want at least 1", code, v)
+			}
+			if v, _ := sample(fams, "kubeproxy_proxy_livez_total", map[string]string{"code": "200"}); v != 1 {
+				t.Errorf(`kubeproxy_proxy_livez_total{code="200"} = %v, want 1 (one /livez)`, v)
+			}
+			if t.Failed() {
+				t.Logf("svcproxy log:\n%s", p.log)
+			}
+		})
+	}
 }
