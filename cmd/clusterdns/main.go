@@ -79,6 +79,8 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		}
 	}
 	watch.SetClientLogger(log)
+	// Every Service, headless ones and those another proxy carries among
+	// them (no ProxiedOnly): a name resolves whoever proxies it. No Node.
 	w, err := watch.New(watch.Config{ServicesFile: cfg.ServicesFile, MaxFileBytes: cfg.ServicesMaxBytes,
 		Kubeconfig: cfg.Kubeconfig, Logger: log})
 	if err != nil {

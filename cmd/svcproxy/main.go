@@ -61,7 +61,10 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		// This node's Node: its zone for traffic distribution, its deletion
 		// and the autoscaler's taint for /healthz.
 		NodeName: cfg.NodeName,
-		Logger:   log,
+		// kube-proxy's selectors: not another proxy's Services, not
+		// headless ones (clusterdns serves those, and so sets none).
+		ProxiedOnly: true,
+		Logger:      log,
 	})
 	if errors.Is(err, watch.ErrFileTooLarge) {
 		return fmt.Errorf("%w (raise --services-max-bytes to accept it)", err)

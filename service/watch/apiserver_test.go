@@ -141,6 +141,7 @@ type apiFollower struct {
 	snaps     <-chan *service.Snapshot
 	latest    *service.Snapshot
 	latencies strings.Builder
+	lastBegan time.Time // when the last step's change began
 }
 
 // startAPIWatcher runs a Watcher on kubeconfig until the test ends, and waits for
@@ -181,6 +182,7 @@ func (f *apiFollower) step(t *testing.T, name string, change func(context.Contex
 	ctx, cancel := context.WithTimeout(context.Background(), apiFollowDeadline)
 	defer cancel()
 	began := time.Now()
+	f.lastBegan = began
 	if err := change(ctx); err != nil {
 		t.Fatalf("%s: %v", name, err)
 	}

@@ -58,8 +58,9 @@ type listWatchers struct {
 // and one for discovery/v1, sharing one HTTP client (one connection).
 // Authentication is rc's: whatever the kubeconfig or the in-cluster config
 // says (client certificates, a bearer token or token file, exec plugins).
-// nodeName, when not "", adds the watch of that Node.
-func apiListWatchers(rc *rest.Config, nodeName string) (listWatchers, error) {
+// sel says what to ask for (select.go): its nodeName, when not "", adds the
+// watch of that Node.
+func apiListWatchers(rc *rest.Config, sel selection) (listWatchers, error) {
 	hc, err := rest.HTTPClientFor(rc)
 	if err != nil {
 		return listWatchers{}, fmt.Errorf("api client: %w", err)
@@ -73,11 +74,11 @@ func apiListWatchers(rc *rest.Config, nodeName string) (listWatchers, error) {
 		return listWatchers{}, err
 	}
 	lws := listWatchers{
-		services: listWatch(core, serviceList),
-		slices:   listWatch(discovery, sliceList),
+		services: listWatch(core, serviceList, sel.serviceOptions),
+		slices:   listWatch(discovery, sliceList, sel.sliceOptions),
 	}
-	if nodeName != "" {
-		lws.node = nodeListWatch(core, nodeName)
+	if sel.nodeName != "" {
+		lws.node = nodeListWatch(core, sel.nodeName)
 	}
 	return lws, nil
 }

@@ -32,7 +32,7 @@ func TestAPIClientProtobuf(t *testing.T) {
 	}
 	types := &contentTypes{seen: make(map[string]string)}
 	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return types.recorder(rt) })
-	lw, err := apiListWatchers(rc, "")
+	lw, err := apiListWatchers(rc, selection{})
 	if err != nil {
 		t.Fatal(err)
 	}

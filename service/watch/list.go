@@ -59,14 +59,17 @@ var (
 		}}
 )
 
-// listWatch lists and watches k in every namespace: the watch is client-go's,
+// listWatch lists and watches k in every namespace, with the list options
+// that tweak sets (the selectors of select.go): the watch is client-go's,
 // the list is listConverted.
-func listWatch(c cache.Getter, k listKind) cache.ListerWatcher {
-	lw := cache.NewFilteredListWatchFromClient(c, k.resource, metav1.NamespaceAll, func(*metav1.ListOptions) {})
+func listWatch(c cache.Getter, k listKind, tweak func(*metav1.ListOptions)) cache.ListerWatcher {
+	lw := cache.NewFilteredListWatchFromClient(c, k.resource, metav1.NamespaceAll, tweak)
 	lw.ListWithContextFunc = func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+		tweak(&opts)
 		return listConverted(ctx, c, k, opts)
 	}
 	lw.ListFunc = func(opts metav1.ListOptions) (runtime.Object, error) {
+		tweak(&opts)
 		return listConverted(context.Background(), c, k, opts)
 	}
 	return listThenWatch{lw}

@@ -177,7 +177,7 @@ func TestListConvertedFallsBackToJSON(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			list, err := listWatch(core, serviceList).List(metav1.ListOptions{ResourceVersion: "0"})
+			list, err := listWatch(core, serviceList, selection{}.serviceOptions).List(metav1.ListOptions{ResourceVersion: "0"})
 			if err != nil {
 				t.Fatal(err)
 			}

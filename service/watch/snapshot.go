@@ -21,17 +21,9 @@ func SnapshotOf(name string, data []byte) (*service.Snapshot, error) {
 	return build(objs, selection{}), err
 }
 
-// selection says what of a manifests file goes into a Snapshot, as the
-// Watcher's Config says it.
-type selection struct {
-	// nodeName is Config.NodeName: the Node document of that name is this
-	// node's, the Snapshot's Node; other Nodes are ignored.
-	nodeName string
-}
-
 // build is the Snapshot of objs (Services, EndpointSlices, v1 Endpoints and
 // this node's Node; anything else is ignored): what a manifests file
-// describes, as sel selects it.
+// describes, as sel selects it (select.go).
 func build(objs []runtime.Object, sel selection) *service.Snapshot {
 	var (
 		svcs      []*v1.Service
@@ -46,11 +38,17 @@ func build(objs []runtime.Object, sel selection) *service.Snapshot {
 				node = service.ConvertNode(o)
 			}
 		case *v1.Service:
-			svcs = append(svcs, o)
+			if sel.service(o) {
+				svcs = append(svcs, o)
+			}
 		case *discoveryv1.EndpointSlice:
-			slices = append(slices, o)
+			if sel.slice(o) {
+				slices = append(slices, o)
+			}
 		case *v1.Endpoints:
-			endpoints = append(endpoints, o)
+			if sel.endpoints(o) {
+				endpoints = append(endpoints, o)
+			}
 		}
 	}
 	snap := service.Build(svcs, slices, endpoints)

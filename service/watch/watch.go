@@ -51,6 +51,16 @@ type Config struct {
 	// autoscaler's taint) publishes a new Snapshot. "" (clusterdns) watches
 	// no Node, and Snapshot.Node is nil.
 	NodeName string
+	// ProxiedOnly leaves out what a service proxy does not serve, as
+	// kube-proxy's informers do: Services labelled
+	// service.kubernetes.io/service-proxy-name (whatever the value: they are
+	// another proxy's), headless Services (clusterIP None) and
+	// EndpointSlices labelled service.kubernetes.io/headless. An API server
+	// selects them server-side (they never reach the process); a manifests
+	// file is filtered by the same rules (select.go). svcproxy sets it;
+	// clusterdns must not: it serves headless Services, and the names of
+	// Services that another proxy carries.
+	ProxiedOnly bool
 
 	// Logger receives parse errors of the file, validation errors of objects
 	// (each distinct error once) and source events. nil means slog.Default().
@@ -102,6 +112,7 @@ func newWatcher(cfg Config, lw *listWatchers) (*Watcher, error) {
 	if cfg.ResyncPeriod < cfg.MinSyncPeriod {
 		return nil, fmt.Errorf("resync period %v is shorter than min sync period %v", cfg.ResyncPeriod, cfg.MinSyncPeriod)
 	}
+	sel := selection{nodeName: cfg.NodeName, proxiedOnly: cfg.ProxiedOnly}
 	w := &Watcher{cfg: cfg, log: cfg.Logger, tracker: newChangeTracker(), reported: make(map[string]bool)}
 	if w.log == nil {
 		w.log = slog.Default()
@@ -115,7 +126,7 @@ func newWatcher(cfg Config, lw *listWatchers) (*Watcher, error) {
 		if cfg.MaxFileBytes <= 0 {
 			cfg.MaxFileBytes = DefaultMaxFileBytes
 		}
-		fs, err := newFileSource(fileConfig{path: cfg.ServicesFile, maxBytes: cfg.MaxFileBytes, sel: selection{nodeName: cfg.NodeName}},
+		fs, err := newFileSource(fileConfig{path: cfg.ServicesFile, maxBytes: cfg.MaxFileBytes, sel: sel},
 			w.log, w.tracker.changed)
 		if err != nil {
 			return nil, err
@@ -131,7 +142,7 @@ func newWatcher(cfg Config, lw *listWatchers) (*Watcher, error) {
 			return nil, err
 		}
 		rc.WarningHandler = &warningLogger{log: w.log, seen: make(map[string]bool)}
-		if w.api, err = apiListWatchers(rc, cfg.NodeName); err != nil {
+		if w.api, err = apiListWatchers(rc, sel); err != nil {
 			return nil, err
 		}
 	}
