@@ -68,7 +68,7 @@ type Config struct {
 func parseFlags(args []string) (*Config, error) {
 	c := &Config{}
 	fs := flag.NewFlagSet("svcproxy", flag.ContinueOnError)
-	fs.StringVar(&c.ServicesFile, "services", "", "Kubernetes manifests `FILE` (Services, EndpointSlices, Endpoints), reloaded when it changes")
+	fs.StringVar(&c.ServicesFile, "services", "", "Kubernetes manifests `FILE` (Services, EndpointSlices, Endpoints, and this node's Node), reloaded when it changes")
 	fs.Int64Var(&c.ServicesMaxBytes, "services-max-bytes", watch.DefaultMaxFileBytes, "refuse a --services file larger than this many `BYTES`, keeping the last good state")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "watch the API server of this kubeconfig `FILE`; without --services or --kubeconfig, the in-cluster config")
 	fs.StringVar(&c.Mode, "mode", modeHybrid, "proxy mode: userspace, iptables, nftables, ipvs or hybrid")
