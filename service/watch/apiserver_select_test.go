@@ -25,7 +25,8 @@ import (
 // sees its kind in the order it was written). clusterdns's shows all three.
 // Then the plain Service is labelled for another proxy, and goes from
 // svcproxy's Snapshots only (a watch with a label selector reports an object
-// that stops matching as deleted); unlabelled, it comes back.
+// that stops matching as deleted); unlabelled, it comes back. Each
+// relabelling also moves its port, which clusterdns's Snapshot must show.
 func TestAPIServerProxiedOnly(t *testing.T) {
 	srv := kapitest.Start(t)
 	ns := srv.Namespace(t)
@@ -56,7 +57,9 @@ func TestAPIServerProxiedOnly(t *testing.T) {
 	proxy.step(t, "create other, db, web: svcproxy's", create, apiSelected(ns, web))
 	dns.wait(t, "clusterdns's", proxy.began(), apiSelected(ns, all))
 
-	label := func(value *string) func(context.Context) error {
+	// Each relabelling moves web's port too, so that clusterdns's Snapshot
+	// shows it has seen that very version of web.
+	label := func(value *string, port int32) func(context.Context) error {
 		return func(ctx context.Context) error {
 			svc, err := api.CoreV1().Services(ns).Get(ctx, "web", metav1.GetOptions{})
 			if err != nil {
@@ -67,14 +70,19 @@ func TestAPIServerProxiedOnly(t *testing.T) {
 			} else {
 				svc.Labels = map[string]string{watch.LabelServiceProxyName: *value}
 			}
+			svc.Spec.Ports[0].Port = port
 			_, err = api.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{})
 			return err
 		}
 	}
+	withPort := func(s string, port int) string {
+		return strings.Replace(s, "198.18.0.10:80 ", fmt.Sprintf("198.18.0.10:%d ", port), 1)
+	}
 	// An empty value counts: the label's presence is what kube-proxy selects on.
-	proxy.step(t, "label web for another proxy: svcproxy's", label(new("")), apiSelected(ns, ""))
-	dns.wait(t, "clusterdns's keeps it", proxy.began(), apiSelected(ns, all))
-	proxy.step(t, "unlabel web: svcproxy's", label(nil), apiSelected(ns, web))
+	proxy.step(t, "label web for another proxy: svcproxy's", label(new(""), 81), apiSelected(ns, ""))
+	dns.wait(t, "clusterdns's keeps it", proxy.began(), apiSelected(ns, withPort(all, 81)))
+	proxy.step(t, "unlabel web: svcproxy's", label(nil, 82), apiSelected(ns, withPort(web, 82)))
+	dns.wait(t, "clusterdns's", proxy.began(), apiSelected(ns, withPort(all, 82)))
 }
 
 // began is when the change of the last step started, for a second follower
