@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/svcproxy/svcproxy/internal/kapitest"
@@ -99,4 +100,65 @@ func apiNode(n *service.Node) string {
 		return "<none>"
 	}
 	return fmt.Sprintf("%s zone=%s deleting=%t toBeDeleted=%t", n.Name, n.Zone(), n.Deleting, n.ToBeDeleted)
+}
+
+// TestAPIServerTopology follows this node's zone from its Node through to the
+// endpoints a PreferSameZone Service sends this node's traffic to (issue 32,
+// item 1): the slice's forZones hints arrive through the EndpointSlice
+// informer, the zone through the Node informer, and Port.Categorize joins
+// them. Moving the node to the other zone moves its traffic; a node without a
+// zone label ignores zone hints (kube-proxy's topologyModeFromHints).
+func TestAPIServerTopology(t *testing.T) {
+	srv := kapitest.Start(t)
+	ns := srv.Namespace(t)
+	api := srv.Client
+	f := startAPIWatcherConfig(t, watch.Config{Kubeconfig: srv.Kubeconfig, NodeName: "node-a", ProxiedOnly: true})
+	webHTTP := service.PortName{NamespacedName: service.NamespacedName{Namespace: ns, Name: "web"}, Port: "http", Protocol: service.TCP}
+	cluster := func(want string) func(*service.Snapshot) bool {
+		return func(s *service.Snapshot) bool {
+			p, ok := s.Port(webHTTP)
+			return ok && apiEndpoints(p.Categorize("node-a", s.Node()).Cluster) == want
+		}
+	}
+	setZone := func(zone string) func(context.Context) error {
+		return func(ctx context.Context) error {
+			n, err := api.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if zone == "" {
+				delete(n.Labels, corev1.LabelTopologyZone)
+			} else {
+				n.Labels[corev1.LabelTopologyZone] = zone
+			}
+			_, err = api.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+			return err
+		}
+	}
+
+	f.step(t, "node-a in zone-1, web PreferSameZone with a hinted endpoint per zone", func(ctx context.Context) error {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a",
+			Labels: map[string]string{corev1.LabelTopologyZone: "zone-1"}}}
+		if _, err := api.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		svc := apiSelectService("web", "198.18.0.10")
+		svc.Spec.TrafficDistribution = new(corev1.ServiceTrafficDistributionPreferSameZone)
+		if _, err := api.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		es := apiSelectSlice("web-1", "web", "198.19.0.1")
+		es.Endpoints = nil
+		for _, ep := range []struct{ ip, node, zone string }{{"198.19.0.1", "node-b", "zone-1"}, {"198.19.0.2", "node-c", "zone-2"}} {
+			es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{
+				Addresses: []string{ep.ip}, NodeName: new(ep.node), Zone: new(ep.zone),
+				Conditions: discoveryv1.EndpointConditions{Ready: new(true)},
+				Hints:      &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: ep.zone}}},
+			})
+		}
+		_, err := api.DiscoveryV1().EndpointSlices(ns).Create(ctx, es, metav1.CreateOptions{})
+		return err
+	}, cluster("198.19.0.1:8080"))
+	f.step(t, "node-a moves to zone-2", setZone("zone-2"), cluster("198.19.0.2:8080"))
+	f.step(t, "node-a loses its zone label", setZone(""), cluster("198.19.0.1:8080 198.19.0.2:8080"))
 }
