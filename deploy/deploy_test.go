@@ -89,10 +89,17 @@ func TestApply(t *testing.T) {
 	// lab first: it sets kube-dns's ClusterIP, which is immutable once set;
 	// kind's leaves it to the server (kind's kube-dns already has one).
 	apply("lab")
+	apply("realnode")
+	c := srv.Client
+	// realnode's one change to the DaemonSet: /lib/modules from the node's /run.
+	if ds, err := c.AppsV1().DaemonSets("kube-system").Get(ctx, "svcproxy", metav1.GetOptions{}); err != nil {
+		t.Errorf("daemonset kube-system/svcproxy: %v", err)
+	} else if v := ds.Spec.Template.Spec.Volumes[1]; v.Name != "lib-modules" || v.HostPath == nil || v.HostPath.Path != "/run/lib-modules" {
+		t.Errorf("realnode: daemonset svcproxy: volume %s: %+v, want lib-modules from /run/lib-modules", v.Name, v.VolumeSource)
+	}
 	apply("kind")
 	apply("rbac")
 
-	c := srv.Client
 	if ds, err := c.AppsV1().DaemonSets("kube-system").Get(ctx, "svcproxy", metav1.GetOptions{}); err != nil {
 		t.Errorf("daemonset kube-system/svcproxy: %v", err)
 	} else if spec := ds.Spec.Template.Spec; !spec.HostNetwork || spec.ServiceAccountName != "svcproxy" || len(spec.Tolerations) == 0 {

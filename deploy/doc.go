@@ -8,7 +8,9 @@
 //	        clusterdns Deployment and the kube-dns Service
 //	kind/   base for a kind cluster, and cluster.yaml (kubeProxyMode: none)
 //	lab/    base in svclab's control-plane lab (the lab's addresses)
+//	realnode/ base on svclab's real node (svclab up --kubelet): the lab's
+//	        addresses, and no /lib/modules
 //
-// Files embeds the four directories, so that svclab can apply deploy/lab in
+// Files embeds the five directories, so that svclab can apply deploy/lab in
 // its lab from a binary that runs anywhere; docs/kind.md walks through kind.
 package deploy

@@ -50,27 +50,11 @@ func (l *Lab) Client() (kubernetes.Interface, error) {
 // then clusterdns (with a mirror pod, so that kube-dns has it as its
 // endpoint) and svcproxy, each once what it serves is there.
 func (l *Lab) upControlPlane(ctx context.Context, cp ControlPlane, dns, proxy, mode string) error {
-	p := l.cfg.Plan
 	// The client and the outside host; the kubelet makes the pods.
-	cmds := p.NodeCommands()
-	var others []Host
-	for _, h := range p.Hosts {
-		if h.Role != RolePod {
-			cmds = append(cmds, p.HostCommands(h)...)
-			others = append(others, h)
-		}
+	if err := l.upNodeAndClient(ctx); err != nil {
+		return err
 	}
-	for _, argv := range append(cmds, p.ServiceRouteCommands()...) {
-		if err := run(ctx, argv...); err != nil {
-			return err
-		}
-	}
-	for _, h := range others {
-		if err := l.writeResolvConf(h); err != nil {
-			return err
-		}
-	}
-	if err := l.startControlPlane(ctx, cp); err != nil {
+	if err := l.startControlPlane(ctx, cp, false); err != nil {
 		return err
 	}
 	deployDir := filepath.Join(l.cfg.StateDir, "deploy")
@@ -253,6 +237,14 @@ func (l *Lab) WriteHosts(w io.Writer) error {
 		return p.WriteHosts(w, st.Mode)
 	}
 	client, _ := p.Host("client")
+	if st.RealNode {
+		hosts := []Host{client}
+		if outside, ok := p.Host("outside"); ok {
+			hosts = append(hosts, outside)
+		}
+		runs := fmt.Sprintf("etcd, kube-apiserver :6443, kube-controller-manager, kube-scheduler, containerd, kubelet; pods on %s in %s (svclab kubectl get pods -A -o wide)", podBridge, p.PodCIDR)
+		return p.writeHosts(w, runs, hosts)
+	}
 	pods := l.podRecords()
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
 	hosts := append([]Host{client}, pods...)

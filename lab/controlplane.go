@@ -74,14 +74,15 @@ func (l *Lab) KubeconfigPath(user string) string {
 
 // startControlPlane writes the PKI, then starts etcd, kube-apiserver and
 // kube-controller-manager in the node, each once the one before answers.
-func (l *Lab) startControlPlane(ctx context.Context, cp ControlPlane) error {
+// realNode adds the controllers a real kubelet's pods need.
+func (l *Lab) startControlPlane(ctx context.Context, cp ControlPlane, realNode bool) error {
 	p := l.cfg.Plan
 	ips := []net.IP{net.IPv4(127, 0, 0, 1), p.Node.Addr.AsSlice(), p.ServiceCIDR.Addr().Next().AsSlice()}
 	if p.DualStack() {
 		ips = append(ips, p.Node.Addr6.AsSlice())
 	}
 	names := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
-	pk, err := writePKI(l.pkiDir(), ips, names)
+	pk, err := writePKI(l.pkiDir(), ips, names, p.Node.Name)
 	if err != nil {
 		return fmt.Errorf("control plane pki: %w", err)
 	}
@@ -118,16 +119,26 @@ func (l *Lab) startControlPlane(ctx context.Context, cp ControlPlane) error {
 		return err
 	}
 	admin := l.KubeconfigPath("admin")
+	// What the lab needs: EndpointSlices from Services' selectors, the
+	// pods of StatefulSets, Deployments and ReplicaSets, a default
+	// ServiceAccount in each namespace (pods need one), namespace
+	// deletion, and the garbage collector that deletes what an owner
+	// leaves. No node lifecycle controller: no kubelet heartbeats here.
+	controllers := "endpointslice,namespace,serviceaccount,statefulset,deployment,replicaset,garbagecollector"
+	if realNode {
+		// DaemonSets (svcproxy's); the ConfigMap kube-root-ca.crt in every
+		// namespace, which the kubelet mounts into each pod with its
+		// ServiceAccount token; and node lifecycle, which lifts the taint
+		// node.kubernetes.io/not-ready that kube-apiserver puts on a new
+		// Node (admission plugin TaintNodesByCondition) once it is Ready.
+		controllers += ",daemonset,root-ca-cert-publisher,nodelifecycle"
+	}
 	kcm, _, err := l.start("kube-controller-manager", node, []string{cp.ControllerManager,
 		"--kubeconfig=" + admin,
 		"--authentication-kubeconfig=" + admin,
 		"--authorization-kubeconfig=" + admin,
-		// What the lab needs: EndpointSlices from Services' selectors, the
-		// pods of StatefulSets, Deployments and ReplicaSets, a default
-		// ServiceAccount in each namespace (pods need one), namespace
-		// deletion, and the garbage collector that deletes what an owner
-		// leaves. No node lifecycle controller: no kubelet heartbeats here.
-		"--controllers=endpointslice,namespace,serviceaccount,statefulset,deployment,replicaset,garbagecollector",
+		"--controllers=" + controllers,
+		"--root-ca-file=" + pk.caFile(),
 		"--leader-elect=false",
 		"--use-service-account-credentials=false",
 		"--bind-address=127.0.0.1",
@@ -165,6 +176,10 @@ func (l *Lab) apiserverArgs(pk *pki) []string {
 		// is what they may do.
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
+		// kubectl exec and logs go to a kubelet at its node's address; the
+		// default order tries the node's name first, which only the
+		// machine's resolver would answer (the real node, svclab up --kubelet).
+		"--kubelet-preferred-address-types=InternalIP",
 		"--service-account-key-file=" + pk.serviceAccount(),
 		"--service-account-signing-key-file=" + pk.serviceAccount(),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",

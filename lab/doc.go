@@ -31,6 +31,15 @@
 // EndpointSlice controller writes the slices; svcproxy and clusterdns watch
 // the API server with their ServiceAccounts' tokens.
 //
+// The real-node lab (UpOptions.RealNode, `svclab up --kubelet`) runs a real
+// node beside that control plane instead: containerd, the kubelet and
+// kube-scheduler in the node's network namespace and in a mount namespace of
+// the node's own, where /run, /var/lib and /var/log are the lab's and the
+// sysctls the kubelet checks are files of the lab (realnode.go renders it
+// all); pods get addresses from the bridge CNI in Plan.PodCIDR, and
+// svcproxy and clusterdns run as deploy/realnode's DaemonSet and Deployment.
+// Down kills what runs in the kubelet's cgroup root and removes it.
+//
 // Lab keeps its state (pid files, logs, the manifests file, the control
 // plane's keys and data) under one directory, /run/svclab by default, and Down
 // removes every namespace, process, mount and file it made. Demo is the

@@ -121,6 +121,9 @@ type state struct {
 	// clusterdns then watch its API server (--kubeconfig) instead of the
 	// manifests file.
 	Kubectl string `json:"kubectl,omitempty"`
+	// RealNode is set when a real kubelet runs the lab's pods (svclab up
+	// --kubelet): svcproxy and clusterdns are its pods.
+	RealNode bool `json:"realNode,omitempty"`
 	// Demo is the pid of a `svclab demo` that owns the lab, 0 for none.
 	Demo int `json:"demo,omitempty"`
 	// IPVSScheduler is svcproxy's --ipvs-scheduler, "" for its default (rr).

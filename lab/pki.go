@@ -43,8 +43,11 @@ func (p *pki) tokenFile() string      { return p.path("tokens.csv") }
 const adminUser = "svclab-admin"
 
 // writePKI makes the files for an API server reached as the given addresses
-// and names (its certificate's subject alternative names).
-func writePKI(dir string, ips []net.IP, names []string) (*pki, error) {
+// and names (its certificate's subject alternative names). The token file
+// also holds a token for the kubelet of node, in node.token: the identity
+// the Node authorizer limits to that node and its pods (system:node:NAME in
+// group system:nodes), which the real node's kubelet uses.
+func writePKI(dir string, ips []net.IP, names []string, node string) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -99,17 +102,33 @@ func writePKI(dir string, ips []net.IP, names []string) (*pki, error) {
 	if _, err := writeKey(p.serviceAccount()); err != nil {
 		return nil, fmt.Errorf("service account key: %w", err)
 	}
-	tok := make([]byte, 16)
-	if _, err := rand.Read(tok); err != nil {
+	if p.adminToken, err = newToken(); err != nil {
 		return nil, err
 	}
-	p.adminToken = hex.EncodeToString(tok)
+	nodeToken, err := newToken()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(p.path("node.token"), []byte(nodeToken+"\n"), 0o600); err != nil {
+		return nil, err
+	}
 	// --token-auth-file: token,user,uid,"group1,group2".
-	line := fmt.Sprintf("%s,%s,%s,\"system:masters\"\n", p.adminToken, adminUser, adminUser)
-	if err := os.WriteFile(p.tokenFile(), []byte(line), 0o600); err != nil {
+	nodeUser := "system:node:" + node
+	lines := fmt.Sprintf("%s,%s,%s,\"system:masters\"\n%s,%s,%s,\"system:nodes\"\n",
+		p.adminToken, adminUser, adminUser, nodeToken, nodeUser, nodeUser)
+	if err := os.WriteFile(p.tokenFile(), []byte(lines), 0o600); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// newToken is 16 random bytes, in hex.
+func newToken() (string, error) {
+	tok := make([]byte, 16)
+	if _, err := rand.Read(tok); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(tok), nil
 }
 
 func serial() *big.Int {

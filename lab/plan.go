@@ -54,6 +54,10 @@ type Plan struct {
 	// LabCIDR holds every lab address, the outside host's too: the range
 	// pods route via the node.
 	LabCIDR netip.Prefix
+	// PodCIDR is where the real node's pods get their addresses (the bridge
+	// CNI's host-local range, `svclab up --kubelet`); its first address is
+	// the node's, on the bridge. Inside ClusterCIDR, apart from every host.
+	PodCIDR netip.Prefix
 	// DNS is the kube-dns Service's ClusterIP, the nameserver of every pod.
 	DNS netip.Addr
 	// Search is the resolv.conf search list of a pod in namespace "default".
@@ -88,8 +92,10 @@ func DefaultPlan() *Plan {
 		ServiceCIDR: netip.MustParsePrefix("198.18.0.0/16"),
 		ClusterCIDR: netip.MustParsePrefix("198.19.0.0/17"),
 		LabCIDR:     netip.MustParsePrefix("198.19.0.0/16"),
-		DNS:         addr("198.18.0.10"),
-		Search:      []string{"default.svc.cluster.local", "svc.cluster.local", "cluster.local"},
+		// Far from the Plan's hosts (198.19.0-2.x) and PodPool.
+		PodCIDR: netip.MustParsePrefix("198.19.64.0/24"),
+		DNS:     addr("198.18.0.10"),
+		Search:  []string{"default.svc.cluster.local", "svc.cluster.local", "cluster.local"},
 		// Documentation prefixes (RFC 3849), never routed anywhere. The
 		// cluster range holds 2001:db8:19::0:0 to ::ff:ffff, the mirrors of
 		// 198.19.0.0 to 198.19.99.255: every lab host's but the outside
@@ -209,8 +215,32 @@ func (p *Plan) Validate() error {
 	if p.DualStack() && (!p.LabCIDR6.Contains(p.ClusterCIDR6.Addr()) || p.LabCIDR6.Bits() > p.ClusterCIDR6.Bits()) {
 		return fmt.Errorf("lab range %s: must hold the cluster range %s", p.LabCIDR6, p.ClusterCIDR6)
 	}
+	if err := p.validatePodCIDR(); err != nil {
+		return err
+	}
 	if !p.ServiceCIDR.Contains(p.DNS) {
 		return fmt.Errorf("dns %s: not in the service range %s", p.DNS, p.ServiceCIDR)
+	}
+	return nil
+}
+
+// validatePodCIDR checks that the real node's pod range, when there is one,
+// is in the cluster range and holds no host of the Plan, nor PodPool.
+func (p *Plan) validatePodCIDR() error {
+	c := p.PodCIDR
+	if !c.IsValid() {
+		return nil
+	}
+	if !c.Addr().Is4() || !p.ClusterCIDR.Contains(c.Addr()) || c.Bits() < p.ClusterCIDR.Bits() || c.Bits() > 30 {
+		return fmt.Errorf("pod range %s: want an IPv4 range of 4 addresses or more in the cluster range %s", c, p.ClusterCIDR)
+	}
+	if c.Overlaps(PodPool) {
+		return fmt.Errorf("pod range %s: overlaps the lab kubelet's pod pool %s", c, PodPool)
+	}
+	for _, h := range append([]Host{p.Node}, p.Hosts...) {
+		if c.Contains(h.Addr) {
+			return fmt.Errorf("pod range %s: holds host %s's address %s", c, h.Name, h.Addr)
+		}
 	}
 	return nil
 }

@@ -68,6 +68,9 @@ func TestPlanValidate(t *testing.T) {
 		{"addr6 outside", func(p *Plan) { p.Hosts[0].Addr6 = netip.MustParseAddr("2001:db8:20::1") }, "addr6 2001:db8:20::1: not in the cluster range 2001:db8:19::/104"},
 		{"outside addr6 inside", func(p *Plan) { p.Hosts[6].Addr6 = netip.MustParseAddr("2001:db8:19::3") }, "host outside: addr6 2001:db8:19::3: want an address of the lab range"},
 		{"addr6 missing", func(p *Plan) { p.Hosts[1].Addr6 = netip.Addr{} }, "host web-0: addr6 \"invalid IP\": want an IPv6 address"},
+		{"pod range beyond the cluster", func(p *Plan) { p.PodCIDR = netip.MustParsePrefix("198.19.200.0/24") }, "pod range 198.19.200.0/24: want an IPv4 range of 4 addresses or more in the cluster range 198.19.0.0/17"},
+		{"pod range over the pool", func(p *Plan) { p.PodCIDR = netip.MustParsePrefix("198.19.2.0/23") }, "overlaps the lab kubelet's pod pool"},
+		{"pod range over a host", func(p *Plan) { p.PodCIDR = netip.MustParsePrefix("198.19.1.0/24") }, "pod range 198.19.1.0/24: holds host client's address 198.19.1.2"},
 		{"single-stack", func(p *Plan) {
 			p.ServiceCIDR6, p.ClusterCIDR6, p.LabCIDR6 = netip.Prefix{}, netip.Prefix{}, netip.Prefix{}
 			for i := range p.Hosts {

@@ -23,6 +23,10 @@ type UpOptions struct {
 	// that API server; nil is the file-fed lab, where they read the manifests
 	// file.
 	ControlPlane *ControlPlane
+	// RealNode, with ControlPlane, runs a real node beside it: containerd,
+	// the kubelet and kube-scheduler, with svcproxy and clusterdns as pods
+	// of deploy/realnode (their image's), instead of svclab's processes.
+	RealNode *RealNode
 }
 
 // Up builds the file-fed lab with svcproxy in mode; see UpWith.
@@ -43,6 +47,9 @@ func (l *Lab) UpWith(ctx context.Context, opts UpOptions) error {
 	}
 	if s, err := l.readState(); err == nil && s.Demo != 0 && s.Demo != os.Getpid() && alive(s.Demo) {
 		return fmt.Errorf("svclab demo (pid %d) is using the lab; wait for it to end", s.Demo)
+	}
+	if opts.RealNode != nil {
+		return l.upWithRealNode(ctx, opts)
 	}
 	proxy, err := l.binary("svcproxy")
 	if err != nil {
@@ -97,6 +104,25 @@ func (l *Lab) UpWith(ctx context.Context, opts UpOptions) error {
 	return l.startProxy(ctx, proxy, mode)
 }
 
+// upWithRealNode is UpWith for the real-node lab: svcproxy runs as the
+// DaemonSet's pod, in the mode of deploy/realnode's ConfigMap.
+func (l *Lab) upWithRealNode(ctx context.Context, opts UpOptions) error {
+	if opts.ControlPlane == nil {
+		return errors.New("a real node needs the control plane (its programs: make kapi)")
+	}
+	if err := l.Down(ctx); err != nil {
+		return fmt.Errorf("remove the leftovers of an earlier lab: %w", err)
+	}
+	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
+		return err
+	}
+	st := state{Mode: opts.Mode, Kubectl: opts.ControlPlane.Kubectl, RealNode: true}
+	if err := l.writeState(st); err != nil {
+		return err
+	}
+	return l.upRealNode(ctx, *opts.ControlPlane, *opts.RealNode, opts.Mode)
+}
+
 // writeResolvConf writes the resolv.conf that `ip netns exec` mounts in h.
 func (l *Lab) writeResolvConf(h Host) error {
 	p := l.cfg.Plan
@@ -120,9 +146,11 @@ func validMode(m string) bool {
 	return false
 }
 
-// Down removes everything the lab made: the processes in its namespaces, the
-// namespaces (and with them their links, routes and rules), their /etc/netns
-// files and the state directory. It is safe to run when nothing is up.
+// Down removes everything the lab made: the processes in its namespaces (and
+// the real node's: containerd, its pods, its mount namespace and cgroups),
+// the namespaces (and with them their links, routes and rules), their
+// /etc/netns files and the state directory. It is safe to run when nothing
+// is up.
 func (l *Lab) Down(ctx context.Context) error {
 	// The control-plane lab's kubelet first: it would make pods' namespaces
 	// while the others are removed.
@@ -130,6 +158,11 @@ func (l *Lab) Down(ctx context.Context) error {
 		if err := stopPids([]int{pid}, 5*time.Second); err != nil {
 			return err
 		}
+	}
+	// The real node's containerd and pods, which are not all in the lab's
+	// network namespaces; then its mount namespace.
+	if err := l.downRealNode(); err != nil {
+		return err
 	}
 	nss, err := namespaces(l.cfg.Plan.Prefix)
 	if err != nil {
@@ -166,8 +199,9 @@ func (l *Lab) Down(ctx context.Context) error {
 }
 
 // Leftovers lists what the lab left on the machine: namespaces, their mounts,
-// /etc/netns directories, the state directory, and processes whose command
-// line names the state directory or the namespace prefix. Empty after Down.
+// /etc/netns directories, the real node's cgroup directories and their
+// processes, the state directory, and processes whose command line names the
+// state directory or the namespace prefix. Empty after Down.
 func (l *Lab) Leftovers() []string {
 	var out []string
 	prefix := l.cfg.Plan.Prefix
@@ -186,6 +220,7 @@ func (l *Lab) Leftovers() []string {
 	for _, f := range etc {
 		out = append(out, "file "+f)
 	}
+	out = append(out, realNodeLeftovers(l.cgroups())...)
 	if _, err := os.Stat(l.cfg.StateDir); err == nil {
 		out = append(out, "file "+l.cfg.StateDir)
 	}

@@ -2,9 +2,11 @@
 // namespaces on this machine, runs svcproxy and clusterdns in it, and lets you
 // send traffic through it and look at the rules that carried it.
 //
-//	svclab up [--mode MODE] [--control-plane]
+//	svclab up [--mode MODE] [--control-plane | --kubelet]
 //	                                 build the lab (svcproxy in MODE, default userspace);
-//	                                 fed by a manifests file, or by a real control plane
+//	                                 fed by a manifests file, or by a real control plane;
+//	                                 --kubelet: and a real node running svcproxy and
+//	                                 clusterdns as pods
 //	svclab exec HOST -- CMD...       run CMD in a lab host: node, client, web-0...
 //	svclab traffic [--n N] [--rate R] [--ipv6] TARGET
 //	                                 N requests from the client; who answered, who they saw;
@@ -26,6 +28,13 @@
 // DIR), svclab plays the kubelet (`svclab kubelet`, in the background), and
 // svcproxy and clusterdns watch the API server with their ServiceAccounts'
 // tokens, under the RBAC of deploy/rbac.
+//
+// With --kubelet, a real node runs beside that control plane instead of
+// svclab's kubelet: containerd (Debian's, with runc and the CNI bridge), the
+// kubelet and kube-scheduler (`make node-bins`) in the node's network
+// namespace and a mount namespace of its own, and svcproxy and clusterdns as
+// the pods of deploy/realnode, from the archives of `make image` and `make
+// e2e-images` next to svclab (or in --bin DIR). docs/kind.md says how.
 //
 // svcproxy and clusterdns are looked for next to svclab, then on PATH:
 // `go build -o bin/ ./cmd/...` puts all three together. Everything but the

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,7 +23,11 @@ commands:
   up [--mode MODE] [--control-plane]    build the lab; svcproxy runs in MODE (default userspace);
                                         with --control-plane, etcd, kube-apiserver and
                                         kube-controller-manager run in the node and
-                                        svcproxy and clusterdns watch them (make kapi first)
+                                        svcproxy and clusterdns watch them (make kapi first);
+  up --kubelet [--mode MODE]            a real node beside the control plane: containerd, the
+                                        kubelet and kube-scheduler in the node, svcproxy (the
+                                        DaemonSet, in MODE) and clusterdns as pods of
+                                        deploy/realnode, from the images of make image
   kubectl ARGS...                       kubectl against the control-plane lab's API server
   pod NAME --kill|--start|--ready=true|--ready=false|--terminating [-n NAMESPACE]
                                         change one pod: --kill stops its server (a crash; it
@@ -65,7 +70,8 @@ commands:
 global flags:
   --state DIR   the lab's state: pid files, logs, manifests (default /run/svclab)
   --bin DIR     look for svcproxy and clusterdns here first (default: next to svclab)
-  --kapi DIR    the control plane's programs (default: make kapi's cache)
+  --kapi DIR    the control plane's programs, and the real node's kubelet and
+                kube-scheduler (default: make kapi's cache)
 
 svclab COMMAND --help says more about pod, rules, trace and conntrack. Every command
 needs root. svcproxy and clusterdns are looked for next to svclab, then on PATH
@@ -204,10 +210,24 @@ func parse(fs *flag.FlagSet, args []string, want int) error {
 // kapiDir is the global --kapi flag.
 var kapiDir *string
 
+// imageDir is where `make image` wrote the image archives: the --bin
+// directory, or svclab's own (bin/ of the repository).
+func imageDir(cfg lab.Config) string {
+	if cfg.BinDir != "" {
+		return cfg.BinDir
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return "bin"
+	}
+	return filepath.Dir(self)
+}
+
 func cmdUp(ctx context.Context, cfg lab.Config, args []string) error {
 	fs := flag.NewFlagSet("svclab up", flag.ContinueOnError)
 	mode := fs.String("mode", "userspace", "svcproxy's `MODE`: userspace, iptables, nftables, ipvs or hybrid")
 	withCP := fs.Bool("control-plane", false, "run etcd, kube-apiserver and kube-controller-manager in the node")
+	withKubelet := fs.Bool("kubelet", false, "also run a real node: containerd, the kubelet and kube-scheduler, with svcproxy and clusterdns as pods (implies --control-plane)")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -216,12 +236,19 @@ func cmdUp(ctx context.Context, cfg lab.Config, args []string) error {
 		return err
 	}
 	opts := lab.UpOptions{Mode: *mode}
-	if *withCP {
+	if *withCP || *withKubelet {
 		cp, err := lab.FindControlPlane(*kapiDir)
 		if err != nil {
 			return err
 		}
 		opts.ControlPlane = &cp
+	}
+	if *withKubelet {
+		rn, err := lab.FindRealNode(*kapiDir, imageDir(cfg))
+		if err != nil {
+			return err
+		}
+		opts.RealNode = &rn
 	}
 	if err := l.UpWith(ctx, opts); err != nil {
 		return err
