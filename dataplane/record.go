@@ -46,9 +46,12 @@ type Record struct {
 	synced   bool      // a sync has succeeded
 	lastErr  error
 	inARow   int
+	started  time.Time            // triggers before it are not this process's to measure
+	triggers map[string]time.Time // per service/slice, the trigger time the last applied Snapshot had
 
 	duration    prometheus.Histogram
-	programming prometheus.Histogram
+	programming prometheus.Histogram // from the slices' trigger times
+	applied     prometheus.Histogram // from the handover
 	last        prometheus.Gauge
 	queued      prometheus.Gauge
 	failures    prometheus.Counter
@@ -66,7 +69,7 @@ func NewRecord(cfg RecordConfig) *Record {
 	}
 	mode := prometheus.Labels{"mode": cfg.Mode}
 	return &Record{
-		cfg: cfg,
+		cfg: cfg, started: cfg.Now(), triggers: map[string]time.Time{},
 		// kube-proxy's names and buckets (pkg/proxy/metrics).
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "kubeproxy_sync_proxy_rules_duration_seconds",
@@ -75,10 +78,14 @@ func NewRecord(cfg RecordConfig) *Record {
 		}),
 		programming: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "kubeproxy_network_programming_duration_seconds",
-			Help: "In Network programming latency in seconds: from the moment svcproxy was handed a Snapshot to the end of the sync that applied it " +
-				"(kube-proxy starts at the endpoints' last-change-trigger-time annotation).",
-			Buckets: merge(prometheus.LinearBuckets(0.25, 0.25, 2), prometheus.LinearBuckets(1, 1, 59),
-				prometheus.LinearBuckets(60, 5, 12), prometheus.LinearBuckets(120, 30, 7)),
+			Help: "In Cluster Network Programming Latency in seconds: from an EndpointSlice's " +
+				"endpoints.kubernetes.io/last-change-trigger-time to the end of the sync that applied it.",
+			Buckets: programmingBuckets,
+		}),
+		applied: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "svcproxy_snapshot_programming_duration_seconds",
+			Help:    "From the moment svcproxy was handed a Snapshot to the end of the sync that applied it; one sample per sync that applied a handed-over Snapshot.",
+			Buckets: programmingBuckets, ConstLabels: mode,
 		}),
 		last: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
@@ -100,6 +107,10 @@ func NewRecord(cfg RecordConfig) *Record {
 		}, []string{"traffic_policy"}),
 	}
 }
+
+// programmingBuckets are kube-proxy's NetworkProgrammingLatency buckets.
+var programmingBuckets = merge(prometheus.LinearBuckets(0.25, 0.25, 2), prometheus.LinearBuckets(1, 1, 59),
+	prometheus.LinearBuckets(60, 5, 12), prometheus.LinearBuckets(120, 30, 7))
 
 func merge(parts ...[]float64) []float64 {
 	var out []float64
@@ -156,13 +167,33 @@ func (r *Record) End(a Attempt, err error) {
 	r.duration.Observe(end.Sub(a.start).Seconds())
 	r.last.Set(float64(end.UnixNano()) / 1e9)
 	if !a.queued.IsZero() {
-		r.programming.Observe(end.Sub(a.queued).Seconds())
+		r.applied.Observe(end.Sub(a.queued).Seconds())
 	}
 	if a.snap != nil {
+		r.observeTriggers(a.snap, end)
 		internal, external := NoLocalEndpoints(a.snap, r.cfg.NodeName)
 		r.noLocal.WithLabelValues("internal").Set(float64(internal))
 		r.noLocal.WithLabelValues("external").Set(float64(external))
 	}
+}
+
+// observeTriggers observes, for each EndpointSlice change snap applied, the
+// time from its trigger to end: kube-proxy observes the trigger times of the
+// slice updates a sync checked out (EndpointsChangeTracker), each once, and
+// none from before the tracker started. A slice whose trigger time is the one
+// the last applied Snapshot had brought no change.
+func (r *Record) observeTriggers(snap *service.Snapshot, end time.Time) {
+	now := make(map[string]time.Time, len(r.triggers))
+	for _, svc := range snap.Services() {
+		for _, t := range svc.Triggers {
+			key := svc.NamespacedName.String() + "/" + t.Slice
+			now[key] = t.At
+			if t.At.After(r.started) && !t.At.Equal(r.triggers[key]) {
+				r.programming.Observe(end.Sub(t.At).Seconds())
+			}
+		}
+	}
+	r.triggers = now
 }
 
 // NoLocalEndpoints counts the service ports of snap whose internal
@@ -249,5 +280,5 @@ func (r *Record) Collect(ch chan<- prometheus.Metric) {
 }
 
 func (r *Record) collectors() []prometheus.Collector {
-	return []prometheus.Collector{r.duration, r.programming, r.last, r.queued, r.failures, r.syncs, r.noLocal}
+	return []prometheus.Collector{r.duration, r.programming, r.applied, r.last, r.queued, r.failures, r.syncs, r.noLocal}
 }

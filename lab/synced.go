@@ -21,13 +21,14 @@ import (
 // its next poll of the file, every 5s, when the event was lost.
 const applyTimeout = 30 * time.Second
 
-// The two of kube-proxy's sync metrics, served by svcproxy's /metrics, that
-// tell when a change has reached the rules: a Snapshot handed over to be
-// synced sets the first; a sync that applied a handed-over Snapshot adds one
-// to the second's count.
+// The two sync metrics, served by svcproxy's /metrics, that tell when a
+// change has reached the rules: a Snapshot handed over to be synced sets the
+// first (kube-proxy's); a sync that applied a handed-over Snapshot adds one
+// to the second's count (svcproxy's own: kube-proxy's
+// network_programming_duration_seconds counts EndpointSlice changes instead).
 const (
 	metricQueued  = "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds"
-	metricApplied = "kubeproxy_network_programming_duration_seconds"
+	metricApplied = "svcproxy_snapshot_programming_duration_seconds"
 )
 
 // syncState is what svcproxy's /metrics says of its syncs, per IP family:

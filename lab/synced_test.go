@@ -10,13 +10,13 @@ import (
 // svcproxy syncs its IPv4 dataplane, then its IPv6 one, each with its
 // metrics: a change is applied once both say so.
 func TestParseSyncState(t *testing.T) {
-	const metrics = `# TYPE kubeproxy_network_programming_duration_seconds histogram
-kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv4",le="+Inf"} 3
-kubeproxy_network_programming_duration_seconds_sum{ip_family="IPv4"} 0.1
-kubeproxy_network_programming_duration_seconds_count{ip_family="IPv4"} 3
-kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv6",le="+Inf"} 4
-kubeproxy_network_programming_duration_seconds_sum{ip_family="IPv6"} 0.1
-kubeproxy_network_programming_duration_seconds_count{ip_family="IPv6"} 4
+	const metrics = `# TYPE svcproxy_snapshot_programming_duration_seconds histogram
+svcproxy_snapshot_programming_duration_seconds_bucket{ip_family="IPv4",mode="iptables",le="+Inf"} 3
+svcproxy_snapshot_programming_duration_seconds_sum{ip_family="IPv4",mode="iptables"} 0.1
+svcproxy_snapshot_programming_duration_seconds_count{ip_family="IPv4",mode="iptables"} 3
+svcproxy_snapshot_programming_duration_seconds_bucket{ip_family="IPv6",mode="iptables",le="+Inf"} 4
+svcproxy_snapshot_programming_duration_seconds_sum{ip_family="IPv6",mode="iptables"} 0.1
+svcproxy_snapshot_programming_duration_seconds_count{ip_family="IPv6",mode="iptables"} 4
 # TYPE kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds gauge
 kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"} 1.7960841965e+09
 kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv6"} 1.7960841975e+09

@@ -142,6 +142,9 @@ func attachSlices(svc *Service, ess []*SliceObject, refuse func(netip.Addr) stri
 	var errs []error
 	kept := make([][]Endpoint, len(ess)) // per slice, without the refused
 	for i, es := range ess {
+		if !es.trigger.At.IsZero() {
+			svc.Triggers = append(svc.Triggers, es.trigger)
+		}
 		kept[i] = es.endpoints
 		copied := false
 		for j, ep := range es.endpoints {

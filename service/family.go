@@ -142,6 +142,7 @@ func serviceView(svc *Service, f Family) *Service {
 	v.LoadBalancerIPs = f.Addrs(svc.LoadBalancerIPs)
 	v.LoadBalancerSourceRanges = f.Prefixes(svc.LoadBalancerSourceRanges)
 	v.Endpoints = f.Endpoints(svc.Endpoints)
+	v.Triggers = slices.DeleteFunc(slices.Clone(svc.Triggers), func(t Trigger) bool { return t.Family != f })
 	v.Ports = make([]*Port, len(svc.Ports))
 	for i, p := range svc.Ports {
 		np := *p

@@ -54,6 +54,7 @@ type SliceObject struct {
 	endpoints []Endpoint // sorted by address
 	index     []int      // endpoints[j] is the object's endpoints[index[j]]; nil: the same j
 	err       error
+	trigger   Trigger // endpoints.kubernetes.io/last-change-trigger-time; zero At: none
 }
 
 // slicePort is one of a slice's ports, with the API's defaults applied
@@ -72,6 +73,7 @@ func ConvertSlice(es *discoveryv1.EndpointSlice) *SliceObject {
 		return o
 	}
 	o.service = es.Labels[discoveryv1.LabelServiceName]
+	o.trigger = sliceTrigger(es)
 	o.ports = make([]slicePort, len(es.Ports))
 	for i, sp := range es.Ports {
 		p := slicePort{protocol: TCP}
@@ -223,4 +225,29 @@ func (s *Service) copy() *Service {
 func refusedEndpoint(es *SliceObject, j int, ip netip.Addr, why string) error {
 	return &InvalidError{Kind: "endpointslice", Object: es.name,
 		Field: fmt.Sprintf("endpoints[%d].addresses[0]", j), Value: ip.String(), Reason: why}
+}
+
+// Trigger is when the change an EndpointSlice holds was triggered: its
+// endpoints.kubernetes.io/last-change-trigger-time annotation, which the
+// EndpointSlice controller sets to the time of the Pod or Service change
+// behind it. kube-proxy's network programming duration starts there
+// (EndpointsChangeTracker.EndpointSliceUpdate, getLastChangeTriggerTime).
+type Trigger struct {
+	Slice  string // the slice's name
+	Family Family // its addressType
+	At     time.Time
+}
+
+// sliceTrigger reads es's annotation; an absent or unparsable one is no
+// trigger, as kube-proxy ignores it.
+func sliceTrigger(es *discoveryv1.EndpointSlice) Trigger {
+	v, ok := es.Annotations[v1.EndpointsLastChangeTriggerTime]
+	if !ok {
+		return Trigger{}
+	}
+	at, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return Trigger{}
+	}
+	return Trigger{Slice: es.Name, Family: Family(es.AddressType), At: at}
 }

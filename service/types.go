@@ -129,6 +129,11 @@ type Service struct {
 	// Ports in the order of spec.ports.
 	Ports []*Port
 
+	// Triggers are the last-change-trigger-times of the Service's
+	// EndpointSlices that carry one, one per slice: where kube-proxy's
+	// kubeproxy_network_programming_duration_seconds starts. Read only.
+	Triggers []Trigger
+
 	// Endpoints are every endpoint address of the Service whatever its ports,
 	// one per IP (Addr's port is 0), sorted: a headless Service may have no
 	// ports at all and still needs its A records.

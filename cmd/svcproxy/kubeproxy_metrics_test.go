@@ -38,7 +38,7 @@ var kubeProxyMetrics = []kubeProxyMetric{
 	{"kubeproxy_sync_partial_proxy_rules_duration_seconds", "histogram", "ip_family", "iptables, nftables", ruleModes, ""},
 	{"kubeproxy_sync_proxy_rules_last_timestamp_seconds", "gauge", "ip_family", "all", allModes, ""},
 	{"kubeproxy_network_programming_duration_seconds", "histogram", "ip_family", "all", allModes,
-		"from a Snapshot handed over to the end of the sync that applied it; kube-proxy starts at the EndpointSlice's `endpoints.kubernetes.io/last-change-trigger-time`"},
+		"from the EndpointSlice's `endpoints.kubernetes.io/last-change-trigger-time` to the end of the sync that applied it, each slice change once, as kube-proxy; the time from a Snapshot's handover is `svcproxy_snapshot_programming_duration_seconds`"},
 	{"kubeproxy_sync_proxy_rules_endpoint_changes_pending", "gauge", "", "all", nil,
 		"not exported yet: svcproxy's watch coalesces EndpointSlice events into Snapshots and counts none of them"},
 	{"kubeproxy_sync_proxy_rules_endpoint_changes_total", "counter", "", "all", nil,

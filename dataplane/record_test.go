@@ -3,6 +3,9 @@ package dataplane
 import (
 	"net/netip"
 	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -40,5 +43,44 @@ func TestNoLocalEndpoints(t *testing.T) {
 				t.Errorf("internal %d, external %d; want %d, %d", gotInt, gotExt, c.wantInt, c.wantExt)
 			}
 		})
+	}
+}
+
+// kubeproxy_network_programming_duration_seconds starts at the EndpointSlice's
+// last-change-trigger-time, as kube-proxy's: each slice change is observed
+// once, at the sync that applies it; a resync of the same slice, or a trigger
+// from before the Record started, is not.
+func TestRecordTriggers(t *testing.T) {
+	start := time.Date(2026, 12, 3, 8, 0, 0, 0, time.UTC)
+	now := start
+	r := NewRecord(RecordConfig{Mode: "test", Now: func() time.Time { return now }})
+	snap := func(triggers ...service.Trigger) *service.Snapshot {
+		s := &service.Service{NamespacedName: service.NamespacedName{Namespace: "default", Name: "web"},
+			Type: service.TypeClusterIP, ClusterIPs: []netip.Addr{netip.MustParseAddr("198.18.0.10")}, Triggers: triggers}
+		return service.NewSnapshot([]*service.Service{s}, nil)
+	}
+	sync := func(s *service.Snapshot) {
+		r.Queued()
+		r.End(r.Begin(s), nil)
+	}
+	old := service.Trigger{Slice: "web-1", Family: service.IPv4, At: start.Add(-time.Minute)}
+	sync(snap(old)) // before the Record started: not this process's change
+	changed := service.Trigger{Slice: "web-1", Family: service.IPv4, At: start.Add(time.Second)}
+	now = start.Add(3 * time.Second)
+	sync(snap(changed)) // 2s after its trigger
+	now = start.Add(30 * time.Second)
+	sync(snap(changed)) // a resync: the same change
+	var m dto.Metric
+	if err := r.programming.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if h := m.GetHistogram(); h.GetSampleCount() != 1 || h.GetSampleSum() != 2 {
+		t.Errorf("network programming: %d samples, sum %v; want one of 2s", h.GetSampleCount(), h.GetSampleSum())
+	}
+	if err := r.applied.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if n := m.GetHistogram().GetSampleCount(); n != 3 {
+		t.Errorf("svcproxy_snapshot_programming_duration_seconds: %d samples, want 3 (every applied handover)", n)
 	}
 }
