@@ -35,6 +35,8 @@
 // trace); -proxier-procs sets the proxier child's GOMAXPROCS and
 // -haproxy-threads HAProxy's nbthread (default 2), to compare both at equal
 // footing.
+// -json FILE also writes the TCP table's figures and ratios, with the
+// command, the date and the load, as JSON, which bench/plot draws as an SVG.
 //
 // It needs root: it re-executes itself with `unshare --net` in a private network
 // namespace (the node: backends and proxies), makes a second one for the load

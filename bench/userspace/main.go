@@ -37,6 +37,7 @@ func main() {
 	profile := flag.String("profile", "", "write CPU, block and allocation profiles and execution traces of the proxier child's connections/s and requests/s rows to this `DIR`")
 	proxierProcs := flag.Int("proxier-procs", 0, "the proxier child's GOMAXPROCS (0: the runtime's default, one per CPU)")
 	haproxyThreads := flag.Int("haproxy-threads", 2, "HAProxy's nbthread")
+	jsonFile := flag.String("json", "", "also write the TCP table's figures and ratios, the date and the load as JSON to this `FILE` (bench/plot draws them)")
 	flag.Parse()
 
 	var err error
@@ -53,7 +54,7 @@ func main() {
 	default:
 		err = bench(benchConfig{duration: *duration, connections: *connections, idle: *idle,
 			udpSessions: *udpSessions, udpRate: *udpRate, udpIdle: *udpIdle, udp: *udp, tcp: *tcp, syscalls: *syscalls, profile: *profile,
-			proxierProcs: *proxierProcs, haproxyThreads: *haproxyThreads})
+			proxierProcs: *proxierProcs, haproxyThreads: *haproxyThreads, json: *jsonFile})
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "userspace-bench:", err)
@@ -111,6 +112,7 @@ type benchConfig struct {
 	profile              string
 	proxierProcs         int // the proxier child's GOMAXPROCS; 0: the default
 	haproxyThreads       int
+	json                 string // -json: where the report goes; "": none
 }
 
 // path is one way to the backends.
@@ -194,9 +196,11 @@ func bench(cfg benchConfig) error {
 	}
 	fmt.Printf("userspace-bench: %s, %d CPUs, GOMAXPROCS %d (proxier child: %s), HAProxy nbthread %d; %s per measurement; wrk -t2 -c%d from a client namespace\n",
 		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), procs, cfg.haproxyThreads, cfg.duration, cfg.connections)
-	fmt.Printf("load average before: %s; a system call that does nothing (getppid) takes %.2f µs here\n\n", loadavg(), syscallCost())
+	loadBefore := loadavg()
+	fmt.Printf("load average before: %s; a system call that does nothing (getppid) takes %.2f µs here\n\n", loadBefore, syscallCost())
+	var rows map[string]tcpRow
 	if cfg.tcp {
-		rows := map[string]tcpRow{}
+		rows = map[string]tcpRow{}
 		for _, p := range paths {
 			row, err := measureTCP(client, p, cfg)
 			if err != nil {
@@ -217,6 +221,11 @@ func bench(cfg benchConfig) error {
 		}
 	}
 	fmt.Printf("\nload average after: %s\n", loadavg())
+	if cfg.json != "" && cfg.tcp {
+		if err := writeReport(cfg.json, newReport(paths, rows), loadBefore); err != nil {
+			return err
+		}
+	}
 	if cfg.profile != "" && cfg.tcp {
 		return profileRows(client, proxier, cfg)
 	}
