@@ -40,7 +40,7 @@ var kubeProxyMetrics = []kubeProxyMetric{
 	{"kubeproxy_network_programming_duration_seconds", "histogram", "ip_family", "all", allModes,
 		"from the EndpointSlice's `endpoints.kubernetes.io/last-change-trigger-time` to the end of the sync that applied it, each slice change once, as kube-proxy; the time from a Snapshot's handover is `svcproxy_snapshot_programming_duration_seconds`"},
 	{"kubeproxy_sync_proxy_rules_endpoint_changes_pending", "gauge", "", "all", nil,
-		"not exported yet: svcproxy's watch coalesces EndpointSlice events into Snapshots and counts none of them"},
+		"not exported yet: the informer events are coalesced into Snapshots in service/watch, which counts none of them; a diff of Snapshots would count changed Services, not events, so it is not offered in their place"},
 	{"kubeproxy_sync_proxy_rules_endpoint_changes_total", "counter", "", "all", nil,
 		"not exported yet: as above"},
 	{"kubeproxy_sync_proxy_rules_service_changes_pending", "gauge", "", "all", nil,

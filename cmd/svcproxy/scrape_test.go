@@ -311,3 +311,51 @@ spec:
 		})
 	}
 }
+
+// kubeproxy_network_programming_duration_seconds through a real svcproxy: an
+// EndpointSlice that changes with a last-change-trigger-time after svcproxy
+// started is observed once the sync that applies it ends, as kube-proxy does.
+func TestNetworkProgrammingScrape(t *testing.T) {
+	netnstest.RequireRoot(t, "iptables-restore", "iptables-save")
+	dir := t.TempDir()
+	file := filepath.Join(dir, "services.yaml")
+	write := func(text string) {
+		t.Helper()
+		tmp := filepath.Join(dir, "next.yaml")
+		if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, file); err != nil { // svcproxy reads whole files only
+			t.Fatal(err)
+		}
+	}
+	write(scrapeManifests)
+	p := runSvcproxy(t, "--mode", "iptables", "--services", file, "--hostname-override", "node-a")
+	p.waitHealthz(t, http.StatusOK)
+	const name = "kubeproxy_network_programming_duration_seconds"
+	count := func() uint64 {
+		f := p.metrics(t)[name]
+		if f == nil || len(f.GetMetric()) == 0 {
+			t.Fatalf("/metrics lacks %s", name)
+		}
+		return f.GetMetric()[0].GetHistogram().GetSampleCount()
+	}
+	if n := count(); n != 0 {
+		t.Fatalf("%s has %d samples before any slice changed, want 0", name, n)
+	}
+	trigger := time.Now().UTC().Format(time.RFC3339Nano)
+	changed := strings.Replace(scrapeManifests, "metadata: {name: web-1, namespace: default,",
+		"metadata: {name: web-1, namespace: default, annotations: {endpoints.kubernetes.io/last-change-trigger-time: \""+trigger+"\"},", 1)
+	changed = strings.Replace(changed, `"198.19.1.10"`, `"198.19.1.20"`, 1)
+	write(changed)
+	deadline := time.Now().Add(time.Minute)
+	for count() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no sample a minute after the slice changed; log:\n%s", name, p.log)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := count(); n != 1 {
+		t.Errorf("%s: %d samples, want 1 (one slice change)", name, n)
+	}
+}
