@@ -3,6 +3,7 @@ module github.com/svcproxy/svcproxy
 go 1.26.0
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/coreos/go-iptables v0.8.0
 	github.com/fsnotify/fsnotify v1.10.1
 	github.com/go-json-experiment/json v1.27.2

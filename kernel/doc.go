@@ -12,7 +12,9 @@
 //   - ipset: IP sets, so that IPVS mode's masquerade rules do not grow with the
 //     number of Services;
 //   - link: interfaces and addresses (the dummy interface that holds service IPs);
-//   - conntrack: deleting stale connection-tracking entries.
+//   - conntrack: deleting stale connection-tracking entries;
+//   - socklb: an eBPF program on a cgroup's connect hook and its services map, which
+//     rewrite a Service's address to a backend's at connect() (no packet NAT).
 //
 // The two packet tracers (over the iptables and nftables Fakes) walk their rules
 // their own way, and share, in kernel/internal/tracing, how a trace goes through
