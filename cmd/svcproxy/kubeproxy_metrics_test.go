@@ -79,8 +79,7 @@ var kubeProxyMetrics = []kubeProxyMetric{
 		"as above"},
 	{"kubeproxy_nftables_localhost_nodeport_rejected_packets_total", "counter", "ip_family, protocol", "nftables (KubeProxyNFTablesLocalhostNodePorts)", []string{"nftables"},
 		"as above"},
-	{"kubeproxy_conntrack_reconciler_sync_duration_seconds", "histogram", "ip_family", "iptables, ipvs, nftables", ruleModes,
-		"ipvs: not timed, its cleanup runs inside the sync"},
+	{"kubeproxy_conntrack_reconciler_sync_duration_seconds", "histogram", "ip_family", "iptables, ipvs, nftables", kernelModes, ""},
 	{"kubeproxy_conntrack_reconciler_deleted_entries_total", "counter", "ip_family", "iptables, ipvs, nftables", kernelModes,
 		"the same count as `svcproxy_conntrack_deleted_total`"},
 }

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	"github.com/svcproxy/svcproxy/kernel/ipset"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
@@ -128,6 +130,9 @@ type Proxier struct {
 	// restoreFailures counts the masquerade rules' iptables-restore runs
 	// that failed (kube-proxy's IPTablesRestoreFailuresTotal in ipvs mode).
 	restoreFailures atomic.Uint64
+	// conntrackDuration times each conntrack cleanup (kube-proxy's
+	// ReconcileConntrackFlowsLatency).
+	conntrackDuration prometheus.Histogram
 }
 
 type realKey struct {
@@ -185,7 +190,12 @@ func New(cfg Config) (*Proxier, error) {
 	// NodePorts answer on the node addresses of the family (a dual-stack
 	// node's other family has a Proxier of its own).
 	cfg.NodeIPs = cfg.Family.Addrs(cfg.NodeIPs)
-	return &Proxier{cfg: cfg, draining: map[realKey]time.Time{}}, nil
+	return &Proxier{cfg: cfg, draining: map[realKey]time.Time{},
+		conntrackDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kubeproxy_conntrack_reconciler_sync_duration_seconds",
+			Help:    "ReconcileConntrackFlowsLatency latency in seconds: the stale UDP conntrack cleanup after a sync",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
+		})}, nil
 }
 
 // Available returns nil when the kernel has IPVS, else the reason, for the one log

@@ -74,6 +74,8 @@ func (p *Proxier) cleanConntrack(ctx context.Context, s conntrack.Stale) {
 	if p.cfg.Conntrack == nil {
 		return
 	}
+	start := p.cfg.Now()
+	defer func() { p.conntrackDuration.Observe(p.cfg.Now().Sub(start).Seconds()) }()
 	served := maps.Clone(s.Frontends)
 	deleted := 0
 	var errs []error

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -103,6 +105,13 @@ func TestSyncConntrack(t *testing.T) {
 	}
 	if st := f.p.Conntrack(); st != (ConntrackStats{Deleted: 5}) {
 		t.Errorf("Conntrack() = %+v, want 5 deleted, no error", st)
+	}
+	var m dto.Metric // kube-proxy's conntrack_reconciler_sync_duration_seconds
+	if err := f.p.conntrackDuration.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	if n := m.GetHistogram().GetSampleCount(); n != 4 {
+		t.Errorf("conntrack cleanup timed %d times, want 4 (one per sync)", n)
 	}
 }
 

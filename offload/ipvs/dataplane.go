@@ -101,6 +101,7 @@ func (d *Dataplane) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descConntrackErrors
 	ch <- descConntrackReconciled
 	ch <- descRestoreFailures
+	d.p.conntrackDuration.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -112,4 +113,5 @@ func (d *Dataplane) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descConntrackErrors, prometheus.CounterValue, float64(ct.Errors))
 	ch <- prometheus.MustNewConstMetric(descConntrackReconciled, prometheus.CounterValue, float64(ct.Deleted))
 	ch <- prometheus.MustNewConstMetric(descRestoreFailures, prometheus.CounterValue, float64(d.p.restoreFailures.Load()))
+	d.p.conntrackDuration.Collect(ch)
 }
