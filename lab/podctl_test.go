@@ -24,7 +24,7 @@ func TestSetConditions(t *testing.T) {
 	snap, err := watch.SnapshotOf("services.yaml", out)
 	require.NoError(t, err)
 	web, _ := snap.Port(service.PortName{NamespacedName: service.NamespacedName{Namespace: "default", Name: "web"}, Port: "http", Protocol: service.TCP})
-	require.Equal(t, "[198.19.1.10:8080 198.19.1.12:8080]", fmtEndpoints(web.Usable()), "usable")
+	require.Equal(t, "[198.19.1.10:8080 198.19.1.12:8080]", fmtEndpoints(web.Categorize("", nil).Cluster), "usable")
 
 	again, _, changed, err := setConditions(out, "web-1", "198.19.1.11", Conditions{})
 	require.NoError(t, err)
@@ -39,7 +39,7 @@ func TestSetConditions(t *testing.T) {
 	snap, err = watch.SnapshotOf("services.yaml", out)
 	require.NoError(t, err)
 	web, _ = snap.Port(web.Name)
-	require.Len(t, web.Usable(), 3)
+	require.Len(t, web.Categorize("", nil).Cluster, 3)
 }
 
 func fmtEndpoints(eps []service.Endpoint) string {

@@ -35,6 +35,7 @@ type tracePacket struct {
 	local    bool   // sent by the node itself
 	inIface  string // the node's end of the sender's link
 	fromName string
+	node     *service.Node // the node's Node object in the Snapshot: topology hints
 }
 
 func (p tracePacket) iptables(pick int) kiptables.Packet {
@@ -188,7 +189,7 @@ func (l *Lab) tracePacket(snap *service.Snapshot, opts TraceOptions) (tracePacke
 	if !ok {
 		return tracePacket{}, nil, fmt.Errorf("host %q: no such lab host (want one of %s)", opts.From, strings.Join(l.hostNames(), ", "))
 	}
-	pkt := tracePacket{proto: "tcp", src: h.Addr, fromName: h.Name, inIface: h.NodeLink, local: h.Role == RoleNode}
+	pkt := tracePacket{proto: "tcp", src: h.Addr, fromName: h.Name, inIface: h.NodeLink, local: h.Role == RoleNode, node: snap.Node()}
 	rest := opts.Target
 	scheme, after, hasScheme := strings.Cut(rest, "://")
 	if hasScheme {
@@ -301,7 +302,13 @@ func (l *Lab) explain(w io.Writer, pkt tracePacket, port *service.Port, result s
 		}
 		para(w, text+"):")
 		if port != nil {
-			for _, ep := range port.Usable() {
+			// The proxier's choice for ClusterIP traffic (service.Port.Categorize).
+			eps := port.Categorize(l.cfg.Plan.Node.Name, pkt.node)
+			pick := eps.Cluster
+			if port.Service.InternalPolicyLocal {
+				pick = eps.Local
+			}
+			for _, ep := range pick {
 				fmt.Fprintf(w, "  %s%s\n", ep.Addr, withNameSuffix(l, ep.Addr.Addr()))
 			}
 		}

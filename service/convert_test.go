@@ -215,45 +215,45 @@ func TestBuildSlicesNamedTargetPorts(t *testing.T) {
 	if n := len(p.Ready()); n != 2 {
 		t.Errorf("Ready() has %d endpoints, want 2", n)
 	}
-	if n := len(p.Usable()); n != 2 {
-		t.Errorf("Usable() has %d endpoints, want the 2 ready ones", n)
+	if n := len(p.Categorize("", nil).Cluster); n != 2 {
+		t.Errorf("Categorize().Cluster has %d endpoints, want the 2 ready ones", n)
 	}
 }
 
-func TestUsableFallsBackToTerminating(t *testing.T) {
-	p := &Port{Endpoints: []Endpoint{
+func TestCategorizeFallsBackToTerminating(t *testing.T) {
+	p := &Port{Service: &Service{}, Endpoints: []Endpoint{
 		{Addr: netip.MustParseAddrPort("198.19.1.1:80"), Serving: true, Terminating: true},
 		{Addr: netip.MustParseAddrPort("198.19.1.2:80"), Serving: false, Terminating: true},
 		{Addr: netip.MustParseAddrPort("198.19.1.3:80")},
 	}}
-	if u := p.Usable(); len(u) != 1 || u[0].Addr.String() != "198.19.1.1:80" {
-		t.Errorf("Usable() = %v, want only the serving terminating endpoint", u)
+	if u := p.Categorize("", nil).Cluster; len(u) != 1 || u[0].Addr.String() != "198.19.1.1:80" {
+		t.Errorf("Categorize().Cluster = %v, want only the serving terminating endpoint", u)
 	}
 }
 
-func TestLocalUsable(t *testing.T) {
+func TestCategorizeLocal(t *testing.T) {
 	e := func(addr, node string, ready, serving, terminating bool) Endpoint {
 		return Endpoint{Addr: netip.MustParseAddrPort(addr), NodeName: node, Ready: ready, Serving: serving, Terminating: terminating}
 	}
-	p := &Port{Endpoints: []Endpoint{
+	p := &Port{Service: &Service{InternalPolicyLocal: true}, Endpoints: []Endpoint{
 		e("198.19.1.1:80", "a", true, true, false),
 		e("198.19.1.2:80", "b", true, true, false),
 		e("198.19.1.3:80", "b", false, true, true),
 	}}
-	if u := p.LocalUsable("a"); len(u) != 1 || u[0].Addr.String() != "198.19.1.1:80" {
-		t.Errorf("LocalUsable(a) = %v, want the ready endpoint on a", u)
+	if u := p.Categorize("a", nil).Local; len(u) != 1 || u[0].Addr.String() != "198.19.1.1:80" {
+		t.Errorf("Categorize(a) = %v, want the ready endpoint on a", u)
 	}
-	if u := p.LocalUsable("b"); len(u) != 1 || u[0].Addr.String() != "198.19.1.2:80" {
-		t.Errorf("LocalUsable(b) = %v, want only the ready endpoint on b", u)
+	if u := p.Categorize("b", nil).Local; len(u) != 1 || u[0].Addr.String() != "198.19.1.2:80" {
+		t.Errorf("Categorize(b) = %v, want only the ready endpoint on b", u)
 	}
 	// No endpoint on b is ready now: its serving terminating one takes the
 	// traffic, although node a has a ready one (kube-proxy decides per node).
 	p.Endpoints[1].Ready = false
-	if u := p.LocalUsable("b"); len(u) != 1 || u[0].Addr.String() != "198.19.1.3:80" {
-		t.Errorf("LocalUsable(b) = %v, want the serving terminating endpoint on b", u)
+	if u := p.Categorize("b", nil).Local; len(u) != 1 || u[0].Addr.String() != "198.19.1.3:80" {
+		t.Errorf("Categorize(b) = %v, want the serving terminating endpoint on b", u)
 	}
-	if u := p.LocalUsable("c"); len(u) != 0 {
-		t.Errorf("LocalUsable(c) = %v, want none", u)
+	if u := p.Categorize("c", nil).Local; len(u) != 0 {
+		t.Errorf("Categorize(c) = %v, want none", u)
 	}
 }
 

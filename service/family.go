@@ -181,3 +181,17 @@ func onlyFamily(svc *Service, f Family) bool {
 	}
 	return true
 }
+
+// Port returns p with only the endpoints of family f: p itself when all of its
+// endpoints are of f (every port of Snapshot.Family(f) is), otherwise a copy.
+// A dataplane of one family categorizes these (Port.Categorize), as each of
+// kube-proxy's per-family proxiers sees only its family's endpoints: whether
+// the port has endpoints at all, and which hints hold, is the family's own.
+func (f Family) Port(p *Port) *Port {
+	if !slices.ContainsFunc(p.Endpoints, func(e Endpoint) bool { return !f.Has(e.Addr.Addr()) }) {
+		return p
+	}
+	c := *p
+	c.Endpoints = f.Endpoints(p.Endpoints)
+	return &c
+}

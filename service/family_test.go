@@ -187,3 +187,22 @@ func fmtList[T interface{ String() string }](xs []T) string {
 	}
 	return "[" + strings.Join(s, " ") + "]"
 }
+
+// Family.Port keeps a port of one family as it is, and gives a port of both
+// a copy with its family's endpoints: Categorize then answers for the family
+// alone (an IPv6 dataplane of a port with only IPv4 endpoints has none).
+func TestFamilyPort(t *testing.T) {
+	v4 := Endpoint{Addr: netip.MustParseAddrPort("198.19.1.10:8080"), Ready: true, Serving: true}
+	v6 := Endpoint{Addr: netip.MustParseAddrPort("[2001:db8:19::10]:8080"), Ready: true, Serving: true}
+	only4 := &Port{Service: &Service{}, Endpoints: []Endpoint{v4}}
+	if IPv4.Port(only4) != only4 {
+		t.Error("IPv4.Port of an IPv4-only port: a copy, want the port itself")
+	}
+	if got := IPv6.Port(only4).Categorize("", nil); got.HasAny || len(got.Cluster) != 0 {
+		t.Errorf("IPv6.Port of an IPv4-only port categorizes to %+v, want no endpoint", got)
+	}
+	both := &Port{Service: &Service{}, Endpoints: []Endpoint{v4, v6}}
+	if got := IPv6.Port(both).Endpoints; len(got) != 1 || got[0].Addr != v6.Addr || len(both.Endpoints) != 2 {
+		t.Errorf("IPv6.Port endpoints %v (port keeps %v), want [%s] and the port unchanged", got, both.Endpoints, v6)
+	}
+}

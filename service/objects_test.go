@@ -36,8 +36,7 @@ func TestJoinKeepsObjects(t *testing.T) {
 		RefuseEndpoints(s, func(e Endpoint) string { return "refused" })
 		for _, p := range s.Ports() {
 			p.Ready()
-			p.Usable()
-			p.LocalUsable("node-1")
+			p.Categorize("node-1", &Node{Name: "node-1", Labels: map[string]string{"topology.kubernetes.io/zone": "zone-a"}})
 		}
 	}
 	for i, o := range objects {

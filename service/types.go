@@ -203,44 +203,6 @@ func (p *Port) Ready() []Endpoint {
 	return out
 }
 
-// Usable returns the endpoints a proxy should send new connections to: the ready
-// ones, or, when none is ready, those that are serving and terminating. kube-proxy
-// does the same (KEP-1669, ProxyTerminatingEndpoints): a rolling update that has
-// every pod terminating still serves instead of dropping traffic.
-func (p *Port) Usable() []Endpoint {
-	if ready := p.Ready(); len(ready) > 0 {
-		return ready
-	}
-	var out []Endpoint
-	for _, e := range p.Endpoints {
-		if e.Serving && e.Terminating {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
-// LocalUsable is Usable restricted to one node: the ready endpoints on node or,
-// when none of them is ready, its serving and terminating ones (kube-proxy's
-// CategorizeEndpoints). It is what a Local traffic policy sends traffic to; it
-// may be empty while Usable is not, and then that traffic is dropped.
-func (p *Port) LocalUsable(node string) []Endpoint {
-	var ready, terminating []Endpoint
-	for _, e := range p.Endpoints {
-		switch {
-		case e.NodeName != node:
-		case e.Ready:
-			ready = append(ready, e)
-		case e.Serving && e.Terminating:
-			terminating = append(terminating, e)
-		}
-	}
-	if len(ready) > 0 {
-		return ready
-	}
-	return terminating
-}
-
 func (p *Port) String() string { return p.Name.String() }
 
 // VIP is the key of a virtual address lookup: protocol and ClusterIP:port.

@@ -26,8 +26,9 @@ type realClock struct{}
 func (realClock) Now() time.Time { return time.Now() }
 
 // Balancer chooses an endpoint for each new connection or UDP session:
-// round-robin over a service port's usable endpoints (service.Port.Usable: the
-// ready ones, else the serving-and-terminating ones), or, for a Service with
+// round-robin over the endpoints it is given (the Proxier gives it those
+// service.Port.Categorize chose: the ready ones, else the serving-and-
+// terminating ones, narrowed by topology hints), or, for a Service with
 // ClientIP affinity, the endpoint this client used last if it is still there and
 // the client has not been idle longer than the Service's timeout.
 //
@@ -64,13 +65,15 @@ func NewBalancer(clock Clock) *Balancer {
 }
 
 // Update makes ports the set of service ports the Balancer serves, each with
-// its usable endpoints (service.Port.Usable). Ports not in the list are
-// forgotten. The Proxier uses SetPort and Forget instead, one port at a time.
+// the endpoints its policy Cluster traffic goes to (service.Port.Categorize
+// for no node in particular: no hint names it). Ports not in the list are
+// forgotten. The Proxier uses SetPort and Forget instead, one port at a time,
+// with the endpoints Categorize gives on its node.
 func (b *Balancer) Update(ports []*service.Port) {
 	seen := make(map[service.PortName]bool, len(ports))
 	for _, p := range ports {
 		seen[p.Name] = true
-		usable := p.Usable()
+		usable := p.Categorize("", nil).Cluster
 		eps := make([]netip.AddrPort, len(usable))
 		for i, e := range usable {
 			eps[i] = e.Addr

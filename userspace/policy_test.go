@@ -91,3 +91,43 @@ func TestPickFrom(t *testing.T) {
 		}
 	}
 }
+
+// TestTopologyHints: trafficDistribution through the endpoints' hints
+// (service.Port.Categorize), on loopback listeners: with node hints, every
+// connection goes to the endpoint hinted for this node; when the node comes
+// into a zone that a zone hint names (and no node hints are given), to that
+// zone's; Status shows the endpoints picked from.
+func TestTopologyHints(t *testing.T) {
+	here := startTCPBackend(t, direct, "here", "127.0.0.1:0", sayName)
+	there := startTCPBackend(t, direct, "there", "127.0.0.1:0", sayName)
+	spec := webSpec(service.Affinity{}, here.addr.String()+"@node-a", there.addr.String()+"@node-b")
+	p := startProxier(t, Config{NodeName: "node-a"})
+	hinted := func(forNodes bool, zone string) *service.Snapshot {
+		snap := snapshotOf(t, spec)
+		eps := snap.Services()[0].Ports[0].Endpoints
+		eps[0].ForZones, eps[1].ForZones = []string{"zone-a"}, []string{"zone-b"}
+		if forNodes {
+			eps[0].ForNodes, eps[1].ForNodes = []string{"node-a"}, []string{"node-b"}
+		}
+		if zone != "" {
+			snap.SetNode(&service.Node{Name: "node-a", Labels: map[string]string{"topology.kubernetes.io/zone": zone}})
+		}
+		return snap
+	}
+
+	mustSync(t, p, hinted(true, ""))
+	if got := answers(t, p, 4); got["here"] != 4 {
+		t.Errorf("PreferSameNode: answers %v, want all 4 from the endpoint hinted for this node", got)
+	}
+	if ps := portStatus(t, p, "default/web:http"); len(ps.Endpoints) != 1 || ps.Endpoints[0] != here.addr {
+		t.Errorf("Status: endpoints %v, want [%s]", ps.Endpoints, here.addr)
+	}
+	mustSync(t, p, hinted(false, "zone-b"))
+	if got := answers(t, p, 4); got["there"] != 4 {
+		t.Errorf("PreferSameZone in zone-b: answers %v, want all 4 from zone-b's endpoint", got)
+	}
+	mustSync(t, p, hinted(false, ""))
+	if got := answers(t, p, 4); got["here"] != 2 || got["there"] != 2 {
+		t.Errorf("zone hints, the node's zone unknown: answers %v, want 2 from each", got)
+	}
+}

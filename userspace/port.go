@@ -58,10 +58,11 @@ func (sp *servicePort) setPort(port *service.Port) {
 // offered:
 //
 //  1. the serving endpoints become the ones a new UDP session may track;
-//  2. the Balancer b picks from the usable ones, but those check refuses (they
-//     lead back into the proxier: the error says why, and Status shows it);
-//     for a Service with a Local traffic policy, local picks from those of
-//     them on node (service.Port.LocalUsable);
+//  2. the Balancer b picks from those for traffic policy Cluster, local from
+//     those for policy Local (service.Port.Categorize on node, whose Node
+//     object is nodeObj: topology hints apply to the first), but neither from
+//     those check refuses (they lead back into the proxier: the error says
+//     why, and Status shows it);
 //  3. UDP sessions to endpoints that stopped serving end: the next datagram of
 //     their client opens a session to a usable endpoint. kube-proxy's iptables
 //     and ipvs modes do the same by deleting those endpoints' UDP conntrack
@@ -71,7 +72,7 @@ func (sp *servicePort) setPort(port *service.Port) {
 // either the old state or the new one, never half of each.
 //
 // It returns the refused endpoints when they changed (for a log line).
-func (sp *servicePort) setEndpoints(b, local *Balancer, node string, check func(netip.AddrPort) error) (refused []string, changed bool) {
+func (sp *servicePort) setEndpoints(b, local *Balancer, node string, nodeObj *service.Node, check func(netip.AddrPort) error) (refused []string, changed bool) {
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
 	sp.endpoints = make(map[netip.AddrPort]bool, len(sp.port.Endpoints))
@@ -83,7 +84,8 @@ func (sp *servicePort) setEndpoints(b, local *Balancer, node string, check func(
 	var pick []netip.AddrPort
 	before := sp.refused
 	sp.refused = nil
-	for _, e := range sp.port.Usable() {
+	eps := sp.port.Categorize(node, nodeObj)
+	for _, e := range eps.Cluster {
 		if err := check(e.Addr); err != nil {
 			sp.refused = append(sp.refused, fmt.Sprintf("service port %s: %v", sp.name, err))
 			continue
@@ -95,7 +97,7 @@ func (sp *servicePort) setEndpoints(b, local *Balancer, node string, check func(
 	b.SetPort(sp.name, svc.Affinity, pick)
 	if svc.InternalPolicyLocal || svc.ExternalPolicyLocal {
 		var mine []netip.AddrPort
-		for _, e := range sp.port.LocalUsable(node) {
+		for _, e := range eps.Local {
 			if check(e.Addr) == nil {
 				mine = append(mine, e.Addr)
 			}

@@ -357,8 +357,12 @@ func (p *Proxier) syncLocked(ctx context.Context) error {
 	}
 	self := p.newSelfAddrs(p.self.Load())
 	p.self.Store(self)
+	var node *service.Node // this node's Node object, for topology hints
+	if p.snap != nil {
+		node = p.snap.Node()
+	}
 	for name, sp := range p.ports {
-		refused, changed := sp.setEndpoints(p.balancer, p.local, p.cfg.NodeName, func(ep netip.AddrPort) error { return self.check(name.Protocol, ep) })
+		refused, changed := sp.setEndpoints(p.balancer, p.local, p.cfg.NodeName, node, func(ep netip.AddrPort) error { return self.check(name.Protocol, ep) })
 		if changed {
 			for _, r := range refused {
 				p.cfg.Logger.Error("endpoint refused", "err", r)

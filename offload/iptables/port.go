@@ -28,9 +28,12 @@ type portPlan struct {
 	externalPolicyChain string         // external traffic: SVCP-SVC- or SVCP-SVL-
 }
 
-func planPort(cfg *Config, p *service.Port) *portPlan {
+// planPort plans p on this node; node is its Node object (nil: unknown), whose
+// zone the endpoints' topology hints are matched against.
+func planPort(cfg *Config, p *service.Port, node *service.Node) *portPlan {
 	svc := p.Service
 	fam := cfg.Family
+	eps := fam.Port(p).Categorize(cfg.NodeName, node)
 	pp := &portPlan{
 		p:            p,
 		family:       fam,
@@ -41,8 +44,8 @@ func planPort(cfg *Config, p *service.Port) *portPlan {
 		extIPs:       fam.Addrs(svc.ExternalIPs),
 		lbIPs:        fam.Addrs(svc.LoadBalancerIPs),
 		sourceRanges: fam.Prefixes(svc.LoadBalancerSourceRanges),
-		cluster:      fam.Endpoints(p.Usable()),
-		local:        fam.Endpoints(p.LocalUsable(cfg.NodeName)),
+		cluster:      eps.Cluster,
+		local:        eps.Local,
 	}
 	if len(pp.clusterIPs) == 0 {
 		return nil // headless, ExternalName or of the other family only: nothing for these rules
@@ -50,7 +53,7 @@ func planPort(cfg *Config, p *service.Port) *portPlan {
 	base := portHash(p.Name)
 	pp.svcChain, pp.svlChain, pp.extChain, pp.fwChain = prefixSVC+base, prefixSVL+base, prefixEXT+base, prefixFW+base
 	external := p.NodePort != 0 || len(pp.extIPs) > 0 || len(pp.lbIPs) > 0
-	pp.Policy = kernelsync.NewPolicy(svc, external, len(pp.cluster), len(pp.local))
+	pp.Policy = kernelsync.NewPolicy(svc, external, eps.HasAny, len(pp.cluster), len(pp.local))
 	pp.internalChain, pp.externalPolicyChain = pp.Chains(pp.svcChain, pp.svlChain)
 	return pp
 }
@@ -82,12 +85,12 @@ func (pp *portPlan) match(l *lines, dst, dport string) *lines {
 
 // renderPort renders one service port, or returns nil if it has no ClusterIP of the
 // rules' family.
-func renderPort(cfg *Config, p *service.Port) *portRules {
-	pp := planPort(cfg, p)
+func renderPort(cfg *Config, p *service.Port, node *service.Node) *portRules {
+	pp := planPort(cfg, p, node)
 	if pp == nil {
 		return nil
 	}
-	pr := &portRules{port: p, name: p.Name, status: PortStatus{Port: pp.name, Protocol: string(p.Protocol)}}
+	pr := &portRules{port: p, zone: node.Zone(), name: p.Name, status: PortStatus{Port: pp.name, Protocol: string(p.Protocol)}}
 	var sh [numShared]lines
 	// A port has at most 3 policy chains plus one chain per endpoint.
 	own := make(map[string]*lines, 3+len(p.Endpoints))

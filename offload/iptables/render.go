@@ -122,6 +122,7 @@ var sharedChains = [numShared]struct{ table, chain string }{
 // portRules is what one service port contributes to the rule set.
 type portRules struct {
 	port   *service.Port // what it was rendered from
+	zone   string        // and this node's zone then: topology hints depend on it
 	name   service.PortName
 	shared [numShared][]byte // lines for the shared chains
 	chains []string          // its own nat chains, in declaration order
@@ -215,9 +216,12 @@ type change = kernelsync.Change[*portRules]
 // reuses that rendering: a sync after one change renders one port, not 10,000
 // (kernelsync.RenderPorts).
 func render(cfg Config, snap *service.Snapshot, prev map[service.PortName]*portRules) *ruleset {
+	// The endpoints a port sends to depend on this node's zone too (topology
+	// hints, service.Port.Categorize): a new zone renders every port again.
+	zone := snap.Node().Zone()
 	ports := kernelsync.RenderPorts(snap, prev, cfg.Include,
-		func(old *portRules, p *service.Port) bool { return samePort(old.port, p) },
-		func(p *service.Port) *portRules { return renderPort(&cfg, p) })
+		func(old *portRules, p *service.Port) bool { return samePort(old.port, p) && old.zone == zone },
+		func(p *service.Port) *portRules { return renderPort(&cfg, p, snap.Node()) })
 	return &ruleset{cfg: cfg, fixed: renderFixed(&cfg), ports: ports.All, changed: ports.Changed, removed: ports.Removed}
 }
 

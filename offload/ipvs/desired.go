@@ -52,8 +52,18 @@ func (p *Proxier) desired(snap *service.Snapshot) (wanted, []error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
-		internal := p.endpoints(port, svc.InternalPolicyLocal)
-		external := p.endpoints(port, svc.ExternalPolicyLocal)
+		// What a virtual server sends to: the endpoints for policy Cluster
+		// (topology hints applied) or, where the policy is Local, this
+		// node's; service.Port.Categorize, as kube-proxy's syncEndpoint
+		// calls CategorizeEndpoints.
+		eps := fam.Port(port).Categorize(p.cfg.NodeName, snap.Node())
+		internal, external := eps.Cluster, eps.Cluster
+		if svc.InternalPolicyLocal {
+			internal = eps.Local
+		}
+		if svc.ExternalPolicyLocal {
+			external = eps.Local
+		}
 
 		// masq is the ip set of the address, if any: traffic to an external address
 		// with policy Local keeps its source (no masquerade).
@@ -100,17 +110,6 @@ func (p *Proxier) desired(snap *service.Snapshot) (wanted, []error) {
 		}
 	}
 	return w, errs
-}
-
-// endpoints are what a virtual server of port sends to: every usable endpoint,
-// or, when the traffic policy is Local, this node's (service.Port.LocalUsable:
-// its ready ones, else its serving terminating ones, decided per node as
-// kube-proxy's CategorizeEndpoints decides).
-func (p *Proxier) endpoints(port *service.Port, policyLocal bool) []service.Endpoint {
-	if !policyLocal {
-		return port.Usable()
-	}
-	return port.LocalUsable(p.cfg.NodeName)
 }
 
 func (p *Proxier) scheduler(svc *service.Service) (string, error) {

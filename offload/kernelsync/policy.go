@@ -49,21 +49,22 @@ func (pol Policy) Chains(cluster, local string) (internal, external string) {
 }
 
 // NewPolicy decides the Policy of a port of svc, given whether it is reachable
-// from outside the cluster and how many endpoints it has, usable anywhere
-// (cluster) and on this node (local), all of the rules' family.
-func NewPolicy(svc *service.Service, externallyAccessible bool, cluster, local int) Policy {
-	pol := Policy{ExternallyAccessible: externallyAccessible, HasEndpoints: cluster > 0}
+// from outside the cluster, whether it has a usable endpoint anywhere (hasAny)
+// and how many endpoints service.Port.Categorize gave it for policy Cluster
+// and for policy Local, all of the rules' family.
+func NewPolicy(svc *service.Service, externallyAccessible, hasAny bool, cluster, local int) Policy {
+	pol := Policy{ExternallyAccessible: externallyAccessible, HasEndpoints: hasAny}
 	// kube-proxy's UsesClusterEndpoints / UsesLocalEndpoints.
 	usesCluster := !svc.InternalPolicyLocal || externallyAccessible
 	usesLocal := svc.InternalPolicyLocal || (svc.ExternalPolicyLocal && externallyAccessible)
 	pol.UsesClusterChain = cluster > 0 && usesCluster
 	pol.UsesLocalChain = local > 0 && usesLocal
 
-	pol.InternalLocal, pol.HasInternal = svc.InternalPolicyLocal, cluster > 0
+	pol.InternalLocal, pol.HasInternal = svc.InternalPolicyLocal, hasAny
 	if svc.InternalPolicyLocal {
 		pol.HasInternal = local > 0
 	}
-	pol.ExternalLocal, pol.HasExternal = svc.ExternalPolicyLocal, cluster > 0
+	pol.ExternalLocal, pol.HasExternal = svc.ExternalPolicyLocal, hasAny
 	if svc.ExternalPolicyLocal {
 		pol.HasExternal = local > 0
 	}

@@ -13,6 +13,7 @@ func TestNewPolicy(t *testing.T) {
 		internalLocal, externalLocal bool
 		external                     bool // a NodePort, externalIPs or LoadBalancer IPs
 		cluster, local               int
+		hasAny                       bool // without cluster endpoints (Categorize gives none for iTP Local, ClusterIP only)
 		want                         Policy
 	}{
 		{name: "ClusterIP, endpoints elsewhere", cluster: 3,
@@ -30,9 +31,9 @@ func TestNewPolicy(t *testing.T) {
 		// externalTrafficPolicy means nothing without external traffic.
 		{name: "ClusterIP, external Local", externalLocal: true, cluster: 3, local: 1,
 			want: Policy{HasEndpoints: true, UsesClusterChain: true, HasInternal: true, ExternalLocal: true, HasExternal: true}},
-		{name: "ClusterIP, internal Local, a local endpoint", internalLocal: true, cluster: 3, local: 1,
+		{name: "ClusterIP, internal Local, a local endpoint", internalLocal: true, hasAny: true, local: 1,
 			want: Policy{HasEndpoints: true, UsesLocalChain: true, InternalLocal: true, HasInternal: true, HasExternal: true}},
-		{name: "ClusterIP, internal Local, no local endpoint", internalLocal: true, cluster: 3,
+		{name: "ClusterIP, internal Local, no local endpoint", internalLocal: true, hasAny: true,
 			want: Policy{HasEndpoints: true, InternalLocal: true, HasExternal: true}},
 		{name: "NodePort, internal Local", internalLocal: true, external: true, cluster: 3, local: 1,
 			want: Policy{ExternallyAccessible: true, HasEndpoints: true, UsesClusterChain: true, UsesLocalChain: true,
@@ -40,7 +41,7 @@ func TestNewPolicy(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			svc := &service.Service{InternalPolicyLocal: tt.internalLocal, ExternalPolicyLocal: tt.externalLocal}
-			got := NewPolicy(svc, tt.external, tt.cluster, tt.local)
+			got := NewPolicy(svc, tt.external, tt.hasAny || tt.cluster > 0, tt.cluster, tt.local)
 			if got != tt.want {
 				t.Errorf("NewPolicy =\n %+v\nwant\n %+v", got, tt.want)
 			}

@@ -3,7 +3,6 @@ package nftables
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 
 	"sigs.k8s.io/knftables"
 
@@ -176,9 +175,4 @@ func (c *Config) prefixes(ps []netip.Prefix) []netip.Prefix {
 		}
 	}
 	return out
-}
-
-// endpoints are the endpoints of the table's family.
-func (c *Config) endpoints(eps []service.Endpoint) []service.Endpoint {
-	return slices.DeleteFunc(slices.Clone(eps), func(e service.Endpoint) bool { return !c.of(e.Addr.Addr()) })
 }

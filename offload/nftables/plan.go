@@ -29,8 +29,11 @@ type portPlan struct {
 	noEndpointVerdict, why string
 }
 
-func planPort(cfg *Config, p *service.Port) *portPlan {
+// planPort plans p on this node; node is its Node object (nil: unknown), whose
+// zone the endpoints' topology hints are matched against.
+func planPort(cfg *Config, p *service.Port, node *service.Node) *portPlan {
 	svc := p.Service
+	eps := cfg.family().Port(p).Categorize(cfg.NodeName, node)
 	pp := &portPlan{
 		p:            p,
 		name:         p.Name.String(),
@@ -40,8 +43,8 @@ func planPort(cfg *Config, p *service.Port) *portPlan {
 		extIPs:       cfg.addrs(svc.ExternalIPs),
 		lbIPs:        cfg.addrs(svc.LoadBalancerIPs),
 		sourceRanges: cfg.prefixes(svc.LoadBalancerSourceRanges),
-		cluster:      cfg.endpoints(p.Usable()),
-		local:        cfg.endpoints(p.LocalUsable(cfg.NodeName)),
+		cluster:      eps.Cluster,
+		local:        eps.Local,
 	}
 	if len(pp.clusterIPs) == 0 {
 		return nil // headless, ExternalName or of the other family: nothing for this table
@@ -50,7 +53,7 @@ func planPort(cfg *Config, p *service.Port) *portPlan {
 	pp.svcChain, pp.localChain = prefixService+pp.base, prefixLocal+pp.base
 	pp.extChain, pp.fwChain = prefixExternal+pp.base, prefixFirewall+pp.base
 	external := p.NodePort != 0 || len(pp.extIPs) > 0 || len(pp.lbIPs) > 0
-	pp.Policy = kernelsync.NewPolicy(svc, external, len(pp.cluster), len(pp.local))
+	pp.Policy = kernelsync.NewPolicy(svc, external, eps.HasAny, len(pp.cluster), len(pp.local))
 	pp.internalChain, pp.externalPolicyChain = pp.Chains(pp.svcChain, pp.localChain)
 
 	// Traffic with nowhere to go: REJECT (ICMP port unreachable, the client fails

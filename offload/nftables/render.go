@@ -18,6 +18,7 @@ import (
 // the port's name, so each belongs to one port only.
 type portObjects struct {
 	port     *service.Port // what it was rendered from
+	zone     string        // and this node's zone then: topology hints depend on it
 	name     service.PortName
 	chains   []chainRules // its own chains, in declaration order
 	sets     []affinitySet
@@ -73,12 +74,12 @@ func (b *chainBuilder) declare(chain string) {
 
 // renderPort renders one service port, or returns nil if it has no ClusterIP of the
 // table's family.
-func renderPort(cfg *Config, p *service.Port) *portObjects {
-	pp := planPort(cfg, p)
+func renderPort(cfg *Config, p *service.Port, node *service.Node) *portObjects {
+	pp := planPort(cfg, p, node)
 	if pp == nil {
 		return nil
 	}
-	po := &portObjects{port: p, name: p.Name, status: PortStatus{Port: pp.name, Protocol: string(p.Protocol)}}
+	po := &portObjects{port: p, zone: node.Zone(), name: p.Name, status: PortStatus{Port: pp.name, Protocol: string(p.Protocol)}}
 	b := &chainBuilder{rules: map[string][]string{}}
 	// Declare in a fixed order, so the text is stable.
 	for _, c := range [...]struct {

@@ -30,9 +30,12 @@ type change = kernelsync.Change[*portObjects]
 // reuses that rendering: a sync after one change renders one port, not 10,000
 // (kernelsync.RenderPorts).
 func render(cfg Config, snap *service.Snapshot, prev map[service.PortName]*portObjects) *ruleset {
+	// The endpoints a port sends to depend on this node's zone too (topology
+	// hints, service.Port.Categorize): a new zone renders every port again.
+	zone := snap.Node().Zone()
 	ports := kernelsync.RenderPorts(snap, prev, cfg.Include,
-		func(old *portObjects, p *service.Port) bool { return samePort(old.port, p) },
-		func(p *service.Port) *portObjects { return renderPort(&cfg, p) })
+		func(old *portObjects, p *service.Port) bool { return samePort(old.port, p) && old.zone == zone },
+		func(p *service.Port) *portObjects { return renderPort(&cfg, p, snap.Node()) })
 	return &ruleset{cfg: cfg, ports: ports.All, changed: ports.Changed, removed: ports.Removed}
 }
 

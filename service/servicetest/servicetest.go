@@ -112,6 +112,38 @@ func Terminating(e service.Endpoint) service.Endpoint {
 	return e
 }
 
+// Hinted is e with topology hints, as the EndpointSlice controller writes
+// them: forNodes (PreferSameNode) and forZones (PreferSameZone, PreferClose,
+// the topology-mode annotation); an empty argument gives no hint of that kind.
+func Hinted(e service.Endpoint, forNode, forZone string) service.Endpoint {
+	if forNode != "" {
+		e.ForNodes = []string{forNode}
+	}
+	if forZone != "" {
+		e.ForZones = []string{forZone}
+	}
+	return e
+}
+
+// HintedEndpoints are ThreeEndpoints hinted by zone: 198.19.1.10 for zone-a,
+// the other two for zone-b; with forNodes, each also for its node.
+func HintedEndpoints(forNodes bool) []service.Endpoint {
+	eps := ThreeEndpoints()
+	for i, zone := range []string{"zone-a", "zone-b", "zone-b"} {
+		node := ""
+		if forNodes {
+			node = eps[i].NodeName
+		}
+		eps[i] = Hinted(eps[i], node, zone)
+	}
+	return eps
+}
+
+// InZone is this node's Node object (ThisNode) labelled with zone.
+func InZone(zone string) *service.Node {
+	return &service.Node{Name: ThisNode, Labels: map[string]string{"topology.kubernetes.io/zone": zone}}
+}
+
 // ThreeEndpoints are two endpoints on ThisNode and one on node-b, on port 8080.
 func ThreeEndpoints() []service.Endpoint {
 	return []service.Endpoint{

@@ -61,7 +61,7 @@ endpoints:
 		for _, ep := range p.Endpoints {
 			fmt.Println("  endpoint", ep, "ready:", ep.Ready)
 		}
-		fmt.Println("  usable:", p.Usable())
+		fmt.Println("  usable:", p.Categorize("", nil).Cluster)
 	}
 	// Output:
 	// default/web:http [198.18.0.20] port 80

@@ -1,0 +1,50 @@
+package iptables
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+
+	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
+	"github.com/svcproxy/svcproxy/service"
+	st "github.com/svcproxy/svcproxy/service/servicetest"
+)
+
+// TestTopologyHints: the cluster chain spreads over the endpoints
+// service.Port.Categorize chose by their hints, and a partial sync after this
+// node's zone changed renders the port again (the rendering of a port
+// depends on the zone, not only on the port).
+func TestTopologyHints(t *testing.T) {
+	f := kiptables.NewFake()
+	p := newProxier(t, f, nil)
+	hinted := func(forNodes bool, node *service.Node) *service.Snapshot {
+		snap := st.Snapshot(st.Service("web", "198.18.0.10", 80, st.HintedEndpoints(forNodes)))
+		snap.SetNode(node)
+		return snap
+	}
+	for _, tt := range []struct {
+		name string
+		snap *service.Snapshot
+		want []string
+	}{
+		{"no zone known", hinted(false, nil), []string{"198.19.1.10:8080", "198.19.1.11:8080", "198.19.1.130:8080"}},
+		{"zone-a", hinted(false, st.InZone("zone-a")), []string{"198.19.1.10:8080"}},
+		{"zone-b", hinted(false, st.InZone("zone-b")), []string{"198.19.1.11:8080", "198.19.1.130:8080"}},
+		{"node hints", hinted(true, st.InZone("zone-b")), []string{"198.19.1.10:8080", "198.19.1.11:8080"}},
+		{"zone lost", hinted(false, &service.Node{Name: st.ThisNode}), []string{"198.19.1.10:8080", "198.19.1.11:8080", "198.19.1.130:8080"}},
+	} {
+		mustSync(t, p, tt.snap)
+		trs, err := f.TraceAll(kiptables.Packet{Src: netip.MustParseAddr("198.19.1.50"), Dst: netip.MustParseAddrPort("198.18.0.10:80")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, tr := range trs {
+			got = append(got, tr.DNAT.String())
+		}
+		slices.Sort(got)
+		if got = slices.Compact(got); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: the ClusterIP leads to %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
