@@ -26,6 +26,14 @@ func TestKernelSpread(t *testing.T) {
 	l.CheckSpread(t, l.syncer(t, l.proxier(t)))
 }
 
+// TestKernelTopology: trafficDistribution through the endpoints' hints
+// (service.Port.Categorize): PreferSameNode, PreferSameZone, and a node
+// without a zone label.
+func TestKernelTopology(t *testing.T) {
+	l := newLab(t)
+	l.CheckTopology(t, l.syncer(t, l.proxier(t)))
+}
+
 func TestKernelAffinity(t *testing.T) {
 	l := newLab(t)
 	l.CheckAffinity(t, l.syncer(t, l.proxier(t)))
