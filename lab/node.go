@@ -3,6 +3,7 @@ package lab
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -284,6 +285,16 @@ func (l *Lab) SetModeWith(ctx context.Context, opts ModeOptions) error {
 	st, err := l.readState()
 	if err != nil {
 		return err
+	}
+	if st.RealNode {
+		if opts.IPVSScheduler != "" {
+			return errors.New("--ipvs-scheduler: not on the real node; its svcproxy has no such key in its ConfigMap")
+		}
+		if err := l.setRealNodeMode(ctx, mode); err != nil {
+			return err
+		}
+		st.Mode = mode
+		return l.writeState(st)
 	}
 	bin, err := l.binary("svcproxy")
 	if err != nil {

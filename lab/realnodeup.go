@@ -325,3 +325,26 @@ func (l *Lab) PodNetNS(uid string) (string, error) {
 	}
 	return "", fmt.Errorf("pod %s: no process in a cgroup %s under /%s", uid, want, cgroupRoot)
 }
+
+// setRealNodeMode switches the real node's svcproxy to mode as one would on
+// kind (docs/kind.md): the ConfigMap's mode, then a rollout of the
+// DaemonSet, whose new pod first cleans up after the old one.
+func (l *Lab) setRealNodeMode(ctx context.Context, mode string) error {
+	patch := fmt.Sprintf(`{"data":{"mode":%q}}`, mode)
+	for _, args := range [][]string{
+		{"-n", "kube-system", "patch", "configmap", "svcproxy", "--type=merge", "-p", patch},
+		{"-n", "kube-system", "rollout", "restart", "daemonset/svcproxy"},
+		{"-n", "kube-system", "rollout", "status", "daemonset/svcproxy", "--timeout=" + nodeReadyTimeout.String()},
+	} {
+		if _, err := l.kubectlOut(ctx, nil, args...); err != nil {
+			return err
+		}
+	}
+	// The pod is Ready once started (the DaemonSet has no readiness
+	// probe): wait until the new svcproxy serves its metrics, where `svclab
+	// mode` asks which mode runs.
+	return l.poll(ctx, "svcproxy's new pod", nodeReadyTimeout, func() error {
+		_, err := l.NodeGet(ctx, "/proxyMode")
+		return err
+	})
+}

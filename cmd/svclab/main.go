@@ -60,7 +60,8 @@ commands:
   conntrack [SERVICE] [--flush]         the node's conntrack entries, explained; --flush
                                         empties the table
   mode [--ipvs-scheduler S] MODE        restart svcproxy in MODE: userspace, iptables, nftables, ipvs, hybrid;
-                                        IPVS schedules with S (rr, wrr, lc, wlc, sh, dh, sed, nq)
+                                        IPVS schedules with S (rr, wrr, lc, wlc, sh, dh, sed, nq);
+                                        on the real node: its ConfigMap, then a rollout
   down                                  remove every namespace, process and file of the lab
   demo [--control-plane=auto|true|false] [--only WORD]
                                         up, a narrated walk through the lab, down; on a

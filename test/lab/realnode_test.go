@@ -33,7 +33,8 @@ import (
 // (the pause image) runs, and from its network namespace two ClusterIP
 // Services answer through svcproxy's rules (kubernetes, whose endpoint is
 // the API server on the node; kube-dns's metrics port, whose endpoints are
-// clusterdns's pods) and names resolve through kube-dns. A pod whose image
+// clusterdns's pods) and names resolve through kube-dns, also once `svclab
+// mode` has rolled svcproxy's DaemonSet out in another mode. A pod whose image
 // is absent fails to pull at once instead of waiting on a registry. After
 // `svclab down` nothing is left: namespaces, mounts, cgroup directories,
 // processes. It logs the time to Ready and the kubelet's and containerd's
@@ -96,6 +97,19 @@ func TestRealNode(t *testing.T) {
 				return err == nil && got == want, fmt.Sprintf("%q %v", got, err)
 			})
 		}
+	})
+	t.Run("mode", func(t *testing.T) {
+		// As on kind: the ConfigMap, then a rollout of the DaemonSet.
+		c.t = t
+		out := c.svclab("mode", "nftables")
+		if !strings.Contains(out, "svcproxy restarted in nftables mode") {
+			t.Fatalf("svclab mode nftables: %s", out)
+		}
+		client := podHTTP(netns, nil)
+		c.eventually("kube-dns's metrics port from pod probe in nftables mode", func() (bool, string) {
+			code, err := get(client, "http://198.18.0.10:9153/healthz")
+			return err == nil && code == http.StatusOK, fmt.Sprintf("%d %v", code, err)
+		})
 	})
 	t.Run("pull fails fast", func(t *testing.T) {
 		c.t = t

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/internal/kapitest"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/internal/tutorial"
 	"github.com/svcproxy/svcproxy/kernel/ipvs"
@@ -29,7 +30,8 @@ const commandTimeout = 2 * time.Minute
 // non-zero for a command marked "# fails") and output checked against what
 // the tutorial shows (internal/tutorial says how). A tutorial
 // without svclab commands is skipped; one that needs IPVS runs only on a
-// kernel with IPVS (test/vm has one). One tutorial:
+// kernel with IPVS (test/vm has one); one that needs a kubelet runs once
+// `make node-bins` has built it. One tutorial:
 //
 //	go test ./test/lab -run 'TestTutorials/05'
 func TestTutorials(t *testing.T) {
@@ -49,10 +51,17 @@ func TestTutorials(t *testing.T) {
 				t.Skip("no svclab commands")
 			}
 			for _, need := range tut.Needs {
-				if need == "ipvs" {
+				switch need {
+				case "ipvs":
 					if err := ipvs.Available(); err != nil {
 						t.Skipf("needs IPVS, which this kernel lacks (test/vm runs it): %v", err)
 					}
+				case "kubelet":
+					// A real node: its programs (or a skip naming
+					// `make node-bins`) and its images next to svclab.
+					netnstest.RequireRoot(t, lab.RealNodeTools...)
+					kapitest.NodeBinaries(t)
+					buildImages(t, bin)
 				}
 			}
 			runTutorial(t, bin, file, tut)
