@@ -49,7 +49,7 @@ var versionArgv = map[string][][]string{
 		{"dig", "-v"}, {"ss", "-V"}, {"sh", "-c", "getent hosts localhost"},
 		// In the tests' sh -c scripts, the Debian tools and not busybox's applets.
 		{"sh", "-c", "ip -V | grep -q iproute2"}, {"sh", "-c", "wget --version | grep -q 'GNU Wget'"},
-		{"sh", "-c", "nc -h 2>&1 | grep -q OpenBSD"}, {"sh", "-c", "nslookup -version | grep -q Debian"}},
+		{"sh", "-c", "nc -h 2>&1 | grep -q OpenBSD"}, {"sh", "-c", "nslookup -version 2>&1 | grep -q Debian"}},
 	"nginx.tar": {{"/agnhost", "test-webserver", "--help"}},
 }
 
