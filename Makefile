@@ -76,7 +76,8 @@ test: deps vet kapi
 
 ## bench: benchmarks with side-by-side ratios; figures go to docs/benchmarks.md
 bench: deps build
-	$(GO) run ./bench/userspace
+	$(GO) run ./bench/userspace -json docs/benchmarks/userspace.json
+	$(GO) run ./bench/plot -o docs/benchmarks/userspace.svg docs/benchmarks/userspace.json
 	$(GO) test -run '^$$' -bench 'FullSync|OneServiceChange|AddService|SyncCPU|Render' -benchtime 3x -timeout 60m ./bench/iptables/
 	$(GO) test -run '^$$' -bench 'Naive' -benchtime 1x -timeout 30m ./bench/iptables/
 	$(GO) test -run '^$$' -bench 'DataPath$$' -benchtime 2s -count 6 ./bench/iptables/
