@@ -1,13 +1,9 @@
 package userspace
 
 import (
-	"errors"
-	"net"
 	"net/netip"
 	"testing"
-	"time"
 
-	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -89,7 +85,7 @@ func TestKernelPortalSourceRanges(t *testing.T) {
 		t.Errorf("from inside the ranges: %q, want a", got)
 	}
 	l.sync(t, lbSvc(nodeIP+"/32"))
-	if err := dialDropped(l.client, lb); err != nil {
+	if err := l.client.DialDropped(lb); err != nil {
 		t.Errorf("the client, outside the ranges: %v", err)
 	}
 	l.client.Run(t, "iptables", "-t", "nat", "-A", "POSTROUTING", "-d", lbIP, "-p", "tcp", "--dport", "80",
@@ -98,22 +94,7 @@ func TestKernelPortalSourceRanges(t *testing.T) {
 		t.Errorf("SNATted to the LoadBalancer IP, node in the ranges: %q, want a", got)
 	}
 	l.sync(t, lbSvc("203.0.113.0/24"))
-	if err := dialDropped(l.client, lb); err != nil {
+	if err := l.client.DialDropped(lb); err != nil {
 		t.Errorf("SNATted to the LoadBalancer IP, node outside the ranges: %v", err)
 	}
-}
-
-// dialDropped makes one connection from ns to addr with a short timeout and
-// says so if it was accepted: for destinations whose SYN must be dropped.
-func dialDropped(ns *netnstest.NS, addr string) error {
-	var c net.Conn
-	_ = ns.Do(func() (err error) {
-		c, err = net.DialTimeout("tcp4", addr, time.Second)
-		return err
-	})
-	if c != nil {
-		c.Close()
-		return errors.New("a backend answered " + addr + ", want the SYN dropped")
-	}
-	return nil
 }

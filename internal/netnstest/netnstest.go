@@ -13,7 +13,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -188,4 +190,21 @@ func (n *NS) AddAddr(t testing.TB, dev string, p netip.Prefix) {
 		args = append(args, "nodad")
 	}
 	n.Run(t, "ip", args...)
+}
+
+// DialDropped makes one TCP connection from n to dst (IPv4) with a one-second
+// timeout and returns an error if something answered: for destinations whose
+// SYN a rule must drop (a source range, a firewall). A refused or timed-out
+// dial is the expected outcome and returns nil.
+func (n *NS) DialDropped(dst string) error {
+	var c net.Conn
+	_ = n.Do(func() (err error) {
+		c, err = net.DialTimeout("tcp4", dst, time.Second)
+		return err
+	})
+	if c != nil {
+		c.Close()
+		return errors.New("a backend answered " + dst + ", want the SYN dropped")
+	}
+	return nil
 }

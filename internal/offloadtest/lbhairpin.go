@@ -1,11 +1,8 @@
 package offloadtest
 
 import (
-	"errors"
-	"net"
 	"net/netip"
 	"testing"
-	"time"
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/service"
@@ -35,7 +32,7 @@ func (l *Lab) CheckLoadBalancerSNATted(t *testing.T, sync Sync) {
 	l.Node.Run(t, "ip", "route", "add", lbIP+"/32", "via", ClientAddr.String(), "dev", "n-client")
 
 	sync(web(NodeAddr.String() + "/32"))
-	if err := dialDropped(l.Client, lb); err != nil {
+	if err := l.Client.DialDropped(lb); err != nil {
 		t.Errorf("the client's own address, outside the ranges: %v", err)
 	}
 	l.Client.Run(t, "iptables", "-t", "nat", "-A", "POSTROUTING", "-d", lbIP, "-p", "tcp", "--dport", "80",
@@ -50,22 +47,7 @@ func (l *Lab) CheckLoadBalancerSNATted(t *testing.T, sync Sync) {
 		}
 	}
 	sync(web("203.0.113.0/24"))
-	if err := dialDropped(l.Client, lb); err != nil {
+	if err := l.Client.DialDropped(lb); err != nil {
 		t.Errorf("SNATted to the LoadBalancer IP, node outside the ranges: %v", err)
 	}
-}
-
-// dialDropped makes one connection from ns to dst with a short timeout, and
-// says so if a backend answered: for destinations whose SYN must be dropped.
-func dialDropped(ns *netnstest.NS, dst string) error {
-	var c net.Conn
-	_ = ns.Do(func() (err error) {
-		c, err = net.DialTimeout("tcp4", dst, time.Second)
-		return err
-	})
-	if c != nil {
-		c.Close()
-		return errors.New("a backend answered " + dst + ", want the SYN dropped")
-	}
-	return nil
 }
