@@ -123,7 +123,7 @@ func (s *Snapshot) familyView(f Family) *Snapshot {
 		}
 	}
 	view := NewSnapshot(out, s.errs)
-	view.node = s.node
+	view.node, view.changes = s.node, s.changes
 	return view
 }
 

@@ -130,6 +130,6 @@ func RefuseEndpoints(snap *Snapshot, refuse func(Endpoint) string) (*Snapshot, [
 		return snap, nil
 	}
 	guarded := NewSnapshot(out, append(slices.Clone(snap.Errors()), errs...))
-	guarded.node = snap.node
+	guarded.node, guarded.changes = snap.node, snap.changes
 	return guarded, errs
 }

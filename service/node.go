@@ -56,3 +56,22 @@ func (s *Snapshot) Node() *Node { return s.node }
 // SetNode records this node's Node object in s. Like NewSnapshot's arguments,
 // it belongs to building s: call it before s is shared.
 func (s *Snapshot) SetNode(n *Node) { s.node = n }
+
+// changeCounts are a source's Service and EndpointSlice changes, cumulative.
+type changeCounts struct{ services, endpoints uint64 }
+
+// Changes returns how many Service and EndpointSlice changes the source had
+// recorded when it built s (service/watch's Watcher.Changes), all of them
+// included in s: a proxy that has handed s to its dataplane has taken up that
+// many, and the source's counts beyond them are kube-proxy's pending changes
+// (kubeproxy_sync_proxy_rules_{service,endpoint}_changes_pending). Zero for a
+// Snapshot no source stamped.
+func (s *Snapshot) Changes() (services, endpoints uint64) {
+	return s.changes.services, s.changes.endpoints
+}
+
+// SetChanges records the source's change counts in s. Like SetNode, it
+// belongs to building s: call it before s is shared.
+func (s *Snapshot) SetChanges(services, endpoints uint64) {
+	s.changes = changeCounts{services, endpoints}
+}

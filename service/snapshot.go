@@ -29,6 +29,10 @@ type Snapshot struct {
 	// node is this node's Node object, nil when unknown (SetNode).
 	node *Node
 
+	// changes are the source's cumulative change counts this Snapshot
+	// includes (SetChanges).
+	changes changeCounts
+
 	// views are the per-family views (Family), IPv4 and IPv6, made on first use.
 	views [2]struct {
 		once sync.Once

@@ -79,6 +79,8 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	}
 	log.Info("svcproxy starting", "mode", dp.Mode(), "source", sourceName(cfg))
 	ep := newEndpoints(dp, log.With("component", "http"))
+	changes := newChangeMetrics(w.Changes)
+	ep.registry.MustRegister(changes)
 	own := newOwnListeners(cfg, log)
 	hc := newHealthChecks(cfg, dp, log)
 	defer hc.close()
@@ -109,6 +111,7 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	for {
 		select {
 		case snap := <-snaps:
+			changes.took(snap) // handed to the dataplane below: no longer pending
 			snap = own.filter(snap)
 			ep.health.SetNode(snap.Node())
 			hc.sync(snap)

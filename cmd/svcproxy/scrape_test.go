@@ -217,9 +217,17 @@ func TestKubeProxyMetricsScrape(t *testing.T) {
 				{"kubeproxy_proxy_healthz_total", map[string]string{"code": "200"}, 1},
 				{"kubeproxy_proxy_livez_total", map[string]string{"code": "200"}, 1},
 				{"kubeproxy_sync_proxy_rules_no_local_endpoints_total", map[string]string{"traffic_policy": "internal", "ip_family": "IPv4"}, 1},
+				{"kubeproxy_sync_proxy_rules_service_changes_total", nil, 1},  // web
+				{"kubeproxy_sync_proxy_rules_endpoint_changes_total", nil, 1}, // its endpoints
 			} {
 				if v, ok := sample(fams, c.name, c.labels); !ok || v < c.min {
 					t.Errorf("%s%v = %v (present %v), want at least %v", c.name, c.labels, v, ok, c.min)
+				}
+			}
+			// The file's one version is synced (/healthz said so): nothing waits.
+			for _, name := range []string{"kubeproxy_sync_proxy_rules_service_changes_pending", "kubeproxy_sync_proxy_rules_endpoint_changes_pending"} {
+				if v, ok := sample(fams, name, nil); !ok || v != 0 {
+					t.Errorf("%s = %v (present %v), want 0 once the file is synced", name, v, ok)
 				}
 			}
 			if t.Failed() {

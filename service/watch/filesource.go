@@ -82,10 +82,16 @@ type fileConfig struct {
 	path     string
 	maxBytes int64
 	sel      selection
+	// counts are the Watcher's change counts, which each load raises by
+	// what changed; nil: counts of the file source's own (tests).
+	counts *changeCounts
 }
 
 // newFileSource reads and loads the file; it must load.
 func newFileSource(cfg fileConfig, log *slog.Logger, changed func()) (*fileSource, error) {
+	if cfg.counts == nil {
+		cfg.counts = &changeCounts{}
+	}
 	f := &fileSource{fileConfig: cfg, log: log, changed: changed, now: time.Now}
 	data, st, err := f.readSettled()
 	if err != nil {
@@ -329,30 +335,47 @@ func (f *fileSource) put(objs []runtime.Object) int {
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	n := changes(f.snap, snap)
+	n, services, endpoints := changes(f.snap, snap)
 	if f.snap != nil && n == 0 {
 		return 0 // an equal Snapshot: subscribers keep the one they have
 	}
+	// Counted and stamped before snap is shared: only this goroutine counts.
+	f.counts.services.Add(services)
+	f.counts.endpoints.Add(endpoints)
+	snap.SetChanges(f.counts.load())
 	f.snap = snap
 	return max(n, 1) // the first Snapshot is news even when it is empty
 }
 
 // changes counts the Services that differ between two Snapshots (old may be
 // nil), plus one if their validation errors differ, plus one if this node's
-// Node differs.
-func changes(old, cur *service.Snapshot) int {
+// Node differs: n. Of the Services that differ, it also counts those whose
+// spec differs (added and removed ones among them) and those whose endpoints
+// differ: the file's Service and endpoint changes, as the informers' events
+// would count them had each changed object been written once.
+func changes(old, cur *service.Snapshot) (n int, services, endpoints uint64) {
 	if old == nil {
 		old = service.NewSnapshot(nil, nil)
 	}
-	n := 0
+	count := func(was, svc *service.Service) {
+		n++
+		if was == nil || svc == nil || !reflect.DeepEqual(specOf(was), specOf(svc)) {
+			services++
+		}
+		if !reflect.DeepEqual(sliceData(was), sliceData(svc)) {
+			endpoints++
+		}
+	}
 	for _, svc := range cur.Services() {
-		if was, ok := old.Service(svc.NamespacedName); !ok || !reflect.DeepEqual(was, svc) {
-			n++
+		if was, ok := old.Service(svc.NamespacedName); !ok {
+			count(nil, svc)
+		} else if !reflect.DeepEqual(was, svc) {
+			count(was, svc)
 		}
 	}
 	for _, svc := range old.Services() {
 		if _, ok := cur.Service(svc.NamespacedName); !ok {
-			n++
+			count(svc, nil)
 		}
 	}
 	if !slices.EqualFunc(old.Errors(), cur.Errors(), func(a, b error) bool { return a.Error() == b.Error() }) {
@@ -361,5 +384,35 @@ func changes(old, cur *service.Snapshot) int {
 	if !reflect.DeepEqual(old.Node(), cur.Node()) {
 		n++
 	}
-	return n
+	return n, services, endpoints
+}
+
+// specOf is svc without what its EndpointSlices gave it.
+func specOf(svc *service.Service) service.Service {
+	v := *svc
+	v.Endpoints, v.Triggers = nil, nil
+	v.Ports = make([]*service.Port, len(svc.Ports))
+	for i, p := range svc.Ports {
+		np := *p
+		np.Service, np.Endpoints = nil, nil
+		v.Ports[i] = &np
+	}
+	return v
+}
+
+// sliceData is what svc's EndpointSlices gave it; nil for no Service.
+func sliceData(svc *service.Service) []any {
+	if svc == nil {
+		return nil
+	}
+	var out []any
+	if len(svc.Endpoints) > 0 || len(svc.Triggers) > 0 {
+		out = append(out, svc.Endpoints, svc.Triggers)
+	}
+	for _, p := range svc.Ports {
+		if len(p.Endpoints) > 0 {
+			out = append(out, p.Name, p.Endpoints)
+		}
+	}
+	return out
 }

@@ -50,7 +50,7 @@ func FuzzLoadManifests(f *testing.F) {
 			}
 		}
 		// What loads, applies: built into a Snapshot.
-		f := &fileSource{changed: func() {}}
+		f := &fileSource{fileConfig: fileConfig{counts: &changeCounts{}}, changed: func() {}}
 		f.put(objs)
 	})
 }

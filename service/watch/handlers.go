@@ -17,9 +17,35 @@ import (
 // (cache.DeletedFinalStateUnknown) when the watch missed the deletion and a
 // re-list found the object gone: a change all the same.
 type changeTracker struct {
-	dirty chan struct{} // capacity 1: a pending mark absorbs further ones
-	gen   atomic.Uint64 // raised by every change
+	dirty  chan struct{} // capacity 1: a pending mark absorbs further ones
+	gen    atomic.Uint64 // raised by every change
+	counts changeCounts  // by kind, for kube-proxy's change metrics
 }
+
+// changeCounts are the Service and EndpointSlice changes a source has recorded
+// since it started, cumulative: kube-proxy's
+// kubeproxy_sync_proxy_rules_{service,endpoint}_changes_total, which its
+// ServiceChangeTracker.Update and EndpointsChangeTracker.EndpointSliceUpdate
+// (k8s.io/kubernetes v1.37.2 pkg/proxy) raise for every informer add, update
+// and delete. A Snapshot carries the counts it includes (Snapshot.Changes).
+type changeCounts struct {
+	services, endpoints atomic.Uint64
+}
+
+func (c *changeCounts) load() (services, endpoints uint64) {
+	return c.services.Load(), c.endpoints.Load()
+}
+
+// counted is the handler of one informer, Services' or EndpointSlices': each
+// event is a change of the tracker's, counted in n.
+type counted struct {
+	*changeTracker
+	n *atomic.Uint64
+}
+
+func (c counted) OnAdd(any, bool)   { c.n.Add(1); c.changed() }
+func (c counted) OnUpdate(_, _ any) { c.n.Add(1); c.changed() }
+func (c counted) OnDelete(any)      { c.n.Add(1); c.changed() }
 
 var _ cache.ResourceEventHandler = (*changeTracker)(nil)
 

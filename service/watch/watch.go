@@ -126,7 +126,7 @@ func newWatcher(cfg Config, lw *listWatchers) (*Watcher, error) {
 		if cfg.MaxFileBytes <= 0 {
 			cfg.MaxFileBytes = DefaultMaxFileBytes
 		}
-		fs, err := newFileSource(fileConfig{path: cfg.ServicesFile, maxBytes: cfg.MaxFileBytes, sel: sel},
+		fs, err := newFileSource(fileConfig{path: cfg.ServicesFile, maxBytes: cfg.MaxFileBytes, sel: sel, counts: &w.tracker.counts},
 			w.log, w.tracker.changed)
 		if err != nil {
 			return nil, err
@@ -148,6 +148,14 @@ func newWatcher(cfg Config, lw *listWatchers) (*Watcher, error) {
 	}
 	return w, nil
 }
+
+// Changes returns the Service and EndpointSlice changes the Watcher has
+// recorded since it started (kube-proxy's *_changes_total): one per informer
+// add, update or delete; from a manifests file, one per Service whose spec
+// changed (added, removed) between two loads, and one per Service whose
+// endpoints did. Safe for concurrent use; Snapshot.Changes is the part of it
+// a Snapshot includes.
+func (w *Watcher) Changes() (services, endpoints uint64) { return w.tracker.counts.load() }
 
 // restConfig loads a kubeconfig file, or the in-cluster config when path is "".
 func restConfig(path string) (*rest.Config, error) {
@@ -233,11 +241,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 	// an informer on v1 Endpoints would cache a second copy of every
 	// Service's endpoints and add nothing. A manifests file may still hold
 	// v1 Endpoints: no controller mirrors a file.
-	svcInf, svcSynced, err := newInformer(w.api.services, &v1.Service{}, w.tracker)
+	svcInf, svcSynced, err := newInformer(w.api.services, &v1.Service{}, counted{w.tracker, &w.tracker.counts.services})
 	if err != nil {
 		return err
 	}
-	sliceInf, sliceSynced, err := newInformer(w.api.slices, &discoveryv1.EndpointSlice{}, w.tracker)
+	sliceInf, sliceSynced, err := newInformer(w.api.slices, &discoveryv1.EndpointSlice{}, counted{w.tracker, &w.tracker.counts.endpoints})
 	if err != nil {
 		return err
 	}
@@ -261,8 +269,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 		w.log.Warn("this node's Node object does not exist: Snapshots carry none until it does", "node", w.cfg.NodeName)
 	}
 	w.loop(ctx, func() *service.Snapshot {
+		// Read before the caches: the Snapshot holds at least these changes.
+		services, endpoints := w.tracker.counts.load()
 		snap := join(svcInf.GetStore(), sliceInf.GetStore())
 		snap.SetNode(node.get())
+		snap.SetChanges(services, endpoints)
 		return snap
 	})
 	return nil
