@@ -347,6 +347,10 @@ func fieldError(err error) error {
 		return fmt.Errorf("unknown field %q", fieldPath(se.JSONPointer))
 	case errors.As(err, &se):
 		msg := strings.TrimPrefix(se.Error(), "json: ")
+		// go-json-experiment says "cannot" or "unable to", chosen at random
+		// once per process (errorModalVerb: it keeps callers from matching
+		// its text); svcproxy's messages are its own contract, so one word.
+		msg = strings.Replace(msg, "unable to ", "cannot ", 1)
 		msg = strings.Replace(msg, " within "+strconv.Quote(string(se.JSONPointer)), "", 1)
 		return fmt.Errorf("%s: %s", fieldPath(se.JSONPointer), msg)
 	case errors.As(err, &sy) && errors.Is(sy.Err, jsontext.ErrDuplicateName):
