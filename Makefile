@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 TIMEOUT ?= 25m
 
-.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins conformance-bins image e2e-images bench clean
+.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins conformance-bins conformance image e2e-images bench clean
 
 all: build
 
@@ -51,6 +51,14 @@ node-bins:
 ## (test/kapi/README.md); make test never builds them either
 conformance-bins:
 	@./test/kapi/build.sh -node -conformance || [ $$? -eq 2 ]
+
+## conformance: Kubernetes' own Service and DNS conformance tests (e2e.test
+## v1.37.2) against svcproxy and clusterdns on the lab's real node, in MODE
+## (default iptables); ends with "N passed, N failed, N skipped" and brings the
+## node down (root; docs/conformance.md)
+MODE ?= iptables
+conformance: deps build conformance-bins image e2e-images
+	MODE=$(MODE) ./scripts/conformance.sh
 
 ## image: the container image for kind (docs/kind.md), built without a Docker
 ## daemon: bin/svcproxy-image.tar, for `kind load image-archive` or `docker load`
