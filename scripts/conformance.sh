@@ -62,7 +62,7 @@ timeout "$E2E_TIMEOUT" ip netns exec svclab-node \
 # Ginkgo's summary: "Ran 23 of 3206 Specs in ..." and
 # "SUCCESS! -- 23 Passed | 0 Failed | 0 Pending | 3183 Skipped".
 grep -a -E '^Ran [0-9]+ of [0-9]+ Specs' "$LOG" | tail -1 || true
-grep -a -A40 '^Summarizing [0-9]+ Failure' "$LOG" | grep -a '\[FAIL\]' || true
+grep -a -E -A40 '^Summarizing [0-9]+ Failure' "$LOG" | grep -a '\[FAIL\]' || true
 line=$(grep -a -E -- '-- [0-9]+ Passed \| [0-9]+ Failed \| [0-9]+ Pending \| [0-9]+ Skipped' "$LOG" | tail -1 || true)
 if [ -z "$line" ]; then
 	echo "conformance: no e2e summary (exit status $rc; timeout is 124): see $LOG" >&2
