@@ -41,7 +41,6 @@ func convertService(obj *v1.Service) (*Service, error) {
 	svc := &Service{
 		NamespacedName:           NamespacedName{Namespace: obj.Namespace, Name: obj.Name},
 		Type:                     Type(cmp.Or(string(spec.Type), string(v1.ServiceTypeClusterIP))),
-		ExternalName:             spec.ExternalName,
 		ExternalPolicyLocal:      spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal,
 		InternalPolicyLocal:      spec.InternalTrafficPolicy != nil && *spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal,
 		PublishNotReadyAddresses: spec.PublishNotReadyAddresses,
@@ -50,7 +49,14 @@ func convertService(obj *v1.Service) (*Service, error) {
 	if spec.TrafficDistribution != nil {
 		svc.TrafficDistribution = *spec.TrafficDistribution
 	}
-	if svc.Type != TypeExternalName {
+	if svc.Type == TypeExternalName {
+		// Only an ExternalName Service is an alias. A Service whose type
+		// changed from ExternalName keeps spec.externalName (the API server
+		// does not clear it), and must answer with its ClusterIP, as CoreDNS
+		// decides by spec.type (the DNS conformance test "should provide DNS
+		// for ExternalName services" changes the type this way).
+		svc.ExternalName = spec.ExternalName
+	} else {
 		for _, s := range clusterIPStrings(spec) {
 			if s == v1.ClusterIPNone {
 				svc.Headless = true

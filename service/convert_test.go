@@ -159,6 +159,25 @@ func TestBuildExternalNameTrailingDot(t *testing.T) {
 	}
 }
 
+// TestBuildTypeChangedFromExternalName: a Service changed from ExternalName to
+// ClusterIP keeps spec.externalName in the API; it is no alias any more, and
+// its name must resolve to the ClusterIP (Kubernetes' DNS conformance test
+// "should provide DNS for ExternalName services" does exactly this).
+func TestBuildTypeChangedFromExternalName(t *testing.T) {
+	obj := svc("was-ext", func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeClusterIP
+		s.Spec.ExternalName = "bar.example.com"
+	})
+	snap := Build([]*v1.Service{obj}, nil, nil)
+	got, ok := snap.Service(NamespacedName{"default", "was-ext"})
+	if !ok {
+		t.Fatalf("skipped: %v", snap.Errors())
+	}
+	if got.ExternalName != "" || len(got.ClusterIPs) != 1 {
+		t.Errorf("ExternalName = %q, ClusterIPs = %v; want no alias and the ClusterIP", got.ExternalName, got.ClusterIPs)
+	}
+}
+
 func TestBuildHeadlessAndExternalName(t *testing.T) {
 	headless := svc("db", func(s *v1.Service) { s.Spec.ClusterIP = "None"; s.Spec.Ports = nil })
 	ext := svc("mail", func(s *v1.Service) {
