@@ -111,14 +111,14 @@ func TestFileSourceSizeLimit(t *testing.T) {
 	}
 	snaps := start(t, w)
 	await(t, snaps, "port 80", hasPorts("80"))
-	writeFile(t, path, big)
+	replaceFile(t, path, big) // atomic: a truncated file read under load is a valid empty one
 	logs.waitFor(t, "refused, keeping the last good state", "larger than the limit")
 	for range 3 {
 		if s := await(t, snaps, "any", func(*service.Snapshot) bool { return true }); portsOf(s) != "80" {
 			t.Fatalf("after a refused file: ports %q, want 80", portsOf(s))
 		}
 	}
-	writeFile(t, path, manifest(90))
+	replaceFile(t, path, manifest(90))
 	await(t, snaps, "a file within the limit again", hasPorts("90"))
 }
 
