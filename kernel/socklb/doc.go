@@ -1,22 +1,40 @@
-// Package socklb is the kernel side of svcproxy's socket load balancer: an eBPF
-// program on a cgroup v2 directory's connect4 hook that rewrites the destination
-// of connect() from a Service's address to a backend's, once per socket, so the
-// socket really connects to the pod and no packet is ever translated (no DNAT,
-// no conntrack NAT entry), as Cilium's kube-proxy replacement does
-// (bpf/bpf_sock.c, __sock4_xlate_fwd).
+// Package socklb is the kernel side of svcproxy's socket load balancer: eBPF
+// programs on a cgroup v2 directory's connect4 and connect6 hooks that rewrite
+// the destination of connect() from a Service's address to one of its
+// backends, once per socket, so the socket really connects to the pod and no
+// packet is ever translated (no DNAT, no conntrack NAT entry), as Cilium's
+// kube-proxy replacement does (bpf/bpf_sock.c, __sock4_xlate_fwd and
+// __sock6_xlate_fwd).
 //
-// This is the foundation (issue 31, first step): one program, connect4, and one
-// hash map, services, keyed by (VIP, port, protocol) with one backend each. The
-// program is written with github.com/cilium/ebpf's asm package, instruction by
-// instruction with a comment each (program.go): it needs no clang and no
-// committed generated object, and a learner reads it as it is loaded.
+// The maps, laid out in maps.go:
 //
-// The hook sees only sockets created by processes inside the cgroup it is
+//	services  (VIP, port, protocol) -> (id, count, flags, affinity timeout)
+//	backends  (id, slot)            -> (address, port)
+//
+// connect() to a Service picks slot bpf_get_prandom_u32() % count. SetService
+// updates elements one at a time (slots first, then the count that makes them
+// visible, then slots past it deleted), never reloading a map.
+//
+// One set of maps serves both families: an address is 16 bytes, an IPv4
+// address in its IPv4-mapped form (::ffff:198.18.0.10). Cilium keeps separate
+// lb4_ and lb6_ maps; one set here halves the maps a learner reads and the
+// code that updates them, costs 12 bytes per key, and makes an IPv6 socket
+// connecting to an IPv4-mapped address (::ffff:198.18.0.10, which runs
+// connect6) find the IPv4 Service with no special case.
+//
+// The programs are written with github.com/cilium/ebpf's asm package,
+// instruction by instruction with a comment each (program.go, connect.go),
+// their C equivalents in the doc comments: they need no clang and no committed
+// generated object, and a learner reads them as they are loaded.
+//
+// The hooks see only sockets created by processes inside the cgroup they are
 // attached to (and its descendants); everything else (a process outside the
 // subtree, packets forwarded from other hosts) is untouched and must be served
-// by another path.
+// by another path. A Service without endpoints is left alone too: the nftables
+// path beside rejects it.
 //
 // Kernel access is behind Interface: Kernel loads, attaches and updates the real
-// map; Fake keeps the same map in memory and answers what the program would
-// decide for a connect(), so callers' tests read as packet paths.
+// maps; Fake keeps the same maps in memory and answers what the programs would
+// decide (Connect, with a Trace of the lookups), so callers' tests read as
+// socket paths.
 package socklb

@@ -3,32 +3,45 @@ package socklb
 import (
 	"context"
 	"maps"
-	"net/netip"
+	"slices"
 	"sync"
 )
 
-// Fake is an in-memory socket LB: the services map, and Connect, which answers
-// what connect4 would do with a connect() from inside the cgroup.
+// Fake is an in-memory socket LB: the maps, and the programs' decisions on
+// them (Connect, in trace.go), so callers' tests read as socket paths.
 type Fake struct {
 	mu       sync.Mutex
-	services map[Service]netip.AddrPort
+	services map[Service]fakeService
+	nextID   uint32
+}
+
+// fakeService is a services map element with its backends' slots.
+type fakeService struct {
+	id    uint32
+	entry Entry
 }
 
 var _ Interface = (*Fake)(nil)
 
-// NewFake returns a Fake with an empty map.
+// NewFake returns a Fake with empty maps.
 func NewFake() *Fake {
-	return &Fake{services: make(map[Service]netip.AddrPort)}
+	return &Fake{services: make(map[Service]fakeService), nextID: 1}
 }
 
 // SetService implements Interface.
-func (f *Fake) SetService(_ context.Context, svc Service, backend netip.AddrPort) error {
-	if err := validate(svc, &backend); err != nil {
+func (f *Fake) SetService(_ context.Context, svc Service, e Entry) error {
+	if err := validate(svc, &e); err != nil {
 		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.services[svc] = backend
+	s, ok := f.services[svc]
+	if !ok {
+		s.id = f.nextID
+		f.nextID++
+	}
+	s.entry = Entry{Backends: slices.Clone(e.Backends), AffinityTimeout: e.AffinityTimeout}
+	f.services[svc] = s
 	return nil
 }
 
@@ -44,24 +57,12 @@ func (f *Fake) DeleteService(_ context.Context, svc Service) error {
 }
 
 // Services implements Interface.
-func (f *Fake) Services(_ context.Context) (map[Service]netip.AddrPort, error) {
+func (f *Fake) Services(_ context.Context) (map[Service]Entry, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return maps.Clone(f.services), nil
-}
-
-// Connect returns where a socket of protocol p created inside the cgroup ends
-// up connecting when it calls connect(dst): the backend when (dst, p) is in
-// the map, dst itself otherwise. It mirrors connect4 step by step: build the
-// key from the destination and protocol, look it up, rewrite on a hit.
-func (f *Fake) Connect(p Protocol, dst netip.AddrPort) netip.AddrPort {
-	if !dst.Addr().Is4() {
-		return dst // connect6 is not attached: IPv6 goes untranslated
+	out := make(map[Service]Entry, len(f.services))
+	for svc, s := range maps.All(f.services) {
+		out[svc] = Entry{Backends: slices.Clone(s.entry.Backends), AffinityTimeout: s.entry.AffinityTimeout}
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if b, ok := f.services[Service{VIP: dst.Addr(), Port: dst.Port(), Protocol: p}]; ok {
-		return b
-	}
-	return dst
+	return out, nil
 }

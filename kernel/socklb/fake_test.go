@@ -3,94 +3,127 @@ package socklb
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
-// TestFakeConnect walks connect() calls through the Fake's map, as connect4
-// would decide them.
-func TestFakeConnect(t *testing.T) {
+var (
+	ap = netip.MustParseAddrPort
+	ip = netip.MustParseAddr
+)
+
+// fakeWithServices is the Fake the connect tables run against: a TCP Service
+// with three backends, a UDP one with one, an IPv6 one with two, and one
+// without endpoints.
+func fakeWithServices(t *testing.T) *Fake {
+	t.Helper()
 	ctx := context.Background()
 	f := NewFake()
-	web := Service{VIP: netip.MustParseAddr("198.18.0.10"), Port: 80, Protocol: TCP}
-	dns := Service{VIP: netip.MustParseAddr("198.18.0.53"), Port: 53, Protocol: UDP}
-	must(t, f.SetService(ctx, web, netip.MustParseAddrPort("198.19.1.2:8080")))
-	must(t, f.SetService(ctx, dns, netip.MustParseAddrPort("198.19.1.3:5353")))
+	must(t, f.SetService(ctx, Service{ip("198.18.0.10"), 80, TCP}, Entry{Backends: []netip.AddrPort{
+		ap("198.19.1.1:8080"), ap("198.19.1.2:8080"), ap("198.19.1.3:8080")}}))
+	must(t, f.SetService(ctx, Service{ip("198.18.0.53"), 53, UDP}, Entry{Backends: []netip.AddrPort{ap("198.19.1.9:5353")}}))
+	must(t, f.SetService(ctx, Service{ip("2001:db8:18::10"), 80, TCP}, Entry{Backends: []netip.AddrPort{
+		ap("[2001:db8:19::1]:8080"), ap("[2001:db8:19::2]:8080")}}))
+	must(t, f.SetService(ctx, Service{ip("198.18.0.20"), 80, TCP}, Entry{}))
+	return f
+}
 
+// TestFakeConnect walks connect() calls through the Fake's maps, as
+// connect4 and connect6 decide them.
+func TestFakeConnect(t *testing.T) {
+	f := fakeWithServices(t)
 	tests := []struct {
-		name  string
-		proto Protocol
-		dst   string
-		want  string
+		name   string
+		proto  Protocol
+		dst    string
+		random uint32
+		hook   string
+		want   string
 	}{
-		{"service port goes to its backend", TCP, "198.18.0.10:80", "198.19.1.2:8080"},
-		{"UDP service", UDP, "198.18.0.53:53", "198.19.1.3:5353"},
-		{"same VIP, other protocol: untouched", UDP, "198.18.0.10:80", "198.18.0.10:80"},
-		{"same VIP, other port: untouched", TCP, "198.18.0.10:443", "198.18.0.10:443"},
-		{"not a service: untouched", TCP, "198.19.1.2:8080", "198.19.1.2:8080"},
-		{"IPv6: no connect6 yet", TCP, "[2001:db8:18::10]:80", "[2001:db8:18::10]:80"},
+		{"slot 0", TCP, "198.18.0.10:80", 0, "connect4", "198.19.1.1:8080"},
+		{"slot 2", TCP, "198.18.0.10:80", 2, "connect4", "198.19.1.3:8080"},
+		{"random 7 % 3 is slot 1", TCP, "198.18.0.10:80", 7, "connect4", "198.19.1.2:8080"},
+		{"UDP service", UDP, "198.18.0.53:53", 5, "connect4", "198.19.1.9:5353"},
+		{"same VIP, other protocol: untouched", UDP, "198.18.0.10:80", 0, "connect4", "198.18.0.10:80"},
+		{"same VIP, other port: untouched", TCP, "198.18.0.10:443", 0, "connect4", "198.18.0.10:443"},
+		{"not a service: untouched", TCP, "198.19.1.2:8080", 0, "connect4", "198.19.1.2:8080"},
+		{"no endpoints: untouched, nftables rejects", TCP, "198.18.0.20:80", 0, "connect4", "198.18.0.20:80"},
+		{"IPv6 service", TCP, "[2001:db8:18::10]:80", 1, "connect6", "[2001:db8:19::2]:8080"},
+		{"IPv4-mapped on an IPv6 socket: the IPv4 service, mapped", TCP, "[::ffff:198.18.0.10]:80", 1, "connect6", "[::ffff:198.19.1.2]:8080"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := f.Connect(tt.proto, netip.MustParseAddrPort(tt.dst))
-			if got.String() != tt.want {
-				t.Errorf("connect(%s %s) reaches %s, want %s", tt.proto, tt.dst, got, tt.want)
+			got, tr := f.Connect(Client{Random: tt.random}, tt.proto, ap(tt.dst))
+			if got.String() != tt.want || tr.Result != got || tr.Hook != tt.hook {
+				t.Errorf("connect(%s %s) reaches %s through %s, want %s through %s\n%s", tt.proto, tt.dst, got, tr.Hook, tt.want, tt.hook, tr)
 			}
 		})
 	}
+}
 
-	must(t, f.DeleteService(ctx, web))
-	must(t, f.DeleteService(ctx, web)) // absent: not an error
-	if got := f.Connect(TCP, netip.MustParseAddrPort("198.18.0.10:80")); got.String() != "198.18.0.10:80" {
-		t.Errorf("after delete, connect reaches %s, want the VIP itself", got)
+func TestFakeConnectTrace(t *testing.T) {
+	_, tr := fakeWithServices(t).Connect(Client{NetnsCookie: 4096, Random: 4}, TCP, ap("198.18.0.10:80"))
+	want := `connect4 TCP 198.18.0.10:80, netns cookie 4096
+  services  lookup 198.18.0.10:80/TCP  => id 1, 3 backends
+  backends  lookup (id 1, slot 1)  => 198.19.1.2:8080 (random 4 % 3)
+  ctx       user_ip, user_port  => = 198.19.1.2:8080
+result: rewritten to 198.19.1.2:8080
+`
+	if got := tr.String(); got != want {
+		t.Errorf("trace:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestFakeSetService: a replaced Service keeps its ID and takes the new
+// backends; a deleted one is untranslated; Services reads it all back.
+func TestFakeSetService(t *testing.T) {
+	ctx := context.Background()
+	f := fakeWithServices(t)
+	web := Service{ip("198.18.0.10"), 80, TCP}
+	e := Entry{Backends: []netip.AddrPort{ap("198.19.1.7:8080")}, AffinityTimeout: 3 * time.Hour}
+	must(t, f.SetService(ctx, web, e))
+	if got, tr := f.Connect(Client{Random: 2}, TCP, ap("198.18.0.10:80")); got != ap("198.19.1.7:8080") || !strings.Contains(tr.String(), "id 1, 1 backends") {
+		t.Errorf("after the change, connect reaches %s, want 198.19.1.7:8080 with id 1 kept\n%s", got, tr)
 	}
 	svcs, err := f.Services(ctx)
 	must(t, err)
-	if len(svcs) != 1 || svcs[dns].String() != "198.19.1.3:5353" {
-		t.Errorf("Services() = %v, want only %s", svcs, dns)
+	if got := svcs[web]; !slices.Equal(got.Backends, e.Backends) || got.AffinityTimeout != e.AffinityTimeout || len(svcs) != 4 {
+		t.Errorf("Services() = %v, want 4 with %s: %v", svcs, web, e)
+	}
+	must(t, f.DeleteService(ctx, web))
+	must(t, f.DeleteService(ctx, web)) // absent: not an error
+	if got, _ := f.Connect(Client{}, TCP, ap("198.18.0.10:80")); got != ap("198.18.0.10:80") {
+		t.Errorf("after delete, connect reaches %s, want the VIP itself", got)
 	}
 }
 
 func TestValidate(t *testing.T) {
-	vip := netip.MustParseAddr("198.18.0.10")
-	backend := netip.MustParseAddrPort("198.19.1.2:8080")
+	vip := ip("198.18.0.10")
+	one := []netip.AddrPort{ap("198.19.1.2:8080")}
 	tests := []struct {
 		name    string
 		svc     Service
-		backend netip.AddrPort
+		e       Entry
 		wantErr string
 	}{
-		{"IPv6 VIP", Service{VIP: netip.MustParseAddr("2001:db8:18::10"), Port: 80, Protocol: TCP}, backend, "not an IPv4 address"},
-		{"port 0", Service{VIP: vip, Port: 0, Protocol: TCP}, backend, "port: must not be 0"},
-		{"SCTP", Service{VIP: vip, Port: 80, Protocol: 132}, backend, "protocol 132"},
-		{"IPv6 backend", Service{VIP: vip, Port: 80, Protocol: TCP}, netip.MustParseAddrPort("[2001:db8:19::2]:80"), "backend"},
-		{"backend port 0", Service{VIP: vip, Port: 80, Protocol: TCP}, netip.MustParseAddrPort("198.19.1.2:0"), "port must not be 0"},
+		{"no VIP", Service{Port: 80, Protocol: TCP}, Entry{Backends: one}, "not an IPv4 or IPv6 address"},
+		{"IPv4-mapped VIP", Service{ip("::ffff:198.18.0.10"), 80, TCP}, Entry{Backends: one}, "not an IPv4 or IPv6 address"},
+		{"port 0", Service{vip, 0, TCP}, Entry{Backends: one}, "port: must not be 0"},
+		{"SCTP", Service{vip, 80, 132}, Entry{Backends: one}, "protocol 132"},
+		{"IPv6 backend of an IPv4 VIP", Service{vip, 80, TCP}, Entry{Backends: []netip.AddrPort{ap("[2001:db8:19::2]:80")}}, "backends[0] [2001:db8:19::2]:80: not an address of the VIP's family"},
+		{"IPv4 backend of an IPv6 VIP", Service{ip("2001:db8:18::1"), 80, TCP}, Entry{Backends: one}, "backends[0]"},
+		{"backend port 0", Service{vip, 80, TCP}, Entry{Backends: []netip.AddrPort{ap("198.19.1.2:0")}}, "port must not be 0"},
+		{"affinity not whole seconds", Service{vip, 80, TCP}, Entry{Backends: one, AffinityTimeout: 1500 * time.Millisecond}, "affinity timeout 1.5s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := NewFake().SetService(context.Background(), tt.svc, tt.backend)
+			err := NewFake().SetService(context.Background(), tt.svc, tt.e)
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("SetService(%s, %s) = %v, want an error containing %q", tt.svc, tt.backend, err, tt.wantErr)
+				t.Errorf("SetService(%s, %v) = %v, want an error containing %q", tt.svc, tt.e, err, tt.wantErr)
 			}
 		})
-	}
-}
-
-// TestKeyEncoding pins the map's byte layout that connect4 builds on its stack:
-// address and port in network byte order, then the protocol and a zero byte.
-func TestKeyEncoding(t *testing.T) {
-	svc := Service{VIP: netip.MustParseAddr("198.18.0.10"), Port: 0x1f90, Protocol: UDP}
-	k := encodeKey(svc)
-	want := mapKey{IP: [4]byte{198, 18, 0, 10}, Port: [2]byte{0x1f, 0x90}, Protocol: 17}
-	if k != want {
-		t.Errorf("encodeKey(%s) = %v, want %v", svc, k, want)
-	}
-	if got := decodeKey(k); got != svc {
-		t.Errorf("decodeKey(encodeKey(%s)) = %s", svc, got)
-	}
-	b := netip.MustParseAddrPort("198.19.1.2:8080")
-	if got := decodeValue(encodeValue(b)); got != b {
-		t.Errorf("decodeValue(encodeValue(%s)) = %s", b, got)
 	}
 }
 

@@ -4,117 +4,229 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
+	"sync"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 )
 
-// Config says where the program attaches.
+// Config says where the programs attach and how big the maps are.
 type Config struct {
-	// CgroupPath is a cgroup v2 directory. The program sees the sockets of
+	// CgroupPath is a cgroup v2 directory. The programs see the sockets of
 	// every process in it and in its descendants, nobody else's.
 	CgroupPath string
 
-	// MaxServices is the services map's size; 0 means 65536.
+	// MaxServices is the services map's size (the backends map holds 16
+	// times as many slots); 0 means 65536.
 	MaxServices uint32
 }
 
-// Kernel is the real socket LB: a services hash map and the connect4 program,
-// loaded and attached to one cgroup. Close detaches it; the map and program
-// go with their last reference (nothing is pinned in this step).
+// bpfMaps are the programs' maps.
+type bpfMaps struct {
+	services *ebpf.Map // svcKey -> svcValue
+	backends *ebpf.Map // backendKey -> backendValue
+}
+
+func (m *bpfMaps) close() error {
+	var errs []error
+	for _, mp := range []*ebpf.Map{m.services, m.backends} {
+		if mp != nil {
+			errs = append(errs, mp.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// hook is one program: where it attaches and how it is built.
+type hook struct {
+	name   string
+	attach ebpf.AttachType
+	build  func(*bpfMaps) asm.Instructions
+}
+
+// hooks are the programs Kernel loads and attaches, in order.
+var hooks = []hook{
+	{"connect4", ebpf.AttachCGroupInet4Connect, func(m *bpfMaps) asm.Instructions { return connectProg(ipv4, m) }},
+	{"connect6", ebpf.AttachCGroupInet6Connect, func(m *bpfMaps) asm.Instructions { return connectProg(ipv6, m) }},
+}
+
+// Kernel is the real socket LB: the maps and the programs over them, loaded
+// and attached to one cgroup. Close detaches them; the maps go with their
+// last reference.
 type Kernel struct {
-	services *ebpf.Map
-	prog     *ebpf.Program
-	link     link.Link
+	mu    sync.Mutex
+	m     bpfMaps
+	progs []*ebpf.Program
+	links []link.Link
+	ids   map[Service]uint32 // the services map's IDs, as allocated
+	next  uint32             // the next ID to try
 }
 
 var _ Interface = (*Kernel)(nil)
 
-// New creates the map, loads connect4 over it and attaches it to
+// New creates the maps, loads the programs over them and attaches them to
 // cfg.CgroupPath. The kernel's refusal comes back wrapped: errors.Is finds
 // the errno (EPERM without CAP_BPF, for one), errors.As an *ebpf.VerifierError
-// with the verifier's log when the program is refused.
-func New(cfg Config) (*Kernel, error) {
+// with the verifier's log when a program is refused.
+func New(cfg Config) (_ *Kernel, err error) {
 	if cfg.CgroupPath == "" {
 		return nil, errors.New("socklb: config: CgroupPath: must not be empty")
 	}
 	if cfg.MaxServices == 0 {
-		cfg.MaxServices = 65536
+		cfg.MaxServices = defaultMaxService
 	}
-	services, err := ebpf.NewMap(&ebpf.MapSpec{
-		Name:       "svcp_services",
-		Type:       ebpf.Hash,
-		KeySize:    keySize,
-		ValueSize:  valueSize,
-		MaxEntries: cfg.MaxServices,
-	})
-	if err != nil {
+	k := &Kernel{ids: make(map[Service]uint32), next: 1}
+	defer func() {
+		if err != nil {
+			k.Close()
+		}
+	}()
+	svcSpec, beSpec := mapSpecs(cfg.MaxServices)
+	if k.m.services, err = ebpf.NewMap(svcSpec); err != nil {
 		return nil, fmt.Errorf("socklb: create services map: %w", err)
 	}
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name:         "svcp_connect4",
-		Type:         ebpf.CGroupSockAddr,
-		AttachType:   ebpf.AttachCGroupInet4Connect,
-		Instructions: connect4(services),
-		License:      "Apache-2.0",
-	})
-	if err != nil {
-		services.Close()
-		return nil, fmt.Errorf("socklb: load connect4: %w", err)
+	if k.m.backends, err = ebpf.NewMap(beSpec); err != nil {
+		return nil, fmt.Errorf("socklb: create backends map: %w", err)
 	}
-	l, err := link.AttachCgroup(link.CgroupOptions{
-		Path:    cfg.CgroupPath,
-		Attach:  ebpf.AttachCGroupInet4Connect,
-		Program: prog,
-	})
-	if err != nil {
-		prog.Close()
-		services.Close()
-		return nil, fmt.Errorf("socklb: attach connect4 to %s: %w", cfg.CgroupPath, err)
+	for _, h := range hooks {
+		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+			Name:         "svcp_" + h.name,
+			Type:         ebpf.CGroupSockAddr,
+			AttachType:   h.attach,
+			Instructions: h.build(&k.m),
+			License:      "Apache-2.0",
+		})
+		if err != nil {
+			return nil, fmt.Errorf("socklb: load %s: %w", h.name, err)
+		}
+		k.progs = append(k.progs, prog)
+		l, err := link.AttachCgroup(link.CgroupOptions{Path: cfg.CgroupPath, Attach: h.attach, Program: prog})
+		if err != nil {
+			return nil, fmt.Errorf("socklb: attach %s to %s: %w", h.name, cfg.CgroupPath, err)
+		}
+		k.links = append(k.links, l)
 	}
-	return &Kernel{services: services, prog: prog, link: l}, nil
+	return k, nil
 }
 
-// Close detaches the program and releases the map: connect() in the cgroup is
-// no longer translated; sockets already connected keep their backend (they
-// are plain sockets).
+// Close detaches the programs and releases the maps: connect() in the cgroup
+// is no longer translated; sockets already connected keep their backend
+// (they are plain sockets).
 func (k *Kernel) Close() error {
-	return errors.Join(k.link.Close(), k.prog.Close(), k.services.Close())
+	var errs []error
+	for _, l := range k.links {
+		errs = append(errs, l.Close())
+	}
+	for _, p := range k.progs {
+		errs = append(errs, p.Close())
+	}
+	errs = append(errs, k.m.close())
+	return errors.Join(errs...)
 }
 
-// SetService implements Interface.
-func (k *Kernel) SetService(_ context.Context, svc Service, backend netip.AddrPort) error {
-	if err := validate(svc, &backend); err != nil {
+// SetService implements Interface: the backend slots first, then the
+// service element (whose count makes them visible), then the slots past the
+// new count, which no connect() can pick any more.
+func (k *Kernel) SetService(_ context.Context, svc Service, e Entry) error {
+	if err := validate(svc, &e); err != nil {
 		return err
 	}
-	key, val := encodeKey(svc), encodeValue(backend)
-	if err := k.services.Update(&key, &val, ebpf.UpdateAny); err != nil {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	key := encodeSvcKey(svc)
+	var old svcValue
+	oldCount := uint32(0)
+	id, ok := k.ids[svc]
+	if ok {
+		if err := k.m.services.Lookup(&key, &old); err == nil {
+			oldCount = old.Count
+		}
+	} else {
+		id = k.newID()
+	}
+	for slot, b := range e.Backends {
+		bk, bv := backendKey{ID: id, Slot: uint32(slot)}, encodeBackend(b)
+		if err := k.m.backends.Update(&bk, &bv, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("service %s: backends[%d] %s: update backends map: %w", svc, slot, b, err)
+		}
+	}
+	val := encodeSvcValue(id, e)
+	if err := k.m.services.Update(&key, &val, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("service %s: update services map: %w", svc, err)
+	}
+	k.ids[svc] = id
+	return k.deleteSlots(svc, id, uint32(len(e.Backends)), oldCount)
+}
+
+// deleteSlots deletes the backends map's slots from..to-1 of Service id.
+func (k *Kernel) deleteSlots(svc Service, id, from, to uint32) error {
+	for slot := from; slot < to; slot++ {
+		bk := backendKey{ID: id, Slot: slot}
+		if err := k.m.backends.Delete(&bk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("service %s: delete slot %d from backends map: %w", svc, slot, err)
+		}
 	}
 	return nil
 }
 
-// DeleteService implements Interface.
+// newID returns an ID no Service has: IDs are u32 and recycled after
+// DeleteService, so the search ends.
+func (k *Kernel) newID() uint32 {
+	used := make(map[uint32]bool, len(k.ids))
+	for _, id := range k.ids {
+		used[id] = true
+	}
+	for used[k.next] || k.next == 0 {
+		k.next++
+	}
+	id := k.next
+	k.next++
+	return id
+}
+
+// DeleteService implements Interface: the service element first, so no
+// connect() finds the slots deleted after it.
 func (k *Kernel) DeleteService(_ context.Context, svc Service) error {
 	if err := validate(svc, nil); err != nil {
 		return err
 	}
-	key := encodeKey(svc)
-	if err := k.services.Delete(&key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	key := encodeSvcKey(svc)
+	var old svcValue
+	if err := k.m.services.Lookup(&key, &old); errors.Is(err, ebpf.ErrKeyNotExist) {
+		delete(k.ids, svc)
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("service %s: look up services map: %w", svc, err)
+	}
+	if err := k.m.services.Delete(&key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("service %s: delete from services map: %w", svc, err)
 	}
-	return nil
+	delete(k.ids, svc)
+	return k.deleteSlots(svc, old.ID, 0, old.Count)
 }
 
-// Services implements Interface.
-func (k *Kernel) Services(_ context.Context) (map[Service]netip.AddrPort, error) {
-	out := make(map[Service]netip.AddrPort)
-	var key mapKey
-	var val mapValue
-	it := k.services.Iterate()
+// Services implements Interface, reading the maps back.
+func (k *Kernel) Services(_ context.Context) (map[Service]Entry, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make(map[Service]Entry)
+	var key svcKey
+	var val svcValue
+	it := k.m.services.Iterate()
 	for it.Next(&key, &val) {
-		out[decodeKey(key)] = decodeValue(val)
+		svc := decodeSvcKey(key)
+		e := Entry{AffinityTimeout: val.affinity()}
+		for slot := range val.Count {
+			var bv backendValue
+			if err := k.m.backends.Lookup(&backendKey{ID: val.ID, Slot: slot}, &bv); err != nil {
+				return nil, fmt.Errorf("service %s: slot %d: read backends map: %w", svc, slot, err)
+			}
+			e.Backends = append(e.Backends, decodeBackend(bv))
+		}
+		out[svc] = e
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("socklb: read services map: %w", err)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,11 +30,20 @@ import (
 // dialEnv makes the test binary a client instead (see TestMain): it dials the
 // address, prints the line the server sends and exits. Tests run it as a child
 // process inside their cgroup, or outside it.
-const dialEnv = "SOCKLB_TEST_DIAL"
+const (
+	dialEnv  = "SOCKLB_TEST_DIAL"
+	countEnv = "SOCKLB_TEST_COUNT" // how many times to dial; 1 when unset
+)
 
 func TestMain(m *testing.M) {
 	if addr := os.Getenv(dialEnv); addr != "" {
-		os.Exit(dialAndPrint(addr))
+		n, _ := strconv.Atoi(os.Getenv(countEnv))
+		for range max(n, 1) {
+			if rc := dialAndPrint(addr); rc != 0 {
+				os.Exit(rc)
+			}
+		}
+		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }
@@ -54,40 +64,72 @@ func dialAndPrint(addr string) int {
 	return 0
 }
 
-// TestKernelConnect4: in a namespace of the test's own, a process inside a
-// cgroup of the test's own connects to a Service address and reaches the
-// backend; a process outside the cgroup connecting to the same address is not
-// translated (it reaches a listener on the VIP itself, there to tell the two
-// apart). After DeleteService the process inside is not translated either.
-func TestKernelConnect4(t *testing.T) {
+// TestKernelConnect: in a namespace of the test's own, processes inside a
+// cgroup of the test's own connect to a Service address and reach its
+// backends, spread over all of them; a process outside the cgroup connecting
+// to the same address is not translated (it reaches a listener on the VIP
+// itself, there to tell the two apart). After DeleteService the process
+// inside is not translated either. Once over IPv4 (connect4), once over IPv6
+// (connect6).
+func TestKernelConnect(t *testing.T) {
 	netnstest.RequireRoot(t)
 	cg := newCgroup(t)
 	k := newKernel(t, cg.path)
 	ns := netnstest.New(t)
-	ns.AddAddr(t, "lo", netip.MustParsePrefix("198.19.0.2/32"))
-	ns.AddAddr(t, "lo", netip.MustParsePrefix("198.18.0.10/32"))
-	serve(t, ns, "198.19.0.2:8080", "backend")
-	serve(t, ns, "198.18.0.10:80", "vip")
+	for _, fam := range []struct {
+		name     string
+		vip      string
+		backends []string
+	}{
+		{"IPv4", "198.18.0.10", []string{"198.19.0.1", "198.19.0.2", "198.19.0.3"}},
+		{"IPv6", "2001:db8:18::10", []string{"2001:db8:19::1", "2001:db8:19::2", "2001:db8:19::3"}},
+	} {
+		t.Run(fam.name, func(t *testing.T) {
+			ctx := context.Background()
+			vip := netip.AddrPortFrom(netip.MustParseAddr(fam.vip), 80)
+			ns.AddAddr(t, "lo", netip.PrefixFrom(vip.Addr(), vip.Addr().BitLen()))
+			serve(t, ns, vip.String(), "vip")
+			var e Entry
+			for _, b := range fam.backends {
+				a := netip.MustParseAddr(b)
+				ns.AddAddr(t, "lo", netip.PrefixFrom(a, a.BitLen()))
+				e.Backends = append(e.Backends, netip.AddrPortFrom(a, 8080))
+				serve(t, ns, e.Backends[len(e.Backends)-1].String(), b)
+			}
+			web := Service{VIP: vip.Addr(), Port: 80, Protocol: TCP}
+			must(t, k.SetService(ctx, web, e))
+			svcs, err := k.Services(ctx)
+			must(t, err)
+			if got := svcs[web]; !slices.Equal(got.Backends, e.Backends) || got.AffinityTimeout != 0 {
+				t.Fatalf("Services()[%s] = %v, want %v", web, got, e)
+			}
 
-	ctx := context.Background()
-	web := Service{VIP: netip.MustParseAddr("198.18.0.10"), Port: 80, Protocol: TCP}
-	must(t, k.SetService(ctx, web, netip.MustParseAddrPort("198.19.0.2:8080")))
-	svcs, err := k.Services(ctx)
-	must(t, err)
-	if got := svcs[web].String(); len(svcs) != 1 || got != "198.19.0.2:8080" {
-		t.Fatalf("Services() = %v, want %s -> 198.19.0.2:8080", svcs, web)
+			// 60 connects miss one of 3 backends with probability 3*(2/3)^60, about 1e-10.
+			got := countLines(dialFrom(t, ns, cg, vip.String(), 60))
+			if len(got) != len(fam.backends) {
+				t.Errorf("inside the cgroup, 60 connects to %s reached %v, want each of %v", vip, got, fam.backends)
+			}
+			if got := dialFrom(t, ns, nil, vip.String(), 1); got != "vip" {
+				t.Errorf("outside the cgroup, connect(%s) reached %q, want the VIP's own listener (untranslated)", vip, got)
+			}
+			must(t, k.DeleteService(ctx, web))
+			if got := dialFrom(t, ns, cg, vip.String(), 1); got != "vip" {
+				t.Errorf("after DeleteService, inside the cgroup, connect(%s) reached %q, want the VIP (untranslated)", vip, got)
+			}
+			if svcs, err := k.Services(ctx); err != nil || len(svcs) != 0 {
+				t.Errorf("after DeleteService, Services() = %v, %v; want none", svcs, err)
+			}
+		})
 	}
+}
 
-	if got := dialFrom(t, ns, cg, "198.18.0.10:80"); got != "backend" {
-		t.Errorf("inside the cgroup, connect(198.18.0.10:80) reached %q, want the backend", got)
+// countLines counts the lines of out by their text.
+func countLines(out string) map[string]int {
+	n := make(map[string]int)
+	for _, l := range strings.Fields(out) {
+		n[l]++
 	}
-	if got := dialFrom(t, ns, nil, "198.18.0.10:80"); got != "vip" {
-		t.Errorf("outside the cgroup, connect(198.18.0.10:80) reached %q, want the VIP's own listener (untranslated)", got)
-	}
-	must(t, k.DeleteService(ctx, web))
-	if got := dialFrom(t, ns, cg, "198.18.0.10:80"); got != "vip" {
-		t.Errorf("after DeleteService, inside the cgroup, connect(198.18.0.10:80) reached %q, want the VIP (untranslated)", got)
-	}
+	return n
 }
 
 // TestKernelAttachTypes records which cgroup sock_addr hooks this kernel loads
@@ -178,14 +220,14 @@ func serve(t *testing.T, ns *netnstest.NS, addr, reply string) {
 }
 
 // dialFrom runs this test binary as a client in ns, inside cg (or where the
-// test itself runs, when cg is nil), and returns what the server it reached
-// said.
-func dialFrom(t *testing.T, ns *netnstest.NS, cg *cgroup, addr string) string {
+// test itself runs, when cg is nil), which connects to addr count times, and
+// returns what the servers it reached said, a line each.
+func dialFrom(t *testing.T, ns *netnstest.NS, cg *cgroup, addr string, count int) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := ns.Command(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), dialEnv+"="+addr)
+	cmd.Env = append(os.Environ(), dialEnv+"="+addr, countEnv+"="+strconv.Itoa(count))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if cg != nil {

@@ -1,74 +1,128 @@
 package socklb
 
 import (
-	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 )
 
-// Offsets of the fields of struct bpf_sock_addr (include/uapi/linux/bpf.h),
-// the context a cgroup/connect4 program receives in R1. Every field is a u32.
+// The programs are written with cilium/ebpf's asm package, one Go value per
+// instruction, each with a comment (docs/architecture.md says why asm rather
+// than C). This file holds what they share: the context's layout, the stack's
+// layout, and the instruction sequences every hook repeats. Each hook's
+// program is in a file of its own (connect.go, ...), its C equivalent in its
+// doc comment.
+//
+// A cgroup sock_addr program receives a *struct bpf_sock_addr in R1 and
+// returns 1 to let the system call go on (with whatever address it left in
+// the context) or 0 to fail it with EPERM; ours always return 1. R0 is the
+// return value and a helper call's result, R1-R5 a call's arguments
+// (clobbered by it), R6-R9 survive calls, R10 is the read-only frame pointer:
+// the stack lives below it, 512 bytes.
+
+// family is the address family a program is built for: the hooks come in
+// pairs (connect4 and connect6, ...) that differ only in where the context
+// holds the address.
+type family int
+
 const (
-	ctxUserIP4   = 4  // user_ip4: the destination address, network byte order
-	ctxUserPort  = 24 // user_port: the destination port, network byte order in the low 16 bits
-	ctxProtocol  = 36 // protocol: IPPROTO_TCP or IPPROTO_UDP
-	stackKey     = -8 // the map key (8 bytes) lives at R10-8 .. R10-1
-	stackKeyPort = stackKey + 4
-	stackKeyProt = stackKey + 6
-	stackKeyPad  = stackKey + 7
+	ipv4 family = 4
+	ipv6 family = 6
 )
 
-// connect4 returns the cgroup/connect4 program over the services map. In C it
-// would read:
-//
-//	struct key k = { ctx->user_ip4, ctx->user_port, ctx->protocol, 0 };
-//	struct value *v = bpf_map_lookup_elem(&services, &k);
-//	if (v) { ctx->user_ip4 = v->ip; ctx->user_port = v->port; }
-//	return 1;
-//
-// Returning 1 lets connect() go on (to the rewritten address); 0 would fail it
-// with EPERM. The kernel checks every access: the verifier rejects a program
-// that reads the context at a wrong size or offset, or uses v without the NULL
-// check.
-func connect4(services *ebpf.Map) asm.Instructions {
-	return asm.Instructions{
-		// R1 holds the context; calls clobber R1-R5, so keep it in R6.
-		asm.Mov.Reg(asm.R6, asm.R1),
+// Offsets of the fields of struct bpf_sock_addr (include/uapi/linux/bpf.h).
+// Every field is a u32; user_ip6 is four of them. The verifier allows only
+// 4-byte loads and stores of these, at exactly these offsets.
+const (
+	ctxUserIP4  = 4  // user_ip4: the destination (connect, sendmsg) or source (recvmsg) address
+	ctxUserIP6  = 8  // user_ip6[4]: the same for IPv6, 8..23
+	ctxUserPort = 24 // user_port: the port, network byte order in the low 16 bits
+	ctxProtocol = 36 // protocol: IPPROTO_TCP or IPPROTO_UDP
+)
 
-		// Build the key on the stack (R10 is the read-only frame pointer).
-		// The address: a u32 copied as is, so its bytes stay in network order.
-		asm.LoadMem(asm.R2, asm.R6, ctxUserIP4, asm.Word),
-		asm.StoreMem(asm.RFP, stackKey, asm.R2, asm.Word),
+// The stack, as offsets from R10. Every key a program passes to a map helper
+// is built here, every byte of it initialised: the verifier refuses a helper
+// reading uninitialised stack, and the hash covers every byte.
+const (
+	stSvcKey      = -24 // svcKey, 20 bytes: -24 .. -5
+	stSvcKeyPort  = stSvcKey + svcKeyPort
+	stSvcKeyProto = stSvcKey + svcKeyProtocol
+	stSvcKeyPad   = stSvcKey + svcKeyPad
+	stBackendKey  = -32 // backendKey, 8 bytes: -32 .. -25
+	stBackendSlot = stBackendKey + backendKeySlot
+)
+
+// mappedPrefix is the third word of an IPv4-mapped IPv6 address: the bytes
+// 00 00 ff ff, which a little-endian u32 store writes from 0xffff0000 (as a
+// 32-bit immediate: -65536).
+const mappedPrefix = -65536
+
+// loadSvcKey builds the services map's key on the stack from the context's
+// address, port and protocol (R6 must hold the context).
+func loadSvcKey(fam family) asm.Instructions {
+	var insns asm.Instructions
+	if fam == ipv4 {
+		insns = asm.Instructions{
+			// The address as IPv4-mapped IPv6: ten zero bytes, ff ff,
+			// then user_ip4 copied as is (its bytes stay in network order).
+			asm.StoreImm(asm.RFP, stSvcKey, 0, asm.Word),
+			asm.StoreImm(asm.RFP, stSvcKey+4, 0, asm.Word),
+			asm.StoreImm(asm.RFP, stSvcKey+8, mappedPrefix, asm.Word),
+			asm.LoadMem(asm.R2, asm.R6, ctxUserIP4, asm.Word),
+			asm.StoreMem(asm.RFP, stSvcKey+12, asm.R2, asm.Word),
+		}
+	} else {
+		for i := int16(0); i < 16; i += 4 {
+			insns = append(insns,
+				// user_ip6[i/4], a word of the address in network order.
+				asm.LoadMem(asm.R2, asm.R6, ctxUserIP6+i, asm.Word),
+				asm.StoreMem(asm.RFP, stSvcKey+i, asm.R2, asm.Word),
+			)
+		}
+	}
+	return append(insns,
 		// The port: the context allows only 4-byte loads of user_port; its
 		// first two bytes in memory are the port in network order, and a
 		// 2-byte store of the register writes exactly those (little-endian).
 		asm.LoadMem(asm.R2, asm.R6, ctxUserPort, asm.Word),
-		asm.StoreMem(asm.RFP, stackKeyPort, asm.R2, asm.Half),
-		// The protocol, one byte, then a zero pad byte: the verifier refuses
-		// a key with uninitialised stack bytes, and the hash covers all 8.
+		asm.StoreMem(asm.RFP, stSvcKeyPort, asm.R2, asm.Half),
+		// The protocol, one byte, then the zero pad byte.
 		asm.LoadMem(asm.R2, asm.R6, ctxProtocol, asm.Word),
-		asm.StoreMem(asm.RFP, stackKeyProt, asm.R2, asm.Byte),
-		asm.StoreImm(asm.RFP, stackKeyPad, 0, asm.Byte),
+		asm.StoreMem(asm.RFP, stSvcKeyProto, asm.R2, asm.Byte),
+		asm.StoreImm(asm.RFP, stSvcKeyPad, 0, asm.Byte),
+	)
+}
 
-		// R0 = bpf_map_lookup_elem(services, &key)
-		asm.LoadMapPtr(asm.R1, services.FD()),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, stackKey),
-		asm.FnMapLookupElem.Call(),
-
-		// Not a Service: leave the destination alone.
-		asm.JEq.Imm(asm.R0, 0, "allow"),
-
-		// A Service: rewrite the destination to the backend. Writes to
-		// user_ip4 and user_port must be 4 bytes; the value's port is 2
-		// bytes in network order followed by 2 zero bytes, so a 4-byte load
-		// of it is what user_port holds.
-		asm.LoadMem(asm.R2, asm.R0, 0, asm.Word),
-		asm.StoreMem(asm.R6, ctxUserIP4, asm.R2, asm.Word),
-		asm.LoadMem(asm.R2, asm.R0, 4, asm.Word),
+// storeAddr writes the 16-byte address at src+off into the context's
+// address (R6 must hold the context): for IPv4 its last word (the IPv4
+// address of the mapped form), for IPv6 all four words. The port's word at
+// src+off+16 goes to user_port. The verifier wants 4-byte context stores.
+func storeAddr(fam family, src asm.Register, off int16) asm.Instructions {
+	var insns asm.Instructions
+	if fam == ipv4 {
+		insns = asm.Instructions{
+			// user_ip4 = the IPv4 address in the mapped form's last word.
+			asm.LoadMem(asm.R2, src, off+12, asm.Word),
+			asm.StoreMem(asm.R6, ctxUserIP4, asm.R2, asm.Word),
+		}
+	} else {
+		for i := int16(0); i < 16; i += 4 {
+			insns = append(insns,
+				// user_ip6[i/4] = the address's word i/4.
+				asm.LoadMem(asm.R2, src, off+i, asm.Word),
+				asm.StoreMem(asm.R6, ctxUserIP6+i, asm.R2, asm.Word),
+			)
+		}
+	}
+	return append(insns,
+		// user_port = the port's two bytes and two zero bytes.
+		asm.LoadMem(asm.R2, src, off+16, asm.Word),
 		asm.StoreMem(asm.R6, ctxUserPort, asm.R2, asm.Word),
+	)
+}
 
-		// return 1: connect() proceeds.
-		asm.Mov.Imm(asm.R0, 1).WithSymbol("allow"),
-		asm.Return(),
+// allow is every program's end: return 1, the system call goes on.
+func allow(label string) asm.Instructions {
+	return asm.Instructions{
+		asm.Mov.Imm(asm.R0, 1).WithSymbol(label), // R0 = 1: go on
+		asm.Return(),                             // exit
 	}
 }

@@ -2,16 +2,16 @@ package socklb
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"time"
 )
 
-// Protocol is an IP protocol number as the hook sees it in bpf_sock_addr's
+// Protocol is an IP protocol number as the hooks see it in bpf_sock_addr's
 // protocol field.
 type Protocol uint8
 
-// The protocols a Service port can have that connect() balances.
+// The protocols a Service port can have that the hooks balance.
 const (
 	TCP Protocol = 6  // IPPROTO_TCP
 	UDP Protocol = 17 // IPPROTO_UDP
@@ -30,7 +30,7 @@ func (p Protocol) String() string {
 // Service is a key of the services map: a Service port as a client connects
 // to it.
 type Service struct {
-	VIP      netip.Addr // IPv4 (connect4 only in this step)
+	VIP      netip.Addr // IPv4 or IPv6 (never an IPv4-mapped IPv6 address)
 	Port     uint16
 	Protocol Protocol
 }
@@ -39,48 +39,47 @@ func (s Service) String() string {
 	return fmt.Sprintf("%s/%s", netip.AddrPortFrom(s.VIP, s.Port), s.Protocol)
 }
 
-// Interface is the socket-LB boundary: the services map of a program attached
-// to one cgroup. Kernel is the real one; Fake keeps the map in memory.
-type Interface interface {
-	// SetService makes connect() to svc go to backend instead (adds or
-	// replaces one map element; never a reload).
-	SetService(ctx context.Context, svc Service, backend netip.AddrPort) error
+// Entry is what the hooks do with a Service's connections.
+type Entry struct {
+	// Backends in slot order, each of the VIP's family. Empty: the Service
+	// has no usable endpoint; the program leaves the destination alone and
+	// the nftables path beside it rejects the connection (ECONNREFUSED, as
+	// kube-proxy's REJECT does).
+	Backends []netip.AddrPort
 
-	// DeleteService removes svc's element: connect() to it is no longer
-	// translated. Deleting an absent Service is not an error.
+	// AffinityTimeout > 0: ClientIP affinity, keyed by the client's
+	// network-namespace cookie (bpf_get_netns_cookie), as Cilium does; 0:
+	// none. Whole seconds, as Kubernetes' sessionAffinityConfig has them.
+	AffinityTimeout time.Duration
+}
+
+// Interface is the socket-LB boundary: the maps of the programs attached to
+// one cgroup. Kernel is the real one; Fake keeps the maps in memory and
+// answers what the programs would decide.
+type Interface interface {
+	// SetService adds or replaces one Service: per-element map updates
+	// (backend slots first, then the service element with the new count,
+	// then stale slots deleted), never a reload; connect() in flight sees
+	// either the old or the new set.
+	SetService(ctx context.Context, svc Service, e Entry) error
+
+	// DeleteService removes svc: connect() to it is no longer translated.
+	// Deleting an absent Service is not an error.
 	DeleteService(ctx context.Context, svc Service) error
 
-	// Services returns the map's elements.
-	Services(ctx context.Context) (map[Service]netip.AddrPort, error)
+	// Services returns every Service with its Entry.
+	Services(ctx context.Context) (map[Service]Entry, error)
 }
 
-// mapKey is the services map's key, byte for byte as program.go builds it on
-// the stack: addresses and ports in network byte order, as bpf_sock_addr holds
-// them (include/uapi/linux/bpf.h: "Stored in network byte order").
-type mapKey struct {
-	IP       [4]byte
-	Port     [2]byte
-	Protocol uint8
-	_        uint8 // zero: the program stores a zero here too
-}
+// MaxBackends bounds one Service's backends: slots are numbered in a u32, but
+// a Service with more endpoints than this is a mistake worth an error.
+const MaxBackends = 1 << 16
 
-// mapValue is the services map's value: the backend.
-type mapValue struct {
-	IP   [4]byte
-	Port [2]byte
-	_    [2]byte
-}
-
-const (
-	keySize   = 8
-	valueSize = 8
-)
-
-// validate checks a Service and backend the way both Kernel and Fake accept
-// them, naming the field at fault.
-func validate(svc Service, backend *netip.AddrPort) error {
-	if !svc.VIP.Is4() {
-		return fmt.Errorf("service %s: VIP %q: not an IPv4 address (connect4 only)", svc, svc.VIP)
+// validate checks a Service (and its Entry, when e is not nil) the way both
+// Kernel and Fake accept them, naming the field at fault.
+func validate(svc Service, e *Entry) error {
+	if !svc.VIP.IsValid() || svc.VIP.Is4In6() || svc.VIP.Zone() != "" {
+		return fmt.Errorf("service %s: VIP %q: not an IPv4 or IPv6 address", svc, svc.VIP)
 	}
 	if svc.Port == 0 {
 		return fmt.Errorf("service %s: port: must not be 0", svc)
@@ -88,37 +87,22 @@ func validate(svc Service, backend *netip.AddrPort) error {
 	if svc.Protocol != TCP && svc.Protocol != UDP {
 		return fmt.Errorf("service %s: protocol %d: only TCP (6) or UDP (17)", svc, svc.Protocol)
 	}
-	if backend != nil {
-		if !backend.Addr().Is4() {
-			return fmt.Errorf("service %s: backend %s: not an IPv4 address", svc, backend)
+	if e == nil {
+		return nil
+	}
+	if len(e.Backends) > MaxBackends {
+		return fmt.Errorf("service %s: backends: %d, more than %d", svc, len(e.Backends), MaxBackends)
+	}
+	for i, b := range e.Backends {
+		if b.Addr().Is4() != svc.VIP.Is4() || b.Addr().Is4In6() || b.Addr().Zone() != "" {
+			return fmt.Errorf("service %s: backends[%d] %s: not an address of the VIP's family", svc, i, b)
 		}
-		if backend.Port() == 0 {
-			return fmt.Errorf("service %s: backend %s: port must not be 0", svc, backend)
+		if b.Port() == 0 {
+			return fmt.Errorf("service %s: backends[%d] %s: port must not be 0", svc, i, b)
 		}
+	}
+	if e.AffinityTimeout < 0 || e.AffinityTimeout%time.Second != 0 {
+		return fmt.Errorf("service %s: affinity timeout %s: not a whole number of seconds >= 0", svc, e.AffinityTimeout)
 	}
 	return nil
-}
-
-func encodeKey(svc Service) mapKey {
-	k := mapKey{IP: svc.VIP.As4(), Protocol: uint8(svc.Protocol)}
-	binary.BigEndian.PutUint16(k.Port[:], svc.Port)
-	return k
-}
-
-func decodeKey(k mapKey) Service {
-	return Service{
-		VIP:      netip.AddrFrom4(k.IP),
-		Port:     binary.BigEndian.Uint16(k.Port[:]),
-		Protocol: Protocol(k.Protocol),
-	}
-}
-
-func encodeValue(b netip.AddrPort) mapValue {
-	v := mapValue{IP: b.Addr().As4()}
-	binary.BigEndian.PutUint16(v.Port[:], b.Port())
-	return v
-}
-
-func decodeValue(v mapValue) netip.AddrPort {
-	return netip.AddrPortFrom(netip.AddrFrom4(v.IP), binary.BigEndian.Uint16(v.Port[:]))
 }

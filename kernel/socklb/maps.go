@@ -1,0 +1,133 @@
+package socklb
+
+import (
+	"encoding/binary"
+	"net/netip"
+	"time"
+
+	"github.com/cilium/ebpf"
+)
+
+// The maps' layouts, byte for byte as the programs read and build them.
+// Addresses are 16 bytes for both families, an IPv4 address in its
+// IPv4-mapped form (::ffff:a.b.c.d, RFC 4291 2.5.5.2), so one set of maps
+// serves connect4 and connect6 (see doc.go). Addresses and ports are in
+// network byte order, as bpf_sock_addr holds them (include/uapi/linux/bpf.h:
+// "Stored in network byte order"). Every struct is laid out without implicit
+// padding, so its Go layout is its map layout.
+
+// svcKey is the services map's key: (VIP, port, protocol).
+type svcKey struct {
+	Addr     [16]byte
+	Port     [2]byte
+	Protocol uint8
+	_        uint8 // zero: the programs store a zero here too
+}
+
+// svcValue is the services map's value.
+type svcValue struct {
+	ID    uint32 // the Service's number: the first half of its backends' keys
+	Count uint32 // backends in slots 0..Count-1; 0: leave connect() alone
+	Flags uint32 // flagAffinity
+	_     uint32
+	// AffinityTimeout is ClientIP affinity's timeout in nanoseconds, the
+	// unit of bpf_ktime_get_ns.
+	AffinityTimeout uint64
+}
+
+// flagAffinity marks a Service with ClientIP affinity.
+const flagAffinity = 1 << 0
+
+// backendKey is the backends map's key: (service ID, slot).
+type backendKey struct {
+	ID   uint32
+	Slot uint32
+}
+
+// backendValue is the backends map's value: an address and port. The port's
+// two bytes are followed by two zero bytes, so a 4-byte load of them is what
+// bpf_sock_addr's user_port holds.
+type backendValue struct {
+	Addr [16]byte
+	Port [2]byte
+	_    [2]byte
+}
+
+// The offsets the programs use, checked against the structs by a test.
+const (
+	svcKeySize        = 20
+	svcKeyPort        = 16
+	svcKeyProtocol    = 18
+	svcKeyPad         = 19
+	svcValueSize      = 24
+	svcValueID        = 0
+	svcValueCount     = 4
+	svcValueFlags     = 8
+	svcValueTimeout   = 16
+	backendKeySize    = 8
+	backendKeySlot    = 4
+	backendValueSize  = 20
+	backendValuePort  = 16
+	defaultMaxService = 65536
+)
+
+// mapSpecs returns the specs of the maps, sized for maxServices Services
+// with on average 16 backends each. The names are what bpftool map shows
+// (and, with pinning, the files in the pin directory).
+func mapSpecs(maxServices uint32) (services, backends *ebpf.MapSpec) {
+	services = &ebpf.MapSpec{
+		Name: "svcp_services", Type: ebpf.Hash,
+		KeySize: svcKeySize, ValueSize: svcValueSize, MaxEntries: maxServices,
+	}
+	backends = &ebpf.MapSpec{
+		Name: "svcp_backends", Type: ebpf.Hash,
+		KeySize: backendKeySize, ValueSize: backendValueSize, MaxEntries: maxServices * 16,
+	}
+	return services, backends
+}
+
+// addr16 is a's map form: IPv4 as IPv4-mapped IPv6.
+func addr16(a netip.Addr) [16]byte { return a.As16() }
+
+// addrFrom16 is the inverse of addr16.
+func addrFrom16(b [16]byte) netip.Addr { return netip.AddrFrom16(b).Unmap() }
+
+func encodeSvcKey(svc Service) svcKey {
+	k := svcKey{Addr: addr16(svc.VIP), Protocol: uint8(svc.Protocol)}
+	binary.BigEndian.PutUint16(k.Port[:], svc.Port)
+	return k
+}
+
+func decodeSvcKey(k svcKey) Service {
+	return Service{
+		VIP:      addrFrom16(k.Addr),
+		Port:     binary.BigEndian.Uint16(k.Port[:]),
+		Protocol: Protocol(k.Protocol),
+	}
+}
+
+func encodeSvcValue(id uint32, e Entry) svcValue {
+	v := svcValue{ID: id, Count: uint32(len(e.Backends))}
+	if e.AffinityTimeout > 0 {
+		v.Flags |= flagAffinity
+		v.AffinityTimeout = uint64(e.AffinityTimeout)
+	}
+	return v
+}
+
+func (v svcValue) affinity() time.Duration {
+	if v.Flags&flagAffinity == 0 {
+		return 0
+	}
+	return time.Duration(v.AffinityTimeout)
+}
+
+func encodeBackend(b netip.AddrPort) backendValue {
+	v := backendValue{Addr: addr16(b.Addr())}
+	binary.BigEndian.PutUint16(v.Port[:], b.Port())
+	return v
+}
+
+func decodeBackend(v backendValue) netip.AddrPort {
+	return netip.AddrPortFrom(addrFrom16(v.Addr), binary.BigEndian.Uint16(v.Port[:]))
+}
