@@ -3,30 +3,38 @@ package main
 import (
 	"bytes"
 	"encoding/xml"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/svcproxy/svcproxy/bench/report"
 )
 
 // parsedSVG is what the tests read back from writeSVG's output.
 type parsedSVG struct {
 	XMLName xml.Name `xml:"svg"`
 	Rects   []struct {
+		Class string  `xml:"class,attr"`
 		X     float64 `xml:"x,attr"`
 		W     float64 `xml:"width,attr"`
 		Title string  `xml:"title"`
 	} `xml:"rect"`
-	Lines []struct {
-		X1 float64 `xml:"x1,attr"`
-	} `xml:"line"`
-	Texts []string `xml:"text"`
+	Lines []parsedLine `xml:"line"`
+	Texts []string     `xml:"text"`
 }
 
-func render(t *testing.T, files ...string) parsedSVG {
+type parsedLine struct {
+	Class string  `xml:"class,attr"`
+	X1    float64 `xml:"x1,attr"`
+	X2    float64 `xml:"x2,attr"`
+}
+
+// render runs the command on files and parses the SVG it writes.
+func render(t *testing.T, files ...string) (parsedSVG, []byte) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "out.svg")
 	if err := run(files, out); err != nil {
@@ -36,6 +44,11 @@ func render(t *testing.T, files ...string) parsedSVG {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return parse(t, b), b
+}
+
+func parse(t *testing.T, b []byte) parsedSVG {
+	t.Helper()
 	var doc parsedSVG
 	if err := xml.Unmarshal(b, &doc); err != nil {
 		t.Fatalf("the SVG is not well-formed XML: %v\n%s", err, b)
@@ -43,54 +56,120 @@ func render(t *testing.T, files ...string) parsedSVG {
 	return doc
 }
 
+// checkPlot reads doc back against the reports it was drawn from: in order,
+// one bar per ratio, titled with its comparison, metric and ratio, as long as
+// its ratio against its section's scale (the largest ratio with its
+// interval, or 1×, rounded up to a half), a label with the ratio as the
+// benchmarks print it, a whisker over the 95% interval where there is one,
+// and per section a title with the date and the load, the command, and a
+// line at 1×.
+func checkPlot(t *testing.T, doc parsedSVG, reports []report.Report) {
+	t.Helper()
+	var bars, whiskers, ones int
+	for _, r := range reports {
+		top := 1.0
+		for _, g := range r.Ratios {
+			for _, v := range g.Values {
+				top = max(top, v.Ratio+v.CI95)
+			}
+		}
+		top = math.Ceil(top*2) / 2
+		x := func(v float64) float64 { return barLeft + v/top*(barRight-barLeft) }
+		for _, g := range r.Ratios {
+			for _, v := range g.Values {
+				label := fmt.Sprintf("%.2f×", v.Ratio)
+				if v.CI95 > 0 {
+					label += fmt.Sprintf(" ± %.2f", v.CI95)
+				}
+				if bars >= len(doc.Rects) {
+					t.Fatalf("%d bars, want more: none for %s, %s", len(doc.Rects), g.Name, v.Metric)
+				}
+				bar := doc.Rects[bars]
+				bars++
+				if want := g.Name + ", " + v.Metric + ": " + label; bar.Title != want || bar.Class != "bar" {
+					t.Errorf("bar %d: class %q, title %q, want a bar titled %q", bars, bar.Class, bar.Title, want)
+				}
+				if want := x(v.Ratio) - barLeft; math.Abs(bar.W-want) > 0.001 || bar.X != barLeft {
+					t.Errorf("bar %d (%s, %s): x %v, width %v, want %v, %v", bars, g.Name, v.Metric, bar.X, bar.W, float64(barLeft), want)
+				}
+				if !slices.Contains(doc.Texts, label) {
+					t.Errorf("no label %q among %q", label, doc.Texts)
+				}
+				if v.CI95 > 0 {
+					i := slices.IndexFunc(doc.Lines, func(l parsedLine) bool {
+						return l.Class == "ci" && math.Abs(l.X1-x(v.Ratio-v.CI95)) < 0.001 && math.Abs(l.X2-x(v.Ratio+v.CI95)) < 0.001
+					})
+					if i < 0 {
+						t.Errorf("%s, %s: no whisker from %.2f× to %.2f×", g.Name, v.Metric, v.Ratio-v.CI95, v.Ratio+v.CI95)
+					}
+					whiskers++
+				}
+			}
+			if !slices.Contains(doc.Texts, g.Name) {
+				t.Errorf("no heading %q among %q", g.Name, doc.Texts)
+			}
+		}
+		title := fmt.Sprintf("%s: %s, load average %s before, %s after", r.Bench, r.Date, r.LoadBefore, r.LoadAfter)
+		for _, s := range []string{title, r.Command} {
+			if !slices.Contains(doc.Texts, s) {
+				t.Errorf("no text %q among %q", s, doc.Texts)
+			}
+		}
+		if !slices.ContainsFunc(doc.Lines, func(l parsedLine) bool {
+			return l.Class == "one" && math.Abs(l.X1-x(1)) < 0.001 && l.X1 == l.X2
+		}) {
+			t.Errorf("%s: no line at 1× (x %v) among %+v", r.Bench, x(1), doc.Lines)
+		}
+		ones++
+	}
+	if bars != len(doc.Rects) || whiskers+ones != len(doc.Lines) {
+		t.Errorf("%d bars and %d lines, want %d and %d", len(doc.Rects), len(doc.Lines), bars, whiskers+ones)
+	}
+}
+
+func readReports(t *testing.T, files ...string) []report.Report {
+	t.Helper()
+	var rs []report.Report
+	for _, f := range files {
+		r, err := report.Read(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
+	}
+	return rs
+}
+
 // TestPlotFixture draws testdata/fixture.json (made-up ratios, named as a
-// fixture) and reads the SVG back: one bar per ratio, as long as its ratio
-// against the scale, labelled as the benchmarks print it, and the 1× line.
+// fixture) and reads the SVG back; the scale is written out here (2.2
+// rounded up to a half) so that checkPlot's own is checked once.
 func TestPlotFixture(t *testing.T) {
-	doc := render(t, "testdata/fixture.json")
-	want := []struct {
-		title string
-		ratio float64
-	}{
-		{"a / b, connections/s: 0.50×", 0.5},
-		{"a / b, requests/s (keep-alive): 1.25×", 1.25},
-		{"c / <d>, Gbit/s (one stream): 2.20×", 2.2},
-	}
-	if len(doc.Rects) != len(want) {
-		t.Fatalf("%d bars, want %d", len(doc.Rects), len(want))
-	}
-	const top = 2.5 // 2.2 rounded up to a half
-	for i, w := range want {
-		r := doc.Rects[i]
-		if r.Title != w.title {
-			t.Errorf("bar %d: title %q, want %q", i, r.Title, w.title)
-		}
-		if got, exp := r.W, w.ratio/top*(barRight-barLeft); math.Abs(got-exp) > 0.001 {
-			t.Errorf("bar %d (%s): width %v, want %v", i, w.title, got, exp)
-		}
-		label := strconv.FormatFloat(w.ratio, 'f', 2, 64) + "×"
-		if !slices.Contains(doc.Texts, label) {
-			t.Errorf("no label %q among %q", label, doc.Texts)
+	doc, _ := render(t, "testdata/fixture.json")
+	checkPlot(t, doc, readReports(t, "testdata/fixture.json"))
+	const top = 2.5
+	for i, ratio := range []float64{0.5, 1.25, 2.2} {
+		if got, want := doc.Rects[i].W, ratio/top*(barRight-barLeft); math.Abs(got-want) > 0.001 {
+			t.Errorf("bar %d: width %v, want %v", i, got, want)
 		}
 	}
-	if len(doc.Lines) != 1 || math.Abs(doc.Lines[0].X1-(barLeft+1/top*(barRight-barLeft))) > 0.001 {
-		t.Errorf("lines %+v, want one at 1×", doc.Lines)
-	}
-	for _, s := range []string{"a test fixture, not a measurement", "c / <d>", "1×"} {
+	for _, s := range []string{"c / <d>", "1×", "0.50×"} {
 		if !slices.Contains(doc.Texts, s) {
 			t.Errorf("no text %q among %q", s, doc.Texts)
 		}
 	}
-	if !strings.Contains(doc.Texts[0], "2000-01-01T00:00:00Z") || !strings.Contains(doc.Texts[0], "load average 0.00 0.00 0.00") {
-		t.Errorf("title %q lacks the date or the load", doc.Texts[0])
-	}
 }
 
-// TestPlotTwoReports: each report is a section with its own 1× line.
-func TestPlotTwoReports(t *testing.T) {
-	doc := render(t, "testdata/fixture.json", "testdata/fixture.json")
-	if len(doc.Rects) != 6 || len(doc.Lines) != 2 {
-		t.Errorf("%d bars and %d lines, want 6 and 2", len(doc.Rects), len(doc.Lines))
+// TestPlotSections: each report is a section with its own scale and 1× line;
+// a ratio with an interval has a whisker and says "± x" in its label.
+func TestPlotSections(t *testing.T) {
+	files := []string{"testdata/fixture.json", "testdata/interval.json", "testdata/fixture.json"}
+	doc, _ := render(t, files...)
+	checkPlot(t, doc, readReports(t, files...))
+	if got, want := doc.Rects[3].W, 1.05/1.5*(barRight-barLeft); math.Abs(got-want) > 0.001 {
+		t.Errorf("the interval section's first bar: width %v, want %v (its own scale, 1.5×)", got, want)
+	}
+	if !slices.Contains(doc.Texts, "1.05× ± 0.07") {
+		t.Errorf("no label 1.05× ± 0.07 among %q", doc.Texts)
 	}
 }
 
@@ -123,8 +202,8 @@ func TestPlotErrors(t *testing.T) {
 // TestWriteSVGEscapes: a name with markup stays text.
 func TestWriteSVGEscapes(t *testing.T) {
 	var b bytes.Buffer
-	r := report{Bench: "b", Command: `x -json "a&b"`, Ratios: []group{{Name: "<a> / b", Values: []value{{Metric: "m", Ratio: 1}}}}}
-	if err := writeSVG(&b, []report{r}); err != nil {
+	r := report.Report{Bench: "b", Command: `x -json "a&b"`, Ratios: []report.Group{{Name: "<a> / b", Values: []report.Ratio{{Metric: "m", Ratio: 1}}}}}
+	if err := writeSVG(&b, []report.Report{r}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(b.String(), "<a>") || !strings.Contains(b.String(), "&lt;a&gt; / b") {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+
+	"github.com/svcproxy/svcproxy/bench/report"
 )
 
 // The chart's geometry, in SVG user units.
@@ -30,6 +32,7 @@ type svgDoc struct {
 
 type svgRect struct {
 	XMLName xml.Name `xml:"rect"`
+	Class   string   `xml:"class,attr,omitempty"`
 	X       float64  `xml:"x,attr"`
 	Y       float64  `xml:"y,attr"`
 	W       float64  `xml:"width,attr"`
@@ -40,6 +43,7 @@ type svgRect struct {
 
 type svgLine struct {
 	XMLName xml.Name `xml:"line"`
+	Class   string   `xml:"class,attr,omitempty"`
 	X1      float64  `xml:"x1,attr"`
 	Y1      float64  `xml:"y1,attr"`
 	X2      float64  `xml:"x2,attr"`
@@ -57,32 +61,40 @@ type svgText struct {
 	Text    string   `xml:",chardata"`
 }
 
-// scale is the ratio the longest bar stands for: the largest ratio or 1×,
-// whichever is larger, rounded up to a half, so that the line at 1× is
-// always inside the chart.
-func scale(reports []report) float64 {
+// scale is the ratio the longest bar of a section stands for: its largest
+// ratio (with its interval) or 1×, whichever is larger, rounded up to a half,
+// so that the line at 1× is always inside the chart. Each report has its own
+// scale: a sync compared with one command per rule (tens of times) and a data
+// path compared with a hand-written rule (about 1×) would not both be
+// readable on one.
+func scale(r report.Report) float64 {
 	top := 1.0
-	for _, r := range reports {
-		for _, g := range r.Ratios {
-			for _, v := range g.Values {
-				top = max(top, v.Ratio)
-			}
+	for _, g := range r.Ratios {
+		for _, v := range g.Values {
+			top = max(top, v.Ratio+v.CI95)
 		}
 	}
 	return math.Ceil(top*2) / 2
 }
 
-// ratioLabel prints a ratio as the benchmarks print it.
-func ratioLabel(r float64) string { return fmt.Sprintf("%.2f×", r) }
+// ratioLabel prints a ratio as the benchmarks print it, with its 95%
+// interval when it has one.
+func ratioLabel(v report.Ratio) string {
+	if v.CI95 > 0 {
+		return fmt.Sprintf("%.2f× ± %.2f", v.Ratio, v.CI95)
+	}
+	return fmt.Sprintf("%.2f×", v.Ratio)
+}
 
 // writeSVG draws each report as a section: its title (bench, date, load),
-// its command, then one group of bars per comparison.
-func writeSVG(w io.Writer, reports []report) error {
-	top := scale(reports)
-	x := func(r float64) float64 { return barLeft + r/top*(barRight-barLeft) }
+// its command, then one group of bars per comparison, each bar with its 95%
+// interval as a whisker where it has one, and a dashed line at 1×.
+func writeSVG(w io.Writer, reports []report.Report) error {
 	var items []any
 	y := float64(margin)
 	for _, r := range reports {
+		top := scale(r)
+		x := func(v float64) float64 { return barLeft + v/top*(barRight-barLeft) }
 		y += lineH
 		items = append(items, svgText{X: margin, Y: y, Weight: "bold",
 			Text: fmt.Sprintf("%s: %s, load average %s before, %s after", r.Bench, r.Date, r.LoadBefore, r.LoadAfter)})
@@ -94,16 +106,21 @@ func writeSVG(w io.Writer, reports []report) error {
 			items = append(items, svgText{X: margin, Y: y, Weight: "bold", Text: g.Name})
 			for _, v := range g.Values {
 				y += lineH
+				mid := y - barH/2 + 4
 				items = append(items,
 					svgText{X: barLeft - 8, Y: y, Anchor: "end", Text: v.Metric},
-					svgRect{X: barLeft, Y: y - barH + 4, W: x(v.Ratio) - barLeft, H: barH, Fill: "#4a7ab5",
-						Title: g.Name + ", " + v.Metric + ": " + ratioLabel(v.Ratio)},
-					svgText{X: x(v.Ratio) + 6, Y: y, Text: ratioLabel(v.Ratio)})
+					svgRect{Class: "bar", X: barLeft, Y: y - barH + 4, W: x(v.Ratio) - barLeft, H: barH, Fill: "#4a7ab5",
+						Title: g.Name + ", " + v.Metric + ": " + ratioLabel(v)})
+				if v.CI95 > 0 {
+					items = append(items, svgLine{Class: "ci", X1: x(max(v.Ratio-v.CI95, 0)), Y1: mid,
+						X2: x(v.Ratio + v.CI95), Y2: mid, Stroke: "#222"})
+				}
+				items = append(items, svgText{X: x(v.Ratio+v.CI95) + 6, Y: y, Text: ratioLabel(v)})
 			}
 		}
 		y += lineH / 2
 		items = append(items,
-			svgLine{X1: x(1), Y1: sectionTop, X2: x(1), Y2: y, Stroke: "#555", Dash: "4 3"},
+			svgLine{Class: "one", X1: x(1), Y1: sectionTop, X2: x(1), Y2: y, Stroke: "#555", Dash: "4 3"},
 			svgText{X: x(1), Y: y + 14, Anchor: "middle", Text: "1×"})
 		y += lineH
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/svcproxy/svcproxy/bench/report"
 )
 
 // inNamespaceEnv marks the re-executed process that runs in the private namespace.
@@ -196,7 +198,7 @@ func bench(cfg benchConfig) error {
 	}
 	fmt.Printf("userspace-bench: %s, %d CPUs, GOMAXPROCS %d (proxier child: %s), HAProxy nbthread %d; %s per measurement; wrk -t2 -c%d from a client namespace\n",
 		runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), procs, cfg.haproxyThreads, cfg.duration, cfg.connections)
-	loadBefore := loadavg()
+	loadBefore := report.LoadAvg()
 	fmt.Printf("load average before: %s; a system call that does nothing (getppid) takes %.2f µs here\n\n", loadBefore, syscallCost())
 	var rows map[string]tcpRow
 	if cfg.tcp {
@@ -220,7 +222,7 @@ func bench(cfg benchConfig) error {
 			return err
 		}
 	}
-	fmt.Printf("\nload average after: %s\n", loadavg())
+	fmt.Printf("\nload average after: %s\n", report.LoadAvg())
 	if cfg.json != "" && cfg.tcp {
 		if err := writeReport(cfg.json, newReport(paths, rows), loadBefore); err != nil {
 			return err
@@ -586,15 +588,6 @@ func syscallCost() float64 {
 		best = min(best, time.Since(start))
 	}
 	return best.Seconds() / n * 1e6
-}
-
-func loadavg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:3], " ")
 }
 
 func errNote(r wrkResult) string {

@@ -1,30 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
-	"os"
-	"runtime"
 	"strings"
-	"time"
-)
 
-// report is what -json writes: the TCP table's rows and the ratios printTCP
-// prints, with the run's date and load, in the form bench/plot reads (its doc
-// comment describes the format). The figures are the run's own; nothing is
-// rounded here.
-type report struct {
-	Bench      string       `json:"bench"`
-	Command    string       `json:"command"`
-	Date       string       `json:"date"` // when the run ended, RFC 3339, UTC
-	Go         string       `json:"go"`
-	CPUs       int          `json:"cpus"`
-	LoadBefore string       `json:"load_before"` // /proc/loadavg: 1, 5, 15 minutes
-	LoadAfter  string       `json:"load_after"`
-	Rows       []reportRow  `json:"rows"`
-	Ratios     []ratioGroup `json:"ratios"`
-}
+	"github.com/svcproxy/svcproxy/bench/report"
+)
 
 // reportRow is one path's TCP figures.
 type reportRow struct {
@@ -35,25 +17,18 @@ type reportRow struct {
 	KiBPerIdle           float64 `json:"kib_per_idle_connection,omitempty"` // 0: not measured
 }
 
-// ratioGroup is one comparison, "a / b", over the metrics both rows have.
-type ratioGroup struct {
-	Name   string  `json:"name"`
-	Values []ratio `json:"values"`
-}
-
-type ratio struct {
-	Metric string  `json:"metric"`
-	Ratio  float64 `json:"ratio"`
-}
-
-// newReport gathers paths' rows and the comparisons printTCP prints.
-func newReport(paths []path, rows map[string]tcpRow) report {
-	r := report{Bench: "userspace", Go: runtime.Version(), CPUs: runtime.NumCPU()}
+// newReport gathers paths' rows and the comparisons printTCP prints, in the
+// report bench/plot reads (bench/report). The figures are the run's own;
+// nothing is rounded here.
+func newReport(paths []path, rows map[string]tcpRow) report.Report {
+	r := report.Report{Bench: "userspace"}
+	var out []reportRow
 	for _, p := range paths {
 		t := rows[p.name]
-		r.Rows = append(r.Rows, reportRow{Path: p.name, ConnectionsPerSecond: t.conns.perSecond,
+		out = append(out, reportRow{Path: p.name, ConnectionsPerSecond: t.conns.perSecond,
 			RequestsPerSecond: t.reqs.perSecond, GbitPerSecond: t.stream.gbits, KiBPerIdle: t.kibPerIdle})
 	}
+	r.Rows = out
 	for _, c := range []struct {
 		a, b string
 		rss  bool // RSS per idle connection too (the direct row has none)
@@ -68,18 +43,13 @@ func newReport(paths []path, rows map[string]tcpRow) report {
 		if !okA || !okB {
 			continue
 		}
-		g := ratioGroup{Name: c.a + " / " + c.b}
-		add := func(metric string, x, y float64) {
-			if x > 0 && y > 0 {
-				g.Values = append(g.Values, ratio{Metric: metric, Ratio: x / y})
-			}
-		}
-		add("connections/s", a.conns.perSecond, b.conns.perSecond)
-		add("requests/s (keep-alive)", a.reqs.perSecond, b.reqs.perSecond)
+		g := report.Group{Name: c.a + " / " + c.b}
+		g.Add("connections/s", a.conns.perSecond, b.conns.perSecond)
+		g.Add("requests/s (keep-alive)", a.reqs.perSecond, b.reqs.perSecond)
 		if c.rss {
-			add("RSS per idle connection", a.kibPerIdle, b.kibPerIdle)
+			g.Add("RSS per idle connection", a.kibPerIdle, b.kibPerIdle)
 		} else {
-			add("Gbit/s (one stream)", a.stream.gbits, b.stream.gbits)
+			g.Add("Gbit/s (one stream)", a.stream.gbits, b.stream.gbits)
 		}
 		r.Ratios = append(r.Ratios, g)
 	}
@@ -97,17 +67,12 @@ func commandLine() string {
 	return strings.Join(parts, " ")
 }
 
-// writeReport finishes r with the run's end and writes it to file.
-func writeReport(file string, r report, loadBefore string) error {
-	r.Command = commandLine()
-	r.Date = time.Now().UTC().Format(time.RFC3339)
-	r.LoadBefore, r.LoadAfter = loadBefore, loadavg()
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(file, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("-json %s: %w", file, err)
+// writeReport finishes r with the command and the load before the run and
+// writes it to file (report.Write adds the run's end).
+func writeReport(file string, r report.Report, loadBefore string) error {
+	r.Command, r.LoadBefore = commandLine(), loadBefore
+	if err := report.Write(file, r); err != nil {
+		return fmt.Errorf("-json: %w", err)
 	}
 	return nil
 }

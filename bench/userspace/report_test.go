@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"github.com/svcproxy/svcproxy/bench/report"
 )
 
 // TestNewReport: the report holds each path's figures as measured and the
@@ -30,12 +32,12 @@ func TestNewReport(t *testing.T) {
 		{Path: "userspace", ConnectionsPerSecond: 400, RequestsPerSecond: 2000, GbitPerSecond: 8, KiBPerIdle: 7},
 		{Path: "haproxy", ConnectionsPerSecond: 500, RequestsPerSecond: 2500, GbitPerSecond: 4, KiBPerIdle: 3.5},
 	}
-	if !reflect.DeepEqual(got.Rows, wantRows) {
+	if !reflect.DeepEqual(got.Rows, any(wantRows)) {
 		t.Errorf("rows %+v, want %+v", got.Rows, wantRows)
 	}
-	wantRatios := []ratioGroup{
-		{Name: "userspace / haproxy", Values: []ratio{{"connections/s", 0.8}, {"requests/s (keep-alive)", 0.8}, {"RSS per idle connection", 2}}},
-		{Name: "userspace / direct", Values: []ratio{{"connections/s", 0.4}, {"requests/s (keep-alive)", 0.5}, {"Gbit/s (one stream)", 0.8}}},
+	wantRatios := []report.Group{
+		{Name: "userspace / haproxy", Values: []report.Ratio{{Metric: "connections/s", Ratio: 0.8}, {Metric: "requests/s (keep-alive)", Ratio: 0.8}, {Metric: "RSS per idle connection", Ratio: 2}}},
+		{Name: "userspace / direct", Values: []report.Ratio{{Metric: "connections/s", Ratio: 0.4}, {Metric: "requests/s (keep-alive)", Ratio: 0.5}, {Metric: "Gbit/s (one stream)", Ratio: 0.8}}},
 	}
 	if !reflect.DeepEqual(got.Ratios, wantRatios) {
 		t.Errorf("ratios %+v, want %+v (no haproxy-redirect row: its comparisons left out)", got.Ratios, wantRatios)
@@ -46,7 +48,7 @@ func TestNewReport(t *testing.T) {
 // the load and the command filled in.
 func TestWriteReport(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "r.json")
-	r := report{Bench: "userspace", Ratios: []ratioGroup{{Name: "a / b", Values: []ratio{{"connections/s", 0.5}}}}}
+	r := report.Report{Bench: "userspace", Ratios: []report.Group{{Name: "a / b", Values: []report.Ratio{{Metric: "connections/s", Ratio: 0.5}}}}}
 	if err := writeReport(file, r, "1.00 2.00 3.00"); err != nil {
 		t.Fatal(err)
 	}
