@@ -12,7 +12,8 @@ import (
 // read.
 type Interface interface {
 	// Mode is the mode that runs, after any fallback: "userspace",
-	// "iptables", "ipvs", "hybrid" (what /proxyMode answers).
+	// "iptables", "nftables", "ipvs", "socklb", "hybrid" (what /proxyMode
+	// answers).
 	Mode() string
 	// Sync makes the dataplane serve snap and returns once it does. An error
 	// means part of snap is not served yet: Run retries it, and Healthy says
@@ -64,4 +65,8 @@ const (
 	ModeNFTables  = "nftables"
 	ModeIPVS      = "ipvs"
 	ModeHybrid    = "hybrid"
+	// ModeSocketLB is the eBPF socket load balancer (offload/socklb): a
+	// rewrite at connect() for sockets in a cgroup, nftables beside it for
+	// every other packet.
+	ModeSocketLB = "socklb"
 )

@@ -1,0 +1,191 @@
+package socklb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/svcproxy/svcproxy/dataplane"
+	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// Counter is a kernel side that counts, per Service, the connect()s (UDP: the
+// flows) its hooks translated. Hybrid mode reads it to tell a promoted port's
+// rate; a kernel side without it leaves only the nftables path's counters.
+type Counter interface {
+	Connections(ctx context.Context) (map[ksocklb.Service]uint64, error)
+}
+
+// DataplaneConfig configures a Dataplane.
+type DataplaneConfig struct {
+	// Maps configures the Proxier of the hooks' maps.
+	Maps Config
+	// Beside is the path of every packet the hooks cannot see: NodePorts,
+	// traffic forwarded from other hosts, sockets outside the cgroup, and
+	// the connections the hooks leave alone (a port without endpoints,
+	// which it rejects). svcproxy builds nftables mode there, restricted to
+	// the same ports as Maps.Include. Required.
+	Beside dataplane.KernelPath
+	// SyncPeriod is how long after a sync of the maps the next one comes
+	// without a change (default 30s); LagBound is the maps' Syncer's (0:
+	// twice SyncPeriod).
+	SyncPeriod time.Duration
+	LagBound   time.Duration
+}
+
+// Dataplane is --mode socklb, and hybrid mode's socklb path: the hooks' maps
+// (Proxier) and, beside them, a kernel path for everything else. Each
+// Snapshot goes to the path beside first, then to the maps: a port that
+// loses its last endpoint is rejected there before its element stops
+// rewriting connect(), and a port that gains one is DNATed there before the
+// element starts.
+//
+// The maps have a lifecycle of their own (dataplane.Syncer: retries with
+// backoff, a resync every SyncPeriod); kube-proxy's sync metrics come from
+// the path beside (kubeproxy_sync_proxy_rules_*), the maps' from
+// svcproxy_socklb_*. When Run's context ends both stay: the table, and the
+// maps and programs as kernel/socklb leaves them (pinned, or detached with
+// the process), so connections keep flowing while svcproxy restarts.
+type Dataplane struct {
+	p      *Proxier
+	beside dataplane.KernelPath
+	maps   *dataplane.Syncer
+}
+
+var _ dataplane.KernelPath = (*Dataplane)(nil)
+
+// NewDataplane returns the socklb mode of cfg.
+func NewDataplane(cfg DataplaneConfig) (*Dataplane, error) {
+	if cfg.Beside == nil {
+		return nil, errors.New("socklb dataplane: Beside is nil: the hooks see only local sockets")
+	}
+	p, err := NewProxier(cfg.Maps)
+	if err != nil {
+		return nil, err
+	}
+	return &Dataplane{p: p, beside: cfg.Beside, maps: dataplane.NewSyncer(dataplane.SyncerConfig{
+		Mode:     dataplane.ModeSocketLB,
+		Apply:    p.Sync,
+		Period:   cfg.SyncPeriod,
+		LagBound: cfg.LagBound,
+		NodeName: cfg.Maps.NodeName,
+		Now:      cfg.Maps.Now,
+	})}, nil
+}
+
+// Mode implements dataplane.Interface.
+func (d *Dataplane) Mode() string { return dataplane.ModeSocketLB }
+
+// Proxier is the maps' Proxier (for tests and tools).
+func (d *Dataplane) Proxier() *Proxier { return d.p }
+
+// Sync implements dataplane.Interface: the path beside, then the maps. A
+// failure of one does not keep the other from syncing.
+func (d *Dataplane) Sync(ctx context.Context, snap *service.Snapshot) error {
+	errB := d.beside.Sync(ctx, snap)
+	if errB != nil {
+		errB = fmt.Errorf("%s beside: %w", d.beside.Mode(), errB)
+	}
+	return errors.Join(errB, d.maps.Sync(ctx, snap))
+}
+
+// Run implements dataplane.Interface: both lifecycles, until ctx ends.
+func (d *Dataplane) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	var errB, errM error
+	wg.Go(func() { errB = d.beside.Run(ctx) })
+	wg.Go(func() { errM = d.maps.Run(ctx) })
+	wg.Wait()
+	return errors.Join(errB, errM)
+}
+
+// Healthy implements dataplane.Interface: both must be.
+func (d *Dataplane) Healthy() error { return errors.Join(d.beside.Healthy(), d.maps.Healthy()) }
+
+// Lag implements dataplane.Interface: neither may lag.
+func (d *Dataplane) Lag() error { return errors.Join(d.beside.Lag(), d.maps.Lag()) }
+
+// Status implements dataplane.Interface: the maps' ports and sync record,
+// and the path beside's own document under its mode's name.
+func (d *Dataplane) Status() any {
+	return map[string]any{
+		"mode":          dataplane.ModeSocketLB,
+		"maps":          map[string]any{"health": d.p.Health(), "ports": d.p.Status()},
+		d.beside.Mode(): d.beside.Status(),
+	}
+}
+
+// Connections implements dataplane.KernelPath: a port's connections on the
+// path beside, plus those the hooks translated when the kernel side counts
+// them (Counter).
+func (d *Dataplane) Connections(ctx context.Context, snap *service.Snapshot, ports dataplane.PortSet) (map[service.PortName]uint64, error) {
+	out, err := d.beside.Connections(ctx, snap, ports)
+	if err != nil {
+		return nil, err
+	}
+	c, ok := d.p.cfg.LB.(Counter)
+	if !ok {
+		return out, nil
+	}
+	counts, err := c.Connections(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("socklb: read the connection counters: %w", err)
+	}
+	if out == nil {
+		out = map[service.PortName]uint64{}
+	}
+	for name, frontends := range d.p.Frontends(ports) {
+		for _, f := range frontends {
+			out[name] += counts[f]
+		}
+	}
+	return out, nil
+}
+
+var (
+	descSyncs = prometheus.NewDesc("svcproxy_socklb_syncs_total",
+		"Syncs of the socket-LB maps, by result: ok or failed (each failure is retried with backoff).", []string{"result"}, nil)
+	descChecks = prometheus.NewDesc("svcproxy_socklb_checks_total",
+		"Syncs of the socket-LB maps that read the maps back first (the first, after a failure, and once per check period).", nil, nil)
+	descRepairs = prometheus.NewDesc("svcproxy_socklb_repairs_total",
+		"Checks that found the socket-LB maps other than svcproxy left them (another program changed them).", nil, nil)
+	descUpdates = prometheus.NewDesc("svcproxy_socklb_element_updates_total",
+		"Socket-LB map elements written, by operation: set (a Service added or changed) or delete.", []string{"op"}, nil)
+	descElements = prometheus.NewDesc("svcproxy_socklb_services",
+		"Services (VIP, port, protocol) in the socket-LB maps after the last sync.", nil, nil)
+	descPortBackends = prometheus.NewDesc("svcproxy_socklb_port_backends",
+		"Backends a connect() to each service port's ClusterIPs is spread over by the socket-LB hooks (0: left to the nftables path, which rejects it).",
+		[]string{"service_port"}, nil)
+)
+
+// Describe implements prometheus.Collector: the path beside's metrics and
+// the maps'.
+func (d *Dataplane) Describe(ch chan<- *prometheus.Desc) {
+	d.beside.Describe(ch)
+	for _, desc := range []*prometheus.Desc{descSyncs, descChecks, descRepairs, descUpdates, descElements, descPortBackends} {
+		ch <- desc
+	}
+	d.p.duration.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (d *Dataplane) Collect(ch chan<- prometheus.Metric) {
+	d.beside.Collect(ch)
+	h := d.p.Health()
+	ch <- prometheus.MustNewConstMetric(descSyncs, prometheus.CounterValue, float64(h.Syncs-h.Failures), "ok")
+	ch <- prometheus.MustNewConstMetric(descSyncs, prometheus.CounterValue, float64(h.Failures), "failed")
+	ch <- prometheus.MustNewConstMetric(descChecks, prometheus.CounterValue, float64(h.Checks))
+	ch <- prometheus.MustNewConstMetric(descRepairs, prometheus.CounterValue, float64(h.Repairs))
+	ch <- prometheus.MustNewConstMetric(descUpdates, prometheus.CounterValue, float64(h.Sets), "set")
+	ch <- prometheus.MustNewConstMetric(descUpdates, prometheus.CounterValue, float64(h.Deletes), "delete")
+	ch <- prometheus.MustNewConstMetric(descElements, prometheus.GaugeValue, float64(h.Elements))
+	for _, ps := range d.p.Status() {
+		ch <- prometheus.MustNewConstMetric(descPortBackends, prometheus.GaugeValue, float64(len(ps.Backends)), ps.Port)
+	}
+	d.p.duration.Collect(ch)
+}

@@ -1,0 +1,167 @@
+package socklb
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	knft "github.com/svcproxy/svcproxy/kernel/nftables"
+	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
+	offloadnftables "github.com/svcproxy/svcproxy/offload/nftables"
+	"github.com/svcproxy/svcproxy/service"
+	st "github.com/svcproxy/svcproxy/service/servicetest"
+)
+
+var (
+	nodeIP    = netip.MustParseAddr("198.19.0.1")
+	podIP     = netip.MustParseAddr("198.19.1.50")  // a client pod on this node
+	outsideIP = netip.MustParseAddr("198.19.200.7") // a client outside the cluster
+)
+
+// fakeMode is --mode socklb over Fakes: the hooks' maps in a socklb Fake,
+// the nftables table beside them in a nftables Fake.
+type fakeMode struct {
+	dp  *Dataplane
+	lb  *ksocklb.Fake
+	nft *knft.Fake
+}
+
+func newFakeMode(t *testing.T, snap *service.Snapshot) *fakeMode {
+	t.Helper()
+	m := &fakeMode{lb: ksocklb.NewFake(), nft: knft.NewFake(offloadnftables.Table)}
+	m.nft.SetLocalAddrs(nodeIP)
+	beside, err := offloadnftables.NewDataplane(offloadnftables.ProxierConfig{
+		Rules: offloadnftables.Config{NodeName: st.ThisNode, ClusterCIDR: netip.MustParsePrefix("198.19.1.0/24")},
+		NFT:   m.nft,
+	}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.dp, err = NewDataplane(DataplaneConfig{Maps: Config{LB: m.lb, NodeName: st.ThisNode}, Beside: beside})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.dp.Sync(context.Background(), snap); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// path follows a new TCP connection: a socket in the cgroup meets the
+// connect hook first (inCgroup), then its first packet meets the nftables
+// table, from this host (local) or arriving from src. It returns both
+// decisions on one line: "socket -> 198.19.1.10:8080, packet ACCEPT".
+func (m *fakeMode) path(t *testing.T, inCgroup, local bool, src netip.Addr, dst string) string {
+	t.Helper()
+	to := netip.MustParseAddrPort(dst)
+	var out []string
+	if inCgroup {
+		got, tr := m.lb.Connect(ksocklb.Client{NetnsCookie: 1, Random: 0}, ksocklb.TCP, to)
+		t.Logf("connect():\n%s", tr)
+		if tr.Translated() {
+			out = append(out, "socket -> "+got.String())
+		} else {
+			out = append(out, "socket untouched")
+		}
+		to = got
+	}
+	tr, err := m.nft.Trace(knft.Packet{Src: src, Dst: to, Local: local})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("first packet:\n%s", tr)
+	return strings.Join(append(out, "packet "+tr.Result()), ", ")
+}
+
+// TestDataplanePaths: which path carries which connection in --mode socklb.
+// A socket in the cgroup connecting to a ClusterIP is connected to a pod and
+// its packets are plain (nftables lets them pass, no DNAT); everything the
+// hook does not see or leaves alone is DNATed or rejected by nftables, as in
+// nftables mode.
+func TestDataplanePaths(t *testing.T) {
+	m := newFakeMode(t, st.Snapshot(
+		st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithNodePort(30080), st.WithExternalIPs("198.18.100.1")),
+		st.Service("empty", "198.18.0.20", 80, nil),
+	))
+	tests := []struct {
+		name            string
+		inCgroup, local bool
+		src             netip.Addr
+		dst             string
+		want            string
+	}{
+		{"pod in the cgroup to a ClusterIP: connected to the pod, no NAT", true, true, podIP, "198.18.0.10:80",
+			"socket -> 198.19.1.10:8080, packet ACCEPT"},
+		{"pod in the cgroup to a ClusterIP without endpoints: nftables rejects", true, true, podIP, "198.18.0.20:80",
+			"socket untouched, packet REJECT"},
+		{"pod in the cgroup to an externalIP: nftables DNATs", true, true, podIP, "198.18.100.1:80",
+			"socket untouched, packet DNAT 198.19.1.10:8080, MASQUERADE"},
+		{"process outside the cgroup to a ClusterIP: nftables DNATs", false, true, nodeIP, "198.18.0.10:80",
+			"packet DNAT 198.19.1.10:8080, MASQUERADE"},
+		{"forwarded from another host to a ClusterIP: nftables DNATs", false, false, outsideIP, "198.18.0.10:80",
+			"packet DNAT 198.19.1.10:8080, MASQUERADE"},
+		{"from outside to a NodePort: nftables DNATs", false, false, outsideIP, "198.19.0.1:30080",
+			"packet DNAT 198.19.1.10:8080, MASQUERADE"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := m.path(t, tt.inCgroup, tt.local, tt.src, tt.dst); got != tt.want {
+				t.Errorf("%s\n  got  %s\n  want %s", tt.dst, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestDataplaneStatusAndMetrics: /status shows each port on path "socklb"
+// with the table beside; /metrics has the maps' sync record and each port's
+// backends beside nftables mode's own metrics.
+func TestDataplaneStatusAndMetrics(t *testing.T) {
+	m := newFakeMode(t, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints())))
+	b, err := json.Marshal(m.dp.Status())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"mode":"socklb"`, `"path":"socklb"`, `"frontends":["198.18.0.10:80"]`, `"nftables":{`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("/status lacks %s:\n%s", want, b)
+		}
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m.dp)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{} // metric name and labels -> value
+	for _, f := range fams {
+		for _, mt := range f.GetMetric() {
+			key := f.GetName()
+			for _, l := range mt.GetLabel() {
+				key += " " + l.GetName() + "=" + l.GetValue()
+			}
+			got[key] = fmt.Sprint(mt.GetGauge().GetValue() + mt.GetCounter().GetValue())
+		}
+	}
+	for key, want := range map[string]string{
+		"svcproxy_socklb_port_backends service_port=default/web:p": "3",
+		"svcproxy_socklb_services":                                 "1",
+		"svcproxy_socklb_element_updates_total op=set":             "1",
+		"svcproxy_socklb_syncs_total result=ok":                    "1",
+		"svcproxy_nftables_syncs_total kind=full":                  "1",
+	} {
+		if got[key] != want {
+			t.Errorf("/metrics: %s is %q, want %s", key, got[key], want)
+		}
+	}
+}
+
+func TestDataplaneNeedsBeside(t *testing.T) {
+	if _, err := NewDataplane(DataplaneConfig{Maps: Config{LB: ksocklb.NewFake()}}); err == nil || !strings.Contains(err.Error(), "Beside") {
+		t.Errorf("NewDataplane without a path beside: %v, want an error naming Beside", err)
+	}
+}
