@@ -3,7 +3,7 @@ GO      ?= go
 BIN     := bin
 TIMEOUT ?= 25m
 
-.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins conformance-bins conformance image e2e-images bench clean
+.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins conformance-bins conformance image e2e-images bench bench-plots clean
 
 all: build
 
@@ -85,12 +85,17 @@ test: deps vet kapi
 ## bench: benchmarks with side-by-side ratios; figures go to docs/benchmarks.md
 bench: deps build
 	$(GO) run ./bench/userspace -json docs/benchmarks/userspace.json
-	$(GO) run ./bench/plot -o docs/benchmarks/userspace.svg docs/benchmarks/userspace.json
-	$(GO) test -run '^$$' -bench 'FullSync|OneServiceChange|AddService|SyncCPU|Render' -benchtime 3x -timeout 60m ./bench/iptables/
-	$(GO) test -run '^$$' -bench 'Naive' -benchtime 1x -timeout 30m ./bench/iptables/
-	$(GO) test -run '^$$' -bench 'DataPath$$' -benchtime 2s -count 6 ./bench/iptables/
-	$(GO) test -run '^$$' -bench 'DataPathInterleaved' -benchtime 4x -timeout 30m -v ./bench/iptables/
+	$(GO) test -run '^$$' -bench 'FullSync|OneServiceChange|AddService|SyncCPU|Render' -benchtime 3x -timeout 60m ./bench/iptables/ -args -report $(CURDIR)/docs/benchmarks/iptables-sync.json
+	$(GO) test -run '^$$' -bench 'Naive' -benchtime 1x -timeout 30m ./bench/iptables/ -args -report $(CURDIR)/docs/benchmarks/iptables-naive.json
+	$(GO) test -run '^$$' -bench 'DataPath$$' -benchtime 2s -count 6 ./bench/iptables/ -args -report $(CURDIR)/docs/benchmarks/iptables-datapath.json
+	$(GO) test -run '^$$' -bench 'DataPathInterleaved' -benchtime 4x -timeout 30m -v ./bench/iptables/ -args -report $(CURDIR)/docs/benchmarks/iptables-interleaved.json
 	bench/dns/run.sh
+	$(MAKE) bench-plots
+
+## bench-plots: an SVG beside each benchmark's JSON report in docs/benchmarks/
+## (bench/plot), as make bench leaves them; no root needed
+bench-plots:
+	for f in docs/benchmarks/*.json; do $(GO) run ./bench/plot -o "$${f%.json}.svg" "$$f" || exit 1; done
 
 clean:
 	rm -rf $(BIN)

@@ -253,9 +253,8 @@ func BenchmarkDataPath(b *testing.B) {
 			elapsed := l.connect(b, dst)
 			d := l.tcpStats(b).sub(start)
 			conns += b.N
-			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "conn/s")
-			b.ReportMetric(float64(d.SynRetrans), "syn-retrans")
-			b.ReportMetric(float64(d.OutRsts), "resets")
+			keep(b, map[string]float64{"conn/s": float64(b.N) / elapsed.Seconds(),
+				"syn-retrans": float64(d.SynRetrans), "resets": float64(d.OutRsts)})
 		})
 		if d := l.tcpStats(b).sub(before); conns > 0 { // 0: the row is filtered out by -bench
 			b.Logf("%s: %d connections (all runs and counts, port %d): %d SYN retransmissions, %d segments retransmitted, %d resets",
@@ -264,7 +263,7 @@ func BenchmarkDataPath(b *testing.B) {
 		b.Run("bulk/"+dp.name, func(b *testing.B) {
 			dst := net.JoinHostPort(dp.dst, fmt.Sprint(dp.bulk))
 			n, elapsed := l.download(b, dst)
-			b.ReportMetric(float64(n)*8/1e9/elapsed.Seconds(), "Gbit/s")
+			keep(b, map[string]float64{"Gbit/s": float64(n) * 8 / 1e9 / elapsed.Seconds()})
 		})
 		dp.remove(b, l)
 	}

@@ -16,5 +16,12 @@
 //
 //	go test -run '^$' -bench . -benchtime 10x ./bench/iptables/
 //
+// With -report FILE (after -args; best absolute, as go test runs in this
+// directory) a run also writes its figures and the side-by-side ratios of
+// what it measured (comparisons, in report_test.go) as the JSON report that
+// bench/plot draws (bench/report):
+//
+//	go test -run '^$' -bench Naive -benchtime 1x ./bench/iptables/ -args -report /tmp/naive.json
+//
 // Figures and how to read them: docs/benchmarks.md ("The iptables dataplane").
 package iptables

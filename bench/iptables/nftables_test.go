@@ -80,6 +80,7 @@ func BenchmarkNFTFullSync(b *testing.B) {
 				b.StartTimer()
 			}
 			cpu.report(b)
+			keep(b, nil)
 		})
 		b.Run(fmt.Sprintf("restart/ports=%d", n), func(b *testing.B) {
 			netnstest.RequireRoot(b, "nft")
@@ -97,6 +98,7 @@ func BenchmarkNFTFullSync(b *testing.B) {
 				cpu = cpu.add(start.since())
 			}
 			cpu.report(b)
+			keep(b, nil)
 		})
 	}
 }
@@ -130,7 +132,7 @@ func BenchmarkNFTOneServiceChange(b *testing.B) {
 			if h := p.Health(); h.PartialSyncs != uint64(b.N) {
 				b.Fatalf("health %+v: want %d partial syncs", h, b.N)
 			}
-			b.ReportMetric(float64(p.Health().Operations), "operations")
+			keep(b, map[string]float64{"operations": float64(p.Health().Operations)})
 		})
 	}
 }
@@ -161,6 +163,7 @@ func BenchmarkNFTSyncCPU(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			keep(b, nil)
 		})
 		b.Run(fmt.Sprintf("one-service-change/ports=%d", n), func(b *testing.B) {
 			snap := Cluster(n)
@@ -180,6 +183,7 @@ func BenchmarkNFTSyncCPU(b *testing.B) {
 				}
 			}
 			start.since().report(b)
+			keep(b, nil)
 		})
 	}
 }
@@ -241,12 +245,13 @@ func BenchmarkDataPathInterleaved(b *testing.B) {
 		}
 	}
 	rate := func(i, r int) float64 { return connsPerRound / elapsed[i][r].Seconds() }
+	metrics := map[string]float64{}
 	for i, dp := range l.rows {
 		var sum float64
 		for r := range elapsed[i] {
 			sum += rate(i, r)
 		}
-		b.ReportMetric(sum/float64(b.N), "conn/s:"+dp.name)
+		metrics["conn/s:"+dp.name] = sum / float64(b.N)
 	}
 	idx := func(name string) int {
 		return slices.IndexFunc(l.rows, func(d dataplane) bool { return d.name == name })
@@ -262,10 +267,10 @@ func BenchmarkDataPathInterleaved(b *testing.B) {
 			ratios = append(ratios, rate(idx(q.num), r)/rate(idx(q.den), r))
 		}
 		mean, ci := meanCI(ratios)
-		b.ReportMetric(mean, "ratio:"+q.name)
-		b.ReportMetric(ci, "ci95:"+q.name)
+		metrics["ratio:"+q.name], metrics["ci95:"+q.name] = mean, ci
 		b.Logf("%s per round: %s; mean %.3f ± %.3f (95%%)", q.name, fmtRatios(ratios), mean, ci)
 	}
+	keep(b, metrics)
 }
 
 // connsPerRound is about half a second of connections per row and round.

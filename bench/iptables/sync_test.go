@@ -60,6 +60,7 @@ func forEach(b *testing.B, f func(b *testing.B, ns *netnstest.NS, ipt kiptables.
 			b.Run(fmt.Sprintf("%s/ports=%d", be.name, n), func(b *testing.B) {
 				netnstest.RequireRoot(b, be.tools...)
 				f(b, netnstest.New(b), backend(b, be.name), n)
+				keep(b, nil)
 			})
 		}
 	}
@@ -189,7 +190,6 @@ func BenchmarkNaive(b *testing.B) {
 			netnstest.RequireRoot(b, "iptables")
 			text := mustRender(b, Cluster(n))
 			cmds := naiveCommands(text)
-			b.ReportMetric(float64(len(cmds)), "commands")
 			for range b.N {
 				b.StopTimer()
 				ns := netnstest.New(b)
@@ -206,6 +206,24 @@ func BenchmarkNaive(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			keep(b, map[string]float64{"commands": float64(len(cmds))})
+		})
+		// The same rules in one iptables-restore (--noflush, as svcproxy
+		// applies them) into an empty namespace on the same backend: the
+		// ratio's other side, measured in the same run.
+		b.Run(fmt.Sprintf("one-restore/ports=%d", n), func(b *testing.B) {
+			netnstest.RequireRoot(b, "iptables-restore")
+			text := mustRender(b, Cluster(n))
+			ipt := backend(b, "nft")
+			for range b.N {
+				b.StopTimer()
+				ns := netnstest.New(b)
+				b.StartTimer()
+				if err := ns.Do(func() error { return ipt.Restore(context.Background(), text) }); err != nil {
+					b.Fatal(err)
+				}
+			}
+			keep(b, nil)
 		})
 	}
 }
@@ -278,6 +296,7 @@ func BenchmarkSyncCPU(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			keep(b, nil)
 		})
 		b.Run(fmt.Sprintf("one-service-change/ports=%d", n), func(b *testing.B) {
 			snap := Cluster(n)
@@ -296,6 +315,7 @@ func BenchmarkSyncCPU(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			keep(b, nil)
 		})
 	}
 }
