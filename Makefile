@@ -89,7 +89,7 @@ bench: deps build
 	$(GO) test -run '^$$' -bench 'Naive' -benchtime 1x -timeout 30m ./bench/iptables/ -args -report $(CURDIR)/docs/benchmarks/iptables-naive.json
 	$(GO) test -run '^$$' -bench 'DataPath$$' -benchtime 2s -count 6 ./bench/iptables/ -args -report $(CURDIR)/docs/benchmarks/iptables-datapath.json
 	$(GO) test -run '^$$' -bench 'DataPathInterleaved' -benchtime 4x -timeout 30m -v ./bench/iptables/ -args -report $(CURDIR)/docs/benchmarks/iptables-interleaved.json
-	bench/dns/run.sh
+	JSON=docs/benchmarks/dns.json bench/dns/run.sh
 	$(MAKE) bench-plots
 
 ## bench-plots: an SVG beside each benchmark's JSON report in docs/benchmarks/

@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/svcproxy/svcproxy/bench/report"
 	"github.com/svcproxy/svcproxy/deploy/image"
 	"github.com/svcproxy/svcproxy/internal/kapitest"
 	"github.com/svcproxy/svcproxy/internal/manifestgen"
@@ -54,6 +55,7 @@ func TestCompareCoreDNS(t *testing.T) {
 			t.Skipf("needs %s", tool)
 		}
 	}
+	loadBefore := report.LoadAvg()
 	root := strings.TrimSuffix(goEnv(t, "GOMOD"), "/go.mod")
 	coredns, err := buildCoreDNS(t.Context(), root)
 	if err != nil {
@@ -165,6 +167,13 @@ func TestCompareCoreDNS(t *testing.T) {
 		}
 	}
 	printComparison(os.Stdout, rows, b)
+	// JSON: also the rows and the ratios as bench/report's JSON, for
+	// bench/plot (run.sh makes the path absolute).
+	if file := os.Getenv("JSON"); file != "" {
+		if err := writeDNSReport(file, root, loadBefore, counts, rows); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // server is one DNS server under test, started on a port.

@@ -16,7 +16,12 @@
 #   APISERVER=/tmp/kapi/kubeconfig SERVICES=20000 bench/dns/run.sh
 #                                             # an API server already filled (kept by
 #                                             # TestHoldAPIServer, see hold_test.go)
+#   JSON=docs/benchmarks/dns.json bench/dns/run.sh
+#                                             # also the rows and ratios as JSON
+#                                             # (bench/report), for bench/plot
 set -eu
+# go test runs in bench/dns: the report's path is made absolute from here.
+if [ -n "${JSON:-}" ]; then JSON=$(realpath -m "$JSON"); export JSON; fi
 cd "$(dirname "$0")/../.."
 command -v dnsperf >/dev/null 2>&1 || { echo "bench/dns: needs dnsperf (Debian package dnsperf)" >&2; exit 1; }
 GO=${GO:-go}
