@@ -13,9 +13,10 @@
 //     number of Services;
 //   - link: interfaces and addresses (the dummy interface that holds service IPs);
 //   - conntrack: deleting stale connection-tracking entries;
-//   - socklb: eBPF programs on a cgroup's connect hooks and their services and
-//     backends maps, which rewrite a Service's address to a backend's at
-//     connect() (no packet NAT), plus a tracer over a Fake of the maps.
+//   - socklb: eBPF programs on a cgroup's socket hooks and their maps, which
+//     rewrite a Service's address to a backend's at connect() and sendmsg()
+//     (no packet NAT) and back at recvmsg(), plus a tracer over a Fake of the
+//     maps.
 //
 // The two packet tracers (over the iptables and nftables Fakes) walk their rules
 // their own way, and share, in kernel/internal/tracing, how a trace goes through

@@ -1,15 +1,23 @@
 // Package socklb is the kernel side of svcproxy's socket load balancer: eBPF
-// programs on a cgroup v2 directory's connect4 and connect6 hooks that rewrite
-// the destination of connect() from a Service's address to one of its
-// backends, once per socket, so the socket really connects to the pod and no
-// packet is ever translated (no DNAT, no conntrack NAT entry), as Cilium's
-// kube-proxy replacement does (bpf/bpf_sock.c, __sock4_xlate_fwd and
-// __sock6_xlate_fwd).
+// programs on a cgroup v2 directory's socket hooks that rewrite the
+// destination of connect() (and of sendmsg() on an unconnected UDP socket)
+// from a Service's address to one of its backends, so the socket really
+// talks to the pod and no packet is ever translated (no DNAT, no conntrack
+// NAT entry), as Cilium's kube-proxy replacement does (bpf/bpf_sock.c,
+// __sock4_xlate_fwd and __sock6_xlate_fwd). The way back is shown too:
+// recvmsg() reports a UDP reply as coming from the Service address
+// (__sock4_xlate_rev).
+//
+// The programs, two of each, IPv4 and IPv6:
+//
+//	connect4/6, sendmsg4/6  forwardProg (connect.go): Service -> backend
+//	recvmsg4/6              reverseProg (reverse.go): backend -> Service
 //
 // The maps, laid out in maps.go:
 //
-//	services  (VIP, port, protocol) -> (id, count, flags, affinity timeout)
-//	backends  (id, slot)            -> (address, port)
+//	services  (VIP, port, protocol)        -> (id, count, flags, affinity timeout)
+//	backends  (id, slot)                   -> (address, port)
+//	revnat    (socket cookie, backend)     -> (VIP, port), LRU
 //
 // connect() to a Service picks slot bpf_get_prandom_u32() % count. SetService
 // updates elements one at a time (slots first, then the count that makes them

@@ -3,16 +3,20 @@ package socklb
 import (
 	"context"
 	"maps"
+	"net/netip"
 	"slices"
 	"sync"
 )
 
 // Fake is an in-memory socket LB: the maps, and the programs' decisions on
-// them (Connect, in trace.go), so callers' tests read as socket paths.
+// them (Connect, SendMsg, RecvMsg, in fakeprog.go), so callers' tests read as socket paths.
 type Fake struct {
 	mu       sync.Mutex
 	services map[Service]fakeService
 	nextID   uint32
+	// revnat is the reverse-translation map, without the kernel's LRU
+	// eviction: a Fake's entries stay.
+	revnat map[fakeRevKey]netip.AddrPort
 }
 
 // fakeService is a services map element with its backends' slots.
@@ -25,7 +29,7 @@ var _ Interface = (*Fake)(nil)
 
 // NewFake returns a Fake with empty maps.
 func NewFake() *Fake {
-	return &Fake{services: make(map[Service]fakeService), nextID: 1}
+	return &Fake{services: make(map[Service]fakeService), nextID: 1, revnat: make(map[fakeRevKey]netip.AddrPort)}
 }
 
 // SetService implements Interface.

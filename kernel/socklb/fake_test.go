@@ -64,12 +64,58 @@ func TestFakeConnect(t *testing.T) {
 }
 
 func TestFakeConnectTrace(t *testing.T) {
-	_, tr := fakeWithServices(t).Connect(Client{NetnsCookie: 4096, Random: 4}, TCP, ap("198.18.0.10:80"))
-	want := `connect4 TCP 198.18.0.10:80, netns cookie 4096
+	_, tr := fakeWithServices(t).Connect(Client{NetnsCookie: 4096, SocketCookie: 77, Random: 4}, TCP, ap("198.18.0.10:80"))
+	want := `connect4 TCP 198.18.0.10:80, netns cookie 4096, socket cookie 77
   services  lookup 198.18.0.10:80/TCP  => id 1, 3 backends
   backends  lookup (id 1, slot 1)  => 198.19.1.2:8080 (random 4 % 3)
+  revnat    update (socket 77, 198.19.1.2:8080)  => = 198.18.0.10:80
   ctx       user_ip, user_port  => = 198.19.1.2:8080
 result: rewritten to 198.19.1.2:8080
+`
+	if got := tr.String(); got != want {
+		t.Errorf("trace:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// TestFakeUDP walks UDP exchanges through the Fake: a datagram out through
+// sendmsg (unconnected) or connect (connected), and the reply's source
+// through recvmsg, as the kernel's hooks decide them.
+func TestFakeUDP(t *testing.T) {
+	f := fakeWithServices(t)
+	dns := ap("198.18.0.53:53")
+	// An unconnected socket (cookie 7) sends to the Service: sendmsg4.
+	to, tr := f.SendMsg(Client{SocketCookie: 7}, dns)
+	if to != ap("198.19.1.9:5353") || tr.Hook != "sendmsg4" {
+		t.Fatalf("sendto(%s) goes to %s through %s, want 198.19.1.9:5353 through sendmsg4\n%s", dns, to, tr.Hook, tr)
+	}
+	// A connected socket (cookie 8) of a dual-stack client: connect6 with
+	// the Service's IPv4-mapped address.
+	f.Connect(Client{SocketCookie: 8}, UDP, ap("[::ffff:198.18.0.53]:53"))
+	tests := []struct {
+		name   string
+		cookie uint64
+		src    string
+		hook   string
+		want   string
+	}{
+		{"the reply to socket 7: from the Service", 7, "198.19.1.9:5353", "recvmsg4", "198.18.0.53:53"},
+		{"the reply to socket 8, mapped: from the Service, mapped", 8, "[::ffff:198.19.1.9]:5353", "recvmsg6", "[::ffff:198.18.0.53]:53"},
+		{"socket 9 never sent to the Service: untouched", 9, "198.19.1.9:5353", "recvmsg4", "198.19.1.9:5353"},
+		{"socket 7, another backend port: untouched", 7, "198.19.1.9:53", "recvmsg4", "198.19.1.9:53"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, tr := f.RecvMsg(Client{SocketCookie: tt.cookie}, ap(tt.src))
+			if got.String() != tt.want || tr.Hook != tt.hook {
+				t.Errorf("recvfrom() on socket %d of a datagram from %s reports %s through %s, want %s through %s\n%s", tt.cookie, tt.src, got, tr.Hook, tt.want, tt.hook, tr)
+			}
+		})
+	}
+	_, tr = f.RecvMsg(Client{SocketCookie: 7}, ap("198.19.1.9:5353"))
+	want := `recvmsg4 UDP 198.19.1.9:5353, netns cookie 0, socket cookie 7
+  revnat  lookup (socket 7, 198.19.1.9:5353)  => 198.18.0.53:53
+  ctx     user_ip, user_port  => = 198.18.0.53:53
+result: rewritten to 198.18.0.53:53
 `
 	if got := tr.String(); got != want {
 		t.Errorf("trace:\n%s\nwant:\n%s", got, want)

@@ -26,11 +26,12 @@ type Config struct {
 type bpfMaps struct {
 	services *ebpf.Map // svcKey -> svcValue
 	backends *ebpf.Map // backendKey -> backendValue
+	revnat   *ebpf.Map // revKey -> revValue, LRU
 }
 
 func (m *bpfMaps) close() error {
 	var errs []error
-	for _, mp := range []*ebpf.Map{m.services, m.backends} {
+	for _, mp := range []*ebpf.Map{m.services, m.backends, m.revnat} {
 		if mp != nil {
 			errs = append(errs, mp.Close())
 		}
@@ -45,10 +46,16 @@ type hook struct {
 	build  func(*bpfMaps) asm.Instructions
 }
 
-// hooks are the programs Kernel loads and attaches, in order.
+// hooks are the programs Kernel loads and attaches, in order: the forward
+// translation first, so a socket's reverse entry exists before a reply can
+// be received.
 var hooks = []hook{
-	{"connect4", ebpf.AttachCGroupInet4Connect, func(m *bpfMaps) asm.Instructions { return connectProg(ipv4, m) }},
-	{"connect6", ebpf.AttachCGroupInet6Connect, func(m *bpfMaps) asm.Instructions { return connectProg(ipv6, m) }},
+	{"connect4", ebpf.AttachCGroupInet4Connect, func(m *bpfMaps) asm.Instructions { return forwardProg(ipv4, m) }},
+	{"connect6", ebpf.AttachCGroupInet6Connect, func(m *bpfMaps) asm.Instructions { return forwardProg(ipv6, m) }},
+	{"sendmsg4", ebpf.AttachCGroupUDP4Sendmsg, func(m *bpfMaps) asm.Instructions { return forwardProg(ipv4, m) }},
+	{"sendmsg6", ebpf.AttachCGroupUDP6Sendmsg, func(m *bpfMaps) asm.Instructions { return forwardProg(ipv6, m) }},
+	{"recvmsg4", ebpf.AttachCGroupUDP4Recvmsg, func(m *bpfMaps) asm.Instructions { return reverseProg(ipv4, m) }},
+	{"recvmsg6", ebpf.AttachCGroupUDP6Recvmsg, func(m *bpfMaps) asm.Instructions { return reverseProg(ipv6, m) }},
 }
 
 // Kernel is the real socket LB: the maps and the programs over them, loaded
@@ -82,12 +89,15 @@ func New(cfg Config) (_ *Kernel, err error) {
 			k.Close()
 		}
 	}()
-	svcSpec, beSpec := mapSpecs(cfg.MaxServices)
+	svcSpec, beSpec, revSpec := mapSpecs(cfg.MaxServices)
 	if k.m.services, err = ebpf.NewMap(svcSpec); err != nil {
 		return nil, fmt.Errorf("socklb: create services map: %w", err)
 	}
 	if k.m.backends, err = ebpf.NewMap(beSpec); err != nil {
 		return nil, fmt.Errorf("socklb: create backends map: %w", err)
+	}
+	if k.m.revnat, err = ebpf.NewMap(revSpec); err != nil {
+		return nil, fmt.Errorf("socklb: create revnat map: %w", err)
 	}
 	for _, h := range hooks {
 		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{

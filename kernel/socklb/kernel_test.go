@@ -1,13 +1,11 @@
 package socklb
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -26,43 +24,6 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 )
-
-// dialEnv makes the test binary a client instead (see TestMain): it dials the
-// address, prints the line the server sends and exits. Tests run it as a child
-// process inside their cgroup, or outside it.
-const (
-	dialEnv  = "SOCKLB_TEST_DIAL"
-	countEnv = "SOCKLB_TEST_COUNT" // how many times to dial; 1 when unset
-)
-
-func TestMain(m *testing.M) {
-	if addr := os.Getenv(dialEnv); addr != "" {
-		n, _ := strconv.Atoi(os.Getenv(countEnv))
-		for range max(n, 1) {
-			if rc := dialAndPrint(addr); rc != 0 {
-				os.Exit(rc)
-			}
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
-
-func dialAndPrint(addr string) int {
-	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer c.Close()
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fmt.Print(line)
-	return 0
-}
 
 // TestKernelConnect: in a namespace of the test's own, processes inside a
 // cgroup of the test's own connect to a Service address and reach its
@@ -87,12 +48,12 @@ func TestKernelConnect(t *testing.T) {
 		t.Run(fam.name, func(t *testing.T) {
 			ctx := context.Background()
 			vip := netip.AddrPortFrom(netip.MustParseAddr(fam.vip), 80)
-			ns.AddAddr(t, "lo", netip.PrefixFrom(vip.Addr(), vip.Addr().BitLen()))
+			addAddr(t, ns, vip.Addr())
 			serve(t, ns, vip.String(), "vip")
 			var e Entry
 			for _, b := range fam.backends {
 				a := netip.MustParseAddr(b)
-				ns.AddAddr(t, "lo", netip.PrefixFrom(a, a.BitLen()))
+				addAddr(t, ns, a)
 				e.Backends = append(e.Backends, netip.AddrPortFrom(a, 8080))
 				serve(t, ns, e.Backends[len(e.Backends)-1].String(), b)
 			}
@@ -201,6 +162,30 @@ func newKernel(t *testing.T, cgroup string) *Kernel {
 	return k
 }
 
+// addAddr adds a to ns's loopback and, for IPv6, waits until it is usable:
+// even with nodad, the kernel finishes an IPv6 address later, from a work
+// queue (clearing its tentative flag, then adding its route in the local
+// table), and until then a connect() to it fails with "network is
+// unreachable" (seen under load).
+func addAddr(t *testing.T, ns *netnstest.NS, a netip.Addr) {
+	t.Helper()
+	ns.AddAddr(t, "lo", netip.PrefixFrom(a, a.BitLen()))
+	if a.Is4() {
+		return
+	}
+	ready := func() bool {
+		return strings.TrimSpace(ns.Run(t, "ip", "-6", "-o", "addr", "show", "dev", "lo", "tentative")) == "" &&
+			strings.TrimSpace(ns.Run(t, "ip", "-6", "route", "show", "table", "local", a.String())) != ""
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !ready() {
+		if time.Now().After(deadline) {
+			t.Fatalf("in %s: IPv6 address %s not usable after 30s:\n%s", ns.Name, a, ns.Run(t, "ip", "-6", "addr", "show", "dev", "lo"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // serve listens on addr inside ns and answers every connection with reply.
 func serve(t *testing.T, ns *netnstest.NS, addr, reply string) {
 	t.Helper()
@@ -224,10 +209,18 @@ func serve(t *testing.T, ns *netnstest.NS, addr, reply string) {
 // returns what the servers it reached said, a line each.
 func dialFrom(t *testing.T, ns *netnstest.NS, cg *cgroup, addr string, count int) string {
 	t.Helper()
+	return clientFrom(t, ns, cg, "tcp", addr, count)
+}
+
+// clientFrom runs this test binary as a client of the given mode (see
+// client_test.go) in ns, inside cg (or where the test itself runs, when cg
+// is nil), count times, and returns what it printed, a line each.
+func clientFrom(t *testing.T, ns *netnstest.NS, cg *cgroup, mode, addr string, count int) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := ns.Command(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), dialEnv+"="+addr, countEnv+"="+strconv.Itoa(count))
+	cmd.Env = append(os.Environ(), dialEnv+"="+addr, countEnv+"="+strconv.Itoa(count), modeEnv+"="+mode)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if cg != nil {

@@ -53,6 +53,23 @@ type backendValue struct {
 	_    [2]byte
 }
 
+// revKey is the reverse-translation map's key: a socket (its cookie,
+// bpf_get_socket_cookie: unique per socket for the whole boot, never reused)
+// and the backend address and port connect() or sendmsg() sent it to. The
+// port's two bytes are followed by six zero bytes, so the key is 32 bytes
+// with the cookie 8-byte aligned, as Cilium's ipv4_revnat_tuple.
+type revKey struct {
+	Cookie uint64
+	Addr   [16]byte
+	Port   [2]byte
+	_      [6]byte
+}
+
+// revValue is the reverse-translation map's value: the Service address and
+// port the socket asked for, laid out as a backendValue (an address, a port,
+// two zero bytes), so the same instructions write either into the context.
+type revValue = backendValue
+
 // The offsets the programs use, checked against the structs by a test.
 const (
 	svcKeySize        = 20
@@ -68,13 +85,17 @@ const (
 	backendKeySlot    = 4
 	backendValueSize  = 20
 	backendValuePort  = 16
+	revKeySize        = 32
+	revKeyAddr        = 8
+	revValueSize      = backendValueSize
 	defaultMaxService = 65536
 )
 
 // mapSpecs returns the specs of the maps, sized for maxServices Services
-// with on average 16 backends each. The names are what bpftool map shows
-// (and, with pinning, the files in the pin directory).
-func mapSpecs(maxServices uint32) (services, backends *ebpf.MapSpec) {
+// with on average 16 backends each, and 4 reverse-translation entries per
+// Service. The names are what bpftool map shows (and, with pinning, the
+// files in the pin directory).
+func mapSpecs(maxServices uint32) (services, backends, revnat *ebpf.MapSpec) {
 	services = &ebpf.MapSpec{
 		Name: "svcp_services", Type: ebpf.Hash,
 		KeySize: svcKeySize, ValueSize: svcValueSize, MaxEntries: maxServices,
@@ -83,7 +104,16 @@ func mapSpecs(maxServices uint32) (services, backends *ebpf.MapSpec) {
 		Name: "svcp_backends", Type: ebpf.Hash,
 		KeySize: backendKeySize, ValueSize: backendValueSize, MaxEntries: maxServices * 16,
 	}
-	return services, backends
+	// An LRU hash, as Cilium's cilium_lb4_reverse_sk: an entry is written
+	// for every translated connect() and sendmsg() and never deleted (the
+	// programs cannot see a socket close); the least recently used go when
+	// it is full. A socket whose entry went answers recvmsg() and
+	// getpeername() with the backend's address instead of the Service's.
+	revnat = &ebpf.MapSpec{
+		Name: "svcp_revnat", Type: ebpf.LRUHash,
+		KeySize: revKeySize, ValueSize: revValueSize, MaxEntries: maxServices * 4,
+	}
+	return services, backends, revnat
 }
 
 // addr16 is a's map form: IPv4 as IPv4-mapped IPv6.

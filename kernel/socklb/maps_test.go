@@ -15,6 +15,7 @@ func TestLayout(t *testing.T) {
 	var v svcValue
 	var bk backendKey
 	var bv backendValue
+	var rk revKey
 	tests := []struct {
 		name      string
 		got, want uintptr
@@ -31,6 +32,8 @@ func TestLayout(t *testing.T) {
 		{"backendKey.Slot", unsafe.Offsetof(bk.Slot), backendKeySlot},
 		{"backendValue size", unsafe.Sizeof(bv), backendValueSize},
 		{"backendValue.Port", unsafe.Offsetof(bv.Port), backendValuePort},
+		{"revKey size", unsafe.Sizeof(rk), revKeySize},
+		{"revKey.Addr", unsafe.Offsetof(rk.Addr), revKeyAddr},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {

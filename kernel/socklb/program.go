@@ -43,11 +43,12 @@ const (
 // reading uninitialised stack, and the hash covers every byte.
 const (
 	stSvcKey      = -24 // svcKey, 20 bytes: -24 .. -5
-	stSvcKeyPort  = stSvcKey + svcKeyPort
 	stSvcKeyProto = stSvcKey + svcKeyProtocol
-	stSvcKeyPad   = stSvcKey + svcKeyPad
 	stBackendKey  = -32 // backendKey, 8 bytes: -32 .. -25
 	stBackendSlot = stBackendKey + backendKeySlot
+	stRevKey      = -64 // revKey, 32 bytes: -64 .. -33 (the cookie 8-aligned)
+	stRevKeyAddr  = stRevKey + revKeyAddr
+	stRevValue    = -88 // revValue, 20 bytes: -88 .. -69
 )
 
 // mappedPrefix is the third word of an IPv4-mapped IPv6 address: the bytes
@@ -55,40 +56,78 @@ const (
 // 32-bit immediate: -65536).
 const mappedPrefix = -65536
 
-// loadSvcKey builds the services map's key on the stack from the context's
-// address, port and protocol (R6 must hold the context).
-func loadSvcKey(fam family) asm.Instructions {
+// loadAddr copies the context's address and port to the stack at off, in
+// the maps' form (R6 must hold the context): 16 bytes of address, IPv4 as
+// IPv4-mapped IPv6, then the port's two bytes and two zero bytes, 20 bytes
+// in all. connect and sendmsg find the destination there, recvmsg the
+// source, getpeername the peer.
+func loadAddr(fam family, off int16) asm.Instructions {
 	var insns asm.Instructions
 	if fam == ipv4 {
 		insns = asm.Instructions{
 			// The address as IPv4-mapped IPv6: ten zero bytes, ff ff,
 			// then user_ip4 copied as is (its bytes stay in network order).
-			asm.StoreImm(asm.RFP, stSvcKey, 0, asm.Word),
-			asm.StoreImm(asm.RFP, stSvcKey+4, 0, asm.Word),
-			asm.StoreImm(asm.RFP, stSvcKey+8, mappedPrefix, asm.Word),
+			asm.StoreImm(asm.RFP, off, 0, asm.Word),
+			asm.StoreImm(asm.RFP, off+4, 0, asm.Word),
+			asm.StoreImm(asm.RFP, off+8, mappedPrefix, asm.Word),
 			asm.LoadMem(asm.R2, asm.R6, ctxUserIP4, asm.Word),
-			asm.StoreMem(asm.RFP, stSvcKey+12, asm.R2, asm.Word),
+			asm.StoreMem(asm.RFP, off+12, asm.R2, asm.Word),
 		}
 	} else {
 		for i := int16(0); i < 16; i += 4 {
 			insns = append(insns,
 				// user_ip6[i/4], a word of the address in network order.
 				asm.LoadMem(asm.R2, asm.R6, ctxUserIP6+i, asm.Word),
-				asm.StoreMem(asm.RFP, stSvcKey+i, asm.R2, asm.Word),
+				asm.StoreMem(asm.RFP, off+i, asm.R2, asm.Word),
 			)
 		}
 	}
 	return append(insns,
-		// The port: the context allows only 4-byte loads of user_port; its
-		// first two bytes in memory are the port in network order, and a
-		// 2-byte store of the register writes exactly those (little-endian).
+		// The port: the context allows only 4-byte loads of user_port, which
+		// give the 16-bit port zero-extended; its first two bytes in memory
+		// are the port in network order, and a 4-byte store of the register
+		// writes exactly those, then two zero bytes (little-endian).
 		asm.LoadMem(asm.R2, asm.R6, ctxUserPort, asm.Word),
-		asm.StoreMem(asm.RFP, stSvcKeyPort, asm.R2, asm.Half),
-		// The protocol, one byte, then the zero pad byte.
+		asm.StoreMem(asm.RFP, off+16, asm.R2, asm.Word),
+	)
+}
+
+// loadSvcKey builds the services map's key on the stack from the context's
+// address, port and protocol (R6 must hold the context).
+func loadSvcKey(fam family) asm.Instructions {
+	return append(loadAddr(fam, stSvcKey),
+		// The protocol, one byte, over the first of the port's two zero
+		// bytes; the second stays zero: the key's pad byte.
 		asm.LoadMem(asm.R2, asm.R6, ctxProtocol, asm.Word),
 		asm.StoreMem(asm.RFP, stSvcKeyProto, asm.R2, asm.Byte),
-		asm.StoreImm(asm.RFP, stSvcKeyPad, 0, asm.Byte),
 	)
+}
+
+// loadRevKeyCookie writes the socket's cookie into the reverse-translation
+// key on the stack (R6 must hold the context). It calls a helper: R1-R5 are
+// clobbered.
+func loadRevKeyCookie() asm.Instructions {
+	return asm.Instructions{
+		// R0 = bpf_get_socket_cookie(ctx): this socket, for the whole boot.
+		asm.Mov.Reg(asm.R1, asm.R6),
+		asm.FnGetSocketCookie.Call(),
+		// key.cookie = R0; the six bytes after the port are zero.
+		asm.StoreMem(asm.RFP, stRevKey, asm.R0, asm.DWord),
+		asm.StoreImm(asm.RFP, stRevKey+28, 0, asm.Word),
+	}
+}
+
+// copy20 copies the 20 bytes (an address, a port, two zero bytes) at src+off
+// to the stack at dst, a word at a time.
+func copy20(src asm.Register, off, dst int16) asm.Instructions {
+	var insns asm.Instructions
+	for i := int16(0); i < 20; i += 4 {
+		insns = append(insns,
+			asm.LoadMem(asm.R2, src, off+i, asm.Word),
+			asm.StoreMem(asm.RFP, dst+i, asm.R2, asm.Word),
+		)
+	}
+	return insns
 }
 
 // storeAddr writes the 16-byte address at src+off into the context's

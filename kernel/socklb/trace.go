@@ -14,6 +14,10 @@ type Client struct {
 	// namespace (a pod), the key of ClientIP affinity.
 	NetnsCookie uint64
 
+	// SocketCookie is what bpf_get_socket_cookie returns: the socket, the
+	// first half of the reverse-translation map's key.
+	SocketCookie uint64
+
 	// Random is what bpf_get_prandom_u32 returns for this call: the slot
 	// picked is Random % count, so Random i picks slot i.
 	Random uint32
@@ -22,7 +26,7 @@ type Client struct {
 // Step is one thing a program did: a map lookup and what it found, or a
 // rewrite.
 type Step struct {
-	Map  string // the map looked up ("services", "backends"), or "" for the context
+	Map  string // the map looked up or updated ("services", "backends", "revnat"), or "" for the context
 	Key  string // the key, decoded
 	Note string // what came of it
 }
@@ -55,7 +59,7 @@ func (t Trace) String() string {
 	if t.Translated() {
 		result = "rewritten to " + t.Result.String()
 	}
-	header := fmt.Sprintf("%s %s %s, netns cookie %d", t.Hook, t.Protocol, t.Addr, t.Client.NetnsCookie)
+	header := fmt.Sprintf("%s %s %s, netns cookie %d, socket cookie %d", t.Hook, t.Protocol, t.Addr, t.Client.NetnsCookie, t.Client.SocketCookie)
 	tracing.Print(&b, header, lines, result, 0, 1)
 	return b.String()
 }
@@ -80,33 +84,4 @@ func inFamily(b netip.AddrPort, addr netip.Addr) netip.AddrPort {
 		return netip.AddrPortFrom(netip.AddrFrom16(b.Addr().As16()), b.Port())
 	}
 	return b
-}
-
-// Connect returns where a socket of protocol p, created inside the cgroup by
-// client c, ends up connecting when it calls connect(dst), and the trace of
-// connect4 (IPv4 dst) or connect6 (IPv6 dst) deciding it. It mirrors
-// connectProg step by step: the services lookup, the count check, the slot
-// Random % count, the backends lookup, the rewrite.
-func (f *Fake) Connect(c Client, p Protocol, dst netip.AddrPort) (netip.AddrPort, Trace) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	tr := Trace{Hook: hookName("connect", dst.Addr()), Client: c, Protocol: p, Addr: dst, Result: dst}
-	svc := Service{VIP: dst.Addr().Unmap(), Port: dst.Port(), Protocol: p}
-	s, ok := f.services[svc]
-	if !ok {
-		tr.step("services", "lookup "+svc.String(), "miss: not a Service")
-		return dst, tr
-	}
-	n := uint32(len(s.entry.Backends))
-	tr.step("services", "lookup "+svc.String(), "id %d, %d backends", s.id, n)
-	if n == 0 {
-		tr.step("", "count 0", "no endpoint: untouched (the nftables path rejects)")
-		return dst, tr
-	}
-	slot := c.Random % n
-	b := s.entry.Backends[slot]
-	tr.step("backends", fmt.Sprintf("lookup (id %d, slot %d)", s.id, slot), "%s (random %d %% %d)", b, c.Random, n)
-	tr.Result = inFamily(b, dst.Addr())
-	tr.step("", "user_ip, user_port", "= %s", tr.Result)
-	return tr.Result, tr
 }

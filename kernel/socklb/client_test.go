@@ -1,0 +1,116 @@
+package socklb
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// dialEnv makes the test binary a client instead (see TestMain): it talks to
+// the address in the way modeEnv says, prints a line and exits. Tests run it
+// as a child process inside their cgroup, or outside it: the hooks see only
+// sockets created inside.
+const (
+	dialEnv  = "SOCKLB_TEST_DIAL"
+	countEnv = "SOCKLB_TEST_COUNT" // how many times; 1 when unset
+	modeEnv  = "SOCKLB_TEST_MODE"  // a key of clients; "tcp" when unset
+)
+
+// clients are the client modes, each returning the line to print.
+var clients = map[string]func(addr string) (string, error){
+	// tcp: connect, print the line the server sends.
+	"tcp": tcpLine,
+	// udp: a connected UDP socket (connect4/6); "REPLY from SOURCE", the
+	// source as recvmsg reports it.
+	"udp": func(addr string) (string, error) { return udpExchange("udp", addr, true) },
+	// udp-unconnected: sendto() and recvfrom() on an unconnected socket of
+	// the address's family (sendmsg4/6, recvmsg4/6).
+	"udp-unconnected": func(addr string) (string, error) { return udpExchange("", addr, false) },
+	// udp-dualstack: the same on an IPv6 socket that sends to an IPv4
+	// address as ::ffff:a.b.c.d (sendmsg6 and recvmsg6 on a mapped address;
+	// Go makes a wildcard "udp" socket dual-stack, IPV6_V6ONLY off).
+	"udp-dualstack": func(addr string) (string, error) { return udpExchange("udp", addr, false) },
+}
+
+func TestMain(m *testing.M) {
+	if addr := os.Getenv(dialEnv); addr != "" {
+		n, _ := strconv.Atoi(os.Getenv(countEnv))
+		mode := os.Getenv(modeEnv)
+		if mode == "" {
+			mode = "tcp"
+		}
+		client := clients[mode]
+		if client == nil {
+			fmt.Fprintf(os.Stderr, "%s=%q: no such client\n", modeEnv, mode)
+			os.Exit(2)
+		}
+		for range max(n, 1) {
+			line, err := client(addr)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			fmt.Println(line)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func tcpLine(addr string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return "", err
+	}
+	return line[:len(line)-1], nil
+}
+
+// udpExchange sends "ping" to addr and returns "REPLY from SOURCE". network
+// "" is the address's own family ("udp4" or "udp6").
+func udpExchange(network, addr string, connected bool) (string, error) {
+	dst, err := net.ResolveUDPAddr("udp", addr)
+	if err != nil {
+		return "", err
+	}
+	if network == "" {
+		network = "udp6"
+		if dst.IP.To4() != nil {
+			network = "udp4"
+		}
+	}
+	var c *net.UDPConn
+	if connected {
+		c, err = net.DialUDP(network, nil, dst)
+	} else {
+		c, err = net.ListenUDP(network, nil)
+	}
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	if connected {
+		_, err = c.Write([]byte("ping"))
+	} else {
+		_, err = c.WriteToUDP([]byte("ping"), dst)
+	}
+	if err != nil {
+		return "", err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 512)
+	n, src, err := c.ReadFromUDPAddrPort(buf)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s from %s", buf[:n], netip.AddrPortFrom(src.Addr().Unmap(), src.Port())), nil
+}
