@@ -26,9 +26,10 @@ func ExampleProxier() {
 	_, trace := lb.Connect(ksocklb.Client{NetnsCookie: 4097, Random: 7}, ksocklb.TCP, netip.MustParseAddrPort("198.18.0.10:80"))
 	fmt.Print(trace)
 	// Output:
-	// connect4 TCP 198.18.0.10:80, netns cookie 4097
+	// connect4 TCP 198.18.0.10:80, netns cookie 4097, socket cookie 0
 	//   services  lookup 198.18.0.10:80/TCP  => id 1, 3 backends
 	//   backends  lookup (id 1, slot 1)  => 198.19.1.11:8080 (random 7 % 3)
+	//   revnat    update (socket 0, 198.19.1.11:8080)  => = 198.18.0.10:80
 	//   ctx       user_ip, user_port  => = 198.19.1.11:8080
 	// result: rewritten to 198.19.1.11:8080
 }
