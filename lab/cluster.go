@@ -3,11 +3,9 @@ package lab
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
@@ -222,35 +220,4 @@ func (l *Lab) createMirrorPod(ctx context.Context, c kubernetes.Interface) error
 	}
 	k := l.NewKubelet(c, nil)
 	return k.reportRunning(ctx, created, p.Node)
-}
-
-// WriteHosts writes the table of the lab's hosts that `svclab up` prints:
-// the Plan's, or on a control plane the node, the client and the pods the
-// kubelet runs, in name order.
-func (l *Lab) WriteHosts(w io.Writer) error {
-	st, err := l.readState()
-	if err != nil {
-		return err
-	}
-	p := l.cfg.Plan
-	if st.Kubectl == "" {
-		return p.WriteHosts(w, st.Mode)
-	}
-	client, _ := p.Host("client")
-	if st.RealNode {
-		hosts := []Host{client}
-		if outside, ok := p.Host("outside"); ok {
-			hosts = append(hosts, outside)
-		}
-		runs := fmt.Sprintf("etcd, kube-apiserver :6443, kube-controller-manager, kube-scheduler, containerd, kubelet; pods on %s in %s (svclab kubectl get pods -A -o wide)", podBridge, p.PodCIDR)
-		return p.writeHosts(w, runs, hosts)
-	}
-	pods := l.podRecords()
-	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
-	hosts := append([]Host{client}, pods...)
-	if outside, ok := p.Host("outside"); ok {
-		hosts = append(hosts, outside)
-	}
-	runs := fmt.Sprintf("etcd, kube-apiserver :6443, kube-controller-manager, kubelet (svclab), svcproxy --mode %s, clusterdns on :53", st.Mode)
-	return p.writeHosts(w, runs, hosts)
 }

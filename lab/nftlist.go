@@ -18,7 +18,9 @@ type nftTable struct {
 	Family, Name string
 	Sets, Maps   []*nftSet // in the order listed
 	Counters     []string
-	Chains       []*nftChain
+	// Packets are each named counter's packets, by name.
+	Packets map[string]uint64
+	Chains  []*nftChain
 }
 
 // nftSet is a set or a map.
@@ -109,9 +111,14 @@ func (p *nftParser) table() (*nftTable, error) {
 			}
 		case f[0] == "counter" && len(f) == 3 && f[2] == "{":
 			t.Counters = append(t.Counters, f[1])
-			if err := p.skipBlock(); err != nil {
+			n, err := p.counterBlock()
+			if err != nil {
 				return nil, err
 			}
+			if t.Packets == nil {
+				t.Packets = map[string]uint64{}
+			}
+			t.Packets[f[1]] = n
 		case f[0] == "chain" && len(f) == 3 && f[2] == "{":
 			c, err := p.chain(f[1])
 			if err != nil {
@@ -124,14 +131,24 @@ func (p *nftParser) table() (*nftTable, error) {
 	}
 }
 
-func (p *nftParser) skipBlock() error {
+// counterBlock reads a named counter's block, "packets N bytes M", and
+// returns its packets.
+func (p *nftParser) counterBlock() (uint64, error) {
+	var n uint64
 	for {
 		line, ok := p.next()
 		if !ok {
-			return p.errorf("a block is not closed")
+			return 0, p.errorf("a block is not closed")
 		}
 		if line == "}" {
-			return nil
+			return n, nil
+		}
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "packets" {
+			v, err := strconv.ParseUint(f[1], 10, 64)
+			if err != nil {
+				return 0, p.errorf("counter: %q: %v", line, err)
+			}
+			n = v
 		}
 	}
 }

@@ -30,6 +30,10 @@ type TrafficOptions struct {
 	// IPv6 resolves a name to its IPv6 ClusterIP (AAAA) instead of its IPv4
 	// one (Probe.IPv6).
 	IPv6 bool
+	// OnEvent, when set, is called with each of the probe's events as it
+	// arrives (from Traffic's goroutine): what `svclab web` draws its
+	// timeline from while the requests run.
+	OnEvent func(Event) `json:"-"`
 }
 
 // Traffic sends opts.N requests to opts.Target from the client (a Probe run
@@ -81,6 +85,9 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 		var ev Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			continue
+		}
+		if opts.OnEvent != nil {
+			opts.OnEvent(ev)
 		}
 		if ev.Held != 0 {
 			held = append(held, ev)

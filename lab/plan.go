@@ -2,10 +2,8 @@ package lab
 
 import (
 	"fmt"
-	"io"
 	"net/netip"
 	"strings"
-	"text/tabwriter"
 )
 
 // Role is what a lab host is for.
@@ -398,39 +396,6 @@ func (p *Plan) ServiceRouteCommands() [][]string {
 
 // serviceLink6 is the node's link that the IPv6 Service range is routed to.
 const serviceLink6 = "services6"
-
-// WriteHosts writes a table of the lab's hosts: namespace, address and what
-// runs there (svcproxy in mode).
-func (p *Plan) WriteHosts(w io.Writer, mode string) error {
-	return p.writeHosts(w, fmt.Sprintf("svcproxy --mode %s, clusterdns on :53", mode), p.Hosts)
-}
-
-func (p *Plan) writeHosts(w io.Writer, nodeRuns string, hosts []Host) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "HOST\tNAMESPACE\tADDRESS\tIPV6 ADDRESS\tRUNS")
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Node.Name, p.Namespace(p.Node.Name), p.Node.Addr, addr6(p.Node), nodeRuns)
-	for _, h := range hosts {
-		runs := "-"
-		if h.Role == RoleOutside {
-			runs = "- (outside the cluster: beyond " + p.ClusterCIDR.String() + ")"
-			if p.DualStack() {
-				runs = "- (outside the cluster: beyond " + p.ClusterCIDR.String() + " and " + p.ClusterCIDR6.String() + ")"
-			}
-		}
-		if h.Role == RolePod {
-			var ports []string
-			for _, port := range h.TCP {
-				ports = append(ports, fmt.Sprintf("%d/tcp", port))
-			}
-			for _, port := range h.UDP {
-				ports = append(ports, fmt.Sprintf("%d/udp", port))
-			}
-			runs = "svclab pod (" + strings.Join(ports, ", ") + ")"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", h.Name, p.Namespace(h.Name), h.Addr, addr6(h), runs)
-	}
-	return tw.Flush()
-}
 
 // addr6 is h's IPv6 address for a table, "-" for none.
 func addr6(h Host) string {

@@ -47,9 +47,32 @@ func (tl *Timeline) Add(ev Event) {
 		tl.Seconds = append(tl.Seconds, TimelineSecond{})
 	}
 	s := &tl.Seconds[sec]
-	if ev.Err != "" {
+	switch tl.PathOf(ev) {
+	case PathFailed:
 		s.Failed++
-		return
+	case PathKernel:
+		s.Kernel++
+	case PathUserspace:
+		s.Userspace++
+	default:
+		s.Other++
+	}
+}
+
+// The paths PathOf tells apart.
+const (
+	PathKernel    = "kernel"
+	PathUserspace = "userspace"
+	PathOther     = "other"
+	PathFailed    = "failed"
+)
+
+// PathOf says which path carried a request's answer, by the address the
+// pod saw: PathKernel, PathUserspace, PathOther, or PathFailed when there
+// was no answer. `svclab web` draws its chart with it.
+func (tl *Timeline) PathOf(ev Event) string {
+	if ev.Err != "" {
+		return PathFailed
 	}
 	saw := netip.Addr{}
 	if host, _, err := net.SplitHostPort(ev.From); err == nil {
@@ -57,13 +80,17 @@ func (tl *Timeline) Add(ev Event) {
 	}
 	switch saw {
 	case tl.Sender:
-		s.Kernel++
+		return PathKernel
 	case tl.Node:
-		s.Userspace++
+		return PathUserspace
 	default:
-		s.Other++
+		return PathOther
 	}
 }
+
+// NewTimeline is the Timeline of requests sent from lab host from (over
+// IPv6 when ipv6 is set): who the sender and the node are.
+func (l *Lab) NewTimeline(from string, ipv6 bool) *Timeline { return l.timeline(from, ipv6) }
 
 // Write writes one row per second, with a bar of the answers: "u" for each
 // one through userspace, "k" for each through the kernel, "x" for failures.

@@ -53,20 +53,32 @@ func (p tracePacket) nftables(pick int) knft.Packet {
 // the packet where, whether it was DNATed, REDIRECTed or masqueraded, every
 // way the random choices can go, and what the pod will see.
 func (l *Lab) Trace(ctx context.Context, opts TraceOptions) error {
+	_, err := l.TraceReport(ctx, opts)
+	return err
+}
+
+// TraceReport is Trace, which it writes to Stdout too, returned as data as
+// well: the hops `svclab web` draws.
+func (l *Lab) TraceReport(ctx context.Context, opts TraceOptions) (*TraceReport, error) {
 	mode, err := l.Mode()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	snap, err := l.Snapshot(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	pkt, port, err := l.tracePacket(snap, opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	w := l.cfg.Stdout
+	var text strings.Builder
+	w := io.MultiWriter(l.cfg.Stdout, &text)
+	rep := &TraceReport{From: pkt.fromName, Src: pkt.src.String(), Dst: pkt.dst.String(), Proto: strings.ToUpper(pkt.proto),
+		Mode: mode, InIface: pkt.inIface, Local: pkt.local}
+	defer func() { rep.Text = text.String() }()
 	if port != nil {
+		rep.Port = port.Name.String()
 		fmt.Fprintf(w, "%s is %s/%s; svcproxy runs %s mode.\n", port.Name, pkt.dst, strings.ToUpper(pkt.proto), mode)
 	} else {
 		fmt.Fprintf(w, "%s/%s is no Service's ClusterIP; svcproxy runs %s mode.\n", pkt.dst, strings.ToUpper(pkt.proto), mode)
@@ -80,81 +92,89 @@ func (l *Lab) Trace(ctx context.Context, opts TraceOptions) error {
 
 	local, err := l.nodeAddrs(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// nftables first: svcproxy's nat chains run at priority -101, before
 	// iptables' nat table (-100); a DNAT there is final.
 	if list, err := l.nodeOutput(ctx, "nft", "list", "table", "ip", "svcproxy"); err == nil {
 		tab, err := parseNFTList(list)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		f := knft.NewFake(tab.Name)
 		if err := tab.load(f); err != nil {
-			return fmt.Errorf("load the node's nftables table into the tracer: %w", err)
+			return nil, fmt.Errorf("load the node's nftables table into the tracer: %w", err)
 		}
 		f.SetLocalAddrs(local...)
 		tr, err := f.Trace(pkt.nftables(opts.Pick))
 		if err != nil {
-			return err
+			return nil, err
 		}
-		text := tr.String()
+		for _, st := range tr.Steps {
+			rep.Hops = append(rep.Hops, TraceHop{Tracer: "nftables", Table: tab.Family + " " + tab.Name, Chain: st.Chain, Rule: st.Rule, Note: st.Note})
+		}
+		walk := tr.String()
 		if !pkt.local {
-			text = strings.Replace(text, ", arriving from outside", ", arriving on "+pkt.inIface, 1)
+			walk = strings.Replace(walk, ", arriving from outside", ", arriving on "+pkt.inIface, 1)
 		}
-		fmt.Fprintf(w, "nftables (table ip svcproxy):\n%s", text)
+		fmt.Fprintf(w, "nftables (table ip svcproxy):\n%s", walk)
 		all, err := f.TraceAll(pkt.nftables(0))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		var results []wayResult
 		for _, t := range all {
 			results = append(results, wayResult{t.Result(), t.DNAT, t.Probability})
 		}
-		l.writeWays(w, results)
+		rep.Ways = l.writeWays(w, results)
 		if tr.DNAT.IsValid() || tr.Verdict != "ACCEPT" {
-			l.explain(w, pkt, port, tr.Result(), tr.DNAT, 0, tr.Masquerade, tr.Delivered)
-			return nil
+			rep.Result = l.explain(w, pkt, port, tr.Result(), tr.DNAT, 0, tr.Masquerade, tr.Delivered)
+			return rep, nil
 		}
 		fmt.Fprintf(w, "\nNo DNAT in nftables: the packet goes on to iptables' nat table.\n\n")
 	}
 
 	save, err := l.nodeOutput(ctx, "iptables-save")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	f := kiptables.NewFake()
 	if err := f.Restore(ctx, []byte(save)); err != nil {
-		return fmt.Errorf("load the node's iptables rules into the tracer: %w", err)
+		return nil, fmt.Errorf("load the node's iptables rules into the tracer: %w", err)
 	}
 	f.SetLocalAddrs(local...)
 	tr, err := f.Trace(pkt.iptables(opts.Pick))
 	if err != nil {
-		return err
+		return nil, err
+	}
+	for _, st := range tr.Steps {
+		rep.Hops = append(rep.Hops, TraceHop{Tracer: "iptables", Table: string(st.Table), Chain: st.Chain, Rule: st.Rule, Note: st.Note})
 	}
 	fmt.Fprintf(w, "iptables:\n%s", tr)
 	all, err := f.TraceAll(pkt.iptables(0))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var results []wayResult
 	for _, t := range all {
 		results = append(results, wayResult{t.Result(), t.DNAT, t.Probability})
 	}
-	l.writeWays(w, results)
+	rep.Ways = l.writeWays(w, results)
 	if tr.Redirect == 0 && !tr.DNAT.IsValid() && tr.Verdict == "ACCEPT" && tr.Delivered && port != nil {
-		if l.traceIPVS(ctx, w, pkt) {
+		if hop, ok := l.traceIPVS(ctx, w, pkt); ok {
+			rep.Hops = append(rep.Hops, hop)
 			who := l.withName(pkt.src)
 			if tr.Masquerade {
 				who = l.withName(l.cfg.Plan.Node.Addr) + " (the rules marked it for MASQUERADE)"
 			}
 			fmt.Fprintln(w)
-			para(w, fmt.Sprintf("IPVS rewrites the destination to the real server it picked (a DNAT, which conntrack remembers); the pod sees %s.", who))
-			return nil
+			rep.Result = fmt.Sprintf("IPVS rewrites the destination to the real server it picked (a DNAT, which conntrack remembers); the pod sees %s.", who)
+			para(w, rep.Result)
+			return rep, nil
 		}
 	}
-	l.explain(w, pkt, port, tr.Result(), tr.DNAT, tr.Redirect, tr.Masquerade, tr.Delivered)
-	return nil
+	rep.Result = l.explain(w, pkt, port, tr.Result(), tr.DNAT, tr.Redirect, tr.Masquerade, tr.Delivered)
+	return rep, nil
 }
 
 // wayResult is one way a trace can go.
@@ -166,9 +186,13 @@ type wayResult struct {
 
 // writeWays lists every way the random choices can go, when there is more
 // than one.
-func (l *Lab) writeWays(w io.Writer, ways []wayResult) {
+func (l *Lab) writeWays(w io.Writer, ways []wayResult) []TraceWay {
+	var out []TraceWay
+	for _, way := range ways {
+		out = append(out, TraceWay{Result: way.result, P: way.p})
+	}
 	if len(ways) < 2 {
-		return
+		return out
 	}
 	fmt.Fprintf(w, "\nEvery way the random choices can go (--pick N prints way N):\n")
 	for i, way := range ways {
@@ -179,7 +203,9 @@ func (l *Lab) writeWays(w io.Writer, ways []wayResult) {
 			}
 		}
 		fmt.Fprintf(w, "  %d  %-40s p=%.3f\n", i, r, way.p)
+		out[i].Result = r
 	}
+	return out
 }
 
 // tracePacket builds the packet of opts and finds the service port it is for
@@ -248,10 +274,10 @@ var ipvsVSRE = regexp.MustCompile(`^(TCP|UDP)\s+(\S+)\s+(\S+)`)
 // traceIPVS says what IPVS does with a packet the rules delivered to the
 // node: the virtual server for its destination and the real servers its
 // scheduler picks from. It reports whether IPVS has one.
-func (l *Lab) traceIPVS(ctx context.Context, w io.Writer, pkt tracePacket) bool {
+func (l *Lab) traceIPVS(ctx context.Context, w io.Writer, pkt tracePacket) (TraceHop, bool) {
 	out, err := l.nodeOutput(ctx, "ipvsadm", "-ln")
 	if err != nil {
-		return false // no IPVS: nothing more happens to the packet
+		return TraceHop{}, false // no IPVS: nothing more happens to the packet
 	}
 	var vs, rss []string
 	in := false
@@ -268,8 +294,9 @@ func (l *Lab) traceIPVS(ctx context.Context, w io.Writer, pkt tracePacket) bool 
 		}
 	}
 	if vs == nil {
-		return false
+		return TraceHop{}, false
 	}
+	hop := TraceHop{Tracer: "IPVS", Chain: "INPUT", Rule: fmt.Sprintf("virtual server %s %s, scheduler %s", vs[0], vs[1], vs[2])}
 	fmt.Fprintln(w)
 	para(w, fmt.Sprintf("The destination is local (on svcp-ipvs0), so the packet reaches INPUT, where IPVS has a virtual server for it: %s %s, scheduler %s. It picks one real server:", vs[0], vs[1], vs[2]))
 	for _, rs := range rss {
@@ -281,13 +308,22 @@ func (l *Lab) traceIPVS(ctx context.Context, w io.Writer, pkt tracePacket) bool 
 			}
 		}
 		fmt.Fprintf(w, "  -> %s%s  %s\n", f[0], name, strings.Join(f[1:], " "))
+		hop.Note += " -> " + f[0] + name
 	}
-	return true
+	hop.Note = "real servers:" + hop.Note
+	return hop, true
 }
 
 // explain says in words what the result means for the connection and for
-// what the pod sees.
-func (l *Lab) explain(w io.Writer, pkt tracePacket, port *service.Port, result string, dnat netip.AddrPort, redirect uint16, masq, delivered bool) {
+// what the pod sees, and returns what it wrote.
+func (l *Lab) explain(w io.Writer, pkt tracePacket, port *service.Port, result string, dnat netip.AddrPort, redirect uint16, masq, delivered bool) string {
+	var b strings.Builder
+	l.explainTo(&b, pkt, port, result, dnat, redirect, masq, delivered)
+	_, _ = io.WriteString(w, b.String())
+	return strings.TrimSpace(b.String())
+}
+
+func (l *Lab) explainTo(w io.Writer, pkt tracePacket, port *service.Port, result string, dnat netip.AddrPort, redirect uint16, masq, delivered bool) {
 	node := l.cfg.Plan.Node.Addr
 	fmt.Fprintln(w)
 	switch {
