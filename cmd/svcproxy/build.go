@@ -16,6 +16,7 @@ import (
 	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
 	"github.com/svcproxy/svcproxy/kernel/link"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
+	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
 	"github.com/svcproxy/svcproxy/offload"
 	offloadiptables "github.com/svcproxy/svcproxy/offload/iptables"
 	offloadipvs "github.com/svcproxy/svcproxy/offload/ipvs"
@@ -36,13 +37,26 @@ func newDataplane(cfg *Config, log *slog.Logger) (dataplane.Interface, error) {
 	} else {
 		mode = kernelMode(mode, false, log)
 	}
-	if kernel := map[bool]string{true: offloadMode, false: mode}[mode == dataplane.ModeHybrid]; kernel == dataplane.ModeIPTables || kernel == dataplane.ModeNFTables {
+	if kernel := map[bool]string{true: offloadMode, false: mode}[mode == dataplane.ModeHybrid]; kernel == dataplane.ModeIPTables || kernel == dataplane.ModeNFTables || kernel == dataplane.ModeSocketLB {
 		warnLoopbackNodeIPs(cfg, log)
+	}
+	// The socket LB's programs and maps are one per node (per cgroup), shared
+	// by both families' dataplanes; they are detached when the process ends.
+	var lb *ksocklb.Kernel
+	if usesSocketLB(mode, offloadMode) {
+		k, err := newSocketLB(cfg)
+		if err != nil {
+			return nil, err
+		}
+		lb = k
 	}
 	var dps [2]dataplane.Interface
 	for i, fam := range servedFamilies(mode, log) {
-		dp, err := familyDataplane(cfg, fam, mode, offloadMode, log)
+		dp, err := familyDataplane(cfg, fam, mode, offloadMode, lb, log)
 		if err != nil {
+			if lb != nil {
+				lb.Close()
+			}
 			return nil, fmt.Errorf("%s: %w", fam, err)
 		}
 		if fam == service.IPv6 {
@@ -54,8 +68,9 @@ func newDataplane(cfg *Config, log *slog.Logger) (dataplane.Interface, error) {
 }
 
 // familyDataplane builds the dataplane of one IP family: the single-stack
-// code of the mode, with the family's iptables binary and addresses.
-func familyDataplane(cfg *Config, fam service.Family, mode, offloadMode string, log *slog.Logger) (dataplane.Interface, error) {
+// code of the mode, with the family's iptables binary and addresses (and lb,
+// the node's socket LB, in the modes that use it).
+func familyDataplane(cfg *Config, fam service.Family, mode, offloadMode string, lb *ksocklb.Kernel, log *slog.Logger) (dataplane.Interface, error) {
 	ipt, err := kiptables.New(kiptables.Config{Family: kiptables.Family(fam)})
 	if err != nil {
 		return nil, err
@@ -67,8 +82,8 @@ func familyDataplane(cfg *Config, fam service.Family, mode, offloadMode string, 
 			return nil, err
 		}
 		return userspace.NewDataplane(userspace.New(uc), 0), nil
-	case dataplane.ModeNFTables:
-		dp, err := kernelPath(cfg, fam, mode, ipt, nil, log)
+	case dataplane.ModeNFTables, dataplane.ModeSocketLB:
+		dp, err := kernelPath(cfg, fam, mode, ipt, lb, nil, log)
 		if err != nil {
 			return nil, err
 		}
@@ -77,7 +92,7 @@ func familyDataplane(cfg *Config, fam service.Family, mode, offloadMode string, 
 		}
 		return newLocalhostNodePorts(cfg, fam, dp, log), nil
 	case dataplane.ModeIPTables, dataplane.ModeIPVS:
-		return kernelPath(cfg, fam, mode, ipt, nil, log)
+		return kernelPath(cfg, fam, mode, ipt, nil, nil, log)
 	case dataplane.ModeHybrid:
 		uc, err := userspaceConfig(cfg, fam, ipt, log)
 		if err != nil {
@@ -86,7 +101,7 @@ func familyDataplane(cfg *Config, fam service.Family, mode, offloadMode string, 
 		m, err := hybrid.New(hybrid.Config{
 			Userspace: uc,
 			Kernel: func(carried func(service.PortName) bool) (dataplane.KernelPath, error) {
-				return kernelPath(cfg, fam, offloadMode, ipt, carried, log)
+				return kernelPath(cfg, fam, offloadMode, ipt, lb, carried, log)
 			},
 			Promoter: offload.Config{PromoteConnRate: cfg.PromoteConnRate, PromoteAfter: cfg.PromoteAfter, DemoteAfter: cfg.DemoteAfter},
 			Logger:   log.With("ipFamily", string(fam)),
@@ -124,8 +139,10 @@ func kernelMode(mode string, hybrid bool, log *slog.Logger) string {
 
 // kernelPath builds the kernel dataplane of mode for family fam, restricted to
 // the ports carried accepts when it is not nil.
-func kernelPath(cfg *Config, fam service.Family, mode string, ipt kiptables.Interface, carried func(service.PortName) bool, log *slog.Logger) (dataplane.KernelPath, error) {
+func kernelPath(cfg *Config, fam service.Family, mode string, ipt kiptables.Interface, lb *ksocklb.Kernel, carried func(service.PortName) bool, log *slog.Logger) (dataplane.KernelPath, error) {
 	switch mode {
+	case dataplane.ModeSocketLB:
+		return socketLBPath(cfg, fam, lb, carried, log)
 	case dataplane.ModeIPVS:
 		return ipvsPath(cfg, fam, ipt, carried, log)
 	case dataplane.ModeNFTables:

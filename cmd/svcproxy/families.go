@@ -31,7 +31,7 @@ func servedFamilies(mode string, log *slog.Logger) []service.Family {
 // Promoter per family).
 func ipv6Supported(mode string) error {
 	switch mode {
-	case dataplane.ModeIPTables, dataplane.ModeIPVS, dataplane.ModeUserspace, dataplane.ModeNFTables, dataplane.ModeHybrid:
+	case dataplane.ModeIPTables, dataplane.ModeIPVS, dataplane.ModeUserspace, dataplane.ModeNFTables, dataplane.ModeSocketLB, dataplane.ModeHybrid:
 	default:
 		return fmt.Errorf("--mode %s serves IPv4 only (see docs/operations.md, Dual-stack)", mode)
 	}

@@ -22,6 +22,7 @@ const (
 	modeNFTables  = dataplane.ModeNFTables
 	modeIPVS      = dataplane.ModeIPVS
 	modeHybrid    = dataplane.ModeHybrid
+	modeSocketLB  = dataplane.ModeSocketLB
 )
 
 // Config is everything the flags say; run takes it and nothing else.
@@ -41,6 +42,11 @@ type Config struct {
 
 	IPVSScheduler string
 	IPVSStrictARP bool
+
+	// SocketLBCgroup is --socklb-cgroup: the cgroup v2 directory whose
+	// processes' connect() the socket LB sees; "" is the node's cgroup2 root
+	// (defaultSocketLBCgroup).
+	SocketLBCgroup string
 
 	HealthzAddr string
 	MetricsAddr string
@@ -71,13 +77,14 @@ func parseFlags(args []string) (*Config, error) {
 	fs.StringVar(&c.ServicesFile, "services", "", "Kubernetes manifests `FILE` (Services, EndpointSlices, Endpoints, and this node's Node), reloaded when it changes")
 	fs.Int64Var(&c.ServicesMaxBytes, "services-max-bytes", watch.DefaultMaxFileBytes, "refuse a --services file larger than this many `BYTES`, keeping the last good state")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "watch the API server of this kubeconfig `FILE`; without --services or --kubeconfig, the in-cluster config")
-	fs.StringVar(&c.Mode, "mode", modeHybrid, "proxy mode: userspace, iptables, nftables, ipvs or hybrid")
+	fs.StringVar(&c.Mode, "mode", modeHybrid, "proxy mode: userspace, iptables, nftables, ipvs, socklb or hybrid")
 	fs.StringVar(&c.Offload, "offload", modeNFTables, "hybrid's kernel path: nftables, ipvs or iptables (nftables and ipvs fall back to iptables where the kernel or the nft tool lacks them)")
 	fs.Float64Var(&c.PromoteConnRate, "promote-conn-rate", 50, "hybrid: new connections per second that make a service port hot")
 	fs.DurationVar(&c.PromoteAfter, "promote-after", 5*time.Second, "hybrid: how long the rate must hold before promotion")
 	fs.DurationVar(&c.DemoteAfter, "demote-after", 5*time.Minute, "hybrid: how long a promoted port must stay quiet before it returns to userspace (0: never)")
 	fs.StringVar(&c.IPVSScheduler, "ipvs-scheduler", "rr", "IPVS scheduler: rr, wrr, lc, wlc, sh, dh, sed, nq")
 	fs.BoolVar(&c.IPVSStrictARP, "ipvs-strict-arp", false, "IPVS: set arp_ignore=1 and arp_announce=2, so the node does not answer ARP for service IPs (as MetalLB needs)")
+	fs.StringVar(&c.SocketLBCgroup, "socklb-cgroup", "", "socklb: the cgroup v2 `DIR` whose processes' connect() to a ClusterIP is balanced by the socket LB (default "+defaultSocketLBCgroup+", which must then be a cgroup2 mount)")
 	fs.StringVar(&c.HealthzAddr, "healthz-bind-address", "0.0.0.0:10256", "serve /healthz here once the first sync is done")
 	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", "127.0.0.1:10249", "serve /metrics, /proxyMode and /status here")
 	fs.StringVar(&c.NodeName, "hostname-override", "", "this node's name, for traffic policy Local and the health check (default: the hostname, lower-cased)")
@@ -102,9 +109,9 @@ func parseFlags(args []string) (*Config, error) {
 	}
 	var errs []error
 	switch c.Mode {
-	case modeUserspace, modeIPTables, modeNFTables, modeIPVS, modeHybrid:
+	case modeUserspace, modeIPTables, modeNFTables, modeIPVS, modeSocketLB, modeHybrid:
 	default:
-		errs = append(errs, fmt.Errorf("--mode %q: must be userspace, iptables, nftables, ipvs or hybrid", c.Mode))
+		errs = append(errs, fmt.Errorf("--mode %q: must be userspace, iptables, nftables, ipvs, socklb or hybrid", c.Mode))
 	}
 	switch c.Offload {
 	case modeNFTables, modeIPVS, modeIPTables:

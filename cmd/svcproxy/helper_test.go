@@ -36,6 +36,13 @@ func TestHelperSvcproxy(t *testing.T) {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
+	if cfg.Cleanup {
+		if err := cleanup(ctx, cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "svcproxy: cleanup:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if err := run(ctx, cfg, slog.New(slog.NewTextHandler(w, nil))); err != nil {
 		fmt.Fprintln(os.Stderr, "svcproxy:", err)
 		os.Exit(1)

@@ -176,6 +176,14 @@ func TestLocalhostNodePorts(t *testing.T) {
 // with args until the test ends, and returns its log.
 func startSvcproxy(t *testing.T, ns *netnstest.NS, args ...string) *logLines {
 	t.Helper()
+	l, _ := startSvcproxyStoppable(t, ns, args...)
+	return l
+}
+
+// startSvcproxyStoppable is startSvcproxy that also returns stop: SIGTERM,
+// then wait for the process to exit (at once, or at the end of the test).
+func startSvcproxyStoppable(t *testing.T, ns *netnstest.NS, args ...string) (*logLines, func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cmd := ns.Command(ctx, "env", append([]string{"SVCPROXY_HELPER=1", os.Args[0], "-test.run=^TestHelperSvcproxy$", "--"}, args...)...)
 	stderr, err := cmd.StderrPipe()
@@ -194,14 +202,18 @@ func startSvcproxy(t *testing.T, ns *netnstest.NS, args ...string) *logLines {
 			l.add(sc.Text())
 		}
 	}()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
-		cancel()
-		<-done
-		t.Logf("svcproxy log:\n%s", l)
-	})
-	return l
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cmd.Process.Signal(syscall.SIGTERM)
+			<-done // the log is read to its end before Wait closes the pipe
+			cmd.Wait()
+			cancel()
+			t.Logf("svcproxy %s log:\n%s", strings.Join(args, " "), l)
+		})
+	}
+	t.Cleanup(stop)
+	return l, stop
 }
 
 // logLines is a process's log as it comes.

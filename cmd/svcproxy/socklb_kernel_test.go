@@ -1,0 +1,321 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/internal/offloadtest"
+	knft "github.com/svcproxy/svcproxy/kernel/nftables"
+)
+
+// socketLBManifests: web, a dual-stack ClusterIP Service with the lab's three
+// backends in each family; empty, a ClusterIP Service without endpoints.
+var socketLBManifests = func() string {
+	var b strings.Builder
+	b.WriteString(`apiVersion: v1
+kind: Service
+metadata: {name: web, namespace: default}
+spec:
+  ipFamilyPolicy: RequireDualStack
+  ipFamilies: [IPv4, IPv6]
+  clusterIP: 198.18.0.10
+  clusterIPs: [198.18.0.10, "2001:db8:18::10"]
+  ports: [{name: p, port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: empty, namespace: default}
+spec:
+  clusterIP: 198.18.0.20
+  ports: [{name: p, port: 80, targetPort: 8080}]
+`)
+	for _, fam := range []struct {
+		name string
+		addr func(int) string
+	}{
+		{"IPv4", func(i int) string { return offloadtest.BackendAddr(i).String() }},
+		{"IPv6", func(i int) string { return offloadtest.BackendAddr6(i).String() }},
+	} {
+		fmt.Fprintf(&b, `---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: web-%s, namespace: default, labels: {kubernetes.io/service-name: web}}
+addressType: %s
+ports: [{name: p, port: 8080, protocol: TCP}]
+endpoints:
+`, strings.ToLower(fam.name), fam.name)
+		for i := range 3 {
+			fmt.Fprintf(&b, "- {addresses: [%q], nodeName: node-a, conditions: {ready: true}}\n", fam.addr(i))
+		}
+	}
+	return b.String()
+}()
+
+// TestSocketLBMode runs svcproxy --mode socklb on the real kernel: the lab's
+// node namespace, and a cgroup v2 directory of the test's own (under a
+// private cgroup2 mount) for the socket LB. A pod whose process is in the
+// cgroup connects to the ClusterIP and its socket is connected to a backend
+// (its peer address says so), spread over the three, over IPv4 and IPv6, and
+// the backend sees the pod's own address; a Service without endpoints is
+// refused (the nftables path beside rejects what the hook leaves alone); the
+// same pod's process outside the cgroup still reaches the Service, through
+// nftables (its peer is the ClusterIP). /status and /metrics show the port
+// on the socklb path. After svcproxy stops and --cleanup runs, no program is
+// attached to the cgroup and no nftables table of svcproxy remains.
+func TestSocketLBMode(t *testing.T) {
+	netnstest.RequireRoot(t, "nft", "ip", "iptables-restore")
+	if err := knft.Available(); err != nil {
+		t.Skipf("nftables unavailable, and the socket LB needs it beside: %v", err)
+	}
+	cg := newTestCgroup(t)
+	lab := offloadtest.New(t, "node-a")
+	lab.AddIPv6(t)
+	lab.ServeTCP(t, 8080)
+	file := filepath.Join(t.TempDir(), "services.yaml")
+	if err := os.WriteFile(file, []byte(socketLBManifests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logs, stop := startSvcproxyStoppable(t, lab.Node, "--mode", "socklb", "--socklb-cgroup", cg.path,
+		"--services", file, "--hostname-override", "node-a", "--cluster-cidr", "198.19.8.0/21,2001:db8:19::/64",
+		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249")
+	if !logs.waitFor("svcproxy starting", "mode=socklb") {
+		t.Fatalf("svcproxy did not start in socklb mode:\n%s", logs)
+	}
+
+	backends := map[string]bool{}
+	for i := range 3 {
+		backends[offloadtest.BackendAddr(i).String()] = true
+		backends[offloadtest.BackendAddr6(i).String()] = true
+	}
+	for _, vip := range []string{"198.18.0.10:80", "[2001:db8:18::10]:80"} {
+		// The first sync may still be running: wait for a translated connect().
+		waitTranslated(t, lab.Client, cg, vip)
+		// 60 connects miss one of 3 backends with probability 3*(2/3)^60, about 1e-10.
+		dials := dialFromCgroup(t, lab.Client, cg, vip, 60)
+		seen := map[string]int{}
+		for _, d := range dials {
+			peer := hostOf(d.peer)
+			if d.err != "" || !backends[peer] {
+				t.Fatalf("inside the cgroup, connect(%s): %+v; want a socket connected to a backend", vip, d)
+			}
+			if d.client != offloadtest.ClientAddr.String() && d.client != offloadtest.ClientAddr6.String() {
+				t.Errorf("the backend saw client %s, want the pod's own address (no NAT)", d.client)
+			}
+			seen[d.backend]++
+		}
+		if len(seen) != 3 {
+			t.Errorf("inside the cgroup, 60 connects to %s reached %v, want all three backends", vip, seen)
+		}
+		out := dialFromCgroup(t, lab.Client, nil, vip, 1)[0]
+		if out.err != "" || out.peer != vip {
+			t.Errorf("outside the cgroup, connect(%s): %+v; want an answer through nftables, the peer the ClusterIP", vip, out)
+		}
+	}
+	if d := dialFromCgroup(t, lab.Client, cg, "198.18.0.20:80", 1)[0]; d.err != "refused" {
+		t.Errorf("inside the cgroup, connect to a Service without endpoints: %+v, want refused", d)
+	}
+
+	status, err := fallbackGet(lab.Node, "127.0.0.1:10249", "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, err := fallbackGet(lab.Node, "127.0.0.1:10249", "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"path":"socklb"`, `"frontends":["198.18.0.10:80"]`, `"frontends":["[2001:db8:18::10]:80"]`} {
+		if !strings.Contains(strings.Join(strings.Fields(status), ""), want) {
+			t.Errorf("/status lacks %s:\n%s", want, status)
+		}
+	}
+	if want := `svcproxy_socklb_port_backends{ip_family="IPv4",service_port="default/web:p"} 3`; !strings.Contains(metrics, want) {
+		t.Errorf("/metrics lacks %s", want)
+	}
+
+	stop()
+	cleanupLogs := lab.Node.Run(t, "env", "SVCPROXY_HELPER=1", os.Args[0], "-test.run=^TestHelperSvcproxy$", "--", "--cleanup")
+	for _, at := range []ebpf.AttachType{ebpf.AttachCGroupInet4Connect, ebpf.AttachCGroupInet6Connect,
+		ebpf.AttachCGroupUDP4Sendmsg, ebpf.AttachCGroupUDP6Sendmsg, ebpf.AttachCGroupUDP4Recvmsg, ebpf.AttachCGroupUDP6Recvmsg} {
+		res, err := link.QueryPrograms(link.QueryOptions{Target: int(cg.dir.Fd()), Attach: at})
+		if err != nil {
+			t.Fatalf("query the cgroup's %v programs: %v", at, err)
+		}
+		if len(res.Programs) != 0 {
+			t.Errorf("after --cleanup, %d %v programs still attached to %s", len(res.Programs), at, cg.path)
+		}
+	}
+	if out := lab.Node.Run(t, "nft", "list", "tables"); strings.Contains(out, "svcproxy") {
+		t.Errorf("after --cleanup, nft list tables: %s\ncleanup log:\n%s", out, cleanupLogs)
+	}
+}
+
+// hostOf is the address of a "host:port" (IPv6 without brackets), or "".
+func hostOf(hostport string) string {
+	h, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return ""
+	}
+	return h
+}
+
+// waitTranslated waits until a connect() from cg to vip is connected to
+// something other than vip: the maps carry the Service.
+func waitTranslated(t *testing.T, ns *netnstest.NS, cg *testCgroup, vip string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		d := dialFromCgroup(t, ns, cg, vip, 1)[0]
+		if d.err == "" && d.peer != vip {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("connect(%s) from the cgroup never translated: %+v", vip, d)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// dial is one connection of TestHelperDial: what the backend said (its name
+// and the client it saw), the socket's peer address, or the error ("refused"
+// for ECONNREFUSED).
+type dial struct{ backend, client, peer, err string }
+
+// dialFromCgroup runs this test binary as TestHelperDial in ns, born inside cg
+// (clone3 with CLONE_INTO_CGROUP, so its socket is the hook's from the start;
+// outside any cgroup of the test's when cg is nil), and returns its n dials.
+func dialFromCgroup(t *testing.T, ns *netnstest.NS, cg *testCgroup, addr string, n int) []dial {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := ns.Command(ctx, os.Args[0], "-test.run=^TestHelperDial$")
+	cmd.Env = append(os.Environ(), "SVCPROXY_DIAL="+addr, "SVCPROXY_DIAL_COUNT="+strconv.Itoa(n))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if cg != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.dir.Fd())}
+	}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("client dialing %s: %v: %s", addr, err, stderr.String())
+	}
+	var dials []dial
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 2 && f[0] == "error":
+			dials = append(dials, dial{err: f[1]})
+		case len(f) == 3:
+			dials = append(dials, dial{backend: f[0], client: f[1], peer: f[2]})
+		default:
+			t.Fatalf("client dialing %s said %q", addr, line)
+		}
+	}
+	if len(dials) != n {
+		t.Fatalf("client dialing %s: %d answers, want %d: %s", addr, len(dials), n, out)
+	}
+	return dials
+}
+
+// TestHelperDial is not a test: dialFromCgroup runs the test binary as a
+// client, which connects to $SVCPROXY_DIAL $SVCPROXY_DIAL_COUNT times and
+// prints a line each: "<backend> <client it saw> <peer address>", or
+// "error refused" / "error <what>".
+func TestHelperDial(t *testing.T) {
+	addr := os.Getenv("SVCPROXY_DIAL")
+	if addr == "" {
+		t.Skip("the client process of TestSocketLBMode")
+	}
+	n, _ := strconv.Atoi(os.Getenv("SVCPROXY_DIAL_COUNT"))
+	for range max(n, 1) {
+		fmt.Println(dialOnce(addr))
+	}
+	os.Exit(0)
+}
+
+func dialOnce(addr string) string {
+	c, err := net.DialTimeout("tcp", addr, 3*time.Second)
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "error refused"
+	case err != nil:
+		return "error " + strings.ReplaceAll(err.Error(), " ", "_")
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return "error read:" + strings.ReplaceAll(err.Error(), " ", "_")
+	}
+	return strings.TrimSpace(line) + " " + c.RemoteAddr().String()
+}
+
+// testCgroup is a cgroup v2 directory made by a test under a cgroup2 mount of
+// its own, both removed at its end.
+type testCgroup struct {
+	path string
+	dir  *os.File // open, for CLONE_INTO_CGROUP and queries
+}
+
+// newTestCgroup mounts cgroup2 on a directory of the test's (the machine's
+// own hierarchy, seen through a mount the test owns) and makes a child
+// there. Nothing runs in it but the test's clients. Cleanups run last in,
+// first out: svcproxy (started later) has stopped and its programs are
+// detached before the child is removed and the mount goes.
+func newTestCgroup(t *testing.T) *testCgroup {
+	t.Helper()
+	mnt := t.TempDir()
+	if err := unix.Mount("none", mnt, "cgroup2", 0, ""); err != nil {
+		t.Skipf("mount -t cgroup2 refused: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(mnt, 0); err != nil {
+			t.Errorf("unmount cgroup2 at %s: %v", mnt, err)
+		}
+	})
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	path := filepath.Join(mnt, "svcp-socklb-"+hex.EncodeToString(b[:]))
+	if err := os.Mkdir(path, 0o755); err != nil {
+		t.Fatalf("make a cgroup2 directory: %v", err)
+	}
+	dir, err := os.Open(path)
+	if err != nil {
+		os.Remove(path)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		dir.Close()
+		// The clients were waited for, but a reaped task may leave the
+		// cgroup a moment later: rmdir says EBUSY until then.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := os.Remove(path)
+			if err == nil || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+				if err != nil {
+					t.Errorf("remove cgroup %s: %v", path, err)
+				}
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	return &testCgroup{path: path, dir: dir}
+}
