@@ -15,8 +15,8 @@
 //   - conntrack: deleting stale connection-tracking entries;
 //   - socklb: eBPF programs on a cgroup's socket hooks and their maps, which
 //     rewrite a Service's address to a backend's at connect() and sendmsg()
-//     (no packet NAT) and back at recvmsg(), plus a tracer over a Fake of the
-//     maps.
+//     (no packet NAT) and back at recvmsg() and getpeername(), plus a tracer
+//     over a Fake of the maps.
 //
 // The two packet tracers (over the iptables and nftables Fakes) walk their rules
 // their own way, and share, in kernel/internal/tracing, how a trace goes through

@@ -7,8 +7,12 @@ import (
 	"net/netip"
 	"os"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // dialEnv makes the test binary a client instead (see TestMain): it talks to
@@ -35,6 +39,10 @@ var clients = map[string]func(addr string) (string, error){
 	// address as ::ffff:a.b.c.d (sendmsg6 and recvmsg6 on a mapped address;
 	// Go makes a wildcard "udp" socket dual-stack, IPV6_V6ONLY off).
 	"udp-dualstack": func(addr string) (string, error) { return udpExchange("udp", addr, false) },
+	// peer-tcp, peer-udp: a connected socket; "REPLY peer PEER", the peer
+	// as getpeername(2) reports it (getpeername4/6).
+	"peer-tcp": func(addr string) (string, error) { return peerExchange("tcp", addr) },
+	"peer-udp": func(addr string) (string, error) { return peerExchange("udp", addr) },
 }
 
 func TestMain(m *testing.M) {
@@ -113,4 +121,47 @@ func udpExchange(network, addr string, connected bool) (string, error) {
 		return "", err
 	}
 	return fmt.Sprintf("%s from %s", buf[:n], netip.AddrPortFrom(src.Addr().Unmap(), src.Port())), nil
+}
+
+// peerExchange connects to addr, reads the server's reply (sending "ping"
+// first over UDP) and returns "REPLY peer PEER", PEER from getpeername(2) on
+// the socket itself (Go's RemoteAddr comes from it too, but calling it here
+// leaves no doubt about which system call answered).
+func peerExchange(network, addr string) (string, error) {
+	c, err := net.DialTimeout(network, addr, 10*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if network == "udp" {
+		if _, err := c.Write([]byte("ping")); err != nil {
+			return "", err
+		}
+	}
+	buf := make([]byte, 512)
+	n, err := c.Read(buf)
+	if err != nil {
+		return "", err
+	}
+	raw, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		return "", err
+	}
+	var sa unix.Sockaddr
+	var serr error
+	if err := raw.Control(func(fd uintptr) { sa, serr = unix.Getpeername(int(fd)) }); err != nil {
+		return "", err
+	}
+	if serr != nil {
+		return "", fmt.Errorf("getpeername: %w", serr)
+	}
+	var peer netip.AddrPort
+	switch sa := sa.(type) {
+	case *unix.SockaddrInet4:
+		peer = netip.AddrPortFrom(netip.AddrFrom4(sa.Addr), uint16(sa.Port))
+	case *unix.SockaddrInet6:
+		peer = netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(sa.Port))
+	}
+	return fmt.Sprintf("%s peer %s", strings.TrimSpace(string(buf[:n])), peer), nil
 }

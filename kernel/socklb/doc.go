@@ -5,13 +5,13 @@
 // talks to the pod and no packet is ever translated (no DNAT, no conntrack
 // NAT entry), as Cilium's kube-proxy replacement does (bpf/bpf_sock.c,
 // __sock4_xlate_fwd and __sock6_xlate_fwd). The way back is shown too:
-// recvmsg() reports a UDP reply as coming from the Service address
-// (__sock4_xlate_rev).
+// recvmsg() reports a UDP reply as coming from the Service address, and
+// getpeername() a connected socket's peer as the Service (__sock4_xlate_rev).
 //
 // The programs, two of each, IPv4 and IPv6:
 //
-//	connect4/6, sendmsg4/6  forwardProg (connect.go): Service -> backend
-//	recvmsg4/6              reverseProg (reverse.go): backend -> Service
+//	connect4/6, sendmsg4/6      forwardProg (connect.go): Service -> backend
+//	recvmsg4/6, getpeername4/6  reverseProg (reverse.go): backend -> Service
 //
 // The maps, laid out in maps.go:
 //

@@ -9,7 +9,7 @@ import (
 )
 
 // Fake is an in-memory socket LB: the maps, and the programs' decisions on
-// them (Connect, SendMsg, RecvMsg, in fakeprog.go), so callers' tests read as socket paths.
+// them (Connect, SendMsg, RecvMsg, GetPeerName, in fakeprog.go), so callers' tests read as socket paths.
 type Fake struct {
 	mu       sync.Mutex
 	services map[Service]fakeService

@@ -122,6 +122,35 @@ result: rewritten to 198.18.0.53:53
 	}
 }
 
+// TestFakeGetPeerName: a socket connected through a Service hears the
+// Service as its peer (getpeername4/6); another socket connected to the same
+// backend directly hears the backend.
+func TestFakeGetPeerName(t *testing.T) {
+	f := fakeWithServices(t)
+	f.Connect(Client{SocketCookie: 5, Random: 2}, TCP, ap("198.18.0.10:80"))
+	f.Connect(Client{SocketCookie: 6, Random: 1}, TCP, ap("[2001:db8:18::10]:80"))
+	f.Connect(Client{SocketCookie: 7}, TCP, ap("198.19.1.3:8080")) // not a Service
+	tests := []struct {
+		name   string
+		cookie uint64
+		peer   string
+		hook   string
+		want   string
+	}{
+		{"through the IPv4 Service", 5, "198.19.1.3:8080", "getpeername4", "198.18.0.10:80"},
+		{"through the IPv6 Service", 6, "[2001:db8:19::2]:8080", "getpeername6", "[2001:db8:18::10]:80"},
+		{"to the backend directly", 7, "198.19.1.3:8080", "getpeername4", "198.19.1.3:8080"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, tr := f.GetPeerName(Client{SocketCookie: tt.cookie}, TCP, ap(tt.peer))
+			if got.String() != tt.want || tr.Hook != tt.hook {
+				t.Errorf("getpeername() on socket %d connected to %s reports %s through %s, want %s through %s\n%s", tt.cookie, tt.peer, got, tr.Hook, tt.want, tt.hook, tr)
+			}
+		})
+	}
+}
+
 // TestFakeSetService: a replaced Service keeps its ID and takes the new
 // backends; a deleted one is untranslated; Services reads it all back.
 func TestFakeSetService(t *testing.T) {

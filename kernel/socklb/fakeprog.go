@@ -40,6 +40,13 @@ func (f *Fake) RecvMsg(c Client, src netip.AddrPort) (netip.AddrPort, Trace) {
 	return f.reverse("recvmsg", c, UDP, src)
 }
 
+// GetPeerName returns the peer getpeername() reports to client c's socket
+// of protocol p, connected to peer, and the trace of getpeername4 or
+// getpeername6 (reverseProg).
+func (f *Fake) GetPeerName(c Client, p Protocol, peer netip.AddrPort) (netip.AddrPort, Trace) {
+	return f.reverse("getpeername", c, p, peer)
+}
+
 // forward is forwardProg: the services lookup, the count check, the slot
 // Random % count, the backends lookup, the reverse entry, the rewrite.
 func (f *Fake) forward(call string, c Client, p Protocol, dst netip.AddrPort) (netip.AddrPort, Trace) {

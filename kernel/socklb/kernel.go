@@ -56,6 +56,8 @@ var hooks = []hook{
 	{"sendmsg6", ebpf.AttachCGroupUDP6Sendmsg, func(m *bpfMaps) asm.Instructions { return forwardProg(ipv6, m) }},
 	{"recvmsg4", ebpf.AttachCGroupUDP4Recvmsg, func(m *bpfMaps) asm.Instructions { return reverseProg(ipv4, m) }},
 	{"recvmsg6", ebpf.AttachCGroupUDP6Recvmsg, func(m *bpfMaps) asm.Instructions { return reverseProg(ipv6, m) }},
+	{"getpeername4", ebpf.AttachCgroupInet4GetPeername, func(m *bpfMaps) asm.Instructions { return reverseProg(ipv4, m) }},
+	{"getpeername6", ebpf.AttachCgroupInet6GetPeername, func(m *bpfMaps) asm.Instructions { return reverseProg(ipv6, m) }},
 }
 
 // Kernel is the real socket LB: the maps and the programs over them, loaded
