@@ -40,6 +40,11 @@
 // svcproxy and clusterdns run as deploy/realnode's DaemonSet and Deployment.
 // Down kills what runs in the kubelet's cgroup root and removes it.
 //
+// Every lab has a cgroup2 subtree (cgroup.go): Up mounts cgroup2 on
+// /run/svclab-cgroup2 and starts each pod's and the client's processes in
+// their own child of /svclab, where svcproxy's socket-LB hook attaches; the
+// node's and the outside host's processes stay out. Down removes it.
+//
 // Lab keeps its state (pid files, logs, the manifests file, the control
 // plane's keys and data) under one directory, /run/svclab by default, and Down
 // removes every namespace, process, mount and file it made. Demo is the

@@ -323,6 +323,9 @@ func (k *Kubelet) stop(host string) error {
 		}
 	}
 	os.RemoveAll(filepath.Join(etcNetnsDir, ns))
+	if err := l.removeHostCgroup(host); err != nil {
+		return err
+	}
 	os.Remove(l.pidPath("pod-" + host))
 	os.Remove(l.podRecordPath(host))
 	return nil

@@ -71,6 +71,10 @@ type Lab struct {
 	// concurrent `svclab up` does not pull the lab from under the demo.
 	inDemo bool
 
+	// cgroupName is the lab's cgroup root in every hierarchy: cgroupRoot,
+	// another name only in tests that must not meet a running lab's.
+	cgroupName string
+
 	mu       sync.Mutex
 	children []*exec.Cmd // started by this process, reaped by it
 }
@@ -105,7 +109,7 @@ func New(cfg Config) (*Lab, error) {
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
 	}
-	return &Lab{cfg: cfg}, nil
+	return &Lab{cfg: cfg, cgroupName: cgroupRoot}, nil
 }
 
 // Plan is the lab's topology.
@@ -186,25 +190,35 @@ func (l *Lab) Exec(ctx context.Context, host string, argv []string, stdin io.Rea
 	if stderr == nil {
 		stderr = l.cfg.Stderr
 	}
-	cmd, err := l.command(ctx, host, argv)
+	cmd, release, err := l.command(ctx, host, argv)
 	if err != nil {
 		return err
 	}
+	defer release()
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
 	cmd.WaitDelay = time.Second
 	return cmd.Run()
 }
 
-// command is `ip netns exec NS argv...` for a lab host that is up.
-func (l *Lab) command(ctx context.Context, host string, argv []string) (*exec.Cmd, error) {
-	if _, ok := l.host(host); !ok {
-		return nil, fmt.Errorf("host %q: no such lab host (want one of %s)", host, strings.Join(l.hostNames(), ", "))
+// command is `ip netns exec NS argv...` for a lab host that is up, to start
+// in the host's cgroup when it has one in the lab's subtree (a pod, the
+// client: see inSubtree), as `kubectl exec` runs a command in the
+// container's cgroups. The caller calls release once cmd has started.
+func (l *Lab) command(ctx context.Context, host string, argv []string) (cmd *exec.Cmd, release func(), err error) {
+	h, ok := l.host(host)
+	if !ok {
+		return nil, nil, fmt.Errorf("host %q: no such lab host (want one of %s)", host, strings.Join(l.hostNames(), ", "))
 	}
 	if err := l.checkUp(host); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ns := l.cfg.Plan.Namespace(host)
-	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, argv...)...), nil
+	cmd = exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, argv...)...)
+	release, err = l.placeInCgroup(cmd, h)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cmd, release, nil
 }
 
 // checkMode says whether mode is one svcproxy takes.

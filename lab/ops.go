@@ -62,7 +62,7 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 	if opts.IPv6 {
 		argv = append(argv, "--ipv6")
 	}
-	cmd, err := l.command(ctx, from, append(argv, opts.Target))
+	cmd, release, err := l.command(ctx, from, append(argv, opts.Target))
 	if err != nil {
 		return nil, err
 	}
@@ -70,9 +70,12 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
+		release()
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	release()
+	if err != nil {
 		return nil, err
 	}
 	t := &Tally{Target: opts.Target}

@@ -78,7 +78,8 @@ func FindRealNode(dir, imageDir string) (RealNode, error) {
 }
 
 // The real node's names. The kubelet's pods live under cgroupRoot in every
-// cgroup hierarchy, so Down finds each of their processes there; the bridge
+// cgroup hierarchy, so Down finds each of their processes there (cgroup.go:
+// the lab's own pods are there too, in the cgroup2 hierarchy); the bridge
 // is the pods' link in the node's namespace.
 const (
 	cgroupRoot = "svclab"
@@ -140,6 +141,8 @@ type cgroupMount struct {
 	fstype  string // cgroup or cgroup2
 	options string // the superblock's: "rw,cpu", "rw,name=systemd"
 	point   string // /sys/fs/cgroup/cpu
+	root    string // the directory of the hierarchy mounted there: "/"
+	dev     string // the superblock, "0:29": two mounts of one hierarchy share it
 }
 
 // cgroupMounts reads the machine's cgroup hierarchies from a mountinfo file.
@@ -153,7 +156,7 @@ func cgroupMounts(r io.Reader) []cgroupMount {
 		if !ok || len(f) < 5 || len(g) < 3 || (g[0] != "cgroup" && g[0] != "cgroup2") {
 			continue
 		}
-		out = append(out, cgroupMount{fstype: g[0], options: g[2], point: f[4]})
+		out = append(out, cgroupMount{fstype: g[0], options: g[2], point: f[4], root: f[3], dev: f[2]})
 	}
 	return out
 }

@@ -19,9 +19,9 @@ func TestCgroupMounts(t *testing.T) {
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 `
 	require.Equal(t, []cgroupMount{
-		{"cgroup", "rw,cpu", "/sys/fs/cgroup/cpu"},
-		{"cgroup", "rw,name=systemd", "/sys/fs/cgroup/systemd"},
-		{"cgroup2", "rw", "/sys/fs/cgroup/unified"},
+		{"cgroup", "rw,cpu", "/sys/fs/cgroup/cpu", "/", "0:29"},
+		{"cgroup", "rw,name=systemd", "/sys/fs/cgroup/systemd", "/", "0:37"},
+		{"cgroup2", "rw", "/sys/fs/cgroup/unified", "/", "0:38"},
 	}, cgroupMounts(strings.NewReader(mountinfo)))
 }
 
@@ -30,7 +30,7 @@ func TestCgroupMounts(t *testing.T) {
 // lab's /run last, with the state directory bound back into it only when it
 // lives in /run.
 func TestMountCommands(t *testing.T) {
-	cgroups := []cgroupMount{{"cgroup", "rw,cpu", "/sys/fs/cgroup/cpu"}}
+	cgroups := []cgroupMount{{"cgroup", "rw,cpu", "/sys/fs/cgroup/cpu", "/", "0:29"}}
 	for _, tt := range []struct {
 		stateDir string
 		bindBack []string

@@ -195,20 +195,47 @@ func (l *Lab) writeNodeFiles(f nodeFiles) error {
 		return err
 	}
 	for _, c := range l.cgroups() {
-		if err := os.MkdirAll(filepath.Join(c.point, cgroupRoot), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(c.point, l.cgroupName), 0o755); err != nil {
 			return fmt.Errorf("cgroup root: %w", err)
 		}
 	}
 	return nil
 }
 
-// cgroups are the machine's cgroup hierarchies.
+// cgroups are the machine's cgroup hierarchies, as the machine mounts them:
+// the lab's own cgroup2 mount (cgroup.go) left out.
 func (l *Lab) cgroups() []cgroupMount {
+	var out []cgroupMount
+	for _, m := range l.mounts() {
+		if m.point != l.privateCgroup2() {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// mounts are every cgroup mount this process sees.
+func (l *Lab) mounts() []cgroupMount {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil
 	}
 	return cgroupMounts(bytes.NewReader(b))
+}
+
+// hierarchies are the cgroup hierarchies mounted, each once (the machine's
+// mount first, the lab's cgroup2 mount when the machine mounts none): to
+// walk every cgroup directory of the lab once.
+func (l *Lab) hierarchies() []cgroupMount {
+	seen := map[string]bool{}
+	var out []cgroupMount
+	for _, m := range append(l.cgroups(), l.mounts()...) {
+		if !seen[m.dev] && m.root == "/" {
+			seen[m.dev] = true
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // makeNodeMountNS makes the node's mount namespace and keeps it with a bind
@@ -315,7 +342,7 @@ func (l *Lab) poll(ctx context.Context, what string, timeout time.Duration, chec
 // kubelet's cgroupfs driver names the cgroup pod<UID>).
 func (l *Lab) PodNetNS(uid string) (string, error) {
 	want := "pod" + uid
-	for _, d := range cgroupDirs(l.cgroups()) {
+	for _, d := range l.cgroupDirs() {
 		if filepath.Base(d) != want {
 			continue
 		}

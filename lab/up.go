@@ -34,10 +34,11 @@ func (l *Lab) Up(ctx context.Context, mode string) error {
 	return l.UpWith(ctx, UpOptions{Mode: mode})
 }
 
-// UpWith builds the lab: it removes what a crashed run left behind, creates
-// the namespaces and links of the Plan, writes the pods' resolv.conf, starts
-// a Pod server in each pod, then clusterdns and svcproxy in the node, and
-// returns once each answers. With a control plane, the pods are the
+// UpWith builds the lab: it removes what a crashed run left behind, makes
+// the lab's cgroup2 subtree (cgroup.go), creates the namespaces and links of
+// the Plan, writes the pods' resolv.conf, starts a Pod server in each pod (in
+// the pod's cgroup), then clusterdns and svcproxy in the node, and returns
+// once each answers. With a control plane, the pods are the
 // StatefulSets' of cluster.yaml, which the lab's kubelet starts (see
 // upControlPlane).
 func (l *Lab) UpWith(ctx context.Context, opts UpOptions) error {
@@ -63,6 +64,9 @@ func (l *Lab) UpWith(ctx context.Context, opts UpOptions) error {
 		return fmt.Errorf("remove the leftovers of an earlier lab: %w", err)
 	}
 	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
+		return err
+	}
+	if err := l.makeCgroupSubtree(); err != nil {
 		return err
 	}
 	st := state{Mode: mode}
@@ -116,6 +120,9 @@ func (l *Lab) upWithRealNode(ctx context.Context, opts UpOptions) error {
 	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
 		return err
 	}
+	if err := l.makeCgroupSubtree(); err != nil {
+		return err
+	}
 	st := state{Mode: opts.Mode, Kubectl: opts.ControlPlane.Kubectl, RealNode: true}
 	if err := l.writeState(st); err != nil {
 		return err
@@ -146,11 +153,12 @@ func validMode(m string) bool {
 	return false
 }
 
-// Down removes everything the lab made: the processes in its namespaces (and
-// the real node's: containerd, its pods, its mount namespace and cgroups),
-// the namespaces (and with them their links, routes and rules), their
-// /etc/netns files and the state directory. It is safe to run when nothing
-// is up.
+// Down removes everything the lab made: the processes in its namespaces and
+// in its cgroups (the pods' cgroup2 subtree; the real node's containerd, its
+// pods and its mount namespace), the cgroup directories, the namespaces (and
+// with them their links, routes and rules), their /etc/netns files and the
+// state directory. It is safe to run when nothing is up, and it finds what a
+// crashed `svclab up` left: everything has a fixed name.
 func (l *Lab) Down(ctx context.Context) error {
 	// The control-plane lab's kubelet first: it would make pods' namespaces
 	// while the others are removed.
@@ -198,10 +206,11 @@ func (l *Lab) Down(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Leftovers lists what the lab left on the machine: namespaces, their mounts,
-// /etc/netns directories, the real node's cgroup directories and their
-// processes, the state directory, and processes whose command line names the
-// state directory or the namespace prefix. Empty after Down.
+// Leftovers lists what the lab left on the machine: namespaces, their mounts
+// (a private cgroup2 mount too), /etc/netns directories, the lab's cgroup
+// directories (its cgroup2 subtree, the real node's) and their processes,
+// the state directory, and processes whose command line names the state
+// directory or the namespace prefix. Empty after Down.
 func (l *Lab) Leftovers() []string {
 	var out []string
 	prefix := l.cfg.Plan.Prefix
@@ -220,7 +229,7 @@ func (l *Lab) Leftovers() []string {
 	for _, f := range etc {
 		out = append(out, "file "+f)
 	}
-	out = append(out, realNodeLeftovers(l.cgroups())...)
+	out = append(out, l.cgroupLeftovers()...)
 	if _, err := os.Stat(l.cfg.StateDir); err == nil {
 		out = append(out, "file "+l.cfg.StateDir)
 	}
@@ -242,11 +251,12 @@ func (l *Lab) Leftovers() []string {
 	return out
 }
 
-// start runs argv in host's namespace in the background, in a session of its
-// own so it outlives this command, with output to the state directory's
-// NAME.log and its pid in NAME.pid. ready, when not nil, is the child's end of
-// a pipe that the child writes a line to once it serves (fd 3). Host "" is
-// the machine's own namespaces (the control-plane lab's kubelet).
+// start runs argv in host's namespace (and cgroup, see placeInCgroup) in the
+// background, in a session of its own so it outlives this command, with
+// output to the state directory's NAME.log and its pid in NAME.pid. ready,
+// when not nil, is the child's end of a pipe that the child writes a line to
+// once it serves (fd 3). Host "" is the machine's own namespaces (the
+// control-plane lab's kubelet).
 func (l *Lab) start(name, host string, argv []string, withReady bool) (*exec.Cmd, *os.File, error) {
 	logf, err := os.OpenFile(l.logPath(name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -259,8 +269,16 @@ func (l *Lab) start(name, host string, argv []string, withReady bool) (*exec.Cmd
 		ns = l.cfg.Plan.Namespace(host)
 		cmd = exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
 	}
-	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if h, ok := l.host(host); ok {
+		// A pod's server, say, is born in the pod's cgroup (cgroup.go).
+		release, err := l.placeInCgroup(cmd, h)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer release()
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
 	var readyR, readyW *os.File
 	if withReady {
 		if readyR, readyW, err = os.Pipe(); err != nil {
