@@ -17,10 +17,13 @@ import (
 //	struct svc_value *svc = bpf_map_lookup_elem(&svcp_services, &k);
 //	if (!svc || svc->count == 0)
 //		return 1;              // not a Service, or no endpoint: untouched
+//	... ClientIP affinity: the last backend, goto chosen (affinity.go) ...
 //	struct backend_key bk = { svc->id, bpf_get_prandom_u32() % svc->count };
 //	struct backend *b = bpf_map_lookup_elem(&svcp_backends, &bk);
 //	if (!b)
 //		return 1;              // a slot deleted under us: untouched
+//	chosen:
+//	... ClientIP affinity: remember b (affinity.go) ...
 //	struct rev_key rk = { bpf_get_socket_cookie(ctx), b->addr, b->port };
 //	struct rev_value rv = { ::ffff:ctx->user_ip4, ctx->user_port };
 //	if (bpf_map_update_elem(&svcp_revnat, &rk, &rv, BPF_ANY))
@@ -60,7 +63,12 @@ func forwardProg(fam family, m *bpfMaps) asm.Instructions {
 		// No backend: untouched; the nftables path beside rejects it.
 		asm.JEq.Imm(asm.R8, 0, "allow"),
 	)
-	insns = append(insns, pickBackend()...)
+	// ClientIP affinity (affinity.go): the namespace's last backend, if
+	// still fresh, jumps to "chosen".
+	insns = append(insns, affinityLookup(m)...)
+	random := pickBackend()
+	random[0] = random[0].WithSymbol("random")
+	insns = append(insns, random...)
 	insns = append(insns,
 		// R0 = bpf_map_lookup_elem(backends, &(id, slot)).
 		asm.LoadMapPtr(asm.R1, m.backends.FD()),
@@ -73,6 +81,8 @@ func forwardProg(fam family, m *bpfMaps) asm.Instructions {
 		// Keep the backend in R9.
 		asm.Mov.Reg(asm.R9, asm.R0),
 	)
+	// Remember the choice for ClientIP affinity.
+	insns = append(insns, affinityUpdate(m)...)
 	insns = append(insns, recordRev(fam, m)...)
 	// The rewrite: the socket now connects (or sends) to the backend.
 	insns = append(insns, storeAddr(fam, asm.R9, 0)...)

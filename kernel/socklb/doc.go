@@ -18,8 +18,11 @@
 //	services  (VIP, port, protocol)        -> (id, count, flags, affinity timeout)
 //	backends  (id, slot)                   -> (address, port)
 //	revnat    (socket cookie, backend)     -> (VIP, port), LRU
+//	affinity  (netns cookie, service id)   -> (slot, backend, last used), LRU
 //
-// connect() to a Service picks slot bpf_get_prandom_u32() % count. SetService
+// connect() to a Service picks slot bpf_get_prandom_u32() % count, or, with
+// ClientIP affinity, the slot the client's network namespace used last,
+// while that was less than the Service's timeout ago (affinity.go). SetService
 // updates elements one at a time (slots first, then the count that makes them
 // visible, then slots past it deleted), never reloading a map.
 //

@@ -17,6 +17,8 @@ type Fake struct {
 	// revnat is the reverse-translation map, without the kernel's LRU
 	// eviction: a Fake's entries stay.
 	revnat map[fakeRevKey]netip.AddrPort
+	// affinity is the ClientIP affinity map, without eviction either.
+	affinity map[fakeAffKey]fakeAff
 }
 
 // fakeService is a services map element with its backends' slots.
@@ -29,7 +31,8 @@ var _ Interface = (*Fake)(nil)
 
 // NewFake returns a Fake with empty maps.
 func NewFake() *Fake {
-	return &Fake{services: make(map[Service]fakeService), nextID: 1, revnat: make(map[fakeRevKey]netip.AddrPort)}
+	return &Fake{services: make(map[Service]fakeService), nextID: 1,
+		revnat: make(map[fakeRevKey]netip.AddrPort), affinity: make(map[fakeAffKey]fakeAff)}
 }
 
 // SetService implements Interface.

@@ -151,6 +151,58 @@ func TestFakeGetPeerName(t *testing.T) {
 	}
 }
 
+// TestFakeAffinity walks ClientIP affinity through the Fake: the first
+// connect from a namespace picks at random and is remembered; later ones
+// take the same backend while it was used less than the timeout ago,
+// whatever the random number; an expired entry, another namespace, or a
+// slot that holds another backend since, picks again.
+func TestFakeAffinity(t *testing.T) {
+	ctx := context.Background()
+	f := fakeWithServices(t)
+	web := Service{ip("198.18.0.10"), 80, TCP}
+	three := []netip.AddrPort{ap("198.19.1.1:8080"), ap("198.19.1.2:8080"), ap("198.19.1.3:8080")}
+	must(t, f.SetService(ctx, web, Entry{Backends: three, AffinityTimeout: 10 * time.Second}))
+	connect := func(netns uint64, random uint32, now time.Duration) netip.AddrPort {
+		got, _ := f.Connect(Client{NetnsCookie: netns, Random: random, Now: now}, TCP, ap("198.18.0.10:80"))
+		return got
+	}
+	steps := []struct {
+		name   string
+		netns  uint64
+		random uint32
+		now    time.Duration
+		want   string
+	}{
+		{"pod 1, first connect: random slot 1", 1, 1, 0, "198.19.1.2:8080"},
+		{"pod 1, 9s later: the same", 1, 2, 9 * time.Second, "198.19.1.2:8080"},
+		{"pod 1, 9s after that: the same (each use refreshes)", 1, 0, 18 * time.Second, "198.19.1.2:8080"},
+		{"pod 2: its own, random slot 2", 2, 2, 18 * time.Second, "198.19.1.3:8080"},
+		{"pod 1, 10s after its last use: expired, random slot 0", 1, 0, 28 * time.Second, "198.19.1.1:8080"},
+		{"pod 1, 1s later: the new one", 1, 2, 29 * time.Second, "198.19.1.1:8080"},
+	}
+	for _, s := range steps {
+		if got := connect(s.netns, s.random, s.now); got.String() != s.want {
+			t.Errorf("%s: connect reaches %s, want %s", s.name, got, s.want)
+		}
+	}
+	// Slot 0 now holds another backend: pod 1 picks again (random 1 % 3).
+	must(t, f.SetService(ctx, web, Entry{Backends: []netip.AddrPort{ap("198.19.1.4:8080"), three[1], three[2]}, AffinityTimeout: 10 * time.Second}))
+	got, tr := f.Connect(Client{NetnsCookie: 1, Random: 1, Now: 30 * time.Second}, TCP, ap("198.18.0.10:80"))
+	want := `connect4 TCP 198.18.0.10:80, netns cookie 1, socket cookie 0
+  services  lookup 198.18.0.10:80/TCP  => id 1, 3 backends
+  affinity  lookup (netns 1, id 1)  => slot 0, 198.19.1.1:8080, used at 29s: fresh (timeout 10s)
+  backends  lookup (id 1, slot 0)  => 198.19.1.4:8080: another backend since, pick again
+  backends  lookup (id 1, slot 1)  => 198.19.1.2:8080 (random 1 % 3)
+  affinity  update (netns 1, id 1)  => = slot 1, 198.19.1.2:8080, used at 30s
+  revnat    update (socket 0, 198.19.1.2:8080)  => = 198.18.0.10:80
+  ctx       user_ip, user_port  => = 198.19.1.2:8080
+result: rewritten to 198.19.1.2:8080
+`
+	if got != ap("198.19.1.2:8080") || tr.String() != want {
+		t.Errorf("after slot 0 changed, connect reaches %s, trace:\n%s\nwant:\n%s", got, tr, want)
+	}
+}
+
 // TestFakeSetService: a replaced Service keeps its ID and takes the new
 // backends; a deleted one is untranslated; Services reads it all back.
 func TestFakeSetService(t *testing.T) {

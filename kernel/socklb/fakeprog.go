@@ -3,6 +3,7 @@ package socklb
 import (
 	"fmt"
 	"net/netip"
+	"time"
 )
 
 // The Fake's versions of the programs: each mirrors its asm step by step
@@ -47,8 +48,9 @@ func (f *Fake) GetPeerName(c Client, p Protocol, peer netip.AddrPort) (netip.Add
 	return f.reverse("getpeername", c, p, peer)
 }
 
-// forward is forwardProg: the services lookup, the count check, the slot
-// Random % count, the backends lookup, the reverse entry, the rewrite.
+// forward is forwardProg: the services lookup, the count check, ClientIP
+// affinity's lookup, else the slot Random % count and the backends lookup,
+// affinity's update, the reverse entry, the rewrite.
 func (f *Fake) forward(call string, c Client, p Protocol, dst netip.AddrPort) (netip.AddrPort, Trace) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -65,15 +67,66 @@ func (f *Fake) forward(call string, c Client, p Protocol, dst netip.AddrPort) (n
 		tr.step("", "count 0", "no endpoint: untouched (the nftables path rejects)")
 		return dst, tr
 	}
-	slot := c.Random % n
-	b := s.entry.Backends[slot]
-	tr.step("backends", fmt.Sprintf("lookup (id %d, slot %d)", s.id, slot), "%s (random %d %% %d)", b, c.Random, n)
+	slot, b, hit := f.affinityLookup(&tr, c, s)
+	if !hit {
+		slot = c.Random % n
+		b = s.entry.Backends[slot]
+		tr.step("backends", fmt.Sprintf("lookup (id %d, slot %d)", s.id, slot), "%s (random %d %% %d)", b, c.Random, n)
+	}
+	if s.entry.AffinityTimeout > 0 {
+		f.affinity[fakeAffKey{c.NetnsCookie, s.id}] = fakeAff{lastUsed: c.Now, slot: slot, backend: b}
+		tr.step("affinity", fmt.Sprintf("update (netns %d, id %d)", c.NetnsCookie, s.id), "= slot %d, %s, used at %s", slot, b, c.Now)
+	}
 	asked := netip.AddrPortFrom(svc.VIP, svc.Port)
 	f.revnat[newFakeRevKey(c.SocketCookie, b)] = asked
 	tr.step("revnat", fmt.Sprintf("update (socket %d, %s)", c.SocketCookie, b), "= %s", asked)
 	tr.Result = inFamily(b, dst.Addr())
 	tr.step("", "user_ip, user_port", "= %s", tr.Result)
 	return tr.Result, tr
+}
+
+// fakeAffKey and fakeAff are the affinity map's key and value.
+type fakeAffKey struct {
+	netnsCookie uint64
+	id          uint32
+}
+
+type fakeAff struct {
+	lastUsed time.Duration
+	slot     uint32
+	backend  netip.AddrPort
+}
+
+// affinityLookup is affinity.go's first half: for a Service with ClientIP
+// affinity, the namespace's last backend, if it was used less than the
+// timeout ago and its slot still holds it.
+func (f *Fake) affinityLookup(tr *Trace, c Client, s fakeService) (slot uint32, b netip.AddrPort, hit bool) {
+	timeout := s.entry.AffinityTimeout
+	if timeout == 0 {
+		return 0, netip.AddrPort{}, false
+	}
+	key := fmt.Sprintf("lookup (netns %d, id %d)", c.NetnsCookie, s.id)
+	a, ok := f.affinity[fakeAffKey{c.NetnsCookie, s.id}]
+	switch {
+	case !ok:
+		tr.step("affinity", key, "miss")
+		return 0, netip.AddrPort{}, false
+	case a.lastUsed+timeout <= c.Now:
+		tr.step("affinity", key, "slot %d, %s, used at %s: expired (timeout %s)", a.slot, a.backend, a.lastUsed, timeout)
+		return 0, netip.AddrPort{}, false
+	case int(a.slot) >= len(s.entry.Backends):
+		tr.step("affinity", key, "slot %d: past the Service's %d backends", a.slot, len(s.entry.Backends))
+		return 0, netip.AddrPort{}, false
+	}
+	tr.step("affinity", key, "slot %d, %s, used at %s: fresh (timeout %s)", a.slot, a.backend, a.lastUsed, timeout)
+	held := s.entry.Backends[a.slot]
+	bkey := fmt.Sprintf("lookup (id %d, slot %d)", s.id, a.slot)
+	if held != a.backend {
+		tr.step("backends", bkey, "%s: another backend since, pick again", held)
+		return 0, netip.AddrPort{}, false
+	}
+	tr.step("backends", bkey, "%s: the same backend, taken", held)
+	return a.slot, a.backend, true
 }
 
 // reverse is reverseProg: the revnat lookup by (socket, address), the

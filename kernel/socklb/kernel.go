@@ -27,11 +27,12 @@ type bpfMaps struct {
 	services *ebpf.Map // svcKey -> svcValue
 	backends *ebpf.Map // backendKey -> backendValue
 	revnat   *ebpf.Map // revKey -> revValue, LRU
+	affinity *ebpf.Map // affKey -> affValue, LRU
 }
 
 func (m *bpfMaps) close() error {
 	var errs []error
-	for _, mp := range []*ebpf.Map{m.services, m.backends, m.revnat} {
+	for _, mp := range []*ebpf.Map{m.services, m.backends, m.revnat, m.affinity} {
 		if mp != nil {
 			errs = append(errs, mp.Close())
 		}
@@ -91,7 +92,7 @@ func New(cfg Config) (_ *Kernel, err error) {
 			k.Close()
 		}
 	}()
-	svcSpec, beSpec, revSpec := mapSpecs(cfg.MaxServices)
+	svcSpec, beSpec, revSpec, affSpec := mapSpecs(cfg.MaxServices)
 	if k.m.services, err = ebpf.NewMap(svcSpec); err != nil {
 		return nil, fmt.Errorf("socklb: create services map: %w", err)
 	}
@@ -100,6 +101,9 @@ func New(cfg Config) (_ *Kernel, err error) {
 	}
 	if k.m.revnat, err = ebpf.NewMap(revSpec); err != nil {
 		return nil, fmt.Errorf("socklb: create revnat map: %w", err)
+	}
+	if k.m.affinity, err = ebpf.NewMap(affSpec); err != nil {
+		return nil, fmt.Errorf("socklb: create affinity map: %w", err)
 	}
 	for _, h := range hooks {
 		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{

@@ -70,6 +70,28 @@ type revKey struct {
 // two zero bytes), so the same instructions write either into the context.
 type revValue = backendValue
 
+// affKey is the affinity map's key: a client's network namespace (its
+// cookie, bpf_get_netns_cookie: a pod) and a Service's ID, as Cilium's
+// lb4_affinity_key with its netns flag set.
+type affKey struct {
+	NetnsCookie uint64
+	ID          uint32
+	_           uint32
+}
+
+// affValue is the affinity map's value: which backend the namespace last
+// reached, as a slot and, to notice that the slot holds another backend
+// since, the backend's address and port; and when, in bpf_ktime_get_ns
+// nanoseconds (CLOCK_MONOTONIC).
+type affValue struct {
+	LastUsed uint64
+	Slot     uint32
+	_        uint32
+	Addr     [16]byte
+	Port     [2]byte
+	_        [6]byte
+}
+
 // The offsets the programs use, checked against the structs by a test.
 const (
 	svcKeySize        = 20
@@ -88,14 +110,19 @@ const (
 	revKeySize        = 32
 	revKeyAddr        = 8
 	revValueSize      = backendValueSize
+	affKeySize        = 16
+	affKeyID          = 8
+	affValueSize      = 40
+	affValueSlot      = 8
+	affValueAddr      = 16
 	defaultMaxService = 65536
 )
 
 // mapSpecs returns the specs of the maps, sized for maxServices Services
-// with on average 16 backends each, and 4 reverse-translation entries per
-// Service. The names are what bpftool map shows (and, with pinning, the
+// with on average 16 backends each, 4 reverse-translation entries and 4
+// affinity entries per Service. The names are what bpftool map shows (and, with pinning, the
 // files in the pin directory).
-func mapSpecs(maxServices uint32) (services, backends, revnat *ebpf.MapSpec) {
+func mapSpecs(maxServices uint32) (services, backends, revnat, affinity *ebpf.MapSpec) {
 	services = &ebpf.MapSpec{
 		Name: "svcp_services", Type: ebpf.Hash,
 		KeySize: svcKeySize, ValueSize: svcValueSize, MaxEntries: maxServices,
@@ -113,7 +140,15 @@ func mapSpecs(maxServices uint32) (services, backends, revnat *ebpf.MapSpec) {
 		Name: "svcp_revnat", Type: ebpf.LRUHash,
 		KeySize: revKeySize, ValueSize: revValueSize, MaxEntries: maxServices * 4,
 	}
-	return services, backends, revnat
+	// An LRU hash too, as Cilium's cilium_lb4_affinity: an entry is
+	// refreshed by every connect() that uses it and never deleted; an
+	// expired one is overwritten by the next connect() from its namespace,
+	// and the least recently used make room when it is full.
+	affinity = &ebpf.MapSpec{
+		Name: "svcp_affinity", Type: ebpf.LRUHash,
+		KeySize: affKeySize, ValueSize: affValueSize, MaxEntries: maxServices * 4,
+	}
+	return services, backends, revnat, affinity
 }
 
 // addr16 is a's map form: IPv4 as IPv4-mapped IPv6.

@@ -16,6 +16,8 @@ func TestLayout(t *testing.T) {
 	var bk backendKey
 	var bv backendValue
 	var rk revKey
+	var ak affKey
+	var av affValue
 	tests := []struct {
 		name      string
 		got, want uintptr
@@ -34,6 +36,11 @@ func TestLayout(t *testing.T) {
 		{"backendValue.Port", unsafe.Offsetof(bv.Port), backendValuePort},
 		{"revKey size", unsafe.Sizeof(rk), revKeySize},
 		{"revKey.Addr", unsafe.Offsetof(rk.Addr), revKeyAddr},
+		{"affKey size", unsafe.Sizeof(ak), affKeySize},
+		{"affKey.ID", unsafe.Offsetof(ak.ID), affKeyID},
+		{"affValue size", unsafe.Sizeof(av), affValueSize},
+		{"affValue.Slot", unsafe.Offsetof(av.Slot), affValueSlot},
+		{"affValue.Addr", unsafe.Offsetof(av.Addr), affValueAddr},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {

@@ -48,7 +48,9 @@ const (
 	stBackendSlot = stBackendKey + backendKeySlot
 	stRevKey      = -64 // revKey, 32 bytes: -64 .. -33 (the cookie 8-aligned)
 	stRevKeyAddr  = stRevKey + revKeyAddr
-	stRevValue    = -88 // revValue, 20 bytes: -88 .. -69
+	stRevValue    = -88  // revValue, 20 bytes: -88 .. -69
+	stAffKey      = -104 // affKey, 16 bytes: -104 .. -89
+	stAffValue    = -144 // affValue, 40 bytes: -144 .. -105
 )
 
 // mappedPrefix is the third word of an IPv4-mapped IPv6 address: the bytes

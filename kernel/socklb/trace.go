@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"time"
 
 	"github.com/svcproxy/svcproxy/kernel/internal/tracing"
 )
@@ -21,12 +22,16 @@ type Client struct {
 	// Random is what bpf_get_prandom_u32 returns for this call: the slot
 	// picked is Random % count, so Random i picks slot i.
 	Random uint32
+
+	// Now is what bpf_ktime_get_ns returns for this call, the clock of
+	// ClientIP affinity: a Fake's clock is its callers'.
+	Now time.Duration
 }
 
 // Step is one thing a program did: a map lookup and what it found, or a
 // rewrite.
 type Step struct {
-	Map  string // the map looked up or updated ("services", "backends", "revnat"), or "" for the context
+	Map  string // the map looked up or updated ("services", "affinity", "backends", "revnat"), or "" for the context
 	Key  string // the key, decoded
 	Note string // what came of it
 }
