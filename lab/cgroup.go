@@ -35,6 +35,10 @@ import (
 // the lab only makes directories below it and never moves a process that is
 // not its own.
 
+// errRealNodeSocketLB refuses --mode socklb on the real node, whose pods are
+// started by containerd, not born in the lab's subtree.
+var errRealNodeSocketLB = errors.New("mode socklb: not on the real node: its pods' processes are in the kubelet's cgroups, not in the lab's cgroup2 subtree, and svcproxy's DaemonSet mounts no cgroup2 to attach to")
+
 // podCgroups is the directory of the subtree that holds one cgroup per host
 // whose processes count as pods of the node.
 const podCgroups = "pods"

@@ -19,7 +19,7 @@ import (
 const DefaultStateDir = "/run/svclab"
 
 // Modes svcproxy can run in (its --mode).
-var Modes = []string{"userspace", "iptables", "nftables", "ipvs", "hybrid"}
+var Modes = []string{"userspace", "iptables", "nftables", "ipvs", "socklb", "hybrid"}
 
 // Addresses of the node's own servers. Health and metrics stay on the node's
 // loopback, as kube-proxy's metrics do; svclab reaches them by entering the

@@ -168,6 +168,16 @@ func (l *Lab) startProxy(ctx context.Context, bin, mode string) error {
 	if st, err := l.readState(); err == nil && st.IPVSScheduler != "" {
 		argv = append(argv, "--ipvs-scheduler", st.IPVSScheduler)
 	}
+	if mode == "socklb" {
+		// The socket LB attaches at the lab's cgroup2 subtree, where every
+		// pod's and the client's processes run (cgroup.go), as Cilium
+		// attaches at a node's cgroup2 root.
+		subtree, err := l.CgroupSubtree()
+		if err != nil {
+			return err
+		}
+		argv = append(argv, "--socklb-cgroup", subtree)
+	}
 	cmd, _, err := l.start("svcproxy", l.cfg.Plan.Node.Name, argv, false)
 	if err != nil {
 		return err
@@ -287,6 +297,9 @@ func (l *Lab) SetModeWith(ctx context.Context, opts ModeOptions) error {
 		return err
 	}
 	if st.RealNode {
+		if mode == "socklb" {
+			return errRealNodeSocketLB
+		}
 		if opts.IPVSScheduler != "" {
 			return errors.New("--ipvs-scheduler: not on the real node; its svcproxy has no such key in its ConfigMap")
 		}

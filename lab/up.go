@@ -111,6 +111,9 @@ func (l *Lab) UpWith(ctx context.Context, opts UpOptions) error {
 // upWithRealNode is UpWith for the real-node lab: svcproxy runs as the
 // DaemonSet's pod, in the mode of deploy/realnode's ConfigMap.
 func (l *Lab) upWithRealNode(ctx context.Context, opts UpOptions) error {
+	if opts.Mode == "socklb" {
+		return errRealNodeSocketLB
+	}
 	if opts.ControlPlane == nil {
 		return errors.New("a real node needs the control plane (its programs: make kapi)")
 	}

@@ -59,7 +59,9 @@ commands:
                                         Nth random choice
   conntrack [SERVICE] [--flush]         the node's conntrack entries, explained; --flush
                                         empties the table
-  mode [--ipvs-scheduler S] MODE        restart svcproxy in MODE: userspace, iptables, nftables, ipvs, hybrid;
+  mode [--ipvs-scheduler S] MODE        restart svcproxy in MODE: userspace, iptables,
+                                        nftables, ipvs, socklb (the socket LB, attached at
+                                        the lab's cgroup2 subtree), hybrid;
                                         IPVS schedules with S (rr, wrr, lc, wlc, sh, dh, sed, nq);
                                         on the real node: its ConfigMap, then a rollout
   down                                  remove every namespace, process and file of the lab
@@ -226,7 +228,7 @@ func imageDir(cfg lab.Config) string {
 
 func cmdUp(ctx context.Context, cfg lab.Config, args []string) error {
 	fs := flag.NewFlagSet("svclab up", flag.ContinueOnError)
-	mode := fs.String("mode", "userspace", "svcproxy's `MODE`: userspace, iptables, nftables, ipvs or hybrid")
+	mode := fs.String("mode", "userspace", "svcproxy's `MODE`: userspace, iptables, nftables, ipvs, socklb or hybrid")
 	withCP := fs.Bool("control-plane", false, "run etcd, kube-apiserver and kube-controller-manager in the node")
 	withKubelet := fs.Bool("kubelet", false, "also run a real node: containerd, the kubelet and kube-scheduler, with svcproxy and clusterdns as pods (implies --control-plane)")
 	if err := parse(fs, args, 0); err != nil {

@@ -1,0 +1,107 @@
+package lab
+
+import (
+	"context"
+	"io"
+	"net/netip"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/lab"
+)
+
+// svclab up --mode socklb runs svcproxy's socket LB attached at the lab's
+// cgroup2 subtree. The client's connections to web (its processes are in
+// the subtree) reach all three pods, each pod sees the client's own address,
+// and the node's conntrack has no entry for the ClusterIP: the socket
+// connected to the pod itself, no packet was translated. A process in the
+// client's network namespace but outside the subtree is not translated by
+// the hook: the nftables path beside DNATs it (one conntrack entry for the
+// ClusterIP). An endpoint leaving and coming back under traffic fails no
+// connection.
+func TestModeSocketLB(t *testing.T) {
+	netnstest.RequireRoot(t, append(lab.DemoTools, "nft", "conntrack")...)
+	bin := build(t)
+	t.Cleanup(func() {
+		down(t, bin)
+		requireClean(t, bin)
+	})
+	l, err := lab.New(lab.Config{Stdout: io.Discard, Self: bin + "/svclab", BinDir: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cpLab{t: t, bin: bin, l: l}
+	c.svclab("up", "--mode", "socklb")
+	p := l.Plan()
+	client, _ := p.Host("client")
+	const vip = "198.18.0.20" // web
+
+	c.svclab("conntrack", "--flush")
+	pods, sources, failed := c.tally(lab.TrafficOptions{Target: "web", N: 30})
+	if failed != 0 || !slices.Equal(pods, []string{"web-0", "web-1", "web-2"}) {
+		t.Errorf("30 connections to web from the client: pods %v, %d failed; want web-0, web-1 and web-2, none failed", pods, failed)
+	}
+	if !slices.Equal(sources, []netip.Addr{client.Addr}) {
+		t.Errorf("the pods saw %v, want the client's own address %s", sources, client.Addr)
+	}
+	if n := c.conntrackTo(vip); n != 0 {
+		t.Errorf("after the client's connections the node's conntrack has %d entries for %s, want none (the socket LB translates no packet)", n, vip)
+	}
+
+	// The same namespace, a process outside the subtree (ip netns exec does
+	// not place it in the client's cgroup, svclab exec would).
+	out, err := exec.Command("ip", "netns", "exec", p.Namespace("client"),
+		"curl", "-sS", "--max-time", "5", "http://"+vip+"/").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "web-") {
+		t.Fatalf("curl %s from the client's namespace, outside the subtree: %v\n%s", vip, err, out)
+	}
+	if n := c.conntrackTo(vip); n != 1 {
+		t.Errorf("after one connection from outside the subtree the node's conntrack has %d entries for %s, want 1 (the nftables path's DNAT)", n, vip)
+	}
+
+	// web-2 leaves the endpoints and comes back while 60 requests run, 20 a
+	// second: the socket LB's maps change element by element, and no
+	// connect() fails.
+	done := make(chan struct{})
+	var tallyFailed int
+	var tallyPods []string
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		tally, err := l.Traffic(ctx, lab.TrafficOptions{Target: "web", N: 60, Rate: 20})
+		if err != nil && tally == nil {
+			t.Errorf("traffic: %v", err)
+			return
+		}
+		tallyFailed = tally.Failed
+		for _, pc := range tally.Pods {
+			tallyPods = append(tallyPods, pc.Pod)
+		}
+	}()
+	c.svclab("pod", "web-2", "--ready=false")
+	c.svclab("pod", "web-2", "--ready=true")
+	<-done
+	if tallyFailed != 0 {
+		t.Errorf("60 requests across web-2 leaving and returning: %d failed, want 0", tallyFailed)
+	}
+	t.Logf("across the endpoint change: answered by %v", tallyPods)
+}
+
+// conntrackTo counts the node's conntrack entries whose original
+// destination is addr.
+func (c *cpLab) conntrackTo(addr string) int {
+	c.t.Helper()
+	out := c.svclab("exec", "node", "--", "conntrack", "-L", "--orig-dst", addr)
+	n := 0
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, "dst="+addr+" ") {
+			n++
+		}
+	}
+	return n
+}
