@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -71,15 +72,19 @@ endpoints:
 
 // TestSocketLBMode runs svcproxy --mode socklb on the real kernel: the lab's
 // node namespace, and a cgroup v2 directory of the test's own (under a
-// private cgroup2 mount) for the socket LB. A pod whose process is in the
-// cgroup connects to the ClusterIP and its socket is connected to a backend
-// (its peer address says so), spread over the three, over IPv4 and IPv6, and
-// the backend sees the pod's own address; a Service without endpoints is
-// refused (the nftables path beside rejects what the hook leaves alone); the
-// same pod's process outside the cgroup still reaches the Service, through
-// nftables (its peer is the ClusterIP). /status and /metrics show the port
-// on the socklb path. After svcproxy stops and --cleanup runs, no program is
-// attached to the cgroup and no nftables table of svcproxy remains.
+// private cgroup2 mount) for the socket LB. The pod (the lab's client
+// namespace) also holds web's ClusterIPs on its loopback with a listener that
+// answers "vip", so a connect() the hook leaves alone never leaves the pod:
+// only a translated one reaches a backend. A pod process in the cgroup
+// reaches all three backends over IPv4 and IPv6, the backend sees the pod's
+// own address, and getpeername() says the ClusterIP; the same pod's process
+// outside the cgroup reaches its own listener (untranslated); a Service
+// without endpoints is refused from the cgroup (the nftables path beside
+// rejects what the hook leaves alone); the node's own process outside the
+// cgroup reaches a backend through nftables. /status and /metrics show the
+// port on the socklb path. After svcproxy stops and --cleanup runs, no
+// program is attached to the cgroup and no nftables table of svcproxy
+// remains.
 func TestSocketLBMode(t *testing.T) {
 	netnstest.RequireRoot(t, "nft", "ip", "iptables-restore")
 	if err := knft.Available(); err != nil {
@@ -89,6 +94,12 @@ func TestSocketLBMode(t *testing.T) {
 	lab := offloadtest.New(t, "node-a")
 	lab.AddIPv6(t)
 	lab.ServeTCP(t, 8080)
+	vips := []string{"198.18.0.10:80", "[2001:db8:18::10]:80"}
+	for _, vip := range vips {
+		a := netip.MustParseAddrPort(vip).Addr()
+		lab.Client.AddAddr(t, "lo", netip.PrefixFrom(a, a.BitLen()))
+		serveVIP(t, lab.Client, vip)
+	}
 	file := filepath.Join(t.TempDir(), "services.yaml")
 	if err := os.WriteFile(file, []byte(socketLBManifests), 0o644); err != nil {
 		t.Fatal(err)
@@ -100,33 +111,33 @@ func TestSocketLBMode(t *testing.T) {
 		t.Fatalf("svcproxy did not start in socklb mode:\n%s", logs)
 	}
 
-	backends := map[string]bool{}
-	for i := range 3 {
-		backends[offloadtest.BackendAddr(i).String()] = true
-		backends[offloadtest.BackendAddr6(i).String()] = true
-	}
-	for _, vip := range []string{"198.18.0.10:80", "[2001:db8:18::10]:80"} {
+	backends := map[string]bool{"b0": true, "b1": true, "b2": true}
+	for _, vip := range vips {
 		// The first sync may still be running: wait for a translated connect().
 		waitTranslated(t, lab.Client, cg, vip)
 		// 60 connects miss one of 3 backends with probability 3*(2/3)^60, about 1e-10.
 		dials := dialFromCgroup(t, lab.Client, cg, vip, 60)
 		seen := map[string]int{}
 		for _, d := range dials {
-			peer := hostOf(d.peer)
-			if d.err != "" || !backends[peer] {
-				t.Fatalf("inside the cgroup, connect(%s): %+v; want a socket connected to a backend", vip, d)
+			if d.err != "" || !backends[d.backend] {
+				t.Fatalf("inside the cgroup, connect(%s): %+v; want a backend's answer", vip, d)
 			}
 			if d.client != offloadtest.ClientAddr.String() && d.client != offloadtest.ClientAddr6.String() {
 				t.Errorf("the backend saw client %s, want the pod's own address (no NAT)", d.client)
+			}
+			if d.peer != vip {
+				t.Errorf("inside the cgroup, getpeername() after connect(%s) says %s, want the ClusterIP", vip, d.peer)
 			}
 			seen[d.backend]++
 		}
 		if len(seen) != 3 {
 			t.Errorf("inside the cgroup, 60 connects to %s reached %v, want all three backends", vip, seen)
 		}
-		out := dialFromCgroup(t, lab.Client, nil, vip, 1)[0]
-		if out.err != "" || out.peer != vip {
-			t.Errorf("outside the cgroup, connect(%s): %+v; want an answer through nftables, the peer the ClusterIP", vip, out)
+		if d := dialFromCgroup(t, lab.Client, nil, vip, 1)[0]; d.backend != "vip" {
+			t.Errorf("the pod's process outside the cgroup, connect(%s): %+v; want its own VIP listener (untranslated)", vip, d)
+		}
+		if d := dialFromCgroup(t, lab.Node, nil, vip, 1)[0]; !backends[d.backend] {
+			t.Errorf("the node's process outside the cgroup, connect(%s): %+v; want a backend, through nftables", vip, d)
 		}
 	}
 	if d := dialFromCgroup(t, lab.Client, cg, "198.18.0.20:80", 1)[0]; d.err != "refused" {
@@ -167,23 +178,14 @@ func TestSocketLBMode(t *testing.T) {
 	}
 }
 
-// hostOf is the address of a "host:port" (IPv6 without brackets), or "".
-func hostOf(hostport string) string {
-	h, _, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return ""
-	}
-	return h
-}
-
-// waitTranslated waits until a connect() from cg to vip is connected to
-// something other than vip: the maps carry the Service.
+// waitTranslated waits until a connect() from cg to vip reaches a backend,
+// not the pod's own VIP listener: the maps carry the Service.
 func waitTranslated(t *testing.T, ns *netnstest.NS, cg *testCgroup, vip string) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		d := dialFromCgroup(t, ns, cg, vip, 1)[0]
-		if d.err == "" && d.peer != vip {
+		if d.err == "" && d.backend != "vip" {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -191,6 +193,27 @@ func waitTranslated(t *testing.T, ns *netnstest.NS, cg *testCgroup, vip string) 
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// serveVIP listens on addr inside ns and answers "vip <client>" to every
+// connection: what a connect() the hook leaves alone reaches.
+func serveVIP(t *testing.T, ns *netnstest.NS, addr string) {
+	t.Helper()
+	var ln net.Listener
+	if err := ns.Do(func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return // closed at cleanup
+			}
+			fmt.Fprintf(c, "vip %s\n", c.RemoteAddr().(*net.TCPAddr).IP)
+			c.Close()
+		}
+	}()
 }
 
 // dial is one connection of TestHelperDial: what the backend said (its name
