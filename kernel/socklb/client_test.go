@@ -3,11 +3,14 @@ package socklb
 import (
 	"bufio"
 	"fmt"
+	"io"
+	"math"
 	"net"
 	"net/netip"
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -21,7 +24,7 @@ import (
 // sockets created inside.
 const (
 	dialEnv  = "SOCKLB_TEST_DIAL"
-	countEnv = "SOCKLB_TEST_COUNT" // how many times; 1 when unset
+	countEnv = "SOCKLB_TEST_COUNT" // how many times; 1 when unset, below 0 until stdin closes
 	modeEnv  = "SOCKLB_TEST_MODE"  // a key of clients; "tcp" when unset
 )
 
@@ -57,7 +60,13 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "%s=%q: no such client\n", modeEnv, mode)
 			os.Exit(2)
 		}
-		for range max(n, 1) {
+		// A count below 0: until stdin is closed (the test says when).
+		var stop atomic.Bool
+		if n < 0 {
+			go func() { _, _ = io.Copy(io.Discard, os.Stdin); stop.Store(true) }()
+			n = math.MaxInt
+		}
+		for i := 0; i < max(n, 1) && !stop.Load(); i++ {
 			line, err := client(addr)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, err)

@@ -33,6 +33,11 @@
 // connecting to an IPv4-mapped address (::ffff:198.18.0.10, which runs
 // connect6) find the IPv4 Service with no special case.
 //
+// With Config.PinPath (a bpffs directory), the maps and the programs' links
+// are pinned, so they outlive the process: a new Kernel adopts them and a
+// restart does not interrupt the translation; Cleanup detaches and unpins
+// (pin.go).
+//
 // The programs are written with github.com/cilium/ebpf's asm package,
 // instruction by instruction with a comment each (program.go, connect.go),
 // their C equivalents in the doc comments: they need no clang and no committed

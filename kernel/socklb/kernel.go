@@ -20,6 +20,15 @@ type Config struct {
 	// MaxServices is the services map's size (the backends map holds 16
 	// times as many slots); 0 means 65536.
 	MaxServices uint32
+
+	// PinPath, when set, is a directory in a bpffs (mount -t bpf) the
+	// caller mounted: New pins the maps and the programs' links there, or
+	// adopts those a previous Kernel pinned, so the programs stay attached
+	// and the maps filled while no process holds them: a restart does not
+	// stop the translation (pin.go). Cleanup removes them. Empty: nothing
+	// is pinned, and the programs detach when the Kernel is closed or the
+	// process exits.
+	PinPath string
 }
 
 // bpfMaps are the programs' maps.
@@ -93,17 +102,17 @@ func New(cfg Config) (_ *Kernel, err error) {
 		}
 	}()
 	svcSpec, beSpec, revSpec, affSpec := mapSpecs(cfg.MaxServices)
-	if k.m.services, err = ebpf.NewMap(svcSpec); err != nil {
-		return nil, fmt.Errorf("socklb: create services map: %w", err)
+	for _, m := range []struct {
+		spec *ebpf.MapSpec
+		to   **ebpf.Map
+	}{{svcSpec, &k.m.services}, {beSpec, &k.m.backends}, {revSpec, &k.m.revnat}, {affSpec, &k.m.affinity}} {
+		if *m.to, err = openMap(m.spec, cfg.PinPath); err != nil {
+			return nil, err
+		}
 	}
-	if k.m.backends, err = ebpf.NewMap(beSpec); err != nil {
-		return nil, fmt.Errorf("socklb: create backends map: %w", err)
-	}
-	if k.m.revnat, err = ebpf.NewMap(revSpec); err != nil {
-		return nil, fmt.Errorf("socklb: create revnat map: %w", err)
-	}
-	if k.m.affinity, err = ebpf.NewMap(affSpec); err != nil {
-		return nil, fmt.Errorf("socklb: create affinity map: %w", err)
+	// Adopted maps come with their Services: learn their IDs.
+	if err := k.readIDs(); err != nil {
+		return nil, err
 	}
 	for _, h := range hooks {
 		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
@@ -117,9 +126,9 @@ func New(cfg Config) (_ *Kernel, err error) {
 			return nil, fmt.Errorf("socklb: load %s: %w", h.name, err)
 		}
 		k.progs = append(k.progs, prog)
-		l, err := link.AttachCgroup(link.CgroupOptions{Path: cfg.CgroupPath, Attach: h.attach, Program: prog})
+		l, err := attach(cfg, h, prog)
 		if err != nil {
-			return nil, fmt.Errorf("socklb: attach %s to %s: %w", h.name, cfg.CgroupPath, err)
+			return nil, err
 		}
 		k.links = append(k.links, l)
 	}
@@ -128,7 +137,9 @@ func New(cfg Config) (_ *Kernel, err error) {
 
 // Close detaches the programs and releases the maps: connect() in the cgroup
 // is no longer translated; sockets already connected keep their backend
-// (they are plain sockets).
+// (they are plain sockets). With Config.PinPath, Close only lets go of them:
+// the pinned links keep the programs attached, the pinned maps keep their
+// elements, until the next Kernel adopts them or Cleanup removes them.
 func (k *Kernel) Close() error {
 	var errs []error
 	for _, l := range k.links {

@@ -3,6 +3,7 @@ package socklb
 import (
 	"encoding/binary"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -74,5 +75,16 @@ func TestKeyEncoding(t *testing.T) {
 	bv := encodeBackend(netip.MustParseAddrPort("198.19.1.2:8080"))
 	if got := binary.LittleEndian.Uint16(bv.Port[:]); got != 0x901f {
 		t.Errorf("port bytes as a little-endian u16 = %#x, want 0x901f", got)
+	}
+}
+
+// TestConfigErrors: a Config missing what New or Cleanup needs is refused,
+// naming the field, before anything touches the kernel.
+func TestConfigErrors(t *testing.T) {
+	if _, err := New(Config{PinPath: "/sys/fs/bpf/svcproxy"}); err == nil || !strings.Contains(err.Error(), "CgroupPath: must not be empty") {
+		t.Errorf("New without CgroupPath = %v, want an error naming CgroupPath", err)
+	}
+	if err := Cleanup(Config{CgroupPath: "/sys/fs/cgroup"}); err == nil || !strings.Contains(err.Error(), "PinPath: must not be empty") {
+		t.Errorf("Cleanup without PinPath = %v, want an error naming PinPath", err)
 	}
 }
