@@ -90,6 +90,7 @@ bench: deps build
 	$(GO) test -run '^$$' -bench 'DataPath$$' -benchtime 2s -count 6 ./bench/iptables/ -args -report $(CURDIR)/docs/benchmarks/iptables-datapath.json
 	$(GO) test -run '^$$' -bench 'DataPathInterleaved' -benchtime 4x -timeout 30m -v ./bench/iptables/ -args -report $(CURDIR)/docs/benchmarks/iptables-interleaved.json
 	JSON=docs/benchmarks/dns.json bench/dns/run.sh
+	$(GO) test -run '^$$' -bench 'OneServiceChange' -benchtime 500x -count 5 ./offload/socklb/
 	$(MAKE) bench-plots
 
 ## bench-plots: an SVG beside each benchmark's JSON report in docs/benchmarks/
