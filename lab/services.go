@@ -24,7 +24,9 @@ type ServicePortView struct {
 	// Path is the way this port's new connections take now: "userspace"
 	// (the REDIRECT portal to svcproxy's listener), or the kernel path's
 	// mode, "iptables", "nftables", "ipvs". In hybrid mode it changes when
-	// the port is promoted or demoted.
+	// the port is promoted or demoted; a dual-stack port shows its IPv4
+	// path (each family's dataplane promotes on its own), and its counters
+	// are both families' together.
 	Path string `json:"path"`
 	// Userspace is the connections svcproxy's userspace proxy opened for
 	// the port (/status: counters.connectionsOpened); Kernel those the
@@ -92,26 +94,56 @@ func (l *Lab) Services(ctx context.Context) (*ServicesView, error) {
 // servicesView puts a Snapshot, a /status document and the kernel's
 // counters together (Services without the reading).
 func (l *Lab) servicesView(snap *service.Snapshot, status []byte, kc *KernelCounters) (*ServicesView, error) {
-	var st proxyStatus
-	if err := json.Unmarshal(status, &st); err != nil {
+	// A dual-stack svcproxy runs one dataplane per family, and its /status
+	// is {"mode": ..., "IPv4": {...}, "IPv6": {...}}; a single-stack one
+	// is the one family's document.
+	var fams struct {
+		Mode     string   `json:"mode"`
+		Families []string `json:"ipFamilies"`
+	}
+	if err := json.Unmarshal(status, &fams); err != nil {
 		return nil, fmt.Errorf("svcproxy /status: %w", err)
 	}
+	docs := []json.RawMessage{status}
+	if len(fams.Families) > 0 {
+		var byFamily map[string]json.RawMessage
+		if err := json.Unmarshal(status, &byFamily); err != nil {
+			return nil, fmt.Errorf("svcproxy /status: %w", err)
+		}
+		docs = nil
+		for _, f := range fams.Families {
+			docs = append(docs, byFamily[f])
+		}
+	}
+	var mode, offload string
 	opened := map[string]uint64{}
-	if st.Userspace != nil {
-		for _, p := range st.Userspace.Ports {
-			opened[p.Name] = p.Counters.ConnectionsOpened
+	paths := map[string]string{} // the first family's (IPv4's) path of each port
+	for _, doc := range docs {
+		var st proxyStatus
+		if err := json.Unmarshal(doc, &st); err != nil {
+			return nil, fmt.Errorf("svcproxy /status: %w", err)
+		}
+		if mode == "" {
+			mode, offload = st.Mode, st.Offload
+		}
+		if st.Userspace != nil {
+			for _, p := range st.Userspace.Ports {
+				opened[p.Name] += p.Counters.ConnectionsOpened
+			}
+		}
+		if st.Mode == "hybrid" && len(st.Ports) > 0 {
+			var ports []struct{ Name, Path string }
+			if err := json.Unmarshal(st.Ports, &ports); err != nil {
+				return nil, fmt.Errorf("svcproxy /status: ports: %w", err)
+			}
+			for _, p := range ports {
+				if _, ok := paths[p.Name]; !ok {
+					paths[p.Name] = p.Path
+				}
+			}
 		}
 	}
-	paths := map[string]string{}
-	if st.Mode == "hybrid" {
-		var ports []struct{ Name, Path string }
-		if err := json.Unmarshal(st.Ports, &ports); err != nil {
-			return nil, fmt.Errorf("svcproxy /status: ports: %w", err)
-		}
-		for _, p := range ports {
-			paths[p.Name] = p.Path
-		}
-	}
+	st := proxyStatus{Mode: mode, Offload: offload}
 	names := l.names()
 	v := &ServicesView{Mode: st.Mode, Offload: st.Offload}
 	for _, s := range snap.Services() {

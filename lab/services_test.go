@@ -2,6 +2,8 @@ package lab
 
 import (
 	"bytes"
+	"fmt"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -89,6 +91,10 @@ func TestServicesView(t *testing.T) {
 	// A port the promoter has not sampled yet is in userspace.
 	require.Equal(t, "userspace", byName["default/web-sticky:http"].Path)
 
+	// Before its first sample the promoter has no ports.
+	v, err = l.servicesView(loadManifests(t), []byte(`{"mode":"hybrid","offload":"nftables"}`), kc)
+	require.NoError(t, err)
+	require.Equal(t, "userspace", v.Ports[0].Path)
 	v, err = l.servicesView(loadManifests(t), []byte(`{"mode":"nftables","ports":[]}`), kc)
 	require.NoError(t, err)
 	for _, p := range v.Ports {
@@ -109,4 +115,27 @@ func TestHostRowsWriteTheTable(t *testing.T) {
 	require.NoError(t, p.WriteHosts(&b, "userspace"))
 	require.Equal(t, b.String(), a.String())
 	require.Contains(t, a.String(), "svclab pod (")
+}
+
+// status-hybrid-dualstack.json is svcproxy's /status in the lab (`svclab up
+// --mode hybrid`, `svclab traffic --n 100 --rate 30 web`): one document per
+// family, web's port promoted to nftables in IPv4 after 83 connections
+// through userspace.
+func TestServicesViewDualStack(t *testing.T) {
+	l, err := New(Config{StateDir: t.TempDir()})
+	require.NoError(t, err)
+	b, err := os.ReadFile("testdata/status-hybrid-dualstack.json")
+	require.NoError(t, err)
+	kc := &KernelCounters{Ports: map[string]uint64{"default/web:http": 17}}
+	v, err := l.servicesView(loadManifests(t), b, kc)
+	require.NoError(t, err)
+	require.Equal(t, "hybrid", v.Mode)
+	require.Equal(t, "nftables", v.Offload)
+	got := map[string]string{}
+	for _, p := range v.Ports {
+		got[p.Name] = fmt.Sprintf("%s %d %d", p.Path, p.Userspace, p.Kernel)
+	}
+	require.Equal(t, "nftables 83 17", got["default/web:http"])
+	require.Equal(t, "userspace 0 0", got["default/web-dual:http"])
+	require.Equal(t, "userspace 1 0", got["kube-system/kube-dns:dns/UDP"])
 }

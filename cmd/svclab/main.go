@@ -64,6 +64,10 @@ commands:
                                         the lab's cgroup2 subtree), hybrid;
                                         IPVS schedules with S (rr, wrr, lc, wlc, sh, dh, sed, nq);
                                         on the real node: its ConfigMap, then a rollout
+  web [--listen ADDR]                   serve a live page of the lab: hosts, Services with
+                                        their path, endpoints and counters, hybrid's timeline,
+                                        a traced packet, controls; on loopback only
+                                        (127.0.0.1:8088) unless ADDR says otherwise
   down                                  remove every namespace, process and file of the lab
   demo [--control-plane=auto|true|false] [--only WORD]
                                         up, a narrated walk through the lab, down; on a
@@ -182,6 +186,7 @@ var commands = map[string]command{
 	"down":      {root: true, run: cmdDown},
 	"demo":      {root: true, run: cmdDemo},
 	"kubectl":   {root: true, run: cmdKubectl},
+	"web":       {root: true, run: cmdWeb},
 	// `svclab pod NAME --ready=BOOL` by users; `svclab pod --name NAME ...`,
 	// a pod's server, by svclab itself inside lab hosts.
 	"pod": {run: cmdPod},

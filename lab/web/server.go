@@ -1,0 +1,238 @@
+package web
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/svcproxy/svcproxy/lab"
+)
+
+//go:embed static
+var static embed.FS
+
+// Config is what a Server serves.
+type Config struct {
+	Lab Lab
+	// Run runs the controls' svclab commands.
+	Run Runner
+	// Prefix is how the page writes the commands it ran: "svclab", or
+	// "svclab --state /tmp/lab" when the lab is not in the default place.
+	Prefix string
+	// Every is how often the lab is read (default one second).
+	Every time.Duration
+}
+
+// Server serves the page, its JSON endpoints and the events.
+type Server struct {
+	cfg   Config
+	start time.Time
+
+	mu       sync.Mutex
+	tl       timeline
+	state    State
+	changed  chan struct{} // closed, and replaced, at each new state
+	commands []Command
+	running  int
+}
+
+// NewServer makes a Server; Run starts its poller.
+func NewServer(cfg Config) *Server {
+	if cfg.Every == 0 {
+		cfg.Every = time.Second
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = "svclab"
+	}
+	now := time.Now()
+	return &Server{cfg: cfg, start: now, tl: timeline{start: now}, changed: make(chan struct{})}
+}
+
+// Handler serves:
+//
+//	/                 the page (static/index.html, app.js, style.css)
+//	GET /api/state    the latest State
+//	GET /api/events   the States as server-sent events ("state")
+//	GET /api/trace    ?from=HOST&service=SERVICE[:PORT]: a lab.TraceReport
+//	POST /api/run     a Control; answers the Command it started
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	root, _ := fs.Sub(static, "static")
+	mux.Handle("GET /", http.FileServerFS(root))
+	mux.HandleFunc("GET /api/state", s.getState)
+	mux.HandleFunc("GET /api/events", s.events)
+	mux.HandleFunc("GET /api/trace", s.trace)
+	mux.HandleFunc("POST /api/run", s.run)
+	return mux
+}
+
+// Run reads the lab every cfg.Every until ctx ends (the poller: the one
+// goroutine that reads the lab for every page open).
+func (s *Server) Run(ctx context.Context) {
+	t := time.NewTicker(s.cfg.Every)
+	defer t.Stop()
+	for {
+		s.poll(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// poll reads the lab once and publishes the new State.
+func (s *Server) poll(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	hosts, herr := s.cfg.Lab.Hosts()
+	view, verr := s.cfg.Lab.Services(ctx)
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.state
+	st.At = now
+	st.Error = ""
+	if err := errors.Join(herr, verr); err != nil {
+		st.Error = err.Error()
+	}
+	if herr == nil {
+		st.Hosts = hosts
+	}
+	if verr == nil {
+		st.Services = view
+		s.tl.add(now, view)
+	}
+	st.Timeline = s.tl.snapshot()
+	st.Commands = append([]Command(nil), s.commands...)
+	s.publishLocked(st)
+}
+
+// publishLocked makes st the latest State and wakes every event stream.
+func (s *Server) publishLocked(st State) {
+	s.state = st
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// latest is the latest State and the channel closed at the next.
+func (s *Server) latest() (State, <-chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state, s.changed
+}
+
+func (s *Server) getState(w http.ResponseWriter, _ *http.Request) {
+	st, _ := s.latest()
+	writeJSON(w, http.StatusOK, st)
+}
+
+// events streams each new State as a server-sent event until the page
+// goes away. "retry: 1000" asks EventSource to reconnect after a second.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	fmt.Fprint(w, "retry: 1000\n\n")
+	for {
+		st, next := s.latest()
+		if !st.At.IsZero() {
+			b, err := json.Marshal(st)
+			if err != nil {
+				return
+			}
+			fmt.Fprintf(w, "event: state\ndata: %s\n\n", b)
+		}
+		fl.Flush()
+		select {
+		case <-r.Context().Done():
+			return
+		case <-next:
+		}
+	}
+}
+
+// trace answers what `svclab trace FROM SERVICE` prints, as data.
+func (s *Server) trace(w http.ResponseWriter, r *http.Request) {
+	from, svc := r.URL.Query().Get("from"), r.URL.Query().Get("service")
+	if from == "" || svc == "" {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "trace: want from (a lab host) and service (web, web:http, udp://echo)"})
+		return
+	}
+	rep, err := s.cfg.Lab.TraceReport(r.Context(), lab.TraceOptions{From: from, Target: svc})
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Command string `json:"command"`
+		*lab.TraceReport
+	}{s.cfg.Prefix + " trace " + from + " " + svc, rep})
+}
+
+// maxRunning bounds the controls' commands at once: traffic and a pod
+// change together, as the tutorials do, but not a flood.
+const maxRunning = 4
+
+// run starts the svclab command of a Control and answers at once with the
+// Command; its output comes with the next States.
+func (s *Server) run(w http.ResponseWriter, r *http.Request) {
+	var c Control
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&c); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "control: " + err.Error()})
+		return
+	}
+	st, _ := s.latest()
+	args, err := c.args(st.Hosts)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	s.mu.Lock()
+	if s.running >= maxRunning {
+		s.mu.Unlock()
+		writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": fmt.Sprintf("%d commands run already; wait for one to end", maxRunning)})
+		return
+	}
+	s.running++
+	cmd := Command{ID: len(s.commands) + 1, Command: s.cfg.Prefix + " " + strings.Join(args, " "), Started: time.Now(), Running: true}
+	s.commands = append(s.commands, cmd)
+	s.mu.Unlock()
+	// The command belongs to the server, not to the request: it goes on
+	// when the page is closed, and a mode change is never cut in half.
+	go s.runCommand(context.WithoutCancel(r.Context()), cmd.ID, args)
+	writeJSON(w, http.StatusAccepted, cmd)
+}
+
+// runCommand runs one control's command and records how it ended.
+func (s *Server) runCommand(ctx context.Context, id int, args []string) {
+	out, err := s.cfg.Run(ctx, args)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running--
+	c := &s.commands[id-1]
+	c.Running, c.Output = false, out
+	if err != nil {
+		c.Error = err.Error()
+	}
+	st := s.state
+	st.Commands = append([]Command(nil), s.commands...)
+	s.publishLocked(st)
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
