@@ -52,10 +52,8 @@ const (
 	maxRate     = 500
 )
 
-var (
-	podChanges = []string{"kill", "start", "ready=false", "ready=true", "terminating"}
-	modes      = []string{"userspace", "iptables", "nftables", "ipvs", "hybrid"}
-)
+// podChanges are `svclab pod`'s changes, without their "--".
+var podChanges = []string{"kill", "start", "ready=false", "ready=true", "terminating"}
 
 // args checks c against the lab's hosts and returns the arguments of the
 // svclab command that does it. Bad input is an error naming the field.
@@ -97,8 +95,8 @@ func (c Control) args(hosts []lab.HostRow) ([]string, error) {
 		}
 		return []string{"pod", c.Pod, "--" + c.Change}, nil
 	case "mode":
-		if !slices.Contains(modes, c.Mode) {
-			return nil, fmt.Errorf("mode: mode %q: want one of %s", c.Mode, strings.Join(modes, ", "))
+		if !slices.Contains(lab.Modes, c.Mode) {
+			return nil, fmt.Errorf("mode: mode %q: want one of %s", c.Mode, strings.Join(lab.Modes, ", "))
 		}
 		return []string{"mode", c.Mode}, nil
 	default:

@@ -112,6 +112,7 @@ func (s *Server) poll(ctx context.Context) {
 	}
 	st.Timeline = s.tl.snapshot()
 	st.Commands = append([]Command(nil), s.commands...)
+	st.Modes = lab.Modes
 	s.publishLocked(st)
 }
 

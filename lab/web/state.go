@@ -26,6 +26,8 @@ type State struct {
 	Services *lab.ServicesView `json:"services"`
 	Timeline Timeline          `json:"timeline"`
 	Commands []Command         `json:"commands"`
+	// Modes are the modes `svclab mode` takes, for the page's control.
+	Modes []string `json:"modes"`
 	// Error is why the last poll read nothing (the lab is down, svcproxy
 	// restarts); the page shows it and keeps the last state.
 	Error string `json:"error,omitempty"`

@@ -129,6 +129,7 @@ function draw(st) {
   drawServices(st.services);
   drawChart(st.timeline);
   drawCommands(st.commands);
+  fill($("mode-name"), st.modes || [], "hybrid");
   document.body.dataset.updated = st.at;
 }
 
