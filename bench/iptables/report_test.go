@@ -145,11 +145,11 @@ func newReport(rows []row, cmps []comparison) report.Report {
 }
 
 // commandLine is the go test command that ran, as a reader would type it
-// from the module's root: the flags that choose and size the benchmarks, and
+// from the module's root: the flags that choose, size and bound the benchmarks, and
 // -report's file relative to the root.
 func commandLine() string {
 	parts := []string{"go test -run '^$'"}
-	for _, name := range []string{"bench", "benchtime", "count"} {
+	for _, name := range []string{"bench", "benchtime", "count", "timeout"} {
 		f := flag.Lookup("test." + name)
 		if f == nil || f.Value.String() == f.DefValue {
 			continue

@@ -24,7 +24,32 @@ type parsedSVG struct {
 		Title string  `xml:"title"`
 	} `xml:"rect"`
 	Lines []parsedLine `xml:"line"`
-	Texts []string     `xml:"text"`
+	Text  []parsedText `xml:"text"`
+}
+
+type parsedText struct {
+	Class string `xml:"class,attr"`
+	Text  string `xml:",chardata"`
+}
+
+// texts is every text of the chart.
+func (d parsedSVG) texts() []string {
+	var out []string
+	for _, t := range d.Text {
+		out = append(out, t.Text)
+	}
+	return out
+}
+
+// command is the command's lines, joined again.
+func (d parsedSVG) command() string {
+	var lines []string
+	for _, t := range d.Text {
+		if t.Class == "command" {
+			lines = append(lines, t.Text)
+		}
+	}
+	return strings.Join(lines, " ")
 }
 
 type parsedLine struct {
@@ -92,8 +117,8 @@ func checkPlot(t *testing.T, doc parsedSVG, reports []report.Report) {
 				if want := x(v.Ratio) - barLeft; math.Abs(bar.W-want) > 0.001 || bar.X != barLeft {
 					t.Errorf("bar %d (%s, %s): x %v, width %v, want %v, %v", bars, g.Name, v.Metric, bar.X, bar.W, float64(barLeft), want)
 				}
-				if !slices.Contains(doc.Texts, label) {
-					t.Errorf("no label %q among %q", label, doc.Texts)
+				if !slices.Contains(doc.texts(), label) {
+					t.Errorf("no label %q among %q", label, doc.texts())
 				}
 				if v.CI95 > 0 {
 					i := slices.IndexFunc(doc.Lines, func(l parsedLine) bool {
@@ -105,15 +130,16 @@ func checkPlot(t *testing.T, doc parsedSVG, reports []report.Report) {
 					whiskers++
 				}
 			}
-			if !slices.Contains(doc.Texts, g.Name) {
-				t.Errorf("no heading %q among %q", g.Name, doc.Texts)
+			if !slices.Contains(doc.texts(), g.Name) {
+				t.Errorf("no heading %q among %q", g.Name, doc.texts())
 			}
 		}
 		title := fmt.Sprintf("%s: %s, load average %s before, %s after", r.Bench, r.Date, r.LoadBefore, r.LoadAfter)
-		for _, s := range []string{title, r.Command} {
-			if !slices.Contains(doc.Texts, s) {
-				t.Errorf("no text %q among %q", s, doc.Texts)
-			}
+		if !slices.Contains(doc.texts(), title) {
+			t.Errorf("no title %q among %q", title, doc.texts())
+		}
+		if want := strings.Join(strings.Fields(r.Command), ""); !strings.Contains(strings.ReplaceAll(doc.command(), " ", ""), want) {
+			t.Errorf("no command %q in %q", want, doc.command())
 		}
 		if !slices.ContainsFunc(doc.Lines, func(l parsedLine) bool {
 			return l.Class == "one" && math.Abs(l.X1-x(1)) < 0.001 && l.X1 == l.X2
@@ -153,8 +179,8 @@ func TestPlotFixture(t *testing.T) {
 		}
 	}
 	for _, s := range []string{"c / <d>", "1×", "0.50×"} {
-		if !slices.Contains(doc.Texts, s) {
-			t.Errorf("no text %q among %q", s, doc.Texts)
+		if !slices.Contains(doc.texts(), s) {
+			t.Errorf("no text %q among %q", s, doc.texts())
 		}
 	}
 }
@@ -168,8 +194,8 @@ func TestPlotSections(t *testing.T) {
 	if got, want := doc.Rects[3].W, 1.05/1.5*(barRight-barLeft); math.Abs(got-want) > 0.001 {
 		t.Errorf("the interval section's first bar: width %v, want %v (its own scale, 1.5×)", got, want)
 	}
-	if !slices.Contains(doc.Texts, "1.05× ± 0.07") {
-		t.Errorf("no label 1.05× ± 0.07 among %q", doc.Texts)
+	if !slices.Contains(doc.texts(), "1.05× ± 0.07") {
+		t.Errorf("no label 1.05× ± 0.07 among %q", doc.texts())
 	}
 }
 
@@ -208,5 +234,34 @@ func TestWriteSVGEscapes(t *testing.T) {
 	}
 	if strings.Contains(b.String(), "<a>") || !strings.Contains(b.String(), "&lt;a&gt; / b") {
 		t.Errorf("the name is not escaped:\n%s", b.String())
+	}
+}
+
+// TestWrap: a command is broken at spaces, and a word wider than the chart
+// within itself, into lines no wider than the chart; nothing is lost.
+func TestWrap(t *testing.T) {
+	long := "go test -run '^$' -bench '^(FullSync|NFTFullSync|OneServiceChange|NFTOneServiceChange|AddService|SyncCPU|NFTSyncCPU)$/(ports=1000$|^(nft|legacy|restart|one-service-change)$)/^ports=1000$' -benchtime 3x -timeout 60m ./bench/iptables/ -args -report docs/benchmarks/iptables-sync.json"
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want []string
+	}{
+		{"a b c", 3, []string{"a b", "c"}},
+		{"a bcdef g", 3, []string{"a", "bcd", "ef", "g"}},
+		{"ab cdefgh i", 4, []string{"ab", "cdef", "gh i"}},
+		{"short", 120, []string{"short"}},
+	} {
+		if got := wrap(tc.in, tc.n); !slices.Equal(got, tc.want) {
+			t.Errorf("wrap(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		}
+	}
+	lines := wrap(long, commandWidth)
+	for _, l := range lines {
+		if len([]rune(l)) > commandWidth {
+			t.Errorf("line %q is wider than %d", l, commandWidth)
+		}
+	}
+	if strings.ReplaceAll(strings.Join(lines, ""), " ", "") != strings.ReplaceAll(long, " ", "") || len(lines) < 3 {
+		t.Errorf("wrap lost or kept too much: %q", lines)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 
 	"github.com/svcproxy/svcproxy/bench/report"
 )
@@ -54,11 +55,44 @@ type svgLine struct {
 
 type svgText struct {
 	XMLName xml.Name `xml:"text"`
+	Class   string   `xml:"class,attr,omitempty"`
 	X       float64  `xml:"x,attr"`
 	Y       float64  `xml:"y,attr"`
 	Anchor  string   `xml:"text-anchor,attr,omitempty"`
 	Weight  string   `xml:"font-weight,attr,omitempty"`
+	Family  string   `xml:"font-family,attr,omitempty"`
+	Size    int      `xml:"font-size,attr,omitempty"`
 	Text    string   `xml:",chardata"`
+}
+
+// commandWidth is how many characters of a command fit on one line of the
+// chart in 10-point monospace (about 6 units each).
+const commandWidth = 120
+
+// wrap breaks s at spaces into lines of at most n characters; a word longer
+// than n (a -bench pattern can be) is broken every n characters.
+func wrap(s string, n int) []string {
+	var words []string
+	for _, word := range strings.Fields(s) {
+		r := []rune(word)
+		for len(r) > n {
+			words, r = append(words, string(r[:n])), r[n:]
+		}
+		words = append(words, string(r))
+	}
+	var lines []string
+	line := ""
+	for _, word := range words {
+		if line != "" && len([]rune(line))+1+len([]rune(word)) > n {
+			lines = append(lines, line)
+			line = ""
+		}
+		if line != "" {
+			line += " "
+		}
+		line += word
+	}
+	return append(lines, line)
 }
 
 // scale is the ratio the longest bar of a section stands for: its largest
@@ -98,8 +132,12 @@ func writeSVG(w io.Writer, reports []report.Report) error {
 		y += lineH
 		items = append(items, svgText{X: margin, Y: y, Weight: "bold",
 			Text: fmt.Sprintf("%s: %s, load average %s before, %s after", r.Bench, r.Date, r.LoadBefore, r.LoadAfter)})
-		y += lineH
-		items = append(items, svgText{X: margin, Y: y, Text: r.Command})
+		// The command, in monospace and wrapped: a go test command with its
+		// -bench pattern is wider than the chart.
+		for _, line := range wrap(r.Command, commandWidth) {
+			y += lineH * 3 / 4
+			items = append(items, svgText{Class: "command", X: margin, Y: y, Family: "monospace", Size: 10, Text: line})
+		}
 		sectionTop := y + lineH/2
 		for _, g := range r.Ratios {
 			y += lineH
