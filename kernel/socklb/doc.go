@@ -39,8 +39,8 @@
 // (pin.go).
 //
 // The programs are written with github.com/cilium/ebpf's asm package,
-// instruction by instruction with a comment each (program.go, connect.go),
-// their C equivalents in the doc comments: they need no clang and no committed
+// instruction by instruction with a comment each (program.go, connect.go,
+// affinity.go, reverse.go), their C equivalents in the doc comments: they need no clang and no committed
 // generated object, and a learner reads them as they are loaded.
 //
 // The hooks see only sockets created by processes inside the cgroup they are
@@ -51,6 +51,6 @@
 //
 // Kernel access is behind Interface: Kernel loads, attaches and updates the real
 // maps; Fake keeps the same maps in memory and answers what the programs would
-// decide (Connect, with a Trace of the lookups), so callers' tests read as
-// socket paths.
+// decide (Connect, SendMsg, RecvMsg, GetPeerName, each with a Trace of the
+// lookups), so callers' tests read as socket paths.
 package socklb

@@ -94,7 +94,7 @@ func countLines(out string) map[string]int {
 }
 
 // TestKernelAttachTypes records which cgroup sock_addr hooks this kernel loads
-// and attaches, for the programs to come (issue 31): a program that only
+// and attaches, Kernel's eight hooks among them: a program that only
 // returns 1 ("go on"), attached to the test's cgroup and detached.
 func TestKernelAttachTypes(t *testing.T) {
 	netnstest.RequireRoot(t)

@@ -7,9 +7,9 @@ import (
 // The programs are written with cilium/ebpf's asm package, one Go value per
 // instruction, each with a comment (docs/architecture.md says why asm rather
 // than C). This file holds what they share: the context's layout, the stack's
-// layout, and the instruction sequences every hook repeats. Each hook's
-// program is in a file of its own (connect.go, ...), its C equivalent in its
-// doc comment.
+// layout, and the instruction sequences the programs repeat. Each program is
+// in a file of its own (connect.go, with affinity.go; reverse.go), its C
+// equivalent in its doc comment.
 //
 // A cgroup sock_addr program receives a *struct bpf_sock_addr in R1 and
 // returns 1 to let the system call go on (with whatever address it left in
