@@ -74,6 +74,20 @@ func (l *Lab) RulesWith(ctx context.Context, opts RulesOptions) (string, error) 
 		}
 	}
 
+	if mode, _ := l.Mode(); mode == "socklb" {
+		ports, ok, err := l.socketLBMaps(ctx)
+		if err != nil {
+			return "", err
+		}
+		if ok {
+			var keep func(string) bool
+			if svc != nil {
+				keep = portsOfService(svc)
+			}
+			b.WriteString(l.formatSocketLB(ports, keep))
+		}
+	}
+
 	nft, err := l.nodeOutput(ctx, "nft", "list", "table", "ip", "svcproxy")
 	switch {
 	case err == nil && svc != nil:

@@ -83,6 +83,13 @@ func (l *Lab) TraceReport(ctx context.Context, opts TraceOptions) (*TraceReport,
 	} else {
 		fmt.Fprintf(w, "%s/%s is no Service's ClusterIP; svcproxy runs %s mode.\n", pkt.dst, strings.ToUpper(pkt.proto), mode)
 	}
+	if mode == "socklb" {
+		// The socket hook comes first, at connect() (socklbtrace.go).
+		done, err := l.traceSocketLB(ctx, w, pkt, opts, rep)
+		if err != nil || done {
+			return rep, err
+		}
+	}
 	if pkt.local {
 		para(w, fmt.Sprintf("The first packet of a new connection from the node itself (%s), through the node's rules:", pkt.src))
 	} else {

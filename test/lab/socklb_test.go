@@ -40,6 +40,19 @@ func TestModeSocketLB(t *testing.T) {
 	client, _ := p.Host("client")
 	const vip = "198.18.0.20" // web
 
+	// svclab rules shows the socket LB's maps; svclab trace walks the
+	// client's connect() through the program, and the outside host's packet
+	// (not in the subtree) through the nftables path beside.
+	if out := c.svclab("rules", "web"); !strings.Contains(out, "198.18.0.20:80/TCP  (default/web:http)\n    slot 0 -> 198.19.1.10:8080 (web-0)") {
+		t.Errorf("svclab rules web: want the socket LB's services and backends maps:\n%s", out)
+	}
+	if out := c.svclab("trace", "client", "web", "--pick", "1"); !strings.Contains(out, "result: rewritten to 198.19.1.11:8080") {
+		t.Errorf("svclab trace client web --pick 1: want connect4 rewriting to web-1:\n%s", out)
+	}
+	if out := c.svclab("trace", "outside", "web"); !strings.Contains(out, "not in the lab's cgroup2 subtree") || !strings.Contains(out, "dnat to 198.19.1.10:8080") {
+		t.Errorf("svclab trace outside web: want no socket hook, then the nftables DNAT:\n%s", out)
+	}
+
 	c.svclab("conntrack", "--flush")
 	pods, sources, failed := c.tally(lab.TrafficOptions{Target: "web", N: 30})
 	if failed != 0 || !slices.Equal(pods, []string{"web-0", "web-1", "web-2"}) {
