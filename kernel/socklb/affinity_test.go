@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,8 +17,10 @@ import (
 // From each of two network namespaces (two pods), 30 connects from inside
 // the cgroup all reach one backend, the namespace's (the two may differ);
 // the affinity map holds an entry keyed by each namespace's cookie and the
-// Service's ID, naming that backend. Pointing a namespace's entry at another
-// slot, fresh, moves its next connects there: the program follows the map.
+// Service's ID, naming that backend, and a Fake loaded with the kernel's
+// Dump sends the namespace there too. Pointing a namespace's entry at
+// another slot, fresh, moves its next connects there: the program follows
+// the map.
 func TestKernelAffinity(t *testing.T) {
 	netnstest.RequireRoot(t)
 	cg := newCgroup(t)
@@ -57,6 +60,17 @@ func TestKernelAffinity(t *testing.T) {
 		}
 		if b := e.Backends[val.Slot]; addrFrom16(val.Addr) != b.Addr() || b.Addr().String() != reached {
 			t.Errorf("%s: affinity entry names slot %d, %s; connects reached %s", pod, val.Slot, addrFrom16(val.Addr), reached)
+		}
+
+		// A Fake loaded with the kernel's maps decides as the kernel did:
+		// the entry wins over a random number that picks another slot.
+		d, err := k.Dump(ctx)
+		must(t, err)
+		fake := NewFake()
+		must(t, fake.Load(d))
+		c := Client{NetnsCookie: key.NetnsCookie, Random: val.Slot + 1, Now: d.Now}
+		if got, tr := fake.Connect(c, TCP, vip); got.Addr().String() != reached || !strings.Contains(tr.String(), "the same backend, taken") {
+			t.Errorf("%s: a Fake loaded with the kernel's maps sends netns %d to %s, want %s by affinity\n%s\n%s", pod, key.NetnsCookie, got, reached, tr, d)
 		}
 
 		// Point the entry at the next slot, used now: the connects follow.

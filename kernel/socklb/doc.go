@@ -52,5 +52,7 @@
 // Kernel access is behind Interface: Kernel loads, attaches and updates the real
 // maps; Fake keeps the same maps in memory and answers what the programs would
 // decide (Connect, SendMsg, RecvMsg, GetPeerName, each with a Trace of the
-// lookups), so callers' tests read as socket paths.
+// lookups), so callers' tests read as socket paths. Dump decodes the maps
+// (Kernel's, Fake's, or pinned ones opened read-only with OpenPinned), and
+// Fake.Load takes a Dump: the kernel's maps under the Fake's tracer (dump.go).
 package socklb

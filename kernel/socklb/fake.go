@@ -2,6 +2,7 @@ package socklb
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -72,4 +73,59 @@ func (f *Fake) Services(_ context.Context) (map[Service]Entry, error) {
 		out[svc] = Entry{Backends: slices.Clone(s.entry.Backends), AffinityTimeout: s.entry.AffinityTimeout}
 	}
 	return out, nil
+}
+
+// Dump returns the Fake's maps decoded, as Kernel.Dump does the kernel's
+// (Now is 0: the Fake's clock is its callers').
+func (f *Fake) Dump(_ context.Context) (Dump, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var d Dump
+	for svc, s := range f.services {
+		d.Services = append(d.Services, DumpService{Service: svc, ID: s.id,
+			Entry: Entry{Backends: slices.Clone(s.entry.Backends), AffinityTimeout: s.entry.AffinityTimeout}})
+	}
+	for k, a := range f.affinity {
+		d.Affinity = append(d.Affinity, AffinityEntry{NetnsCookie: k.netnsCookie, ServiceID: k.id, Slot: a.slot, Backend: a.backend, LastUsed: a.lastUsed})
+	}
+	for k, vip := range f.revnat {
+		d.RevNAT = append(d.RevNAT, RevNATEntry{SocketCookie: k.cookie, Backend: k.backend, Service: vip})
+	}
+	d.sort()
+	return d, nil
+}
+
+// Load replaces the Fake's maps with d's, IDs and all: loaded with a
+// Kernel's Dump, the Fake answers Connect as the kernel's programs would
+// (give Client.Now on d.Now's clock for affinity).
+func (f *Fake) Load(d Dump) error {
+	services := make(map[Service]fakeService, len(d.Services))
+	ids := make(map[uint32]Service, len(d.Services))
+	next := uint32(1)
+	for i, s := range d.Services {
+		if err := validate(s.Service, &s.Entry); err != nil {
+			return fmt.Errorf("dump: services[%d]: %w", i, err)
+		}
+		if other, dup := ids[s.ID]; dup {
+			return fmt.Errorf("dump: services[%d] %s: id %d: also %s's", i, s.Service, s.ID, other)
+		}
+		if s.ID == 0 {
+			return fmt.Errorf("dump: services[%d] %s: id: must not be 0", i, s.Service)
+		}
+		ids[s.ID] = s.Service
+		services[s.Service] = fakeService{id: s.ID, entry: Entry{Backends: slices.Clone(s.Backends), AffinityTimeout: s.AffinityTimeout}}
+		next = max(next, s.ID+1)
+	}
+	affinity := make(map[fakeAffKey]fakeAff, len(d.Affinity))
+	for _, a := range d.Affinity {
+		affinity[fakeAffKey{a.NetnsCookie, a.ServiceID}] = fakeAff{lastUsed: a.LastUsed, slot: a.Slot, backend: a.Backend}
+	}
+	revnat := make(map[fakeRevKey]netip.AddrPort, len(d.RevNAT))
+	for _, r := range d.RevNAT {
+		revnat[newFakeRevKey(r.SocketCookie, r.Backend)] = r.Service
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.services, f.nextID, f.affinity, f.revnat = services, next, affinity, revnat
+	return nil
 }

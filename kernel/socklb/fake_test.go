@@ -203,6 +203,49 @@ result: rewritten to 198.19.1.2:8080
 	}
 }
 
+// TestFakeDumpLoad: a Fake's maps decoded, and a second Fake loaded with
+// them answering as the first (what svclab trace does with a Kernel's Dump).
+func TestFakeDumpLoad(t *testing.T) {
+	ctx := context.Background()
+	f := fakeWithServices(t)
+	must(t, f.SetService(ctx, Service{ip("198.18.0.30"), 80, TCP}, Entry{Backends: []netip.AddrPort{ap("198.19.1.4:8080"), ap("198.19.1.5:8080")}, AffinityTimeout: 3 * time.Hour}))
+	f.Connect(Client{NetnsCookie: 4097, SocketCookie: 12, Random: 1, Now: 5 * time.Second}, TCP, ap("198.18.0.30:80"))
+	f.SendMsg(Client{SocketCookie: 13}, ap("198.18.0.53:53"))
+	d, err := f.Dump(ctx)
+	must(t, err)
+	want := `services: (VIP, port, protocol) -> id, affinity, backends by slot
+  198.18.0.10:80/TCP           id 1    affinity none      [0] 198.19.1.1:8080  [1] 198.19.1.2:8080  [2] 198.19.1.3:8080
+  198.18.0.20:80/TCP           id 4    affinity none      no endpoint: untouched
+  198.18.0.30:80/TCP           id 5    affinity 3h0m0s    [0] 198.19.1.4:8080  [1] 198.19.1.5:8080
+  198.18.0.53:53/UDP           id 2    affinity none      [0] 198.19.1.9:5353
+  [2001:db8:18::10]:80/TCP     id 3    affinity none      [0] [2001:db8:19::1]:8080  [1] [2001:db8:19::2]:8080
+affinity: (netns cookie, id) -> slot, backend, last used
+  (4097, 5)  slot 1 198.19.1.5:8080, used at 5s
+revnat: (socket cookie, backend) -> Service
+  (12, 198.19.1.5:8080)  198.18.0.30:80
+  (13, 198.19.1.9:5353)  198.18.0.53:53
+`
+	if got := d.String(); got != want {
+		t.Errorf("Dump:\n%s\nwant:\n%s", got, want)
+	}
+	g := NewFake()
+	must(t, g.Load(d))
+	if d2, err := g.Dump(ctx); err != nil || d2.String() != want {
+		t.Errorf("a Fake loaded with the Dump dumps:\n%s%v\nwant:\n%s", d2, err, want)
+	}
+	// The loaded affinity entry decides, whatever the random number.
+	if got, tr := g.Connect(Client{NetnsCookie: 4097, Random: 0, Now: time.Minute}, TCP, ap("198.18.0.30:80")); got != ap("198.19.1.5:8080") {
+		t.Errorf("on the loaded Fake, netns 4097 reaches %s, want its affinity backend 198.19.1.5:8080\n%s", got, tr)
+	}
+	if got, _ := g.RecvMsg(Client{SocketCookie: 13}, ap("198.19.1.9:5353")); got != ap("198.18.0.53:53") {
+		t.Errorf("on the loaded Fake, socket 13's reply comes from %s, want 198.18.0.53:53", got)
+	}
+	bad := Dump{Services: []DumpService{{Service: Service{ip("198.18.0.1"), 80, TCP}, ID: 1}, {Service: Service{ip("198.18.0.2"), 80, TCP}, ID: 1}}}
+	if err := g.Load(bad); err == nil || !strings.Contains(err.Error(), "services[1] 198.18.0.2:80/TCP: id 1: also 198.18.0.1:80/TCP's") {
+		t.Errorf("Load with a duplicate id = %v, want an error naming both", err)
+	}
+}
+
 // TestFakeSetService: a replaced Service keeps its ID and takes the new
 // backends; a deleted one is untranslated; Services reads it all back.
 func TestFakeSetService(t *testing.T) {

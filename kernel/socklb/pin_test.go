@@ -87,6 +87,18 @@ func TestKernelPinRestart(t *testing.T) {
 	must(t, k2.SetService(ctx, web, Entry{Backends: e.Backends[:1]}))
 	c.waitLines(t, 50)
 	lines := c.stop(t)
+
+	// Another process's view: the pinned maps, read-only.
+	p, err := OpenPinned(cfg.PinPath)
+	must(t, err)
+	pinned, err := p.Dump(ctx)
+	must(t, err)
+	must(t, p.Close())
+	own, err := k2.Dump(ctx)
+	must(t, err)
+	if len(pinned.Services) != 1 || !slices.Equal(pinned.Services[0].Backends, own.Services[0].Backends) || len(pinned.RevNAT) == 0 {
+		t.Errorf("the pinned maps read from outside:\n%s\nwant the Kernel's Service and revnat entries:\n%s", pinned, own)
+	}
 	got := countLines(strings.Join(lines, "\n"))
 	if got["vip"] != 0 || len(lines) < 200 {
 		t.Errorf("%d connects across the restart reached %v, want at least 200, none untranslated (vip)", len(lines), got)
