@@ -44,7 +44,7 @@ func newDataplane(cfg *Config, log *slog.Logger) (dataplane.Interface, error) {
 	// by both families' dataplanes; they are detached when the process ends.
 	var lb *ksocklb.Kernel
 	if usesSocketLB(mode, offloadMode) {
-		k, err := newSocketLB(cfg)
+		k, err := newSocketLB(cfg, log)
 		if err != nil {
 			return nil, err
 		}
@@ -358,6 +358,9 @@ func cleanup(ctx context.Context, cfg *Config) error {
 				errs = append(errs, fmt.Errorf("%s ipvs: %w", fam, err))
 			}
 		}
+	}
+	if err := cleanupSocketLB(cfg); err != nil {
+		errs = append(errs, fmt.Errorf("socket LB pins in %s: %w", cfg.SocketLBPinPath, err))
 	}
 	if knft.Available() == nil {
 		for _, fam := range service.Families {

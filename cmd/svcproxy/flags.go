@@ -47,6 +47,12 @@ type Config struct {
 	// processes' connect() the socket LB sees; "" is the node's cgroup2 root
 	// (defaultSocketLBCgroup).
 	SocketLBCgroup string
+	// SocketLBPinPath is --socklb-pin-path: the bpffs directory the socket
+	// LB's maps and links are pinned in, so they outlive the process; ""
+	// pins nothing. SocketLBPinPathSet: the flag was given (a default that
+	// is not on a bpffs is logged and left out; a given one is an error).
+	SocketLBPinPath    string
+	SocketLBPinPathSet bool
 
 	HealthzAddr string
 	MetricsAddr string
@@ -85,6 +91,7 @@ func parseFlags(args []string) (*Config, error) {
 	fs.StringVar(&c.IPVSScheduler, "ipvs-scheduler", "rr", "IPVS scheduler: rr, wrr, lc, wlc, sh, dh, sed, nq")
 	fs.BoolVar(&c.IPVSStrictARP, "ipvs-strict-arp", false, "IPVS: set arp_ignore=1 and arp_announce=2, so the node does not answer ARP for service IPs (as MetalLB needs)")
 	fs.StringVar(&c.SocketLBCgroup, "socklb-cgroup", "", "socklb: the cgroup v2 `DIR` whose processes' connect() to a ClusterIP is balanced by the socket LB (default "+defaultSocketLBCgroup+", which must then be a cgroup2 mount)")
+	fs.StringVar(&c.SocketLBPinPath, "socklb-pin-path", defaultSocketLBPinPath, "socklb: a `DIR` on a bpffs (made if missing) where the socket LB's maps and program links are pinned, so a restart adopts them and translation never stops; \"\" pins nothing")
 	fs.StringVar(&c.HealthzAddr, "healthz-bind-address", "0.0.0.0:10256", "serve /healthz here once the first sync is done")
 	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", "127.0.0.1:10249", "serve /metrics, /proxyMode and /status here")
 	fs.StringVar(&c.NodeName, "hostname-override", "", "this node's name, for traffic policy Local and the health check (default: the hostname, lower-cased)")
@@ -103,7 +110,10 @@ func parseFlags(args []string) (*Config, error) {
 		return nil, err
 	}
 	c.ModeDefaulted = true
-	fs.Visit(func(f *flag.Flag) { c.ModeDefaulted = c.ModeDefaulted && f.Name != "mode" })
+	fs.Visit(func(f *flag.Flag) {
+		c.ModeDefaulted = c.ModeDefaulted && f.Name != "mode"
+		c.SocketLBPinPathSet = c.SocketLBPinPathSet || f.Name == "socklb-pin-path"
+	})
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}

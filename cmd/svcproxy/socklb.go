@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
@@ -21,6 +23,11 @@ import (
 // cgroup v1 there (a tmpfs of v1 controllers), the flag must name one.
 const defaultSocketLBCgroup = "/sys/fs/cgroup"
 
+// defaultSocketLBPinPath is where the socket LB pins its maps and links
+// without --socklb-pin-path: a directory of its own on the node's bpffs, as
+// Cilium pins under /sys/fs/bpf.
+const defaultSocketLBPinPath = "/sys/fs/bpf/svcproxy"
+
 // usesSocketLB says whether mode (with hybrid's offloadMode) runs the socket
 // LB, whose programs and maps are one per node, shared by both families.
 func usesSocketLB(mode, offloadMode string) bool {
@@ -31,7 +38,7 @@ func usesSocketLB(mode, offloadMode string) bool {
 // --socklb-cgroup (kernel/socklb.New). It checks first what would otherwise
 // fail later with a less clear errno: that the directory is a cgroup v2 one,
 // and that nft is there for the path beside.
-func newSocketLB(cfg *Config) (*ksocklb.Kernel, error) {
+func newSocketLB(cfg *Config, log *slog.Logger) (*ksocklb.Kernel, error) {
 	path := cfg.SocketLBCgroup
 	if path == "" {
 		path = defaultSocketLBCgroup
@@ -45,11 +52,72 @@ func newSocketLB(cfg *Config) (*ksocklb.Kernel, error) {
 	if err := knft.Available(); err != nil {
 		return nil, fmt.Errorf("--mode socklb: the nftables path beside the socket LB needs nft: %w", err)
 	}
-	k, err := ksocklb.New(ksocklb.Config{CgroupPath: path})
+	pin, err := socketLBPinPath(cfg, log)
 	if err != nil {
-		return nil, fmt.Errorf("--socklb-cgroup %s: %w", path, err)
+		return nil, err
+	}
+	k, err := ksocklb.New(ksocklb.Config{CgroupPath: path, PinPath: pin})
+	if err != nil {
+		return nil, fmt.Errorf("--socklb-cgroup %s, --socklb-pin-path %q: %w", path, pin, err)
 	}
 	return k, nil
+}
+
+// socketLBPinPath is the directory the socket LB pins in ("" for none),
+// made when missing. Its parent must be on a bpffs: a --socklb-pin-path
+// given elsewhere is an error; the default on a node without /sys/fs/bpf
+// mounted is logged, and nothing is pinned (a restart then leaves new
+// connections to the nftables path until the next svcproxy attaches).
+func socketLBPinPath(cfg *Config, log *slog.Logger) (string, error) {
+	path := cfg.SocketLBPinPath
+	if path == "" {
+		return "", nil
+	}
+	if err := isBPFFS(filepath.Dir(path)); err != nil {
+		if !cfg.SocketLBPinPathSet {
+			log.Warn("socket LB not pinned: a restart interrupts its translation (mount -t bpf bpf /sys/fs/bpf, or give --socklb-pin-path)",
+				"path", path, "reason", err)
+			return "", nil
+		}
+		return "", fmt.Errorf("--socklb-pin-path %s: %s: %w", path, filepath.Dir(path), err)
+	}
+	if err := os.Mkdir(path, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("--socklb-pin-path %s: %w", path, err)
+	}
+	return path, nil
+}
+
+// isBPFFS says why dir is not a directory of a bpffs, or nil.
+func isBPFFS(dir string) error {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		return err
+	}
+	if fs.Type != unix.BPF_FS_MAGIC {
+		return errors.New("not on a bpffs")
+	}
+	return nil
+}
+
+// cleanupSocketLB detaches and unpins what a socket LB pinned in
+// --socklb-pin-path (kernel/socklb.Cleanup), and removes the directory
+// svcproxy made there. Without the directory there is nothing to do: an
+// unpinned socket LB went with its process.
+func cleanupSocketLB(cfg *Config) error {
+	path := cfg.SocketLBPinPath
+	if path == "" {
+		return nil
+	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := ksocklb.Cleanup(ksocklb.Config{PinPath: path}); err != nil {
+		return err
+	}
+	if err := os.Remove(path); err != nil {
+		return fmt.Errorf("remove %s: %w", path, err)
+	}
+	return nil
 }
 
 // isCgroup2 says why path is not a directory of a cgroup v2 hierarchy, or nil.

@@ -104,9 +104,11 @@ func TestSocketLBMode(t *testing.T) {
 	if err := os.WriteFile(file, []byte(socketLBManifests), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	logs, stop := startSvcproxyStoppable(t, lab.Node, "--mode", "socklb", "--socklb-cgroup", cg.path,
+	pin := filepath.Join(newTestBPFFS(t), "svcproxy")
+	args := []string{"--mode", "socklb", "--socklb-cgroup", cg.path, "--socklb-pin-path", pin,
 		"--services", file, "--hostname-override", "node-a", "--cluster-cidr", "198.19.8.0/21,2001:db8:19::/64",
-		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249")
+		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}
+	logs, stop := startSvcproxyStoppable(t, lab.Node, args...)
 	if !logs.waitFor("svcproxy starting", "mode=socklb") {
 		t.Fatalf("svcproxy did not start in socklb mode:\n%s", logs)
 	}
@@ -161,8 +163,41 @@ func TestSocketLBMode(t *testing.T) {
 		t.Errorf("/metrics lacks %s", want)
 	}
 
+	// A restart under traffic: a pod process in the cgroup connects every
+	// 10 ms while svcproxy stops and starts again; the pinned programs and
+	// maps translate throughout, and the new svcproxy adopts them.
+	flow := startDialing(t, lab.Client, cg, vips[0])
 	stop()
-	cleanupLogs := lab.Node.Run(t, "env", "SVCPROXY_HELPER=1", os.Args[0], "-test.run=^TestHelperSvcproxy$", "--", "--cleanup")
+	flow.waitFor(t, flow.count()+20) // connects while no svcproxy runs
+	logs, stop = startSvcproxyStoppable(t, lab.Node, args...)
+	if !logs.waitFor("svcproxy starting", "mode=socklb") {
+		t.Fatalf("svcproxy did not start again:\n%s", logs)
+	}
+	waitTranslated(t, lab.Client, cg, vips[0])
+	flow.waitFor(t, flow.count()+20) // and after its first sync
+	// It adopted the maps as they were: its first sync wrote no element.
+	if status, err := fallbackGet(lab.Node, "127.0.0.1:10249", "/status"); err != nil {
+		t.Error(err)
+	} else if n := strings.Count(strings.Join(strings.Fields(status), ""), `"sets":0,`); n != 2 {
+		t.Errorf("after the restart, /status shows %d families whose maps' sync wrote no element, want 2 (adopted as they were):\n%s", n, status)
+	}
+	dials := flow.stop(t)
+	untranslated := 0
+	for _, d := range dials {
+		if d.err != "" {
+			t.Fatalf("a connect across the restart failed: %+v", d)
+		}
+		if !backends[d.backend] {
+			untranslated++
+		}
+	}
+	t.Logf("across the restart: %d connects, %d untranslated", len(dials), untranslated)
+	if untranslated > 0 {
+		t.Errorf("across the restart, %d of %d connects were not translated (reached the pod's own listener)", untranslated, len(dials))
+	}
+
+	stop()
+	cleanupLogs := lab.Node.Run(t, "env", "SVCPROXY_HELPER=1", os.Args[0], "-test.run=^TestHelperSvcproxy$", "--", "--cleanup", "--socklb-pin-path", pin)
 	for _, at := range []ebpf.AttachType{ebpf.AttachCGroupInet4Connect, ebpf.AttachCGroupInet6Connect,
 		ebpf.AttachCGroupUDP4Sendmsg, ebpf.AttachCGroupUDP6Sendmsg, ebpf.AttachCGroupUDP4Recvmsg, ebpf.AttachCGroupUDP6Recvmsg} {
 		res, err := link.QueryPrograms(link.QueryOptions{Target: int(cg.dir.Fd()), Attach: at})
@@ -172,6 +207,9 @@ func TestSocketLBMode(t *testing.T) {
 		if len(res.Programs) != 0 {
 			t.Errorf("after --cleanup, %d %v programs still attached to %s", len(res.Programs), at, cg.path)
 		}
+	}
+	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after --cleanup, the pin directory %s: %v, want it gone\ncleanup log:\n%s", pin, err, cleanupLogs)
 	}
 	if out := lab.Node.Run(t, "nft", "list", "tables"); strings.Contains(out, "svcproxy") {
 		t.Errorf("after --cleanup, nft list tables: %s\ncleanup log:\n%s", out, cleanupLogs)
@@ -258,13 +296,24 @@ func dialFromCgroup(t *testing.T, ns *netnstest.NS, cg *testCgroup, addr string,
 }
 
 // TestHelperDial is not a test: dialFromCgroup runs the test binary as a
-// client, which connects to $SVCPROXY_DIAL $SVCPROXY_DIAL_COUNT times and
-// prints a line each: "<backend> <client it saw> <peer address>", or
+// client, which connects to $SVCPROXY_DIAL $SVCPROXY_DIAL_COUNT times (or,
+// for startDialing, every 10 ms until the file $SVCPROXY_DIAL_UNTIL exists)
+// and prints a line each: "<backend> <client it saw> <peer address>", or
 // "error refused" / "error <what>".
 func TestHelperDial(t *testing.T) {
 	addr := os.Getenv("SVCPROXY_DIAL")
 	if addr == "" {
 		t.Skip("the client process of TestSocketLBMode")
+	}
+	if until := os.Getenv("SVCPROXY_DIAL_UNTIL"); until != "" {
+		// startDialing: every 10 ms until the file exists.
+		for {
+			if _, err := os.Stat(until); err == nil {
+				os.Exit(0)
+			}
+			fmt.Println(dialOnce(addr))
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 	n, _ := strconv.Atoi(os.Getenv("SVCPROXY_DIAL_COUNT"))
 	for range max(n, 1) {

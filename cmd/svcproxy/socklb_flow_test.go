@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/svcproxy/svcproxy/internal/netnstest"
+)
+
+// flow is a client process in a cgroup that connects to one address every
+// 10 ms until stopped: traffic across a restart.
+type flow struct {
+	stopFile string
+	done     chan error
+
+	mu    sync.Mutex
+	dials []dial
+}
+
+// startDialing starts TestHelperDial in ns, born in cg, dialing addr until
+// stop.
+func startDialing(t *testing.T, ns *netnstest.NS, cg *testCgroup, addr string) *flow {
+	t.Helper()
+	f := &flow{stopFile: filepath.Join(t.TempDir(), "stop"), done: make(chan error, 1)}
+	cmd := ns.Command(context.Background(), os.Args[0], "-test.run=^TestHelperDial$")
+	cmd.Env = append(os.Environ(), "SVCPROXY_DIAL="+addr, "SVCPROXY_DIAL_UNTIL="+f.stopFile)
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.dir.Fd())}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			fl := strings.Fields(sc.Text())
+			var d dial
+			switch {
+			case len(fl) == 2 && fl[0] == "error":
+				d.err = fl[1]
+			case len(fl) == 3:
+				d = dial{backend: fl[0], client: fl[1], peer: fl[2]}
+			default:
+				d.err = "unreadable:" + sc.Text()
+			}
+			f.mu.Lock()
+			f.dials = append(f.dials, d)
+			f.mu.Unlock()
+		}
+		f.done <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		if f.stopFile != "" {
+			os.WriteFile(f.stopFile, nil, 0o644)
+			cmd.Process.Kill()
+			<-f.done
+		}
+	})
+	return f
+}
+
+func (f *flow) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.dials)
+}
+
+// waitFor waits until the flow has made n connects.
+func (f *flow) waitFor(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for f.count() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the flow made %d connects in a minute, want %d", f.count(), n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop ends the flow and returns its connects.
+func (f *flow) stop(t *testing.T) []dial {
+	t.Helper()
+	if err := os.WriteFile(f.stopFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-f.done; err != nil {
+		t.Errorf("the flow's client: %v", err)
+	}
+	f.stopFile = ""
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dials
+}
+
+// newTestBPFFS mounts a bpffs of the test's own (each bpf mount is an
+// instance of its own, so nothing pinned there is seen elsewhere) and
+// unmounts it at the end.
+func newTestBPFFS(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := unix.Mount("bpf", dir, "bpf", 0, ""); err != nil {
+		t.Skipf("mount -t bpf refused: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, 0); err != nil {
+			t.Errorf("unmount bpffs at %s: %v", dir, err)
+		}
+	})
+	return dir
+}
