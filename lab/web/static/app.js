@@ -86,22 +86,26 @@ function drawChart(tl) {
   const marks = (tl && tl.marks) || [];
   chart.replaceChildren();
   const end = samples.length ? samples[samples.length - 1].t : 0;
+  // The last two minutes, and at least 30 seconds wide, so that the first
+  // seconds after the page opens are not one thin column.
   const begin = Math.max(0, end - 120);
+  const span = Math.min(120, Math.max(30, end - begin));
   const top = Math.max(10, ...samples.map((s) => s.userspace + s.kernel));
-  const x = (t) => L + (W - L - 5) * (t - begin) / 120;
+  const x = (t) => L + (W - L - 5) * (t - begin) / span;
   const y = (v) => H - B - (H - B - T) * v / top;
   chart.append(svg("line", { x1: L, y1: H - B, x2: W - 5, y2: H - B, stroke: "#999" }));
   chart.append(svg("line", { x1: L, y1: T, x2: L, y2: H - B, stroke: "#999" }));
   chart.append(svg("text", { x: 2, y: T + 8 }, Math.round(top) + "/s"));
   chart.append(svg("text", { x: 2, y: H - B }, "0"));
-  chart.append(svg("text", { x: W - 140, y: H - 4 }, "seconds since svclab web started"));
-  const bw = Math.max(2, (W - L) / 120 - 1);
+  chart.append(svg("text", { x: W - 190, y: T + 8 }, "seconds since svclab web started"));
+  const bw = Math.max(2, (W - L) / span - 1);
   for (const s of samples) {
     if (s.t < begin) continue;
     if (s.userspace > 0) chart.append(svg("rect", { class: "bar userspace", x: x(s.t) - bw, y: y(s.userspace), width: bw, height: H - B - y(s.userspace) }));
     if (s.kernel > 0) chart.append(svg("rect", { class: "bar kernel", x: x(s.t) - bw, y: y(s.userspace + s.kernel), width: bw, height: H - B - y(s.kernel) }));
   }
-  for (let t = Math.ceil(begin / 20) * 20; t <= end; t += 20) chart.append(svg("text", { x: x(t) - 6, y: H - 6 }, String(t)));
+  const tick = span > 60 ? 20 : 10;
+  for (let t = Math.ceil(begin / tick) * tick; t <= begin + span; t += tick) chart.append(svg("text", { x: x(t) - 6, y: H - 6 }, String(t)));
   marks.forEach((m, i) => {
     if (m.t < begin) return;
     const g = svg("g", { class: "mark " + m.kind });
