@@ -98,3 +98,25 @@ func TestCommandLine(t *testing.T) {
 		t.Errorf("commandLine() = %q", got)
 	}
 }
+
+// TestPartial: a benchmark is matched in part when -bench has more levels
+// than its name, in every top-level alternative.
+func TestPartial(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, name string
+		want          bool
+	}{
+		{"Naive", "BenchmarkNaive/ports=100", false},
+		{"FullSync|OneServiceChange", "BenchmarkOneServiceChange/nft/ports=1000", false},
+		{"^Benchmark(A|B)$/(x|^(y|z)$)/^ports=1000$", "BenchmarkB/ports=1000", true},
+		{"^Benchmark(A|B)$/(x|^(y|z)$)/^ports=1000$", "BenchmarkA/nft/ports=1000", false},
+		{"a/b/c|d", "BenchmarkD/x", false},
+		{"a/b/c|d/e/f", "BenchmarkD/x", true},
+		{`a\/b/c`, "BenchmarkA/b", false},
+		{"a[/]b/c", "BenchmarkA/b", false},
+	} {
+		if got := partial(tc.pattern, tc.name); got != tc.want {
+			t.Errorf("partial(%q, %q) = %v, want %v", tc.pattern, tc.name, got, tc.want)
+		}
+	}
+}

@@ -55,15 +55,53 @@ type sample struct {
 // stopped or not. The testing package runs a benchmark more than once for
 // one figure (b.N = 1 first, then larger until -benchtime is reached) and the
 // figure is the last run's; a run whose b.N is no larger than the one before
-// begins the next figure (-count).
+// begins the next figure (-count). A benchmark that -bench matches only in
+// part (a pattern of more levels than its name) runs once, to look for
+// sub-benchmarks, and go test prints no figure for it: neither does -report.
 func keep(b *testing.B, metrics map[string]float64) {
 	b.Helper()
 	for unit, v := range metrics {
 		b.ReportMetric(v, unit)
 	}
+	if f := flag.Lookup("test.bench"); f != nil && partial(f.Value.String(), b.Name()) {
+		return
+	}
 	m := map[string]float64{"s/op": b.Elapsed().Seconds() / float64(b.N)}
 	maps.Copy(m, metrics)
 	figures.add(strings.TrimPrefix(b.Name(), "Benchmark"), b.N, m)
+}
+
+// partial says whether pattern (-bench) has more levels than name in every
+// one of its alternatives, so that the testing package runs the benchmark
+// name only to look for sub-benchmarks (testing's splitRegexp: '/' and '|'
+// count outside brackets and parentheses). An alternative with fewer levels
+// is taken as matching: the report may then keep a figure go test printed
+// for another alternative, never lose one.
+func partial(pattern, name string) bool {
+	levels := strings.Count(name, "/") + 1
+	alt, depth, brackets := 1, 0, 0
+	for i := 0; i < len(pattern); i++ {
+		switch c := pattern[i]; {
+		case c == '\\':
+			i++
+		case c == '[':
+			brackets++
+		case c == ']' && brackets > 0:
+			brackets--
+		case c == '(' && brackets == 0:
+			depth++
+		case c == ')' && brackets == 0 && depth > 0:
+			depth--
+		case c == '/' && brackets == 0 && depth == 0:
+			alt++
+		case c == '|' && brackets == 0 && depth == 0:
+			if alt <= levels {
+				return false
+			}
+			alt = 1
+		}
+	}
+	return alt > levels
 }
 
 func (s *store) add(name string, n int, metrics map[string]float64) {
