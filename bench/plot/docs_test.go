@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // The reference and the plots it shows, from this package's directory.
@@ -22,14 +23,33 @@ var (
 	link      = regexp.MustCompile(`\]\(([^)#\s]*)(#[^)\s]*)?\)`)
 )
 
+// heading is a Markdown heading's text.
+var heading = regexp.MustCompile(`(?m)^#{1,6} +(.+?) *$`)
+
+// slug is a heading's anchor as GitHub makes it: lower case, letters,
+// digits, '-' and '_' kept, spaces made '-', the rest dropped.
+func slug(h string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(h) {
+		switch {
+		case unicode.IsLetter(r), unicode.IsDigit(r), r == '-', r == '_':
+			b.WriteRune(r)
+		case r == ' ':
+			b.WriteRune('-')
+		}
+	}
+	return b.String()
+}
+
 // maxReferenceLines is the reference's length limit (issue 30): a reader who
 // wants today's figures must not have to dig; the rounds' journals, one file
 // per subject in docs/benchmarks/, hold the rest.
 const maxReferenceLines = 600
 
 // TestReferenceLinks: docs/benchmarks.md stays a reference (at most 600
-// lines), and every file it links to (the journals, the plots, the code)
-// exists; every journal in docs/benchmarks/ is linked from it.
+// lines), every file it links to (the journals, the plots, the code) exists
+// and every section it links to is one of its headings; every journal in
+// docs/benchmarks/ is linked from it.
 func TestReferenceLinks(t *testing.T) {
 	doc, err := os.ReadFile(reference)
 	if err != nil {
@@ -38,9 +58,16 @@ func TestReferenceLinks(t *testing.T) {
 	if n := bytes.Count(doc, []byte("\n")); n > maxReferenceLines {
 		t.Errorf("%s has %d lines, more than %d: move rounds to its journals in %s", reference, n, maxReferenceLines, plotsDir)
 	}
+	sections := map[string]bool{}
+	for _, m := range heading.FindAllStringSubmatch(string(doc), -1) {
+		sections[slug(m[1])] = true
+	}
 	linked := map[string]bool{}
 	for _, m := range link.FindAllStringSubmatch(string(doc), -1) {
 		target := m[1]
+		if target == "" && m[2] != "" && !sections[m[2][1:]] {
+			t.Errorf("%s links to %s, which is none of its sections", reference, m[2])
+		}
 		if target == "" || strings.Contains(target, "://") {
 			continue // a section of this page, or a web page
 		}
@@ -104,7 +131,7 @@ func TestReferencePlots(t *testing.T) {
 			}
 			parsed, drawn := render(t, jsonFile)
 			if !bytes.Equal(committed, drawn) {
-				t.Errorf("%s is not what `go run ./bench/plot -o %s %s` draws: run it again", svg, svg, jsonFile)
+				t.Errorf("%s is not what bench/plot draws from %s: run make bench-plots", svg, jsonFile)
 			}
 			checkPlot(t, parsed, readReports(t, jsonFile))
 		})
