@@ -107,7 +107,10 @@ func (l *Lab) Conntrack(ctx context.Context, opts ConntrackOptions) error {
 		return err
 	}
 	mode, _ := l.Mode()
-	flows := l.relevant(parseConntrack(out), snap, svc, local)
+	// In socklb mode a pod's connection to a Service is one to the pod
+	// itself: keep the entries to an endpoint from any lab host.
+	direct := mode == "socklb"
+	flows := l.relevant(parseConntrack(out), snap, svc, local, direct)
 	// Newest first: of two entries in one state, the newer has more time left.
 	sort.SliceStable(flows, func(i, j int) bool { return flows[i].timeout > flows[j].timeout })
 	if svc != nil {
@@ -129,7 +132,7 @@ func (l *Lab) Conntrack(ctx context.Context, opts ConntrackOptions) error {
 		if state == "" {
 			state = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s -> %s\t%s -> %s\t%s\n", f.proto, state, f.orig[0], f.orig[1], f.reply[0], f.reply[1], l.means(f, snap, local))
+		fmt.Fprintf(tw, "%s\t%s\t%s -> %s\t%s -> %s\t%s\n", f.proto, state, f.orig[0], f.orig[1], f.reply[0], f.reply[1], l.means(f, snap, local, direct))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -144,8 +147,9 @@ REPLY's destination differ, it rewrote the source too (MASQUERADE).`)
 
 // relevant keeps the entries of the lab's traffic: to a Service's addresses
 // (svc's, or any when svc is nil) and, for the userspace proxy's second
-// connections, from the node to an endpoint.
-func (l *Lab) relevant(flows []flow, snap *service.Snapshot, svc *service.Service, local []netip.Addr) []flow {
+// connections, from the node to an endpoint; with direct (socklb mode),
+// from any host to an endpoint, where the socket LB connects sockets.
+func (l *Lab) relevant(flows []flow, snap *service.Snapshot, svc *service.Service, local []netip.Addr, direct bool) []flow {
 	isLocal := map[netip.Addr]bool{}
 	for _, a := range local {
 		isLocal[a] = true
@@ -155,7 +159,7 @@ func (l *Lab) relevant(flows []flow, snap *service.Snapshot, svc *service.Servic
 		if f.orig[0].Addr().IsLoopback() || f.orig[1].Addr().IsLoopback() {
 			continue // svclab's own questions to svcproxy's /healthz and /metrics
 		}
-		p := l.portOf(f, snap, svc, isLocal)
+		p := l.portOf(f, snap, svc, isLocal, direct)
 		switch {
 		case p == nil:
 			continue
@@ -169,10 +173,11 @@ func (l *Lab) relevant(flows []flow, snap *service.Snapshot, svc *service.Servic
 
 // portOf finds the service port an entry belongs to: by its destination
 // (ClusterIP or NodePort), or, for a connection the node opened to an
-// endpoint (userspace mode), by the endpoint.
+// endpoint (userspace mode), or with direct any host's connection to one
+// (socklb mode), by the endpoint.
 // An endpoint may serve several Services (web's pods serve web-sticky too):
 // prefer's ports are looked at first.
-func (l *Lab) portOf(f flow, snap *service.Snapshot, prefer *service.Service, isLocal map[netip.Addr]bool) *service.Port {
+func (l *Lab) portOf(f flow, snap *service.Snapshot, prefer *service.Service, isLocal map[netip.Addr]bool, direct bool) *service.Port {
 	proto := service.Protocol(strings.ToUpper(f.proto))
 	if p, ok := snap.PortByVIP(service.VIP{Protocol: proto, Addr: f.orig[1]}); ok {
 		return p
@@ -182,7 +187,7 @@ func (l *Lab) portOf(f flow, snap *service.Snapshot, prefer *service.Service, is
 			return p
 		}
 	}
-	if isLocal[f.orig[0].Addr()] {
+	if isLocal[f.orig[0].Addr()] || direct {
 		ports := snap.Ports()
 		if prefer != nil {
 			ports = append(append([]*service.Port{}, prefer.Ports...), ports...)
@@ -198,8 +203,8 @@ func (l *Lab) portOf(f flow, snap *service.Snapshot, prefer *service.Service, is
 	return nil
 }
 
-// means explains one entry.
-func (l *Lab) means(f flow, snap *service.Snapshot, isLocal []netip.Addr) string {
+// means explains one entry; direct is relevant's.
+func (l *Lab) means(f flow, snap *service.Snapshot, isLocal []netip.Addr, direct bool) string {
 	local := map[netip.Addr]bool{}
 	for _, a := range isLocal {
 		local[a] = true
@@ -210,6 +215,8 @@ func (l *Lab) means(f flow, snap *service.Snapshot, isLocal []netip.Addr) string
 	switch {
 	case sentTo == replyFrom && local[f.orig[0].Addr()]:
 		s = "svcproxy's own connection to " + l.withName(sentTo.Addr()) + " (userspace: the second connection)"
+	case sentTo == replyFrom && direct:
+		s = "no rewrite: sent to " + l.withName(sentTo.Addr()) + " itself (socklb: connect() was rewritten in the socket)"
 	case sentTo == replyFrom:
 		s = "no rewrite"
 	case local[replyFrom.Addr()] && replyFrom.Port() != sentTo.Port():
