@@ -84,7 +84,7 @@ func parseFlags(args []string) (*Config, error) {
 	fs.Int64Var(&c.ServicesMaxBytes, "services-max-bytes", watch.DefaultMaxFileBytes, "refuse a --services file larger than this many `BYTES`, keeping the last good state")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "watch the API server of this kubeconfig `FILE`; without --services or --kubeconfig, the in-cluster config")
 	fs.StringVar(&c.Mode, "mode", modeHybrid, "proxy mode: userspace, iptables, nftables, ipvs, socklb or hybrid")
-	fs.StringVar(&c.Offload, "offload", modeNFTables, "hybrid's kernel path: nftables, ipvs or iptables (nftables and ipvs fall back to iptables where the kernel or the nft tool lacks them)")
+	fs.StringVar(&c.Offload, "offload", modeNFTables, "hybrid's kernel path: nftables, ipvs, iptables or socklb (nftables and ipvs fall back to iptables where the kernel or the nft tool lacks them; socklb is the socket LB with nftables beside)")
 	fs.Float64Var(&c.PromoteConnRate, "promote-conn-rate", 50, "hybrid: new connections per second that make a service port hot")
 	fs.DurationVar(&c.PromoteAfter, "promote-after", 5*time.Second, "hybrid: how long the rate must hold before promotion")
 	fs.DurationVar(&c.DemoteAfter, "demote-after", 5*time.Minute, "hybrid: how long a promoted port must stay quiet before it returns to userspace (0: never)")
@@ -124,9 +124,9 @@ func parseFlags(args []string) (*Config, error) {
 		errs = append(errs, fmt.Errorf("--mode %q: must be userspace, iptables, nftables, ipvs, socklb or hybrid", c.Mode))
 	}
 	switch c.Offload {
-	case modeNFTables, modeIPVS, modeIPTables:
+	case modeNFTables, modeIPVS, modeIPTables, modeSocketLB:
 	default:
-		errs = append(errs, fmt.Errorf("--offload %q: must be nftables, ipvs or iptables", c.Offload))
+		errs = append(errs, fmt.Errorf("--offload %q: must be nftables, ipvs, iptables or socklb", c.Offload))
 	}
 	if c.ServicesFile != "" && c.Kubeconfig != "" {
 		errs = append(errs, errors.New("--services and --kubeconfig: choose one source"))

@@ -51,6 +51,8 @@ func startDialing(t *testing.T, ns *netnstest.NS, cg *testCgroup, addr string) *
 				d.err = fl[1]
 			case len(fl) == 3:
 				d = dial{backend: fl[0], client: fl[1], peer: fl[2]}
+			case len(fl) == 2: // an echo server's greeting: its name only
+				d = dial{backend: fl[0], peer: fl[1]}
 			default:
 				d.err = "unreadable:" + sc.Text()
 			}

@@ -121,15 +121,23 @@ func (d *Dataplane) Status() any {
 }
 
 // Connections implements dataplane.KernelPath: a port's connections on the
-// path beside, plus those the hooks translated when the kernel side counts
-// them (Counter).
+// path beside, plus those the hooks translated, when the kernel side counts
+// them (Counter). When it does not, a port the maps carry is left out of the
+// answer: its connections from the cgroup are invisible, and the path
+// beside's count alone would make a busy port look quiet. Hybrid mode then
+// keeps such a port where it is (a port missing from a sample is not
+// demoted, offload.Promoter.Observe).
 func (d *Dataplane) Connections(ctx context.Context, snap *service.Snapshot, ports dataplane.PortSet) (map[service.PortName]uint64, error) {
 	out, err := d.beside.Connections(ctx, snap, ports)
 	if err != nil {
 		return nil, err
 	}
+	frontends := d.p.Frontends(ports)
 	c, ok := d.p.cfg.LB.(Counter)
 	if !ok {
+		for name := range frontends {
+			delete(out, name)
+		}
 		return out, nil
 	}
 	counts, err := c.Connections(ctx)
@@ -139,8 +147,8 @@ func (d *Dataplane) Connections(ctx context.Context, snap *service.Snapshot, por
 	if out == nil {
 		out = map[service.PortName]uint64{}
 	}
-	for name, frontends := range d.p.Frontends(ports) {
-		for _, f := range frontends {
+	for name, fs := range frontends {
+		for _, f := range fs {
 			out[name] += counts[f]
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	offloadnftables "github.com/svcproxy/svcproxy/offload/nftables"
 	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
+
+	"sigs.k8s.io/knftables"
 )
 
 var (
@@ -32,12 +34,18 @@ type fakeMode struct {
 }
 
 func newFakeMode(t *testing.T, snap *service.Snapshot) *fakeMode {
+	return newFakeModeCounting(t, snap, false)
+}
+
+// newFakeModeCounting is newFakeMode with the nftables path's per-port
+// connection counters (hybrid's CountConnections) when count is set.
+func newFakeModeCounting(t *testing.T, snap *service.Snapshot, count bool) *fakeMode {
 	t.Helper()
 	m := &fakeMode{lb: ksocklb.NewFake(), nft: knft.NewFake(offloadnftables.Table)}
 	m.nft.SetLocalAddrs(nodeIP)
 	beside, err := offloadnftables.NewDataplane(offloadnftables.ProxierConfig{
-		Rules: offloadnftables.Config{NodeName: st.ThisNode, ClusterCIDR: netip.MustParsePrefix("198.19.1.0/24")},
-		NFT:   m.nft,
+		Rules: offloadnftables.Config{NodeName: st.ThisNode, ClusterCIDR: netip.MustParsePrefix("198.19.1.0/24"), CountConnections: count},
+		NFT:   countersFake{m.nft},
 	}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -164,4 +172,44 @@ func TestDataplaneNeedsBeside(t *testing.T) {
 	if _, err := NewDataplane(DataplaneConfig{Maps: Config{LB: ksocklb.NewFake()}}); err == nil || !strings.Contains(err.Error(), "Beside") {
 		t.Errorf("NewDataplane without a path beside: %v, want an error naming Beside", err)
 	}
+}
+
+// TestDataplaneConnectionsWithoutCounter: a kernel side that does not count
+// its translations leaves the maps' ports out of Connections, rather than
+// answer with the nftables path's count alone (a busy port would look quiet
+// and hybrid would demote it).
+func TestDataplaneConnectionsWithoutCounter(t *testing.T) {
+	snap := st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()),
+		st.Service("sctp", "198.18.0.30", 80, st.ThreeEndpoints(), st.WithProtocol(service.SCTP)))
+	m := newFakeModeCounting(t, snap, true)
+	ports := map[service.PortName]bool{snap.Ports()[0].Name: true, snap.Ports()[1].Name: true}
+	got, err := m.dp.Connections(context.Background(), snap, ports)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, n := range got {
+		if name.Name == "web" {
+			t.Errorf("Connections has web (%d), which the maps carry and nobody counts: want it left out", n)
+		}
+	}
+	sctp, _ := snap.Port(service.PortName{NamespacedName: service.NamespacedName{Namespace: "default", Name: "sctp"}, Port: "p", Protocol: service.SCTP})
+	if _, ok := got[sctp.Name]; !ok {
+		t.Errorf("Connections lacks the SCTP port, which only the nftables path carries and counts: %v", got)
+	}
+}
+
+// countersFake is the nftables Fake with knftables' Fake.ListCounters
+// mended: it makes its slice with a length and appends after it, so the
+// answer starts with a nil per counter (sigs.k8s.io/knftables fake.go).
+type countersFake struct{ *knft.Fake }
+
+func (f countersFake) ListCounters(ctx context.Context) ([]*knftables.Counter, error) {
+	all, err := f.Fake.ListCounters(ctx)
+	var out []*knftables.Counter
+	for _, c := range all {
+		if c != nil {
+			out = append(out, c)
+		}
+	}
+	return out, err
 }
