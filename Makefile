@@ -90,7 +90,11 @@ bench: deps build
 	$(GO) test -run '^$$' -bench 'DataPath$$' -benchtime 2s -count 6 ./bench/iptables/ -args -report $(CURDIR)/docs/benchmarks/iptables-datapath.json
 	$(GO) test -run '^$$' -bench 'DataPathInterleaved' -benchtime 4x -timeout 30m -v ./bench/iptables/ -args -report $(CURDIR)/docs/benchmarks/iptables-interleaved.json
 	JSON=docs/benchmarks/dns.json bench/dns/run.sh
-	$(GO) test -run '^$$' -bench 'OneServiceChange' -benchtime 500x -count 5 ./offload/socklb/
+	$(GO) test -run '^$$' -bench 'OneServiceChange' -benchtime 500x -count 5 ./offload/socklb/ | \
+		$(GO) run ./bench/fromtest -bench socklb -o docs/benchmarks/socklb.json \
+		-command "go test -run '^$$' -bench 'OneServiceChange' -benchtime 500x -count 5 ./offload/socklb/" \
+		-ratio 'one Service change at 10,000 Services (Proxier.Sync);kernel / Fake, time;OneServiceChange/kernel/services=10000;OneServiceChange/fake/services=10000;ns/op' \
+		-ratio 'the first sync of all 10,000 Services;kernel / Fake, time;OneServiceChange/kernel/services=10000;OneServiceChange/fake/services=10000;first-sync-ms'
 	$(MAKE) bench-plots
 
 ## bench-plots: an SVG beside each benchmark's JSON report in docs/benchmarks/
