@@ -28,7 +28,8 @@ import (
 )
 
 // socketLBManifests: web, a dual-stack ClusterIP Service with the lab's three
-// backends in each family; empty, a ClusterIP Service without endpoints.
+// backends in each family; empty, a ClusterIP Service without endpoints;
+// sticky, web's IPv4 backends with ClientIP session affinity.
 var socketLBManifests = func() string {
 	var b strings.Builder
 	b.WriteString(`apiVersion: v1
@@ -47,22 +48,32 @@ metadata: {name: empty, namespace: default}
 spec:
   clusterIP: 198.18.0.20
   ports: [{name: p, port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: sticky, namespace: default}
+spec:
+  clusterIP: 198.18.0.30
+  sessionAffinity: ClientIP
+  sessionAffinityConfig: {clientIP: {timeoutSeconds: 60}}
+  ports: [{name: p, port: 80, targetPort: 8080}]
 `)
 	for _, fam := range []struct {
-		name string
-		addr func(int) string
+		svc, name string
+		addr      func(int) string
 	}{
-		{"IPv4", func(i int) string { return offloadtest.BackendAddr(i).String() }},
-		{"IPv6", func(i int) string { return offloadtest.BackendAddr6(i).String() }},
+		{"web", "IPv4", func(i int) string { return offloadtest.BackendAddr(i).String() }},
+		{"web", "IPv6", func(i int) string { return offloadtest.BackendAddr6(i).String() }},
+		{"sticky", "IPv4", func(i int) string { return offloadtest.BackendAddr(i).String() }},
 	} {
 		fmt.Fprintf(&b, `---
 apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
-metadata: {name: web-%s, namespace: default, labels: {kubernetes.io/service-name: web}}
+metadata: {name: %s-%s, namespace: default, labels: {kubernetes.io/service-name: %s}}
 addressType: %s
 ports: [{name: p, port: 8080, protocol: TCP}]
 endpoints:
-`, strings.ToLower(fam.name), fam.name)
+`, fam.svc, strings.ToLower(fam.name), fam.svc, fam.name)
 		for i := range 3 {
 			fmt.Fprintf(&b, "- {addresses: [%q], nodeName: node-a, conditions: {ready: true}}\n", fam.addr(i))
 		}
@@ -78,7 +89,8 @@ endpoints:
 // only a translated one reaches a backend. A pod process in the cgroup
 // reaches all three backends over IPv4 and IPv6, the backend sees the pod's
 // own address, and getpeername() says the ClusterIP; the same pod's process
-// outside the cgroup reaches its own listener (untranslated); a Service
+// outside the cgroup reaches its own listener (untranslated); a Service with
+// ClientIP affinity sends all the pod's connects to one backend; a Service
 // without endpoints is refused from the cgroup (the nftables path beside
 // rejects what the hook leaves alone); the node's own process outside the
 // cgroup reaches a backend through nftables. /status and /metrics show the
@@ -95,7 +107,7 @@ func TestSocketLBMode(t *testing.T) {
 	lab.AddIPv6(t)
 	lab.ServeTCP(t, 8080)
 	vips := []string{"198.18.0.10:80", "[2001:db8:18::10]:80"}
-	for _, vip := range vips {
+	for _, vip := range append(vips, "198.18.0.30:80") { // and sticky's
 		a := netip.MustParseAddrPort(vip).Addr()
 		lab.Client.AddAddr(t, "lo", netip.PrefixFrom(a, a.BitLen()))
 		serveVIP(t, lab.Client, vip)
@@ -141,6 +153,18 @@ func TestSocketLBMode(t *testing.T) {
 		if d := dialFromCgroup(t, lab.Node, nil, vip, 1)[0]; !backends[d.backend] {
 			t.Errorf("the node's process outside the cgroup, connect(%s): %+v; want a backend, through nftables", vip, d)
 		}
+	}
+	// ClientIP affinity: every connect of the pod (one network namespace,
+	// the hook's affinity key) lands on one backend.
+	sticky := map[string]int{}
+	for _, d := range dialFromCgroup(t, lab.Client, cg, "198.18.0.30:80", 20) {
+		if d.err != "" || !backends[d.backend] {
+			t.Fatalf("inside the cgroup, connect to sticky: %+v; want a backend", d)
+		}
+		sticky[d.backend]++
+	}
+	if len(sticky) != 1 {
+		t.Errorf("ClientIP affinity: 20 connects of one pod reached %v, want one backend", sticky)
 	}
 	if d := dialFromCgroup(t, lab.Client, cg, "198.18.0.20:80", 1)[0]; d.err != "refused" {
 		t.Errorf("inside the cgroup, connect to a Service without endpoints: %+v, want refused", d)
