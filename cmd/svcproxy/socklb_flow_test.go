@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -120,4 +121,60 @@ func newTestBPFFS(t *testing.T) string {
 		}
 	})
 	return dir
+}
+
+// checkFlow fails the test for every connect of dials that failed, and
+// returns how many were not translated (answered by the pod's own VIP
+// listener rather than one of backends), after logging the counts.
+func checkFlow(t *testing.T, what string, dials []dial, backends map[string]bool) (untranslated int) {
+	t.Helper()
+	failed := 0
+	for _, d := range dials {
+		switch {
+		case d.err != "":
+			failed++
+			t.Errorf("%s, a connect failed: %+v", what, d)
+		case !backends[d.backend]:
+			untranslated++
+		}
+	}
+	t.Logf("%s: %d connects, %d failed, %d untranslated", what, len(dials), failed, untranslated)
+	return untranslated
+}
+
+// waitOnly waits until 20 connects from cg to addr in a row reach the
+// backends want and no other (the maps carry the change).
+func waitOnly(t *testing.T, ns *netnstest.NS, cg *testCgroup, addr string, want ...string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		seen := map[string]bool{}
+		for _, d := range dialFromCgroup(t, ns, cg, addr, 20) {
+			seen[d.backend+d.err] = true
+		}
+		ok := len(seen) <= len(want)
+		for b := range seen {
+			ok = ok && slices.Contains(want, b)
+		}
+		if ok && len(want) == 1 || ok && len(seen) == len(want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("connects to %s reach %v, want %v only", addr, seen, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// replaceFile replaces path's content atomically (a rename), as the file
+// source's reload expects of an editor or a tool.
+func replaceFile(t *testing.T, path, content string) {
+	t.Helper()
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
 }
