@@ -3,6 +3,9 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -177,4 +180,57 @@ func replaceFile(t *testing.T, path, content string) {
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// testCgroup is a cgroup v2 directory made by a test under a cgroup2 mount of
+// its own, both removed at its end.
+type testCgroup struct {
+	path string
+	dir  *os.File // open, for CLONE_INTO_CGROUP and queries
+}
+
+// newTestCgroup mounts cgroup2 on a directory of the test's (the machine's
+// own hierarchy, seen through a mount the test owns) and makes a child
+// there. Nothing runs in it but the test's clients. Cleanups run last in,
+// first out: svcproxy (started later) has stopped and its programs are
+// detached before the child is removed and the mount goes.
+func newTestCgroup(t *testing.T) *testCgroup {
+	t.Helper()
+	mnt := t.TempDir()
+	if err := unix.Mount("none", mnt, "cgroup2", 0, ""); err != nil {
+		t.Skipf("mount -t cgroup2 refused: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(mnt, 0); err != nil {
+			t.Errorf("unmount cgroup2 at %s: %v", mnt, err)
+		}
+	})
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	path := filepath.Join(mnt, "svcp-socklb-"+hex.EncodeToString(b[:]))
+	if err := os.Mkdir(path, 0o755); err != nil {
+		t.Fatalf("make a cgroup2 directory: %v", err)
+	}
+	dir, err := os.Open(path)
+	if err != nil {
+		os.Remove(path)
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		dir.Close()
+		// The clients were waited for, but a reaped task may leave the
+		// cgroup a moment later: rmdir says EBUSY until then.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := os.Remove(path)
+			if err == nil || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+				if err != nil {
+					t.Errorf("remove cgroup %s: %v", path, err)
+				}
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	return &testCgroup{path: path, dir: dir}
 }
