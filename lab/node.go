@@ -176,7 +176,7 @@ func (l *Lab) startProxy(ctx context.Context, bin, mode string) error {
 		if err != nil {
 			return err
 		}
-		argv = append(argv, "--socklb-cgroup", subtree)
+		argv = append(argv, "--socklb-cgroup", subtree, "--socklb-pin-path", l.socketLBPinPath())
 	}
 	cmd, _, err := l.start("svcproxy", l.cfg.Plan.Node.Name, argv, false)
 	if err != nil {
@@ -247,7 +247,9 @@ func (l *Lab) StopProxy(ctx context.Context) error {
 		l.reap()
 	}
 	var out strings.Builder
-	if err := l.Exec(ctx, l.cfg.Plan.Node.Name, []string{bin, "--cleanup"}, nil, &out, &out); err != nil {
+	// The socket LB's pins too, which would keep its programs attached
+	// (socklbview.go).
+	if err := l.Exec(ctx, l.cfg.Plan.Node.Name, []string{bin, "--cleanup", "--socklb-pin-path", l.socketLBPinPath()}, nil, &out, &out); err != nil {
 		return fmt.Errorf("svcproxy --cleanup: %w: %s", err, strings.TrimSpace(out.String()))
 	}
 	return nil

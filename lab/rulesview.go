@@ -75,17 +75,14 @@ func (l *Lab) RulesWith(ctx context.Context, opts RulesOptions) (string, error) 
 	}
 
 	if mode, _ := l.Mode(); mode == "socklb" {
-		ports, ok, err := l.socketLBMaps(ctx)
+		d, err := l.socketLBDump(ctx)
 		if err != nil {
 			return "", err
 		}
-		if ok {
-			var keep func(string) bool
-			if svc != nil {
-				keep = portsOfService(svc)
-			}
-			b.WriteString(l.formatSocketLB(ports, keep))
+		if svc != nil {
+			d = onlyService(d, svc)
 		}
+		b.WriteString(l.formatSocketLB(d, l.hostCookies()))
 	}
 
 	nft, err := l.nodeOutput(ctx, "nft", "list", "table", "ip", "svcproxy")

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/netip"
+	"slices"
 	"strings"
 
 	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
@@ -13,7 +15,7 @@ import (
 // process of a host in the lab's cgroup2 subtree (a pod, the client) meets
 // the socket LB's connect4 or connect6 program when it calls connect(),
 // before its first packet exists. The program is walked by kernel/socklb's
-// Fake over the maps svcproxy holds (socketLBMaps). When it rewrites the
+// Fake loaded with the kernel's maps (socketLBDump). When it rewrites the
 // destination, the trace ends there: the socket is connected to the pod,
 // and its packets carry the pod's address, which no rule of the node
 // rewrites (done is true). When it leaves connect() alone (no Service, no
@@ -27,23 +29,24 @@ func (l *Lab) traceSocketLB(ctx context.Context, w io.Writer, pkt tracePacket, o
 		fmt.Fprintln(w)
 		return false, nil
 	}
-	ports, ok, err := l.socketLBMaps(ctx)
+	dump, err := l.socketLBDump(ctx)
 	if err != nil {
 		return false, err
 	}
-	if !ok {
-		return false, fmt.Errorf("svcproxy /status: no socket-LB maps in socklb mode")
-	}
-	f, err := socketLBFake(ctx, ports)
-	if err != nil {
+	f := ksocklb.NewFake()
+	if err := f.Load(dump); err != nil {
 		return false, err
 	}
 	proto := ksocklb.TCP
 	if pkt.proto == "udp" {
 		proto = ksocklb.UDP
 	}
-	client := ksocklb.Client{NetnsCookie: netnsCookie(l.cfg.Plan.Namespace(h.Name)), SocketCookie: 1, Random: uint32(opts.Pick)}
-	para(w, fmt.Sprintf("%s's processes run in %s, below the lab's cgroup2 subtree where the socket LB is attached: connect() runs its program before any packet is sent. The program, over the maps svcproxy wrote (socket cookie 1 stands for the new socket; random %d stands for bpf_get_prandom_u32, --pick N picks slot N):", h.Name, subtree+"/"+podCgroups+"/"+h.Name, opts.Pick))
+	// The kernel's clock and the client's namespace, so that an affinity
+	// entry the client's earlier connections left is found and aged as the
+	// program would; socket cookie 0 stands for the new socket (the kernel
+	// numbers sockets from 1).
+	client := ksocklb.Client{NetnsCookie: netnsCookie(l.cfg.Plan.Namespace(h.Name)), Random: uint32(opts.Pick), Now: dump.Now}
+	para(w, fmt.Sprintf("%s's processes run in %s, below the lab's cgroup2 subtree where the socket LB is attached: connect() runs its program before any packet is sent. The program, over the maps as the kernel holds them now (%s; socket cookie 0 stands for the new socket, random %d for bpf_get_prandom_u32: --pick N picks slot N):", h.Name, subtree+"/"+podCgroups+"/"+h.Name, l.socketLBPinPath(), opts.Pick))
 	fmt.Fprintln(w)
 	to, tr := f.Connect(client, proto, pkt.dst)
 	for _, st := range tr.Steps {
@@ -56,10 +59,21 @@ func (l *Lab) traceSocketLB(ctx context.Context, w io.Writer, pkt tracePacket, o
 		fmt.Fprintln(w)
 		return false, nil
 	}
+	// Every way: slot by slot, each on a Fake of its own (the walk above
+	// wrote an affinity entry), the same backend's ways summed: with a
+	// fresh affinity entry, every random number leads to it.
 	var ways []wayResult
-	if n := backendsOf(ports, pkt); n > 0 {
+	if n := backendsOf(dump, pkt); n > 0 {
 		for slot := range n {
-			b, _ := f.Connect(ksocklb.Client{NetnsCookie: client.NetnsCookie, SocketCookie: 2 + uint64(slot), Random: uint32(slot)}, proto, pkt.dst)
+			fw := ksocklb.NewFake()
+			if err := fw.Load(dump); err != nil {
+				return false, err
+			}
+			b, _ := fw.Connect(ksocklb.Client{NetnsCookie: client.NetnsCookie, Random: uint32(slot), Now: dump.Now}, proto, pkt.dst)
+			if i := slices.IndexFunc(ways, func(w wayResult) bool { return w.dnat == b }); i >= 0 {
+				ways[i].p += 1 / float64(n)
+				continue
+			}
 			ways = append(ways, wayResult{result: "connect to " + b.String(), dnat: b, p: 1 / float64(n)})
 		}
 	}
@@ -72,15 +86,10 @@ func (l *Lab) traceSocketLB(ctx context.Context, w io.Writer, pkt tracePacket, o
 }
 
 // backendsOf is how many backends the maps hold for pkt's destination.
-func backendsOf(ports []socketLBPort, pkt tracePacket) int {
-	for _, p := range ports {
-		if !strings.EqualFold(p.Protocol, pkt.proto) {
-			continue
-		}
-		for _, fe := range p.Frontends {
-			if fe == pkt.dst.String() {
-				return len(p.Backends)
-			}
+func backendsOf(d ksocklb.Dump, pkt tracePacket) int {
+	for _, s := range d.Services {
+		if strings.EqualFold(s.Protocol.String(), pkt.proto) && netip.AddrPortFrom(s.VIP, s.Port) == pkt.dst {
+			return len(s.Backends)
 		}
 	}
 	return 0

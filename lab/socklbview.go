@@ -2,10 +2,12 @@ package lab
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,152 +19,185 @@ import (
 )
 
 // What `svclab rules` and `svclab trace` show of the socket LB (--mode
-// socklb): its two maps, services (VIP, port, protocol) -> backends in slot
-// order, and a connect() walked through the program over them by
-// kernel/socklb's Fake, the same tracer its unit tests read.
+// socklb): its four maps as the kernel holds them, and a connect() walked
+// through the program over them by kernel/socklb's Fake, the same tracer
+// its unit tests read.
 //
-// The maps are read from svcproxy's /status ("maps" of each family): what
-// its last sync wrote, element by element, and what its checks read back
-// from the kernel and compare (a difference is repaired and counted in
-// "repairs"). The kernel's own LRU maps, ClientIP affinity's last backends
-// and the reverse entries of translated sockets, are not in /status: they
-// change on every connect(), in the kernel only.
+// svcproxy pins the maps and the programs' links (--socklb-pin-path) in a
+// bpffs the lab mounts on a directory of its own, privateBPFFS
+// (/run/svclab-bpf), as Cilium pins under /sys/fs/bpf: a restart of
+// svcproxy adopts them, and svclab opens them read-only
+// (kernel/socklb.OpenPinned) to decode them. Up mounts it, Down unmounts it
+// (which drops whatever a crashed svcproxy left pinned), and `svclab mode`
+// runs `svcproxy --cleanup` with the pin path, which detaches the programs
+// before another mode starts.
 
-// socketLBPort is one service port in /status's socket-LB maps.
-type socketLBPort struct {
-	Port      string   `json:"port"` // "default/web:http"
-	Protocol  string   `json:"protocol"`
-	Frontends []string `json:"frontends"` // "198.18.0.20:80"
-	Backends  []string `json:"backends"`  // in slot order
-	Affinity  string   `json:"affinity"`  // a Go duration, "" without
+// privateBPFFS is where the lab mounts a bpffs: beside the state directory,
+// as privateCgroup2.
+func (l *Lab) privateBPFFS() string { return filepath.Clean(l.cfg.StateDir) + "-bpf" }
+
+// socketLBPinPath is svcproxy's --socklb-pin-path in the lab.
+func (l *Lab) socketLBPinPath() string { return filepath.Join(l.privateBPFFS(), "svcproxy") }
+
+// bpffsMounted says whether the lab's bpffs is mounted.
+func (l *Lab) bpffsMounted() bool {
+	var fs unix.Statfs_t
+	return unix.Statfs(l.privateBPFFS(), &fs) == nil && fs.Type == unix.BPF_FS_MAGIC
 }
 
-// socketLBFamily is the part of a family's /status document ("IPv4",
-// "IPv6") that the socket LB fills.
-type socketLBFamily struct {
-	Mode string `json:"mode"`
-	Maps *struct {
-		Ports []socketLBPort `json:"ports"`
-	} `json:"maps"`
+// mountBPFFS mounts a bpffs on privateBPFFS, unless it is there already.
+func (l *Lab) mountBPFFS() error {
+	if l.bpffsMounted() {
+		return nil
+	}
+	dir := l.privateBPFFS()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
+		return fmt.Errorf("mount bpffs on %s: %w", dir, err)
+	}
+	return nil
 }
 
-// socketLBMaps reads the socket LB's maps from svcproxy's /status, IPv4's
-// ports first. ok is false when svcproxy runs no socket LB.
-func (l *Lab) socketLBMaps(ctx context.Context) (ports []socketLBPort, ok bool, err error) {
-	body, err := l.NodeGet(ctx, "/status")
+// unmountBPFFS unmounts and removes privateBPFFS. A pin left in it (a
+// crashed svcproxy's) goes with the mount: its programs detach once
+// nothing else holds them.
+func (l *Lab) unmountBPFFS() error {
+	dir := l.privateBPFFS()
+	if l.bpffsMounted() {
+		if err := unix.Unmount(dir, 0); err != nil {
+			return fmt.Errorf("unmount %s: %w", dir, err)
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// bpffsLeftovers lists the lab's bpffs, for Leftovers.
+func (l *Lab) bpffsLeftovers() []string {
+	if l.bpffsMounted() {
+		return []string{"mount bpf on " + l.privateBPFFS()}
+	}
+	if _, err := os.Stat(l.privateBPFFS()); err == nil {
+		return []string{"file " + l.privateBPFFS()}
+	}
+	return nil
+}
+
+// socketLBDump reads the socket LB's maps from their pins.
+func (l *Lab) socketLBDump(ctx context.Context) (ksocklb.Dump, error) {
+	p, err := ksocklb.OpenPinned(l.socketLBPinPath())
 	if err != nil {
-		return nil, false, fmt.Errorf("svcproxy /status: %w", err)
+		return ksocklb.Dump{}, fmt.Errorf("the socket LB's maps pinned in %s: %w", l.socketLBPinPath(), err)
 	}
-	return parseSocketLBStatus([]byte(body))
+	defer p.Close()
+	return p.Dump(ctx)
 }
 
-// parseSocketLBStatus is socketLBMaps without the reading.
-func parseSocketLBStatus(body []byte) (ports []socketLBPort, ok bool, err error) {
-	var st map[string]json.RawMessage
-	if err := json.Unmarshal(body, &st); err != nil {
-		return nil, false, fmt.Errorf("svcproxy /status: %w", err)
-	}
-	for _, fam := range []string{"IPv4", "IPv6"} {
-		raw, found := st[fam]
-		if !found {
+// onlyService keeps what in d is svc's: its ports' elements, their affinity
+// entries, and the reverse entries of sockets that connected to them.
+func onlyService(d ksocklb.Dump, svc *service.Service) ksocklb.Dump {
+	out := ksocklb.Dump{Now: d.Now}
+	ids := map[uint32]bool{}
+	addrs := map[netip.AddrPort]bool{}
+	for _, s := range d.Services {
+		if !slices.Contains(svc.ClusterIPs, s.VIP) {
 			continue
 		}
-		var f socketLBFamily
-		if err := json.Unmarshal(raw, &f); err != nil {
-			return nil, false, fmt.Errorf("svcproxy /status: %s: %w", fam, err)
-		}
-		if f.Maps != nil {
-			ok = true
-			ports = append(ports, f.Maps.Ports...)
+		out.Services = append(out.Services, s)
+		ids[s.ID] = true
+		addrs[netip.AddrPortFrom(s.VIP, s.Port)] = true
+	}
+	for _, a := range d.Affinity {
+		if ids[a.ServiceID] {
+			out.Affinity = append(out.Affinity, a)
 		}
 	}
-	return ports, ok, nil
+	for _, r := range d.RevNAT {
+		if addrs[r.Service] {
+			out.RevNAT = append(out.RevNAT, r)
+		}
+	}
+	return out
 }
 
-// socketLBFake loads ports into a kernel/socklb Fake: one services element
-// per frontend, its backends in slot order.
-func socketLBFake(ctx context.Context, ports []socketLBPort) (*ksocklb.Fake, error) {
-	f := ksocklb.NewFake()
-	for _, p := range ports {
-		e := ksocklb.Entry{}
-		if p.Affinity != "" {
-			d, err := time.ParseDuration(p.Affinity)
-			if err != nil {
-				return nil, fmt.Errorf("svcproxy /status: port %s: affinity %q: %w", p.Port, p.Affinity, err)
-			}
-			e.AffinityTimeout = d
-		}
-		for _, b := range p.Backends {
-			ap, err := netip.ParseAddrPort(b)
-			if err != nil {
-				return nil, fmt.Errorf("svcproxy /status: port %s: backend %q: %w", p.Port, b, err)
-			}
-			e.Backends = append(e.Backends, ap)
-		}
-		proto := ksocklb.TCP
-		if p.Protocol == "UDP" {
-			proto = ksocklb.UDP
-		}
-		for _, fe := range p.Frontends {
-			ap, err := netip.ParseAddrPort(fe)
-			if err != nil {
-				return nil, fmt.Errorf("svcproxy /status: port %s: frontend %q: %w", p.Port, fe, err)
-			}
-			svc := ksocklb.Service{VIP: ap.Addr(), Port: ap.Port(), Protocol: proto}
-			if err := f.SetService(ctx, svc, e); err != nil {
-				return nil, fmt.Errorf("svcproxy /status: port %s: %w", p.Port, err)
-			}
-		}
-	}
-	return f, nil
-}
+// maxRevNAT is how many reverse entries `svclab rules` lists: one is left
+// per translated socket until the LRU map evicts it, so they pile up.
+const maxRevNAT = 6
 
 // formatSocketLB writes the maps as `svclab rules` shows them: each
-// frontend, the service port it stands for, and its backends in slot order
-// with the pods' names. keep, when not nil, says which ports to show.
-func (l *Lab) formatSocketLB(ports []socketLBPort, keep func(port string) bool) string {
+// services element with its backends by slot, the pods named; the
+// affinity entries, their network namespace named and their age; and the
+// newest few reverse entries.
+func (l *Lab) formatSocketLB(d ksocklb.Dump, cookies map[uint64]string) string {
 	var b strings.Builder
 	subtree, _ := l.CgroupSubtree()
-	fmt.Fprintf(&b, "\n# socket LB: connect4/connect6 (sendmsg, recvmsg, getpeername) attached at %s;\n", subtree)
-	b.WriteString("# its services and backends maps, as svcproxy wrote and checks them (/status)\n")
-	n := 0
-	for _, p := range ports {
-		if keep != nil && !keep(p.Port) {
-			continue
+	fmt.Fprintf(&b, "\n# socket LB: connect4/6, sendmsg4/6, recvmsg4/6, getpeername4/6 attached at %s;\n", subtree)
+	fmt.Fprintf(&b, "# its maps, pinned in %s\n", l.socketLBPinPath())
+	b.WriteString("services: (VIP, port, protocol) -> id, backends by slot\n")
+	if len(d.Services) == 0 {
+		b.WriteString("  (none)\n")
+	}
+	for _, s := range d.Services {
+		fmt.Fprintf(&b, "  %s  id %d", s.Service, s.ID)
+		if s.AffinityTimeout > 0 {
+			fmt.Fprintf(&b, ", ClientIP affinity %s", s.AffinityTimeout)
 		}
-		for _, fe := range p.Frontends {
-			n++
-			fmt.Fprintf(&b, "%s/%s  (%s)\n", fe, p.Protocol, p.Port)
-			if len(p.Backends) == 0 {
-				b.WriteString("    count 0: connect() left alone, the nftables path beside rejects it\n")
-			}
-			for slot, be := range p.Backends {
-				name := ""
-				if ap, err := netip.ParseAddrPort(be); err == nil {
-					name = withNameSuffix(l, ap.Addr())
-				}
-				fmt.Fprintf(&b, "    slot %d -> %s%s\n", slot, be, name)
-			}
-			if p.Affinity != "" {
-				fmt.Fprintf(&b, "    ClientIP affinity %s, keyed by the client's network namespace\n", p.Affinity)
-			}
+		b.WriteString("\n")
+		if len(s.Backends) == 0 {
+			b.WriteString("    count 0: connect() left alone, the nftables path beside rejects it\n")
+		}
+		for slot, be := range s.Backends {
+			fmt.Fprintf(&b, "    slot %d -> %s%s\n", slot, be, withNameSuffix(l, be.Addr()))
 		}
 	}
-	if n == 0 {
-		b.WriteString("(none)\n")
+	b.WriteString("affinity: (netns cookie, id) -> the backend that namespace reached last\n")
+	if len(d.Affinity) == 0 {
+		b.WriteString("  (none)\n")
+	}
+	for _, a := range d.Affinity {
+		who := ""
+		if name, ok := cookies[a.NetnsCookie]; ok {
+			who = " (" + name + ")"
+		}
+		fmt.Fprintf(&b, "  (%d%s, %d) -> slot %d, %s%s", a.NetnsCookie, who, a.ServiceID, a.Slot, a.Backend, withNameSuffix(l, a.Backend.Addr()))
+		if d.Now > 0 {
+			fmt.Fprintf(&b, ", used %s ago", (d.Now - a.LastUsed).Truncate(time.Second))
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "revnat: (socket cookie, backend) -> the Service the socket asked for; %d entries\n", len(d.RevNAT))
+	revnat := d.RevNAT
+	if len(revnat) > maxRevNAT {
+		// The newest sockets have the highest cookies.
+		revnat = revnat[len(revnat)-maxRevNAT:]
+		fmt.Fprintf(&b, "  ... (the %d newest:)\n", maxRevNAT)
+	}
+	for _, r := range revnat {
+		fmt.Fprintf(&b, "  (%d, %s) -> %s\n", r.SocketCookie, r.Backend, r.Service)
 	}
 	return b.String()
 }
 
-// portsOfService is a keep function for formatSocketLB: the ports of Service svc.
-func portsOfService(svc *service.Service) func(string) bool {
-	prefix := svc.NamespacedName.String() + ":"
-	return func(port string) bool { return strings.HasPrefix(port, prefix) }
+// hostCookies names the network namespaces of the lab's hosts by their
+// cookies, for the affinity map's keys.
+func (l *Lab) hostCookies() map[uint64]string {
+	out := map[uint64]string{}
+	for _, h := range l.cfg.Plan.Hosts {
+		if c := netnsCookie(l.cfg.Plan.Namespace(h.Name)); c != 0 {
+			out[c] = h.Name
+		}
+	}
+	return out
 }
 
-// netnsCookie is what bpf_get_netns_cookie returns for a socket of host
-// ns: the kernel's cookie of that network namespace (SO_NETNS_COOKIE, Linux
-// 5.14), the key of the socket LB's ClientIP affinity. 0 if it cannot be read.
+// netnsCookie is what bpf_get_netns_cookie returns for a socket of
+// namespace ns: the kernel's cookie of that network namespace
+// (SO_NETNS_COOKIE, Linux 5.14), the key of the socket LB's ClientIP
+// affinity. 0 if it cannot be read.
 func netnsCookie(ns string) uint64 {
 	var cookie uint64
 	_ = nsenter.Run(filepath.Join(netnsDir, ns), func() error {

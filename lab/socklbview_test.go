@@ -4,91 +4,75 @@ import (
 	"context"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
 )
 
-// statusSocketLB is an excerpt of svcproxy --mode socklb's /status: each
-// family's maps beside its nftables path.
-const statusSocketLB = `{
-  "IPv4": {"mode": "socklb",
-    "maps": {"health": {"synced": true}, "ports": [
-      {"port": "default/web:http", "protocol": "TCP", "path": "socklb",
-       "frontends": ["198.18.0.20:80"], "backends": ["198.19.1.10:8080", "198.19.1.11:8080"]},
-      {"port": "default/sticky:http", "protocol": "TCP", "path": "socklb",
-       "frontends": ["198.18.0.40:80"], "backends": ["198.19.1.12:8080"], "affinity": "3h0m0s"},
-      {"port": "default/empty:http", "protocol": "TCP", "path": "socklb",
-       "frontends": ["198.18.0.50:80"], "backends": []}]},
-    "nftables": {"mode": "nftables", "ports": []}},
-  "IPv6": {"mode": "socklb",
-    "maps": {"ports": [
-      {"port": "default/web-dual:dns", "protocol": "UDP", "path": "socklb",
-       "frontends": ["[2001:db8:18::24]:53"], "backends": ["[2001:db8:19::1:10]:53"]}]}},
-  "ports": []
-}`
-
-// The maps read from /status, loaded into kernel/socklb's Fake, answer as
-// the programs would: a Service's connect() is rewritten to the backend in
-// the slot picked, affinity is kept, a Service with no backend and an
-// address that is no Service are left alone.
-func TestSocketLBStatus(t *testing.T) {
-	ports, ok, err := parseSocketLBStatus([]byte(statusSocketLB))
-	require.NoError(t, err)
-	require.True(t, ok)
-	require.Len(t, ports, 4)
-	f, err := socketLBFake(context.Background(), ports)
-	require.NoError(t, err)
-	all, err := f.Services(context.Background())
-	require.NoError(t, err)
-	require.Len(t, all, 4)
-
-	for _, tt := range []struct {
-		proto  ksocklb.Protocol
-		dst    string
-		random uint32
-		want   string
-	}{
-		{ksocklb.TCP, "198.18.0.20:80", 1, "198.19.1.11:8080"},
-		{ksocklb.TCP, "198.18.0.40:80", 7, "198.19.1.12:8080"},
-		{ksocklb.TCP, "198.18.0.50:80", 0, "198.18.0.50:80"},
-		{ksocklb.TCP, "198.18.0.99:80", 0, "198.18.0.99:80"},
-		{ksocklb.UDP, "[2001:db8:18::24]:53", 0, "[2001:db8:19::1:10]:53"},
-		{ksocklb.TCP, "[2001:db8:18::24]:53", 0, "[2001:db8:18::24]:53"},
-	} {
-		got, tr := f.Connect(ksocklb.Client{Random: tt.random}, tt.proto, netip.MustParseAddrPort(tt.dst))
-		require.Equal(t, tt.want, got.String(), "%s %s:\n%s", tt.proto, tt.dst, tr)
+// labMaps is what the socket LB's maps hold after a few connects in the
+// lab: web over three pods, web-sticky with ClientIP affinity (one entry,
+// the client's), a Service without endpoints, and web-dual's IPv6 side.
+func labMaps(t *testing.T) ksocklb.Dump {
+	t.Helper()
+	ctx := context.Background()
+	f := ksocklb.NewFake()
+	ap := netip.MustParseAddrPort
+	set := func(vip string, port uint16, e ksocklb.Entry) {
+		require.NoError(t, f.SetService(ctx, ksocklb.Service{VIP: netip.MustParseAddr(vip), Port: port, Protocol: ksocklb.TCP}, e))
 	}
-	require.Equal(t, 3*60*60, int(all[ksocklb.Service{VIP: netip.MustParseAddr("198.18.0.40"), Port: 80, Protocol: ksocklb.TCP}].AffinityTimeout.Seconds()))
-
-	_, ok, err = parseSocketLBStatus([]byte(`{"IPv4": {"mode": "nftables", "ports": []}}`))
+	set("198.18.0.20", 80, ksocklb.Entry{Backends: []netip.AddrPort{ap("198.19.1.10:8080"), ap("198.19.1.11:8080"), ap("198.19.1.12:8080")}})
+	set("198.18.0.21", 80, ksocklb.Entry{Backends: []netip.AddrPort{ap("198.19.1.10:8080"), ap("198.19.1.11:8080")}, AffinityTimeout: 3 * time.Hour})
+	set("198.18.0.22", 80, ksocklb.Entry{})
+	set("2001:db8:18::24", 80, ksocklb.Entry{Backends: []netip.AddrPort{ap("[2001:db8:19::1:10]:8080")}})
+	f.Connect(ksocklb.Client{NetnsCookie: 4096, SocketCookie: 7, Random: 1, Now: time.Minute}, ksocklb.TCP, ap("198.18.0.21:80"))
+	f.Connect(ksocklb.Client{NetnsCookie: 4096, SocketCookie: 8, Random: 2}, ksocklb.TCP, ap("198.18.0.20:80"))
+	d, err := f.Dump(ctx)
 	require.NoError(t, err)
-	require.False(t, ok, "nftables mode has no socket-LB maps")
+	d.Now = 3 * time.Minute
+	return d
 }
 
-// A backend that is no address is an error naming the port and the field.
-func TestSocketLBStatusBad(t *testing.T) {
-	_, err := socketLBFake(context.Background(), []socketLBPort{{Port: "default/web:http", Protocol: "TCP", Frontends: []string{"198.18.0.20:80"}, Backends: []string{"web-0"}}})
-	require.ErrorContains(t, err, `port default/web:http: backend "web-0"`)
-}
-
-// formatSocketLB lists each frontend with its slots, named, and says what
-// a Service without a backend and one with affinity do.
+// formatSocketLB lists each services element with its slots, the pods
+// named, what a Service without a backend does, the affinity entries with
+// their namespace named and their age, and the reverse entries.
 func TestFormatSocketLB(t *testing.T) {
-	l, err := New(Config{StateDir: t.TempDir()})
+	l, err := New(Config{StateDir: "/run/svclab"})
 	require.NoError(t, err)
-	ports, _, err := parseSocketLBStatus([]byte(statusSocketLB))
-	require.NoError(t, err)
-	got := l.formatSocketLB(ports, func(p string) bool { return p != "default/web-dual:dns" })
-	require.Contains(t, got, `198.18.0.20:80/TCP  (default/web:http)
+	got := l.formatSocketLB(labMaps(t), map[uint64]string{4096: "client"})
+	want := `# its maps, pinned in /run/svclab-bpf/svcproxy
+services: (VIP, port, protocol) -> id, backends by slot
+  198.18.0.20:80/TCP  id 1
     slot 0 -> 198.19.1.10:8080 (web-0)
     slot 1 -> 198.19.1.11:8080 (web-1)
-198.18.0.40:80/TCP  (default/sticky:http)
-    slot 0 -> 198.19.1.12:8080 (web-2)
-    ClientIP affinity 3h0m0s, keyed by the client's network namespace
-198.18.0.50:80/TCP  (default/empty:http)
+    slot 2 -> 198.19.1.12:8080 (web-2)
+  198.18.0.21:80/TCP  id 2, ClientIP affinity 3h0m0s
+    slot 0 -> 198.19.1.10:8080 (web-0)
+    slot 1 -> 198.19.1.11:8080 (web-1)
+  198.18.0.22:80/TCP  id 3
     count 0: connect() left alone, the nftables path beside rejects it
-`)
-	require.NotContains(t, got, "2001:db8:18::24")
+  [2001:db8:18::24]:80/TCP  id 4
+    slot 0 -> [2001:db8:19::1:10]:8080 (web-0)
+affinity: (netns cookie, id) -> the backend that namespace reached last
+  (4096 (client), 2) -> slot 1, 198.19.1.11:8080 (web-1), used 2m0s ago
+revnat: (socket cookie, backend) -> the Service the socket asked for; 2 entries
+  (7, 198.19.1.11:8080) -> 198.18.0.21:80
+  (8, 198.19.1.12:8080) -> 198.18.0.20:80
+`
+	require.Contains(t, got, want)
+}
+
+// onlyService keeps one Service's elements, its affinity entries and the
+// reverse entries of sockets that asked for it.
+func TestOnlyService(t *testing.T) {
+	snap := loadManifests(t)
+	svc, err := FindService(snap, "web")
+	require.NoError(t, err)
+	d := onlyService(labMaps(t), svc)
+	require.Len(t, d.Services, 1)
+	require.Equal(t, "198.18.0.20:80/TCP", d.Services[0].Service.String())
+	require.Empty(t, d.Affinity)
+	require.Len(t, d.RevNAT, 1)
+	require.Equal(t, netip.MustParseAddrPort("198.19.1.12:8080"), d.RevNAT[0].Backend)
 }

@@ -69,6 +69,9 @@ func (l *Lab) UpWith(ctx context.Context, opts UpOptions) error {
 	if err := l.makeCgroupSubtree(); err != nil {
 		return err
 	}
+	if err := l.mountBPFFS(); err != nil {
+		return err
+	}
 	st := state{Mode: mode}
 	if l.inDemo {
 		st.Demo = os.Getpid()
@@ -192,6 +195,10 @@ func (l *Lab) Down(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	l.reap()
+	// svcproxy is stopped: nothing adopts the socket LB's pins any more.
+	if err := l.unmountBPFFS(); err != nil {
+		errs = append(errs, err)
+	}
 	for _, ns := range nss {
 		if err := run(ctx, "ip", "netns", "del", ns); err != nil {
 			errs = append(errs, err)
@@ -233,6 +240,7 @@ func (l *Lab) Leftovers() []string {
 		out = append(out, "file "+f)
 	}
 	out = append(out, l.cgroupLeftovers()...)
+	out = append(out, l.bpffsLeftovers()...)
 	if _, err := os.Stat(l.cfg.StateDir); err == nil {
 		out = append(out, "file "+l.cfg.StateDir)
 	}

@@ -43,7 +43,7 @@ func TestModeSocketLB(t *testing.T) {
 	// svclab rules shows the socket LB's maps; svclab trace walks the
 	// client's connect() through the program, and the outside host's packet
 	// (not in the subtree) through the nftables path beside.
-	if out := c.svclab("rules", "web"); !strings.Contains(out, "198.18.0.20:80/TCP  (default/web:http)\n    slot 0 -> 198.19.1.10:8080 (web-0)") {
+	if out := c.svclab("rules", "web"); !strings.Contains(out, "    slot 0 -> 198.19.1.10:8080 (web-0)\n    slot 1 -> 198.19.1.11:8080 (web-1)") {
 		t.Errorf("svclab rules web: want the socket LB's services and backends maps:\n%s", out)
 	}
 	if out := c.svclab("trace", "client", "web", "--pick", "1"); !strings.Contains(out, "result: rewritten to 198.19.1.11:8080") {
