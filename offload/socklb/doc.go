@@ -20,6 +20,7 @@
 // from other hosts, NodePorts, externalIPs and LoadBalancer IPs, processes
 // outside the cgroup, and connections to a port without endpoints, which the
 // hooks leave alone) takes the kernel path beside it: Dataplane composes the
-// maps with nftables mode, so `svcproxy --mode socklb` serves every packet.
+// maps with nftables mode, so `svcproxy --mode socklb` serves every packet,
+// and hybrid mode's `--offload socklb` promotes hot ports into both.
 // docs/architecture.md draws which packet takes which path.
 package socklb
