@@ -41,7 +41,9 @@ func newDataplane(cfg *Config, log *slog.Logger) (dataplane.Interface, error) {
 		warnLoopbackNodeIPs(cfg, log)
 	}
 	// The socket LB's programs and maps are one per node (per cgroup), shared
-	// by both families' dataplanes; they are detached when the process ends.
+	// by both families' dataplanes; pinned, they outlive the process. A mode
+	// without them removes what an earlier svcproxy pinned, or it would go on
+	// rewriting connect() from maps nobody updates.
 	var lb *ksocklb.Kernel
 	if usesSocketLB(mode, offloadMode) {
 		k, err := newSocketLB(cfg, log)
@@ -49,6 +51,8 @@ func newDataplane(cfg *Config, log *slog.Logger) (dataplane.Interface, error) {
 			return nil, err
 		}
 		lb = k
+	} else {
+		removeLeftSocketLB(cfg, mode, log)
 	}
 	var dps [2]dataplane.Interface
 	for i, fam := range servedFamilies(mode, log) {

@@ -159,3 +159,22 @@ func socketLBPath(cfg *Config, fam service.Family, lb *ksocklb.Kernel, carried f
 		SyncPeriod: cfg.SyncPeriod,
 	})
 }
+
+// removeLeftSocketLB removes the socket LB an earlier svcproxy pinned in
+// --socklb-pin-path, for a mode that does not use it, saying so in one line.
+// A failure is logged, not fatal: the mode itself works, and --cleanup can
+// try again.
+func removeLeftSocketLB(cfg *Config, mode string, log *slog.Logger) {
+	if cfg.SocketLBPinPath == "" {
+		return
+	}
+	if _, err := os.Stat(cfg.SocketLBPinPath); err != nil {
+		return // nothing pinned (or nothing we may look at)
+	}
+	if err := cleanupSocketLB(cfg); err != nil {
+		log.Warn("cannot remove the socket LB an earlier svcproxy pinned; it still rewrites connect() (svcproxy --cleanup)",
+			"path", cfg.SocketLBPinPath, "mode", mode, "err", err)
+		return
+	}
+	log.Info("removed the socket LB an earlier svcproxy pinned: this mode does not use it", "path", cfg.SocketLBPinPath, "mode", mode)
+}

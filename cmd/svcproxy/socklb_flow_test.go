@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
@@ -233,4 +235,24 @@ func newTestCgroup(t *testing.T) *testCgroup {
 		}
 	})
 	return &testCgroup{path: path, dir: dir}
+}
+
+// checkDetached checks that no socket-LB program is attached to cg (any hook
+// kernel/socklb uses) and that the pin directory pin is gone.
+func checkDetached(t *testing.T, cg *testCgroup, pin string) {
+	t.Helper()
+	for _, at := range []ebpf.AttachType{ebpf.AttachCGroupInet4Connect, ebpf.AttachCGroupInet6Connect,
+		ebpf.AttachCGroupUDP4Sendmsg, ebpf.AttachCGroupUDP6Sendmsg, ebpf.AttachCGroupUDP4Recvmsg, ebpf.AttachCGroupUDP6Recvmsg,
+		ebpf.AttachCgroupInet4GetPeername, ebpf.AttachCgroupInet6GetPeername} {
+		res, err := link.QueryPrograms(link.QueryOptions{Target: int(cg.dir.Fd()), Attach: at})
+		if err != nil {
+			t.Fatalf("query the cgroup's %v programs: %v", at, err)
+		}
+		if len(res.Programs) != 0 {
+			t.Errorf("%d %v programs still attached to %s", len(res.Programs), at, cg.path)
+		}
+	}
+	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the pin directory %s: %v, want it gone", pin, err)
+	}
 }

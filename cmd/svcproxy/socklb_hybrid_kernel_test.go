@@ -22,7 +22,9 @@ import (
 // the maps before its portal goes. Across the promotion no connect fails;
 // after it, the cgroup's connects no longer reach the userspace proxier (its
 // connection counter for web stands still while they go on and are
-// answered), and the connection opened in userspace still echoes.
+// answered), and the connection opened in userspace still echoes. Then
+// nftables mode, started on the same node after hybrid, removes the socket
+// LB hybrid left pinned (web's element in it): no program stays attached.
 func TestHybridSocketLB(t *testing.T) {
 	netnstest.RequireRoot(t, "nft", "ip", "iptables-restore", "iptables-save")
 	if err := knft.Available(); err != nil {
@@ -37,7 +39,7 @@ func TestHybridSocketLB(t *testing.T) {
 		t.Fatal(err)
 	}
 	pin := filepath.Join(newTestBPFFS(t), "svcproxy")
-	logs := startSvcproxy(t, lab.Node, "--mode", "hybrid", "--offload", "socklb",
+	logs, stop := startSvcproxyStoppable(t, lab.Node, "--mode", "hybrid", "--offload", "socklb",
 		"--promote-conn-rate", "10", "--promote-after", "1s", "--demote-after", "2s",
 		"--socklb-cgroup", cg.path, "--socklb-pin-path", pin,
 		"--services", file, "--hostname-override", "node-a", "--cluster-cidr", "198.19.8.0/21,2001:db8:19::/64",
@@ -79,6 +81,22 @@ func TestHybridSocketLB(t *testing.T) {
 	}
 	if err := offloadtest.EchoLine(long, "still here"); err != nil {
 		t.Errorf("the connection opened in userspace, after the promotion: %v", err)
+	}
+
+	// Another mode on the same node: web's element stays pinned after hybrid
+	// stops, and nftables mode removes the socket LB rather than leave it
+	// rewriting connect() from maps nobody updates.
+	long.Close() // or hybrid's shutdown would give it --shutdown-grace
+	stop()
+	logs = startSvcproxy(t, lab.Node, "--mode", "nftables", "--socklb-pin-path", pin,
+		"--services", file, "--hostname-override", "node-a", "--cluster-cidr", "198.19.8.0/21,2001:db8:19::/64",
+		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249")
+	if !logs.waitFor("removed the socket LB an earlier svcproxy pinned", "mode=nftables") {
+		t.Fatalf("nftables mode did not remove the pinned socket LB:\n%s", logs)
+	}
+	checkDetached(t, cg, pin)
+	if d := dialFromCgroup(t, lab.Client, cg, vip, 1)[0]; d.err != "" || d.backend == "" {
+		t.Errorf("in nftables mode, connect from the cgroup: %+v, want a backend through nftables", d)
 	}
 }
 

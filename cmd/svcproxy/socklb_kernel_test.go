@@ -17,9 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
-
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
@@ -230,19 +227,7 @@ func TestSocketLBMode(t *testing.T) {
 
 	stop()
 	cleanupLogs := lab.Node.Run(t, "env", "SVCPROXY_HELPER=1", os.Args[0], "-test.run=^TestHelperSvcproxy$", "--", "--cleanup", "--socklb-pin-path", pin)
-	for _, at := range []ebpf.AttachType{ebpf.AttachCGroupInet4Connect, ebpf.AttachCGroupInet6Connect,
-		ebpf.AttachCGroupUDP4Sendmsg, ebpf.AttachCGroupUDP6Sendmsg, ebpf.AttachCGroupUDP4Recvmsg, ebpf.AttachCGroupUDP6Recvmsg} {
-		res, err := link.QueryPrograms(link.QueryOptions{Target: int(cg.dir.Fd()), Attach: at})
-		if err != nil {
-			t.Fatalf("query the cgroup's %v programs: %v", at, err)
-		}
-		if len(res.Programs) != 0 {
-			t.Errorf("after --cleanup, %d %v programs still attached to %s", len(res.Programs), at, cg.path)
-		}
-	}
-	if _, err := os.Stat(pin); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("after --cleanup, the pin directory %s: %v, want it gone\ncleanup log:\n%s", pin, err, cleanupLogs)
-	}
+	checkDetached(t, cg, pin)
 	if out := lab.Node.Run(t, "nft", "list", "tables"); strings.Contains(out, "svcproxy") {
 		t.Errorf("after --cleanup, nft list tables: %s\ncleanup log:\n%s", out, cleanupLogs)
 	}
