@@ -162,10 +162,12 @@ func socketLBPath(cfg *Config, fam service.Family, lb *ksocklb.Kernel, carried f
 
 // removeLeftSocketLB removes the socket LB an earlier svcproxy pinned in
 // --socklb-pin-path, for a mode that does not use it, saying so in one line.
-// A failure is logged, not fatal: the mode itself works, and --cleanup can
-// try again.
+// Only a path the flag names: every mode has the flag's default, and a mode
+// that never asked for the socket LB does not go looking in the machine's
+// own bpffs. A failure is logged, not fatal: the mode itself works, and
+// --cleanup can try again.
 func removeLeftSocketLB(cfg *Config, mode string, log *slog.Logger) {
-	if cfg.SocketLBPinPath == "" {
+	if cfg.SocketLBPinPath == "" || !cfg.SocketLBPinPathSet {
 		return
 	}
 	if _, err := os.Stat(cfg.SocketLBPinPath); err != nil {
