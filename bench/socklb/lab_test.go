@@ -1,0 +1,241 @@
+package socklb
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/svcproxy/svcproxy/internal/netnstest"
+	knft "github.com/svcproxy/svcproxy/kernel/nftables"
+	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
+	nftoffload "github.com/svcproxy/svcproxy/offload/nftables"
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// The addresses (doc.go draws them). Each row has its own port on the
+// server, so no two rows ever share a 4-tuple: a row never meets another's
+// TIME_WAIT sockets (bench/iptables found what that costs: rowPorts).
+var (
+	clientPod = netip.MustParsePrefix("198.19.20.2/24")
+	serverPod = netip.MustParsePrefix("198.19.21.2/24")
+	vip       = netip.MustParseAddr("198.18.0.10")
+)
+
+const (
+	directPort   = 8080
+	socklbPort   = 8081 // the socket LB's Service, vip:80, goes here
+	nftablesPort = 8082 // the nftables Service, vip:81, goes here
+)
+
+// lab is the benchmark's topology: three namespaces, two cgroups, the socket
+// LB attached to one of them.
+type lab struct {
+	node, client, server *netnstest.NS
+	lb, plain            *cgroup
+}
+
+// newLab builds the topology and starts the server; everything it makes is
+// removed at b's cleanup, in reverse order: the programs first, then the
+// bpffs, the cgroups and their mount, the namespaces.
+func newLab(b *testing.B) *lab {
+	b.Helper()
+	netnstest.RequireRoot(b, "nft", "sysctl")
+	l := &lab{node: netnstest.New(b), client: netnstest.New(b), server: netnstest.New(b)}
+	l.node.Sysctl(b, "net.ipv4.ip_forward", "1")
+	l.node.Sysctl(b, "net.ipv4.conf.all.send_redirects", "0")
+	netnstest.Veth(b, l.node, "to-client", gateway(clientPod), l.client, "eth0", clientPod)
+	netnstest.Veth(b, l.node, "to-server", gateway(serverPod), l.server, "eth0", serverPod)
+	l.client.Run(b, "ip", "route", "add", "default", "via", gateway(clientPod).Addr().String())
+	l.server.Run(b, "ip", "route", "add", "default", "via", gateway(serverPod).Addr().String())
+	// 64,512 ports per destination: a row's connections of a run never
+	// wait for a port (TIME_WAIT lasts 60 s).
+	l.client.Sysctl(b, "net.ipv4.ip_local_port_range", "1024 65535")
+	for _, port := range []int{directPort, socklbPort, nftablesPort} {
+		serve(b, l.server, port)
+	}
+
+	root := mountFS(b, "cgroup2")
+	base := newCgroup(b, root, "svcp-socklb-bench-"+randomHex())
+	l.lb, l.plain = newCgroup(b, base.path, "lb"), newCgroup(b, base.path, "plain")
+
+	cfg := ksocklb.Config{CgroupPath: l.lb.path, PinPath: mountFS(b, "bpf")}
+	k, err := ksocklb.New(cfg)
+	if err != nil {
+		b.Skipf("socklb.New (the kernel refuses the socket LB's programs?): %v", err)
+	}
+	b.Cleanup(func() {
+		if err := errors.Join(k.Close(), ksocklb.Cleanup(cfg)); err != nil {
+			b.Errorf("detach and unpin the socket LB: %v", err)
+		}
+	})
+	backend := netip.AddrPortFrom(serverPod.Addr(), socklbPort)
+	svc := ksocklb.Service{VIP: vip, Port: 80, Protocol: ksocklb.TCP}
+	if err := k.SetService(context.Background(), svc, ksocklb.Entry{Backends: []netip.AddrPort{backend}}); err != nil {
+		b.Fatal(err)
+	}
+	return l
+}
+
+// gateway is the node's end of a pod's link: .1 of the pod's subnet.
+func gateway(pod netip.Prefix) netip.Prefix {
+	return netip.PrefixFrom(pod.Masked().Addr().Next(), pod.Bits())
+}
+
+func randomHex() string {
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	return hex.EncodeToString(r[:])
+}
+
+// serve answers every connection to port in ns (answer) until cleanup.
+func serve(b *testing.B, ns *netnstest.NS, port int) {
+	b.Helper()
+	var ln net.Listener
+	if err := ns.Do(func() (err error) {
+		ln, err = net.Listen("tcp4", fmt.Sprintf(":%d", port))
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() }) // ends acceptLoop
+	go acceptLoop(ln)
+}
+
+// acceptLoop is the server; it ends when its listener is closed.
+func acceptLoop(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go answer(c) // ends when the client closes
+	}
+}
+
+// mountFS mounts a filesystem of the benchmark's own (fstype "cgroup2" or
+// "bpf") on a new directory and unmounts it at cleanup. A cgroup2 mount is
+// one more view of the machine's one v2 hierarchy; a bpf mount is a new,
+// empty bpffs whose pins go with it.
+func mountFS(b *testing.B, fstype string) string {
+	b.Helper()
+	dir := b.TempDir()
+	if err := unix.Mount("none", dir, fstype, 0, ""); err != nil {
+		b.Skipf("mount -t %s refused: %v", fstype, err)
+	}
+	b.Cleanup(func() {
+		if err := unix.Unmount(dir, 0); err != nil {
+			b.Errorf("unmount %s at %s: %v", fstype, dir, err)
+		}
+	})
+	return dir
+}
+
+// cgroup is a cgroup v2 directory the benchmark made, open for
+// CLONE_INTO_CGROUP.
+type cgroup struct {
+	path string
+	dir  *os.File
+}
+
+// newCgroup makes parent/name; it is removed at cleanup, once the clients
+// that ran in it are gone.
+func newCgroup(b *testing.B, parent, name string) *cgroup {
+	b.Helper()
+	path := filepath.Join(parent, name)
+	if err := os.Mkdir(path, 0o755); err != nil {
+		b.Fatalf("make cgroup: %v", err)
+	}
+	dir, err := os.Open(path)
+	if err != nil {
+		os.Remove(path)
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		dir.Close()
+		// A reaped client may leave the cgroup a moment later: rmdir says
+		// EBUSY until then.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := os.Remove(path)
+			if err == nil || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+				if err != nil {
+					b.Errorf("remove cgroup %s: %v", path, err)
+				}
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	return &cgroup{path: path, dir: dir}
+}
+
+// run runs the client (client_test.go) in the client pod, born in cg, with
+// env, and returns what it measured.
+func (l *lab) run(b *testing.B, cg *cgroup, env ...string) clientResult {
+	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := l.client.Command(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env...)
+	// clone3(CLONE_INTO_CGROUP): `ip netns exec` is born in the cgroup and
+	// execs the client there, so every socket it makes is the cgroup's.
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.dir.Fd())}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("client %v: %v: %s", env, err, stderr.String())
+	}
+	var r clientResult
+	if err := json.Unmarshal(out, &r); err != nil || r.Ops == 0 || r.Seconds <= 0 {
+		b.Fatalf("client %v: %q: want a result with ops and seconds (%v)", env, out, err)
+	}
+	return r
+}
+
+// installNFT puts kube-proxy's nftables layout (offload/nftables) for one
+// Service, vip:81 to the server's nftablesPort, in the node: DNAT in
+// prerouting, connection tracking on every packet.
+func (l *lab) installNFT(b *testing.B) {
+	b.Helper()
+	s := &service.Service{NamespacedName: service.NamespacedName{Namespace: "bench", Name: "web"},
+		Type: service.TypeClusterIP, ClusterIPs: []netip.Addr{vip}}
+	s.Ports = []*service.Port{{
+		Name:    service.PortName{NamespacedName: s.NamespacedName, Port: "nftables", Protocol: service.TCP},
+		Service: s, Port: 81, Protocol: service.TCP,
+		Endpoints: []service.Endpoint{{Addr: netip.AddrPortFrom(serverPod.Addr(), nftablesPort), Ready: true, Serving: true}},
+	}}
+	var nft knft.Interface
+	if err := l.node.Do(func() (err error) { nft, err = knft.New(nftoffload.Table); return err }); err != nil {
+		b.Fatal(err)
+	}
+	// SyncPeriod: an hour, so no periodic check of the table runs meanwhile.
+	p, err := nftoffload.NewProxier(nftoffload.ProxierConfig{Rules: nftoffload.Config{NodeName: "node-a"}, NFT: nft, SyncPeriod: time.Hour})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p.Update(service.NewSnapshot([]*service.Service{s}, nil))
+	if err := l.node.Do(func() error { return p.Sync(context.Background()) }); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// removeNFT deletes the table: no connection tracking in the node until the
+// next nftables row.
+func (l *lab) removeNFT(b *testing.B) {
+	b.Helper()
+	l.node.Run(b, "nft", "delete", "table", "ip", nftoffload.Table)
+}
