@@ -132,6 +132,10 @@ type state struct {
 	Demo int `json:"demo,omitempty"`
 	// IPVSScheduler is svcproxy's --ipvs-scheduler, "" for its default (rr).
 	IPVSScheduler string `json:"ipvsScheduler,omitempty"`
+	// Offload is hybrid's --offload, "" for its default (nftables).
+	Offload string `json:"offload,omitempty"`
+	// DemoteAfter is hybrid's --demote-after, "" for its default (5m).
+	DemoteAfter string `json:"demoteAfter,omitempty"`
 }
 
 func (l *Lab) statePath() string { return filepath.Join(l.cfg.StateDir, "state.json") }

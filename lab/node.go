@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -165,10 +166,17 @@ func (l *Lab) startProxy(ctx context.Context, bin, mode string) error {
 		"--promote-conn-rate", "10",
 		"--promote-after", "2s",
 	)
-	if st, err := l.readState(); err == nil && st.IPVSScheduler != "" {
+	st, _ := l.readState()
+	if st.IPVSScheduler != "" {
 		argv = append(argv, "--ipvs-scheduler", st.IPVSScheduler)
 	}
-	if mode == "socklb" {
+	if mode == "hybrid" && st.Offload != "" {
+		argv = append(argv, "--offload", st.Offload)
+	}
+	if mode == "hybrid" && st.DemoteAfter != "" {
+		argv = append(argv, "--demote-after", st.DemoteAfter)
+	}
+	if mode == "socklb" || (mode == "hybrid" && st.Offload == "socklb") {
 		// The socket LB attaches at the lab's cgroup2 subtree, where every
 		// pod's and the client's processes run (cgroup.go), as Cilium
 		// attaches at a node's cgroup2 root.
@@ -283,9 +291,22 @@ type ModeOptions struct {
 	Mode string
 	// IPVSScheduler is svcproxy's --ipvs-scheduler; "" is rr.
 	IPVSScheduler string
+	// Offload is hybrid's kernel path, svcproxy's --offload: nftables,
+	// ipvs, iptables or socklb (the socket LB, at the lab's cgroup2
+	// subtree); "" is svcproxy's default, nftables.
+	Offload string
+	// DemoteAfter is hybrid's --demote-after: how long a promoted port must
+	// stay below the promotion rate before it returns to userspace; 0 is
+	// svcproxy's default (5m).
+	DemoteAfter time.Duration
 }
 
-// SetModeWith is SetMode with the IPVS scheduler too.
+// offloads are the kernel paths hybrid mode promotes to (svcproxy's
+// --offload).
+var offloads = []string{"nftables", "ipvs", "iptables", "socklb"}
+
+// SetModeWith is SetMode with the IPVS scheduler and hybrid's kernel path
+// too.
 func (l *Lab) SetModeWith(ctx context.Context, opts ModeOptions) error {
 	mode := opts.Mode
 	if err := checkMode(mode); err != nil {
@@ -294,13 +315,22 @@ func (l *Lab) SetModeWith(ctx context.Context, opts ModeOptions) error {
 	if s := opts.IPVSScheduler; s != "" && !kipvs.ValidScheduler(s) {
 		return fmt.Errorf("IPVS scheduler %q: want one of %s", s, strings.Join(kipvs.Schedulers, ", "))
 	}
+	if o := opts.Offload; o != "" && (mode != "hybrid" || !slices.Contains(offloads, o)) {
+		return fmt.Errorf("--offload %q: hybrid mode's kernel path, one of %s (mode %s)", o, strings.Join(offloads, ", "), mode)
+	}
+	if d := opts.DemoteAfter; d < 0 || (d > 0 && mode != "hybrid") {
+		return fmt.Errorf("--demote-after %s: hybrid mode's, a duration > 0 (mode %s)", d, mode)
+	}
 	st, err := l.readState()
 	if err != nil {
 		return err
 	}
 	if st.RealNode {
-		if mode == "socklb" {
+		if mode == "socklb" || opts.Offload == "socklb" {
 			return errRealNodeSocketLB
+		}
+		if opts.Offload != "" || opts.DemoteAfter != 0 {
+			return errors.New("--offload, --demote-after: not on the real node; its svcproxy's ConfigMap has no such keys")
 		}
 		if opts.IPVSScheduler != "" {
 			return errors.New("--ipvs-scheduler: not on the real node; its svcproxy has no such key in its ConfigMap")
@@ -319,7 +349,10 @@ func (l *Lab) SetModeWith(ctx context.Context, opts ModeOptions) error {
 		return err
 	}
 	l.forgetUDPFlows(ctx)
-	st.Mode, st.IPVSScheduler = mode, opts.IPVSScheduler
+	st.Mode, st.IPVSScheduler, st.Offload, st.DemoteAfter = mode, opts.IPVSScheduler, opts.Offload, ""
+	if opts.DemoteAfter > 0 {
+		st.DemoteAfter = opts.DemoteAfter.String()
+	}
 	if err := l.writeState(st); err != nil {
 		return err
 	}

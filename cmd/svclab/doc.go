@@ -13,9 +13,10 @@
 //	                                 --ipv6: to the name's IPv6 address (AAAA)
 //	svclab rules                     svcproxy's iptables and ip6tables chains, nftables
 //	                                 tables and the IPVS table, in the node
-//	svclab mode MODE                 restart svcproxy in another mode; socklb attaches
+//	svclab mode [--offload P] MODE   restart svcproxy in another mode; socklb attaches
 //	                                 the socket LB at the lab's cgroup2 subtree, where
-//	                                 the pods' and the client's processes run
+//	                                 the pods' and the client's processes run; hybrid
+//	                                 promotes to P (--offload socklb: to the socket LB)
 //	svclab kubectl ARGS...           kubectl against the control-plane lab's API server
 //	svclab pod NAME --ready=BOOL     a control-plane lab pod's Ready condition
 //	svclab down                      remove everything the lab made

@@ -61,10 +61,13 @@ commands:
                                         program first); --pick N follows the Nth random choice
   conntrack [SERVICE] [--flush]         the node's conntrack entries, explained; --flush
                                         empties the table
-  mode [--ipvs-scheduler S] MODE        restart svcproxy in MODE: userspace, iptables,
+  mode [--ipvs-scheduler S] [--offload P] [--demote-after D] MODE
+                                        restart svcproxy in MODE: userspace, iptables,
                                         nftables, ipvs, socklb (the socket LB, attached at
                                         the lab's cgroup2 subtree), hybrid;
                                         IPVS schedules with S (rr, wrr, lc, wlc, sh, dh, sed, nq);
+                                        hybrid promotes to P (nftables, ipvs, iptables, socklb)
+                                        and demotes after D below the promotion rate;
                                         on the real node: its ConfigMap, then a rollout
   web [--listen ADDR]                   serve a live page of the lab: hosts, Services with
                                         their path, endpoints and counters, hybrid's timeline,
@@ -310,6 +313,8 @@ func cmdTraffic(ctx context.Context, cfg lab.Config, args []string) error {
 func cmdMode(ctx context.Context, cfg lab.Config, args []string) error {
 	fs := flag.NewFlagSet("svclab mode", flag.ContinueOnError)
 	sched := fs.String("ipvs-scheduler", "", "svcproxy's --ipvs-scheduler `NAME`: rr (default), wrr, lc, wlc, sh, dh, sed, nq")
+	offload := fs.String("offload", "", "hybrid's kernel `PATH`, svcproxy's --offload: nftables (default), ipvs, iptables or socklb")
+	demote := fs.Duration("demote-after", 0, "hybrid's --demote-after `DURATION`: how long a promoted port stays below the promotion rate before it returns to userspace (default 5m)")
 	if err := parse(fs, args, 1); err != nil {
 		return err
 	}
@@ -318,7 +323,7 @@ func cmdMode(ctx context.Context, cfg lab.Config, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := l.SetModeWith(ctx, lab.ModeOptions{Mode: args[0], IPVSScheduler: *sched}); err != nil {
+	if err := l.SetModeWith(ctx, lab.ModeOptions{Mode: args[0], IPVSScheduler: *sched, Offload: *offload, DemoteAfter: *demote}); err != nil {
 		return err
 	}
 	// Ask what really runs: --mode ipvs on a kernel without IPVS runs iptables.

@@ -118,3 +118,81 @@ func (c *cpLab) conntrackTo(addr string) int {
 	}
 	return n
 }
+
+// svclab mode --offload socklb hybrid: web starts in userspace (the pods see
+// the node) and is promoted to the socket LB under 20 requests a second (the
+// pods see the client, its path is socklb), a connection held open across
+// the promotion, no request failed. svcproxy does not demote a socklb port
+// yet: kernel/socklb counts no translations, so a promoted port would look
+// quiet however busy (docs/hybrid.md). Demotion is checked with --offload
+// nftables: after --demote-after 3s below the promotion rate, under 4
+// requests a second, web returns to userspace, no request failed.
+func TestHybridSocketLB(t *testing.T) {
+	netnstest.RequireRoot(t, append(lab.DemoTools, "nft")...)
+	bin := build(t)
+	t.Cleanup(func() {
+		down(t, bin)
+		requireClean(t, bin)
+	})
+	l, err := lab.New(lab.Config{Stdout: io.Discard, Self: bin + "/svclab", BinDir: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cpLab{t: t, bin: bin, l: l}
+	c.svclab("up")
+	p := l.Plan()
+	client, _ := p.Host("client")
+	path := func() string {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		v, err := l.Services(ctx)
+		if err != nil {
+			t.Fatalf("services: %v", err)
+		}
+		for _, sp := range v.Ports {
+			if sp.Name == "default/web:http" {
+				return sp.Path
+			}
+		}
+		t.Fatal("no port default/web:http in svclab's services view")
+		return ""
+	}
+	// traffic sends n requests at rate a second to web and checks that none
+	// failed (nor the held connection, with hold) and that the pods saw
+	// both the node (userspace) and the client (the kernel path).
+	traffic := func(what string, n int, rate float64, hold bool) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		tally, err := l.Traffic(ctx, lab.TrafficOptions{Target: "web", N: n, Rate: rate, Hold: hold})
+		if tally == nil {
+			t.Fatalf("traffic: %v", err)
+		}
+		if err != nil || tally.Failed != 0 {
+			t.Errorf("%d requests across the %s: %d failed (%v)", n, what, tally.Failed, err)
+		}
+		if !slices.Contains(tally.Sources(), client.Addr) || !slices.Contains(tally.Sources(), p.Node.Addr) {
+			t.Errorf("across the %s the pods saw %v: want the node (userspace) and the client (the kernel path)", what, tally.Sources())
+		}
+	}
+
+	c.svclab("mode", "--offload", "socklb", "hybrid")
+	if got := path(); got != "userspace" {
+		t.Fatalf("web's path before any traffic: %q, want userspace", got)
+	}
+	// 20 a second, above --promote-conn-rate 10 for 2s.
+	traffic("promotion to socklb", 100, 20, true)
+	if got := path(); got != "socklb" {
+		t.Errorf("web's path after 100 requests at 20/s: %q, want socklb", got)
+	}
+
+	c.svclab("mode", "--offload", "nftables", "--demote-after", "3s", "hybrid")
+	traffic("promotion to nftables", 100, 20, false)
+	if got := path(); got != "nftables" {
+		t.Fatalf("web's path after 100 requests at 20/s: %q, want nftables", got)
+	}
+	traffic("demotion from nftables", 40, 4, true)
+	if got := path(); got != "userspace" {
+		t.Errorf("web's path after 10s at 4/s: %q, want userspace", got)
+	}
+}
