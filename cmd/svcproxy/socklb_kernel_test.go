@@ -1,19 +1,13 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,8 +16,8 @@ import (
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 )
 
-// socketLBManifests: web, a dual-stack ClusterIP Service with the lab's three
-// backends in each family; empty, a ClusterIP Service without endpoints;
+// socketLBManifests: web, a dual-stack ClusterIP Service (TCP and UDP port
+// 80) with the lab's three backends in each family; empty, a ClusterIP Service without endpoints;
 // sticky, web's IPv4 backends with ClientIP session affinity.
 var socketLBManifests = socketLBManifestsWith(0, 1, 2)
 
@@ -39,7 +33,7 @@ spec:
   ipFamilies: [IPv4, IPv6]
   clusterIP: 198.18.0.10
   clusterIPs: [198.18.0.10, "2001:db8:18::10"]
-  ports: [{name: p, port: 80, targetPort: 8080}]
+  ports: [{name: p, port: 80, targetPort: 8080}, {name: u, port: 80, targetPort: 8080, protocol: UDP}]
 ---
 apiVersion: v1
 kind: Service
@@ -70,9 +64,9 @@ apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
 metadata: {name: %s-%s, namespace: default, labels: {kubernetes.io/service-name: %s}}
 addressType: %s
-ports: [{name: p, port: 8080, protocol: TCP}]
+ports: [{name: p, port: 8080, protocol: TCP}%s]
 endpoints:
-`, fam.svc, strings.ToLower(fam.name), fam.svc, fam.name)
+`, fam.svc, strings.ToLower(fam.name), fam.svc, fam.name, map[bool]string{true: ", {name: u, port: 8080, protocol: UDP}"}[fam.svc == "web"])
 		for i := range 3 {
 			if fam.svc == "web" && fam.name == "IPv4" && !slices.Contains(web4, i) {
 				continue
@@ -90,7 +84,8 @@ endpoints:
 // answers "vip", so a connect() the hook leaves alone never leaves the pod:
 // only a translated one reaches a backend. A pod process in the cgroup
 // reaches all three backends over IPv4 and IPv6, the backend sees the pod's
-// own address, and getpeername() says the ClusterIP; the same pod's process
+// own address, and getpeername() says the ClusterIP; unconnected UDP from
+// the cgroup reaches all three backends, every answer from the ClusterIP; the same pod's process
 // outside the cgroup reaches its own listener (untranslated); a Service with
 // ClientIP affinity sends all the pod's connects to one backend; a Service
 // without endpoints is refused from the cgroup (the nftables path beside
@@ -110,6 +105,7 @@ func TestSocketLBMode(t *testing.T) {
 	lab := offloadtest.New(t, "node-a")
 	lab.AddIPv6(t)
 	lab.ServeTCP(t, 8080)
+	lab.ServeUDP(t, 8080)
 	vips := []string{"198.18.0.10:80", "[2001:db8:18::10]:80"}
 	for _, vip := range append(vips, "198.18.0.30:80") { // and sticky's
 		a := netip.MustParseAddrPort(vip).Addr()
@@ -158,6 +154,22 @@ func TestSocketLBMode(t *testing.T) {
 			t.Errorf("the node's process outside the cgroup, connect(%s): %+v; want a backend, through nftables", vip, d)
 		}
 	}
+	// UDP, unconnected: each datagram from a new socket in the cgroup is
+	// sent to a backend (sendmsg) and its answer comes from the ClusterIP
+	// (recvmsg), over both families.
+	for _, vip := range vips {
+		seen := map[string]int{}
+		for _, d := range dialUDPFromCgroup(t, lab.Client, cg, vip, 60) {
+			if d.err != "" || !backends[d.backend] || d.peer != vip {
+				t.Fatalf("UDP from the cgroup to %s: %+v; want a backend's answer from the ClusterIP", vip, d)
+			}
+			seen[d.backend]++
+		}
+		if len(seen) != 3 {
+			t.Errorf("UDP from the cgroup: 60 sockets to %s reached %v, want all three backends", vip, seen)
+		}
+	}
+
 	// ClientIP affinity: every connect of the pod (one network namespace,
 	// the hook's affinity key) lands on one backend.
 	sticky := map[string]int{}
@@ -269,91 +281,4 @@ func serveVIP(t *testing.T, ns *netnstest.NS, addr string) {
 			c.Close()
 		}
 	}()
-}
-
-// dial is one connection of TestHelperDial: what the backend said (its name
-// and the client it saw), the socket's peer address, or the error ("refused"
-// for ECONNREFUSED).
-type dial struct{ backend, client, peer, err string }
-
-// dialFromCgroup runs this test binary as TestHelperDial in ns, born inside cg
-// (clone3 with CLONE_INTO_CGROUP, so its socket is the hook's from the start;
-// outside any cgroup of the test's when cg is nil), and returns its n dials.
-func dialFromCgroup(t *testing.T, ns *netnstest.NS, cg *testCgroup, addr string, n int) []dial {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := ns.Command(ctx, os.Args[0], "-test.run=^TestHelperDial$")
-	cmd.Env = append(os.Environ(), "SVCPROXY_DIAL="+addr, "SVCPROXY_DIAL_COUNT="+strconv.Itoa(n))
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if cg != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.dir.Fd())}
-	}
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("client dialing %s: %v: %s", addr, err, stderr.String())
-	}
-	var dials []dial
-	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		f := strings.Fields(line)
-		switch {
-		case len(f) == 2 && f[0] == "error":
-			dials = append(dials, dial{err: f[1]})
-		case len(f) == 3:
-			dials = append(dials, dial{backend: f[0], client: f[1], peer: f[2]})
-		case len(f) == 2: // an echo server's greeting: its name only
-			dials = append(dials, dial{backend: f[0], peer: f[1]})
-		default:
-			t.Fatalf("client dialing %s said %q", addr, line)
-		}
-	}
-	if len(dials) != n {
-		t.Fatalf("client dialing %s: %d answers, want %d: %s", addr, len(dials), n, out)
-	}
-	return dials
-}
-
-// TestHelperDial is not a test: dialFromCgroup runs the test binary as a
-// client, which connects to $SVCPROXY_DIAL $SVCPROXY_DIAL_COUNT times (or,
-// for startDialing, every 10 ms until the file $SVCPROXY_DIAL_UNTIL exists)
-// and prints a line each: "<backend> <client it saw> <peer address>", or
-// "error refused" / "error <what>".
-func TestHelperDial(t *testing.T) {
-	addr := os.Getenv("SVCPROXY_DIAL")
-	if addr == "" {
-		t.Skip("the client process of TestSocketLBMode")
-	}
-	if until := os.Getenv("SVCPROXY_DIAL_UNTIL"); until != "" {
-		// startDialing: every 10 ms until the file exists.
-		for {
-			if _, err := os.Stat(until); err == nil {
-				os.Exit(0)
-			}
-			fmt.Println(dialOnce(addr))
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	n, _ := strconv.Atoi(os.Getenv("SVCPROXY_DIAL_COUNT"))
-	for range max(n, 1) {
-		fmt.Println(dialOnce(addr))
-	}
-	os.Exit(0)
-}
-
-func dialOnce(addr string) string {
-	c, err := net.DialTimeout("tcp", addr, 3*time.Second)
-	switch {
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "error refused"
-	case err != nil:
-		return "error " + strings.ReplaceAll(err.Error(), " ", "_")
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return "error read:" + strings.ReplaceAll(err.Error(), " ", "_")
-	}
-	return strings.TrimSpace(line) + " " + c.RemoteAddr().String()
 }
