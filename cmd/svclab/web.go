@@ -26,7 +26,9 @@ run svclab traffic, svclab pod and svclab mode, each showing the command.
 It listens on loopback only (127.0.0.1:8088) unless --listen says otherwise:
 the controls change the lab and svclab runs as root, so keep it there, and
 reach it from another machine through an SSH tunnel
-(ssh -L 8088:127.0.0.1:8088 HOST). Open the address it prints in a browser.`
+(ssh -L 8088:127.0.0.1:8088 HOST). It answers only requests addressed to an IP
+address or localhost, and refuses controls posted from another web site. Open the
+address it prints in a browser.`
 
 func cmdWeb(ctx context.Context, cfg lab.Config, args []string) error {
 	fs := newFlags(cfg, "svclab web [--listen ADDR]", webAbout)

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"time"
@@ -70,7 +72,30 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/events", s.events)
 	mux.HandleFunc("GET /api/trace", s.trace)
 	mux.HandleFunc("POST /api/run", s.run)
-	return mux
+	// The controls run commands as root: another web site open in the
+	// same browser must not be able to post to them (CSRF), nor to read
+	// the page through a name of its own that resolves to 127.0.0.1 (DNS
+	// rebinding).
+	return http.NewCrossOriginProtection().Handler(addressedByIP(mux))
+}
+
+// addressedByIP refuses requests whose Host is a name other than
+// localhost: the page is reached as 127.0.0.1:8088, localhost:8088 or
+// another IP address, and a name that a foreign DNS server points at
+// 127.0.0.1 is how DNS rebinding reaches a loopback server from a web
+// site's script.
+func addressedByIP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		if _, err := netip.ParseAddr(strings.Trim(host, "[]")); err != nil && host != "localhost" {
+			http.Error(w, fmt.Sprintf("host %q: svclab web answers only to an IP address or localhost", r.Host), http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // Run reads the lab every cfg.Every until ctx ends (the poller: the one
@@ -111,7 +136,7 @@ func (s *Server) poll(ctx context.Context) {
 		s.tl.add(now, view)
 	}
 	st.Timeline = s.tl.snapshot()
-	st.Commands = append([]Command(nil), s.commands...)
+	st.Commands = s.recentLocked()
 	st.Modes = lab.Modes
 	s.publishLocked(st)
 }
@@ -228,8 +253,16 @@ func (s *Server) runCommand(ctx context.Context, id int, args []string) {
 		c.Error = err.Error()
 	}
 	st := s.state
-	st.Commands = append([]Command(nil), s.commands...)
+	st.Commands = s.recentLocked()
 	s.publishLocked(st)
+}
+
+// shownCommands is how many of the last commands the States carry.
+const shownCommands = 10
+
+// recentLocked is a copy of the last shownCommands commands.
+func (s *Server) recentLocked() []Command {
+	return append([]Command(nil), s.commands[max(0, len(s.commands)-shownCommands):]...)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

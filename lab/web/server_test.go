@@ -258,3 +258,35 @@ func TestRunAndEvents(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, bad.StatusCode)
 	require.Contains(t, e.Error, `mode: mode "ebpf"`)
 }
+
+// Another web site open in the browser cannot run the controls (CSRF), nor
+// reach the page by a name of its own pointed at 127.0.0.1 (DNS rebinding).
+func TestForeignOriginsRefused(t *testing.T) {
+	_, _, rec, ts := newTestServer(t)
+	body := `{"action":"mode","mode":"iptables"}`
+	req, err := http.NewRequest(http.MethodPost, ts.URL+"/api/run", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Origin", "http://attacker.example")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusForbidden, resp.StatusCode)
+
+	req, err = http.NewRequest(http.MethodGet, ts.URL+"/api/state", nil)
+	require.NoError(t, err)
+	req.Host = "rebound.attacker.example:8088"
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusMisdirectedRequest, resp.StatusCode)
+
+	req.Host = "localhost:8088"
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Empty(t, rec.runs)
+}
