@@ -18,7 +18,8 @@ import (
 
 // socketLBManifests: web, a dual-stack ClusterIP Service (TCP and UDP port
 // 80) with the lab's three backends in each family; empty, a ClusterIP Service without endpoints;
-// sticky, web's IPv4 backends with ClientIP session affinity.
+// sticky, web's IPv4 backends with ClientIP session affinity; local,
+// internalTrafficPolicy Local with one endpoint on this node (b1) of three.
 var socketLBManifests = socketLBManifestsWith(0, 1, 2)
 
 // socketLBManifestsWith is socketLBManifests with web's IPv4 endpoints the
@@ -50,6 +51,24 @@ spec:
   sessionAffinity: ClientIP
   sessionAffinityConfig: {clientIP: {timeoutSeconds: 60}}
   ports: [{name: p, port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: local, namespace: default}
+spec:
+  clusterIP: 198.18.0.40
+  internalTrafficPolicy: Local
+  ports: [{name: p, port: 80, targetPort: 8080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: local-ipv4, namespace: default, labels: {kubernetes.io/service-name: local}}
+addressType: IPv4
+ports: [{name: p, port: 8080, protocol: TCP}]
+endpoints:
+- {addresses: ["198.19.11.2"], nodeName: node-b, conditions: {ready: true}}
+- {addresses: ["198.19.12.2"], nodeName: node-a, conditions: {ready: true}}
+- {addresses: ["198.19.13.2"], nodeName: node-b, conditions: {ready: true}}
 `)
 	for _, fam := range []struct {
 		svc, name string
@@ -87,7 +106,8 @@ endpoints:
 // own address, and getpeername() says the ClusterIP; unconnected UDP from
 // the cgroup reaches all three backends, every answer from the ClusterIP; the same pod's process
 // outside the cgroup reaches its own listener (untranslated); a Service with
-// ClientIP affinity sends all the pod's connects to one backend; a Service
+// ClientIP affinity sends all the pod's connects to one backend, one with
+// internalTrafficPolicy Local to this node's endpoint only; a Service
 // without endpoints is refused from the cgroup (the nftables path beside
 // rejects what the hook leaves alone); an endpoint change under traffic
 // (web's IPv4 side down to one backend) fails no connect; the node's own
@@ -107,7 +127,7 @@ func TestSocketLBMode(t *testing.T) {
 	lab.ServeTCP(t, 8080)
 	lab.ServeUDP(t, 8080)
 	vips := []string{"198.18.0.10:80", "[2001:db8:18::10]:80"}
-	for _, vip := range append(vips, "198.18.0.30:80") { // and sticky's
+	for _, vip := range append(vips, "198.18.0.30:80", "198.18.0.40:80") { // and sticky's, local's
 		a := netip.MustParseAddrPort(vip).Addr()
 		lab.Client.AddAddr(t, "lo", netip.PrefixFrom(a, a.BitLen()))
 		serveVIP(t, lab.Client, vip)
@@ -167,6 +187,14 @@ func TestSocketLBMode(t *testing.T) {
 		}
 		if len(seen) != 3 {
 			t.Errorf("UDP from the cgroup: 60 sockets to %s reached %v, want all three backends", vip, seen)
+		}
+	}
+
+	// internalTrafficPolicy Local: only this node's endpoint (b1, the
+	// second backend; the other two are node-b's).
+	for _, d := range dialFromCgroup(t, lab.Client, cg, "198.18.0.40:80", 10) {
+		if d.err != "" || d.backend != "b1" {
+			t.Fatalf("inside the cgroup, connect to local (internalTrafficPolicy Local): %+v; want b1, this node's endpoint, only", d)
 		}
 	}
 
