@@ -1,6 +1,7 @@
 package socklb
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -16,21 +17,25 @@ import (
 )
 
 // The client: this test binary again, started by the benchmark in the client
-// pod's namespace and cgroup with clientEnv set. It runs one load, prints a
-// clientResult as JSON and exits; it never runs tests.
+// pod's namespace and in its row's cgroup with clientEnv set. It reads
+// commands, one a line, runs each as a slice of load, prints a clientResult
+// as JSON a line, and exits when its stdin closes; it never runs tests.
+//
+//	conn N        N new connections, one at a time
+//	keepalive D   requests for D on the -workers keep-alive connections
+//	              (opened at the first such command, kept to the end)
 const (
-	clientEnv  = "SVCP_SOCKLB_BENCH_CLIENT" // "conn" or "keepalive"
-	dstEnv     = "SVCP_SOCKLB_BENCH_DST"    // host:port
-	countEnv   = "SVCP_SOCKLB_BENCH_COUNT"  // conn: connections, one at a time
+	clientEnv  = "SVCP_SOCKLB_BENCH_CLIENT"
+	dstEnv     = "SVCP_SOCKLB_BENCH_DST" // host:port
 	workersEnv = "SVCP_SOCKLB_BENCH_WORKERS"
-	forEnv     = "SVCP_SOCKLB_BENCH_FOR" // keepalive: how long, a time.Duration
 )
 
 // msgSize is the request's and the answer's size: a small RPC.
 const msgSize = 64
 
-// clientResult is what the client measured, from the first connect to the
-// last close, and the client namespace's TCP counters over that time.
+// clientResult is what the client measured in one slice, from its first
+// connect or request to its last answer, and the client namespace's TCP
+// counters over that time.
 type clientResult struct {
 	Ops        int     `json:"ops"` // connections (conn) or requests (keepalive)
 	Seconds    float64 `json:"seconds"`
@@ -38,11 +43,9 @@ type clientResult struct {
 	Resets     int64   `json:"resets"`
 }
 
-func (r clientResult) rate() float64 { return float64(r.Ops) / r.Seconds }
-
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(clientEnv); mode != "" {
-		if err := runClient(mode); err != nil {
+	if os.Getenv(clientEnv) != "" {
+		if err := runClient(os.Stdin, os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "client:", err)
 			os.Exit(1)
 		}
@@ -52,47 +55,67 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func runClient(mode string) error {
+func runClient(in io.Reader, out io.Writer) error {
 	dst := os.Getenv(dstEnv)
-	before, err := readTCPStats()
-	if err != nil {
-		return err
+	workers, err := strconv.Atoi(os.Getenv(workersEnv))
+	if err != nil || workers < 1 {
+		return fmt.Errorf("%s=%q: not a count >= 1", workersEnv, os.Getenv(workersEnv))
 	}
-	start := time.Now()
-	var ops int
-	switch mode {
-	case "conn":
-		n, err := strconv.Atoi(os.Getenv(countEnv))
-		if err != nil || n < 1 {
-			return fmt.Errorf("%s=%q: not a count >= 1", countEnv, os.Getenv(countEnv))
+	var keep []net.Conn // the keep-alive connections
+	defer func() {
+		for _, c := range keep {
+			c.Close()
 		}
-		ops, err = newConnections(dst, n)
+	}()
+	enc := json.NewEncoder(out)
+	lines := bufio.NewScanner(in)
+	for lines.Scan() {
+		verb, arg, _ := strings.Cut(lines.Text(), " ")
+		before, err := readTCPStats()
 		if err != nil {
 			return err
 		}
-	case "keepalive":
-		workers, err := strconv.Atoi(os.Getenv(workersEnv))
-		if err != nil || workers < 1 {
-			return fmt.Errorf("%s=%q: not a count >= 1", workersEnv, os.Getenv(workersEnv))
+		start := time.Now()
+		var ops int
+		switch verb {
+		case "conn":
+			n, err := strconv.Atoi(arg)
+			if err != nil || n < 1 {
+				return fmt.Errorf("%q: not a count >= 1", lines.Text())
+			}
+			if ops, err = newConnections(dst, n); err != nil {
+				return err
+			}
+		case "keepalive":
+			d, err := time.ParseDuration(arg)
+			if err != nil {
+				return fmt.Errorf("%q: %w", lines.Text(), err)
+			}
+			for len(keep) < workers {
+				c, err := net.DialTimeout("tcp4", dst, 5*time.Second)
+				if err != nil {
+					return err
+				}
+				keep = append(keep, c)
+			}
+			start = time.Now() // the slice is the requests, not the dials
+			if ops, err = keepAlive(keep, d); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("%q: want conn N or keepalive D", lines.Text())
 		}
-		d, err := time.ParseDuration(os.Getenv(forEnv))
-		if err != nil {
-			return fmt.Errorf("%s: %w", forEnv, err)
-		}
-		ops, err = keepAlive(dst, workers, d)
+		elapsed := time.Since(start)
+		after, err := readTCPStats()
 		if err != nil {
 			return err
 		}
-	default:
-		return fmt.Errorf("%s=%q: want conn or keepalive", clientEnv, mode)
+		d := after.sub(before)
+		if err := enc.Encode(clientResult{Ops: ops, Seconds: elapsed.Seconds(), SynRetrans: d.SynRetrans, Resets: d.OutRsts}); err != nil {
+			return err
+		}
 	}
-	elapsed := time.Since(start)
-	after, err := readTCPStats()
-	if err != nil {
-		return err
-	}
-	d := after.sub(before)
-	return json.NewEncoder(os.Stdout).Encode(clientResult{Ops: ops, Seconds: elapsed.Seconds(), SynRetrans: d.SynRetrans, Resets: d.OutRsts})
+	return lines.Err()
 }
 
 // newConnections makes n connections to dst one at a time: connect, one
@@ -114,21 +137,11 @@ func newConnections(dst string, n int) (int, error) {
 	return n, nil
 }
 
-// keepAlive runs workers connections to dst, each sending requests one after
-// another (the next when the answer is in) for d, and returns the requests
-// answered in all.
-func keepAlive(dst string, workers int, d time.Duration) (int, error) {
-	conns := make([]net.Conn, workers)
-	for i := range conns {
-		c, err := net.DialTimeout("tcp4", dst, 5*time.Second)
-		if err != nil {
-			return 0, err
-		}
-		defer c.Close()
-		conns[i] = c
-	}
+// keepAlive sends requests on each of conns, one after another (the next
+// when the answer is in), for d, and returns the requests answered in all.
+func keepAlive(conns []net.Conn, d time.Duration) (int, error) {
 	deadline := time.Now().Add(d)
-	counts, errs := make([]int, workers), make([]error, workers)
+	counts, errs := make([]int, len(conns)), make([]error, len(conns))
 	var wg sync.WaitGroup
 	for i, c := range conns {
 		wg.Go(func() { counts[i], errs[i] = requestLoop(c, deadline) })

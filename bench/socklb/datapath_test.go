@@ -13,71 +13,86 @@ import (
 	"github.com/svcproxy/svcproxy/bench/report"
 )
 
-// The load of each row and round (after -args; make bench keeps the
-// defaults). -benchtime Nx sets the rounds.
+// The load (after -args; make bench keeps the defaults). -benchtime Nx
+// sets the rounds.
 var (
-	conns     = flag.Int("conns", 1000, "new connections per row and round, one at a time")
+	slices    = flag.Int("slices", 10, "slices per round: in each, every row's new connections, then every row's keep-alive requests")
+	conns     = flag.Int("conns", 100, "new connections per row and slice, one at a time")
+	keepFor   = flag.Duration("keepalive", 25*time.Millisecond, "how long each row's keep-alive requests run per slice")
 	workers   = flag.Int("workers", 2, "keep-alive connections, one worker each")
-	keepFor   = flag.Duration("keepalive", 500*time.Millisecond, "how long each row's keep-alive load runs per round")
 	reportOut = flag.String("report", "", "also write the figures and ratios as JSON to this `FILE` (for bench/plot; best absolute: go test runs in bench/socklb)")
 )
 
 // path is one way from the client pod to the server pod.
 type path struct {
-	name    string
-	cgroup  func(*lab) *cgroup // where the client is born
-	dst     string
-	install func(*lab, *testing.B) // before the row's load, each round; nil: none
-	remove  func(*lab, *testing.B)
+	name   string
+	cgroup func(*lab) *cgroup // where the client is born
+	dst    string
 }
 
-// paths are the rows: the order of the first round, rotated in the next.
+// paths are the rows, in the order of a round's first slice; later
+// slices rotate it.
 var paths = []path{
 	{name: "direct", cgroup: func(l *lab) *cgroup { return l.plain },
 		dst: netip.AddrPortFrom(serverPod.Addr(), directPort).String()},
-	// Untranslated, a connect to the VIP would fail: the node has no route
-	// to 198.18.0.0/16 (network unreachable), so every figure of this row
-	// is of translated connections.
+	// Untranslated, a connect to the VIP would go to the nftables node,
+	// which has no rule for port 80: every figure of this row is of
+	// translated connections.
 	{name: "socklb", cgroup: func(l *lab) *cgroup { return l.lb },
 		dst: net.JoinHostPort(vip.String(), "80")},
 	{name: "nftables", cgroup: func(l *lab) *cgroup { return l.plain },
-		dst: net.JoinHostPort(vip.String(), "81"), install: (*lab).installNFT, remove: (*lab).removeNFT},
+		dst: net.JoinHostPort(vip.String(), "81")},
 }
 
 // rounds holds each row's results, round by round.
 type rounds map[string][]roundResult
 
+// roundResult is a row's load of one round, its slices summed.
 type roundResult struct {
 	Conn, KeepAlive clientResult
+}
+
+func (r clientResult) rate() float64 { return float64(r.Ops) / r.Seconds }
+
+func (r clientResult) add(o clientResult) clientResult {
+	return clientResult{r.Ops + o.Ops, r.Seconds + o.Seconds, r.SynRetrans + o.SynRetrans, r.Resets + o.Resets}
 }
 
 // BenchmarkDataPath: new connections/s (connect, one 64-byte request and
 // answer, close; one at a time) and keep-alive requests/s (-workers
 // connections, one request at a time each) from the client pod to the server
-// pod, direct, through the socket LB and through nftables DNAT, interleaved:
-// an iteration is a round of the three rows (doc.go).
+// pod, direct, through the socket LB and through nftables DNAT. An iteration
+// is a round of -slices slices; in each slice every row runs a little of
+// each load, so the rows alternate every few milliseconds and meet the same
+// load from the rest of the machine (doc.go).
 func BenchmarkDataPath(b *testing.B) {
 	before := report.LoadAvg()
 	l := newLab(b)
+	clients := make([]*client, len(paths))
+	for i, p := range paths {
+		clients[i] = l.startClient(b, p.name, p.cgroup(l), p.dst)
+	}
 	res := rounds{}
 	round := 0
 	for b.Loop() {
-		for i := range paths {
-			p := paths[(round+i)%len(paths)]
-			if p.install != nil {
-				p.install(l, b)
+		sum := make([]roundResult, len(paths))
+		for k := range *slices {
+			order := make([]int, len(paths))
+			for i := range order {
+				order[i] = (round + k + i) % len(paths)
 			}
-			cg := p.cgroup(l)
-			conn := l.run(b, cg, clientEnv+"=conn", dstEnv+"="+p.dst, fmt.Sprintf("%s=%d", countEnv, *conns))
-			ka := l.run(b, cg, clientEnv+"=keepalive", dstEnv+"="+p.dst,
-				fmt.Sprintf("%s=%d", workersEnv, *workers), forEnv+"="+keepFor.String())
-			if p.remove != nil {
-				p.remove(l, b)
+			for _, i := range order {
+				sum[i].Conn = sum[i].Conn.add(clients[i].do(b, fmt.Sprintf("conn %d", *conns)))
 			}
-			if conn.SynRetrans > 0 || ka.SynRetrans > 0 {
-				b.Logf("round %d, %s: %d SYN retransmissions: its figures hold 1 s stalls", round, p.name, conn.SynRetrans+ka.SynRetrans)
+			for _, i := range order {
+				sum[i].KeepAlive = sum[i].KeepAlive.add(clients[i].do(b, "keepalive "+keepFor.String()))
 			}
-			res[p.name] = append(res[p.name], roundResult{conn, ka})
+		}
+		for i, p := range paths {
+			if n := sum[i].Conn.SynRetrans + sum[i].KeepAlive.SynRetrans; n > 0 {
+				b.Logf("round %d, %s: %d SYN retransmissions: its figures hold 1 s stalls", round, p.name, n)
+			}
+			res[p.name] = append(res[p.name], sum[i])
 		}
 		round++
 	}

@@ -1,6 +1,7 @@
 package socklb
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -8,9 +9,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -25,13 +28,19 @@ import (
 	"github.com/svcproxy/svcproxy/service"
 )
 
-// The addresses (doc.go draws them). Each row has its own port on the
-// server, so no two rows ever share a 4-tuple: a row never meets another's
-// TIME_WAIT sockets (bench/iptables found what that costs: rowPorts).
+// The addresses (doc.go draws them). Each pod has two links: one through
+// the node without a table, where the direct and socket-LB rows go, one
+// through the node with the nftables table, where the nftables row goes, so
+// the table stays in place for the whole run and the rows can alternate
+// every few milliseconds. Each row has its own port on the server, so no two
+// rows ever share a 4-tuple: a row never meets another's TIME_WAIT sockets
+// (bench/iptables found what that costs: rowPorts).
 var (
-	clientPod = netip.MustParsePrefix("198.19.20.2/24")
-	serverPod = netip.MustParsePrefix("198.19.21.2/24")
-	vip       = netip.MustParseAddr("198.18.0.10")
+	clientPod    = netip.MustParsePrefix("198.19.20.2/24") // to the plain node
+	serverPod    = netip.MustParsePrefix("198.19.21.2/24")
+	clientPodNFT = netip.MustParsePrefix("198.19.22.2/24") // to the nftables node
+	serverPodNFT = netip.MustParsePrefix("198.19.23.2/24")
+	vip          = netip.MustParseAddr("198.18.0.10")
 )
 
 const (
@@ -40,11 +49,11 @@ const (
 	nftablesPort = 8082 // the nftables Service, vip:81, goes here
 )
 
-// lab is the benchmark's topology: three namespaces, two cgroups, the socket
-// LB attached to one of them.
+// lab is the benchmark's topology: four namespaces, two cgroups, the socket
+// LB attached to one of them, the nftables table in one node.
 type lab struct {
-	node, client, server *netnstest.NS
-	lb, plain            *cgroup
+	node, nftNode, client, server *netnstest.NS
+	lb, plain                     *cgroup
 }
 
 // newLab builds the topology and starts the server; everything it makes is
@@ -53,19 +62,28 @@ type lab struct {
 func newLab(b *testing.B) *lab {
 	b.Helper()
 	netnstest.RequireRoot(b, "nft", "sysctl")
-	l := &lab{node: netnstest.New(b), client: netnstest.New(b), server: netnstest.New(b)}
-	l.node.Sysctl(b, "net.ipv4.ip_forward", "1")
-	l.node.Sysctl(b, "net.ipv4.conf.all.send_redirects", "0")
+	l := &lab{node: netnstest.New(b), nftNode: netnstest.New(b), client: netnstest.New(b), server: netnstest.New(b)}
+	for _, n := range []*netnstest.NS{l.node, l.nftNode} {
+		n.Sysctl(b, "net.ipv4.ip_forward", "1")
+		n.Sysctl(b, "net.ipv4.conf.all.send_redirects", "0")
+	}
 	netnstest.Veth(b, l.node, "to-client", gateway(clientPod), l.client, "eth0", clientPod)
 	netnstest.Veth(b, l.node, "to-server", gateway(serverPod), l.server, "eth0", serverPod)
+	netnstest.Veth(b, l.nftNode, "to-client", gateway(clientPodNFT), l.client, "eth1", clientPodNFT)
+	netnstest.Veth(b, l.nftNode, "to-server", gateway(serverPodNFT), l.server, "eth1", serverPodNFT)
 	l.client.Run(b, "ip", "route", "add", "default", "via", gateway(clientPod).Addr().String())
 	l.server.Run(b, "ip", "route", "add", "default", "via", gateway(serverPod).Addr().String())
+	// Service addresses go to the nftables node; the replies to its side of
+	// the client come back the same way, so its conntrack sees both.
+	l.client.Run(b, "ip", "route", "add", "198.18.0.0/16", "via", gateway(clientPodNFT).Addr().String())
+	l.server.Run(b, "ip", "route", "add", clientPodNFT.Masked().String(), "via", gateway(serverPodNFT).Addr().String())
 	// 64,512 ports per destination: a row's connections of a run never
 	// wait for a port (TIME_WAIT lasts 60 s).
 	l.client.Sysctl(b, "net.ipv4.ip_local_port_range", "1024 65535")
 	for _, port := range []int{directPort, socklbPort, nftablesPort} {
 		serve(b, l.server, port)
 	}
+	l.installNFT(b)
 
 	root := mountFS(b, "cgroup2")
 	base := newCgroup(b, root, "svcp-socklb-bench-"+randomHex())
@@ -182,33 +200,79 @@ func newCgroup(b *testing.B, parent, name string) *cgroup {
 	return &cgroup{path: path, dir: dir}
 }
 
-// run runs the client (client_test.go) in the client pod, born in cg, with
-// env, and returns what it measured.
-func (l *lab) run(b *testing.B, cg *cgroup, env ...string) clientResult {
+// client is one row's client (client_test.go): this test binary, running
+// in the client pod, born in its row's cgroup, measuring a slice of load
+// per command.
+type client struct {
+	name   string
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    *bufio.Reader
+	stderr bytes.Buffer
+}
+
+// startClient starts the client of a row that connects to dst, in cg; it
+// exits when its stdin is closed, at cleanup.
+func (l *lab) startClient(b *testing.B, name string, cg *cgroup, dst string) *client {
 	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := l.client.Command(ctx, os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), env...)
+	c := &client{name: name}
+	c.cmd = l.client.Command(context.Background(), os.Args[0], "-test.run=^$")
+	c.cmd.Env = append(os.Environ(), clientEnv+"=1", dstEnv+"="+dst, fmt.Sprintf("%s=%d", workersEnv, *workers))
 	// clone3(CLONE_INTO_CGROUP): `ip netns exec` is born in the cgroup and
 	// execs the client there, so every socket it makes is the cgroup's.
-	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.dir.Fd())}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.dir.Fd())}
+	c.cmd.Stderr = &c.stderr
+	var err error
+	if c.in, err = c.cmd.StdinPipe(); err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := c.cmd.StdoutPipe()
 	if err != nil {
-		b.Fatalf("client %v: %v: %s", env, err, stderr.String())
+		b.Fatal(err)
+	}
+	c.out = bufio.NewReader(stdout)
+	if err := c.cmd.Start(); err != nil {
+		b.Fatalf("start the %s client: %v", name, err)
+	}
+	b.Cleanup(func() {
+		c.in.Close()
+		done := make(chan error, 1)
+		go func() { done <- c.cmd.Wait() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				b.Errorf("the %s client: %v: %s", name, err, c.stderr.String())
+			}
+		case <-time.After(30 * time.Second):
+			_ = c.cmd.Process.Kill()
+			b.Errorf("the %s client did not exit within 30 s of its stdin closing", name)
+			<-done
+		}
+	})
+	return c
+}
+
+// do sends the client one command ("conn N", "keepalive D") and returns
+// what it measured.
+func (c *client) do(b *testing.B, command string) clientResult {
+	b.Helper()
+	if _, err := fmt.Fprintln(c.in, command); err != nil {
+		b.Fatalf("the %s client: %s: %v: %s", c.name, command, err, c.stderr.String())
+	}
+	line, err := c.out.ReadBytes('\n')
+	if err != nil {
+		b.Fatalf("the %s client: %s: %v: %s", c.name, command, err, c.stderr.String())
 	}
 	var r clientResult
-	if err := json.Unmarshal(out, &r); err != nil || r.Ops == 0 || r.Seconds <= 0 {
-		b.Fatalf("client %v: %q: want a result with ops and seconds (%v)", env, out, err)
+	if err := json.Unmarshal(line, &r); err != nil || r.Ops == 0 || r.Seconds <= 0 {
+		b.Fatalf("the %s client: %s: %q: want a result with ops and seconds (%v)", c.name, command, line, err)
 	}
 	return r
 }
 
 // installNFT puts kube-proxy's nftables layout (offload/nftables) for one
-// Service, vip:81 to the server's nftablesPort, in the node: DNAT in
-// prerouting, connection tracking on every packet.
+// Service, vip:81 to the server's nftablesPort, in the nftables node: DNAT
+// in prerouting, connection tracking on every packet.
 func (l *lab) installNFT(b *testing.B) {
 	b.Helper()
 	s := &service.Service{NamespacedName: service.NamespacedName{Namespace: "bench", Name: "web"},
@@ -216,10 +280,10 @@ func (l *lab) installNFT(b *testing.B) {
 	s.Ports = []*service.Port{{
 		Name:    service.PortName{NamespacedName: s.NamespacedName, Port: "nftables", Protocol: service.TCP},
 		Service: s, Port: 81, Protocol: service.TCP,
-		Endpoints: []service.Endpoint{{Addr: netip.AddrPortFrom(serverPod.Addr(), nftablesPort), Ready: true, Serving: true}},
+		Endpoints: []service.Endpoint{{Addr: netip.AddrPortFrom(serverPodNFT.Addr(), nftablesPort), Ready: true, Serving: true}},
 	}}
 	var nft knft.Interface
-	if err := l.node.Do(func() (err error) { nft, err = knft.New(nftoffload.Table); return err }); err != nil {
+	if err := l.nftNode.Do(func() (err error) { nft, err = knft.New(nftoffload.Table); return err }); err != nil {
 		b.Fatal(err)
 	}
 	// SyncPeriod: an hour, so no periodic check of the table runs meanwhile.
@@ -228,14 +292,7 @@ func (l *lab) installNFT(b *testing.B) {
 		b.Fatal(err)
 	}
 	p.Update(service.NewSnapshot([]*service.Service{s}, nil))
-	if err := l.node.Do(func() error { return p.Sync(context.Background()) }); err != nil {
+	if err := l.nftNode.Do(func() error { return p.Sync(context.Background()) }); err != nil {
 		b.Fatal(err)
 	}
-}
-
-// removeNFT deletes the table: no connection tracking in the node until the
-// next nftables row.
-func (l *lab) removeNFT(b *testing.B) {
-	b.Helper()
-	l.node.Run(b, "nft", "delete", "table", "ip", nftoffload.Table)
 }
