@@ -47,5 +47,5 @@
 //
 //	go test -run '^$' -bench DataPath -benchtime 30x ./bench/socklb/ -args -report $PWD/docs/benchmarks/socklb-datapath.json
 //
-// Figures and how to read them: docs/benchmarks.md ("Socket LB: the data path").
+// Figures and how to read them: docs/benchmarks.md ("Socket LB: the data path (issue 31)").
 package socklb
