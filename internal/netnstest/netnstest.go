@@ -179,10 +179,18 @@ func Veth(t testing.TB, a *NS, aIf string, aAddr netip.Prefix, b *NS, bIf string
 	b.Run(t, "ip", "link", "set", bIf, "up")
 }
 
-// AddAddr adds an address to a link of the namespace. An IPv6 address is
-// added without duplicate address detection ("nodad"): a tentative address
-// can neither be bound nor used as a source for a second or two, which would
-// make a test wait or fail for nothing (nobody else is on the link).
+// AddAddr adds an address to a link of the namespace and returns once it is
+// usable. An IPv6 address is added without duplicate address detection
+// ("nodad"): a tentative address can neither be bound nor used as a source
+// for a second or two, which would make a test wait or fail for nothing
+// (nobody else is on the link). Even so the kernel finishes it a little
+// later, from a work queue (addrconf_dad_work: the tentative flag cleared,
+// then the address's route put in the local table), and until then
+// connect() to it fails with "network is unreachable": seen under load. So
+// AddAddr waits for both (waitAddr6). With nodad the work does not wait for
+// the link (addrconf_dad_begin completes a nodad address before it checks
+// that the link is ready), so this holds on a link that is still down too.
+// An IPv4 address is complete when `ip addr add` returns.
 func (n *NS) AddAddr(t testing.TB, dev string, p netip.Prefix) {
 	t.Helper()
 	args := []string{"addr", "add", p.String(), "dev", dev}
@@ -190,6 +198,32 @@ func (n *NS) AddAddr(t testing.TB, dev string, p netip.Prefix) {
 		args = append(args, "nodad")
 	}
 	n.Run(t, "ip", args...)
+	if p.Addr().Is6() {
+		n.waitAddr6(t, dev, p.Addr())
+	}
+}
+
+// addrUsableTimeout bounds waitAddr6: the kernel's work queue runs within
+// milliseconds on a quiet machine; 30 s leaves room for a loaded one.
+const addrUsableTimeout = 30 * time.Second
+
+// waitAddr6 polls until the IPv6 address a on dev is no longer tentative and
+// its route is in the local table, or fails the test after
+// addrUsableTimeout, showing the addresses and the local table.
+func (n *NS) waitAddr6(t testing.TB, dev string, a netip.Addr) {
+	t.Helper()
+	host := netip.PrefixFrom(a, 128).String()
+	usable := func() bool {
+		return strings.TrimSpace(n.Run(t, "ip", "-6", "-o", "addr", "show", "dev", dev, "to", host, "tentative")) == "" &&
+			strings.TrimSpace(n.Run(t, "ip", "-6", "route", "show", "table", "local", host)) != ""
+	}
+	for deadline := time.Now().Add(addrUsableTimeout); !usable(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("in %s: IPv6 address %s on %s not usable after %s (tentative, or no route in the local table):\n%s\n%s", n.Name, a, dev, addrUsableTimeout,
+				n.Run(t, "ip", "-6", "addr", "show", "dev", dev), n.Run(t, "ip", "-6", "route", "show", "table", "local"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // DialDropped makes one TCP connection from n to dst (IPv4) with a one-second

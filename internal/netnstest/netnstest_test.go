@@ -1,6 +1,7 @@
 package netnstest
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -63,5 +64,39 @@ func TestVethTCP(t *testing.T) {
 	})
 	if _, err := os.Stat("/run/netns/" + name); !os.IsNotExist(err) {
 		t.Errorf("namespace %s still exists after the test (stat: %v)", name, err)
+	}
+}
+
+// TestAddAddrIPv6Usable: an IPv6 address is usable the moment AddAddr
+// returns: a listener binds it and a connect() to it from the namespace
+// succeeds (no "network is unreachable" while the kernel's work queue has
+// not put its route in the local table yet). On a link that is still down,
+// AddAddr returns as well, with the address complete.
+func TestAddAddrIPv6Usable(t *testing.T) {
+	RequireRoot(t)
+	ns := New(t)
+	for i := 1; i <= 8; i++ {
+		a := netip.MustParseAddr(fmt.Sprintf("2001:db8:19::7:%x", i))
+		ns.AddAddr(t, "lo", netip.PrefixFrom(a, 128))
+		if err := ns.Do(func() error {
+			ln, err := net.Listen("tcp", netip.AddrPortFrom(a, 0).String())
+			if err != nil {
+				return err
+			}
+			defer ln.Close()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				return err
+			}
+			return c.Close()
+		}); err != nil {
+			t.Errorf("right after AddAddr(lo, %s): %v", a, err)
+		}
+	}
+
+	ns.Run(t, "ip", "link", "add", "d0", "type", "veth", "peer", "name", "d1")
+	ns.AddAddr(t, "d0", netip.MustParsePrefix("2001:db8:19::8:1/112")) // d0 is down
+	if out := ns.Run(t, "ip", "-6", "route", "show", "table", "local", "2001:db8:19::8:1/128"); !strings.Contains(out, "2001:db8:19::8:1") {
+		t.Errorf("after AddAddr on the down d0, the local table has no route to 2001:db8:19::8:1: %q", out)
 	}
 }

@@ -162,28 +162,11 @@ func newKernel(t *testing.T, cgroup string) *Kernel {
 	return k
 }
 
-// addAddr adds a to ns's loopback and, for IPv6, waits until it is usable:
-// even with nodad, the kernel finishes an IPv6 address later, from a work
-// queue (clearing its tentative flag, then adding its route in the local
-// table), and until then a connect() to it fails with "network is
-// unreachable" (seen under load).
+// addAddr adds a to ns's loopback as a host address; netnstest's AddAddr
+// returns once an IPv6 one is usable (not tentative, its local route in).
 func addAddr(t *testing.T, ns *netnstest.NS, a netip.Addr) {
 	t.Helper()
 	ns.AddAddr(t, "lo", netip.PrefixFrom(a, a.BitLen()))
-	if a.Is4() {
-		return
-	}
-	ready := func() bool {
-		return strings.TrimSpace(ns.Run(t, "ip", "-6", "-o", "addr", "show", "dev", "lo", "tentative")) == "" &&
-			strings.TrimSpace(ns.Run(t, "ip", "-6", "route", "show", "table", "local", a.String())) != ""
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !ready() {
-		if time.Now().After(deadline) {
-			t.Fatalf("in %s: IPv6 address %s not usable after 30s:\n%s", ns.Name, a, ns.Run(t, "ip", "-6", "addr", "show", "dev", "lo"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // serve listens on addr inside ns and answers every connection with reply.
