@@ -44,6 +44,9 @@ func TestWebPage(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
+	if out, err := svclab(ctx, bin, "web", "--help"); err != nil || !strings.Contains(out, "--listen") || !strings.Contains(out, "loopback only (127.0.0.1:8088)") {
+		t.Errorf("svclab web --help must name --listen and say it serves on loopback only: %v\n%s", err, out)
+	}
 	if out, err := svclab(ctx, bin, "up", "--mode", "hybrid"); err != nil {
 		t.Fatalf("svclab up --mode hybrid: %v\n%s", err, out)
 	}
