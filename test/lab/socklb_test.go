@@ -64,6 +64,21 @@ func TestModeSocketLB(t *testing.T) {
 	if n := c.conntrackTo(vip); n != 0 {
 		t.Errorf("after the client's connections the node's conntrack has %d entries for %s, want none (the socket LB translates no packet)", n, vip)
 	}
+	// UDP (sendmsg/recvmsg: the answers must come from the Service address,
+	// or the probe's socket would not take them) and IPv6 (connect6).
+	for _, opts := range []lab.TrafficOptions{
+		{Target: "udp://echo:7", N: 30},
+		{Target: "web-dual", N: 30, IPv6: true},
+		{Target: "udp://web-dual:7", N: 30, IPv6: true},
+	} {
+		pods, _, failed := c.tally(opts)
+		if failed != 0 || !slices.Equal(pods, []string{"web-0", "web-1", "web-2"}) {
+			t.Errorf("30 requests to %s (IPv6 %v): pods %v, %d failed; want web-0, web-1 and web-2, none failed", opts.Target, opts.IPv6, pods, failed)
+		}
+	}
+	if n := c.conntrackTo("198.18.0.30") + c.conntrackTo("2001:db8:18::24"); n != 0 {
+		t.Errorf("after UDP and IPv6 traffic the node's conntrack has %d entries for echo's and web-dual's ClusterIPs, want none", n)
+	}
 
 	// The same namespace, a process outside the subtree (ip netns exec does
 	// not place it in the client's cgroup, svclab exec would).
@@ -109,7 +124,11 @@ func TestModeSocketLB(t *testing.T) {
 // destination is addr.
 func (c *cpLab) conntrackTo(addr string) int {
 	c.t.Helper()
-	out := c.svclab("exec", "node", "--", "conntrack", "-L", "--orig-dst", addr)
+	fam := "ipv4"
+	if strings.Contains(addr, ":") {
+		fam = "ipv6"
+	}
+	out := c.svclab("exec", "node", "--", "conntrack", "-L", "-f", fam, "--orig-dst", addr)
 	n := 0
 	for _, line := range strings.Split(out, "\n") {
 		if strings.Contains(line, "dst="+addr+" ") {
