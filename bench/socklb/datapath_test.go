@@ -66,6 +66,9 @@ func (r clientResult) add(o clientResult) clientResult {
 // each load, so the rows alternate every few milliseconds and meet the same
 // load from the rest of the machine (doc.go).
 func BenchmarkDataPath(b *testing.B) {
+	if err := checkFlags(); err != nil {
+		b.Fatal(err)
+	}
 	before := report.LoadAvg()
 	l := newLab(b)
 	clients := make([]*client, len(paths))
@@ -113,6 +116,21 @@ func BenchmarkDataPath(b *testing.B) {
 			b.Error(err)
 		}
 	}
+}
+
+// checkFlags says which load flag cannot make a round, naming it.
+func checkFlags() error {
+	for _, f := range []struct {
+		name string
+		ok   bool
+	}{
+		{"slices", *slices >= 1}, {"conns", *conns >= 1}, {"workers", *workers >= 1}, {"keepalive", *keepFor > 0},
+	} {
+		if !f.ok {
+			return fmt.Errorf("bench/socklb: -%s %s: must be at least 1 (keepalive: above 0)", f.name, flag.Lookup(f.name).Value)
+		}
+	}
+	return nil
 }
 
 // commandLine is the go test command of this run, as typed from the

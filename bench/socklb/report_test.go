@@ -3,6 +3,7 @@ package socklb
 import (
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/svcproxy/svcproxy/bench/report"
@@ -173,5 +174,17 @@ func TestFromRoot(t *testing.T) {
 	}
 	if got := fromRoot("/elsewhere/x.json"); got != "/elsewhere/x.json" {
 		t.Errorf("fromRoot = %q, want the absolute path", got)
+	}
+}
+
+// TestCheckFlags: a load flag that cannot make a round is refused by name.
+func TestCheckFlags(t *testing.T) {
+	if err := checkFlags(); err != nil {
+		t.Fatalf("the defaults: %v", err)
+	}
+	defer func(n int) { *conns = n }(*conns)
+	*conns = 0
+	if err := checkFlags(); err == nil || !strings.Contains(err.Error(), "-conns 0") {
+		t.Errorf("checkFlags with -conns 0 = %v, want an error naming -conns 0", err)
 	}
 }
