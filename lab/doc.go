@@ -42,8 +42,11 @@
 //
 // Every lab has a cgroup2 subtree (cgroup.go): Up mounts cgroup2 on
 // /run/svclab-cgroup2 and starts each pod's and the client's processes in
-// their own child of /svclab, where svcproxy's socket-LB hook attaches; the
-// node's and the outside host's processes stay out. Down removes it.
+// their own child of /svclab, where svcproxy's socket-LB hook attaches
+// (--mode socklb, or hybrid's --offload socklb); the node's and the outside
+// host's processes stay out. Up also mounts a bpffs on /run/svclab-bpf,
+// where svcproxy pins the socket LB's maps and svclab rules and trace read
+// them (socklbview.go). Down removes both.
 //
 // Lab keeps its state (pid files, logs, the manifests file, the control
 // plane's keys and data) under one directory, /run/svclab by default, and Down
