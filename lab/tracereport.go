@@ -31,7 +31,7 @@ type TraceReport struct {
 // TraceHop is one step of a trace: a rule that matched, a random choice not
 // taken, a chain's policy, or IPVS's virtual server.
 type TraceHop struct {
-	Tracer string `json:"tracer"` // "nftables", "iptables" or "IPVS"
+	Tracer string `json:"tracer"` // "nftables", "iptables", "IPVS", or "socklb" (the socket LB's program: Table is "cgroup connect4", Chain the map looked up)
 	Table  string `json:"table"`  // "nat"; nftables: "ip svcproxy"
 	Chain  string `json:"chain"`
 	Rule   string `json:"rule"` // as the rule set prints it; "" for a policy
