@@ -35,7 +35,7 @@ func TestKernelAffinity(t *testing.T) {
 	}
 	e.AffinityTimeout = 3 * time.Hour // Kubernetes' default, 10800 s
 	must(t, k.SetService(ctx, web, e))
-	id := k.ids[web]
+	id, _ := k.ids.lookup(web)
 
 	for _, pod := range []string{"pod A", "pod B"} {
 		ns := netnstest.New(t)

@@ -24,7 +24,8 @@
 // ClientIP affinity, the slot the client's network namespace used last,
 // while that was less than the Service's timeout ago (affinity.go). SetService
 // updates elements one at a time (slots first, then the count that makes them
-// visible, then slots past it deleted), never reloading a map.
+// visible, then slots past it deleted), never reloading a map. A Service's id
+// is handed out in order, not reused until the u32 counter wraps (ids.go).
 //
 // One set of maps serves both families: an address is 16 bytes, an IPv4
 // address in its IPv4-mapped form (::ffff:198.18.0.10). Cilium keeps separate

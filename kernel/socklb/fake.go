@@ -14,7 +14,7 @@ import (
 type Fake struct {
 	mu       sync.Mutex
 	services map[Service]fakeService
-	nextID   uint32
+	ids      idAllocator // as Kernel numbers Services (ids.go)
 	// revnat is the reverse-translation map, without the kernel's LRU
 	// eviction: a Fake's entries stay.
 	revnat map[fakeRevKey]netip.AddrPort
@@ -32,7 +32,7 @@ var _ Interface = (*Fake)(nil)
 
 // NewFake returns a Fake with empty maps.
 func NewFake() *Fake {
-	return &Fake{services: make(map[Service]fakeService), nextID: 1,
+	return &Fake{services: make(map[Service]fakeService), ids: newIDAllocator(),
 		revnat: make(map[fakeRevKey]netip.AddrPort), affinity: make(map[fakeAffKey]fakeAff)}
 }
 
@@ -43,11 +43,7 @@ func (f *Fake) SetService(_ context.Context, svc Service, e Entry) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s, ok := f.services[svc]
-	if !ok {
-		s.id = f.nextID
-		f.nextID++
-	}
+	s := fakeService{id: f.ids.take(svc)}
 	s.entry = Entry{Backends: slices.Clone(e.Backends), AffinityTimeout: e.AffinityTimeout}
 	f.services[svc] = s
 	return nil
@@ -61,6 +57,7 @@ func (f *Fake) DeleteService(_ context.Context, svc Service) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.services, svc)
+	f.ids.release(svc)
 	return nil
 }
 
@@ -100,21 +97,15 @@ func (f *Fake) Dump(_ context.Context) (Dump, error) {
 // (give Client.Now on d.Now's clock for affinity).
 func (f *Fake) Load(d Dump) error {
 	services := make(map[Service]fakeService, len(d.Services))
-	ids := make(map[uint32]Service, len(d.Services))
-	next := uint32(1)
+	ids := newIDAllocator()
 	for i, s := range d.Services {
 		if err := validate(s.Service, &s.Entry); err != nil {
 			return fmt.Errorf("dump: services[%d]: %w", i, err)
 		}
-		if other, dup := ids[s.ID]; dup {
-			return fmt.Errorf("dump: services[%d] %s: id %d: also %s's", i, s.Service, s.ID, other)
+		if err := ids.adopt(s.Service, s.ID); err != nil {
+			return fmt.Errorf("dump: services[%d]: %w", i, err)
 		}
-		if s.ID == 0 {
-			return fmt.Errorf("dump: services[%d] %s: id: must not be 0", i, s.Service)
-		}
-		ids[s.ID] = s.Service
 		services[s.Service] = fakeService{id: s.ID, entry: Entry{Backends: slices.Clone(s.Backends), AffinityTimeout: s.AffinityTimeout}}
-		next = max(next, s.ID+1)
 	}
 	affinity := make(map[fakeAffKey]fakeAff, len(d.Affinity))
 	for _, a := range d.Affinity {
@@ -126,6 +117,6 @@ func (f *Fake) Load(d Dump) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.services, f.nextID, f.affinity, f.revnat = services, next, affinity, revnat
+	f.services, f.ids, f.affinity, f.revnat = services, ids, affinity, revnat
 	return nil
 }

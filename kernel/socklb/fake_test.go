@@ -241,7 +241,7 @@ revnat: (socket cookie, backend) -> Service
 		t.Errorf("on the loaded Fake, socket 13's reply comes from %s, want 198.18.0.53:53", got)
 	}
 	bad := Dump{Services: []DumpService{{Service: Service{ip("198.18.0.1"), 80, TCP}, ID: 1}, {Service: Service{ip("198.18.0.2"), 80, TCP}, ID: 1}}}
-	if err := g.Load(bad); err == nil || !strings.Contains(err.Error(), "services[1] 198.18.0.2:80/TCP: id 1: also 198.18.0.1:80/TCP's") {
+	if err := g.Load(bad); err == nil || !strings.Contains(err.Error(), "services[1]: service 198.18.0.2:80/TCP: id 1: also 198.18.0.1:80/TCP's") {
 		t.Errorf("Load with a duplicate id = %v, want an error naming both", err)
 	}
 }

@@ -78,8 +78,7 @@ type Kernel struct {
 	m     bpfMaps
 	progs []*ebpf.Program
 	links []link.Link
-	ids   map[Service]uint32 // the services map's IDs, as allocated
-	next  uint32             // the next ID to try
+	ids   idAllocator // the services map's IDs (ids.go)
 }
 
 var _ Interface = (*Kernel)(nil)
@@ -95,7 +94,7 @@ func New(cfg Config) (_ *Kernel, err error) {
 	if cfg.MaxServices == 0 {
 		cfg.MaxServices = defaultMaxService
 	}
-	k := &Kernel{ids: make(map[Service]uint32), next: 1}
+	k := &Kernel{ids: newIDAllocator()}
 	defer func() {
 		if err != nil {
 			k.Close()
@@ -164,14 +163,14 @@ func (k *Kernel) SetService(_ context.Context, svc Service, e Entry) error {
 	key := encodeSvcKey(svc)
 	var old svcValue
 	oldCount := uint32(0)
-	id, ok := k.ids[svc]
-	if ok {
+	// A Service keeps its ID while it exists, also when a write below
+	// fails: a retry then rewrites the same slots.
+	if _, ok := k.ids.lookup(svc); ok {
 		if err := k.m.services.Lookup(&key, &old); err == nil {
 			oldCount = old.Count
 		}
-	} else {
-		id = k.newID()
 	}
+	id := k.ids.take(svc)
 	for slot, b := range e.Backends {
 		bk, bv := backendKey{ID: id, Slot: uint32(slot)}, encodeBackend(b)
 		if err := k.m.backends.Update(&bk, &bv, ebpf.UpdateAny); err != nil {
@@ -182,7 +181,6 @@ func (k *Kernel) SetService(_ context.Context, svc Service, e Entry) error {
 	if err := k.m.services.Update(&key, &val, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("service %s: update services map: %w", svc, err)
 	}
-	k.ids[svc] = id
 	return k.deleteSlots(svc, id, uint32(len(e.Backends)), oldCount)
 }
 
@@ -197,21 +195,6 @@ func (k *Kernel) deleteSlots(svc Service, id, from, to uint32) error {
 	return nil
 }
 
-// newID returns an ID no Service has: IDs are u32 and recycled after
-// DeleteService, so the search ends.
-func (k *Kernel) newID() uint32 {
-	used := make(map[uint32]bool, len(k.ids))
-	for _, id := range k.ids {
-		used[id] = true
-	}
-	for used[k.next] || k.next == 0 {
-		k.next++
-	}
-	id := k.next
-	k.next++
-	return id
-}
-
 // DeleteService implements Interface: the service element first, so no
 // connect() finds the slots deleted after it.
 func (k *Kernel) DeleteService(_ context.Context, svc Service) error {
@@ -223,7 +206,7 @@ func (k *Kernel) DeleteService(_ context.Context, svc Service) error {
 	key := encodeSvcKey(svc)
 	var old svcValue
 	if err := k.m.services.Lookup(&key, &old); errors.Is(err, ebpf.ErrKeyNotExist) {
-		delete(k.ids, svc)
+		k.ids.release(svc)
 		return nil
 	} else if err != nil {
 		return fmt.Errorf("service %s: look up services map: %w", svc, err)
@@ -231,7 +214,7 @@ func (k *Kernel) DeleteService(_ context.Context, svc Service) error {
 	if err := k.m.services.Delete(&key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("service %s: delete from services map: %w", svc, err)
 	}
-	delete(k.ids, svc)
+	k.ids.release(svc)
 	return k.deleteSlots(svc, old.ID, 0, old.Count)
 }
 

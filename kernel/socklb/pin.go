@@ -122,13 +122,15 @@ func sameCgroup(l link.Link, cgroupPath string) error {
 }
 
 // readIDs learns the IDs of the Services already in the services map (an
-// adopted one), so that new Services get other IDs.
+// adopted one), so that new Services get other IDs, after the highest.
 func (k *Kernel) readIDs() error {
 	var key svcKey
 	var val svcValue
 	it := k.m.services.Iterate()
 	for it.Next(&key, &val) {
-		k.ids[decodeSvcKey(key)] = val.ID
+		if err := k.ids.adopt(decodeSvcKey(key), val.ID); err != nil {
+			return fmt.Errorf("socklb: the adopted services map: %w", err)
+		}
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("socklb: read the adopted services map: %w", err)
