@@ -42,6 +42,12 @@ var paths = []path{
 		dst: net.JoinHostPort(vip.String(), "80")},
 	{name: "nftables", cgroup: func(l *lab) *cgroup { return l.plain },
 		dst: net.JoinHostPort(vip.String(), "81")},
+	// Straight to the pod, from the socket LB's cgroup: connect4 and
+	// getpeername4 run and find nothing to translate, as for every
+	// connection a pod makes to something that is not a Service in socklb
+	// mode. Against direct: the hooks' cost alone.
+	{name: "direct-hooked", cgroup: func(l *lab) *cgroup { return l.lb },
+		dst: netip.AddrPortFrom(serverPod.Addr(), hookedPort).String()},
 }
 
 // rounds holds each row's results, round by round.

@@ -3,14 +3,18 @@
 // straight to another pod (no Service, no translation: the physical limit)
 // and the same Service through nftables DNAT (offload/nftables,
 // kube-proxy's layout). Issue 31's targets: new connections/s through the
-// socket LB >= 0.98x direct, keep-alive requests/s >= 0.99x direct.
+// socket LB >= 0.98x direct, keep-alive requests/s >= 0.99x direct. A
+// fourth row goes straight to the pod from the socket LB's cgroup: the
+// hooks run and translate nothing, as for every connection a pod makes to
+// something that is not a Service; against direct, the hooks' cost alone.
 //
 // The topology, all made by the benchmark and removed at its end, also when
 // it fails:
 //
 //	              +-- node --------------+
 //	client pod  --+  routes only         +--  server pod
-//	198.19.20.2   +----------------------+    198.19.21.2 :8080 direct, :8081 socket LB
+//	198.19.20.2   +----------------------+    198.19.21.2 :8080 direct, :8081 socket LB,
+//	                                                      :8083 direct from the LB's cgroup
 //	198.19.22.2 --+-- nftables node -----+--  198.19.23.2 :8082 nftables
 //	              |  DNAT 198.18.0.10:81 |
 //
@@ -24,13 +28,13 @@
 // CLONE_INTO_CGROUP) in one of two cgroups of a cgroup2 mount of the
 // benchmark's own: "lb", where kernel/socklb's programs are attached (maps
 // and links pinned in a bpffs the benchmark mounts, as svcproxy
-// --socklb-pin-path does), or "plain", with no program, for the direct and
-// nftables rows. Its commands come on stdin (client_test.go).
+// --socklb-pin-path does), for the socket-LB and direct-hooked rows, or
+// "plain", with no program, for the direct and nftables rows. Its commands come on stdin (client_test.go).
 //
 // Each iteration is a round of -slices slices; in a slice, each row makes
 // -conns new connections, then each row sends requests for -keepalive, in an
 // order rotated from slice to slice. The rows alternate every few
-// milliseconds, so the shared machine's load meets all three alike; a
+// milliseconds, so the shared machine's load meets all of them alike; a
 // round's ratio is over its sums, and the report gives the mean of the
 // rounds' ratios with its 95% interval. The clients count their SYN
 // retransmissions: a row with any measured 1-second timers too.

@@ -47,6 +47,7 @@ const (
 	directPort   = 8080
 	socklbPort   = 8081 // the socket LB's Service, vip:80, goes here
 	nftablesPort = 8082 // the nftables Service, vip:81, goes here
+	hookedPort   = 8083 // direct, from the socket LB's cgroup
 )
 
 // lab is the benchmark's topology: four namespaces, two cgroups, the socket
@@ -80,7 +81,7 @@ func newLab(b *testing.B) *lab {
 	// 64,512 ports per destination: a row's connections of a run never
 	// wait for a port (TIME_WAIT lasts 60 s).
 	l.client.Sysctl(b, "net.ipv4.ip_local_port_range", "1024 65535")
-	for _, port := range []int{directPort, socklbPort, nftablesPort} {
+	for _, port := range []int{directPort, socklbPort, nftablesPort, hookedPort} {
 		serve(b, l.server, port)
 	}
 	l.installNFT(b)

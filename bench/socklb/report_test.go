@@ -51,6 +51,7 @@ func newReport(res rounds) report.Report {
 		for _, q := range []struct{ metric, num string }{
 			{"socket LB / direct", "socklb"},
 			{"nftables DNAT / direct", "nftables"},
+			{"direct from the socket LB's cgroup / direct", "direct-hooked"},
 		} {
 			mean, ci := meanCI(perRound(load.rates(rowNamed(rows, q.num)), load.rates(rowNamed(rows, "direct"))))
 			if mean > 0 {
@@ -132,19 +133,22 @@ func TestMeanCI(t *testing.T) {
 // report.Check, so bench/plot can draw it.
 func TestNewReport(t *testing.T) {
 	res := rounds{
-		"direct":   {{Conn: clientResult{Ops: 1000, Seconds: 1}, KeepAlive: clientResult{Ops: 4000, Seconds: 1}}, {Conn: clientResult{Ops: 500, Seconds: 1}, KeepAlive: clientResult{Ops: 4000, Seconds: 2}}},
-		"socklb":   {{Conn: clientResult{Ops: 990, Seconds: 1}, KeepAlive: clientResult{Ops: 4000, Seconds: 1}}, {Conn: clientResult{Ops: 510, Seconds: 1}, KeepAlive: clientResult{Ops: 2000, Seconds: 1}}},
-		"nftables": {{Conn: clientResult{Ops: 800, Seconds: 1, SynRetrans: 1}, KeepAlive: clientResult{Ops: 3600, Seconds: 1}}, {Conn: clientResult{Ops: 400, Seconds: 1}, KeepAlive: clientResult{Ops: 1800, Seconds: 1}}},
+		"direct":        {{Conn: clientResult{Ops: 1000, Seconds: 1}, KeepAlive: clientResult{Ops: 4000, Seconds: 1}}, {Conn: clientResult{Ops: 500, Seconds: 1}, KeepAlive: clientResult{Ops: 4000, Seconds: 2}}},
+		"socklb":        {{Conn: clientResult{Ops: 990, Seconds: 1}, KeepAlive: clientResult{Ops: 4000, Seconds: 1}}, {Conn: clientResult{Ops: 510, Seconds: 1}, KeepAlive: clientResult{Ops: 2000, Seconds: 1}}},
+		"nftables":      {{Conn: clientResult{Ops: 800, Seconds: 1, SynRetrans: 1}, KeepAlive: clientResult{Ops: 3600, Seconds: 1}}, {Conn: clientResult{Ops: 400, Seconds: 1}, KeepAlive: clientResult{Ops: 1800, Seconds: 1}}},
+		"direct-hooked": {{Conn: clientResult{Ops: 950, Seconds: 1}, KeepAlive: clientResult{Ops: 4000, Seconds: 1}}, {Conn: clientResult{Ops: 475, Seconds: 1}, KeepAlive: clientResult{Ops: 2000, Seconds: 1}}},
 	}
 	r := newReport(res)
 	if err := r.Check(); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]float64{
-		"0 socket LB / direct":     (0.99 + 1.02) / 2, // the ratio of the means would be 1500/1500 = 1
-		"0 nftables DNAT / direct": 0.8,
-		"1 socket LB / direct":     1,
-		"1 nftables DNAT / direct": 0.9,
+		"0 socket LB / direct":                          (0.99 + 1.02) / 2, // the ratio of the means would be 1500/1500 = 1
+		"0 nftables DNAT / direct":                      0.8,
+		"1 socket LB / direct":                          1,
+		"1 nftables DNAT / direct":                      0.9,
+		"0 direct from the socket LB's cgroup / direct": 0.95,
+		"1 direct from the socket LB's cgroup / direct": 1,
 	}
 	if len(r.Ratios) != 2 {
 		t.Fatalf("%d groups, want 2 (new connections, keep-alive): %+v", len(r.Ratios), r.Ratios)
