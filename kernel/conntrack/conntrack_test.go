@@ -50,10 +50,10 @@ func TestFake(t *testing.T) {
 func TestNetlink(t *testing.T) {
 	netnstest.RequireRoot(t, "iptables")
 	ns := netnstest.New(t)
-	ns.Run(t, "ip", "addr", "add", "198.19.0.1/32", "dev", "lo")
+	ns.AddAddr(t, "lo", netip.MustParsePrefix("198.19.0.1/32"))
 	// A namespace tracks connections only once a rule needs it; the DNAT
 	// makes one flow whose reply comes from another address.
-	ns.Run(t, "ip", "addr", "add", "198.19.0.2/32", "dev", "lo")
+	ns.AddAddr(t, "lo", netip.MustParsePrefix("198.19.0.2/32"))
 	ns.Run(t, "iptables", "-t", "nat", "-A", "OUTPUT", "-d", "198.18.0.53", "-p", "udp", "-j", "DNAT", "--to-destination", "198.19.0.2:53")
 	ns.Run(t, "ip", "route", "add", "198.18.0.0/16", "dev", "lo")
 	var conns []net.Conn
@@ -100,8 +100,8 @@ func TestNetlink(t *testing.T) {
 func TestNetlinkIPv6(t *testing.T) {
 	netnstest.RequireRoot(t, "iptables", "ip6tables")
 	ns := netnstest.New(t)
-	ns.Run(t, "ip", "addr", "add", "2001:db8:19::2/128", "dev", "lo", "nodad")
-	ns.Run(t, "ip", "addr", "add", "198.19.0.2/32", "dev", "lo")
+	ns.AddAddr(t, "lo", netip.MustParsePrefix("2001:db8:19::2/128"))
+	ns.AddAddr(t, "lo", netip.MustParsePrefix("198.19.0.2/32"))
 	ns.Run(t, "ip6tables", "-t", "nat", "-A", "OUTPUT", "-d", "2001:db8:18::53", "-p", "udp", "-j", "DNAT", "--to-destination", "[2001:db8:19::2]:53")
 	ns.Run(t, "iptables", "-t", "nat", "-A", "OUTPUT", "-d", "198.18.0.53", "-p", "udp", "-j", "DNAT", "--to-destination", "198.19.0.2:53")
 	ns.Run(t, "ip", "-6", "route", "add", "2001:db8:18::/112", "dev", "lo")
@@ -216,7 +216,7 @@ func TestNetlinkDeleteStale(t *testing.T) {
 	netnstest.RequireRoot(t, "iptables")
 	ns := netnstest.New(t)
 	for _, a := range []string{"198.19.0.1/32", "198.19.0.2/32", "198.19.0.3/32"} {
-		ns.Run(t, "ip", "addr", "add", a, "dev", "lo")
+		ns.AddAddr(t, "lo", netip.MustParsePrefix(a))
 	}
 	ns.Run(t, "ip", "route", "add", "198.18.0.0/16", "dev", "lo")
 	for _, r := range [][]string{
