@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"flag"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,9 +20,17 @@ import (
 	"github.com/svcproxy/svcproxy/lab"
 )
 
-// screenshot is where TestWebPage leaves its picture of the page, for
-// docs/ to show (from test/lab, where go test runs).
-const screenshot = "../../docs/images/svclab-web.png"
+// Where TestWebPage leaves its picture of the page (paths from test/lab,
+// where go test runs). Every run writes screenshotOut, in the module's bin/
+// (ignored by git, where `make build` puts the binaries) for a person to
+// look at; only -update-screenshot also rewrites docsScreenshot, the picture
+// docs/web.md shows, so that `make test` leaves the tracked file alone.
+const (
+	screenshotOut  = "../../bin/svclab-web.png"
+	docsScreenshot = "../../docs/images/svclab-web.png"
+)
+
+var updateScreenshot = flag.Bool("update-screenshot", false, "TestWebPage: also write the page's picture to docs/images/svclab-web.png")
 
 // TestWebPage opens `svclab web` in a real headless chromium against a
 // real hybrid lab and does what a learner does: the page loads with the
@@ -109,13 +118,22 @@ func TestWebPage(t *testing.T) {
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
 	}
-	if err := os.MkdirAll(filepath.Dir(screenshot), 0o755); err != nil {
+	writeScreenshot(t, screenshotOut, png)
+	if *updateScreenshot {
+		writeScreenshot(t, docsScreenshot, png)
+	}
+}
+
+// writeScreenshot writes png to path, making its directory, and logs where.
+func writeScreenshot(t *testing.T, path string, png []byte) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(screenshot, png, 0o644); err != nil {
+	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	abs, _ := filepath.Abs(screenshot)
+	abs, _ := filepath.Abs(path)
 	t.Logf("the page, as chromium drew it: %s (%d bytes)", abs, len(png))
 }
 
