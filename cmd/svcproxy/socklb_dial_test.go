@@ -76,7 +76,8 @@ func dialsFrom(t *testing.T, ns *netnstest.NS, cg *testCgroup, addr string, n in
 
 // TestHelperDial is not a test: dialFromCgroup runs the test binary as a
 // client, which connects to $SVCPROXY_DIAL $SVCPROXY_DIAL_COUNT times (or,
-// for startDialing, every 10 ms until the file $SVCPROXY_DIAL_UNTIL exists)
+// for startDialing, every 10 ms until the file $SVCPROXY_DIAL_UNTIL exists,
+// or every what the file $SVCPROXY_DIAL_PACE says when it holds a duration)
 // and prints a line each: "<backend> <client it saw> <peer address>", or
 // "error refused" / "error <what>".
 func TestHelperDial(t *testing.T) {
@@ -85,13 +86,19 @@ func TestHelperDial(t *testing.T) {
 		t.Skip("the client process of TestSocketLBMode")
 	}
 	if until := os.Getenv("SVCPROXY_DIAL_UNTIL"); until != "" {
-		// startDialing: every 10 ms until the file exists.
+		// startDialing: every 10 ms (or as paced) until the file exists.
 		for {
 			if _, err := os.Stat(until); err == nil {
 				os.Exit(0)
 			}
 			fmt.Println(dialOnce(addr))
-			time.Sleep(10 * time.Millisecond)
+			every := 10 * time.Millisecond
+			if b, err := os.ReadFile(os.Getenv("SVCPROXY_DIAL_PACE")); err == nil {
+				if d, err := time.ParseDuration(strings.TrimSpace(string(b))); err == nil {
+					every = d
+				}
+			}
+			time.Sleep(every)
 		}
 	}
 	n, _ := strconv.Atoi(os.Getenv("SVCPROXY_DIAL_COUNT"))

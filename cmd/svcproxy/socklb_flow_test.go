@@ -23,9 +23,10 @@ import (
 )
 
 // flow is a client process in a cgroup that connects to one address every
-// 10 ms until stopped: traffic across a restart.
+// 10 ms (or as paced) until stopped: traffic across a restart.
 type flow struct {
 	stopFile string
+	paceFile string // its content, a time.Duration, replaces the 10 ms
 	done     chan error
 
 	mu    sync.Mutex
@@ -36,9 +37,10 @@ type flow struct {
 // stop.
 func startDialing(t *testing.T, ns *netnstest.NS, cg *testCgroup, addr string) *flow {
 	t.Helper()
-	f := &flow{stopFile: filepath.Join(t.TempDir(), "stop"), done: make(chan error, 1)}
+	dir := t.TempDir()
+	f := &flow{stopFile: filepath.Join(dir, "stop"), paceFile: filepath.Join(dir, "pace"), done: make(chan error, 1)}
 	cmd := ns.Command(context.Background(), os.Args[0], "-test.run=^TestHelperDial$")
-	cmd.Env = append(os.Environ(), "SVCPROXY_DIAL="+addr, "SVCPROXY_DIAL_UNTIL="+f.stopFile)
+	cmd.Env = append(os.Environ(), "SVCPROXY_DIAL="+addr, "SVCPROXY_DIAL_UNTIL="+f.stopFile, "SVCPROXY_DIAL_PACE="+f.paceFile)
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.dir.Fd())}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -94,6 +96,12 @@ func (f *flow) waitFor(t *testing.T, n int) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// pace makes the flow wait d between connects from its next one on.
+func (f *flow) pace(t *testing.T, d time.Duration) {
+	t.Helper()
+	replaceFile(t, f.paceFile, d.String())
 }
 
 // stop ends the flow and returns its connects.

@@ -19,12 +19,17 @@ import (
 // kernel. A connection opened through web's portal (userspace) before the
 // promotion; then a pod process in the cgroup connecting every 10 ms makes
 // web hot, and hybrid promotes it to the socket LB: web's element goes into
-// the maps before its portal goes. Across the promotion no connect fails;
-// after it, the cgroup's connects no longer reach the userspace proxier (its
-// connection counter for web stands still while they go on and are
-// answered), and the connection opened in userspace still echoes. Then
-// nftables mode, started on the same node after hybrid, removes the socket
-// LB hybrid left pinned (web's element in it): no program stays attached.
+// the maps before its portal goes. After it, the cgroup's connects no longer
+// reach the userspace proxier (its connection counter for web stands still
+// while they go on and are answered) and the socket LB's counter
+// (svcproxy_socklb_port_connections_total) rises with them; the connection
+// opened in userspace still echoes. Then the same process slows to a connect
+// every 500 ms, below --promote-conn-rate: the socket LB's counter shows web
+// quiet, and after --demote-after hybrid demotes it (its portal back, then
+// its element gone): the userspace proxier counts web's connects again. One
+// connection loop runs across both switches and none of its connects fails.
+// Then nftables mode, started on the same node after hybrid, removes the
+// socket LB hybrid left pinned: no program stays attached.
 func TestHybridSocketLB(t *testing.T) {
 	netnstest.RequireRoot(t, "nft", "ip", "iptables-restore", "iptables-save")
 	if err := knft.Available(); err != nil {
@@ -60,10 +65,31 @@ func TestHybridSocketLB(t *testing.T) {
 	if !logs.waitFor("service port promoted", "path=socklb") {
 		t.Fatalf("web was not promoted to socklb:\n%s", logs)
 	}
-	before := userspaceConnections(t, lab.Node)
+	before, hookBefore := userspaceConnections(t, lab.Node), socketLBConnections(t, lab.Node)
 	n := flow.count()
 	flow.waitFor(t, n+30)
-	after := userspaceConnections(t, lab.Node)
+	after, hookAfter := userspaceConnections(t, lab.Node), socketLBConnections(t, lab.Node)
+	t.Logf("over %d connects from the cgroup after the promotion: userspace counted web %v then %v, the socket LB %v then %v",
+		flow.count()-n, before, after, hookBefore, hookAfter)
+	if after-before > 1 { // one may have been in flight through the portal as it went
+		t.Errorf("after the promotion the userspace proxier still counted %v of web's connections: the hook should take them", after-before)
+	}
+	if hookAfter-hookBefore < 29 { // the flow's count may have been read a connect ahead of the metric
+		t.Errorf("the socket LB counted %v of web's connections over 30 connects through it, want them all", hookAfter-hookBefore)
+	}
+	if err := offloadtest.EchoLine(long, "still here"); err != nil {
+		t.Errorf("the connection opened in userspace, after the promotion: %v", err)
+	}
+
+	// Quiet: 2 connects a second, below --promote-conn-rate 10, and the
+	// socket LB's counter is what tells hybrid so.
+	flow.pace(t, 500*time.Millisecond)
+	if !logs.waitFor("service port demoted", "port=default/web:p", "ipFamily=IPv4") {
+		t.Fatalf("web was not demoted from socklb:\n%s", logs)
+	}
+	before = userspaceConnections(t, lab.Node)
+	flow.waitFor(t, flow.count()+3)
+	after = userspaceConnections(t, lab.Node)
 	dials := flow.stop(t)
 	failed := 0
 	for _, d := range dials {
@@ -72,20 +98,19 @@ func TestHybridSocketLB(t *testing.T) {
 			t.Logf("failed: %+v", d)
 		}
 	}
-	t.Logf("%d connects from the cgroup across the promotion, %d failed; userspace counted web %v then %v over the last %d", len(dials), failed, before, after, len(dials)-n)
+	t.Logf("%d connects from the cgroup across the promotion and the demotion, %d failed; after the demotion userspace counted web %v then %v",
+		len(dials), failed, before, after)
 	if failed > 0 {
-		t.Errorf("%d of %d connects failed across the promotion", failed, len(dials))
+		t.Errorf("%d of %d connects failed across the promotion and the demotion", failed, len(dials))
 	}
-	if after-before > 1 { // one may have been in flight through the portal as it went
-		t.Errorf("after the promotion the userspace proxier still counted %v of web's connections: the hook should take them", after-before)
-	}
-	if err := offloadtest.EchoLine(long, "still here"); err != nil {
-		t.Errorf("the connection opened in userspace, after the promotion: %v", err)
+	if after-before < 2 { // 3 connects after the demotion; the first may have been on its way
+		t.Errorf("after the demotion the userspace proxier counted %v of web's 3 connections, want them back in userspace", after-before)
 	}
 
-	// Another mode on the same node: web's element stays pinned after hybrid
-	// stops, and nftables mode removes the socket LB rather than leave it
-	// rewriting connect() from maps nobody updates.
+	// Another mode on the same node: the socket LB stays pinned after hybrid
+	// stops (its programs attached; web's element went with the demotion),
+	// and nftables mode removes it rather than leave it rewriting connect()
+	// from maps nobody updates.
 	long.Close() // or hybrid's shutdown would give it --shutdown-grace
 	stop()
 	logs = startSvcproxy(t, lab.Node, "--mode", "nftables", "--socklb-pin-path", pin,
@@ -95,14 +120,34 @@ func TestHybridSocketLB(t *testing.T) {
 		t.Fatalf("nftables mode did not remove the pinned socket LB:\n%s", logs)
 	}
 	checkDetached(t, cg, pin)
-	if d := dialFromCgroup(t, lab.Client, cg, vip, 1)[0]; d.err != "" || d.backend == "" {
-		t.Errorf("in nftables mode, connect from the cgroup: %+v, want a backend through nftables", d)
+	// web was in userspace when hybrid stopped, so no rule of its stayed: a
+	// connect is refused until nftables mode's first sync.
+	deadline = time.Now().Add(30 * time.Second)
+	for d := dialFromCgroup(t, lab.Client, cg, vip, 1)[0]; d.err != "" || d.backend == ""; d = dialFromCgroup(t, lab.Client, cg, vip, 1)[0] {
+		if time.Now().After(deadline) {
+			t.Fatalf("in nftables mode, connect from the cgroup: %+v after 30s, want a backend through nftables\n%s", d, logs)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
 // userspaceConnections is svcproxy_userspace_connections_total of web's IPv4
 // side, from the node's /metrics.
 func userspaceConnections(t *testing.T, ns *netnstest.NS) float64 {
+	t.Helper()
+	return webIPv4Metric(t, ns, "svcproxy_userspace_connections_total")
+}
+
+// socketLBConnections is svcproxy_socklb_port_connections_total of web's
+// IPv4 side (the socket LB's translations), while web is in the maps.
+func socketLBConnections(t *testing.T, ns *netnstest.NS) float64 {
+	t.Helper()
+	return webIPv4Metric(t, ns, "svcproxy_socklb_port_connections_total")
+}
+
+// webIPv4Metric is the value of metric name for web's IPv4 side, from the
+// node's /metrics.
+func webIPv4Metric(t *testing.T, ns *netnstest.NS, name string) float64 {
 	t.Helper()
 	body, err := fallbackGet(ns, "127.0.0.1:10249", "/metrics")
 	if err != nil {
@@ -113,9 +158,9 @@ func userspaceConnections(t *testing.T, ns *netnstest.NS) float64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, ok := metricValue(fams["svcproxy_userspace_connections_total"], map[string]string{"ip_family": "IPv4", "service_port": "default/web:p"})
+	v, ok := metricValue(fams[name], map[string]string{"ip_family": "IPv4", "service_port": "default/web:p"})
 	if !ok {
-		t.Fatalf("/metrics has no svcproxy_userspace_connections_total for web's IPv4 side:\n%s", body)
+		t.Fatalf("/metrics has no %s for web's IPv4 side:\n%s", name, body)
 	}
 	return v
 }

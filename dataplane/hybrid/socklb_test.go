@@ -56,13 +56,12 @@ func (r *portalRecorder) EnsureRule(ctx context.Context, pos kiptables.Position,
 	return existed, err
 }
 
-// countingLB is the socklb Fake with translation counters the test sets.
+// countingLB is the socklb Fake, which counts what its Connect translates
+// (a socklb.Counter, as the kernel's programs count), telling the recorder
+// of every change of its maps.
 type countingLB struct {
 	*ksocklb.Fake
 	changed func()
-
-	mu     sync.Mutex
-	counts map[ksocklb.Service]uint64
 }
 
 func (l *countingLB) SetService(ctx context.Context, svc ksocklb.Service, e ksocklb.Entry) error {
@@ -79,17 +78,6 @@ func (l *countingLB) DeleteService(ctx context.Context, svc ksocklb.Service) err
 	}
 	l.changed()
 	return nil
-}
-
-// Connections implements socklb.Counter.
-func (l *countingLB) Connections(context.Context) (map[ksocklb.Service]uint64, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	out := map[ksocklb.Service]uint64{}
-	for k, v := range l.counts {
-		out[k] = v
-	}
-	return out, nil
 }
 
 var _ socklb.Counter = (*countingLB)(nil)
@@ -114,7 +102,7 @@ func newSocketLBRecorder() *socketLBRecorder {
 	r := &socketLBRecorder{}
 	r.ipt = &portalRecorder{Fake: kiptables.NewFake(), changed: r.record}
 	r.ipt.SetLocalAddrs(nodeIP)
-	r.lb = &countingLB{Fake: ksocklb.NewFake(), changed: r.record, counts: map[ksocklb.Service]uint64{}}
+	r.lb = &countingLB{Fake: ksocklb.NewFake(), changed: r.record}
 	return r
 }
 
@@ -207,11 +195,10 @@ func TestOrderingSocketLB(t *testing.T) {
 
 	// Traffic through the hook keeps the port promoted: 5 translations a
 	// second, counted by the socket LB.
-	web := ksocklb.Service{VIP: webVIP.Addr(), Port: webVIP.Port(), Protocol: ksocklb.TCP}
-	for range 3 {
-		rec.lb.mu.Lock()
-		rec.lb.counts[web] += 5
-		rec.lb.mu.Unlock()
+	for i := range 3 {
+		for j := range 5 {
+			rec.lb.Connect(ksocklb.Client{SocketCookie: uint64(10*i + j)}, ksocklb.TCP, webVIP)
+		}
 		clock.now = clock.now.Add(time.Second)
 		m.Step(ctx)
 	}

@@ -86,6 +86,8 @@ func forwardProg(fam family, m *bpfMaps) asm.Instructions {
 	insns = append(insns, recordRev(fam, m)...)
 	// The rewrite: the socket now connects (or sends) to the backend.
 	insns = append(insns, storeAddr(fam, asm.R9, 0)...)
+	// Count the translation for the Service (counter.go).
+	insns = append(insns, countTranslation(m)...)
 	return append(insns, allow("allow")...)
 }
 

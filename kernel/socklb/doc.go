@@ -19,6 +19,7 @@
 //	backends  (id, slot)                   -> (address, port)
 //	revnat    (socket cookie, backend)     -> (VIP, port), LRU
 //	affinity  (netns cookie, service id)   -> (slot, backend, last used), LRU
+//	counts    service id                   -> translations, per CPU (counter.go)
 //
 // connect() to a Service picks slot bpf_get_prandom_u32() % count, or, with
 // ClientIP affinity, the slot the client's network namespace used last,
@@ -49,6 +50,10 @@
 // subtree, packets forwarded from other hosts) is untouched and must be served
 // by another path. A Service without endpoints is left alone too: the nftables
 // path beside rejects it.
+//
+// The forward programs count each translation for its Service (counter.go):
+// Kernel.Connections and Fake.Connections read the counts, which hybrid mode
+// needs to see a port promoted to the socket LB go quiet.
 //
 // Kernel access is behind Interface: Kernel loads, attaches and updates the real
 // maps; Fake keeps the same maps in memory and answers what the programs would

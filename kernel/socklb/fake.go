@@ -20,6 +20,8 @@ type Fake struct {
 	revnat map[fakeRevKey]netip.AddrPort
 	// affinity is the ClientIP affinity map, without eviction either.
 	affinity map[fakeAffKey]fakeAff
+	// counts is the counts map: translations per service ID (counter.go).
+	counts map[uint32]uint64
 }
 
 // fakeService is a services map element with its backends' slots.
@@ -33,7 +35,8 @@ var _ Interface = (*Fake)(nil)
 // NewFake returns a Fake with empty maps.
 func NewFake() *Fake {
 	return &Fake{services: make(map[Service]fakeService), ids: newIDAllocator(),
-		revnat: make(map[fakeRevKey]netip.AddrPort), affinity: make(map[fakeAffKey]fakeAff)}
+		revnat: make(map[fakeRevKey]netip.AddrPort), affinity: make(map[fakeAffKey]fakeAff),
+		counts: make(map[uint32]uint64)}
 }
 
 // SetService implements Interface.
@@ -43,6 +46,9 @@ func (f *Fake) SetService(_ context.Context, svc Service, e Entry) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if _, ok := f.ids.lookup(svc); !ok {
+		f.counts[f.ids.take(svc)] = 0 // a new ID's counter starts at zero
+	}
 	s := fakeService{id: f.ids.take(svc)}
 	s.entry = Entry{Backends: slices.Clone(e.Backends), AffinityTimeout: e.AffinityTimeout}
 	f.services[svc] = s
@@ -56,6 +62,9 @@ func (f *Fake) DeleteService(_ context.Context, svc Service) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if s, ok := f.services[svc]; ok {
+		delete(f.counts, s.id)
+	}
 	delete(f.services, svc)
 	f.ids.release(svc)
 	return nil
@@ -117,6 +126,10 @@ func (f *Fake) Load(d Dump) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.services, f.ids, f.affinity, f.revnat = services, ids, affinity, revnat
+	counts := make(map[uint32]uint64, len(services))
+	for _, s := range services {
+		counts[s.id] = 0 // a Dump has no counts: the Fake counts from here
+	}
+	f.services, f.ids, f.affinity, f.revnat, f.counts = services, ids, affinity, revnat, counts
 	return nil
 }

@@ -37,11 +37,12 @@ type bpfMaps struct {
 	backends *ebpf.Map // backendKey -> backendValue
 	revnat   *ebpf.Map // revKey -> revValue, LRU
 	affinity *ebpf.Map // affKey -> affValue, LRU
+	counts   *ebpf.Map // service ID -> u64 per CPU (counter.go)
 }
 
 func (m *bpfMaps) close() error {
 	var errs []error
-	for _, mp := range []*ebpf.Map{m.services, m.backends, m.revnat, m.affinity} {
+	for _, mp := range []*ebpf.Map{m.services, m.backends, m.revnat, m.affinity, m.counts} {
 		if mp != nil {
 			errs = append(errs, mp.Close())
 		}
@@ -104,13 +105,17 @@ func New(cfg Config) (_ *Kernel, err error) {
 	for _, m := range []struct {
 		spec *ebpf.MapSpec
 		to   **ebpf.Map
-	}{{svcSpec, &k.m.services}, {beSpec, &k.m.backends}, {revSpec, &k.m.revnat}, {affSpec, &k.m.affinity}} {
+	}{{svcSpec, &k.m.services}, {beSpec, &k.m.backends}, {revSpec, &k.m.revnat}, {affSpec, &k.m.affinity},
+		{countsSpec(cfg.MaxServices), &k.m.counts}} {
 		if *m.to, err = openMap(m.spec, cfg.PinPath); err != nil {
 			return nil, err
 		}
 	}
 	// Adopted maps come with their Services: learn their IDs.
 	if err := k.readIDs(); err != nil {
+		return nil, err
+	}
+	if err := k.adoptCounts(); err != nil {
 		return nil, err
 	}
 	for _, h := range hooks {
@@ -169,6 +174,14 @@ func (k *Kernel) SetService(_ context.Context, svc Service, e Entry) error {
 		if err := k.m.services.Lookup(&key, &old); err == nil {
 			oldCount = old.Count
 		}
+	} else {
+		// A new ID: its counter starts at zero, also when another Service
+		// held the ID before. Should that fail, the Service gets no ID, so
+		// a retry starts over rather than go on without a counter.
+		if err := k.resetCount(svc, k.ids.take(svc)); err != nil {
+			k.ids.release(svc)
+			return err
+		}
 	}
 	id := k.ids.take(svc)
 	for slot, b := range e.Backends {
@@ -215,7 +228,7 @@ func (k *Kernel) DeleteService(_ context.Context, svc Service) error {
 		return fmt.Errorf("service %s: delete from services map: %w", svc, err)
 	}
 	k.ids.release(svc)
-	return k.deleteSlots(svc, old.ID, 0, old.Count)
+	return errors.Join(k.deleteSlots(svc, old.ID, 0, old.Count), k.deleteCount(svc, old.ID))
 }
 
 // Services implements Interface, reading the maps back.

@@ -164,7 +164,7 @@ func Cleanup(cfg Config) error {
 		errs = append(errs, l.Close())
 	}
 	svcSpec, beSpec, revSpec, affSpec := mapSpecs(1)
-	for _, spec := range []*ebpf.MapSpec{svcSpec, beSpec, revSpec, affSpec} {
+	for _, spec := range []*ebpf.MapSpec{svcSpec, beSpec, revSpec, affSpec, countsSpec(1)} {
 		// A map's pin is a file; removing it drops that reference.
 		path := filepath.Join(cfg.PinPath, spec.Name)
 		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {

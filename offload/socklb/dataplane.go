@@ -111,11 +111,25 @@ func (d *Dataplane) Healthy() error { return errors.Join(d.beside.Healthy(), d.m
 func (d *Dataplane) Lag() error { return errors.Join(d.beside.Lag(), d.maps.Lag()) }
 
 // Status implements dataplane.Interface: the maps' ports and sync record,
-// and the path beside's own document under its mode's name.
+// the hooks' translations per port when the kernel side counts them
+// (service port -> count; an error's text when they cannot be read), and
+// the path beside's own document under its mode's name.
 func (d *Dataplane) Status() any {
+	maps := map[string]any{"health": d.p.Health(), "ports": d.p.Status()}
+	translated, counted, err := d.translated(context.Background(), nil)
+	switch {
+	case err != nil:
+		maps["connections"] = err.Error()
+	case counted:
+		byName := make(map[string]uint64, len(translated))
+		for name, n := range translated {
+			byName[name.String()] = n
+		}
+		maps["connections"] = byName
+	}
 	return map[string]any{
 		"mode":          dataplane.ModeSocketLB,
-		"maps":          map[string]any{"health": d.p.Health(), "ports": d.p.Status()},
+		"maps":          maps,
 		d.beside.Mode(): d.beside.Status(),
 	}
 }
@@ -132,27 +146,52 @@ func (d *Dataplane) Connections(ctx context.Context, snap *service.Snapshot, por
 	if err != nil {
 		return nil, err
 	}
-	frontends := d.p.Frontends(ports)
-	c, ok := d.p.cfg.LB.(Counter)
-	if !ok {
-		for name := range frontends {
+	translated, counted, err := d.translated(ctx, ports)
+	if err != nil {
+		return nil, err
+	}
+	if !counted {
+		for name := range translated {
 			delete(out, name)
 		}
 		return out, nil
 	}
-	counts, err := c.Connections(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("socklb: read the connection counters: %w", err)
-	}
 	if out == nil {
 		out = map[service.PortName]uint64{}
+	}
+	for name, n := range translated {
+		out[name] += n
+	}
+	return out, nil
+}
+
+// translated returns, for each port in names the maps carry (nil names:
+// every one), how many connect()s and unconnected UDP datagrams the hooks
+// translated to it, summed over its ClusterIPs' elements; counted is false
+// (and every count 0) when the kernel side does not count (no Counter).
+// A port's count starts from 0 each time it goes into the maps (hybrid
+// promotes it again; its elements get new IDs), as the path beside's
+// counters do when its rules come back.
+func (d *Dataplane) translated(ctx context.Context, names dataplane.PortSet) (_ map[service.PortName]uint64, counted bool, _ error) {
+	frontends := d.p.Frontends(names)
+	out := make(map[service.PortName]uint64, len(frontends))
+	for name := range frontends {
+		out[name] = 0
+	}
+	c, ok := d.p.cfg.LB.(Counter)
+	if !ok {
+		return out, false, nil
+	}
+	counts, err := c.Connections(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("socklb: read the connection counters: %w", err)
 	}
 	for name, fs := range frontends {
 		for _, f := range fs {
 			out[name] += counts[f]
 		}
 	}
-	return out, nil
+	return out, true, nil
 }
 
 var (
@@ -169,13 +208,16 @@ var (
 	descPortBackends = prometheus.NewDesc("svcproxy_socklb_port_backends",
 		"Backends a connect() to each service port's ClusterIPs is spread over by the socket-LB hooks (0: left to the nftables path, which rejects it).",
 		[]string{"service_port"}, nil)
+	descPortConnections = prometheus.NewDesc("svcproxy_socklb_port_connections_total",
+		"connect()s (and datagrams of unconnected UDP sockets) the socket-LB hooks translated to each service port's backends, since the port went into the maps.",
+		[]string{"service_port"}, nil)
 )
 
 // Describe implements prometheus.Collector: the path beside's metrics and
 // the maps'.
 func (d *Dataplane) Describe(ch chan<- *prometheus.Desc) {
 	d.beside.Describe(ch)
-	for _, desc := range []*prometheus.Desc{descSyncs, descChecks, descRepairs, descUpdates, descElements, descPortBackends} {
+	for _, desc := range []*prometheus.Desc{descSyncs, descChecks, descRepairs, descUpdates, descElements, descPortBackends, descPortConnections} {
 		ch <- desc
 	}
 	d.p.duration.Describe(ch)
@@ -194,6 +236,13 @@ func (d *Dataplane) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descElements, prometheus.GaugeValue, float64(h.Elements))
 	for _, ps := range d.p.Status() {
 		ch <- prometheus.MustNewConstMetric(descPortBackends, prometheus.GaugeValue, float64(len(ps.Backends)), ps.Port)
+	}
+	// A kernel side that does not count has no such series; one whose
+	// counters cannot be read now has none this scrape (Status says why).
+	if translated, counted, err := d.translated(context.Background(), nil); err == nil && counted {
+		for name, n := range translated {
+			ch <- prometheus.MustNewConstMetric(descPortConnections, prometheus.CounterValue, float64(n), name.String())
+		}
 	}
 	d.p.duration.Collect(ch)
 }

@@ -41,6 +41,13 @@ func newFakeMode(t *testing.T, snap *service.Snapshot) *fakeMode {
 // connection counters (hybrid's CountConnections) when count is set.
 func newFakeModeCounting(t *testing.T, snap *service.Snapshot, count bool) *fakeMode {
 	t.Helper()
+	return newFakeModeWith(t, snap, count, func(lb *ksocklb.Fake) ksocklb.Interface { return lb })
+}
+
+// newFakeModeWith is newFakeModeCounting with the Dataplane's LB made from
+// the socklb Fake by wrap (to hide its counters, say).
+func newFakeModeWith(t *testing.T, snap *service.Snapshot, count bool, wrap func(*ksocklb.Fake) ksocklb.Interface) *fakeMode {
+	t.Helper()
 	m := &fakeMode{lb: ksocklb.NewFake(), nft: knft.NewFake(offloadnftables.Table)}
 	m.nft.SetLocalAddrs(nodeIP)
 	beside, err := offloadnftables.NewDataplane(offloadnftables.ProxierConfig{
@@ -50,7 +57,7 @@ func newFakeModeCounting(t *testing.T, snap *service.Snapshot, count bool) *fake
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.dp, err = NewDataplane(DataplaneConfig{Maps: Config{LB: m.lb, NodeName: st.ThisNode}, Beside: beside})
+	m.dp, err = NewDataplane(DataplaneConfig{Maps: Config{LB: wrap(m.lb), NodeName: st.ThisNode}, Beside: beside})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,15 +133,20 @@ func TestDataplanePaths(t *testing.T) {
 }
 
 // TestDataplaneStatusAndMetrics: /status shows each port on path "socklb"
-// with the table beside; /metrics has the maps' sync record and each port's
-// backends beside nftables mode's own metrics.
+// with the table beside, and the connect()s the hooks translated to it;
+// /metrics has the maps' sync record, each port's backends and translations
+// beside nftables mode's own metrics.
 func TestDataplaneStatusAndMetrics(t *testing.T) {
 	m := newFakeMode(t, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints())))
+	for i := range 4 {
+		m.lb.Connect(ksocklb.Client{SocketCookie: uint64(i)}, ksocklb.TCP, netip.MustParseAddrPort("198.18.0.10:80"))
+	}
 	b, err := json.Marshal(m.dp.Status())
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"mode":"socklb"`, `"path":"socklb"`, `"frontends":["198.18.0.10:80"]`, `"nftables":{`} {
+	for _, want := range []string{`"mode":"socklb"`, `"path":"socklb"`, `"frontends":["198.18.0.10:80"]`, `"nftables":{`,
+		`"connections":{"default/web:p":4}`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("/status lacks %s:\n%s", want, b)
 		}
@@ -156,11 +168,12 @@ func TestDataplaneStatusAndMetrics(t *testing.T) {
 		}
 	}
 	for key, want := range map[string]string{
-		"svcproxy_socklb_port_backends service_port=default/web:p": "3",
-		"svcproxy_socklb_services":                                 "1",
-		"svcproxy_socklb_element_updates_total op=set":             "1",
-		"svcproxy_socklb_syncs_total result=ok":                    "1",
-		"svcproxy_nftables_syncs_total kind=full":                  "1",
+		"svcproxy_socklb_port_backends service_port=default/web:p":          "3",
+		"svcproxy_socklb_port_connections_total service_port=default/web:p": "4",
+		"svcproxy_socklb_services":                                          "1",
+		"svcproxy_socklb_element_updates_total op=set":                      "1",
+		"svcproxy_socklb_syncs_total result=ok":                             "1",
+		"svcproxy_nftables_syncs_total kind=full":                           "1",
 	} {
 		if got[key] != want {
 			t.Errorf("/metrics: %s is %q, want %s", key, got[key], want)
@@ -181,7 +194,7 @@ func TestDataplaneNeedsBeside(t *testing.T) {
 func TestDataplaneConnectionsWithoutCounter(t *testing.T) {
 	snap := st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()),
 		st.Service("sctp", "198.18.0.30", 80, st.ThreeEndpoints(), st.WithProtocol(service.SCTP)))
-	m := newFakeModeCounting(t, snap, true)
+	m := newFakeModeWith(t, snap, true, func(lb *ksocklb.Fake) ksocklb.Interface { return notCounting{lb} })
 	ports := map[service.PortName]bool{snap.Ports()[0].Name: true, snap.Ports()[1].Name: true}
 	got, err := m.dp.Connections(context.Background(), snap, ports)
 	if err != nil {
@@ -195,6 +208,31 @@ func TestDataplaneConnectionsWithoutCounter(t *testing.T) {
 	sctp, _ := snap.Port(service.PortName{NamespacedName: service.NamespacedName{Namespace: "default", Name: "sctp"}, Port: "p", Protocol: service.SCTP})
 	if _, ok := got[sctp.Name]; !ok {
 		t.Errorf("Connections lacks the SCTP port, which only the nftables path carries and counts: %v", got)
+	}
+}
+
+// notCounting is a kernel side without Counter: the Fake's Interface
+// methods, not its Connections.
+type notCounting struct{ ksocklb.Interface }
+
+// TestDataplaneConnectionsCounted: with a kernel side that counts (the
+// Fake, as Kernel), a port's connections are the hooks' translations to its
+// ClusterIPs plus the path beside's count (the nftables Fake's counters stay
+// 0: its tracer does not count): 5 connects from the cgroup make 5, where
+// without the counter the port would be left out.
+func TestDataplaneConnectionsCounted(t *testing.T) {
+	snap := st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))
+	m := newFakeModeCounting(t, snap, true)
+	web := snap.Ports()[0].Name
+	for i := range 5 {
+		m.lb.Connect(ksocklb.Client{SocketCookie: uint64(i)}, ksocklb.TCP, netip.MustParseAddrPort("198.18.0.10:80"))
+	}
+	got, err := m.dp.Connections(context.Background(), snap, map[service.PortName]bool{web: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := got[web]; !ok || n != 5 {
+		t.Errorf("Connections()[web] = %d (present: %v), want the 5 the hooks translated", n, ok)
 	}
 }
 

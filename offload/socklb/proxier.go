@@ -301,17 +301,19 @@ func (p *Proxier) Status() []PortStatus {
 	return out
 }
 
-// Frontends returns, for each port in names that the last sync carried, its
-// elements' keys: what hybrid's counters are summed over.
+// Frontends returns, for each port in names that the last sync carried (nil
+// names: every port it carried), its elements' keys: what hybrid's counters
+// are summed over.
 func (p *Proxier) Frontends(names map[service.PortName]bool) map[service.PortName][]ksocklb.Service {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := map[service.PortName][]ksocklb.Service{}
-	for name := range names {
-		if pe, ok := p.applied[name]; ok {
-			for _, el := range pe.elements {
-				out[name] = append(out[name], el.svc)
-			}
+	for name, pe := range p.applied {
+		if names != nil && !names[name] {
+			continue
+		}
+		for _, el := range pe.elements {
+			out[name] = append(out[name], el.svc)
 		}
 	}
 	return out
