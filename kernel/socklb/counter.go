@@ -46,11 +46,13 @@ const stCountKey = -148
 //	if (n)
 //		__sync_fetch_and_add(n, 1);
 //
-// A missing element (a Service SetService has not finished adding) is not
-// counted; the connect() is translated either way. The add is atomic
-// although the element is this CPU's: a program can be interrupted by
-// another on the same CPU (a softirq's), and a plain load-add-store would
-// then lose one of the two.
+// A missing element (the Service deleted between the program's lookups) is
+// not counted; the connect() is translated either way. The add is atomic
+// although the element is this CPU's: the kernel runs a cgroup program with
+// migration disabled but, on a preemptible kernel, not preemption, so
+// another task's connect() can run the program on the same CPU in the
+// middle of this one's, and a plain load-add-store would then lose one of
+// the two.
 func countTranslation(m *bpfMaps) asm.Instructions {
 	return asm.Instructions{
 		// key = svc->id
