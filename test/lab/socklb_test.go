@@ -138,14 +138,13 @@ func (c *cpLab) conntrackTo(addr string) int {
 	return n
 }
 
-// svclab mode --offload socklb hybrid: web starts in userspace (the pods see
-// the node) and is promoted to the socket LB under 20 requests a second (the
-// pods see the client, its path is socklb), a connection held open across
-// the promotion, no request failed. svcproxy does not demote a socklb port
-// yet: kernel/socklb counts no translations, so a promoted port would look
-// quiet however busy (docs/hybrid.md). Demotion is checked with --offload
-// nftables: after --demote-after 3s below the promotion rate, under 4
-// requests a second, web returns to userspace, no request failed.
+// svclab mode --offload socklb --demote-after 3s hybrid: web starts in
+// userspace (the pods see the node) and is promoted to the socket LB under
+// 20 requests a second (the pods see the client, its path is socklb), a
+// connection held open across the promotion, no request failed; under 4
+// requests a second, below the promotion rate (the socket LB's counter tells
+// hybrid, docs/hybrid.md), it returns to userspace after 3s, no request
+// failed. The same both ways with --offload nftables.
 func TestHybridSocketLB(t *testing.T) {
 	netnstest.RequireRoot(t, append(lab.DemoTools, "nft")...)
 	bin := build(t)
@@ -195,14 +194,18 @@ func TestHybridSocketLB(t *testing.T) {
 		}
 	}
 
-	c.svclab("mode", "--offload", "socklb", "hybrid")
+	c.svclab("mode", "--offload", "socklb", "--demote-after", "3s", "hybrid")
 	if got := path(); got != "userspace" {
 		t.Fatalf("web's path before any traffic: %q, want userspace", got)
 	}
 	// 20 a second, above --promote-conn-rate 10 for 2s.
 	traffic("promotion to socklb", 100, 20, true)
 	if got := path(); got != "socklb" {
-		t.Errorf("web's path after 100 requests at 20/s: %q, want socklb", got)
+		t.Fatalf("web's path after 100 requests at 20/s: %q, want socklb", got)
+	}
+	traffic("demotion from socklb", 40, 4, true)
+	if got := path(); got != "userspace" {
+		t.Errorf("web's path after 10s at 4/s: %q, want userspace", got)
 	}
 
 	c.svclab("mode", "--offload", "nftables", "--demote-after", "3s", "hybrid")
