@@ -53,12 +53,13 @@ conformance-bins:
 	@./test/kapi/build.sh -node -conformance || [ $$? -eq 2 ]
 
 ## conformance: Kubernetes' own Service and DNS conformance tests (e2e.test
-## v1.37.2) against svcproxy and clusterdns on the lab's real node, in MODE
-## (default iptables); ends with "N passed, N failed, N skipped" and brings the
-## node down (root; docs/conformance.md)
-MODE ?= iptables
+## v1.37.2) against svcproxy and clusterdns on the lab's real node, in each
+## mode of MODE (default all four, one after the other: MODE=iptables runs
+## one); each mode ends with "N passed, N failed, N skipped" and brings the node
+## down, and several end with the sum (root; docs/conformance.md)
+MODE ?= userspace iptables nftables hybrid
 conformance: deps build conformance-bins image e2e-images
-	MODE=$(MODE) ./scripts/conformance.sh
+	MODE="$(MODE)" ./scripts/conformance.sh
 
 ## image: the container image for kind (docs/kind.md), built without a Docker
 ## daemon: bin/svcproxy-image.tar, for `kind load image-archive` or `docker load`

@@ -1,7 +1,8 @@
 #!/bin/sh
 # make conformance: Kubernetes' own Service and DNS conformance tests (e2e.test
 # v1.37.2) against svcproxy and clusterdns on the lab's real node (svclab up
-# --kubelet), in one mode (MODE, default iptables). It brings the node up, runs
+# --kubelet), in each mode of MODE (default all four: userspace, iptables,
+# nftables and hybrid, one after the other). For each it brings the node up, runs
 # e2e.test in the node's network namespace (the admin kubeconfig names the API
 # server at 127.0.0.1:6443 there), prints the e2e summary as a line
 # "N passed, N failed, N skipped", and always brings the node down.
@@ -13,10 +14,10 @@
 set -eu
 cd "$(dirname "$0")/.."
 
-MODE=${MODE:-iptables}
+MODE=${MODE:-userspace iptables nftables hybrid}
 E2E_TIMEOUT=${E2E_TIMEOUT:-1500}
-BIN=$(pwd)/bin
-LOG=$BIN/conformance-$MODE.log
+BIN=${BIN:-$(pwd)/bin}
+export BIN E2E_TIMEOUT
 
 # What runs: the Service and DNS conformance tests of sig-network (FOCUS, a
 # Ginkgo regular expression, narrows it to one test while a failure is fixed).
@@ -35,11 +36,37 @@ fi
 # The lab's namespaces and state directory have fixed names: a lab test
 # (go test ./test/lab) or another lab started meanwhile would tear this one
 # down. Wait for the lock test/lab's TestMain takes, and hold it to the end.
-exec 9>/run/lock/svclab-test.lock
-if ! flock -n 9; then
-	echo "conformance: a lab test holds /run/lock/svclab-test.lock; waiting for it"
-	flock 9
+# SVCLAB_LOCK_HELD=1: the caller holds it (test/lab's TestConformance).
+if [ "${SVCLAB_LOCK_HELD:-}" != 1 ]; then
+	exec 9>/run/lock/svclab-test.lock
+	if ! flock -n 9; then
+		echo "conformance: a lab test holds /run/lock/svclab-test.lock; waiting for it"
+		flock 9
+	fi
 fi
+
+# More than one mode: run this script once per mode (holding the lock for all
+# of them), each ending with its own summary line, then the sum of them.
+case "$MODE" in *" "*)
+	export SVCLAB_LOCK_HELD=1 FOCUS SKIP
+	total_p=0 total_f=0 total_s=0 rc=0
+	for m in $MODE; do
+		{ MODE=$m sh "$0"; echo $? >"$BIN/conformance-$m.rc"; } 2>&1 | tee "$BIN/conformance-$m.out"
+		[ "$(cat "$BIN/conformance-$m.rc")" = 0 ] || rc=1
+		set -- $(sed -n -E 's/^([0-9]+) passed, ([0-9]+) failed, ([0-9]+) skipped$/\1 \2 \3/p' "$BIN/conformance-$m.out")
+		if [ $# -ne 3 ]; then
+			echo "conformance: mode $m ended without a summary" >&2
+			rc=1
+			continue
+		fi
+		total_p=$((total_p + $1)) total_f=$((total_f + $2)) total_s=$((total_s + $3))
+	done
+	echo "conformance: modes $MODE together:"
+	echo "$total_p passed, $total_f failed, $total_s skipped"
+	exit "$rc"
+esac
+
+LOG=$BIN/conformance-$MODE.log
 trap '"$BIN/svclab" --bin "$BIN" down' EXIT
 trap 'exit 130' INT TERM
 
@@ -56,9 +83,20 @@ set -- --provider=local --kubeconfig=/run/svclab/admin.kubeconfig \
 	--kubectl-path="$KUBECTL" --ginkgo.v --ginkgo.no-color --ginkgo.focus="$FOCUS"
 [ -n "$SKIP" ] && set -- "$@" --ginkgo.skip="$SKIP"
 echo "conformance: e2e.test in svclab-node, mode $MODE, log $LOG"
+# The node's own cost while the tests run: the largest resident set of the
+# kubelet and of containerd, sampled every 5 seconds.
+rss_max() { # name file: keeps in file the largest RSS (KiB) of the process name seen
+	r=$(ps -o rss= -C "$1" | sort -n | tail -1)
+	[ -n "$r" ] && [ "$r" -gt "$(cat "$2" 2>/dev/null || echo 0)" ] && echo "$r" >"$2"
+	return 0
+}
+rm -f "$BIN/rss-kubelet" "$BIN/rss-containerd"
+(while :; do rss_max kubelet "$BIN/rss-kubelet"; rss_max containerd "$BIN/rss-containerd"; sleep 5; done) &
+sampler=$!
 rc=0
 timeout "$E2E_TIMEOUT" ip netns exec svclab-node \
 	env PATH="$(dirname "$KUBECTL"):$PATH" "$E2E_TEST" "$@" >"$LOG" 2>&1 || rc=$?
+kill "$sampler" 2>/dev/null || true
 
 # Ginkgo's summary: "Ran 23 of 3206 Specs in ..." and
 # "SUCCESS! -- 23 Passed | 0 Failed | 0 Pending | 3183 Skipped".
@@ -72,5 +110,7 @@ fi
 passed=$(echo "$line" | sed -E 's/.*-- ([0-9]+) Passed.*/\1/')
 failed=$(echo "$line" | sed -E 's/.*\| ([0-9]+) Failed.*/\1/')
 echo "$passed passed, $failed failed, $((focused - passed - failed)) skipped"
-echo "conformance: mode $MODE, $(($(date +%s) - start)) s with the node's start"
+echo "conformance: mode $MODE, $(($(date +%s) - start)) s with the node's start;" \
+	"largest RSS while the tests ran: kubelet $(($(cat "$BIN/rss-kubelet" 2>/dev/null || echo 0) / 1024)) MiB," \
+	"containerd $(($(cat "$BIN/rss-containerd" 2>/dev/null || echo 0) / 1024)) MiB"
 exit "$rc"

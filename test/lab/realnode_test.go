@@ -43,7 +43,7 @@ func TestRealNode(t *testing.T) {
 	netnstest.RequireRoot(t, append(lab.DemoTools, lab.RealNodeTools...)...)
 	kapitest.NodeBinaries(t) // skips, with advice, when `make node-bins` has not built them
 	bin := build(t)
-	buildImages(t, bin)
+	buildImages(t, bin, images.Config{}, images.All()[:1])
 	t.Cleanup(func() {
 		down(t, bin)
 		requireClean(t, bin)
@@ -128,9 +128,10 @@ func TestRealNode(t *testing.T) {
 	})
 }
 
-// buildImages writes the archives `make image` and `make e2e-images -only
-// pause` write into dir: the node imports them.
-func buildImages(t *testing.T, dir string) {
+// buildImages writes into dir the archive `make image` writes and those of
+// `make e2e-images` for specs (their programs from cfg; the pause program is
+// built here): the node imports them.
+func buildImages(t *testing.T, dir string, cfg images.Config, specs []images.Spec) {
 	t.Helper()
 	tmp := t.TempDir()
 	bins, err := image.BuildBinaries(tmp, "svcproxy", "clusterdns", "test/images/pause")
@@ -144,7 +145,8 @@ func buildImages(t *testing.T, dir string) {
 	if err := image.WriteArchive(filepath.Join(dir, "svcproxy-image.tar"), img, image.DefaultRef); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := images.Write(filepath.Join(dir, "e2e-images"), images.Config{Pause: bins["pause"]}, images.All()[:1]); err != nil {
+	cfg.Pause = bins["pause"]
+	if _, err := images.Write(filepath.Join(dir, "e2e-images"), cfg, specs); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/tutorial"
 	"github.com/svcproxy/svcproxy/kernel/ipvs"
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/test/images"
 )
 
 // tutorials is where the course lives, from this package's directory.
@@ -61,7 +62,7 @@ func TestTutorials(t *testing.T) {
 					// `make node-bins`) and its images next to svclab.
 					netnstest.RequireRoot(t, lab.RealNodeTools...)
 					kapitest.NodeBinaries(t)
-					buildImages(t, bin)
+					buildImages(t, bin, images.Config{}, images.All()[:1])
 				}
 			}
 			runTutorial(t, bin, file, tut)
