@@ -131,7 +131,10 @@ func (l *Lab) startControlPlane(ctx context.Context, cp ControlPlane, realNode b
 		// ServiceAccount token; and node lifecycle, which lifts the taint
 		// node.kubernetes.io/not-ready that kube-apiserver puts on a new
 		// Node (admission plugin TaintNodesByCondition) once it is Ready.
-		controllers += ",daemonset,root-ca-cert-publisher,nodelifecycle"
+		// And EndpointSlice mirroring, which copies an Endpoints object
+		// without a selector to EndpointSlices, as kind's controller
+		// manager does (conformance: EndpointSliceMirroring).
+		controllers += ",daemonset,root-ca-cert-publisher,nodelifecycle,endpointslice-mirroring-controller"
 	}
 	kcm, _, err := l.start("kube-controller-manager", node, []string{cp.ControllerManager,
 		"--kubeconfig=" + admin,
