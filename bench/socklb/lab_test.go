@@ -174,30 +174,10 @@ type cgroup struct {
 func newCgroup(b *testing.B, parent, name string) *cgroup {
 	b.Helper()
 	path := filepath.Join(parent, name)
-	if err := os.Mkdir(path, 0o755); err != nil {
+	dir, err := netnstest.MakeCgroup(b, path)
+	if err != nil {
 		b.Fatalf("make cgroup: %v", err)
 	}
-	dir, err := os.Open(path)
-	if err != nil {
-		os.Remove(path)
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		dir.Close()
-		// A reaped client may leave the cgroup a moment later: rmdir says
-		// EBUSY until then.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			err := os.Remove(path)
-			if err == nil || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
-				if err != nil {
-					b.Errorf("remove cgroup %s: %v", path, err)
-				}
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
 	return &cgroup{path: path, dir: dir}
 }
 

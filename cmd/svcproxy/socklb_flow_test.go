@@ -218,30 +218,10 @@ func newTestCgroup(t *testing.T) *testCgroup {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	path := filepath.Join(mnt, "svcp-socklb-"+hex.EncodeToString(b[:]))
-	if err := os.Mkdir(path, 0o755); err != nil {
+	dir, err := netnstest.MakeCgroup(t, path)
+	if err != nil {
 		t.Fatalf("make a cgroup2 directory: %v", err)
 	}
-	dir, err := os.Open(path)
-	if err != nil {
-		os.Remove(path)
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		dir.Close()
-		// The clients were waited for, but a reaped task may leave the
-		// cgroup a moment later: rmdir says EBUSY until then.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			err := os.Remove(path)
-			if err == nil || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
-				if err != nil {
-					t.Errorf("remove cgroup %s: %v", path, err)
-				}
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
 	return &testCgroup{path: path, dir: dir}
 }
 

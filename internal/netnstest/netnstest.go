@@ -26,6 +26,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/svcproxy/svcproxy/internal/nsenter"
 )
 
@@ -241,4 +243,38 @@ func (n *NS) DialDropped(dst string) error {
 		return errors.New("a backend answered " + dst + ", want the SYN dropped")
 	}
 	return nil
+}
+
+// MakeCgroup makes the cgroup v2 directory path (its parent must be in a
+// cgroup2 hierarchy) and returns it open, for CLONE_INTO_CGROUP
+// (syscall.SysProcAttr's UseCgroupFD and CgroupFD). At the test's cleanup it
+// is closed and removed; a reaped task may leave the cgroup a moment after
+// its parent waited for it, so rmdir is retried while it says EBUSY (for up
+// to 10 seconds). The error is only mkdir's or open's: the caller decides
+// whether that skips or fails the test.
+func MakeCgroup(tb testing.TB, path string) (*os.File, error) {
+	tb.Helper()
+	if err := os.Mkdir(path, 0o755); err != nil {
+		return nil, err
+	}
+	dir, err := os.Open(path)
+	if err != nil {
+		os.Remove(path)
+		return nil, err
+	}
+	tb.Cleanup(func() {
+		dir.Close()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := os.Remove(path)
+			if err == nil || !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) {
+				if err != nil {
+					tb.Errorf("remove cgroup %s: %v", path, err)
+				}
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	return dir, nil
 }
