@@ -73,9 +73,9 @@ image: deps
 ## e2e-images: the images Kubernetes' e2e tests run (pause, agnhost, busybox,
 ## glibc-dns-testing, an nginx stand-in), under the names the tests ask for,
 ## one archive each in bin/e2e-images for `ctr -n k8s.io images import`;
-## agnhost's need `make conformance-bins` first (test/images)
+## agnhost's need `make conformance-bins` first (images)
 e2e-images: deps
-	$(GO) run ./test/images/mkimages -o $(BIN)/e2e-images
+	$(GO) run ./images/mkimages -o $(BIN)/e2e-images
 
 ## test: everything, root-only tests included (they skip without root); then
 ## the userspace shutdown tests again under the race detector, the only way

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/svcproxy/svcproxy/internal/kapitest/kapibin"
+	"github.com/svcproxy/svcproxy/internal/k8sbin"
 )
 
 // ControlPlane are the programs of the control-plane lab.
@@ -42,7 +42,7 @@ func FindControlPlane(dir string) (ControlPlane, error) {
 		}
 		return cp, nil
 	}
-	bins, err := kapibin.Build(context.Background(), kapibin.Config{CachedOnly: true, ControlPlane: true})
+	bins, err := k8sbin.Build(context.Background(), k8sbin.Config{CachedOnly: true, ControlPlane: true})
 	if err != nil {
 		return ControlPlane{}, fmt.Errorf("control plane: %w; build them with `make kapi` (minutes, once per machine)", err)
 	}

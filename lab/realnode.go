@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/svcproxy/svcproxy/internal/kapitest/kapibin"
-	"github.com/svcproxy/svcproxy/test/images"
+	"github.com/svcproxy/svcproxy/images"
+	"github.com/svcproxy/svcproxy/internal/k8sbin"
 )
 
 // RealNode are the programs and images of the real node (`svclab up
@@ -48,7 +48,7 @@ var RealNodeTools = []string{containerdBin, ctrBin, "runc", "nsenter", "unshare"
 func FindRealNode(dir, imageDir string) (RealNode, error) {
 	rn := RealNode{Kubelet: filepath.Join(dir, "kubelet"), Scheduler: filepath.Join(dir, "kube-scheduler")}
 	if dir == "" {
-		bins, err := kapibin.Build(context.Background(), kapibin.Config{CachedOnly: true, ControlPlane: true, Node: true})
+		bins, err := k8sbin.Build(context.Background(), k8sbin.Config{CachedOnly: true, ControlPlane: true, Node: true})
 		if err != nil {
 			return RealNode{}, fmt.Errorf("real node: %w; build them with `make node-bins` (minutes, once per machine)", err)
 		}

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/yaml"
 
-	"github.com/svcproxy/svcproxy/test/images"
+	"github.com/svcproxy/svcproxy/images"
 )
 
 func TestCgroupMounts(t *testing.T) {

@@ -6,11 +6,12 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/internal/nsenter"
 )
 
 // clientIP is the client namespace's address; the node is backendIP.
@@ -20,7 +21,7 @@ const clientIP = "198.19.0.2"
 // so that every path crosses the same veth link into the node namespace,
 // where the backends and the proxies run.
 type namespace struct {
-	*netnstest.NS
+	Name  string
 	dials chan dialRequest // served by one thread that stays in the namespace
 }
 
@@ -42,7 +43,7 @@ func newClientNamespace() (*namespace, error) {
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("ip netns add %s: %w: %s", name, err, out)
 	}
-	n := &namespace{NS: &netnstest.NS{Name: name}, dials: make(chan dialRequest)}
+	n := &namespace{Name: name, dials: make(chan dialRequest)}
 	for _, args := range [][]string{
 		{"ip", "link", "add", "to-client", "type", "veth", "peer", "name", "eth0", "netns", name},
 		{"ip", "addr", "add", backendIP + "/24", "dev", "to-client"},
@@ -58,10 +59,10 @@ func newClientNamespace() (*namespace, error) {
 			return nil, fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, out)
 		}
 	}
-	// Entering a namespace takes a thread of its own (netnstest.NS.Do); one
+	// Entering a namespace takes a thread of its own (nsenter.Run); one
 	// thread per socket would measure thread creation, not the paths. Sockets
 	// made inside stay there, so one thread makes them all.
-	go n.Do(func() error {
+	go nsenter.Run(filepath.Join("/run/netns", name), func() error {
 		for r := range n.dials {
 			c, err := net.DialTimeout(r.network, r.addr, 5*time.Second)
 			r.reply <- dialReply{c, err}
@@ -77,7 +78,7 @@ func (n *namespace) remove() {
 }
 
 func (n *namespace) command(ctx context.Context, name string, args ...string) *exec.Cmd {
-	return n.Command(ctx, name, args...)
+	return exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", n.Name, name}, args...)...)
 }
 
 // dial connects from inside the namespace.

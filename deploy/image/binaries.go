@@ -13,7 +13,7 @@ import (
 // (CGO_ENABLED=0) and without symbol tables (-s -w: panics still name their
 // functions), in the root of the module the working directory is in, and
 // returns name -> path. A name with a slash is a package directory under the
-// module's root ("test/images/pause"), and its last element the name.
+// module's root ("images/pause"), and its last element the name.
 func BuildBinaries(dir string, names ...string) (map[string]string, error) {
 	gomod, err := exec.Command("go", "env", "GOMOD").Output()
 	root := strings.TrimSuffix(strings.TrimSpace(string(gomod)), "go.mod")

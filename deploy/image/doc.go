@@ -4,7 +4,7 @@
 // (iptables-restore and -save, nft, ipset, conntrack, modprobe), copied from
 // this machine's Debian packages together with the shared libraries they load.
 // Root, the file tree an image's one layer is made of, is exported: the
-// images of Kubernetes' e2e tests (test/images) are put together with it.
+// images of Kubernetes' e2e tests (images) are put together with it.
 //
 // WriteArchive writes the image as a tar file that is at once an OCI image
 // layout (index.json, blobs/) and a `docker save` archive (manifest.json with

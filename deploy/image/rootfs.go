@@ -69,7 +69,7 @@ type file struct {
 // it the image's one layer. Every entry is owned by root and dated epoch, so
 // the same inputs give the same digest. The zero value is an empty tree.
 // svcproxy's image (Build) and the test images of Kubernetes' e2e tests
-// (test/images) are both put together with it.
+// (images) are both put together with it.
 type Root struct {
 	files map[string]file
 }

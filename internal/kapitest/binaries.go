@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/svcproxy/svcproxy/internal/kapitest/kapibin"
+	"github.com/svcproxy/svcproxy/internal/k8sbin"
 )
 
 // buildTimeout bounds a cold build; `go test`'s own -timeout (10 min by
@@ -22,7 +22,7 @@ const deadlineMargin = 30 * time.Second
 // built is one Build's outcome, once per test binary.
 type built struct {
 	once sync.Once
-	bins kapibin.Binaries
+	bins k8sbin.Binaries
 	err  error
 	took time.Duration
 }
@@ -38,38 +38,38 @@ var binaries, controlPlane, node, conformance built
 // the module proxy is unavailable, and fails it if the build itself fails. A
 // test process builds at most once; other processes wait on a file lock for
 // the one that builds.
-func Binaries(t testing.TB) kapibin.Binaries {
+func Binaries(t testing.TB) k8sbin.Binaries {
 	t.Helper()
-	return find(t, &binaries, kapibin.Config{}, "make kapi")
+	return find(t, &binaries, k8sbin.Config{}, "make kapi")
 }
 
 // ControlPlaneBinaries is Binaries with kube-controller-manager and kubectl
 // as well (Binaries.ControllerManager and Binaries.Kubectl).
-func ControlPlaneBinaries(t testing.TB) kapibin.Binaries {
+func ControlPlaneBinaries(t testing.TB) k8sbin.Binaries {
 	t.Helper()
-	return find(t, &controlPlane, kapibin.Config{ControlPlane: true}, "make kapi")
+	return find(t, &controlPlane, k8sbin.Config{ControlPlane: true}, "make kapi")
 }
 
 // NodeBinaries is ControlPlaneBinaries with kubelet and kube-scheduler as
 // well (Binaries.Kubelet and Binaries.Scheduler), for the real-node lab.
 // `make test` does not build them: without them the test skips and names
 // `make node-bins`.
-func NodeBinaries(t testing.TB) kapibin.Binaries {
+func NodeBinaries(t testing.TB) k8sbin.Binaries {
 	t.Helper()
-	return find(t, &node, kapibin.Config{ControlPlane: true, Node: true}, "make node-bins")
+	return find(t, &node, k8sbin.Config{ControlPlane: true, Node: true}, "make node-bins")
 }
 
 // ConformanceBinaries is NodeBinaries with Kubernetes' e2e.test and agnhost
 // as well (Binaries.E2ETest and Binaries.Agnhost). `make test` does not
 // build them: without them the test skips and names `make conformance-bins`.
-func ConformanceBinaries(t testing.TB) kapibin.Binaries {
+func ConformanceBinaries(t testing.TB) k8sbin.Binaries {
 	t.Helper()
-	return find(t, &conformance, kapibin.Config{ControlPlane: true, Node: true, Conformance: true}, "make conformance-bins")
+	return find(t, &conformance, k8sbin.Config{ControlPlane: true, Node: true, Conformance: true}, "make conformance-bins")
 }
 
 // find builds (or finds) what cfg asks for; advice names the make target that
 // builds it.
-func find(t testing.TB, binaries *built, cfg kapibin.Config, advice string) kapibin.Binaries {
+func find(t testing.TB, binaries *built, cfg k8sbin.Config, advice string) k8sbin.Binaries {
 	t.Helper()
 	binaries.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
@@ -84,18 +84,18 @@ func find(t testing.TB, binaries *built, cfg kapibin.Config, advice string) kapi
 		start := time.Now()
 		cfg.Log = logWriter{t}
 		cfg.CachedOnly = os.Getenv("SVCPROXY_KAPI_BUILD") != "1"
-		binaries.bins, binaries.err = kapibin.Build(ctx, cfg)
+		binaries.bins, binaries.err = k8sbin.Build(ctx, cfg)
 		binaries.took = time.Since(start)
 	})
 	switch {
-	case errors.Is(binaries.err, kapibin.ErrNotBuilt):
+	case errors.Is(binaries.err, k8sbin.ErrNotBuilt):
 		made := " (make test does)"
 		if advice != "make kapi" {
 			made = ""
 		}
 		t.Skipf("needs the Kubernetes programs: %v; run `%s` first%s, "+
 			"or set SVCPROXY_KAPI_BUILD=1 to build them here", binaries.err, advice, made)
-	case errors.Is(binaries.err, kapibin.ErrUnavailable):
+	case errors.Is(binaries.err, k8sbin.ErrUnavailable):
 		t.Skipf("needs the Kubernetes programs, which cannot be built here: %v", binaries.err)
 	case errors.Is(binaries.err, context.DeadlineExceeded):
 		t.Fatalf("build the Kubernetes programs: not done before the test's deadline (%v); "+

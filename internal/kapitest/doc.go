@@ -10,7 +10,7 @@
 // No controller-manager runs: nothing makes EndpointSlices, nothing finishes
 // deleting a namespace. Tests write the objects a controller would.
 //
-// The binaries come from package kapibin (built from the Go module proxy on
+// The binaries come from package k8sbin (built from the Go module proxy on
 // first use, then cached outside the repository). A test skips when they
 // cannot be built here: no go command or no module proxy.
 package kapitest

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/svcproxy/svcproxy/internal/kapitest/kapibin"
+	"github.com/svcproxy/svcproxy/internal/k8sbin"
 )
 
 // ServiceCIDR is the --service-cluster-ip-range: the test range for Service IPs.
@@ -47,7 +47,7 @@ type Server struct {
 	Client kubernetes.Interface
 
 	dir       string
-	bins      kapibin.Binaries
+	bins      k8sbin.Binaries
 	creds     *credentials
 	etcd      *process
 	etcdURL   string

@@ -22,7 +22,7 @@
 //
 // The versions are pinned by the nested modules beside this file
 // (apiserver/, etcd/, controlplane/, node/, conformance/); see README.md. The tests call the same code
-// (internal/kapitest/kapibin), so running this first only moves the cold build
+// (internal/k8sbin), so running this first only moves the cold build
 // out of the first test's time.
 package main
 
@@ -35,7 +35,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/svcproxy/svcproxy/internal/kapitest/kapibin"
+	"github.com/svcproxy/svcproxy/internal/k8sbin"
 )
 
 func main() {
@@ -46,10 +46,10 @@ func main() {
 	conformance := flag.Bool("conformance", false, "build e2e.test and agnhost as well (the conformance run)")
 	cachedOnly := flag.Bool("cached-only", false, "build nothing: print the cached programs, or exit 1")
 	flag.Parse()
-	bins, err := kapibin.Build(ctx, kapibin.Config{Log: os.Stderr, ControlPlane: !*apiOnly, Node: *node, Conformance: *conformance, CachedOnly: *cachedOnly})
+	bins, err := k8sbin.Build(ctx, k8sbin.Config{Log: os.Stderr, ControlPlane: !*apiOnly, Node: *node, Conformance: *conformance, CachedOnly: *cachedOnly})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kapi:", err)
-		if errors.Is(err, kapibin.ErrUnavailable) {
+		if errors.Is(err, k8sbin.ErrUnavailable) {
 			os.Exit(2)
 		}
 		os.Exit(1)

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/images"
 	"github.com/svcproxy/svcproxy/internal/kapitest"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/lab"
-	"github.com/svcproxy/svcproxy/test/images"
 )
 
 // conformanceMode is the one mode `make test` runs Kubernetes' conformance

@@ -19,11 +19,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/svcproxy/svcproxy/deploy/image"
+	"github.com/svcproxy/svcproxy/images"
 	"github.com/svcproxy/svcproxy/internal/kapitest"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/internal/nsenter"
 	"github.com/svcproxy/svcproxy/lab"
-	"github.com/svcproxy/svcproxy/test/images"
 )
 
 // TestRealNode brings up the lab with a real node (svclab up --kubelet):
@@ -134,7 +134,7 @@ func TestRealNode(t *testing.T) {
 func buildImages(t *testing.T, dir string, cfg images.Config, specs []images.Spec) {
 	t.Helper()
 	tmp := t.TempDir()
-	bins, err := image.BuildBinaries(tmp, "svcproxy", "clusterdns", "test/images/pause")
+	bins, err := image.BuildBinaries(tmp, "svcproxy", "clusterdns", "images/pause")
 	if err != nil {
 		t.Fatal(err)
 	}

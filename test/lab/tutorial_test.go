@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/images"
 	"github.com/svcproxy/svcproxy/internal/kapitest"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/internal/tutorial"
 	"github.com/svcproxy/svcproxy/kernel/ipvs"
 	"github.com/svcproxy/svcproxy/lab"
-	"github.com/svcproxy/svcproxy/test/images"
 )
 
 // tutorials is where the course lives, from this package's directory.

@@ -1,4 +1,4 @@
-package kapibin
+package k8sbin
 
 import (
 	"fmt"

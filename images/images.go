@@ -31,7 +31,7 @@ const (
 // Config says where the Go programs are. Both must be static.
 type Config struct {
 	Agnhost string // k8s.io/kubernetes/test/images/agnhost, CGO_ENABLED=0
-	Pause   string // ./test/images/pause, CGO_ENABLED=0
+	Pause   string // ./images/pause, CGO_ENABLED=0
 }
 
 // Spec is one image: its name, its archive's file name, how it is built.
@@ -73,7 +73,7 @@ func pause(cfg Config) (v1.Image, error) {
 	return root.Image(v1.Config{
 		Entrypoint: []string{"/pause"},
 		User:       "65535:65535",
-		Labels:     labels("pause", "pause.c's behaviour in Go (test/images/pause)"),
+		Labels:     labels("pause", "pause.c's behaviour in Go (images/pause)"),
 	})
 }
 
@@ -244,7 +244,7 @@ func addStatic(root *image.Root, src, p string) error {
 func labels(title, description string) map[string]string {
 	return map[string]string{
 		"org.opencontainers.image.title":       title,
-		"org.opencontainers.image.description": description + " (built by svcproxy's test/images for a node without a registry)",
+		"org.opencontainers.image.description": description + " (built by svcproxy's images package for a node without a registry)",
 	}
 }
 

@@ -1,4 +1,4 @@
-package kapibin
+package k8sbin
 
 import (
 	"bufio"
@@ -258,7 +258,7 @@ func compile(ctx context.Context, goCmd, modDir string, m module, version string
 	for _, p := range progs {
 		names, pkgs = append(names, p.out), append(pkgs, p.pkg)
 	}
-	fmt.Fprintf(log, "kapibin: building %s %s (a cold build takes minutes)\n", strings.Join(names, ", "), version)
+	fmt.Fprintf(log, "k8sbin: building %s %s (a cold build takes minutes)\n", strings.Join(names, ", "), version)
 	start := time.Now()
 	args := append(verb, "-trimpath")
 	if m.ldflags != nil {
@@ -269,7 +269,7 @@ func compile(ctx context.Context, goCmd, modDir string, m module, version string
 	if err != nil {
 		return fmt.Errorf("go %s %s@%s: %w\n%s", verb[0], strings.Join(pkgs, " "), version, err, b)
 	}
-	fmt.Fprintf(log, "kapibin: built %s in %s\n", strings.Join(names, ", "), time.Since(start).Round(time.Second))
+	fmt.Fprintf(log, "k8sbin: built %s in %s\n", strings.Join(names, ", "), time.Since(start).Round(time.Second))
 	return nil
 }
 
@@ -332,7 +332,7 @@ func lock(ctx context.Context, path string, log io.Writer) (unlock func(), err e
 	if err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
 		return func() { f.Close() }, nil
 	}
-	fmt.Fprintf(log, "kapibin: waiting for another process building into %s\n", strings.TrimSuffix(path, ".lock"))
+	fmt.Fprintf(log, "k8sbin: waiting for another process building into %s\n", strings.TrimSuffix(path, ".lock"))
 	// A blocking Flock cannot be cancelled; poll so that ctx can stop the wait.
 	tick := time.NewTicker(200 * time.Millisecond)
 	defer tick.Stop()

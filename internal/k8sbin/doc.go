@@ -1,4 +1,4 @@
-// Package kapibin builds the Kubernetes programs svcproxy's tests and lab run,
+// Package k8sbin builds the Kubernetes programs svcproxy's tests and lab run,
 // kube-apiserver and etcd, for the control-plane lab kube-controller-manager
 // and kubectl, for the real-node lab kubelet and kube-scheduler, and for the
 // conformance run Kubernetes' e2e.test and agnhost, from the Go module proxy,
@@ -23,4 +23,4 @@
 // while one of them builds. The package uses only the standard library, so
 // `go run ./test/kapi` (what test/kapi/build.sh and the Makefile use) starts
 // quickly.
-package kapibin
+package k8sbin

@@ -1,6 +1,6 @@
 // Command pause is the sandbox container of a pod, written in Go: what
 // Kubernetes' build/pause/linux/pause.c does, for the image
-// registry.k8s.io/pause that test/images builds. The C program is the only
+// registry.k8s.io/pause that package images builds. The C program is the only
 // pause in k8s.io/kubernetes (agnhost's "pause" subcommand neither reaps nor
 // exits 0), and this repository builds its programs with the go command
 // alone, so this is pause.c in Go:

@@ -2,11 +2,11 @@
 // (package images) as archives for `ctr -n k8s.io images import`, one per
 // image (`make e2e-images` runs it from the repository's root):
 //
-//	go run ./test/images/mkimages -o bin/e2e-images
+//	go run ./images/mkimages -o bin/e2e-images
 //	bin/e2e-images/pause.tar: registry.k8s.io/pause:3.10.2, 1.1 MB
 //	...
 //
-// It builds pause (./test/images/pause) static; agnhost comes from the
+// It builds pause (./images/pause) static; agnhost comes from the
 // cache of test/kapi (`make conformance-bins`) unless -agnhost names one.
 // Without agnhost, the images that need it are skipped, and it says so.
 package main
@@ -19,8 +19,8 @@ import (
 	"strings"
 
 	"github.com/svcproxy/svcproxy/deploy/image"
-	"github.com/svcproxy/svcproxy/internal/kapitest/kapibin"
-	"github.com/svcproxy/svcproxy/test/images"
+	"github.com/svcproxy/svcproxy/images"
+	"github.com/svcproxy/svcproxy/internal/k8sbin"
 )
 
 func main() {
@@ -40,13 +40,13 @@ func run(out, agnhost, only string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	bins, err := image.BuildBinaries(tmp, "test/images/pause")
+	bins, err := image.BuildBinaries(tmp, "images/pause")
 	if err != nil {
 		return err
 	}
 	cfg := images.Config{Pause: bins["pause"], Agnhost: agnhost}
 	if cfg.Agnhost == "" {
-		b, err := kapibin.Build(context.Background(), kapibin.Config{Conformance: true, CachedOnly: true})
+		b, err := k8sbin.Build(context.Background(), k8sbin.Config{Conformance: true, CachedOnly: true})
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "mkimages: no agnhost (%v): run `make conformance-bins` first, or pass -agnhost\n", err)
 		}

@@ -22,9 +22,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 
 	"github.com/svcproxy/svcproxy/deploy/image"
-	"github.com/svcproxy/svcproxy/internal/kapitest/kapibin"
+	"github.com/svcproxy/svcproxy/images"
+	"github.com/svcproxy/svcproxy/internal/k8sbin"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
-	"github.com/svcproxy/svcproxy/test/images"
 )
 
 // commands are what each image must run, found through PATH: what the
@@ -77,17 +77,17 @@ func archives(t *testing.T) (map[string]string, map[string]images.Spec) {
 			return
 		}
 		wd, _ := os.Getwd()
-		if built.err = os.Chdir(filepath.Join(wd, "..", "..")); built.err != nil {
+		if built.err = os.Chdir(filepath.Join(wd, "..")); built.err != nil {
 			return
 		}
-		bins, err := image.BuildBinaries(built.dir, "test/images/pause")
+		bins, err := image.BuildBinaries(built.dir, "images/pause")
 		os.Chdir(wd)
 		if err != nil {
 			built.err = err
 			return
 		}
 		cfg := images.Config{Pause: bins["pause"]}
-		if b, err := kapibin.Build(context.Background(), kapibin.Config{Conformance: true, CachedOnly: true}); err == nil {
+		if b, err := k8sbin.Build(context.Background(), k8sbin.Config{Conformance: true, CachedOnly: true}); err == nil {
 			cfg.Agnhost = b.Agnhost
 		} else {
 			built.skip = err.Error()
@@ -208,7 +208,7 @@ func TestRun(t *testing.T) {
 // own list, test/utils/image/manifest.go of the k8s.io/kubernetes version
 // test/kapi/conformance pins, when the module cache holds it.
 func TestRefsMatchKubernetes(t *testing.T) {
-	gomod, err := os.ReadFile(filepath.Join("..", "kapi", "conformance", "go.mod"))
+	gomod, err := os.ReadFile(filepath.Join("..", "test", "kapi", "conformance", "go.mod"))
 	if err != nil {
 		t.Fatal(err)
 	}

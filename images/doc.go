@@ -13,5 +13,5 @@
 // iproute2, glibc's getent), with the shared libraries ldd finds for them.
 // docs/kind.md lists each image, what is in it and how it differs.
 //
-//	go run ./test/images/mkimages -o bin/e2e-images    # make e2e-images
+//	go run ./images/mkimages -o bin/e2e-images    # make e2e-images
 package images

@@ -1,4 +1,4 @@
-package kapibin
+package k8sbin
 
 import (
 	"context"
@@ -62,7 +62,7 @@ func TestKubeLDFlags(t *testing.T) {
 // only a request for them fail, not one for the API server alone.
 func TestBuildCached(t *testing.T) {
 	cache := t.TempDir()
-	kapiDir := filepath.Join("..", "..", "..", "test", "kapi")
+	kapiDir := filepath.Join("..", "..", "test", "kapi")
 	key, versions, err := cacheKey(kapiDir, apiServerSet)
 	if err != nil {
 		t.Fatal(err)
