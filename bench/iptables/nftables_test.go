@@ -276,7 +276,6 @@ func BenchmarkDataPathInterleaved(b *testing.B) {
 // connsPerRound is about half a second of connections per row and round.
 const connsPerRound = 2000
 
-
 func fmtRatios(xs []float64) string {
 	s := make([]string, len(xs))
 	for i, x := range xs {
