@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/svcproxy/svcproxy/bench/report"
+	"github.com/svcproxy/svcproxy/bench/tcpload"
 )
 
 // rowFigures is one row of the report: its rates, the mean over the rounds
@@ -42,9 +43,9 @@ func newReport(res rounds) report.Report {
 		group string
 		rates func(rowFigures) []float64
 	}{
-		{fmt.Sprintf("new connections/s (connect, %d B request and answer, close; one at a time)", msgSize),
+		{fmt.Sprintf("new connections/s (connect, %d B request and answer, close; one at a time)", tcpload.MsgSize),
 			func(f rowFigures) []float64 { return f.ConnPerRound }},
-		{fmt.Sprintf("keep-alive requests/s (%d connections, %d B request and answer)", *workers, msgSize),
+		{fmt.Sprintf("keep-alive requests/s (%d connections, %d B request and answer)", *workers, tcpload.MsgSize),
 			func(f rowFigures) []float64 { return f.ReqPerRound }},
 	} {
 		g := report.Group{Name: load.group}
