@@ -9,7 +9,7 @@ import (
 	"net/netip"
 
 	"github.com/svcproxy/svcproxy/dataplane"
-	"github.com/svcproxy/svcproxy/dataplane/hybrid"
+	"github.com/svcproxy/svcproxy/hybrid"
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	"github.com/svcproxy/svcproxy/kernel/ipset"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
@@ -17,7 +17,6 @@ import (
 	"github.com/svcproxy/svcproxy/kernel/link"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
-	"github.com/svcproxy/svcproxy/offload"
 	offloadiptables "github.com/svcproxy/svcproxy/offload/iptables"
 	offloadipvs "github.com/svcproxy/svcproxy/offload/ipvs"
 	offloadnftables "github.com/svcproxy/svcproxy/offload/nftables"
@@ -107,7 +106,7 @@ func familyDataplane(cfg *Config, fam service.Family, mode, offloadMode string, 
 			Kernel: func(carried func(service.PortName) bool) (dataplane.KernelPath, error) {
 				return kernelPath(cfg, fam, offloadMode, ipt, lb, carried, log)
 			},
-			Promoter: offload.Config{PromoteConnRate: cfg.PromoteConnRate, PromoteAfter: cfg.PromoteAfter, DemoteAfter: cfg.DemoteAfter},
+			Promoter: hybrid.PromoterConfig{PromoteConnRate: cfg.PromoteConnRate, PromoteAfter: cfg.PromoteAfter, DemoteAfter: cfg.DemoteAfter},
 			Logger:   log.With("ipFamily", string(fam)),
 		})
 		if err != nil {
