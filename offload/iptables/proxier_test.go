@@ -374,7 +374,7 @@ func newFakePath(t *testing.T) st.Path {
 }
 
 func (fp *fakePath) Sync(t *testing.T, snap *service.Snapshot) { mustSync(t, fp.p, snap) }
-func (fp *fakePath) Restart(t *testing.T)                       { fp.p = newProxier(t, fp.f, nil) }
+func (fp *fakePath) Restart(t *testing.T)                      { fp.p = newProxier(t, fp.f, nil) }
 
 func (fp *fakePath) State(t *testing.T) string {
 	status, err := json.MarshalIndent(fp.p.Status(), "", "  ")
