@@ -56,14 +56,15 @@ var VariantPort = service.PortName{NamespacedName: service.NamespacedName{Namesp
 // with source ranges, a health check node port, ClientIP affinity,
 // externalTrafficPolicy Local, annotations) and every field no renderer reads
 // set too, on a node in zone-a. Its port p has four endpoints of every
-// condition, local and remote, hinted for zones and nodes; its second port, q,
+// condition, local and remote, hinted for zones, and all but one for nodes
+// too: zone hints are in force (service.Port.Categorize). Its second port, q,
 // makes p's place among them count. Each call returns a new one.
 func VariantBase() *service.Snapshot {
 	eps := []service.Endpoint{
 		Hinted(Endpoint("198.19.1.10:8080", ThisNode), ThisNode, "zone-a"),
 		Terminating(Hinted(Endpoint("198.19.1.11:8080", ThisNode), ThisNode, "zone-a")),
 		Hinted(Endpoint("198.19.1.130:8080", "node-b"), "node-b", "zone-a"),
-		Hinted(Endpoint("198.19.1.131:8080", "node-b"), "node-b", "zone-b"),
+		Hinted(Endpoint("198.19.1.131:8080", "node-b"), "", "zone-b"),
 	}
 	for i := range eps {
 		eps[i].Zone, eps[i].Hostname = "zone-a", fmt.Sprintf("web-%d", i)
