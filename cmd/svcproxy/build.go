@@ -86,7 +86,7 @@ func familyDataplane(cfg *Config, fam service.Family, mode, offloadMode string, 
 		if err != nil {
 			return nil, err
 		}
-		return userspace.NewDataplane(userspace.New(uc), 0), nil
+		return userspace.New(uc)
 	case dataplane.ModeNFTables, dataplane.ModeSocketLB:
 		dp, err := kernelPath(cfg, fam, mode, ipt, lb, nil, log)
 		if err != nil {
@@ -96,7 +96,7 @@ func familyDataplane(cfg *Config, fam service.Family, mode, offloadMode string, 
 			return dp, err
 		}
 		return localhost.New(localhost.Config{NFTables: dp, Family: fam, NodeName: cfg.NodeName,
-			ClusterCIDRs: cfg.ClusterCIDRs, ShutdownGrace: cfg.ShutdownGrace, Logger: log})
+			ClusterCIDR: cfg.clusterCIDR(fam), ShutdownGrace: cfg.ShutdownGrace, Logger: log})
 	case dataplane.ModeIPTables, dataplane.ModeIPVS:
 		return kernelPath(cfg, fam, mode, ipt, nil, nil, log)
 	case dataplane.ModeHybrid:
@@ -278,16 +278,13 @@ func userspaceConfig(cfg *Config, fam service.Family, ipt kiptables.Interface, l
 		return userspace.Config{}, fmt.Errorf("--proxy-port-range: %w", err)
 	}
 	return userspace.Config{
-		Family:         fam,
+		Node:           dataplane.Node{Family: fam, NodeName: cfg.NodeName, NodeIP: primaryNodeIP(cfg, fam), ClusterCIDR: cfg.clusterCIDR(fam)},
 		PortRange:      pr,
 		UDPIdleTimeout: cfg.UDPIdleTimeout,
 		UDPMaxSessions: cfg.UDPMaxSessions,
 		ShutdownGrace:  cfg.ShutdownGrace,
 		IPTables:       ipt,
 		Conntrack:      conntrack.Netlink{},
-		NodeName:       cfg.NodeName,
-		NodeIP:         primaryNodeIP(cfg, fam),
-		ClusterCIDRs:   cfg.ClusterCIDRs,
 		Logger:         log.With("component", "userspace"),
 	}, nil
 }
