@@ -251,23 +251,20 @@ func ipvsPath(cfg *Config, fam service.Family, ipt kiptables.Interface, carried 
 	if err != nil {
 		return nil, err
 	}
-	return offloadipvs.NewDataplane(offloadipvs.Config{
-		Family:        fam,
-		IPVS:          k,
-		Links:         links,
-		Scheduler:     cfg.IPVSScheduler,
-		NodeName:      cfg.NodeName,
-		NodeIPs:       nodeIPs,
-		IPTables:      ipt,
-		IPSets:        sets,
-		ClusterCIDR:   cfg.clusterCIDR(fam),
-		MasqueradeAll: cfg.MasqueradeAll,
-		Sysctls:       link.ProcSys{},
-		StrictARP:     cfg.IPVSStrictARP,
-		Select:        carried,
-		Conntrack:     conntrack.Netlink{},
-		Logger:        log.With("component", "ipvs", "ipFamily", string(fam)),
-	}, offloadipvs.DataplaneConfig{SyncPeriod: cfg.SyncPeriod})
+	return offloadipvs.New(offloadipvs.Config{
+		Node:       dataplane.Node{Family: fam, NodeName: cfg.NodeName, NodePortIPs: nodeIPs, ClusterCIDR: cfg.clusterCIDR(fam), MasqueradeAll: cfg.MasqueradeAll},
+		IPVS:       k,
+		Links:      links,
+		Scheduler:  cfg.IPVSScheduler,
+		IPTables:   ipt,
+		IPSets:     sets,
+		Sysctls:    link.ProcSys{},
+		StrictARP:  cfg.IPVSStrictARP,
+		Carries:    carried,
+		Conntrack:  conntrack.Netlink{},
+		Logger:     log.With("component", "ipvs", "ipFamily", string(fam)),
+		SyncPeriod: cfg.SyncPeriod,
+	})
 }
 
 // userspaceConfig is the userspace proxier of family fam: its listeners bind
@@ -355,7 +352,7 @@ func cleanupIPVS(ctx context.Context, cfg *Config, fam service.Family, ipt kipta
 	if err != nil {
 		return err
 	}
-	pc := offloadipvs.Config{Family: fam, IPVS: k, Links: links, NodeIPs: nodeIPs}
+	pc := offloadipvs.Config{Node: dataplane.Node{Family: fam, NodePortIPs: nodeIPs}, IPVS: k, Links: links}
 	if sets, err := ipset.New(); err == nil {
 		pc.IPTables, pc.IPSets = ipt, sets
 	}
