@@ -159,10 +159,7 @@ func TestOrderingSocketLB(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			return socklb.NewDataplane(socklb.DataplaneConfig{
-				Maps:   socklb.Config{LB: rec.lb, NodeName: "node-a", Include: include},
-				Beside: beside,
-			})
+			return socklb.New(socklb.Config{LB: rec.lb, Node: dataplane.Node{NodeName: "node-a"}, Carries: carried, Beside: beside})
 		},
 		Promoter:    PromoterConfig{PromoteConnRate: 1, PromoteAfter: time.Second, DemoteAfter: time.Second, Clock: clock},
 		SampleEvery: time.Hour, // the test steps by hand

@@ -396,20 +396,8 @@ func socketLBPath(cfg *Config, fam service.Family, lb *ksocklb.Kernel, carried f
 	if err != nil {
 		return nil, fmt.Errorf("nftables beside the socket LB: %w", err)
 	}
-	var include func(*service.Port) bool
-	if carried != nil {
-		include = func(p *service.Port) bool { return carried(p.Name) }
-	}
-	return socklb.NewDataplane(socklb.DataplaneConfig{
-		Maps: socklb.Config{
-			Family:   fam,
-			NodeName: cfg.NodeName,
-			LB:       lb,
-			Include:  include,
-		},
-		Beside:     beside,
-		SyncPeriod: cfg.SyncPeriod,
-	})
+	return socklb.New(socklb.Config{Node: dataplane.Node{Family: fam, NodeName: cfg.NodeName}, LB: lb, Carries: carried,
+		Beside: beside, SyncPeriod: cfg.SyncPeriod})
 }
 
 // host is what the flags say of this node, in both families.
