@@ -18,6 +18,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/svcproxy/svcproxy/deploy"
+	"github.com/svcproxy/svcproxy/lab/cluster"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // tokenDuration is how long the ServiceAccount tokens of svcproxy and
@@ -33,7 +35,7 @@ func (l *Lab) Client() (kubernetes.Interface, error) {
 	}
 	ns := l.nodeNS()
 	rc.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return dialIn(ctx, ns, network, addr)
+		return topology.DialIn(ctx, ns, network, addr)
 	}
 	rc.UserAgent = "svclab"
 	rc.QPS, rc.Burst = 50, 100
@@ -62,7 +64,7 @@ func (l *Lab) upControlPlane(ctx context.Context, cp ControlPlane, dns, proxy, m
 	if _, err := l.kubectlOut(ctx, nil, "apply", "--server-side", "-k", filepath.Join(deployDir, "lab")); err != nil {
 		return err
 	}
-	if _, err := l.kubectlOut(ctx, strings.NewReader(string(Cluster)), "apply", "--server-side", "-f", "-"); err != nil {
+	if _, err := l.kubectlOut(ctx, strings.NewReader(string(cluster.Objects)), "apply", "--server-side", "-f", "-"); err != nil {
 		return err
 	}
 	// The kubelet runs in the machine's own namespaces, as a kubelet does: in

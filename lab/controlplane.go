@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/k8sbin"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // ControlPlane are the programs of the control-plane lab.
@@ -197,7 +198,7 @@ func (l *Lab) apiserverArgs(pk *pki) []string {
 
 // serviceRanges is kube-apiserver's --service-cluster-ip-range: the Service
 // range of each of the lab's families.
-func serviceRanges(p *Plan) string {
+func serviceRanges(p *topology.Plan) string {
 	if p.DualStack() {
 		return p.ServiceCIDR.String() + "," + p.ServiceCIDR6.String()
 	}
@@ -219,7 +220,7 @@ func (l *Lab) waitFor(ctx context.Context, name string, pid int, check func(cont
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s: not ready after %s: %w%s", name, controlPlaneTimeout, err, l.logTail(name))
 		}
-		if waitExit(pid, 200*time.Millisecond) {
+		if topology.WaitExit(pid, 200*time.Millisecond) {
 			return fmt.Errorf("%s: exited while starting%s", name, l.logTail(name))
 		}
 	}
@@ -269,7 +270,7 @@ func (l *Lab) nodeTLS(tc *tls.Config) *http.Client {
 			DisableKeepAlives: true,
 			TLSClientConfig:   tc,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				return dialIn(ctx, l.nodeNS(), network, addr)
+				return topology.DialIn(ctx, l.nodeNS(), network, addr)
 			},
 		},
 	}

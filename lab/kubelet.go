@@ -25,11 +25,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
-)
 
-// PodPool is where pods beyond the Plan get their addresses, lowest free
-// first: web-3 after `kubectl scale statefulset web --replicas=4`.
-var PodPool = netip.MustParsePrefix("198.19.2.0/24")
+	"github.com/svcproxy/svcproxy/lab/topology"
+)
 
 // Kubelet plays the kubelet of the lab's one node, and its scheduler: it
 // registers the Node, binds every unscheduled pod to it, and for each pod
@@ -227,17 +225,17 @@ func (k *Kubelet) runningUID(host string) (types.UID, bool) {
 
 // claim gives a pod its lab host, and records it as running: the Plan's host,
 // for the pods it names, or a new one with the lowest free address of PodPool.
-func (k *Kubelet) claim(pod *corev1.Pod) (Host, error) {
+func (k *Kubelet) claim(pod *corev1.Pod) (topology.Host, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	name := podHostName(pod.Namespace, pod.Name)
 	h, ok := k.lab.cfg.Plan.Host(name)
-	if !ok || h.Role != RolePod {
+	if !ok || h.Role != topology.RolePod {
 		addr, err := k.freeAddr()
 		if err != nil {
-			return Host{}, err
+			return topology.Host{}, err
 		}
-		h = Host{Name: name, Role: RolePod, Addr: addr, Addr6: k.lab.cfg.Plan.IPv6Of(addr), NodeLink: nodeLinkName(name)}
+		h = topology.Host{Name: name, Role: topology.RolePod, Addr: addr, Addr6: k.lab.cfg.Plan.IPv6Of(addr), NodeLink: nodeLinkName(name)}
 	}
 	k.running[name] = pod.UID
 	k.addrs[name] = h.Addr
@@ -267,12 +265,12 @@ func (k *Kubelet) freeAddr() (netip.Addr, error) {
 	for _, a := range k.addrs {
 		used[a] = true
 	}
-	for a := PodPool.Addr().Next(); PodPool.Contains(a); a = a.Next() {
+	for a := topology.PodPool.Addr().Next(); topology.PodPool.Contains(a); a = a.Next() {
 		if a.As4()[3] >= 10 && !used[a] {
 			return a, nil
 		}
 	}
-	return netip.Addr{}, fmt.Errorf("no free address in %s", PodPool)
+	return netip.Addr{}, fmt.Errorf("no free address in %s", topology.PodPool)
 }
 
 // nodeLinkName is the node's end of a pod's veth pair: "veth-web-3", or, for
@@ -286,10 +284,10 @@ func nodeLinkName(host string) string {
 }
 
 // start makes h's namespace and link, its resolv.conf, and its server.
-func (k *Kubelet) start(ctx context.Context, h Host) error {
+func (k *Kubelet) start(ctx context.Context, h topology.Host) error {
 	p := k.lab.cfg.Plan
 	for _, argv := range p.HostCommands(h) {
-		if err := run(ctx, argv...); err != nil {
+		if err := topology.Run(ctx, argv...); err != nil {
 			return err
 		}
 	}
@@ -311,19 +309,19 @@ func (k *Kubelet) stop(host string) error {
 	k.mu.Unlock()
 	l := k.lab
 	if pid, ok := l.readPid("pod-"+host, host); ok {
-		if err := stopPids([]int{pid}, 5*time.Second); err != nil {
+		if err := topology.StopPids([]int{pid}, 5*time.Second); err != nil {
 			return err
 		}
 		l.reap()
 	}
 	ns := l.cfg.Plan.Namespace(host)
-	if _, err := os.Stat(filepath.Join(netnsDir, ns)); err == nil {
-		if err := run(context.Background(), "ip", "netns", "del", ns); err != nil {
+	if _, err := os.Stat(filepath.Join(topology.NetnsDir, ns)); err == nil {
+		if err := topology.Run(context.Background(), "ip", "netns", "del", ns); err != nil {
 			return err
 		}
 	}
-	os.RemoveAll(filepath.Join(etcNetnsDir, ns))
-	if err := l.removeHostCgroup(host); err != nil {
+	os.RemoveAll(filepath.Join(topology.EtcNetnsDir, ns))
+	if err := l.cg.RemoveHost(host); err != nil {
 		return err
 	}
 	os.Remove(l.pidPath("pod-" + host))
@@ -333,7 +331,7 @@ func (k *Kubelet) stop(host string) error {
 
 // reportRunning writes what the kubelet reports once a pod's containers run:
 // phase Running, the pod's and the node's addresses, and every condition true.
-func (k *Kubelet) reportRunning(ctx context.Context, pod *corev1.Pod, h Host) error {
+func (k *Kubelet) reportRunning(ctx context.Context, pod *corev1.Pod, h topology.Host) error {
 	now := metav1.Now()
 	node := k.lab.cfg.Plan.Node
 	hostIPs := []corev1.HostIP{{IP: node.Addr.String()}}
@@ -428,7 +426,7 @@ func (l *Lab) podRecordPath(host string) string {
 	return filepath.Join(l.cfg.StateDir, "pods", host+".json")
 }
 
-func (l *Lab) writePodRecord(h Host) error {
+func (l *Lab) writePodRecord(h topology.Host) error {
 	b, err := json.Marshal(h)
 	if err != nil {
 		return err
@@ -439,22 +437,22 @@ func (l *Lab) writePodRecord(h Host) error {
 	return os.WriteFile(l.podRecordPath(h.Name), b, 0o644)
 }
 
-func (l *Lab) podRecord(host string) (Host, bool) {
+func (l *Lab) podRecord(host string) (topology.Host, bool) {
 	b, err := os.ReadFile(l.podRecordPath(host))
 	if err != nil {
-		return Host{}, false
+		return topology.Host{}, false
 	}
-	var h Host
+	var h topology.Host
 	if json.Unmarshal(b, &h) != nil {
-		return Host{}, false
+		return topology.Host{}, false
 	}
 	return h, true
 }
 
 // podRecords are the hosts the kubelet runs now.
-func (l *Lab) podRecords() []Host {
+func (l *Lab) podRecords() []topology.Host {
 	files, _ := filepath.Glob(filepath.Join(l.cfg.StateDir, "pods", "*.json"))
-	var hosts []Host
+	var hosts []topology.Host
 	for _, f := range files {
 		if h, ok := l.podRecord(strings.TrimSuffix(filepath.Base(f), ".json")); ok {
 			hosts = append(hosts, h)

@@ -13,6 +13,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/svcproxy/svcproxy/lab/cluster"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // DefaultStateDir holds the lab's pid files, logs and manifests while it is up.
@@ -37,7 +40,7 @@ const (
 // default lab.
 type Config struct {
 	// Plan is the topology; nil is DefaultPlan.
-	Plan *Plan
+	Plan *topology.Plan
 	// Manifests are written to the state directory for svcproxy and clusterdns;
 	// nil is the embedded manifests.yaml.
 	Manifests []byte
@@ -71,9 +74,9 @@ type Lab struct {
 	// concurrent `svclab up` does not pull the lab from under the demo.
 	inDemo bool
 
-	// cgroupName is the lab's cgroup root in every hierarchy: cgroupRoot,
-	// another name only in tests that must not meet a running lab's.
-	cgroupName string
+	// cg is the lab's cgroup root in every hierarchy, and its cgroup2
+	// subtree.
+	cg *topology.Cgroups
 
 	mu       sync.Mutex
 	children []*exec.Cmd // started by this process, reaped by it
@@ -82,13 +85,13 @@ type Lab struct {
 // New returns a Lab with cfg's zero fields filled in.
 func New(cfg Config) (*Lab, error) {
 	if cfg.Plan == nil {
-		cfg.Plan = DefaultPlan()
+		cfg.Plan = topology.DefaultPlan()
 	}
 	if err := cfg.Plan.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Manifests == nil {
-		cfg.Manifests = Manifests
+		cfg.Manifests = cluster.Manifests
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = DefaultStateDir
@@ -109,11 +112,11 @@ func New(cfg Config) (*Lab, error) {
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
 	}
-	return &Lab{cfg: cfg, cgroupName: cgroupRoot}, nil
+	return &Lab{cfg: cfg, cg: topology.NewCgroups(cfg.StateDir, topology.CgroupRoot)}, nil
 }
 
 // Plan is the lab's topology.
-func (l *Lab) Plan() *Plan { return l.cfg.Plan }
+func (l *Lab) Plan() *topology.Plan { return l.cfg.Plan }
 
 // ManifestsPath is the --services file of svcproxy and clusterdns.
 func (l *Lab) ManifestsPath() string { return filepath.Join(l.cfg.StateDir, "services.yaml") }
@@ -218,7 +221,7 @@ func (l *Lab) command(ctx context.Context, host string, argv []string) (cmd *exe
 	}
 	ns := l.cfg.Plan.Namespace(host)
 	cmd = exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, argv...)...)
-	release, err = l.placeInCgroup(cmd, h)
+	release, err = l.cg.Place(cmd, h)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -236,7 +239,7 @@ func checkMode(mode string) error {
 // checkUp says when host's namespace is missing.
 func (l *Lab) checkUp(host string) error {
 	ns := l.cfg.Plan.Namespace(host)
-	if _, err := os.Stat(filepath.Join(netnsDir, ns)); err != nil {
+	if _, err := os.Stat(filepath.Join(topology.NetnsDir, ns)); err != nil {
 		return fmt.Errorf("host %s: no namespace %s: the lab is not up (svclab up)", host, ns)
 	}
 	return nil
@@ -244,7 +247,7 @@ func (l *Lab) checkUp(host string) error {
 
 // host finds a lab host by name: in the Plan, or among the pods the
 // control-plane lab's kubelet runs.
-func (l *Lab) host(name string) (Host, bool) {
+func (l *Lab) host(name string) (topology.Host, bool) {
 	if h, ok := l.cfg.Plan.Host(name); ok {
 		return h, true
 	}
@@ -272,13 +275,4 @@ func (l *Lab) names() map[netip.Addr]string {
 		m[h.Addr] = h.Name
 	}
 	return m
-}
-
-// run runs one setup command, returning its output in the error.
-func run(ctx context.Context, argv ...string) error {
-	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
 }

@@ -15,13 +15,14 @@ import (
 	"github.com/miekg/dns"
 
 	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // readyTimeout bounds how long a lab process may take to start serving.
 const readyTimeout = 30 * time.Second
 
 // startPod starts `svclab pod` in h's namespace and waits for its ready line.
-func (l *Lab) startPod(ctx context.Context, h Host) error {
+func (l *Lab) startPod(ctx context.Context, h topology.Host) error {
 	name := "pod-" + h.Name
 	argv := []string{l.cfg.Self, "pod", "--name", h.Name, "--ready-fd", "3"}
 	if len(h.TCP) > 0 {
@@ -35,7 +36,7 @@ func (l *Lab) startPod(ctx context.Context, h Host) error {
 		return err
 	}
 	defer ready.Close()
-	_ = ready.SetReadDeadline(time.Now().Add(patient(readyTimeout)))
+	_ = ready.SetReadDeadline(time.Now().Add(topology.Patient(readyTimeout)))
 	// The child writes one line once its ports are bound; EOF means it died.
 	line, err := bufio.NewReader(ready).ReadString('\n')
 	if err != nil || strings.TrimSpace(line) != "ready" {
@@ -79,7 +80,7 @@ func (l *Lab) startDNS(ctx context.Context, bin string) error {
 	q := new(dns.Msg)
 	q.SetQuestion("kube-dns.kube-system.svc.cluster.local.", dns.TypeA)
 	return l.waitReady(ctx, "clusterdns", cmd.Process.Pid, func(ctx context.Context) error {
-		c, err := dialIn(ctx, l.nodeNS(), "udp", l.dnsListen())
+		c, err := topology.DialIn(ctx, l.nodeNS(), "udp", l.dnsListen())
 		if err != nil {
 			return err
 		}
@@ -118,11 +119,11 @@ func (l *Lab) source(user string) ([]string, error) {
 // nodeHTTP is an HTTP client whose connections start inside the node.
 func (l *Lab) nodeHTTP() *http.Client {
 	return &http.Client{
-		Timeout: patient(2 * time.Second),
+		Timeout: topology.Patient(2 * time.Second),
 		Transport: &http.Transport{
 			DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				return dialIn(ctx, l.nodeNS(), network, addr)
+				return topology.DialIn(ctx, l.nodeNS(), network, addr)
 			},
 		},
 	}
@@ -178,9 +179,9 @@ func (l *Lab) startProxy(ctx context.Context, bin, mode string) error {
 	}
 	if mode == "socklb" || (mode == "hybrid" && st.Offload == "socklb") {
 		// The socket LB attaches at the lab's cgroup2 subtree, where every
-		// pod's and the client's processes run (cgroup.go), as Cilium
+		// pod's and the client's processes run (topology/cgroup.go), as Cilium
 		// attaches at a node's cgroup2 root.
-		subtree, err := l.CgroupSubtree()
+		subtree, err := l.cg.Subtree()
 		if err != nil {
 			return err
 		}
@@ -222,7 +223,7 @@ func (l *Lab) clusterCIDRs() string {
 // readyTimeout passes. Between tries it waits on the process's exit, so a
 // crash is seen at once.
 func (l *Lab) waitReady(ctx context.Context, name string, pid int, check func(context.Context) error) error {
-	deadline := time.Now().Add(patient(readyTimeout))
+	deadline := time.Now().Add(topology.Patient(readyTimeout))
 	for {
 		err := check(ctx)
 		if err == nil {
@@ -232,9 +233,9 @@ func (l *Lab) waitReady(ctx context.Context, name string, pid int, check func(co
 			return ctx.Err()
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not ready after %s: %w%s", name, patient(readyTimeout), err, l.logTail(name))
+			return fmt.Errorf("%s: not ready after %s: %w%s", name, topology.Patient(readyTimeout), err, l.logTail(name))
 		}
-		if waitExit(pid, 100*time.Millisecond) {
+		if topology.WaitExit(pid, 100*time.Millisecond) {
 			return fmt.Errorf("%s: exited while starting%s", name, l.logTail(name))
 		}
 	}
@@ -249,7 +250,7 @@ func (l *Lab) StopProxy(ctx context.Context) error {
 		return err
 	}
 	if pid, ok := l.readPid("svcproxy", l.cfg.Plan.Node.Name); ok {
-		if err := stopPids([]int{pid}, 15*time.Second); err != nil {
+		if err := topology.StopPids([]int{pid}, 15*time.Second); err != nil {
 			return fmt.Errorf("stop svcproxy: %w", err)
 		}
 		l.reap()

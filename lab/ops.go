@@ -12,6 +12,9 @@ import (
 	"net/netip"
 	"os/exec"
 	"strings"
+
+	"github.com/svcproxy/svcproxy/lab/pods"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // TrafficOptions are the flags of `svclab traffic`.
@@ -33,15 +36,15 @@ type TrafficOptions struct {
 	// OnEvent, when set, is called with each of the probe's events as it
 	// arrives (from Traffic's goroutine): what `svclab web` draws its
 	// timeline from while the requests run.
-	OnEvent func(Event) `json:"-"`
+	OnEvent func(pods.Event) `json:"-"`
 }
 
 // Traffic sends opts.N requests to opts.Target from the client (a Probe run
 // as `svclab probe` inside the client's namespace, so it resolves names with
 // the client's resolv.conf), shows their progress, then writes a table and a
 // bar chart of the answers to Stdout. The Tally is returned for checks.
-func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) {
-	target, err := ParseTarget(opts.Target)
+func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*pods.Tally, error) {
+	target, err := pods.ParseTarget(opts.Target)
 	if err != nil {
 		return nil, err
 	}
@@ -78,14 +81,14 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 	if err != nil {
 		return nil, err
 	}
-	t := &Tally{Target: opts.Target}
+	t := &pods.Tally{Target: opts.Target}
 	tl := l.timeline(from, false)
 	var lookupErr string
-	var held []Event // the held connection's two requests (Hold)
+	var held []pods.Event // the held connection's two requests (Hold)
 	named := false
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
-		var ev Event
+		var ev pods.Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			continue
 		}
@@ -114,7 +117,7 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 			}
 		}
 		if l.cfg.Progress && ev.Seq > 0 {
-			fmt.Fprintf(l.cfg.Stdout, "\r%s", Progress(t.Total, opts.N, 40))
+			fmt.Fprintf(l.cfg.Stdout, "\r%s", pods.Progress(t.Total, opts.N, 40))
 		}
 	}
 	werr := cmd.Wait()
@@ -127,7 +130,7 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 	if l.cfg.Progress {
 		fmt.Fprintln(l.cfg.Stdout)
 	} else {
-		fmt.Fprintln(l.cfg.Stdout, Progress(t.Total, opts.N, 40))
+		fmt.Fprintln(l.cfg.Stdout, pods.Progress(t.Total, opts.N, 40))
 	}
 	fmt.Fprintln(l.cfg.Stdout)
 	if err := t.WriteTable(l.cfg.Stdout, l.names()); err != nil {
@@ -153,13 +156,13 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 // writeHeld reports the held connection's two requests (TrafficOptions.Hold)
 // and fails when the connection did not survive: the second request failed,
 // or went over a new connection.
-func (l *Lab) writeHeld(held []Event, tl *Timeline) error {
+func (l *Lab) writeHeld(held []pods.Event, tl *pods.Timeline) error {
 	w := l.cfg.Stdout
 	if len(held) != 2 {
 		return fmt.Errorf("the held connection: %d of its 2 requests reported", len(held))
 	}
 	names := l.names()
-	path := func(ev Event) string {
+	path := func(ev pods.Event) string {
 		host, _, err := net.SplitHostPort(ev.From)
 		ip, perr := netip.ParseAddr(host)
 		switch {
@@ -203,20 +206,20 @@ func (l *Lab) writeHeld(held []Event, tl *Timeline) error {
 
 // timeline is an empty Timeline for requests sent from host from, over
 // IPv6 or IPv4.
-func (l *Lab) timeline(from string, ipv6 bool) *Timeline {
+func (l *Lab) timeline(from string, ipv6 bool) *pods.Timeline {
 	p := l.cfg.Plan
 	h, _ := l.host(from)
 	if ipv6 {
-		return &Timeline{
+		return &pods.Timeline{
 			Sender:      h.Addr6,
 			Node:        p.Node.Addr6,
-			Masqueraded: h.Role == RolePod || !p.ClusterCIDR6.Contains(h.Addr6),
+			Masqueraded: h.Role == topology.RolePod || !p.ClusterCIDR6.Contains(h.Addr6),
 		}
 	}
-	return &Timeline{
+	return &pods.Timeline{
 		Sender:      h.Addr,
 		Node:        p.Node.Addr,
-		Masqueraded: h.Role == RolePod || !p.ClusterCIDR.Contains(h.Addr),
+		Masqueraded: h.Role == topology.RolePod || !p.ClusterCIDR.Contains(h.Addr),
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	yaml "go.yaml.in/yaml/v3"
+
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // Conditions are an endpoint's conditions in an EndpointSlice, what the
@@ -43,7 +45,7 @@ func (l *Lab) SetPodConditions(ctx context.Context, name string, c Conditions) (
 		return 0, 0, errors.New("the lab runs a control plane: the EndpointSlice controller writes the slices from the pods (svclab pod NAME --ready=BOOL sets a pod's readiness; svclab kubectl delete pod NAME deletes it)")
 	}
 	h, ok := l.cfg.Plan.Host(name)
-	if !ok || h.Role != RolePod {
+	if !ok || h.Role != topology.RolePod {
 		return 0, 0, fmt.Errorf("pod %q: no such pod (the lab's pods: %s)", name, podNames(l.cfg.Plan))
 	}
 	path := l.ManifestsPath()
@@ -77,7 +79,7 @@ func (l *Lab) SetPodConditions(ctx context.Context, name string, c Conditions) (
 	return n, changed, l.WaitApplied(ctx, written, synced)
 }
 
-func podNames(p *Plan) string {
+func podNames(p *topology.Plan) string {
 	var s string
 	for i, h := range p.Pods() {
 		if i > 0 {
@@ -229,14 +231,14 @@ func (l *Lab) HasControlPlane() (bool, error) {
 // refused.
 func (l *Lab) KillPod(ctx context.Context, name string) error {
 	h, ok := l.host(name)
-	if !ok || h.Role != RolePod {
+	if !ok || h.Role != topology.RolePod {
 		return fmt.Errorf("pod %q: no such pod", name)
 	}
 	pid, ok := l.readPid("pod-"+name, name)
 	if !ok {
 		return fmt.Errorf("pod %s: its server is not running (svclab pod %s --start starts it)", name, name)
 	}
-	if err := stopPids([]int{pid}, 5*time.Second); err != nil {
+	if err := topology.StopPids([]int{pid}, 5*time.Second); err != nil {
 		return fmt.Errorf("pod %s: %w", name, err)
 	}
 	l.reap()
@@ -246,7 +248,7 @@ func (l *Lab) KillPod(ctx context.Context, name string) error {
 // StartPod starts pod name's server again after KillPod.
 func (l *Lab) StartPod(ctx context.Context, name string) error {
 	h, ok := l.host(name)
-	if !ok || h.Role != RolePod {
+	if !ok || h.Role != topology.RolePod {
 		return fmt.Errorf("pod %q: no such pod", name)
 	}
 	if _, ok := l.readPid("pod-"+name, name); ok {

@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/svcproxy/svcproxy/deploy"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // nodeReadyTimeout bounds the real node's start: containerd, the kubelet's
@@ -83,15 +83,15 @@ func (l *Lab) upRealNode(ctx context.Context, cp ControlPlane, rn RealNode, mode
 func (l *Lab) upNodeAndClient(ctx context.Context) error {
 	p := l.cfg.Plan
 	cmds := p.NodeCommands()
-	var others []Host
+	var others []topology.Host
 	for _, h := range p.Hosts {
-		if h.Role != RolePod {
+		if h.Role != topology.RolePod {
 			cmds = append(cmds, p.HostCommands(h)...)
 			others = append(others, h)
 		}
 	}
 	for _, argv := range append(cmds, p.ServiceRouteCommands()...) {
-		if err := run(ctx, argv...); err != nil {
+		if err := topology.Run(ctx, argv...); err != nil {
 			return err
 		}
 	}
@@ -116,7 +116,7 @@ func (l *Lab) startNodeRuntime(ctx context.Context, rn RealNode) error {
 	// Pods behind the bridge answer Services' clients over it; only with
 	// br_netfilter do those replies pass the node's conntrack, which undoes
 	// the DNAT (per network namespace on this kernel).
-	if err := run(ctx, "ip", "netns", "exec", l.nodeNS(), "sysctl", "-qw",
+	if err := topology.Run(ctx, "ip", "netns", "exec", l.nodeNS(), "sysctl", "-qw",
 		"net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1"); err != nil {
 		return err
 	}
@@ -126,12 +126,12 @@ func (l *Lab) startNodeRuntime(ctx context.Context, rn RealNode) error {
 	}
 	sock := filepath.Join(f.run, strings.TrimPrefix(containerdSocket, "/run/"))
 	if err := l.waitFor(ctx, "containerd", ctrd.Process.Pid, func(context.Context) error {
-		return run(ctx, l.inNode(ctrBin, "--address", containerdSocket, "version")...)
+		return topology.Run(ctx, l.inNode(ctrBin, "--address", containerdSocket, "version")...)
 	}); err != nil {
 		return fmt.Errorf("%w (socket %s)", err, sock)
 	}
 	for _, img := range rn.Images {
-		if err := run(ctx, l.inNode(ctrBin, "--address", containerdSocket, "-n", "k8s.io", "images", "import", "--all-platforms", img)...); err != nil {
+		if err := topology.Run(ctx, l.inNode(ctrBin, "--address", containerdSocket, "-n", "k8s.io", "images", "import", "--all-platforms", img)...); err != nil {
 			return fmt.Errorf("import %s: %w", img, err)
 		}
 	}
@@ -150,7 +150,7 @@ func (l *Lab) startNodeRuntime(ctx context.Context, rn RealNode) error {
 // inNode is argv run in the node: its network namespace and the real
 // node's mount namespace.
 func (l *Lab) inNode(argv ...string) []string {
-	return append([]string{"nsenter", "--mount=" + l.nodeFiles().pin, "--net=" + filepath.Join(netnsDir, l.nodeNS()), "--"}, argv...)
+	return append([]string{"nsenter", "--mount=" + l.nodeFiles().pin, "--net=" + filepath.Join(topology.NetnsDir, l.nodeNS()), "--"}, argv...)
 }
 
 // writeNodeFiles writes the configuration of containerd, the kubelet and
@@ -194,48 +194,12 @@ func (l *Lab) writeNodeFiles(f nodeFiles) error {
 	if err := writeKubeconfig(f.kubeconfig, apiserverURL, caPEM, user, strings.TrimSpace(string(tok))); err != nil {
 		return err
 	}
-	for _, c := range l.cgroups() {
-		if err := os.MkdirAll(filepath.Join(c.point, l.cgroupName), 0o755); err != nil {
+	for _, c := range l.cg.Machine() {
+		if err := os.MkdirAll(filepath.Join(c.Point, l.cg.Name()), 0o755); err != nil {
 			return fmt.Errorf("cgroup root: %w", err)
 		}
 	}
 	return nil
-}
-
-// cgroups are the machine's cgroup hierarchies, as the machine mounts them:
-// the lab's own cgroup2 mount (cgroup.go) left out.
-func (l *Lab) cgroups() []cgroupMount {
-	var out []cgroupMount
-	for _, m := range l.mounts() {
-		if m.point != l.privateCgroup2() {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// mounts are every cgroup mount this process sees.
-func (l *Lab) mounts() []cgroupMount {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	return cgroupMounts(bytes.NewReader(b))
-}
-
-// hierarchies are the cgroup hierarchies mounted, each once (the machine's
-// mount first, the lab's cgroup2 mount when the machine mounts none): to
-// walk every cgroup directory of the lab once.
-func (l *Lab) hierarchies() []cgroupMount {
-	seen := map[string]bool{}
-	var out []cgroupMount
-	for _, m := range append(l.cgroups(), l.mounts()...) {
-		if !seen[m.dev] && m.root == "/" {
-			seen[m.dev] = true
-			out = append(out, m)
-		}
-	}
-	return out
 }
 
 // makeNodeMountNS makes the node's mount namespace and keeps it with a bind
@@ -252,12 +216,12 @@ func (l *Lab) makeNodeMountNS(ctx context.Context, f nodeFiles) error {
 		{"mount", "--make-private", dir},
 		{"unshare", "--mount=" + f.pin, "--propagation", "private", "true"},
 	} {
-		if err := run(ctx, argv...); err != nil {
+		if err := topology.Run(ctx, argv...); err != nil {
 			return err
 		}
 	}
-	for _, argv := range f.mountCommands(l.cgroups(), l.cfg.StateDir) {
-		if err := run(ctx, l.inNode(argv...)...); err != nil {
+	for _, argv := range f.mountCommands(l.cg.Machine(), l.cfg.StateDir) {
+		if err := topology.Run(ctx, l.inNode(argv...)...); err != nil {
 			return err
 		}
 	}
@@ -342,15 +306,15 @@ func (l *Lab) poll(ctx context.Context, what string, timeout time.Duration, chec
 // kubelet's cgroupfs driver names the cgroup pod<UID>).
 func (l *Lab) PodNetNS(uid string) (string, error) {
 	want := "pod" + uid
-	for _, d := range l.cgroupDirs() {
+	for _, d := range l.cg.Dirs() {
 		if filepath.Base(d) != want {
 			continue
 		}
-		if pids := treePids(d); len(pids) > 0 {
+		if pids := topology.TreePids(d); len(pids) > 0 {
 			return fmt.Sprintf("/proc/%d/ns/net", pids[0]), nil
 		}
 	}
-	return "", fmt.Errorf("pod %s: no process in a cgroup %s under /%s", uid, want, cgroupRoot)
+	return "", fmt.Errorf("pod %s: no process in a cgroup %s under /%s", uid, want, topology.CgroupRoot)
 }
 
 // setRealNodeMode switches the real node's svcproxy to mode as one would on

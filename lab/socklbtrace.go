@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // traceSocketLB is `svclab trace` in socklb mode, before any rule: a
@@ -23,8 +24,8 @@ import (
 // the node's rules, which the caller walks.
 func (l *Lab) traceSocketLB(ctx context.Context, w io.Writer, pkt tracePacket, opts TraceOptions, rep *TraceReport) (done bool, err error) {
 	h, _ := l.host(opts.From)
-	subtree, _ := l.CgroupSubtree()
-	if pkt.local || !inSubtree(h) {
+	subtree, _ := l.cg.Subtree()
+	if pkt.local || !topology.InSubtree(h) {
 		para(w, fmt.Sprintf("%s's processes are not in the lab's cgroup2 subtree (%s), where the socket LB is attached: no socket hook runs for them, and their packets meet the node's rules, the nftables path beside the socket LB.", h.Name, subtree))
 		fmt.Fprintln(w)
 		return false, nil
@@ -45,8 +46,8 @@ func (l *Lab) traceSocketLB(ctx context.Context, w io.Writer, pkt tracePacket, o
 	// entry the client's earlier connections left is found and aged as the
 	// program would; socket cookie 0 stands for the new socket (the kernel
 	// numbers sockets from 1).
-	client := ksocklb.Client{NetnsCookie: netnsCookie(l.cfg.Plan.Namespace(h.Name)), Random: uint32(opts.Pick), Now: dump.Now}
-	para(w, fmt.Sprintf("%s's processes run in %s, below the lab's cgroup2 subtree where the socket LB is attached: connect() runs its program before any packet is sent. The program, over the maps as the kernel holds them now (%s; socket cookie 0 stands for the new socket, random %d for bpf_get_prandom_u32: --pick N picks slot N):", h.Name, subtree+"/"+podCgroups+"/"+h.Name, l.socketLBPinPath(), opts.Pick))
+	client := ksocklb.Client{NetnsCookie: topology.NetnsCookie(l.cfg.Plan.Namespace(h.Name)), Random: uint32(opts.Pick), Now: dump.Now}
+	para(w, fmt.Sprintf("%s's processes run in %s, below the lab's cgroup2 subtree where the socket LB is attached: connect() runs its program before any packet is sent. The program, over the maps as the kernel holds them now (%s; socket cookie 0 stands for the new socket, random %d for bpf_get_prandom_u32: --pick N picks slot N):", h.Name, subtree+"/"+topology.PodCgroups+"/"+h.Name, l.socketLBPinPath(), opts.Pick))
 	fmt.Fprintln(w)
 	to, tr := f.Connect(client, proto, pkt.dst)
 	for _, st := range tr.Steps {

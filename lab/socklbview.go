@@ -13,8 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/svcproxy/svcproxy/internal/nsenter"
 	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
+	"github.com/svcproxy/svcproxy/lab/topology"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -134,7 +134,7 @@ const maxRevNAT = 6
 // newest few reverse entries.
 func (l *Lab) formatSocketLB(d ksocklb.Dump, cookies map[uint64]string) string {
 	var b strings.Builder
-	subtree, _ := l.CgroupSubtree()
+	subtree, _ := l.cg.Subtree()
 	fmt.Fprintf(&b, "\n# socket LB: connect4/6, sendmsg4/6, recvmsg4/6, getpeername4/6 attached at %s;\n", subtree)
 	fmt.Fprintf(&b, "# its maps, pinned in %s\n", l.socketLBPinPath())
 	b.WriteString("services: (VIP, port, protocol) -> id, backends by slot\n")
@@ -187,28 +187,9 @@ func (l *Lab) formatSocketLB(d ksocklb.Dump, cookies map[uint64]string) string {
 func (l *Lab) hostCookies() map[uint64]string {
 	out := map[uint64]string{}
 	for _, h := range l.cfg.Plan.Hosts {
-		if c := netnsCookie(l.cfg.Plan.Namespace(h.Name)); c != 0 {
+		if c := topology.NetnsCookie(l.cfg.Plan.Namespace(h.Name)); c != 0 {
 			out[c] = h.Name
 		}
 	}
 	return out
-}
-
-// netnsCookie is what bpf_get_netns_cookie returns for a socket of
-// namespace ns: the kernel's cookie of that network namespace
-// (SO_NETNS_COOKIE, Linux 5.14), the key of the socket LB's ClientIP
-// affinity. 0 if it cannot be read.
-func netnsCookie(ns string) uint64 {
-	var cookie uint64
-	_ = nsenter.Run(filepath.Join(netnsDir, ns), func() error {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(fd)
-		v, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
-		cookie = v
-		return err
-	})
-	return cookie
 }

@@ -11,6 +11,7 @@ import (
 
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
+	"github.com/svcproxy/svcproxy/lab/topology"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -222,7 +223,7 @@ func (l *Lab) tracePacket(snap *service.Snapshot, opts TraceOptions) (tracePacke
 	if !ok {
 		return tracePacket{}, nil, fmt.Errorf("host %q: no such lab host (want one of %s)", opts.From, strings.Join(l.hostNames(), ", "))
 	}
-	pkt := tracePacket{proto: "tcp", src: h.Addr, fromName: h.Name, inIface: h.NodeLink, local: h.Role == RoleNode, node: snap.Node()}
+	pkt := tracePacket{proto: "tcp", src: h.Addr, fromName: h.Name, inIface: h.NodeLink, local: h.Role == topology.RoleNode, node: snap.Node()}
 	rest := opts.Target
 	scheme, after, hasScheme := strings.Cut(rest, "://")
 	if hasScheme {

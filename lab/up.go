@@ -12,7 +12,13 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
+
+// errRealNodeSocketLB refuses --mode socklb on the real node, whose pods are
+// started by containerd, not born in the lab's subtree.
+var errRealNodeSocketLB = errors.New("mode socklb: not on the real node: its pods' processes are in the kubelet's cgroups, not in the lab's cgroup2 subtree, and svcproxy's DaemonSet mounts no cgroup2 to attach to")
 
 // UpOptions say what `svclab up` builds.
 type UpOptions struct {
@@ -35,7 +41,7 @@ func (l *Lab) Up(ctx context.Context, mode string) error {
 }
 
 // UpWith builds the lab: it removes what a crashed run left behind, makes
-// the lab's cgroup2 subtree (cgroup.go), creates the namespaces and links of
+// the lab's cgroup2 subtree (topology/cgroup.go), creates the namespaces and links of
 // the Plan, writes the pods' resolv.conf, starts a Pod server in each pod (in
 // the pod's cgroup), then clusterdns and svcproxy in the node, and returns
 // once each answers. With a control plane, the pods are the
@@ -46,7 +52,7 @@ func (l *Lab) UpWith(ctx context.Context, opts UpOptions) error {
 	if err := checkMode(mode); err != nil {
 		return err
 	}
-	if s, err := l.readState(); err == nil && s.Demo != 0 && s.Demo != os.Getpid() && alive(s.Demo) {
+	if s, err := l.readState(); err == nil && s.Demo != 0 && s.Demo != os.Getpid() && topology.Alive(s.Demo) {
 		return fmt.Errorf("svclab demo (pid %d) is using the lab; wait for it to end", s.Demo)
 	}
 	if opts.RealNode != nil {
@@ -66,7 +72,7 @@ func (l *Lab) UpWith(ctx context.Context, opts UpOptions) error {
 	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
 		return err
 	}
-	if err := l.makeCgroupSubtree(); err != nil {
+	if err := l.cg.MakeSubtree(); err != nil {
 		return err
 	}
 	if err := l.mountBPFFS(); err != nil {
@@ -91,7 +97,7 @@ func (l *Lab) UpWith(ctx context.Context, opts UpOptions) error {
 	}
 	p := l.cfg.Plan
 	for _, argv := range p.Commands() {
-		if err := run(ctx, argv...); err != nil {
+		if err := topology.Run(ctx, argv...); err != nil {
 			return err
 		}
 	}
@@ -126,7 +132,7 @@ func (l *Lab) upWithRealNode(ctx context.Context, opts UpOptions) error {
 	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
 		return err
 	}
-	if err := l.makeCgroupSubtree(); err != nil {
+	if err := l.cg.MakeSubtree(); err != nil {
 		return err
 	}
 	st := state{Mode: opts.Mode, Kubectl: opts.ControlPlane.Kubectl, RealNode: true}
@@ -137,14 +143,14 @@ func (l *Lab) upWithRealNode(ctx context.Context, opts UpOptions) error {
 }
 
 // writeResolvConf writes the resolv.conf that `ip netns exec` mounts in h.
-func (l *Lab) writeResolvConf(h Host) error {
+func (l *Lab) writeResolvConf(h topology.Host) error {
 	p := l.cfg.Plan
-	dir := filepath.Join(etcNetnsDir, p.Namespace(h.Name))
+	dir := filepath.Join(topology.EtcNetnsDir, p.Namespace(h.Name))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	conf := p.ResolvConf()
-	if h.Role == RoleOutside {
+	if h.Role == topology.RoleOutside {
 		conf = p.OutsideResolvConf()
 	}
 	return os.WriteFile(filepath.Join(dir, "resolv.conf"), []byte(conf), 0o644)
@@ -169,7 +175,7 @@ func (l *Lab) Down(ctx context.Context) error {
 	// The control-plane lab's kubelet first: it would make pods' namespaces
 	// while the others are removed.
 	if pid, ok := l.readPid("kubelet", ""); ok {
-		if err := stopPids([]int{pid}, 5*time.Second); err != nil {
+		if err := topology.StopPids([]int{pid}, 5*time.Second); err != nil {
 			return err
 		}
 	}
@@ -178,20 +184,20 @@ func (l *Lab) Down(ctx context.Context) error {
 	if err := l.downRealNode(); err != nil {
 		return err
 	}
-	nss, err := namespaces(l.cfg.Plan.Prefix)
+	nss, err := topology.Namespaces(l.cfg.Plan.Prefix)
 	if err != nil {
 		return err
 	}
 	var pids []int
 	for _, ns := range nss {
-		ps, err := nsPids(ns)
+		ps, err := topology.NSPids(ns)
 		if err != nil {
 			return err
 		}
 		pids = append(pids, ps...)
 	}
 	var errs []error
-	if err := stopPids(pids, 5*time.Second); err != nil {
+	if err := topology.StopPids(pids, 5*time.Second); err != nil {
 		errs = append(errs, err)
 	}
 	l.reap()
@@ -200,11 +206,11 @@ func (l *Lab) Down(ctx context.Context) error {
 		errs = append(errs, err)
 	}
 	for _, ns := range nss {
-		if err := run(ctx, "ip", "netns", "del", ns); err != nil {
+		if err := topology.Run(ctx, "ip", "netns", "del", ns); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	etc, _ := filepath.Glob(filepath.Join(etcNetnsDir, l.cfg.Plan.Prefix+"*"))
+	etc, _ := filepath.Glob(filepath.Join(topology.EtcNetnsDir, l.cfg.Plan.Prefix+"*"))
 	for _, dir := range etc {
 		if err := os.RemoveAll(dir); err != nil {
 			errs = append(errs, err)
@@ -224,7 +230,7 @@ func (l *Lab) Down(ctx context.Context) error {
 func (l *Lab) Leftovers() []string {
 	var out []string
 	prefix := l.cfg.Plan.Prefix
-	nss, _ := namespaces(prefix)
+	nss, _ := topology.Namespaces(prefix)
 	for _, ns := range nss {
 		out = append(out, "namespace "+ns)
 	}
@@ -235,11 +241,11 @@ func (l *Lab) Leftovers() []string {
 			}
 		}
 	}
-	etc, _ := filepath.Glob(filepath.Join(etcNetnsDir, prefix+"*"))
+	etc, _ := filepath.Glob(filepath.Join(topology.EtcNetnsDir, prefix+"*"))
 	for _, f := range etc {
 		out = append(out, "file "+f)
 	}
-	out = append(out, l.cgroupLeftovers()...)
+	out = append(out, l.cg.Leftovers()...)
 	out = append(out, l.bpffsLeftovers()...)
 	if _, err := os.Stat(l.cfg.StateDir); err == nil {
 		out = append(out, "file "+l.cfg.StateDir)
@@ -282,8 +288,8 @@ func (l *Lab) start(name, host string, argv []string, withReady bool) (*exec.Cmd
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if h, ok := l.host(host); ok {
-		// A pod's server, say, is born in the pod's cgroup (cgroup.go).
-		release, err := l.placeInCgroup(cmd, h)
+		// A pod's server, say, is born in the pod's cgroup (topology/cgroup.go).
+		release, err := l.cg.Place(cmd, h)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -351,9 +357,9 @@ func (l *Lab) readPid(name, host string) (int, bool) {
 	// namespace, or names our state directory.
 	if host == "" {
 		cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
-		return pid, err == nil && alive(pid) && strings.Contains(string(cmdline), l.cfg.StateDir)
+		return pid, err == nil && topology.Alive(pid) && strings.Contains(string(cmdline), l.cfg.StateDir)
 	}
-	return pid, inNamespace(pid, l.cfg.Plan.Namespace(host))
+	return pid, topology.InNamespace(pid, l.cfg.Plan.Namespace(host))
 }
 
 // logTail is the end of a process's log, for error messages.

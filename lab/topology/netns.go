@@ -1,4 +1,4 @@
-package lab
+package topology
 
 import (
 	"context"
@@ -17,16 +17,16 @@ import (
 	"github.com/svcproxy/svcproxy/internal/nsenter"
 )
 
-// netnsDir is where `ip netns add` pins named namespaces.
-const netnsDir = "/run/netns"
+// NetnsDir is where `ip netns add` pins named namespaces.
+const NetnsDir = "/run/netns"
 
-// etcNetnsDir holds per-namespace files that `ip netns exec` bind-mounts over
+// EtcNetnsDir holds per-namespace files that `ip netns exec` bind-mounts over
 // /etc (resolv.conf).
-const etcNetnsDir = "/etc/netns"
+const EtcNetnsDir = "/etc/netns"
 
-// namespaces lists the named network namespaces that start with prefix.
-func namespaces(prefix string) ([]string, error) {
-	des, err := os.ReadDir(netnsDir)
+// Namespaces lists the named network namespaces that start with prefix.
+func Namespaces(prefix string) ([]string, error) {
+	des, err := os.ReadDir(NetnsDir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -42,11 +42,11 @@ func namespaces(prefix string) ([]string, error) {
 	return out, nil
 }
 
-// nsPids lists the processes whose network namespace is the named one, as
+// NSPids lists the processes whose network namespace is the named one, as
 // `ip netns pids` does. Zombies have no namespace and are not listed.
-func nsPids(ns string) ([]int, error) {
+func NSPids(ns string) ([]int, error) {
 	var want unix.Stat_t
-	if err := unix.Stat(filepath.Join(netnsDir, ns), &want); err != nil {
+	if err := unix.Stat(filepath.Join(NetnsDir, ns), &want); err != nil {
 		return nil, fmt.Errorf("namespace %s: %w", ns, err)
 	}
 	des, err := os.ReadDir("/proc")
@@ -70,20 +70,20 @@ func nsPids(ns string) ([]int, error) {
 	return pids, nil
 }
 
-// inNamespace reports whether process pid lives in namespace ns: its
+// InNamespace reports whether process pid lives in namespace ns: its
 // /proc/PID/ns/net is the namespace's file (same device and inode).
-func inNamespace(pid int, ns string) bool {
+func InNamespace(pid int, ns string) bool {
 	var want, st unix.Stat_t
-	if unix.Stat(filepath.Join(netnsDir, ns), &want) != nil ||
+	if unix.Stat(filepath.Join(NetnsDir, ns), &want) != nil ||
 		unix.Stat(filepath.Join("/proc", strconv.Itoa(pid), "ns/net"), &st) != nil {
 		return false // no namespace, or no such process (a zombie has no ns link either)
 	}
 	return st.Dev == want.Dev && st.Ino == want.Ino
 }
 
-// waitExit waits up to d for process pid to exit, without polling: a pidfd
+// WaitExit waits up to d for process pid to exit, without polling: a pidfd
 // becomes readable when its process ends. It reports whether it did.
-func waitExit(pid int, d time.Duration) bool {
+func WaitExit(pid int, d time.Duration) bool {
 	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
 		return errors.Is(err, unix.ESRCH) // already gone
@@ -103,8 +103,8 @@ func waitExit(pid int, d time.Duration) bool {
 	}
 }
 
-// alive reports whether pid runs (a zombie does not count).
-func alive(pid int) bool {
+// Alive reports whether pid runs (a zombie does not count).
+func Alive(pid int) bool {
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
 	if err != nil {
 		return false
@@ -115,39 +115,58 @@ func alive(pid int) bool {
 	return i >= 0 && i+2 < len(s) && s[i+2] != 'Z' && s[i+2] != 'X'
 }
 
-// stopPids sends SIGTERM to pids, waits up to grace for them, then SIGKILLs
+// StopPids sends SIGTERM to pids, waits up to grace for them, then SIGKILLs
 // the rest and waits for those too.
-func stopPids(pids []int, grace time.Duration) error {
+func StopPids(pids []int, grace time.Duration) error {
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, syscall.SIGTERM)
 	}
 	var left []int
 	deadline := time.Now().Add(grace)
 	for _, pid := range pids {
-		if !waitExit(pid, time.Until(deadline)) {
+		if !WaitExit(pid, time.Until(deadline)) {
 			left = append(left, pid)
 		}
 	}
 	var errs []error
 	for _, pid := range left {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
-		if !waitExit(pid, 5*time.Second) {
+		if !WaitExit(pid, 5*time.Second) {
 			errs = append(errs, fmt.Errorf("process %d: still running after SIGKILL", pid))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// dialIn dials addr from inside namespace ns. The socket is made on a thread
+// DialIn dials addr from inside namespace ns. The socket is made on a thread
 // that entered the namespace (package nsenter brings the thread back); the
 // connection is then usable from any goroutine.
-func dialIn(ctx context.Context, ns, network, addr string) (net.Conn, error) {
+func DialIn(ctx context.Context, ns, network, addr string) (net.Conn, error) {
 	var c net.Conn
-	err := nsenter.Run(filepath.Join(netnsDir, ns), func() error {
+	err := nsenter.Run(filepath.Join(NetnsDir, ns), func() error {
 		var d net.Dialer
 		var err error
 		c, err = d.DialContext(ctx, network, addr)
 		return err
 	})
 	return c, err
+}
+
+// NetnsCookie is what bpf_get_netns_cookie returns for a socket of
+// namespace ns: the kernel's cookie of that network namespace
+// (SO_NETNS_COOKIE, Linux 5.14), the key of the socket LB's ClientIP
+// affinity. 0 if it cannot be read.
+func NetnsCookie(ns string) uint64 {
+	var cookie uint64
+	_ = nsenter.Run(filepath.Join(NetnsDir, ns), func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		v, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
+		cookie = v
+		return err
+	})
+	return cookie
 }

@@ -1,8 +1,10 @@
-package lab
+package topology
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
+	"os/exec"
 	"strings"
 )
 
@@ -397,10 +399,16 @@ func (p *Plan) ServiceRouteCommands() [][]string {
 // serviceLink6 is the node's link that the IPv6 Service range is routed to.
 const serviceLink6 = "services6"
 
-// addr6 is h's IPv6 address for a table, "-" for none.
-func addr6(h Host) string {
-	if !h.Addr6.IsValid() {
-		return "-"
+// Run runs one setup command, returning its output in the error.
+func Run(ctx context.Context, argv ...string) error {
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
 	}
-	return h.Addr6.String()
+	return nil
 }
+
+// PodPool is where pods beyond the Plan get their addresses, lowest free
+// first: web-3 after `kubectl scale statefulset web --replicas=4` (the
+// control-plane lab's kubelet gives them out).
+var PodPool = netip.MustParsePrefix("198.19.2.0/24")
