@@ -44,7 +44,7 @@ func (d *demo) exec(ctx context.Context, host string, argv ...string) (string, e
 	d.cmd("svclab exec " + host + " -- " + strings.Join(argv, " "))
 	var buf strings.Builder
 	w := io.MultiWriter(d.out, &buf)
-	err := d.l.Exec(ctx, host, argv, nil, w, w)
+	err := d.l.net.Exec(ctx, host, argv, nil, w, w)
 	return buf.String(), err
 }
 

@@ -11,7 +11,7 @@ import (
 // Hosts are the rows of WriteHosts: the Plan's hosts, or on a control plane
 // the node, the client and the pods the kubelet runs, in name order.
 func (l *Lab) Hosts() ([]topology.HostRow, error) {
-	st, err := l.readState()
+	st, err := l.net.ReadState()
 	if err != nil {
 		return nil, err
 	}
@@ -28,7 +28,7 @@ func (l *Lab) Hosts() ([]topology.HostRow, error) {
 		runs := fmt.Sprintf("etcd, kube-apiserver :6443, kube-controller-manager, kube-scheduler, containerd, kubelet; pods on %s in %s (svclab kubectl get pods -A -o wide)", podBridge, p.PodCIDR)
 		return p.HostRows(runs, hosts), nil
 	}
-	pods := l.podRecords()
+	pods := l.net.AddedHosts()
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
 	hosts := append([]topology.Host{client}, pods...)
 	if outside, ok := p.Host("outside"); ok {

@@ -4,14 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -285,16 +282,7 @@ func nodeLinkName(host string) string {
 
 // start makes h's namespace and link, its resolv.conf, and its server.
 func (k *Kubelet) start(ctx context.Context, h topology.Host) error {
-	p := k.lab.cfg.Plan
-	for _, argv := range p.HostCommands(h) {
-		if err := topology.Run(ctx, argv...); err != nil {
-			return err
-		}
-	}
-	if err := k.lab.writeResolvConf(h); err != nil {
-		return err
-	}
-	if err := k.lab.writePodRecord(h); err != nil {
+	if err := k.lab.net.AddHost(ctx, h); err != nil {
 		return err
 	}
 	return k.lab.startPod(ctx, h)
@@ -308,24 +296,16 @@ func (k *Kubelet) stop(host string) error {
 	delete(k.addrs, host)
 	k.mu.Unlock()
 	l := k.lab
-	if pid, ok := l.readPid("pod-"+host, host); ok {
+	if pid, ok := l.net.ReadPid("pod-"+host, host); ok {
 		if err := topology.StopPids([]int{pid}, 5*time.Second); err != nil {
 			return err
 		}
-		l.reap()
+		l.net.Reap()
 	}
-	ns := l.cfg.Plan.Namespace(host)
-	if _, err := os.Stat(filepath.Join(topology.NetnsDir, ns)); err == nil {
-		if err := topology.Run(context.Background(), "ip", "netns", "del", ns); err != nil {
-			return err
-		}
-	}
-	os.RemoveAll(filepath.Join(topology.EtcNetnsDir, ns))
-	if err := l.cg.RemoveHost(host); err != nil {
+	if err := l.net.RemoveHost(host); err != nil {
 		return err
 	}
-	os.Remove(l.pidPath("pod-" + host))
-	os.Remove(l.podRecordPath(host))
+	os.Remove(l.net.PidPath("pod-" + host))
 	return nil
 }
 
@@ -418,47 +398,6 @@ func (k *Kubelet) registerNode(ctx context.Context) error {
 		_, err = nodes.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 		return err
 	})
-}
-
-// The kubelet records each pod it runs in the state directory, so that other
-// svclab commands (exec, traffic's table) know hosts beyond the Plan.
-func (l *Lab) podRecordPath(host string) string {
-	return filepath.Join(l.cfg.StateDir, "pods", host+".json")
-}
-
-func (l *Lab) writePodRecord(h topology.Host) error {
-	b, err := json.Marshal(h)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(l.podRecordPath(h.Name)), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(l.podRecordPath(h.Name), b, 0o644)
-}
-
-func (l *Lab) podRecord(host string) (topology.Host, bool) {
-	b, err := os.ReadFile(l.podRecordPath(host))
-	if err != nil {
-		return topology.Host{}, false
-	}
-	var h topology.Host
-	if json.Unmarshal(b, &h) != nil {
-		return topology.Host{}, false
-	}
-	return h, true
-}
-
-// podRecords are the hosts the kubelet runs now.
-func (l *Lab) podRecords() []topology.Host {
-	files, _ := filepath.Glob(filepath.Join(l.cfg.StateDir, "pods", "*.json"))
-	var hosts []topology.Host
-	for _, f := range files {
-		if h, ok := l.podRecord(strings.TrimSuffix(filepath.Base(f), ".json")); ok {
-			hosts = append(hosts, h)
-		}
-	}
-	return hosts
 }
 
 // SetReady sets a pod's Ready condition (and ContainersReady, and its

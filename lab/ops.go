@@ -65,7 +65,7 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*pods.Tally, er
 	if opts.IPv6 {
 		argv = append(argv, "--ipv6")
 	}
-	cmd, release, err := l.command(ctx, from, append(argv, opts.Target))
+	cmd, release, err := l.net.Command(ctx, from, append(argv, opts.Target))
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +133,7 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*pods.Tally, er
 		fmt.Fprintln(l.cfg.Stdout, pods.Progress(t.Total, opts.N, 40))
 	}
 	fmt.Fprintln(l.cfg.Stdout)
-	if err := t.WriteTable(l.cfg.Stdout, l.names()); err != nil {
+	if err := t.WriteTable(l.cfg.Stdout, l.net.Names()); err != nil {
 		return t, err
 	}
 	fmt.Fprintln(l.cfg.Stdout)
@@ -161,7 +161,7 @@ func (l *Lab) writeHeld(held []pods.Event, tl *pods.Timeline) error {
 	if len(held) != 2 {
 		return fmt.Errorf("the held connection: %d of its 2 requests reported", len(held))
 	}
-	names := l.names()
+	names := l.net.Names()
 	path := func(ev pods.Event) string {
 		host, _, err := net.SplitHostPort(ev.From)
 		ip, perr := netip.ParseAddr(host)
@@ -208,7 +208,7 @@ func (l *Lab) writeHeld(held []pods.Event, tl *pods.Timeline) error {
 // IPv6 or IPv4.
 func (l *Lab) timeline(from string, ipv6 bool) *pods.Timeline {
 	p := l.cfg.Plan
-	h, _ := l.host(from)
+	h, _ := l.net.Host(from)
 	if ipv6 {
 		return &pods.Timeline{
 			Sender:      h.Addr6,
@@ -240,13 +240,13 @@ func (l *Lab) Rules(ctx context.Context) (string, error) {
 func (l *Lab) rules(ctx context.Context) (string, error) {
 	node := l.cfg.Plan.Node.Name
 	var save, serr bytes.Buffer
-	if err := l.Exec(ctx, node, []string{"iptables-save"}, nil, &save, &serr); err != nil {
+	if err := l.net.Exec(ctx, node, []string{"iptables-save"}, nil, &save, &serr); err != nil {
 		return "", fmt.Errorf("iptables-save in the node: %w: %s", err, strings.TrimSpace(serr.String()))
 	}
 	var b strings.Builder
 	b.WriteString(FilterRules(save.String(), "SVCP-"))
 	var nft, nerr bytes.Buffer
-	if err := l.Exec(ctx, node, []string{"nft", "list", "table", "ip", "svcproxy"}, nil, &nft, &nerr); err == nil {
+	if err := l.net.Exec(ctx, node, []string{"nft", "list", "table", "ip", "svcproxy"}, nil, &nft, &nerr); err == nil {
 		b.WriteString("\n# nftables (nft list table ip svcproxy)\n")
 		b.WriteString(nft.String())
 	} else if _, lookErr := exec.LookPath("nft"); lookErr != nil {
@@ -255,7 +255,7 @@ func (l *Lab) rules(ctx context.Context) (string, error) {
 		b.WriteString("\n# nftables: no table ip svcproxy (svcproxy runs no nftables path).\n")
 	}
 	var ipvs, ierr bytes.Buffer
-	if err := l.Exec(ctx, node, []string{"ipvsadm", "-ln"}, nil, &ipvs, &ierr); err != nil {
+	if err := l.net.Exec(ctx, node, []string{"ipvsadm", "-ln"}, nil, &ipvs, &ierr); err != nil {
 		msg := strings.TrimSpace(strings.SplitN(ierr.String()+ipvs.String(), "\n", 2)[0])
 		if _, lookErr := exec.LookPath("ipvsadm"); lookErr != nil {
 			b.WriteString("\n# IPVS: not shown, ipvsadm is not installed (Debian: apt-get install ipvsadm).\n")

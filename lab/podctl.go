@@ -37,7 +37,7 @@ func (c Conditions) String() string {
 // next command already meets the new rules. It returns how many endpoints
 // name the pod (one per Service it is behind) and how many of them changed.
 func (l *Lab) SetPodConditions(ctx context.Context, name string, c Conditions) (n, changed int, err error) {
-	st, err := l.readState()
+	st, err := l.net.ReadState()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -221,7 +221,7 @@ func conditionsNode(c Conditions) *yaml.Node {
 // HasControlPlane says whether the lab runs a control plane (svclab up
 // --control-plane): pods' readiness then goes through the API server.
 func (l *Lab) HasControlPlane() (bool, error) {
-	st, err := l.readState()
+	st, err := l.net.ReadState()
 	return st.Kubectl != "", err
 }
 
@@ -230,31 +230,31 @@ func (l *Lab) HasControlPlane() (bool, error) {
 // EndpointSlices (nobody probes it), so new connections sent to it are
 // refused.
 func (l *Lab) KillPod(ctx context.Context, name string) error {
-	h, ok := l.host(name)
+	h, ok := l.net.Host(name)
 	if !ok || h.Role != topology.RolePod {
 		return fmt.Errorf("pod %q: no such pod", name)
 	}
-	pid, ok := l.readPid("pod-"+name, name)
+	pid, ok := l.net.ReadPid("pod-"+name, name)
 	if !ok {
 		return fmt.Errorf("pod %s: its server is not running (svclab pod %s --start starts it)", name, name)
 	}
 	if err := topology.StopPids([]int{pid}, 5*time.Second); err != nil {
 		return fmt.Errorf("pod %s: %w", name, err)
 	}
-	l.reap()
+	l.net.Reap()
 	return nil
 }
 
 // StartPod starts pod name's server again after KillPod.
 func (l *Lab) StartPod(ctx context.Context, name string) error {
-	h, ok := l.host(name)
+	h, ok := l.net.Host(name)
 	if !ok || h.Role != topology.RolePod {
 		return fmt.Errorf("pod %q: no such pod", name)
 	}
-	if _, ok := l.readPid("pod-"+name, name); ok {
+	if _, ok := l.net.ReadPid("pod-"+name, name); ok {
 		return fmt.Errorf("pod %s: its server is running already", name)
 	}
-	if err := l.checkUp(name); err != nil {
+	if err := l.net.CheckUp(name); err != nil {
 		return err
 	}
 	return l.startPod(ctx, h)

@@ -19,10 +19,10 @@ import (
 // which Down empties next. It does nothing when no real node ran.
 func (l *Lab) downRealNode() error {
 	var errs []error
-	if pid, ok := l.readPid("containerd", ""); ok {
+	if pid, ok := l.net.ReadPid("containerd", ""); ok {
 		errs = append(errs, topology.StopPids([]int{pid}, 5*time.Second))
 	}
-	errs = append(errs, l.cg.Remove())
+	errs = append(errs, l.net.Cgroups().Remove())
 	errs = append(errs, l.unpinNodeMountNS())
 	return errors.Join(errs...)
 }

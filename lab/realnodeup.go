@@ -38,7 +38,7 @@ func (l *Lab) upRealNode(ctx context.Context, cp ControlPlane, rn RealNode, mode
 		return err
 	}
 	admin := l.KubeconfigPath("admin")
-	sched, _, err := l.start("kube-scheduler", l.cfg.Plan.Node.Name, []string{rn.Scheduler,
+	sched, _, err := l.net.Start("kube-scheduler", l.cfg.Plan.Node.Name, []string{rn.Scheduler,
 		"--kubeconfig=" + admin,
 		"--authentication-kubeconfig=" + admin,
 		"--authorization-kubeconfig=" + admin,
@@ -50,7 +50,7 @@ func (l *Lab) upRealNode(ctx context.Context, cp ControlPlane, rn RealNode, mode
 	if err != nil {
 		return err
 	}
-	if err := l.waitFor(ctx, "kube-scheduler", sched.Process.Pid, httpOK(l.nodeHTTPSInsecure(), "https://"+schedulerAddr+"/healthz", "")); err != nil {
+	if err := l.net.Wait(ctx, "kube-scheduler", sched.Process.Pid, controlPlaneTimeout, 200*time.Millisecond, httpOK(l.nodeHTTPSInsecure(), "https://"+schedulerAddr+"/healthz", "")); err != nil {
 		return err
 	}
 	// The objects first, svcproxy's mode in its ConfigMap, so that the pods
@@ -81,26 +81,7 @@ func (l *Lab) upRealNode(ctx context.Context, cp ControlPlane, rn RealNode, mode
 // upNodeAndClient makes the node's namespace and the hosts that are not
 // pods (the client, the outside host), with their routes and resolv.conf.
 func (l *Lab) upNodeAndClient(ctx context.Context) error {
-	p := l.cfg.Plan
-	cmds := p.NodeCommands()
-	var others []topology.Host
-	for _, h := range p.Hosts {
-		if h.Role != topology.RolePod {
-			cmds = append(cmds, p.HostCommands(h)...)
-			others = append(others, h)
-		}
-	}
-	for _, argv := range append(cmds, p.ServiceRouteCommands()...) {
-		if err := topology.Run(ctx, argv...); err != nil {
-			return err
-		}
-	}
-	for _, h := range others {
-		if err := l.writeResolvConf(h); err != nil {
-			return err
-		}
-	}
-	return nil
+	return l.net.Build(ctx, func(h topology.Host) bool { return h.Role != topology.RolePod })
 }
 
 // startNodeRuntime writes the node's files, makes its mount namespace,
@@ -116,16 +97,16 @@ func (l *Lab) startNodeRuntime(ctx context.Context, rn RealNode) error {
 	// Pods behind the bridge answer Services' clients over it; only with
 	// br_netfilter do those replies pass the node's conntrack, which undoes
 	// the DNAT (per network namespace on this kernel).
-	if err := topology.Run(ctx, "ip", "netns", "exec", l.nodeNS(), "sysctl", "-qw",
+	if err := topology.Run(ctx, "ip", "netns", "exec", l.net.NodeNamespace(), "sysctl", "-qw",
 		"net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1"); err != nil {
 		return err
 	}
-	ctrd, _, err := l.start("containerd", "", l.inNode(containerdBin, "--config", f.containerd), false)
+	ctrd, _, err := l.net.Start("containerd", "", l.inNode(containerdBin, "--config", f.containerd), false)
 	if err != nil {
 		return err
 	}
 	sock := filepath.Join(f.run, strings.TrimPrefix(containerdSocket, "/run/"))
-	if err := l.waitFor(ctx, "containerd", ctrd.Process.Pid, func(context.Context) error {
+	if err := l.net.Wait(ctx, "containerd", ctrd.Process.Pid, controlPlaneTimeout, 200*time.Millisecond, func(context.Context) error {
 		return topology.Run(ctx, l.inNode(ctrBin, "--address", containerdSocket, "version")...)
 	}); err != nil {
 		return fmt.Errorf("%w (socket %s)", err, sock)
@@ -136,7 +117,7 @@ func (l *Lab) startNodeRuntime(ctx context.Context, rn RealNode) error {
 		}
 	}
 	p := l.cfg.Plan
-	_, _, err = l.start("kubelet", "", l.inNode(rn.Kubelet,
+	_, _, err = l.net.Start("kubelet", "", l.inNode(rn.Kubelet,
 		"--config="+f.kubelet,
 		"--kubeconfig="+f.kubeconfig,
 		"--hostname-override="+p.Node.Name,
@@ -150,7 +131,7 @@ func (l *Lab) startNodeRuntime(ctx context.Context, rn RealNode) error {
 // inNode is argv run in the node: its network namespace and the real
 // node's mount namespace.
 func (l *Lab) inNode(argv ...string) []string {
-	return append([]string{"nsenter", "--mount=" + l.nodeFiles().pin, "--net=" + filepath.Join(topology.NetnsDir, l.nodeNS()), "--"}, argv...)
+	return append([]string{"nsenter", "--mount=" + l.nodeFiles().pin, "--net=" + filepath.Join(topology.NetnsDir, l.net.NodeNamespace()), "--"}, argv...)
 }
 
 // writeNodeFiles writes the configuration of containerd, the kubelet and
@@ -194,8 +175,8 @@ func (l *Lab) writeNodeFiles(f nodeFiles) error {
 	if err := writeKubeconfig(f.kubeconfig, apiserverURL, caPEM, user, strings.TrimSpace(string(tok))); err != nil {
 		return err
 	}
-	for _, c := range l.cg.Machine() {
-		if err := os.MkdirAll(filepath.Join(c.Point, l.cg.Name()), 0o755); err != nil {
+	for _, c := range l.net.Cgroups().Machine() {
+		if err := os.MkdirAll(filepath.Join(c.Point, l.net.Cgroups().Name()), 0o755); err != nil {
 			return fmt.Errorf("cgroup root: %w", err)
 		}
 	}
@@ -220,7 +201,7 @@ func (l *Lab) makeNodeMountNS(ctx context.Context, f nodeFiles) error {
 			return err
 		}
 	}
-	for _, argv := range f.mountCommands(l.cg.Machine(), l.cfg.StateDir) {
+	for _, argv := range f.mountCommands(l.net.Cgroups().Machine(), l.cfg.StateDir) {
 		if err := topology.Run(ctx, l.inNode(argv...)...); err != nil {
 			return err
 		}
@@ -290,7 +271,7 @@ func (l *Lab) poll(ctx context.Context, what string, timeout time.Duration, chec
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not ready after %s: %w%s%s", what, timeout, err, l.logTail("kubelet"), l.logTail("containerd"))
+			return fmt.Errorf("%s: not ready after %s: %w%s%s", what, timeout, err, l.net.LogTail("kubelet"), l.net.LogTail("containerd"))
 		}
 		select {
 		case <-ctx.Done():
@@ -306,7 +287,7 @@ func (l *Lab) poll(ctx context.Context, what string, timeout time.Duration, chec
 // kubelet's cgroupfs driver names the cgroup pod<UID>).
 func (l *Lab) PodNetNS(uid string) (string, error) {
 	want := "pod" + uid
-	for _, d := range l.cg.Dirs() {
+	for _, d := range l.net.Cgroups().Dirs() {
 		if filepath.Base(d) != want {
 			continue
 		}
