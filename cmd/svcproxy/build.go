@@ -154,29 +154,19 @@ func kernelPath(cfg *Config, fam service.Family, mode string, ipt kiptables.Inte
 	case dataplane.ModeNFTables:
 		return nftablesPath(cfg, fam, carried, log)
 	}
-	var include func(*service.Port) bool
-	if carried != nil {
-		include = func(p *service.Port) bool { return carried(p.Name) }
-	}
 	np, err := kernelNodePorts(cfg, fam, mode, log)
 	if err != nil {
 		return nil, err
 	}
-	return offloadiptables.NewDataplane(offloadiptables.ProxierConfig{
-		Rules: offloadiptables.Config{
-			Family:        fam,
-			NodeName:      cfg.NodeName,
-			NodeIPs:       np.Addrs,
-			NodeIP:        primaryNodeIP(cfg, fam),
-			ClusterCIDR:   cfg.clusterCIDR(fam),
-			MasqueradeAll: cfg.MasqueradeAll,
-			Include:       include,
-		},
+	return offloadiptables.New(offloadiptables.Config{
+		Node: dataplane.Node{Family: fam, NodeName: cfg.NodeName, NodePortIPs: np.Addrs, NodeIP: primaryNodeIP(cfg, fam),
+			ClusterCIDR: cfg.clusterCIDR(fam), MasqueradeAll: cfg.MasqueradeAll},
+		Carries:          carried,
 		IPTables:         ipt,
 		Conntrack:        conntrack.Netlink{},
 		SyncPeriod:       cfg.SyncPeriod,
 		CountConnections: carried != nil,
-	}, 0)
+	})
 }
 
 // nftablesPath builds nftables mode (offload/nftables) for family fam, in its
@@ -194,30 +184,19 @@ func nftablesPath(cfg *Config, fam service.Family, carried func(service.PortName
 	if err != nil {
 		return nil, err
 	}
-	var include func(*service.Port) bool
-	if carried != nil {
-		include = func(p *service.Port) bool { return carried(p.Name) }
-	}
-	return offloadnftables.NewDataplane(offloadnftables.ProxierConfig{
-		Rules: offloadnftables.Config{
-			Family:      fam,
-			NodeName:    cfg.NodeName,
-			NodeIPs:     np.Addrs,
-			NodeIP:      primaryNodeIP(cfg, fam),
-			NoNodePorts: !np.All && len(np.Addrs) == 0,
-			// The localhost listeners run in nftables mode only, not in
-			// hybrid's: there the userspace NodePort listeners, bound to
-			// every address, answer on loopback already.
-			LocalhostNodePorts: np.Loopback && carried == nil,
-			ClusterCIDR:        cfg.clusterCIDR(fam),
-			MasqueradeAll:      cfg.MasqueradeAll,
-			Include:            include,
-			CountConnections:   carried != nil,
-		},
-		NFT:        nft,
-		Conntrack:  conntrack.Netlink{},
-		SyncPeriod: cfg.SyncPeriod,
-	}, 0)
+	return offloadnftables.New(offloadnftables.Config{
+		Node: dataplane.Node{Family: fam, NodeName: cfg.NodeName, NodePortIPs: np.Addrs, NodeIP: primaryNodeIP(cfg, fam),
+			NoNodePorts: !np.All && len(np.Addrs) == 0, ClusterCIDR: cfg.clusterCIDR(fam), MasqueradeAll: cfg.MasqueradeAll},
+		// The localhost listeners run in nftables mode only, not in
+		// hybrid's: there the userspace NodePort listeners, bound to
+		// every address, answer on loopback already.
+		LocalhostNodePorts: np.Loopback && carried == nil,
+		Carries:            carried,
+		CountConnections:   carried != nil,
+		NFT:                nft,
+		Conntrack:          conntrack.Netlink{},
+		SyncPeriod:         cfg.SyncPeriod,
+	})
 }
 
 // warnLoopbackNodeIPs says, once, that the kernel paths give a loopback --node-ip

@@ -77,15 +77,14 @@ func TestMetricsScrape(t *testing.T) {
 			return d
 		}, []string{"svcproxy_userspace_connections_total", "svcproxy_userspace_dial_failures_total"}},
 		{"iptables", func(t *testing.T) dataplane.Interface {
-			d, err := offloadiptables.NewDataplane(offloadiptables.ProxierConfig{IPTables: kiptables.NewFake()}, 0)
+			d, err := offloadiptables.New(offloadiptables.Config{IPTables: kiptables.NewFake()})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return d
 		}, []string{"svcproxy_iptables_syncs_total", "svcproxy_iptables_restore_bytes", "svcproxy_conntrack_deleted_total"}},
 		{"nftables with localhost NodePorts", func(t *testing.T) dataplane.Interface {
-			d, err := offloadnftables.NewDataplane(offloadnftables.ProxierConfig{
-				Rules: offloadnftables.Config{LocalhostNodePorts: true}, NFT: knft.NewFake(offloadnftables.Table)}, 0)
+			d, err := offloadnftables.New(offloadnftables.Config{LocalhostNodePorts: true, NFT: knft.NewFake(offloadnftables.Table)})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -63,11 +63,3 @@ func (c *Config) setDefaults() error {
 	}
 	return nil
 }
-
-// carries is Carries as RenderPorts takes it (nil: every port).
-func (c *Config) carries() func(*service.Port) bool {
-	if c.Carries == nil {
-		return nil
-	}
-	return func(p *service.Port) bool { return c.Carries(p.Name) }
-}

@@ -51,10 +51,7 @@ func newFakeModeWith(t *testing.T, snap *service.Snapshot, count bool, wrap func
 	t.Helper()
 	m := &fakeMode{lb: ksocklb.NewFake(), nft: knft.NewFake(offloadnftables.Table)}
 	m.nft.SetLocalAddrs(nodeIP)
-	beside, err := offloadnftables.NewDataplane(offloadnftables.ProxierConfig{
-		Rules: offloadnftables.Config{NodeName: st.ThisNode, ClusterCIDR: netip.MustParsePrefix("198.19.1.0/24"), CountConnections: count},
-		NFT:   countersFake{m.nft},
-	}, 0)
+	beside, err := offloadnftables.New(offloadnftables.Config{Node: dataplane.Node{NodeName: st.ThisNode, ClusterCIDR: netip.MustParsePrefix("198.19.1.0/24")}, CountConnections: count, NFT: countersFake{m.nft}})
 	if err != nil {
 		t.Fatal(err)
 	}

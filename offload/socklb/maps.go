@@ -109,10 +109,7 @@ func (m *Maps) Sync(ctx context.Context, snap *service.Snapshot) error {
 		m.inMap, m.lastRead = read, start
 	}
 
-	zone := snap.Node().Zone()
-	ports := kernelsync.RenderPorts(snap, m.applied, m.cfg.carries(),
-		func(old *portEntries, sp *service.Port) bool { return old.port.RendersSameAs(sp) && old.zone == zone },
-		func(sp *service.Port) *portEntries { return renderPort(&m.cfg, sp, snap.Node()) })
+	ports := kernelsync.RenderPorts(snap, m.applied, m.cfg.Carries, func(sp *service.Port) *portEntries { return renderPort(&m.cfg, sp, snap.Node()) })
 	touched := m.index(ports, check)
 	sets, deletes, err := m.write(ctx, touched)
 	m.commit(ports)
