@@ -87,3 +87,70 @@ func TestDecodeDefaults(t *testing.T) {
 		t.Errorf("mode %q detectLocalMode %q: Decode must leave them to PlatformDefaults", cfg.Mode, cfg.DetectLocalMode)
 	}
 }
+
+// The files kubeadm v1.37.2 writes into the kube-proxy ConfigMap, for a
+// default cluster and for kind v0.33.0's (testdata/README.md): decoded,
+// mapped, and what svcproxy reports it ignores.
+func TestGeneratedFiles(t *testing.T) {
+	tests := []struct {
+		file, mode, clusterCIDR string
+		ignored                 []string
+	}{
+		{"testdata/kubeadm/config.conf", "iptables", "",
+			[]string{"iptables.localhostNodePorts", "conntrack.maxPerCore", "conntrack.min", "conntrack.tcpEstablishedTimeout", "conntrack.tcpCloseWaitTimeout", "configSyncPeriod"}},
+		{"testdata/kind/config.conf", "iptables", "10.244.0.0/16",
+			[]string{"iptables.localhostNodePorts", "conntrack.tcpEstablishedTimeout", "conntrack.tcpCloseWaitTimeout", "configSyncPeriod"}},
+		{"testdata/kind/config-nftables.conf", "nftables", "10.244.0.0/16",
+			[]string{"conntrack.tcpEstablishedTimeout", "conntrack.tcpCloseWaitTimeout", "conntrack.tcpBeLiberal", "configSyncPeriod"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			cfg, err := Load(tt.file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o, err := Map(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var cidrs []string
+			for _, p := range o.ClusterCIDRs {
+				cidrs = append(cidrs, p.String())
+			}
+			if o.Mode != tt.mode || o.ModeDefaulted || strings.Join(cidrs, ",") != tt.clusterCIDR ||
+				o.Kubeconfig != "/var/lib/kube-proxy/kubeconfig.conf" || o.HealthzAddr != "0.0.0.0:10256" || o.MetricsAddr != "127.0.0.1:10249" {
+				t.Errorf("mode %q (defaulted %v) clusterCIDR %q kubeconfig %q healthz %q metrics %q",
+					o.Mode, o.ModeDefaulted, cidrs, o.Kubeconfig, o.HealthzAddr, o.MetricsAddr)
+			}
+			var ignored []string
+			for _, n := range o.Ignored {
+				ignored = append(ignored, n.Field)
+				t.Logf("ignored %s=%s: %s", n.Field, n.Value, n.Reason)
+			}
+			if strings.Join(ignored, " ") != strings.Join(tt.ignored, " ") {
+				t.Errorf("ignored %q, want %q", ignored, tt.ignored)
+			}
+		})
+	}
+}
+
+// kubeadm's file with one field misspelt, as an operator editing the
+// ConfigMap might: refused, naming the file and the field.
+func TestGeneratedFileTypo(t *testing.T) {
+	b, err := os.ReadFile("testdata/kubeadm/config.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	typo := strings.Replace(string(b), "  strictARP: false", "  strictArp: true", 1)
+	if typo == string(b) {
+		t.Fatal("testdata/kubeadm/config.conf has no ipvs.strictARP line")
+	}
+	file := filepath.Join(t.TempDir(), "config.conf")
+	if err := os.WriteFile(file, []byte(typo), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(file)
+	if want := file + `: unknown field "ipvs.strictArp"`; err == nil || err.Error() != want {
+		t.Errorf("Load = %v, want %q", err, want)
+	}
+}

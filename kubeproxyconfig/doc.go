@@ -9,8 +9,8 @@
 // defaulted as kube-proxy v1.37.2 defaults it (Default follows
 // SetDefaults_KubeProxyConfiguration of k8s.io/kubernetes'
 // pkg/proxy/apis/config/v1alpha1, written again here so that svcproxy does not
-// depend on k8s.io/kubernetes; testdata/kube-proxy-defaults.yaml, written by
-// the real kube-proxy, checks it).
+// depend on k8s.io/kubernetes; what the real kube-proxy writes with
+// --write-config-to, in testdata/kube-proxy, checks it).
 //
 //	cfg, err := kubeproxyconfig.Load("/var/lib/kube-proxy/config.conf")
 //	opts, err := kubeproxyconfig.Map(cfg)  // svcproxy's options
