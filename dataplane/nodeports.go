@@ -1,14 +1,12 @@
-package main
+package dataplane
 
 import (
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"slices"
 	"strings"
 
-	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -31,13 +29,13 @@ type NodePortAddresses struct {
 	CIDRs   []netip.Prefix
 }
 
-// parseNodePortAddresses checks and expands --nodeport-addresses (value, as
+// ParseNodePortAddresses checks and expands --nodeport-addresses (value, as
 // given) as kube-proxy's validateKubeProxyNodePortAddress does: CIDRs and the
 // keywords primary, localhost and all, in any combination, each keyword once.
 // Empty means the default: primary when --node-ip is given, else all (the
 // NodePorts on every address of the node, as svcproxy did before the flag;
 // kube-proxy's nftables mode defaults to primary, its other modes to all).
-func parseNodePortAddresses(value string, nodeIPs []netip.Addr) (NodePortAddresses, error) {
+func ParseNodePortAddresses(value string, nodeIPs []netip.Addr) (NodePortAddresses, error) {
 	var out NodePortAddresses
 	if strings.TrimSpace(value) == "" {
 		if len(nodeIPs) > 0 {
@@ -82,9 +80,9 @@ func parseNodePortAddresses(value string, nodeIPs []netip.Addr) (NodePortAddress
 	return out, nil
 }
 
-// nodePortFamily is --nodeport-addresses seen by one IP family's proxier
+// NodePorts is --nodeport-addresses seen by one IP family's proxier
 // (kube-proxy's NewNodePortAddresses, pkg/proxy/util/nodeport_addresses.go).
-type nodePortFamily struct {
+type NodePorts struct {
 	// All: NodePorts answer on every local address but loopback. A zero CIDR
 	// (all) says so, and so does a family the list says nothing about.
 	All bool
@@ -99,10 +97,10 @@ type nodePortFamily struct {
 	Loopback bool
 }
 
-// forFamily is the view of fam, with the namespace's addresses local (the
+// ForFamily is the view of fam, with the namespace's addresses local (the
 // addresses of its interfaces; loopback ones are ignored).
-func (n NodePortAddresses) forFamily(fam service.Family, nodeIPs, local []netip.Addr) nodePortFamily {
-	var v nodePortFamily
+func (n NodePortAddresses) ForFamily(fam service.Family, nodeIPs, local []netip.Addr) NodePorts {
+	var v NodePorts
 	var cidrs []netip.Prefix
 	for _, p := range n.CIDRs {
 		if fam.Has(p.Addr()) {
@@ -144,17 +142,8 @@ func (n NodePortAddresses) forFamily(fam service.Family, nodeIPs, local []netip.
 	return v
 }
 
-// nodePortFamily is cfg's --nodeport-addresses for fam on this namespace.
-func (c *Config) nodePortFamily(fam service.Family) (nodePortFamily, error) {
-	local, err := interfaceAddrs()
-	if err != nil {
-		return nodePortFamily{}, err
-	}
-	return c.NodePortAddresses.forFamily(fam, c.NodeIPs, local), nil
-}
-
-// interfaceAddrs are the addresses of this namespace's interfaces.
-func interfaceAddrs() ([]netip.Addr, error) {
+// InterfaceAddrs are the addresses of this namespace's interfaces.
+func InterfaceAddrs() ([]netip.Addr, error) {
 	addrs, err := net.InterfaceAddrs()
 	if err != nil {
 		return nil, fmt.Errorf("--nodeport-addresses: list the node's addresses: %w", err)
@@ -166,38 +155,4 @@ func interfaceAddrs() ([]netip.Addr, error) {
 		}
 	}
 	return out, nil
-}
-
-// kernelNodePorts is --nodeport-addresses for fam in a kernel mode (iptables,
-// nftables, ipvs), with what it cannot do logged: the kernel paths never
-// answer NodePorts on loopback (docs/operations.md: route_localnet); nftables
-// mode serves them with its localhost listeners instead. log may be nil.
-func kernelNodePorts(cfg *Config, fam service.Family, mode string, log *slog.Logger) (nodePortFamily, error) {
-	np, err := cfg.nodePortFamily(fam)
-	if err != nil || log == nil {
-		return np, err
-	}
-	if np.Loopback && mode != dataplane.ModeNFTables {
-		log.Warn("--nodeport-addresses: loopback NodePorts are served in nftables mode only; this mode leaves them out",
-			"mode", mode, "ipFamily", string(fam))
-	}
-	if !np.All && len(np.Addrs) == 0 && mode == dataplane.ModeIPTables {
-		log.Warn("--nodeport-addresses matches no address of this family; this mode cannot express none, so its NodePorts answer on every address",
-			"mode", mode, "ipFamily", string(fam))
-	}
-	return np, nil
-}
-
-// ipvsNodePorts are the addresses IPVS mode makes NodePort virtual servers
-// on for fam: --nodeport-addresses's, or every address of the namespace (as
-// before the flag) when it says all. log may be nil.
-func ipvsNodePorts(cfg *Config, fam service.Family, log *slog.Logger) ([]netip.Addr, error) {
-	np, err := kernelNodePorts(cfg, fam, dataplane.ModeIPVS, log)
-	if err != nil {
-		return nil, err
-	}
-	if np.All {
-		return nodeAddresses(&Config{})
-	}
-	return np.Addrs, nil
 }

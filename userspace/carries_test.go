@@ -10,15 +10,15 @@ import (
 	"github.com/svcproxy/svcproxy/service"
 )
 
-// TestExclude: an excluded port (promoted to a kernel path by hybrid mode) loses
-// its portal at ApplyPortals, keeps its listener, and gets the portal back when no
-// longer excluded.
-func TestExclude(t *testing.T) {
+// TestCarries: a port the Proxier no longer carries (promoted to a kernel path
+// by hybrid mode) loses its portal at ApplyPortals, keeps its listener, and
+// gets the portal back when carried again.
+func TestCarries(t *testing.T) {
 	ipt := iptables.NewFake()
 	be := startTCPBackend(t, direct, "a", "127.0.0.1:0", sayName)
 	var excluded atomic.Bool
-	p := startProxier(t, Config{IPTables: ipt, Exclude: func(n service.PortName) bool {
-		return excluded.Load() && n.String() == "default/web:http"
+	p := startProxier(t, Config{IPTables: ipt, Carries: func(n service.PortName) bool {
+		return !(excluded.Load() && n.String() == "default/web:http")
 	}})
 	mustSync(t, p, snapshotOf(t, webSpec(service.Affinity{}, be.addr.String())))
 	listener := portStatus(t, p, "default/web:http").Listener

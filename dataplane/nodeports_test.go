@@ -1,4 +1,4 @@
-package main
+package dataplane
 
 import (
 	"net/netip"
@@ -38,7 +38,7 @@ func TestParseNodePortAddresses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseNodePortAddresses(tt.value, tt.nodeIPs)
+			got, err := ParseNodePortAddresses(tt.value, tt.nodeIPs)
 			if len(tt.wantErr) > 0 {
 				if err == nil {
 					t.Fatalf("parse(%q) = %+v, want an error", tt.value, got)
@@ -60,21 +60,6 @@ func TestParseNodePortAddresses(t *testing.T) {
 	}
 }
 
-// TestParseFlagsNodePortAddresses: the flag reaches Config, and a bad value
-// stops svcproxy before anything runs.
-func TestParseFlagsNodePortAddresses(t *testing.T) {
-	cfg, err := parseFlags([]string{"--services", "x.yaml", "--node-ip", "198.19.10.1", "--nodeport-addresses", "primary,localhost"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !cfg.NodePortAddresses.Primary || len(cfg.NodePortAddresses.CIDRs) != 2 {
-		t.Fatalf("NodePortAddresses = %+v", cfg.NodePortAddresses)
-	}
-	if _, err := parseFlags([]string{"--services", "x.yaml", "--nodeport-addresses", "127.0.0.1"}); err == nil {
-		t.Fatal("--nodeport-addresses 127.0.0.1 (no mask) accepted")
-	}
-}
-
 // TestNodePortFamily: what one family's proxier makes of the list (kube-proxy's
 // NewNodePortAddresses): a family the list says nothing about takes every
 // address; loopback counts only when named (localhost, 127.0.0.0/8), not
@@ -86,25 +71,25 @@ func TestNodePortFamily(t *testing.T) {
 	tests := []struct {
 		name, value string
 		fam         service.Family
-		want        nodePortFamily
+		want        NodePorts
 	}{
-		{name: "all", value: "all", fam: service.IPv4, want: nodePortFamily{All: true}},
-		{name: "all and localhost", value: "all,localhost", fam: service.IPv4, want: nodePortFamily{All: true, Loopback: true}},
-		{name: "primary", value: "primary", fam: service.IPv4, want: nodePortFamily{Addrs: []netip.Addr{a("198.19.10.1")}}},
-		{name: "primary, IPv6 has none: all", value: "primary", fam: service.IPv6, want: nodePortFamily{All: true}},
-		{name: "primary and localhost", value: "primary,localhost", fam: service.IPv4, want: nodePortFamily{Addrs: []netip.Addr{a("198.19.10.1")}, Loopback: true}},
-		{name: "primary and localhost, IPv6: loopback only", value: "primary,localhost", fam: service.IPv6, want: nodePortFamily{Loopback: true}},
-		{name: "localhost alone: no kernel NodePorts", value: "localhost", fam: service.IPv4, want: nodePortFamily{Loopback: true}},
-		{name: "a CIDR picks addresses", value: "198.19.11.0/24", fam: service.IPv4, want: nodePortFamily{Addrs: []netip.Addr{a("198.19.11.1")}}},
-		{name: "an IPv6 CIDR", value: "2001:db8:19::/64", fam: service.IPv6, want: nodePortFamily{Addrs: []netip.Addr{a("2001:db8:19::10:1")}}},
+		{name: "all", value: "all", fam: service.IPv4, want: NodePorts{All: true}},
+		{name: "all and localhost", value: "all,localhost", fam: service.IPv4, want: NodePorts{All: true, Loopback: true}},
+		{name: "primary", value: "primary", fam: service.IPv4, want: NodePorts{Addrs: []netip.Addr{a("198.19.10.1")}}},
+		{name: "primary, IPv6 has none: all", value: "primary", fam: service.IPv6, want: NodePorts{All: true}},
+		{name: "primary and localhost", value: "primary,localhost", fam: service.IPv4, want: NodePorts{Addrs: []netip.Addr{a("198.19.10.1")}, Loopback: true}},
+		{name: "primary and localhost, IPv6: loopback only", value: "primary,localhost", fam: service.IPv6, want: NodePorts{Loopback: true}},
+		{name: "localhost alone: no kernel NodePorts", value: "localhost", fam: service.IPv4, want: NodePorts{Loopback: true}},
+		{name: "a CIDR picks addresses", value: "198.19.11.0/24", fam: service.IPv4, want: NodePorts{Addrs: []netip.Addr{a("198.19.11.1")}}},
+		{name: "an IPv6 CIDR", value: "2001:db8:19::/64", fam: service.IPv6, want: NodePorts{Addrs: []netip.Addr{a("2001:db8:19::10:1")}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			n, err := parseNodePortAddresses(tt.value, nodeIP)
+			n, err := ParseNodePortAddresses(tt.value, nodeIP)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := n.forFamily(tt.fam, nodeIP, local)
+			got := n.ForFamily(tt.fam, nodeIP, local)
 			if got.All != tt.want.All || got.Loopback != tt.want.Loopback || !slices.Equal(got.Addrs, tt.want.Addrs) {
 				t.Fatalf("%q for %s = %+v, want %+v", tt.value, tt.fam, got, tt.want)
 			}
