@@ -109,7 +109,7 @@ func (r *recorder) take() []state {
 }
 
 // newTestMode builds hybrid mode over the recorder, with the iptables path.
-func newTestMode(t *testing.T, rec *recorder, clock *fakeClock) *Mode {
+func newTestMode(t *testing.T, rec *recorder, clock *fakeClock) *Dataplane {
 	t.Helper()
 	m, err := New(Config{
 		Userspace: userspace.Config{BindAddress: netip.MustParseAddr("127.0.0.1"), IPTables: rec},
@@ -138,7 +138,7 @@ func newTestMode(t *testing.T, rec *recorder, clock *fakeClock) *Mode {
 // connect opens n connections to web's userspace listener: what a portal
 // would bring there. The endpoint does not exist; the count is of accepted
 // connections.
-func connect(t *testing.T, m *Mode, n int) {
+func connect(t *testing.T, m *Dataplane, n int) {
 	t.Helper()
 	var port uint16
 	for _, p := range m.us.Status().Ports {
@@ -160,7 +160,7 @@ func connect(t *testing.T, m *Mode, n int) {
 }
 
 // waitOpened waits until the userspace side has counted n connections of web.
-func waitOpened(t *testing.T, m *Mode, n uint64) {
+func waitOpened(t *testing.T, m *Dataplane, n uint64) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {

@@ -88,7 +88,7 @@ func TestMetricsScrape(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			l, err := localhost.New(localhost.Config{NFTables: d, Family: service.IPv4, Logger: log})
+			l, err := localhost.New(localhost.Config{Kernel: d, Node: dataplane.Node{Family: service.IPv4}, Logger: log})
 			if err != nil {
 				t.Fatal(err)
 			}

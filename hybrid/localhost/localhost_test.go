@@ -62,7 +62,7 @@ func TestLocalhostNodePorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs strings.Builder
-	l, err := New(Config{NFTables: table, NodeName: servicetest.ThisNode, ShutdownGrace: time.Second,
+	l, err := New(Config{Kernel: table, Node: dataplane.Node{NodeName: servicetest.ThisNode}, ShutdownGrace: time.Second,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
