@@ -167,7 +167,7 @@ func (f *family) kernelPath(mode string, carries func(service.PortName) bool) (d
 	switch mode {
 	case dataplane.ModeIPTables:
 		return offloadiptables.New(offloadiptables.Config{Node: node, Carries: carries, CountConnections: count,
-			IPTables: f.ipt, Conntrack: conntrack.Netlink{}, SyncPeriod: f.cfg.SyncPeriod})
+			IPTables: f.ipt, Conntrack: conntrack.Netlink{}, SyncPeriod: f.cfg.SyncPeriod, FullSyncPeriod: f.cfg.FullSyncPeriod})
 	case dataplane.ModeNFTables:
 		nft, err := knft.NewFamily(offloadnftables.TableFamily(node.Family), offloadnftables.Table)
 		if err != nil {
@@ -177,7 +177,8 @@ func (f *family) kernelPath(mode string, carries func(service.PortName) bool) (d
 		// there the userspace NodePort listeners, bound to every address,
 		// answer on loopback already.
 		return offloadnftables.New(offloadnftables.Config{Node: node, Carries: carries, CountConnections: count,
-			LocalhostNodePorts: f.ports.Loopback && carries == nil, NFT: nft, Conntrack: conntrack.Netlink{}, SyncPeriod: f.cfg.SyncPeriod})
+			LocalhostNodePorts: f.ports.Loopback && carries == nil, NFT: nft, Conntrack: conntrack.Netlink{},
+			SyncPeriod: f.cfg.SyncPeriod, FullSyncPeriod: f.cfg.FullSyncPeriod})
 	case dataplane.ModeSocketLB:
 		beside, err := f.kernelPath(dataplane.ModeNFTables, carries)
 		if err != nil {

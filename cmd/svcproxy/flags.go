@@ -67,6 +67,7 @@ type Config struct {
 	UDPMaxSessions int
 	MinSyncPeriod  time.Duration
 	SyncPeriod     time.Duration
+	FullSyncPeriod time.Duration
 	ShutdownGrace  time.Duration
 
 	// NodePortAddresses is --nodeport-addresses: which node addresses
@@ -105,6 +106,7 @@ func parseFlags(args []string) (*Config, error) {
 	fs.IntVar(&c.UDPMaxSessions, "udp-max-sessions", userspace.DefaultUDPMaxSessions, "userspace: UDP sessions (client addresses) per listener; a new client beyond them ends the session idle longest")
 	fs.DurationVar(&c.MinSyncPeriod, "min-sync-period", time.Second, "at most one sync per this interval")
 	fs.DurationVar(&c.SyncPeriod, "sync-period", 30*time.Second, "at least one sync per this interval (iptables, nftables: partial, after checking that the rules are still in place)")
+	fs.DurationVar(&c.FullSyncPeriod, "full-sync-period", time.Hour, "iptables, nftables: a full sync this long after the end of the last one (kube-proxy's fixed proxyutil.FullSyncPeriod; benchmarks shorten it)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "userspace: on SIGTERM, how long open connections may finish before they are closed")
 	fs.BoolVar(&c.Cleanup, "cleanup", false, "remove every rule, virtual server, interface and address svcproxy made, then exit")
 	if err := fs.Parse(args); err != nil {
