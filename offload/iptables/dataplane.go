@@ -3,6 +3,7 @@ package iptables
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -30,10 +31,17 @@ type Dataplane struct {
 	// deleted (CountConnections).
 	top     map[string]map[string][]byte
 	carried map[service.PortName]uint64
+	// endpoints of the ports of the latest Snapshot this path writes: the
+	// size that makes a cluster large (largeClusterEndpoints).
+	endpoints atomic.Int64
 
 	mu     sync.Mutex // guards status
 	status []PortStatus
 }
+
+// largeClusterEndpoints is kube-proxy's largeClusterEndpointsThreshold:
+// above it no periodic full sync (kernelsync.Config.LargeCluster).
+const largeClusterEndpoints = 1000
 
 var _ dataplane.KernelPath = (*Dataplane)(nil)
 
@@ -67,6 +75,7 @@ func New(cfg Config) (*Dataplane, error) {
 			PartialFailuresHelp:   "Cumulative proxy iptables partial restore failures (each followed by a full restore)",
 		},
 		Conntrack: cfg.Conntrack, SyncPeriod: cfg.SyncPeriod, FullSyncPeriod: cfg.FullSyncPeriod, Now: cfg.Now,
+		LargeCluster: func() bool { return d.endpoints.Load() > largeClusterEndpoints },
 	})
 	d.Syncer = dataplane.NewSyncer(dataplane.SyncerConfig{Mode: dataplane.ModeIPTables, Apply: d.sync,
 		Period: cfg.SyncPeriod, LagBound: cfg.LagBound, NodeName: cfg.NodeName, Now: cfg.Now})

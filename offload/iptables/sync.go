@@ -23,6 +23,7 @@ type rendering struct {
 // and written in one restore (write); the ledger records what the kernel
 // holds now and cleans the conntrack entries the change left stale.
 func (d *Dataplane) sync(ctx context.Context, snap *service.Snapshot) error {
+	d.endpoints.Store(int64(endpointCount(snap, d.cfg.Carries)))
 	s := d.ledger.Begin()
 	if s.Check {
 		d.ledger.Checked(s, d.check(ctx))
@@ -36,6 +37,19 @@ func (d *Dataplane) sync(ctx context.Context, snap *service.Snapshot) error {
 		d.commit(rd)
 	}
 	return d.ledger.End(ctx, s, rd.rendered(), size, err)
+}
+
+// endpointCount is what kube-proxy measures a cluster's size by (its
+// syncProxyRules' totalEndpoints): the endpoints of every service port, of
+// those carries accepts when it is not nil.
+func endpointCount(snap *service.Snapshot, carries func(service.PortName) bool) int {
+	n := 0
+	for _, p := range snap.Ports() {
+		if carries == nil || carries(p.Name) {
+			n += len(p.Endpoints)
+		}
+	}
+	return n
 }
 
 // commit keeps what the next partial sync compares with, and the status.
