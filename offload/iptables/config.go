@@ -48,6 +48,11 @@ type Config struct {
 	SyncPeriod, FullSyncPeriod, LagBound time.Duration
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+
+	// largeCluster is set per sync, never by a caller: the Snapshot has
+	// more than largeClusterEndpoints endpoints, and the endpoints' rules
+	// go without comments (renderPort).
+	largeCluster bool
 }
 
 func (c *Config) validate() error {

@@ -26,6 +26,20 @@ type portPlan struct {
 	kernelsync.Policy                  // which chains, where traffic goes
 	internalChain       string         // ClusterIP traffic: SVCP-SVC- or SVCP-SVL-
 	externalPolicyChain string         // external traffic: SVCP-SVC- or SVCP-SVL-
+	terse               bool           // a large cluster: the endpoints' rules without comments
+}
+
+// endpointComment adds the comment of an endpoint's rule to l, unless the
+// cluster is large: kube-proxy leaves these out above 1,000 endpoints
+// (appendServiceCommentLocked, largeClusterMode). They are three rules of
+// every endpoint, tens of bytes each for iptables-restore to parse and the
+// kernel to keep, and with the endpoint's chain name in the rule they say
+// nothing a reader cannot find.
+func (pp *portPlan) endpointComment(l *lines, s string) *lines {
+	if pp.terse {
+		return l
+	}
+	return l.comment(s)
 }
 
 // planPort plans p on this node; node is its Node object (nil: unknown), whose
@@ -46,6 +60,7 @@ func planPort(cfg *Config, p *service.Port, node *service.Node) *portPlan {
 		sourceRanges: fam.Prefixes(svc.LoadBalancerSourceRanges),
 		cluster:      eps.Cluster,
 		local:        eps.Local,
+		terse:        cfg.largeCluster,
 	}
 	if len(pp.clusterIPs) == 0 {
 		return nil // headless, ExternalName or of the other family only: nothing for these rules
@@ -260,7 +275,7 @@ func renderSpread(pp *portPlan, chainName string, l *lines, eps []service.Endpoi
 	if aff.ClientIP {
 		secs := affinitySeconds(aff)
 		for i := range eps {
-			l.rule(chainName).comment(pp.name+" -> "+addrs[i]).
+			pp.endpointComment(l.rule(chainName), pp.name+" -> "+addrs[i]).
 				w("-m", "recent", "--name", names[i], "--mask", allOnes(pp.family), "--rsource",
 					"--rcheck", "--seconds", secs, "--reap", "-j", names[i]).end()
 		}
@@ -268,7 +283,7 @@ func renderSpread(pp *portPlan, chainName string, l *lines, eps []service.Endpoi
 	status := make([]EndpointStatus, len(eps))
 	n := len(eps)
 	for i, e := range eps {
-		l.rule(chainName).comment(pp.name + " -> " + addrs[i])
+		pp.endpointComment(l.rule(chainName), pp.name+" -> "+addrs[i])
 		prob := "1"
 		if i < n-1 {
 			prob = probability(n - i)
@@ -293,8 +308,8 @@ func renderEndpointChains(pp *portPlan, seps map[netip.AddrPort]string, chain fu
 	for _, a := range addrs {
 		name := seps[a]
 		l := chain(name)
-		l.rule(name).comment(pp.name).w("-s", a.Addr().Unmap().String(), "-j", chainMarkMasq).end()
-		l.rule(name).comment(pp.name)
+		pp.endpointComment(l.rule(name), pp.name).w("-s", a.Addr().Unmap().String(), "-j", chainMarkMasq).end()
+		pp.endpointComment(l.rule(name), pp.name)
 		if pp.p.Service.Affinity.ClientIP {
 			l.w("-m", "recent", "--name", name, "--mask", allOnes(pp.family), "--rsource", "--set")
 		}

@@ -23,12 +23,15 @@ type rendering struct {
 // and written in one restore (write); the ledger records what the kernel
 // holds now and cleans the conntrack entries the change left stale.
 func (d *Dataplane) sync(ctx context.Context, snap *service.Snapshot) error {
-	d.endpoints.Store(int64(endpointCount(snap, d.cfg.Carries)))
+	n := endpointCount(snap, d.cfg.Carries)
+	d.endpoints.Store(int64(n))
 	s := d.ledger.Begin()
 	if s.Check {
 		d.ledger.Checked(s, d.check(ctx))
 	}
-	rd := &rendering{render(d.cfg, snap, s.Applied), d.top} // the common case: endpoints changed, not frontends
+	cfg := d.cfg
+	cfg.largeCluster = n > largeClusterEndpoints
+	rd := &rendering{render(cfg, snap, s.Applied), d.top} // the common case: endpoints changed, not frontends
 	if s.Full || sharedChanged(rd.ruleset) {
 		rd.top = rd.tops()
 	}

@@ -160,6 +160,25 @@ func TestNoPeriodicFullSyncInALargeCluster(t *testing.T) {
 	}
 	large := st.Snapshot(svcs...)
 	mustSync(t, p, large)
+	// And, as kube-proxy's, the endpoints' rules go without comments; the
+	// Services' keep theirs.
+	endpointRules := 0
+	for _, line := range strings.Split(f.Dump(), "\n") {
+		switch {
+		case strings.HasPrefix(line, "-A "+prefixSEP) || (strings.HasPrefix(line, "-A "+prefixSVC) && strings.Contains(line, "-j "+prefixSEP)):
+			endpointRules++
+			if strings.Contains(line, "--comment") {
+				t.Fatalf("an endpoint's rule with a comment in a large cluster: %s", line)
+			}
+		case strings.HasPrefix(line, "-A SVCP-SERVICES -d"), strings.HasPrefix(line, "-A SVCP-SERVICES -m"):
+			if !strings.Contains(line, "--comment") {
+				t.Fatalf("a Service's rule without its comment: %s", line)
+			}
+		}
+	}
+	if endpointRules != 3*1002 {
+		t.Errorf("%d endpoint rules, want %d", endpointRules, 3*1002)
+	}
 	now = now.Add(2 * time.Minute)
 	mustSync(t, p, large)
 	if h := p.Health(); h.FullSyncs != 1 || h.PartialSyncs != 1 {
