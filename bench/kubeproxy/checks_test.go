@@ -5,6 +5,8 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -255,5 +257,29 @@ func TestProbe(t *testing.T) {
 	if holds(request{Kind: "down"}, "", errors.New("reset")) || !holds(request{Kind: "down"}, "", syscall.ECONNREFUSED) ||
 		holds(request{Kind: "down"}, "198.19.0.1:8080", nil) {
 		t.Error("down holds for a refusal or a timeout only")
+	}
+}
+
+func TestLinkTree(t *testing.T) {
+	src, dst := t.TempDir(), filepath.Join(t.TempDir(), "copy")
+	for _, f := range []string{"a/b/x.go", "a/y.go", "z.go"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(src, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(src, f), []byte(f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := linkTree(src, dst, map[string][]byte{"a/y.go": []byte("patched")}); err != nil {
+		t.Fatal(err)
+	}
+	for f, want := range map[string]string{"a/b/x.go": "a/b/x.go", "a/y.go": "patched", "z.go": "z.go"} {
+		b, err := os.ReadFile(filepath.Join(dst, f))
+		if err != nil || string(b) != want {
+			t.Errorf("%s: %q, %v; want %q", f, b, err, want)
+		}
+	}
+	if fi, err := os.Lstat(filepath.Join(dst, "z.go")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("z.go is not a link: %v %v", fi, err)
 	}
 }
