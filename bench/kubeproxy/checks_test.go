@@ -157,9 +157,9 @@ func TestKubeProxyConfig(t *testing.T) {
 
 func TestProcParsing(t *testing.T) {
 	stat := "1234 (kube proxy) S 1 1234 1234 0 -1 4194560 100 0 0 0 150 50 20 30 20 0 12 0 100 0 0"
-	cpu, err := parseStatCPU(stat)
-	if err != nil || math.Abs(cpu-2.5) > 1e-9 {
-		t.Errorf("parseStatCPU = %v, %v; want 2.5 s (250 ticks)", cpu, err)
+	own, children, err := parseStatCPU(stat)
+	if err != nil || math.Abs(own-2) > 1e-9 || math.Abs(children-0.5) > 1e-9 {
+		t.Errorf("parseStatCPU = %v, %v, %v; want 2 s own (200 ticks), 0.5 s of children", own, children, err)
 	}
 	status := "Name:\tx\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\n"
 	if statusKiB(status, "VmRSS:") != 1024 || statusKiB(status, "VmHWM:") != 2048 {

@@ -43,6 +43,7 @@ var metrics = []metric{
 	{"own histogram p99 (s)", func(r runResult) float64 { return r.OwnP99 }},
 	{"periodic full sync (s)", meanFullSync},
 	{"CPU seconds, whole run", func(r runResult) float64 { return r.CPUSeconds }},
+	{"CPU seconds, the proxy process alone", func(r runResult) float64 { return r.CPUOwnSeconds }},
 	{"CPU seconds, cold start", func(r runResult) float64 { return r.CPUColdSeconds }},
 	{"CPU seconds, the changes", func(r runResult) float64 { return r.CPUChangesSeconds }},
 	{"peak RSS", func(r runResult) float64 { return float64(r.PeakRSSKiB) }},

@@ -54,6 +54,9 @@ type runResult struct {
 	CPUColdSeconds    float64 `json:"cpu_cold_s"`
 	CPUChangesSeconds float64 `json:"cpu_changes_s"`
 	CPUSeconds        float64 `json:"cpu_s"`
+	// The proxy process's own CPU over the whole run: the rest of
+	// CPUSeconds is its children's (iptables-restore, nft).
+	CPUOwnSeconds float64 `json:"cpu_own_s"`
 	// Memory, KiB: the proxy's peak (VmHWM), its resident memory at the
 	// end (steady), and the peak of it and its children together, sampled
 	// every 250 ms.
@@ -251,7 +254,7 @@ func runOne(t *testing.T, c *cluster, apiKubeconfig string, bins programs, cgs *
 	}
 	ownAfter := mon.scrapeNow(t)
 	res.CPUChangesSeconds = after.cpu - before.cpu
-	res.CPUSeconds, res.SteadyRSSKiB, res.PeakRSSKiB = after.cpu, after.rss, after.hwm
+	res.CPUSeconds, res.CPUOwnSeconds, res.SteadyRSSKiB, res.PeakRSSKiB = after.cpu, after.ownCPU, after.rss, after.hwm
 	res.OwnProgramming = ownAfter.programming.sub(ownBefore.programming)
 	res.OwnP50, res.OwnP90, res.OwnP99 = res.OwnProgramming.quantile(0.5), res.OwnProgramming.quantile(0.9), res.OwnProgramming.quantile(0.99)
 	res.Syncs = ownAfter.syncs
