@@ -57,6 +57,9 @@ type Config struct {
 
 	HealthzAddr string
 	MetricsAddr string
+	// Profiling serves Go's /debug/pprof/ on MetricsAddr (kube-proxy's
+	// enableProfiling).
+	Profiling bool
 
 	NodeName       string
 	NodeIPs        []netip.Addr
@@ -96,6 +99,7 @@ func parseFlags(args []string) (*Config, error) {
 	fs.StringVar(&c.SocketLBPinPath, "socklb-pin-path", lifecycle.DefaultPinPath, "socklb: a `DIR` on a bpffs (made if missing) where the socket LB's maps and program links are pinned, so a restart adopts them and translation never stops; \"\" pins nothing")
 	fs.StringVar(&c.HealthzAddr, "healthz-bind-address", "0.0.0.0:10256", "serve /healthz here once the first sync is done")
 	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", "127.0.0.1:10249", "serve /metrics, /proxyMode and /status here")
+	fs.BoolVar(&c.Profiling, "profiling", false, "serve Go's /debug/pprof/ on --metrics-bind-address (kube-proxy's enableProfiling)")
 	fs.StringVar(&c.NodeName, "hostname-override", "", "this node's name, for traffic policy Local and the health check (default: the hostname, lower-cased)")
 	nodeIPs := fs.String("node-ip", "", "this node's addresses, comma-separated: what primary in --nodeport-addresses stands for")
 	nodePorts := fs.String("nodeport-addresses", "", "where NodePorts answer: CIDRs and the keywords primary (--node-ip), localhost (127.0.0.0/8, ::1/128: nftables mode serves TCP NodePorts there with userspace listeners) and all, comma-separated (default: primary with --node-ip, else all)")

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"sync/atomic"
 	"time"
 
@@ -91,8 +92,10 @@ func (e *endpoints) status(w http.ResponseWriter, _ *http.Request) {
 }
 
 // serve runs the two HTTP servers until ctx ends. An address of "" or "0"
-// turns a server off, as kube-proxy allows.
-func (e *endpoints) serve(ctx context.Context, healthzAddr, metricsAddr string) error {
+// turns a server off, as kube-proxy allows. With profiling, the metrics
+// server serves Go's profiler too (/debug/pprof/), as kube-proxy's
+// enableProfiling does.
+func (e *endpoints) serve(ctx context.Context, healthzAddr, metricsAddr string, profiling bool) error {
 	health := http.NewServeMux()
 	health.HandleFunc("/healthz", e.health.ServeHealthz)
 	health.HandleFunc("/livez", e.health.ServeLivez)
@@ -102,6 +105,13 @@ func (e *endpoints) serve(ctx context.Context, healthzAddr, metricsAddr string) 
 	metrics.HandleFunc("/status", e.status)
 	metrics.HandleFunc("/healthz", e.health.ServeHealthz)
 	metrics.HandleFunc("/livez", e.health.ServeLivez)
+	if profiling {
+		metrics.HandleFunc("/debug/pprof/", pprof.Index)
+		metrics.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		metrics.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		metrics.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		metrics.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 
 	errc := make(chan error, 2)
 	var servers []*http.Server

@@ -97,7 +97,7 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		done <- struct{}{}
 	}()
 	go func() {
-		if err := ep.serve(ctx, cfg.HealthzAddr, cfg.MetricsAddr); err != nil {
+		if err := ep.serve(ctx, cfg.HealthzAddr, cfg.MetricsAddr, cfg.Profiling); err != nil {
 			cancel(fmt.Errorf("http: %w", err))
 		}
 		done <- struct{}{}

@@ -55,3 +55,27 @@ func TestFullSyncPeriodFlag(t *testing.T) {
 		})
 	}
 }
+
+// --profiling serves Go's profiler on the metrics address, as kube-proxy's
+// enableProfiling does; without it there is none.
+func TestProfilingFlag(t *testing.T) {
+	netnstest.RequireRoot(t)
+	file := filepath.Join(t.TempDir(), "services.yaml")
+	if err := os.WriteFile(file, []byte(scrapeManifests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, on := range []bool{true, false} {
+		args := []string{"--services", file, "--hostname-override", "node-a", "--mode", "userspace"}
+		if on {
+			args = append(args, "--profiling")
+		}
+		p := runSvcproxy(t, args...)
+		want := http.StatusNotFound
+		if on {
+			want = http.StatusOK
+		}
+		if code, _ := p.get(t, "127.0.0.1:10249", "/debug/pprof/cmdline"); code != want {
+			t.Errorf("--profiling %v: /debug/pprof/cmdline answers %d, want %d", on, code, want)
+		}
+	}
+}
