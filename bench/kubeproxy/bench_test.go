@@ -51,7 +51,7 @@ const defaultSizes = "1000x10,10000x3,5000x50,40000x3"
 // FULL_SYNC (both proxies' full-sync period, 60s; 0: their own hour),
 // SLICE (0.5s) and SLICES (3) of data-path load, KUBE_PROXY and SVCPROXY
 // (binaries to use instead of the built ones), LOG_DIR (keep the proxies'
-// logs there).
+// logs there), PROFILE_DIR (profile both, Go's pprof and perf: run_test.go).
 func TestCompareKubeProxy(t *testing.T) {
 	if os.Getenv(benchEnv) == "" {
 		t.Skipf("a benchmark of an hour or more: make bench-kubeproxy (%s=1)", benchEnv)
@@ -122,7 +122,7 @@ func TestCompareKubeProxy(t *testing.T) {
 // readSettings reads the knobs of TestCompareKubeProxy's environment.
 func readSettings() (settings, error) {
 	st := settings{changes: 200, fullSync: time.Minute, dataSlice: 500 * time.Millisecond, slices: 3,
-		warmup: 8 * time.Second, seed: 40, logDir: os.Getenv("LOG_DIR")}
+		warmup: 8 * time.Second, seed: 40, logDir: os.Getenv("LOG_DIR"), profileDir: os.Getenv("PROFILE_DIR")}
 	var errs []string
 	duration := func(key string, into *time.Duration) {
 		if v := os.Getenv(key); v != "" {
@@ -212,6 +212,7 @@ func findPrograms(t *testing.T, st settings, root string) programs {
 	}
 	help, _ := exec.Command(p.svcproxy, "--help").CombinedOutput()
 	p.fullSyncFlag = strings.Contains(string(help), "-full-sync-period")
+	p.profilingFlag = strings.Contains(string(help), "-profiling")
 	if !p.fullSyncFlag && st.fullSync > 0 {
 		t.Logf("svcproxy %s has no --full-sync-period: its full syncs keep their hour", p.svcproxy)
 	}

@@ -3,6 +3,7 @@ package kubeproxy
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/netip"
@@ -27,14 +28,20 @@ type settings struct {
 	warmup    time.Duration // hybrid: load before the data path, to promote both Services
 	seed      uint64
 	logDir    string // where the proxies' logs stay (LOG_DIR); empty: a temporary directory
+	// profileDir (PROFILE_DIR): where each run's profiles go: the proxy's
+	// Go CPU profile over its first 30 s and over the changes, and, where
+	// perf runs, the whole machine's over the changes; empty: none.
+	profileDir string
 }
 
 // programs are the binaries compared.
 type programs struct {
 	kubeProxy string // kube-proxy v1.37.2 (with fullSync's period when set)
 	svcproxy  string
-	// fullSyncFlag: svcproxy has --full-sync-period (it is given then).
-	fullSyncFlag bool
+	// fullSyncFlag: svcproxy has --full-sync-period (it is given then);
+	// profilingFlag: it has --profiling (given always, as kube-proxy's
+	// enableProfiling is: it costs nothing until a profile is asked for).
+	fullSyncFlag, profilingFlag bool
 }
 
 // runResult is one proxy's run at one size in one round.
@@ -174,11 +181,17 @@ func runOne(t *testing.T, c *cluster, apiKubeconfig string, bins programs, cgs *
 	})
 	pid := cmd.Process.Pid
 	since := func(at time.Time) float64 { return at.Sub(start).Seconds() }
+	name := fmt.Sprintf("%s-round%d-%s-%s", c.sz, round+1, p.program, p.mode)
+	var profiles sync.WaitGroup
+	defer profiles.Wait()
 
 	hc := topo.nodeHTTP()
 	defer hc.CloseIdleConnections()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	if st.profileDir != "" {
+		profiles.Go(func() { profile(t, hc, filepath.Join(st.profileDir, name+"-cold.pprof"), 30*time.Second, start) })
+	}
 	mon := &monitor{pid: pid, http: hc, start: start}
 	var monWG sync.WaitGroup
 	monWG.Go(func() { mon.run(ctx) })
@@ -242,6 +255,11 @@ func runOne(t *testing.T, c *cluster, apiKubeconfig string, bins programs, cgs *
 		return fail("%v (%v)", err, exited())
 	}
 	ownBefore := mon.scrapeNow(t)
+	if st.profileDir != "" {
+		d := time.Duration(st.changes) * st.interval
+		profiles.Go(func() { profile(t, hc, filepath.Join(st.profileDir, name+"-changes.pprof"), d, time.Now()) })
+		profiles.Go(func() { perfRecord(t, filepath.Join(st.profileDir, name+"-changes.perf"), d) })
+	}
 	mon.arm()
 	begin := time.Now()
 	res.Changes = runChanges(ctx, t, c, cl, newSchedule(c.sz, st.changes, st.interval, st.seed))
@@ -300,7 +318,11 @@ func proxyCommand(topo *topology, p proxy, bins programs, st settings, dir, cgro
 	if bins.fullSyncFlag {
 		full = st.fullSync
 	}
-	return topo.node.Command(context.Background(), bins.svcproxy, svcproxyArgs(p.mode, topo.kubeconfig, cgroup, full)...), nil
+	args := svcproxyArgs(p.mode, topo.kubeconfig, cgroup, full)
+	if bins.profilingFlag {
+		args = append(args, "--profiling") // as kube-proxy's enableProfiling
+	}
+	return topo.node.Command(context.Background(), bins.svcproxy, args...), nil
 }
 
 // dataPath measures new connections/s and keep-alive requests/s to the
@@ -548,6 +570,46 @@ func (m *monitor) scrapeNow(t *testing.T) scraped {
 		t.Errorf("scrape %s: %v", metricsURL, err)
 	}
 	return s
+}
+
+// profile asks the proxy for a Go CPU profile of d (/debug/pprof/profile,
+// which both serve on their metrics address) as soon as it serves one,
+// waiting from start at most a minute, and writes it to file.
+func profile(t *testing.T, hc *http.Client, file string, d time.Duration, start time.Time) {
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", metricsAddr, int(d.Seconds()))
+	c := &http.Client{Transport: hc.Transport, Timeout: d + time.Minute}
+	for time.Since(start) < time.Minute {
+		resp, err := c.Get(url)
+		if err != nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil && resp.StatusCode == http.StatusOK {
+			if err := os.WriteFile(file, b, 0o644); err != nil {
+				t.Error(err)
+			}
+			return
+		}
+		t.Logf("profile %s: %s %v", url, resp.Status, err)
+		return
+	}
+	t.Logf("profile %s: no answer within a minute", url)
+}
+
+// perfRecord records the whole machine's CPU for d with perf (sampled at
+// 99 Hz, with call graphs) into file, when perf is installed: the
+// iptables-restore and nft processes and the kernel's work are not in a Go
+// profile. perf report --sort comm,dso reads it.
+func perfRecord(t *testing.T, file string, d time.Duration) {
+	if _, err := exec.LookPath("perf"); err != nil {
+		return
+	}
+	out, err := exec.Command("perf", "record", "-a", "-g", "-F", "99", "-o", file, "--", "sleep", fmt.Sprint(int(d.Seconds()))).CombinedOutput()
+	if err != nil {
+		t.Logf("perf record: %v: %s", err, out)
+	}
 }
 
 func tail(b []byte, n int) string {
