@@ -49,6 +49,7 @@ const defaultSizes = "1000x10,10000x3,5000x50,40000x3"
 // ("svcproxy nftables,kube-proxy nftables"; default all), CHANGES (200),
 // INTERVAL between changes (the changes outlast one full-sync period),
 // FULL_SYNC (both proxies' full-sync period, 60s; 0: their own hour),
+// MIN_SYNC (both proxies' minimum sync period, kube-proxy's default 1s),
 // SLICE (0.5s) and SLICES (3) of data-path load, KUBE_PROXY and SVCPROXY
 // (binaries to use instead of the built ones), LOG_DIR (keep the proxies'
 // logs there), PROFILE_DIR (profile both, Go's pprof and perf: run_test.go).
@@ -121,7 +122,7 @@ func TestCompareKubeProxy(t *testing.T) {
 
 // readSettings reads the knobs of TestCompareKubeProxy's environment.
 func readSettings() (settings, error) {
-	st := settings{changes: 200, fullSync: time.Minute, dataSlice: 500 * time.Millisecond, slices: 3,
+	st := settings{changes: 200, fullSync: time.Minute, minSync: defaultMinSyncPeriod, dataSlice: 500 * time.Millisecond, slices: 3,
 		warmup: 8 * time.Second, seed: 40, logDir: os.Getenv("LOG_DIR"), profileDir: os.Getenv("PROFILE_DIR")}
 	var errs []string
 	duration := func(key string, into *time.Duration) {
@@ -145,6 +146,7 @@ func readSettings() (settings, error) {
 	count("CHANGES", &st.changes)
 	count("SLICES", &st.slices)
 	duration("FULL_SYNC", &st.fullSync)
+	duration("MIN_SYNC", &st.minSync)
 	duration("SLICE", &st.dataSlice)
 	duration("INTERVAL", &st.interval)
 	if st.changes%4 != 0 {
@@ -263,7 +265,7 @@ func moduleRoot(t *testing.T) string {
 // commandLine is the command that reproduces a size's run.
 func commandLine(sz size, rounds int) string {
 	var env []string
-	for _, k := range []string{"ROUNDS", "PROXIES", "CHANGES", "INTERVAL", "FULL_SYNC", "SLICE", "SLICES"} {
+	for _, k := range []string{"ROUNDS", "PROXIES", "CHANGES", "INTERVAL", "FULL_SYNC", "MIN_SYNC", "SLICE", "SLICES"} {
 		if v := os.Getenv(k); v != "" {
 			env = append(env, fmt.Sprintf("%s=%q", k, v))
 		}

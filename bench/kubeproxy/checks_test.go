@@ -125,7 +125,7 @@ func TestSchedule(t *testing.T) {
 // TestKubeProxyConfig: health and metrics bind inside the node's
 // namespace, conntrack's machine-wide sizing is left alone.
 func TestKubeProxyConfig(t *testing.T) {
-	b, err := kubeProxyConfig("nftables", "/k/kubeconfig")
+	b, err := kubeProxyConfig("nftables", "/k/kubeconfig", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,10 +143,13 @@ func TestKubeProxyConfig(t *testing.T) {
 	if ct["maxPerCore"] != float64(0) || ct["min"] != float64(0) || ct["tcpEstablishedTimeout"] != "0s" {
 		t.Errorf("conntrack %v: want maxPerCore 0, min 0 and the timeouts 0s (left alone)", ct)
 	}
+	if cfg["nftables"].(map[string]any)["minSyncPeriod"] != "1s" {
+		t.Errorf("nftables %v", cfg["nftables"])
+	}
 	if cfg["clientConnection"].(map[string]any)["kubeconfig"] != "/k/kubeconfig" {
 		t.Errorf("clientConnection %v", cfg["clientConnection"])
 	}
-	args := strings.Join(svcproxyArgs("socklb", "/k", "/cg", time.Minute), " ")
+	args := strings.Join(svcproxyArgs("socklb", "/k", "/cg", time.Second, time.Minute), " ")
 	for _, want := range []string{"--mode socklb", "--socklb-cgroup /cg", "--socklb-pin-path ", "--full-sync-period 1m0s",
 		"--healthz-bind-address 0.0.0.0:10256", "--cluster-cidr 198.19.0.0/16"} {
 		if !strings.Contains(args, want) {

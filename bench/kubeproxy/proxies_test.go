@@ -49,10 +49,10 @@ const (
 	metricsAddr = "127.0.0.1:10249"
 	healthzURL  = "http://127.0.0.1:10256/healthz"
 	metricsURL  = "http://127.0.0.1:10249/metrics"
-	// minSyncPeriod and syncPeriod are kube-proxy's defaults, given to
-	// both.
-	minSyncPeriod = time.Second
-	syncPeriod    = 30 * time.Second
+	// defaultMinSyncPeriod and syncPeriod are kube-proxy's defaults,
+	// given to both (MIN_SYNC changes the first for both).
+	defaultMinSyncPeriod = time.Second
+	syncPeriod           = 30 * time.Second
 )
 
 // kubeProxyConfig is the KubeProxyConfiguration kube-proxy runs with: its
@@ -62,8 +62,8 @@ const (
 // default would raise nf_conntrack_max and the nf_conntrack module's
 // hashsize, which are the machine's, not the namespace's), and so are its
 // timeouts (0: leave as is).
-func kubeProxyConfig(mode, kubeconfig string) ([]byte, error) {
-	period := map[string]any{"minSyncPeriod": minSyncPeriod.String(), "syncPeriod": syncPeriod.String()}
+func kubeProxyConfig(mode, kubeconfig string, minSync time.Duration) ([]byte, error) {
+	period := map[string]any{"minSyncPeriod": minSync.String(), "syncPeriod": syncPeriod.String()}
 	return yaml.Marshal(map[string]any{
 		"apiVersion":         "kubeproxy.config.k8s.io/v1alpha1",
 		"kind":               "KubeProxyConfiguration",
@@ -85,11 +85,11 @@ func kubeProxyConfig(mode, kubeconfig string) ([]byte, error) {
 // svcproxyArgs are svcproxy's flags for mode: the same addresses, periods
 // and cluster CIDR as kube-proxy's configuration. cgroup is the socket LB's
 // cgroup (socklb only); fullSync, when not zero, its full-sync period.
-func svcproxyArgs(mode, kubeconfig, cgroup string, fullSync time.Duration) []string {
+func svcproxyArgs(mode, kubeconfig, cgroup string, minSync, fullSync time.Duration) []string {
 	args := []string{"--kubeconfig", kubeconfig, "--mode", mode, "--hostname-override", nodeName,
 		"--healthz-bind-address", healthzAddr, "--metrics-bind-address", metricsAddr,
 		"--cluster-cidr", clusterCIDR.String(),
-		"--min-sync-period", minSyncPeriod.String(), "--sync-period", syncPeriod.String()}
+		"--min-sync-period", minSync.String(), "--sync-period", syncPeriod.String()}
 	if mode == "socklb" {
 		// Nothing pinned in the machine's bpffs: the programs go with
 		// the process.

@@ -23,6 +23,7 @@ type settings struct {
 	changes   int           // per run, a multiple of 4
 	interval  time.Duration // between changes
 	fullSync  time.Duration // both proxies' full-sync period; 0: their own (an hour)
+	minSync   time.Duration // both proxies' minimum sync period (kube-proxy's default, 1s)
 	dataSlice time.Duration // one slice of data-path load
 	slices    int           // slices per target and load
 	warmup    time.Duration // hybrid: load before the data path, to promote both Services
@@ -304,7 +305,7 @@ func runOne(t *testing.T, c *cluster, apiKubeconfig string, bins programs, cgs *
 // proxyCommand is p's command in the node's namespace.
 func proxyCommand(topo *topology, p proxy, bins programs, st settings, dir, cgroup string) (*exec.Cmd, error) {
 	if p.program == kubeProxy {
-		cfg, err := kubeProxyConfig(p.mode, topo.kubeconfig)
+		cfg, err := kubeProxyConfig(p.mode, topo.kubeconfig, st.minSync)
 		if err != nil {
 			return nil, err
 		}
@@ -318,7 +319,7 @@ func proxyCommand(topo *topology, p proxy, bins programs, st settings, dir, cgro
 	if bins.fullSyncFlag {
 		full = st.fullSync
 	}
-	args := svcproxyArgs(p.mode, topo.kubeconfig, cgroup, full)
+	args := svcproxyArgs(p.mode, topo.kubeconfig, cgroup, st.minSync, full)
 	if bins.profilingFlag {
 		args = append(args, "--profiling") // as kube-proxy's enableProfiling
 	}
