@@ -64,11 +64,14 @@ type reply struct {
 }
 
 // Probe pacing: an attempt every elapsed/probeSpread, within [probeMin,
-// probeMax]: a probe that has waited 1 s sees a change within 5 ms of it,
-// while a hundred waiting probes stay far from loading the machine.
+// probeMax]: a probe sees a change within 1% of the time it waited (2 ms
+// at least), about 260 attempts for a change seen after a second. Every
+// attempt is a connection through the proxy's rules, or through hybrid's
+// userspace proxy, whose CPU it then is: a denser probe would measure
+// itself.
 const (
-	probeSpread   = 200
-	probeMin      = time.Millisecond
+	probeSpread   = 100
+	probeMin      = 2 * time.Millisecond
 	probeMax      = 25 * time.Millisecond
 	probeDial     = time.Second
 	probeInflight = 16
