@@ -30,8 +30,9 @@ type settings struct {
 	seed      uint64
 	logDir    string // where the proxies' logs stay (LOG_DIR); empty: a temporary directory
 	// profileDir (PROFILE_DIR): where each run's profiles go: the proxy's
-	// Go CPU profile over its first 30 s and over the changes, and, where
-	// perf runs, the whole machine's over the changes; empty: none.
+	// Go CPU profile over its first 30 s and over the changes, its heap
+	// after them, and, where perf runs, the whole machine's CPU over the
+	// changes; empty: none.
 	profileDir string
 }
 
@@ -270,6 +271,9 @@ func runOne(t *testing.T, c *cluster, apiKubeconfig string, bins programs, cgs *
 	after, err := readProc(pid)
 	if err != nil {
 		return fail("%v (%v)", err, exited())
+	}
+	if st.profileDir != "" {
+		heapProfile(t, hc, filepath.Join(st.profileDir, name+"-heap.pprof"))
 	}
 	ownAfter := mon.scrapeNow(t)
 	res.CPUChangesSeconds = after.cpu - before.cpu
@@ -597,6 +601,25 @@ func profile(t *testing.T, hc *http.Client, file string, d time.Duration, start 
 		return
 	}
 	t.Logf("profile %s: no answer within a minute", url)
+}
+
+// heapProfile writes the proxy's heap profile (/debug/pprof/heap) to file:
+// what its steady RSS holds.
+func heapProfile(t *testing.T, hc *http.Client, file string) {
+	resp, err := hc.Get(fmt.Sprintf("http://%s/debug/pprof/heap", metricsAddr))
+	if err != nil {
+		t.Logf("heap profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Logf("heap profile: %s %v", resp.Status, err)
+		return
+	}
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Error(err)
+	}
 }
 
 // perfRecord records the whole machine's CPU for d with perf (sampled at
