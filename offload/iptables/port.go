@@ -105,7 +105,8 @@ func renderPort(cfg *Config, p *service.Port, node *service.Node) *portRules {
 	if pp == nil {
 		return nil
 	}
-	pr := &portRules{port: p, zone: node.Zone(), name: p.Name, status: PortStatus{Port: pp.name, Protocol: string(p.Protocol)}}
+	pr := &portRules{port: p, zone: node.Zone(), name: p.Name, large: cfg.largeCluster,
+		status: PortStatus{Port: pp.name, Protocol: string(p.Protocol)}}
 	var sh [numShared]lines
 	// A port has at most 3 policy chains plus one chain per endpoint.
 	own := make(map[string]*lines, 3+len(p.Endpoints))
@@ -126,7 +127,7 @@ func renderPort(cfg *Config, p *service.Port, node *service.Node) *portRules {
 			chain(c.name)
 		}
 	}
-	renderFrontends(cfg, pp, &sh, chain)
+	pr.cips = renderFrontends(cfg, pp, &sh, chain)
 	if pp.UsesExtChain {
 		renderExternalChain(cfg, pp, chain(pp.extChain))
 	}
@@ -170,16 +171,26 @@ func renderPort(cfg *Config, p *service.Port, node *service.Node) *portRules {
 }
 
 // renderFrontends writes the rules that catch a port's destinations: ClusterIPs,
-// externalIPs, LoadBalancer IPs and the NodePort, or reject them in filter.
-func renderFrontends(cfg *Config, pp *portPlan, sh *[numShared]lines, chain func(string) *lines) {
+// externalIPs, LoadBalancer IPs and the NodePort, or reject them in filter. In
+// a large cluster the ClusterIP jumps go to their blocks' chains: it returns
+// them.
+func renderFrontends(cfg *Config, pp *portPlan, sh *[numShared]lines, chain func(string) *lines) []cipRule {
 	target, why := pp.filterTarget()
+	var cips []cipRule
 	for _, ip := range pp.clusterIPs {
 		dst := ip.String()
 		if !pp.HasInternal {
 			pp.match(sh[filterServices].rule(chainServices).comment(why), dst, pp.port).w("-j", target).end()
 			continue
 		}
-		pp.match(sh[natServices].rule(chainServices).comment(pp.name+" cluster IP"), dst, pp.port).w("-j", pp.internalChain).end()
+		if cfg.largeCluster {
+			block, name := clusterIPBlock(ip)
+			var l lines
+			pp.match(l.rule(name).comment(pp.name+" cluster IP"), dst, pp.port).w("-j", pp.internalChain).end()
+			cips = append(cips, cipRule{block: block, chain: name, line: l.b})
+		} else {
+			pp.match(sh[natServices].rule(chainServices).comment(pp.name+" cluster IP"), dst, pp.port).w("-j", pp.internalChain).end()
+		}
 		// Masquerade ClusterIP traffic from outside the pod network: someone
 		// routing the service range to this node may get a reply from an
 		// endpoint on another node otherwise (kube-proxy's IfNotLocal rule).
@@ -222,7 +233,7 @@ func renderFrontends(cfg *Config, pp *portPlan, sh *[numShared]lines, chain func
 			w("-m", "tcp", "-p", "tcp", "--dport", strconv.Itoa(int(hc)), "-m", "addrtype", "--dst-type", "LOCAL", "-j", "ACCEPT").end()
 	}
 	if pp.p.NodePort == 0 {
-		return
+		return cips
 	}
 	np := strconv.Itoa(int(pp.p.NodePort))
 	if pp.HasEndpoints {
@@ -232,6 +243,7 @@ func renderFrontends(cfg *Config, pp *portPlan, sh *[numShared]lines, chain func
 		pp.match(sh[filterExternal].rule(chainExternalServices).comment(why).w("-m", "addrtype", "--dst-type", "LOCAL"), "", np).
 			w("-j", target).end()
 	}
+	return cips
 }
 
 // renderExternalChain writes SVCP-EXT-: where NodePort, externalIP and LoadBalancer

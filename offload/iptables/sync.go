@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -82,7 +83,8 @@ func (d *Dataplane) write(ctx context.Context, rd *rendering, full bool, applied
 		want := rd.chains()
 		var stale []string
 		for _, c := range sortedKeys(existing[tableNAT]) {
-			if isPortChain(c) && !want[c] {
+			_, block := rd.top[tableNAT][c]
+			if (isPortChain(c) && !want[c]) || (strings.HasPrefix(c, prefixCIP) && !block) {
 				stale = append(stale, c)
 			}
 		}
@@ -126,6 +128,13 @@ func (d *Dataplane) partialPlan(rd *rendering) *plan {
 			}
 		}
 	}
+	// A ClusterIP block left with no ClusterIP: SVCP-SERVICES no longer
+	// jumps to it (it was rewritten with the blocks).
+	for _, c := range blockChains(d.top[tableNAT]) {
+		if _, ok := rd.top[tableNAT][c]; !ok {
+			pl.stale = append(pl.stale, c)
+		}
+	}
 	for _, c := range rd.changed {
 		if c.Old == nil || !bytes.Equal(c.Old.text, c.Cur.text) || !slices.Equal(c.Old.chains, c.Cur.chains) {
 			pl.ports = append(pl.ports, c.Cur)
@@ -156,6 +165,9 @@ func sharedChanged(rs *ruleset) bool {
 			if !bytes.Equal(c.Old.shared[i], c.Cur.shared[i]) {
 				return true
 			}
+		}
+		if !slices.EqualFunc(c.Old.cips, c.Cur.cips, func(a, b cipRule) bool { return a.chain == b.chain && bytes.Equal(a.line, b.line) }) {
+			return true
 		}
 	}
 	return false
