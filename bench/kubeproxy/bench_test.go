@@ -50,6 +50,7 @@ const defaultSizes = "1000x10,10000x3,5000x50,40000x3"
 // INTERVAL between changes (the changes outlast one full-sync period),
 // FULL_SYNC (both proxies' full-sync period, 60s; 0: their own hour),
 // MIN_SYNC (both proxies' minimum sync period, kube-proxy's default 1s),
+// IPTABLES (the iptables backend of both: auto, nft or legacy; run_test.go),
 // SLICE (0.5s) and SLICES (3) of data-path load, KUBE_PROXY and SVCPROXY
 // (binaries to use instead of the built ones), LOG_DIR (keep the proxies'
 // logs there), PROFILE_DIR (profile both, Go's pprof and perf: run_test.go).
@@ -123,7 +124,8 @@ func TestCompareKubeProxy(t *testing.T) {
 // readSettings reads the knobs of TestCompareKubeProxy's environment.
 func readSettings() (settings, error) {
 	st := settings{changes: 200, fullSync: time.Minute, minSync: defaultMinSyncPeriod, dataSlice: 500 * time.Millisecond, slices: 3,
-		warmup: 8 * time.Second, seed: 40, logDir: os.Getenv("LOG_DIR"), profileDir: os.Getenv("PROFILE_DIR")}
+		warmup: 8 * time.Second, seed: 40, logDir: os.Getenv("LOG_DIR"), profileDir: os.Getenv("PROFILE_DIR"),
+		iptables: cmp.Or(os.Getenv("IPTABLES"), "auto")}
 	var errs []string
 	duration := func(key string, into *time.Duration) {
 		if v := os.Getenv(key); v != "" {
@@ -149,6 +151,9 @@ func readSettings() (settings, error) {
 	duration("MIN_SYNC", &st.minSync)
 	duration("SLICE", &st.dataSlice)
 	duration("INTERVAL", &st.interval)
+	if st.iptables != "auto" && st.iptables != "nft" && st.iptables != "legacy" {
+		errs = append(errs, fmt.Sprintf("IPTABLES %q: want auto, nft or legacy", st.iptables))
+	}
 	if st.changes%4 != 0 {
 		errs = append(errs, fmt.Sprintf("CHANGES %d: want a multiple of 4 (four kinds, in pairs)", st.changes))
 	}
@@ -265,7 +270,7 @@ func moduleRoot(t *testing.T) string {
 // commandLine is the command that reproduces a size's run.
 func commandLine(sz size, rounds int) string {
 	var env []string
-	for _, k := range []string{"ROUNDS", "PROXIES", "CHANGES", "INTERVAL", "FULL_SYNC", "MIN_SYNC", "SLICE", "SLICES"} {
+	for _, k := range []string{"ROUNDS", "PROXIES", "CHANGES", "INTERVAL", "FULL_SYNC", "MIN_SYNC", "IPTABLES", "SLICE", "SLICES"} {
 		if v := os.Getenv(k); v != "" {
 			env = append(env, fmt.Sprintf("%s=%q", k, v))
 		}

@@ -286,3 +286,21 @@ func TestLinkTree(t *testing.T) {
 		t.Errorf("z.go is not a link: %v %v", fi, err)
 	}
 }
+
+func TestIPTablesBackend(t *testing.T) {
+	for _, tc := range []struct {
+		setting string
+		sz      size
+		want    string
+	}{
+		{"auto", size{1000, 10}, "nft"},
+		{"auto", size{10000, 3}, "legacy"},
+		{"", size{5000, 50}, "legacy"},
+		{"nft", size{40000, 3}, "nft"},
+		{"legacy", size{1000, 10}, "legacy"},
+	} {
+		if got := iptablesBackend(tc.setting, tc.sz); got != tc.want {
+			t.Errorf("iptablesBackend(%q, %s) = %s, want %s", tc.setting, tc.sz, got, tc.want)
+		}
+	}
+}

@@ -25,7 +25,8 @@ import (
 // a change is written while the probe of the one before still waits), and
 // prints each one's reply as a JSON line, tagged with the request's id.
 //
-//	probe KIND DST [EP]   connect to DST again and again until KIND holds:
+//	probe KIND DST [EP]   connect to DST again and again until KIND holds
+//	                      (or For, 3 minutes without):
 //	                      up (a connection is answered), down (refused or
 //	                      dropped),
 //	                      reach (the answer comes from endpoint EP), leave
@@ -46,6 +47,14 @@ type request struct {
 	N       int           `json:"n,omitempty"`  // conn
 	For     time.Duration `json:"for,omitempty"`
 	Workers int           `json:"workers,omitempty"` // keepalive
+}
+
+// probeLimit is how long a probe waits: For, or probeTimeout.
+func (r request) probeLimit() time.Duration {
+	if r.For > 0 {
+		return r.For
+	}
+	return probeTimeout
 }
 
 // reply is the client's answer to one request.
@@ -160,7 +169,7 @@ func slice(r *reply, load func() (int, error), done func()) error {
 	return errors.Join(err, serr)
 }
 
-// probe connects to req.Dst until req.Kind holds, or probeTimeout. An
+// probe connects to req.Dst until req.Kind holds, or req.probeLimit(). An
 // attempt starts every pacing interval while fewer than probeInflight are
 // under way, each with a dial timeout of a second: where a rule drops the
 // connection (kube-proxy's nftables mode drops traffic to a Service
@@ -198,8 +207,8 @@ func probe(req request) (reply, error) {
 			r.Seen = seen.UnixNano()
 			return r, nil
 		}
-		if seen.IsZero() && time.Since(begin) > probeTimeout && inflight == 0 {
-			return r, fmt.Errorf("probe %s %s %s: not seen in %s (last: %q, %v)", req.Kind, req.Dst, req.EP, probeTimeout, last.who, last.err)
+		if seen.IsZero() && time.Since(begin) > req.probeLimit() && inflight == 0 {
+			return r, fmt.Errorf("probe %s %s %s: not seen in %s (last: %q, %v)", req.Kind, req.Dst, req.EP, req.probeLimit(), last.who, last.err)
 		}
 		wait := time.Until(next)
 		if !seen.IsZero() || inflight >= probeInflight {

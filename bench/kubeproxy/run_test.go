@@ -28,7 +28,11 @@ type settings struct {
 	slices    int           // slices per target and load
 	warmup    time.Duration // hybrid: load before the data path, to promote both Services
 	seed      uint64
-	logDir    string // where the proxies' logs stay (LOG_DIR); empty: a temporary directory
+	// iptables is the backend the proxies' iptables commands use
+	// (IPTABLES): "nft", "legacy", or "auto", legacy above
+	// nftIPTablesLimit endpoints (iptablesBackend).
+	iptables string
+	logDir   string // where the proxies' logs stay (LOG_DIR); empty: a temporary directory
 	// profileDir (PROFILE_DIR): where each run's profiles go: the proxy's
 	// Go CPU profile over its first 30 s and over the changes, its heap
 	// after them, and, where perf runs, the whole machine's CPU over the
@@ -52,6 +56,9 @@ type runResult struct {
 	Proxy string `json:"proxy"`
 	Mode  string `json:"mode"`
 	Round int    `json:"round"`
+	// IPTables is the iptables backend the run's iptables commands used
+	// (iptables mode's rules, hybrid's portals, kube-proxy's cleanup).
+	IPTables string `json:"iptables"`
 
 	// Cold start: from process start to the last Service's rule working
 	// (a probe connection answered through it), and to /healthz 200.
@@ -129,7 +136,8 @@ const coldLimit = 20 * time.Minute
 
 // runOne runs p at the size of c once, in namespaces of its own.
 func runOne(t *testing.T, c *cluster, apiKubeconfig string, bins programs, cgs *cgroups, p proxy, st settings, round int) runResult {
-	res := runResult{Size: c.sz.String(), Proxy: p.program, Mode: p.mode, Round: round}
+	backend := iptablesBackend(st.iptables, c.sz)
+	res := runResult{Size: c.sz.String(), Proxy: p.program, Mode: p.mode, Round: round, IPTables: backend}
 	topo := newTopology(t, apiKubeconfig)
 	dir := t.TempDir()
 
@@ -150,6 +158,9 @@ func runOne(t *testing.T, c *cluster, apiKubeconfig string, bins programs, cgs *
 	cmd, err := proxyCommand(topo, p, bins, st, dir, cgroup)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if backend == "legacy" {
+		cmd.Env = append(os.Environ(), "PATH="+legacyIPTables(t)+":"+os.Getenv("PATH"))
 	}
 	logDir := dir
 	if st.logDir != "" {
@@ -227,7 +238,7 @@ func runOne(t *testing.T, c *cluster, apiKubeconfig string, bins programs, cgs *
 		close(healthzAt)
 	}()
 	last := netip.AddrPortFrom(clusterIP(c.sz.services-1), servicePort).String()
-	up, err := cl.do(request{Op: "probe", Kind: "up", Dst: last})
+	up, err := cl.do(request{Op: "probe", Kind: "up", Dst: last, For: coldLimit})
 	if err != nil {
 		return fail("cold start, the last Service %s: %v (%v)", last, err, exited())
 	}
@@ -304,6 +315,45 @@ func runOne(t *testing.T, c *cluster, apiKubeconfig string, bins programs, cgs *
 		p, len(res.Changes), res.P50, res.P90, res.P99, res.OwnP50, res.OwnP99, len(res.FullSyncs), res.CPUSeconds,
 		res.PeakRSSKiB, res.PeakTreeRSSKiB, res.SteadyRSSKiB)
 	return res
+}
+
+// nftIPTablesLimit is the size beyond which "auto" runs the iptables
+// commands on the legacy backend: iptables-nft 1.8.9's --noflush restore
+// grows about cubically with its input (docs/architecture.md), and at
+// 10,000 Services of 3 endpoints neither proxy's first sync ended within
+// the 3 minutes the first full run gave it, where at 10,000 endpoints
+// both took 6 to 12 s. Both proxies always get the same backend.
+const nftIPTablesLimit = 10000
+
+// iptablesBackend is the backend of a run at sz: setting, or for "auto"
+// (and "") nft up to nftIPTablesLimit endpoints and legacy beyond.
+func iptablesBackend(setting string, sz size) string {
+	if setting == "nft" || setting == "legacy" {
+		return setting
+	}
+	if sz.services*sz.endpoints > nftIPTablesLimit {
+		return "legacy"
+	}
+	return "nft"
+}
+
+// legacyIPTables returns a directory whose iptables, iptables-restore,
+// iptables-save and their ip6tables twins are iptables-legacy's (Debian's
+// xtables-legacy-multi, which acts as the name it is called by): first on
+// a proxy's PATH, it makes every iptables command of the proxy a legacy one.
+func legacyIPTables(t *testing.T) string {
+	t.Helper()
+	multi, err := exec.LookPath("xtables-legacy-multi")
+	if err != nil {
+		t.Skipf("IPTABLES=legacy needs xtables-legacy-multi (Debian's iptables): %v", err)
+	}
+	dir := t.TempDir()
+	for _, name := range []string{"iptables", "iptables-restore", "iptables-save", "ip6tables", "ip6tables-restore", "ip6tables-save"} {
+		if err := os.Symlink(multi, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }
 
 // proxyCommand is p's command in the node's namespace.
