@@ -89,8 +89,12 @@ func newReport(sz size, results []runResult, st settings, bins programs) report.
 		rows = append(rows, row)
 	}
 	r.Rows = rows
+	legacy := slices.ContainsFunc(results, func(r runResult) bool { return r.IPTables == "legacy" })
 	for _, pr := range pairings {
 		g := report.Group{Name: fmt.Sprintf("%s / %s, %s", pr.num, pr.den, sz.label())}
+		if legacy && (usesIPTables(pr.num) || usesIPTables(pr.den)) {
+			g.Name += " (iptables-legacy)"
+		}
 		for _, m := range metrics {
 			mean, ci := report.MeanCI(roundRatios(results, pr, m))
 			if mean > 0 {
@@ -103,6 +107,10 @@ func newReport(sz size, results []runResult, st settings, bins programs) report.
 	}
 	return r
 }
+
+// usesIPTables: the proxy's rules (iptables mode) or portals (hybrid) are
+// iptables'.
+func usesIPTables(p proxy) bool { return p.mode == "iptables" || p.mode == "hybrid" }
 
 // roundRatios is m's num / den in each round where both ran without error.
 func roundRatios(results []runResult, pr pairing, m metric) []float64 {
@@ -142,7 +150,11 @@ func printTables(w io.Writer, sz size, r report.Report, results []runResult) {
 			ps = append(ps, p)
 		}
 	}
-	fmt.Fprintf(w, "\n%s, medians of the rounds (%s)\n\n| |", sz.label(), r.Command)
+	backend := "nft"
+	for _, x := range results {
+		backend = x.IPTables
+	}
+	fmt.Fprintf(w, "\n%s, medians of the rounds, iptables backend %s (%s)\n\n| |", sz.label(), backend, r.Command)
 	for _, p := range ps {
 		fmt.Fprintf(w, " %s |", p)
 	}
