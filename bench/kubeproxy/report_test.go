@@ -40,6 +40,7 @@ var metrics = []metric{
 	{"programming latency p90 (s)", func(r runResult) float64 { return r.P90 }},
 	{"programming latency p99 (s)", func(r runResult) float64 { return r.P99 }},
 	{"p99 of changes during a full sync (s)", func(r runResult) float64 { return r.P99Full }},
+	{"p99 of the other changes (s)", func(r runResult) float64 { return r.P99Rest }},
 	{"own histogram p99 (s)", func(r runResult) float64 { return r.OwnP99 }},
 	{"periodic full sync (s)", meanFullSync},
 	{"CPU seconds, whole run", func(r runResult) float64 { return r.CPUSeconds }},
