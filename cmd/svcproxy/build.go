@@ -170,6 +170,7 @@ func kernelPath(cfg *Config, fam service.Family, mode string, ipt kiptables.Inte
 			NodeIP:        primaryNodeIP(cfg, fam),
 			ClusterCIDR:   cfg.clusterCIDR(fam),
 			MasqueradeAll: cfg.MasqueradeAll,
+			MasqueradeBit: cfg.MasqueradeBit,
 			Include:       include,
 		},
 		IPTables:         ipt,
@@ -211,6 +212,7 @@ func nftablesPath(cfg *Config, fam service.Family, carried func(service.PortName
 			LocalhostNodePorts: np.Loopback && carried == nil,
 			ClusterCIDR:        cfg.clusterCIDR(fam),
 			MasqueradeAll:      cfg.MasqueradeAll,
+			MasqueradeBit:      cfg.MasqueradeBit,
 			Include:            include,
 			CountConnections:   carried != nil,
 		},
@@ -252,7 +254,7 @@ func ipvsPath(cfg *Config, fam service.Family, ipt kiptables.Interface, carried 
 		return nil, err
 	}
 	return offloadipvs.New(offloadipvs.Config{
-		Node:       dataplane.Node{Family: fam, NodeName: cfg.NodeName, NodePortIPs: nodeIPs, ClusterCIDR: cfg.clusterCIDR(fam), MasqueradeAll: cfg.MasqueradeAll},
+		Node:       dataplane.Node{Family: fam, NodeName: cfg.NodeName, NodePortIPs: nodeIPs, ClusterCIDR: cfg.clusterCIDR(fam), MasqueradeAll: cfg.MasqueradeAll, MasqueradeBit: cfg.MasqueradeBit},
 		IPVS:       k,
 		Links:      links,
 		Scheduler:  cfg.IPVSScheduler,
@@ -293,6 +295,55 @@ func primaryNodeIP(cfg *Config, fam service.Family) netip.Addr { return cfg.host
 // cleanup removes what every mode may have left in this namespace, in both IP
 // families.
 func cleanup(ctx context.Context, cfg *Config) error {
+	return cleanupParts(ctx, cfg, nil)
+}
+
+// The parts cleanupParts knows: what each mode leaves in the namespace.
+const (
+	partUserspace = "userspace portals"
+	partIPTables  = "iptables rules"
+	partIPVS      = "ipvs"
+	partNFTables  = "nftables table"
+	partSocketLB  = "socket LB pins"
+)
+
+// cleanupOthers removes, before the dataplane starts, what the modes other
+// than cfg's left in this namespace: kube-proxy's platformCleanup
+// (cmd/kube-proxy/app/server_linux.go) does it at every start, so that a mode
+// switched in the ConfigMap, whose pods are then deleted, leaves no rules of
+// the old mode behind (kubeadm's DaemonSet has no cleanup step of its own).
+// What cfg's mode made stays: a restart adopts it. A mode whose kernel lacks
+// it keeps iptables' rules too, its fallback's (kernelMode).
+func cleanupOthers(ctx context.Context, cfg *Config, log *slog.Logger) {
+	keep := map[string]bool{}
+	modes := []string{cfg.Mode}
+	if cfg.Mode == dataplane.ModeHybrid {
+		keep[partUserspace] = true
+		modes = []string{cfg.Offload}
+	}
+	for _, m := range modes {
+		switch m {
+		case dataplane.ModeUserspace:
+			keep[partUserspace] = true
+		case dataplane.ModeIPTables:
+			keep[partIPTables] = true
+		case dataplane.ModeIPVS:
+			keep[partIPVS] = true
+			keep[partIPTables] = offloadipvs.Available() != nil
+		case dataplane.ModeNFTables:
+			keep[partNFTables] = true
+			keep[partIPTables] = knft.Available() != nil
+		case dataplane.ModeSocketLB:
+			keep[partSocketLB], keep[partNFTables] = true, true
+		}
+	}
+	if err := cleanupParts(ctx, cfg, keep); err != nil {
+		log.Warn("other modes' leftovers not all removed", "err", err)
+	}
+}
+
+// cleanupParts removes every part of what svcproxy makes but those in keep.
+func cleanupParts(ctx context.Context, cfg *Config, keep map[string]bool) error {
 	var errs []error
 	for _, fam := range service.Families {
 		ipt, err := kiptables.New(kiptables.Config{Family: kiptables.Family(fam)})
@@ -302,22 +353,28 @@ func cleanup(ctx context.Context, cfg *Config) error {
 			}
 			return err
 		}
-		if err := userspace.Cleanup(ctx, ipt); err != nil {
-			errs = append(errs, fmt.Errorf("%s userspace portals: %w", fam, err))
+		if !keep[partUserspace] {
+			if err := userspace.Cleanup(ctx, ipt); err != nil {
+				errs = append(errs, fmt.Errorf("%s userspace portals: %w", fam, err))
+			}
 		}
-		if err := offloadiptables.Cleanup(ctx, ipt); err != nil {
-			errs = append(errs, fmt.Errorf("%s iptables rules: %w", fam, err))
+		if !keep[partIPTables] {
+			if err := offloadiptables.Cleanup(ctx, ipt); err != nil {
+				errs = append(errs, fmt.Errorf("%s iptables rules: %w", fam, err))
+			}
 		}
-		if offloadipvs.Available() == nil {
+		if !keep[partIPVS] && offloadipvs.Available() == nil {
 			if err := cleanupIPVS(ctx, cfg, fam, ipt); err != nil {
 				errs = append(errs, fmt.Errorf("%s ipvs: %w", fam, err))
 			}
 		}
 	}
-	if err := lifecycle.Remove(cfg.SocketLBPinPath); err != nil {
-		errs = append(errs, fmt.Errorf("socket LB pins in %s: %w", cfg.SocketLBPinPath, err))
+	if !keep[partSocketLB] {
+		if err := lifecycle.Remove(cfg.SocketLBPinPath); err != nil {
+			errs = append(errs, fmt.Errorf("socket LB pins in %s: %w", cfg.SocketLBPinPath, err))
+		}
 	}
-	if knft.Available() == nil {
+	if !keep[partNFTables] && knft.Available() == nil {
 		for _, fam := range service.Families {
 			family := offloadnftables.TableFamily(fam)
 			nft, err := knft.NewFamily(family, offloadnftables.Table)
@@ -415,7 +472,7 @@ func socketLBPath(cfg *Config, fam service.Family, lb *ksocklb.Kernel, carried f
 // host is what the flags say of this node, in both families.
 func (c *Config) host() dataplane.Host {
 	return dataplane.Host{Name: c.NodeName, IPs: c.NodeIPs, NodePortAddresses: c.NodePortAddresses,
-		ClusterCIDRs: c.ClusterCIDRs, MasqueradeAll: c.MasqueradeAll}
+		ClusterCIDRs: c.ClusterCIDRs, MasqueradeAll: c.MasqueradeAll, MasqueradeBit: c.MasqueradeBit}
 }
 
 // nodePortFamily is cfg's --nodeport-addresses for fam on this namespace.

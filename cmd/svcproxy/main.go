@@ -17,12 +17,12 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/svcproxy/svcproxy/kubeproxyconfig"
 	"github.com/svcproxy/svcproxy/service"
 	"github.com/svcproxy/svcproxy/service/watch"
 )
 
 func main() {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	cfg, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
@@ -30,6 +30,22 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "svcproxy:", err)
 		os.Exit(2)
+	}
+	log := newLogger(cfg, os.Stderr)
+	switch {
+	case cfg.WriteConfigTo != "":
+		if err := writeConfig(cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "svcproxy:", err)
+			os.Exit(1)
+		}
+		log.Info("wrote the configuration", "file", cfg.WriteConfigTo)
+		return
+	case cfg.InitOnly:
+		// kube-proxy's --init-only sets what needs full privileges (its
+		// conntrack sysctls) before a run with CAP_NET_ADMIN alone; svcproxy
+		// sets none of those.
+		log.Info("--init-only: svcproxy has nothing to set up before it runs")
+		return
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -52,8 +68,13 @@ func main() {
 // the chosen mode, and the HTTP endpoints report on it.
 func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	watch.SetClientLogger(log) // client-go's own log lines, through slog
+	logConfig(cfg, log)
+	applyOOMScoreAdj(cfg, log)
 	w, err := watch.New(watch.Config{
 		Kubeconfig:    cfg.Kubeconfig,
+		Master:        cfg.Master,
+		QPS:           cfg.QPS,
+		Burst:         cfg.Burst,
 		ServicesFile:  cfg.ServicesFile,
 		MaxFileBytes:  cfg.ServicesMaxBytes,
 		MinSyncPeriod: cfg.MinSyncPeriod,
@@ -73,6 +94,9 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		return err
 	}
 	logModeChoice(cfg, log)
+	if cfg.ConfigFile != "" {
+		cleanupOthers(ctx, cfg, log)
+	}
 	dp, err := newDataplane(cfg, log)
 	if err != nil {
 		return err
@@ -96,7 +120,9 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		done <- struct{}{}
 	}()
 	go func() {
-		if err := ep.serve(ctx, cfg.HealthzAddr, cfg.MetricsAddr); err != nil {
+		srv := servers{HealthzAddr: cfg.HealthzAddr, MetricsAddr: cfg.MetricsAddr,
+			Configz: kubeproxyconfig.Configz(cfg.KubeProxy), Profiling: cfg.EnableProfiling, HardFail: cfg.BindAddressHardFail}
+		if err := ep.serve(ctx, srv); err != nil {
 			cancel(fmt.Errorf("http: %w", err))
 		}
 		done <- struct{}{}
