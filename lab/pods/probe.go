@@ -1,4 +1,4 @@
-package lab
+package pods
 
 import (
 	"bufio"
@@ -16,6 +16,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // Target is what `svclab traffic` sends to: a name or address, a port, and
@@ -94,7 +96,7 @@ type Probe struct {
 	// Rate is requests per second; 0 sends each as soon as the last is answered.
 	Rate float64
 	// Timeout bounds one request (default 2s, times the slowdown of
-	// SlowdownEnv; twice that for a new TCP connection, see tcpTimeout).
+	// topology.SlowdownEnv; twice that for a new TCP connection, see tcpTimeout).
 	Timeout time.Duration
 	// Resolver looks the name up; nil is the Go resolver reading
 	// /etc/resolv.conf, which in a lab pod is the pod's own.
@@ -230,7 +232,7 @@ func (p *Probe) resolve(ctx context.Context) (netip.Addr, error) {
 	}
 	// A pod's resolver would try for 40s (4 search names, 5s, 2 attempts);
 	// a lab whose DNS is broken should say so sooner.
-	ctx, cancel := context.WithTimeout(ctx, patient(10*time.Second))
+	ctx, cancel := context.WithTimeout(ctx, topology.Patient(10*time.Second))
 	defer cancel()
 	network := "ip4"
 	if p.IPv6 {
@@ -247,7 +249,7 @@ func (p *Probe) timeout() time.Duration {
 	if p.Timeout > 0 {
 		return p.Timeout
 	}
-	return patient(2 * time.Second)
+	return topology.Patient(2 * time.Second)
 }
 
 // once sends one request and reads the pod's answer.

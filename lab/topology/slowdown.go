@@ -1,4 +1,4 @@
-package lab
+package topology
 
 import (
 	"os"
@@ -13,8 +13,8 @@ import (
 // and sets it; svclab's own children (pods, probes) inherit it.
 const SlowdownEnv = "SVCLAB_SLOWDOWN"
 
-// patient is d times the slowdown.
-func patient(d time.Duration) time.Duration {
+// Patient is d times the slowdown.
+func Patient(d time.Duration) time.Duration {
 	n, err := strconv.Atoi(os.Getenv(SlowdownEnv))
 	if err != nil || n < 1 {
 		return d

@@ -1,4 +1,4 @@
-package lab
+package pods
 
 import (
 	"fmt"
@@ -87,10 +87,6 @@ func (tl *Timeline) PathOf(ev Event) string {
 		return PathOther
 	}
 }
-
-// NewTimeline is the Timeline of requests sent from lab host from (over
-// IPv6 when ipv6 is set): who the sender and the node are.
-func (l *Lab) NewTimeline(from string, ipv6 bool) *Timeline { return l.timeline(from, ipv6) }
 
 // Write writes one row per second, with a bar of the answers: "u" for each
 // one through userspace, "k" for each through the kernel, "x" for failures.

@@ -1,4 +1,4 @@
-package lab
+package topology
 
 import (
 	"errors"
@@ -16,9 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The lab's cgroup root is one directory, cgroupRoot ("svclab"), in every
+// The lab's cgroup root is one directory, CgroupRoot ("svclab"), in every
 // cgroup hierarchy the machine mounts. The real node's kubelet puts its pods
-// there (its cgroupRoot setting); in the cgroup2 hierarchy it is also the
+// there (its cgroupRoot setting, KubeletConfiguration's); in the cgroup2 hierarchy it is also the
 // lab's subtree, where svcproxy --mode socklb attaches its socket hook: every
 // process svclab starts in a pod, or in the client, is born in a child of it,
 // <cgroup2>/svclab/pods/<host>. Down kills whatever runs under the root in
@@ -35,15 +35,11 @@ import (
 // the lab only makes directories below it and never moves a process that is
 // not its own.
 
-// errRealNodeSocketLB refuses --mode socklb on the real node, whose pods are
-// started by containerd, not born in the lab's subtree.
-var errRealNodeSocketLB = errors.New("mode socklb: not on the real node: its pods' processes are in the kubelet's cgroups, not in the lab's cgroup2 subtree, and svcproxy's DaemonSet mounts no cgroup2 to attach to")
-
-// podCgroups is the directory of the subtree that holds one cgroup per host
+// PodCgroups is the directory of the subtree that holds one cgroup per host
 // whose processes count as pods of the node.
-const podCgroups = "pods"
+const PodCgroups = "pods"
 
-// inSubtree says whether the processes of host h run in the lab's cgroup2
+// InSubtree says whether the processes of host h run in the lab's cgroup2
 // subtree, where a socket hook sees their connect() and sendmsg(). The pods
 // do, and so does the client: it stands for a pod of this node without a
 // server (its address is in the cluster range, the node routes it as it
@@ -55,17 +51,37 @@ const podCgroups = "pods"
 // hook on the node can see: in the lab every host shares one kernel, and a
 // cgroup hook follows a process, not its network namespace, so only the
 // cgroup keeps its traffic from meeting the hook.
-func inSubtree(h Host) bool { return h.Role == RolePod || h.Role == RoleClient }
+func InSubtree(h Host) bool { return h.Role == RolePod || h.Role == RoleClient }
+
+// CgroupRoot is the name of the lab's cgroup root.
+const CgroupRoot = "svclab"
+
+// Cgroups is the lab's cgroup root in every hierarchy, and its cgroup2
+// subtree: made by `svclab up`, emptied and removed by `svclab down`.
+type Cgroups struct {
+	stateDir string
+	name     string
+}
+
+// NewCgroups returns the cgroups of the lab whose state directory is
+// stateDir, under the root name (CgroupRoot; another name only in tests
+// that must not meet a running lab's).
+func NewCgroups(stateDir, name string) *Cgroups {
+	return &Cgroups{stateDir: stateDir, name: name}
+}
+
+// Name is the root's name, the same in every hierarchy: "svclab".
+func (c *Cgroups) Name() string { return c.name }
 
 // privateCgroup2 is where the lab mounts the cgroup2 hierarchy: beside the
 // state directory, never in it, so that removing the state directory can
 // never walk into a cgroup hierarchy.
-func (l *Lab) privateCgroup2() string { return filepath.Clean(l.cfg.StateDir) + "-cgroup2" }
+func (c *Cgroups) privateCgroup2() string { return filepath.Clean(c.stateDir) + "-cgroup2" }
 
 // privateCgroup2Mounted says whether the lab's cgroup2 mount is in place.
-func (l *Lab) privateCgroup2Mounted() bool {
-	for _, m := range l.mounts() {
-		if m.point == l.privateCgroup2() && m.fstype == "cgroup2" {
+func (c *Cgroups) privateCgroup2Mounted() bool {
+	for _, m := range c.mounts() {
+		if m.Point == c.privateCgroup2() && m.Fstype == "cgroup2" {
 			return true
 		}
 	}
@@ -74,11 +90,11 @@ func (l *Lab) privateCgroup2Mounted() bool {
 
 // mountPrivateCgroup2 mounts the cgroup2 hierarchy on privateCgroup2, unless
 // it is there already.
-func (l *Lab) mountPrivateCgroup2() error {
-	if l.privateCgroup2Mounted() {
+func (c *Cgroups) mountPrivateCgroup2() error {
+	if c.privateCgroup2Mounted() {
 		return nil
 	}
-	dir := l.privateCgroup2()
+	dir := c.privateCgroup2()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -88,46 +104,46 @@ func (l *Lab) mountPrivateCgroup2() error {
 	return nil
 }
 
-// CgroupSubtree is the root of the lab's cgroup2 subtree, <cgroup2>/svclab:
+// Subtree is the root of the lab's cgroup2 subtree, <cgroup2>/svclab:
 // what svcproxy --mode socklb attaches its programs to.
-func (l *Lab) CgroupSubtree() (string, error) {
-	if !l.privateCgroup2Mounted() {
-		return "", fmt.Errorf("no cgroup2 mounted on %s: the lab is not up (svclab up mounts it)", l.privateCgroup2())
+func (c *Cgroups) Subtree() (string, error) {
+	if !c.privateCgroup2Mounted() {
+		return "", fmt.Errorf("no cgroup2 mounted on %s: the lab is not up (svclab up mounts it)", c.privateCgroup2())
 	}
-	return filepath.Join(l.privateCgroup2(), l.cgroupName), nil
+	return filepath.Join(c.privateCgroup2(), c.name), nil
 }
 
-// makeCgroupSubtree mounts cgroup2 on privateCgroup2 and makes the subtree
+// MakeSubtree mounts cgroup2 on privateCgroup2 and makes the subtree
 // and its pods directory (`svclab up`).
-func (l *Lab) makeCgroupSubtree() error {
-	if err := l.mountPrivateCgroup2(); err != nil {
+func (c *Cgroups) MakeSubtree() error {
+	if err := c.mountPrivateCgroup2(); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Join(l.privateCgroup2(), l.cgroupName, podCgroups), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(c.privateCgroup2(), c.name, PodCgroups), 0o755); err != nil {
 		return fmt.Errorf("the lab's cgroup2 subtree: %w", err)
 	}
 	return nil
 }
 
 // hostCgroup is the cgroup of host name in the subtree.
-func (l *Lab) hostCgroup(name string) (string, error) {
-	root, err := l.CgroupSubtree()
+func (c *Cgroups) hostCgroup(name string) (string, error) {
+	root, err := c.Subtree()
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(root, podCgroups, name), nil
+	return filepath.Join(root, PodCgroups, name), nil
 }
 
-// placeInCgroup makes cmd start in h's cgroup when h is in the subtree (a
+// Place makes cmd start in h's cgroup when h is in the subtree (a
 // host outside it is left alone): the child is born there, by clone3's
 // CLONE_INTO_CGROUP (Go's SysProcAttr.UseCgroupFD), so it never runs a
 // moment outside, as it would if its pid were written to cgroup.procs once
 // started. release closes the cgroup's directory once cmd has started.
-func (l *Lab) placeInCgroup(cmd *exec.Cmd, h Host) (release func(), err error) {
-	if !inSubtree(h) {
+func (c *Cgroups) Place(cmd *exec.Cmd, h Host) (release func(), err error) {
+	if !InSubtree(h) {
 		return func() {}, nil
 	}
-	dir, err := l.hostCgroup(h.Name)
+	dir, err := c.hostCgroup(h.Name)
 	if err != nil {
 		return nil, fmt.Errorf("host %s: %w", h.Name, err)
 	}
@@ -146,11 +162,11 @@ func (l *Lab) placeInCgroup(cmd *exec.Cmd, h Host) (release func(), err error) {
 	return func() { f.Close() }, nil
 }
 
-// removeHostCgroup kills what still runs in host name's cgroup (a command
+// RemoveHost kills what still runs in host name's cgroup (a command
 // of `svclab exec`, say) and removes it: the control-plane lab's kubelet
 // deleting a pod, once its server has stopped. None is no error.
-func (l *Lab) removeHostCgroup(name string) error {
-	dir, err := l.hostCgroup(name)
+func (c *Cgroups) RemoveHost(name string) error {
+	dir, err := c.hostCgroup(name)
 	if err != nil {
 		return nil // the subtree is not mounted: nothing was made
 	}
@@ -162,7 +178,7 @@ func (l *Lab) removeHostCgroup(name string) error {
 // those a dying one forks meanwhile.
 func killTree(dir string) {
 	for range 10 {
-		pids := treePids(dir)
+		pids := TreePids(dir)
 		if len(pids) == 0 {
 			return
 		}
@@ -170,17 +186,17 @@ func killTree(dir string) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		for _, pid := range pids {
-			waitExit(pid, 5*time.Second)
+			WaitExit(pid, 5*time.Second)
 		}
 	}
 }
 
-// cgroupDirs lists the directories of the lab's cgroup root in every
+// Dirs lists the directories of the lab's cgroup root in every
 // hierarchy, deepest first.
-func (l *Lab) cgroupDirs() []string {
+func (c *Cgroups) Dirs() []string {
 	var dirs []string
-	for _, h := range l.hierarchies() {
-		root := filepath.Join(h.point, l.cgroupName)
+	for _, h := range c.hierarchies() {
+		root := filepath.Join(h.Point, c.name)
 		_ = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 			if err == nil && d.IsDir() {
 				dirs = append(dirs, p)
@@ -194,16 +210,16 @@ func (l *Lab) cgroupDirs() []string {
 	return dirs
 }
 
-// cgroupPids lists the processes in the lab's cgroups.
-func (l *Lab) cgroupPids() []int { return dirsPids(l.cgroupDirs()) }
+// pids lists the processes in the lab's cgroups.
+func (c *Cgroups) pids() []int { return dirsPids(c.Dirs()) }
 
-// removeCgroups kills every process in the lab's cgroups, and those a dying
+// Remove kills every process in the lab's cgroups, and those a dying
 // one forks meanwhile, then removes the directories deepest first (a cgroup
 // directory goes only once empty of processes and of children), and last
 // the private cgroup2 mount, if the lab made one.
-func (l *Lab) removeCgroups() error {
+func (c *Cgroups) Remove() error {
 	for range 10 {
-		pids := l.cgroupPids()
+		pids := c.pids()
 		if len(pids) == 0 {
 			break
 		}
@@ -211,25 +227,25 @@ func (l *Lab) removeCgroups() error {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 		for _, pid := range pids {
-			waitExit(pid, 5*time.Second)
+			WaitExit(pid, 5*time.Second)
 		}
 	}
 	var errs []error
-	for _, d := range l.cgroupDirs() {
+	for _, d := range c.Dirs() {
 		if err := rmdirRetry(d); err != nil {
 			errs = append(errs, fmt.Errorf("cgroup %s: %w", d, err))
 		}
 	}
 	if len(errs) == 0 {
-		errs = append(errs, l.unmountPrivateCgroup2())
+		errs = append(errs, c.unmountPrivateCgroup2())
 	}
 	return errors.Join(errs...)
 }
 
 // unmountPrivateCgroup2 unmounts and removes privateCgroup2 when mounted.
-func (l *Lab) unmountPrivateCgroup2() error {
-	dir := l.privateCgroup2()
-	if l.privateCgroup2Mounted() {
+func (c *Cgroups) unmountPrivateCgroup2() error {
+	dir := c.privateCgroup2()
+	if c.privateCgroup2Mounted() {
 		if err := unix.Unmount(dir, 0); err != nil {
 			return fmt.Errorf("unmount %s: %w", dir, err)
 		}
@@ -240,26 +256,26 @@ func (l *Lab) unmountPrivateCgroup2() error {
 	return nil
 }
 
-// cgroupLeftovers lists the lab's cgroup directories and their processes,
+// Leftovers lists the lab's cgroup directories and their processes,
 // for Leftovers.
-func (l *Lab) cgroupLeftovers() []string {
+func (c *Cgroups) Leftovers() []string {
 	var out []string
-	for _, d := range l.cgroupDirs() {
+	for _, d := range c.Dirs() {
 		out = append(out, "cgroup "+d)
 	}
-	for _, pid := range l.cgroupPids() {
-		out = append(out, fmt.Sprintf("process %d: in the cgroup root /%s", pid, l.cgroupName))
+	for _, pid := range c.pids() {
+		out = append(out, fmt.Sprintf("process %d: in the cgroup root /%s", pid, c.name))
 	}
-	if l.privateCgroup2Mounted() {
-		out = append(out, "mount cgroup2 on "+l.privateCgroup2())
-	} else if _, err := os.Stat(l.privateCgroup2()); err == nil {
-		out = append(out, "file "+l.privateCgroup2())
+	if c.privateCgroup2Mounted() {
+		out = append(out, "mount cgroup2 on "+c.privateCgroup2())
+	} else if _, err := os.Stat(c.privateCgroup2()); err == nil {
+		out = append(out, "file "+c.privateCgroup2())
 	}
 	return out
 }
 
-// treePids lists the processes in cgroup directory dir and below it.
-func treePids(dir string) []int {
+// TreePids lists the processes in cgroup directory dir and below it.
+func TreePids(dir string) []int {
 	var dirs []string
 	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && d.IsDir() {

@@ -1,4 +1,4 @@
-package lab
+package topology
 
 import (
 	"fmt"
@@ -15,25 +15,23 @@ import (
 // (so a running lab is not touched), starts a process for a pod, the client
 // and the outside host the way the lab starts them, and checks where each
 // was born: the pod and the client in their child of the subtree, the
-// outside host where this test runs. Then removeCgroups kills what runs
+// outside host where this test runs. Then Remove kills what runs
 // there and leaves nothing: no directory in any hierarchy, no mount.
 func TestCgroupSubtree(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: mounts cgroup2 and makes cgroups (run `make test` as root)")
 	}
-	l, err := New(Config{StateDir: filepath.Join(t.TempDir(), "state")})
-	require.NoError(t, err)
-	l.cgroupName = fmt.Sprintf("svclab-test-%d", os.Getpid())
+	c := NewCgroups(filepath.Join(t.TempDir(), "state"), fmt.Sprintf("svclab-test-%d", os.Getpid()))
 	t.Cleanup(func() {
-		require.NoError(t, l.removeCgroups())
-		require.Empty(t, l.cgroupLeftovers())
+		require.NoError(t, c.Remove())
+		require.Empty(t, c.Leftovers())
 	})
-	require.NoError(t, l.makeCgroupSubtree())
-	root, err := l.CgroupSubtree()
+	require.NoError(t, c.MakeSubtree())
+	root, err := c.Subtree()
 	require.NoError(t, err)
-	require.Equal(t, filepath.Join(l.privateCgroup2(), l.cgroupName), root)
+	require.Equal(t, filepath.Join(c.privateCgroup2(), c.Name()), root)
 
-	p := l.cfg.Plan
+	p := DefaultPlan()
 	pod, client, outside := p.Hosts[1], p.Hosts[0], Host{}
 	for _, h := range p.Hosts {
 		if h.Role == RoleOutside {
@@ -49,12 +47,12 @@ func TestCgroupSubtree(t *testing.T) {
 		host Host
 		want string // the path /proc/PID/cgroup names, in the cgroup2 line
 	}{
-		{pod, "/" + l.cgroupName + "/pods/" + pod.Name},
-		{client, "/" + l.cgroupName + "/pods/client"},
+		{pod, "/" + c.Name() + "/pods/" + pod.Name},
+		{client, "/" + c.Name() + "/pods/client"},
 		{outside, self},
 	} {
 		cmd := exec.Command("sleep", "60")
-		release, err := l.placeInCgroup(cmd, tt.host)
+		release, err := c.Place(cmd, tt.host)
 		require.NoError(t, err)
 		err = cmd.Start()
 		release()
@@ -62,13 +60,13 @@ func TestCgroupSubtree(t *testing.T) {
 		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 		require.Equal(t, tt.want, ownCgroup2(t, cmd.Process.Pid), "host %s", tt.host.Name)
 	}
-	// removeCgroups kills the pod's and the client's sleep, not the outside's.
-	require.NotEmpty(t, l.cgroupLeftovers())
-	require.NoError(t, l.removeCgroups())
-	require.Empty(t, l.cgroupLeftovers())
-	_, err = os.Stat(filepath.Join("/sys/fs/cgroup/unified", l.cgroupName))
+	// Remove kills the pod's and the client's sleep, not the outside's.
+	require.NotEmpty(t, c.Leftovers())
+	require.NoError(t, c.Remove())
+	require.Empty(t, c.Leftovers())
+	_, err = os.Stat(filepath.Join("/sys/fs/cgroup/unified", c.Name()))
 	require.ErrorIs(t, err, os.ErrNotExist)
-	_, err = l.CgroupSubtree()
+	_, err = c.Subtree()
 	require.ErrorContains(t, err, "the lab is not up")
 }
 

@@ -1,6 +1,7 @@
-package lab
+package topology
 
 import (
+	"bytes"
 	"flag"
 	"net/netip"
 	"os"
@@ -9,11 +10,6 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	v1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-
-	"github.com/svcproxy/svcproxy/service"
-	"github.com/svcproxy/svcproxy/service/watch"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -47,7 +43,7 @@ func TestPlanCommandsStayInNamespaces(t *testing.T) {
 		ok := strings.HasPrefix(line, "ip netns add "+p.Prefix) ||
 			strings.HasPrefix(line, "ip -n "+p.Prefix) ||
 			strings.HasPrefix(line, "ip netns exec "+p.Prefix)
-		require.True(t, ok, "command outside the lab's namespaces: %s", line)
+		require.True(t, ok, "command outside the lab's Namespaces: %s", line)
 	}
 }
 
@@ -121,89 +117,15 @@ func TestWriteHosts(t *testing.T) {
 	golden(t, "hosts.golden", b.String())
 }
 
-// loadManifests builds the Snapshot that svcproxy and clusterdns see.
-func loadManifests(t *testing.T) *service.Snapshot {
-	t.Helper()
-	objs, err := watch.LoadManifests("manifests.yaml", Manifests)
-	require.NoError(t, err)
-	var svcs []*v1.Service
-	var slices []*discoveryv1.EndpointSlice
-	for _, o := range objs {
-		switch o := o.(type) {
-		case *v1.Service:
-			svcs = append(svcs, o)
-		case *discoveryv1.EndpointSlice:
-			slices = append(slices, o)
-		default:
-			t.Fatalf("manifests.yaml: unexpected %T", o)
-		}
-	}
-	snap := service.Build(svcs, slices, nil)
-	require.Empty(t, snap.Errors())
-	return snap
-}
-
-// The manifests and the plan describe one cluster: every endpoint is a lab
-// host that serves the endpoint's port, and every address is in its range.
-func TestManifestsMatchPlan(t *testing.T) {
+// Hosts' rows are the table `svclab up` prints (testdata/hosts.golden).
+func TestHostRowsWriteTheTable(t *testing.T) {
 	p := DefaultPlan()
-	snap := loadManifests(t)
-	hosts := map[netip.Addr]Host{}
-	for _, h := range append([]Host{p.Node}, p.Hosts...) {
-		hosts[h.Addr], hosts[h.Addr6] = h, h
-	}
-	for _, port := range snap.Ports() {
-		for _, ip := range port.Service.ClusterIPs {
-			require.True(t, p.ServiceCIDR.Contains(ip) || p.ServiceCIDR6.Contains(ip), "%s: ClusterIP %s outside %s and %s", port, ip, p.ServiceCIDR, p.ServiceCIDR6)
-			require.True(t, ip.Is4() || ip == p.IPv6Of(port.Service.ClusterIPs[0]), "%s: IPv6 ClusterIP %s does not mirror %s", port, ip, port.Service.ClusterIPs[0])
-		}
-		require.NotEmpty(t, port.Endpoints, "%s: no endpoints", port)
-		for _, ep := range port.Endpoints {
-			h, ok := hosts[ep.Addr.Addr()]
-			require.True(t, ok, "%s: endpoint %s is no lab host", port, ep)
-			if h.Role == RoleNode {
-				continue // clusterdns
-			}
-			served := h.TCP
-			if port.Protocol == service.UDP {
-				served = h.UDP
-			}
-			require.Contains(t, served, ep.Addr.Port(), "%s: %s does not serve %s/%s", port, h.Name, ep.Addr, port.Protocol)
-		}
-	}
-}
-
-// The demo and the tutorial rely on these.
-func TestManifestsServices(t *testing.T) {
-	snap := loadManifests(t)
-	want := map[string]string{
-		"default/web":          "ClusterIP 198.18.0.20",
-		"default/web-sticky":   "ClusterIP 198.18.0.21",
-		"default/web-nodeport": "NodePort 198.18.0.22",
-		"default/web-local":    "LoadBalancer 198.18.0.23",
-		"default/echo":         "ClusterIP 198.18.0.30",
-		"default/web-dual":     "NodePort 198.18.0.24 2001:db8:18::24",
-		"default/db":           "ClusterIP headless",
-		"default/frontend":     "ExternalName web.default.svc.cluster.local",
-		"kube-system/kube-dns": "ClusterIP " + DefaultPlan().DNS.String(),
-	}
-	got := map[string]string{}
-	for _, s := range snap.Services() {
-		v := string(s.Type)
-		switch {
-		case s.Headless:
-			v += " headless"
-		case s.ExternalName != "":
-			v += " " + s.ExternalName
-		default:
-			for _, ip := range s.ClusterIPs {
-				v += " " + ip.String()
-			}
-		}
-		got[s.NamespacedName.String()] = v
-	}
-	require.Equal(t, want, got)
-	sticky, ok := snap.Service(service.NamespacedName{Namespace: "default", Name: "web-sticky"})
-	require.True(t, ok)
-	require.True(t, sticky.Affinity.ClientIP)
+	rows := p.HostRows("svcproxy --mode userspace, clusterdns on :53", p.Hosts)
+	require.Equal(t, "node", rows[0].Name)
+	require.Equal(t, RoleNode, rows[0].Role)
+	var a, b bytes.Buffer
+	require.NoError(t, WriteHostRows(&a, rows))
+	require.NoError(t, p.WriteHosts(&b, "userspace"))
+	require.Equal(t, b.String(), a.String())
+	require.Contains(t, a.String(), "svclab pod (")
 }
