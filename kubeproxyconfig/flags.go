@@ -40,6 +40,7 @@ type Flags struct {
 	Cleanup       bool   // --cleanup
 	InitOnly      bool   // --init-only
 	Master        string // --master: the API server's URL, over the kubeconfig's
+	Version       bool   // --version: print the version and exit
 
 	cfg              v1alpha1.KubeProxyConfiguration
 	hostnameOverride string
@@ -60,7 +61,7 @@ var loggingFlags = []string{"logging-format", "log-flush-frequency", "v", "vmodu
 	"log-text-split-stream", "log-text-info-buffer-size", "log-json-split-stream", "log-json-info-buffer-size"}
 
 // otherFlags are kube-proxy's flags that set no field of the file.
-var otherFlags = []string{"config", "write-config-to", "cleanup", "init-only", "master", "hostname-override"}
+var otherFlags = []string{"config", "write-config-to", "cleanup", "init-only", "master", "hostname-override", "version"}
 
 // AddFlags registers kube-proxy's flags on fs, with kube-proxy's defaults.
 func AddFlags(fs *flag.FlagSet) *Flags {
@@ -72,6 +73,7 @@ func AddFlags(fs *flag.FlagSet) *Flags {
 	fs.StringVar(&f.ConfigFile, "config", "", "The path to the configuration `FILE`, a KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1).")
 	fs.StringVar(&f.WriteConfigTo, "write-config-to", "", "If set, write the configuration in force to this `FILE` and exit.")
 	fs.BoolVar(&f.Cleanup, "cleanup", false, "If true cleanup iptables and ipvs rules and exit.")
+	fs.BoolVar(&f.Version, "version", false, "Print version information and quit.")
 	fs.BoolVar(&f.InitOnly, "init-only", false, "If true, perform any initialization steps that must be done with full root privileges, and then exit.")
 	fs.Var(gateValue{&c.FeatureGates}, "feature-gates", "A set of key=value pairs that describe feature gates for alpha/experimental features. This parameter is ignored if a config file is specified by --config.")
 	fs.StringVar(&c.ClientConnection.Kubeconfig, "kubeconfig", "", "Path to kubeconfig `FILE` with authorization information (the master location can be overridden by the master flag).")

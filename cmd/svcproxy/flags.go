@@ -114,6 +114,7 @@ type Config struct {
 	Cleanup       bool
 	WriteConfigTo string // --write-config-to: write KubeProxy there and exit
 	InitOnly      bool   // --init-only: nothing to do before dropping privileges
+	Version       bool   // --version
 }
 
 // The defaults svcproxy keeps where kube-proxy's differ, when no --config
@@ -271,7 +272,7 @@ func (c *Config) fromOptions(opts kubeproxyconfig.Options, kp *kubeproxyconfig.F
 		adj := opts.OOMScoreAdj
 		c.OOMScoreAdj = &adj
 	}
-	c.Cleanup, c.WriteConfigTo, c.InitOnly = kp.Cleanup, kp.WriteConfigTo, kp.InitOnly
+	c.Cleanup, c.WriteConfigTo, c.InitOnly, c.Version = kp.Cleanup, kp.WriteConfigTo, kp.InitOnly, kp.Version
 
 	// --node-ip stands for the Node object's addresses, which kube-proxy
 	// reads and svcproxy does not; without it, the file's bindAddress.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -66,6 +67,18 @@ func applyOOMScoreAdj(cfg *Config, log *slog.Logger) {
 		return
 	}
 	log.Debug("OOM score set", "oomScoreAdj", *cfg.OOMScoreAdj)
+}
+
+// version is what --version prints: svcproxy's module version (from the
+// build's information: "(devel)" for a build from a work tree), and the
+// kube-proxy whose command line and file it reads. kube-proxy prints
+// "Kubernetes v1.37.2".
+func version() string {
+	v := "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		v = bi.Main.Version
+	}
+	return "svcproxy " + v + " (kube-proxy v1.37.2's flags and KubeProxyConfiguration v1alpha1)"
 }
 
 // writeConfig writes the configuration in force to cfg.WriteConfigTo, as

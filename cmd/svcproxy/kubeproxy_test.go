@@ -273,3 +273,26 @@ func waitHealthy(t *testing.T, ns *netnstest.NS) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// --write-config-to writes the configuration in force, which kube-proxy's
+// decoder reads back as it is: kind's file with the flag's hostname.
+func TestWriteConfigTo(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "written.yaml")
+	cfg, err := parseFlags([]string{"--config=../../kubeproxyconfig/testdata/kind/config.conf", "--hostname-override=kind-worker", "--write-config-to=" + out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	back, err := kubeproxyconfig.Load(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.HostnameOverride != "kind-worker" || back.ClusterCIDR != "10.244.0.0/16" || back.Mode != "iptables" {
+		t.Errorf("written: hostnameOverride %q clusterCIDR %q mode %q", back.HostnameOverride, back.ClusterCIDR, back.Mode)
+	}
+	if !strings.Contains(version(), "svcproxy") {
+		t.Errorf("--version: %q", version())
+	}
+}

@@ -33,6 +33,9 @@ func main() {
 	}
 	log := newLogger(cfg, os.Stderr)
 	switch {
+	case cfg.Version:
+		fmt.Println(version())
+		return
 	case cfg.WriteConfigTo != "":
 		if err := writeConfig(cfg); err != nil {
 			fmt.Fprintln(os.Stderr, "svcproxy:", err)
