@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/svcproxy/svcproxy/lab/pods"
 )
 
 // demoSteps is the walk, in order. The texts say why before the commands say
@@ -213,7 +215,7 @@ is open on both node addresses, 198.19.0.1 and 2001:db8:19::1.
 				}
 				target := netip.AddrPortFrom(p.Node.Addr6, 30082).String()
 				d.cmd(fmt.Sprintf("svclab traffic --n 10 %s", shell(target)))
-				t, err = l.Traffic(ctx, TrafficOptions{Target: target, N: 10})
+				t, err = l.pods.Traffic(ctx, pods.TrafficOptions{Target: target, N: 10})
 				if err != nil {
 					return err
 				}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -285,7 +284,7 @@ func (k *Kubelet) start(ctx context.Context, h topology.Host) error {
 	if err := k.lab.net.AddHost(ctx, h); err != nil {
 		return err
 	}
-	return k.lab.startPod(ctx, h)
+	return k.lab.pods.StartServer(ctx, h)
 }
 
 // stop ends a pod's server and removes its namespace (its links and routes
@@ -295,18 +294,10 @@ func (k *Kubelet) stop(host string) error {
 	delete(k.running, host)
 	delete(k.addrs, host)
 	k.mu.Unlock()
-	l := k.lab
-	if pid, ok := l.net.ReadPid("pod-"+host, host); ok {
-		if err := topology.StopPids([]int{pid}, 5*time.Second); err != nil {
-			return err
-		}
-		l.net.Reap()
-	}
-	if err := l.net.RemoveHost(host); err != nil {
+	if err := k.lab.pods.StopServer(host); err != nil {
 		return err
 	}
-	os.Remove(l.net.PidPath("pod-" + host))
-	return nil
+	return k.lab.net.RemoveHost(host)
 }
 
 // reportRunning writes what the kubelet reports once a pod's containers run:

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/svcproxy/svcproxy/lab/cluster"
+	"github.com/svcproxy/svcproxy/lab/pods"
 	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
@@ -71,6 +72,8 @@ type Lab struct {
 	// net is the Plan built on this machine: namespaces, the processes in
 	// them, the state directory.
 	net *topology.Net
+	// pods runs the pods' servers and sends them traffic.
+	pods *pods.Runner
 }
 
 // New returns a Lab with cfg's zero fields filled in.
@@ -104,7 +107,7 @@ func New(cfg Config) (*Lab, error) {
 		cfg.Stderr = os.Stderr
 	}
 	net := topology.New(topology.Config{Plan: cfg.Plan, StateDir: cfg.StateDir, BinDir: cfg.BinDir, Stdout: cfg.Stdout, Stderr: cfg.Stderr})
-	return &Lab{cfg: cfg, net: net}, nil
+	return &Lab{cfg: cfg, net: net, pods: pods.New(pods.Config{Net: net, Self: cfg.Self, Stdout: cfg.Stdout, Progress: cfg.Progress})}, nil
 }
 
 // Plan is the lab's topology.
@@ -120,6 +123,12 @@ func (l *Lab) Mode() (string, error) { return l.net.Mode() }
 // (nil: Config's Stdout and Stderr, no stdin); see topology.Net.Exec.
 func (l *Lab) Exec(ctx context.Context, host string, argv []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	return l.net.Exec(ctx, host, argv, stdin, stdout, stderr)
+}
+
+// Traffic sends opts.N requests from a lab host and writes who answered
+// (see pods.Runner.Traffic).
+func (l *Lab) Traffic(ctx context.Context, opts pods.TrafficOptions) (*pods.Tally, error) {
+	return l.pods.Traffic(ctx, opts)
 }
 
 // Leftovers lists what the lab left on the machine; empty after Down (see

@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -17,41 +16,6 @@ import (
 	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
 	"github.com/svcproxy/svcproxy/lab/topology"
 )
-
-// readyTimeout bounds how long a lab process may take to start serving.
-const readyTimeout = 30 * time.Second
-
-// startPod starts `svclab pod` in h's namespace and waits for its ready line.
-func (l *Lab) startPod(ctx context.Context, h topology.Host) error {
-	name := "pod-" + h.Name
-	argv := []string{l.cfg.Self, "pod", "--name", h.Name, "--ready-fd", "3"}
-	if len(h.TCP) > 0 {
-		argv = append(argv, "--tcp", joinPorts(h.TCP))
-	}
-	if len(h.UDP) > 0 {
-		argv = append(argv, "--udp", joinPorts(h.UDP))
-	}
-	_, ready, err := l.net.Start(name, h.Name, argv, true)
-	if err != nil {
-		return err
-	}
-	defer ready.Close()
-	_ = ready.SetReadDeadline(time.Now().Add(topology.Patient(readyTimeout)))
-	// The child writes one line once its ports are bound; EOF means it died.
-	line, err := bufio.NewReader(ready).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "ready" {
-		return fmt.Errorf("pod %s: did not become ready: %v%s", h.Name, err, l.net.LogTail(name))
-	}
-	return nil
-}
-
-func joinPorts(ps []uint16) string {
-	s := make([]string, len(ps))
-	for i, p := range ps {
-		s[i] = fmt.Sprint(p)
-	}
-	return strings.Join(s, ",")
-}
 
 // dnsListen is where clusterdns listens: port 53 of the node's address, the
 // kube-dns Service's endpoint.
@@ -79,7 +43,7 @@ func (l *Lab) startDNS(ctx context.Context, bin string) error {
 	}
 	q := new(dns.Msg)
 	q.SetQuestion("kube-dns.kube-system.svc.cluster.local.", dns.TypeA)
-	return l.net.Wait(ctx, "clusterdns", cmd.Process.Pid, topology.Patient(readyTimeout), 100*time.Millisecond, func(ctx context.Context) error {
+	return l.net.Wait(ctx, "clusterdns", cmd.Process.Pid, topology.Patient(topology.ReadyTimeout), 100*time.Millisecond, func(ctx context.Context) error {
 		c, err := topology.DialIn(ctx, l.net.NodeNamespace(), "udp", l.dnsListen())
 		if err != nil {
 			return err
@@ -190,7 +154,7 @@ func (l *Lab) startProxy(ctx context.Context, bin, mode string) error {
 		return err
 	}
 	client := l.nodeHTTP()
-	return l.net.Wait(ctx, "svcproxy", cmd.Process.Pid, topology.Patient(readyTimeout), 100*time.Millisecond, func(ctx context.Context) error {
+	return l.net.Wait(ctx, "svcproxy", cmd.Process.Pid, topology.Patient(topology.ReadyTimeout), 100*time.Millisecond, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+healthzAddr+"/healthz", nil)
 		if err != nil {
 			return err

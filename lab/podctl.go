@@ -225,37 +225,9 @@ func (l *Lab) HasControlPlane() (bool, error) {
 	return st.Kubectl != "", err
 }
 
-// KillPod stops pod name's server, as a container that crashed: the
-// namespace stays, nothing listens any more, and the pod stays in its
-// EndpointSlices (nobody probes it), so new connections sent to it are
-// refused.
-func (l *Lab) KillPod(ctx context.Context, name string) error {
-	h, ok := l.net.Host(name)
-	if !ok || h.Role != topology.RolePod {
-		return fmt.Errorf("pod %q: no such pod", name)
-	}
-	pid, ok := l.net.ReadPid("pod-"+name, name)
-	if !ok {
-		return fmt.Errorf("pod %s: its server is not running (svclab pod %s --start starts it)", name, name)
-	}
-	if err := topology.StopPids([]int{pid}, 5*time.Second); err != nil {
-		return fmt.Errorf("pod %s: %w", name, err)
-	}
-	l.net.Reap()
-	return nil
-}
+// KillPod stops pod name's server, as a container that crashed (see
+// pods.Runner.Kill).
+func (l *Lab) KillPod(ctx context.Context, name string) error { return l.pods.Kill(ctx, name) }
 
 // StartPod starts pod name's server again after KillPod.
-func (l *Lab) StartPod(ctx context.Context, name string) error {
-	h, ok := l.net.Host(name)
-	if !ok || h.Role != topology.RolePod {
-		return fmt.Errorf("pod %q: no such pod", name)
-	}
-	if _, ok := l.net.ReadPid("pod-"+name, name); ok {
-		return fmt.Errorf("pod %s: its server is running already", name)
-	}
-	if err := l.net.CheckUp(name); err != nil {
-		return err
-	}
-	return l.startPod(ctx, h)
-}
+func (l *Lab) StartPod(ctx context.Context, name string) error { return l.pods.Restart(ctx, name) }

@@ -94,7 +94,7 @@ func (l *Lab) UpWith(ctx context.Context, opts UpOptions) error {
 		return err
 	}
 	for _, h := range p.Pods() {
-		if err := l.startPod(ctx, h); err != nil {
+		if err := l.pods.StartServer(ctx, h); err != nil {
 			return err
 		}
 	}

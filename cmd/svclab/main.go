@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/pods"
 )
 
 const usage = `usage: svclab [--state DIR] [--bin DIR] [--kapi DIR] COMMAND [ARGS]
@@ -300,7 +301,7 @@ func cmdTraffic(ctx context.Context, cfg lab.Config, args []string) error {
 	if err != nil {
 		return err
 	}
-	t, err := l.Traffic(ctx, lab.TrafficOptions{Target: fs.Arg(0), N: *n, Rate: *rate, From: *from, Timeline: *timeline, Hold: *hold, IPv6: *ipv6})
+	t, err := l.Traffic(ctx, pods.TrafficOptions{Target: fs.Arg(0), N: *n, Rate: *rate, From: *from, Timeline: *timeline, Hold: *hold, IPv6: *ipv6})
 	if err != nil {
 		return err
 	}
