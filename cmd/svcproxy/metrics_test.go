@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/hybrid/localhost"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	offloadiptables "github.com/svcproxy/svcproxy/offload/iptables"
@@ -68,9 +69,12 @@ func TestMetricsScrape(t *testing.T) {
 		want []string
 	}{
 		{"userspace", func(t *testing.T) dataplane.Interface {
-			p := userspace.New(userspace.Config{BindAddress: netip.MustParseAddr("127.0.0.1")})
-			t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
-			return userspace.NewDataplane(p, 0)
+			d, err := userspace.New(userspace.Config{BindAddress: netip.MustParseAddr("127.0.0.1")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = d.Proxier().Shutdown(context.Background()) })
+			return d
 		}, []string{"svcproxy_userspace_connections_total", "svcproxy_userspace_dial_failures_total"}},
 		{"iptables", func(t *testing.T) dataplane.Interface {
 			d, err := offloadiptables.NewDataplane(offloadiptables.ProxierConfig{IPTables: kiptables.NewFake()}, 0)
@@ -85,8 +89,11 @@ func TestMetricsScrape(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			l := newLocalhostNodePorts(&Config{}, service.IPv4, d, log)
-			t.Cleanup(func() { _ = l.p.Shutdown(context.Background()) })
+			l, err := localhost.New(localhost.Config{NFTables: d, Family: service.IPv4, Logger: log})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Listeners().Shutdown(context.Background()) })
 			return l
 		}, []string{"svcproxy_nftables_syncs_total", "kubeproxy_nftables_localhost_nodeport_listeners",
 			"kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total"}},

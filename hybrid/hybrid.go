@@ -1,0 +1,307 @@
+package hybrid
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/service"
+	"github.com/svcproxy/svcproxy/userspace"
+)
+
+// Config configures hybrid mode.
+type Config struct {
+	// Userspace configures the userspace proxier; hybrid sets its Carries.
+	Userspace userspace.Config
+	// Kernel builds the kernel path, restricted to the ports carried accepts
+	// (it reads hybrid's promoted set, which changes as ports move).
+	Kernel func(carried func(service.PortName) bool) (dataplane.KernelPath, error)
+	// Promoter decides when a port moves (--promote-conn-rate,
+	// --promote-after, --demote-after).
+	Promoter PromoterConfig
+	// SampleEvery is how often the counters are read; if zero, SampleEvery of
+	// the Promoter config.
+	SampleEvery time.Duration
+	// LagBound is the userspace side's dataplane.Record bound (0: default).
+	LagBound time.Duration
+	// Logger gets one line per move; nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Mode is hybrid mode: a dataplane.Interface composing the userspace proxier
+// (portals) and one kernel path.
+type Mode struct {
+	cfg      Config
+	log      *slog.Logger
+	us       *userspace.Proxier
+	record   *dataplane.Record // the userspace side's syncs
+	kernel   dataplane.KernelPath
+	promoter *Promoter
+	every    time.Duration
+
+	// inKernel are the ports the kernel path carries, noPortal the ports the
+	// userspace proxier renders no portal for. The paths read them from their
+	// own goroutines: each is replaced whole, never changed in place.
+	inKernel atomic.Pointer[dataplane.PortSet]
+	noPortal atomic.Pointer[dataplane.PortSet]
+
+	promotions, demotions atomic.Uint64
+
+	mu       sync.Mutex // one Sync or sampling step at a time
+	snap     *service.Snapshot
+	countErr string // the last failure to read the kernel's counters, logged once
+}
+
+var _ dataplane.Interface = (*Mode)(nil)
+
+// SampleEvery is how often hybrid reads the counters: every second (IPVS's own
+// rate estimator samples every 2s), more often when PromoteAfter or
+// DemoteAfter ask for a decision within two seconds, so that the rate is
+// sampled at least twice within them; never more than 10 times a second.
+func SampleEvery(cfg PromoterConfig) time.Duration {
+	every := time.Second
+	for _, d := range []time.Duration{cfg.PromoteAfter, cfg.DemoteAfter} {
+		if d > 0 && d/2 < every {
+			every = d / 2
+		}
+	}
+	return max(every, 100*time.Millisecond)
+}
+
+// New builds hybrid mode: the userspace proxier, the Promoter and the kernel
+// path.
+func New(cfg Config) (*Mode, error) {
+	promoter, err := NewPromoter(cfg.Promoter)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Kernel == nil {
+		return nil, errors.New("hybrid: no kernel path")
+	}
+	if cfg.SampleEvery <= 0 {
+		cfg.SampleEvery = SampleEvery(cfg.Promoter)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	m := &Mode{cfg: cfg, log: cfg.Logger.With("component", "hybrid"), promoter: promoter, every: cfg.SampleEvery,
+		record: dataplane.NewRecord(dataplane.RecordConfig{Mode: dataplane.ModeHybrid, LagBound: cfg.LagBound})}
+	m.inKernel.Store(&dataplane.PortSet{})
+	m.noPortal.Store(&dataplane.PortSet{})
+	uc := cfg.Userspace
+	uc.Carries = func(n service.PortName) bool { return !(*m.noPortal.Load())[n] }
+	m.us = userspace.NewProxier(uc)
+	m.kernel, err = cfg.Kernel(func(n service.PortName) bool { return (*m.inKernel.Load())[n] })
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Mode implements dataplane.Interface.
+func (m *Mode) Mode() string { return dataplane.ModeHybrid }
+
+// Sync serves snap on both paths: the userspace side first (listeners and
+// portals for every port in userspace), then the kernel path. Ports that are
+// gone are forgotten: if they come back, they start in userspace.
+func (m *Mode) Sync(ctx context.Context, snap *service.Snapshot) error {
+	m.record.Queued()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.snap = snap
+	exists := func(n service.PortName) bool { _, ok := snap.Port(n); return ok }
+	m.promoter.Retain(exists)
+	for _, set := range []*atomic.Pointer[dataplane.PortSet]{&m.inKernel, &m.noPortal} {
+		next := dataplane.PortSet{}
+		for n := range *set.Load() {
+			if exists(n) {
+				next[n] = true
+			}
+		}
+		set.Store(&next)
+	}
+	a := m.record.Begin(snap)
+	errU := m.us.Sync(snap)
+	m.record.End(a, nil) // as userspace.Dataplane: failures show in LastError and Status until retried
+	errK := m.kernel.Sync(ctx, snap)
+	return errors.Join(errU, errK)
+}
+
+// Run owns the three goroutines of hybrid mode: the userspace proxier, the
+// kernel path's resync loop, and the sampler. When ctx ends the userspace
+// proxier shuts down (portals removed, open connections given their grace);
+// the kernel rules of promoted ports stay, as in the kernel modes, until
+// --cleanup or the next start.
+func (m *Mode) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	var errU, errK error
+	wg.Go(func() { errU = m.us.Run(ctx) })
+	wg.Go(func() { errK = m.kernel.Run(ctx) })
+	wg.Go(func() { m.sample(ctx) })
+	wg.Wait()
+	return errors.Join(errU, errK)
+}
+
+// sample feeds the Promoter every m.every and carries out its moves.
+func (m *Mode) sample(ctx context.Context) {
+	tick := time.NewTicker(m.every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			m.Step(ctx)
+		}
+	}
+}
+
+// Step takes one sample and makes the moves it calls for (Run calls it every
+// sample period; tests call it with a fake clock in the Promoter).
+func (m *Mode) Step(ctx context.Context) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.snap == nil {
+		return
+	}
+	var up, down []Move
+	for _, mv := range m.promoter.Observe(m.counts(ctx)) {
+		if mv.To == Kernel {
+			up = append(up, mv)
+		} else {
+			down = append(down, mv)
+		}
+	}
+	if len(up) > 0 {
+		m.promote(ctx, up)
+	}
+	if len(down) > 0 {
+		m.demote(ctx, down)
+	}
+}
+
+// counts returns each port's cumulative new connections on its current path:
+// the userspace counter, or the kernel path's for a promoted port. A promoted
+// port whose kernel counter cannot be read is left out of this sample.
+func (m *Mode) counts(ctx context.Context) map[service.PortName]uint64 {
+	inKernel := *m.inKernel.Load()
+	out := map[service.PortName]uint64{}
+	for name, c := range m.us.Stats() {
+		if !inKernel[name] {
+			out[name] = c.ConnectionsOpened
+		}
+	}
+	if len(inKernel) == 0 {
+		return out
+	}
+	kc, err := m.kernel.Connections(ctx, m.snap, inKernel)
+	if msg := errString(err); msg != m.countErr {
+		m.countErr = msg
+		if err != nil {
+			m.log.Warn("cannot read the kernel's connection counters: promoted ports are not demoted until it works", "err", err)
+		}
+	}
+	for name := range inKernel {
+		if n, ok := kc[name]; ok {
+			out[name] = n
+		}
+	}
+	return out
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// promote moves ports to the kernel path: the kernel path first, then the
+// portals go.
+func (m *Mode) promote(ctx context.Context, moves []Move) {
+	names := moveNames(moves)
+	setIn(&m.inKernel, names, true)
+	if err := m.kernel.Sync(ctx, m.snap); err != nil {
+		// The portals are untouched: the ports stay in userspace, and the
+		// Promoter proposes them again at the next sample.
+		setIn(&m.inKernel, names, false)
+		m.log.Warn("promotion failed: the kernel path could not be installed, staying in userspace", "ports", portStrings(names), "err", err)
+		return
+	}
+	setIn(&m.noPortal, names, true)
+	if err := m.us.ApplyPortals(); err != nil {
+		// The kernel path is met first, so the ports are promoted already; the
+		// userspace proxier retries removing the portals.
+		m.log.Warn("promoted, but the portals stay until a retry removes them", "ports", portStrings(names), "err", err)
+	}
+	for _, mv := range moves {
+		m.promoter.Moved(mv.Port, Kernel)
+		m.promotions.Add(1)
+		m.log.Info("service port promoted", "port", mv.Port.String(), "path", m.kernel.Mode(),
+			"rate", fmt.Sprintf("%.1f/s", mv.Rate), "for", mv.Held.Round(time.Millisecond), "promoteConnRate", m.cfg.Promoter.PromoteConnRate)
+	}
+}
+
+// demote moves ports back to userspace: the portals first, then the kernel
+// path lets them go.
+func (m *Mode) demote(ctx context.Context, moves []Move) {
+	names := moveNames(moves)
+	setIn(&m.noPortal, names, false)
+	if err := m.us.ApplyPortals(); err != nil {
+		setIn(&m.noPortal, names, true)
+		m.log.Warn("demotion failed: the portals could not be added, staying in the kernel", "ports", portStrings(names), "err", err)
+		return
+	}
+	setIn(&m.inKernel, names, false)
+	if err := m.kernel.Sync(ctx, m.snap); err != nil {
+		// The portals are in place; the kernel path keeps new connections
+		// until its own retry removes the rules.
+		m.log.Warn("demoted, but the kernel rules stay until a retry removes them", "ports", portStrings(names), "err", err)
+	}
+	for _, mv := range moves {
+		m.promoter.Moved(mv.Port, Userspace)
+		m.demotions.Add(1)
+		m.log.Info("service port demoted", "port", mv.Port.String(), "path", Userspace,
+			"rate", fmt.Sprintf("%.1f/s", mv.Rate), "for", mv.Held.Round(time.Millisecond), "demoteAfter", m.cfg.Promoter.DemoteAfter)
+	}
+}
+
+func moveNames(moves []Move) []service.PortName {
+	out := make([]service.PortName, len(moves))
+	for i, mv := range moves {
+		out[i] = mv.Port
+	}
+	return out
+}
+
+// setIn replaces *set with a copy that has (in) or lacks the names.
+func setIn(set *atomic.Pointer[dataplane.PortSet], names []service.PortName, in bool) {
+	next := dataplane.PortSet{}
+	for n := range *set.Load() {
+		next[n] = true
+	}
+	for _, n := range names {
+		if in {
+			next[n] = true
+		} else {
+			delete(next, n)
+		}
+	}
+	set.Store(&next)
+}
+
+// portStrings is names for a log line.
+func portStrings(names []service.PortName) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = n.String()
+	}
+	slices.Sort(out)
+	return out
+}
