@@ -88,7 +88,7 @@ func (l *Lab) Conntrack(ctx context.Context, opts ConntrackOptions) error {
 		fmt.Fprintln(w, "the node's conntrack table is empty")
 		return nil
 	}
-	snap, err := l.Snapshot(ctx)
+	snap, err := l.cluster.Snapshot(ctx)
 	if err != nil {
 		return err
 	}

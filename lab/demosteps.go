@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/svcproxy/svcproxy/lab/cluster"
 	"github.com/svcproxy/svcproxy/lab/pods"
 )
 
@@ -162,7 +163,7 @@ ip6tables does the same for web-dual's IPv6 ClusterIP.
 `,
 			run: func(ctx context.Context, d *demo) error {
 				d.cmd("svclab mode iptables")
-				if err := l.SetMode(ctx, "iptables"); err != nil {
+				if err := l.cluster.Daemons().SetMode(ctx, "iptables"); err != nil {
 					return err
 				}
 				d.cmd("svclab rules")
@@ -290,7 +291,7 @@ watch them with their ServiceAccounts' tokens.
 				return err
 			}
 			d.cmd("svclab kubectl get endpointslices -l kubernetes.io/service-name=web")
-			out, err := l.kubectlOut(ctx, nil, "get", "endpointslices", "-l", "kubernetes.io/service-name=web")
+			out, err := l.cluster.KubectlOut(ctx, nil, "get", "endpointslices", "-l", "kubernetes.io/service-name=web")
 			fmt.Fprint(d.out, out)
 			if err != nil {
 				return err
@@ -300,7 +301,7 @@ watch them with their ServiceAccounts' tokens.
 		},
 		// etcd, kube-apiserver and kube-controller-manager start first:
 		// seconds on an idle machine, a minute or more on a busy one.
-		timeout: 3 * controlPlaneTimeout,
+		timeout: 3 * cluster.ControlPlaneTimeout,
 		ok:      "the control plane runs; the EndpointSlice controller wrote web's slice; five pods answer",
 	}
 }

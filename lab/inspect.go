@@ -30,7 +30,7 @@ func (l *Lab) Snapshot(ctx context.Context) (*service.Snapshot, error) {
 		return nil, err
 	}
 	if st.Kubectl != "" {
-		c, err := l.Client()
+		c, err := l.cluster.Client()
 		if err != nil {
 			return nil, err
 		}
@@ -52,11 +52,11 @@ func (l *Lab) Snapshot(ctx context.Context) (*service.Snapshot, error) {
 		}
 		return service.Build(ss, es, nil), nil
 	}
-	b, err := os.ReadFile(l.ManifestsPath())
+	b, err := os.ReadFile(l.cluster.ManifestsPath())
 	if err != nil {
 		return nil, err
 	}
-	return watch.SnapshotOf(l.ManifestsPath(), b)
+	return watch.SnapshotOf(l.cluster.ManifestsPath(), b)
 }
 
 // FindService finds a Service by "NAME" (namespace default) or

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/svcproxy/svcproxy/lab/cluster"
 	"github.com/svcproxy/svcproxy/lab/pods"
@@ -15,21 +14,6 @@ import (
 
 // DefaultStateDir holds the lab's pid files, logs and manifests while it is up.
 const DefaultStateDir = "/run/svclab"
-
-// Modes svcproxy can run in (its --mode).
-var Modes = []string{"userspace", "iptables", "nftables", "ipvs", "socklb", "hybrid"}
-
-// Addresses of the node's own servers. Health and metrics stay on the node's
-// loopback, as kube-proxy's metrics do; svclab reaches them by entering the
-// node's namespace.
-const (
-	healthzAddr    = "127.0.0.1:10256"
-	metricsAddr    = "127.0.0.1:10249"
-	dnsMetricsAddr = "127.0.0.1:9153"
-	// dnsUpstream is a closed port: the lab has no way out, so names outside
-	// cluster.local fail at once (SERVFAIL) instead of timing out.
-	dnsUpstream = "127.0.0.1:1"
-)
 
 // Config says where a Lab keeps things and what it runs. The zero value is the
 // default lab.
@@ -53,7 +37,7 @@ type Config struct {
 	Progress bool
 	// ControlPlane, when not nil, is what Demo runs the lab on; nil is the
 	// file-fed lab.
-	ControlPlane *ControlPlane
+	ControlPlane *cluster.ControlPlane
 	// DemoOnly, when not "", narrows Demo to the steps whose title contains it
 	// (case-insensitive), between the first (build) and the last (down).
 	DemoOnly string
@@ -74,6 +58,9 @@ type Lab struct {
 	net *topology.Net
 	// pods runs the pods' servers and sends them traffic.
 	pods *pods.Runner
+	// cluster is where Services and pods come from, and the node's
+	// svcproxy and clusterdns.
+	cluster *cluster.Cluster
 }
 
 // New returns a Lab with cfg's zero fields filled in.
@@ -107,14 +94,21 @@ func New(cfg Config) (*Lab, error) {
 		cfg.Stderr = os.Stderr
 	}
 	net := topology.New(topology.Config{Plan: cfg.Plan, StateDir: cfg.StateDir, BinDir: cfg.BinDir, Stdout: cfg.Stdout, Stderr: cfg.Stderr})
-	return &Lab{cfg: cfg, net: net, pods: pods.New(pods.Config{Net: net, Self: cfg.Self, Stdout: cfg.Stdout, Progress: cfg.Progress})}, nil
+	runner := pods.New(pods.Config{Net: net, Self: cfg.Self, Stdout: cfg.Stdout, Progress: cfg.Progress})
+	c := cluster.New(cluster.Config{Net: net, Pods: runner, Self: cfg.Self, Manifests: cfg.Manifests})
+	return &Lab{cfg: cfg, net: net, pods: runner, cluster: c}, nil
 }
 
 // Plan is the lab's topology.
 func (l *Lab) Plan() *topology.Plan { return l.cfg.Plan }
 
-// ManifestsPath is the --services file of svcproxy and clusterdns.
-func (l *Lab) ManifestsPath() string { return filepath.Join(l.cfg.StateDir, "services.yaml") }
+// Pods runs the pods' servers and sends them traffic.
+func (l *Lab) Pods() *pods.Runner { return l.pods }
+
+// Cluster is where the lab's Services and pods come from: the manifests
+// file or the control plane, the simulated kubelet or the real nodes; and
+// the node's svcproxy and clusterdns (Cluster.Daemons).
+func (l *Lab) Cluster() *cluster.Cluster { return l.cluster }
 
 // Mode is the mode svcproxy was last started in.
 func (l *Lab) Mode() (string, error) { return l.net.Mode() }
@@ -134,11 +128,3 @@ func (l *Lab) Traffic(ctx context.Context, opts pods.TrafficOptions) (*pods.Tall
 // Leftovers lists what the lab left on the machine; empty after Down (see
 // topology.Net.Leftovers).
 func (l *Lab) Leftovers() []string { return l.net.Leftovers() }
-
-// checkMode says whether mode is one svcproxy takes.
-func checkMode(mode string) error {
-	if !validMode(mode) {
-		return fmt.Errorf("mode %q: want one of %s", mode, strings.Join(Modes, ", "))
-	}
-	return nil
-}

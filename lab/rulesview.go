@@ -31,7 +31,7 @@ type RulesOptions struct {
 func (l *Lab) RulesWith(ctx context.Context, opts RulesOptions) (string, error) {
 	var svc *service.Service
 	if opts.Service != "" {
-		snap, err := l.Snapshot(ctx)
+		snap, err := l.cluster.Snapshot(ctx)
 		if err != nil {
 			return "", err
 		}

@@ -76,11 +76,11 @@ type proxyStatus struct {
 // Services reads the lab's Services (Snapshot), svcproxy's /status and the
 // kernel's counters (KernelCounters) into one view.
 func (l *Lab) Services(ctx context.Context) (*ServicesView, error) {
-	snap, err := l.Snapshot(ctx)
+	snap, err := l.cluster.Snapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
-	body, err := l.NodeGet(ctx, "/status")
+	body, err := l.cluster.Daemons().NodeGet(ctx, "/status")
 	if err != nil {
 		return nil, fmt.Errorf("svcproxy /status: %w", err)
 	}

@@ -65,7 +65,7 @@ func (l *Lab) TraceReport(ctx context.Context, opts TraceOptions) (*TraceReport,
 	if err != nil {
 		return nil, err
 	}
-	snap, err := l.Snapshot(ctx)
+	snap, err := l.cluster.Snapshot(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/cluster"
 )
 
 //go:embed static
@@ -137,7 +138,7 @@ func (s *Server) poll(ctx context.Context) {
 	}
 	st.Timeline = s.tl.snapshot()
 	st.Commands = s.recentLocked()
-	st.Modes = lab.Modes
+	st.Modes = cluster.Modes
 	s.publishLocked(st)
 }
 

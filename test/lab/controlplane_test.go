@@ -222,7 +222,7 @@ func checkLabRBAC(c *cpLab) {
 	as := func(user string, args ...string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		out, _ := svclab(ctx, c.bin, append([]string{"kubectl", "--kubeconfig", c.l.KubeconfigPath(user)}, args...)...)
+		out, _ := svclab(ctx, c.bin, append([]string{"kubectl", "--kubeconfig", c.l.Cluster().KubeconfigPath(user)}, args...)...)
 		return strings.TrimSpace(out)
 	}
 	for _, user := range []string{"svcproxy", "clusterdns"} {

@@ -340,7 +340,7 @@ func promotionTimeline(c *cpLab) {
 			t.Errorf("second %d: %d requests failed during the promotion", r[0], r[3])
 		}
 	}
-	status, err := c.l.NodeGet(t.Context(), "/status")
+	status, err := c.l.Cluster().Daemons().NodeGet(t.Context(), "/status")
 	if err != nil || !strings.Contains(status, "default/web:http") {
 		t.Fatalf("svcproxy /status: %v\n%s", err, status)
 	}

@@ -1,92 +1,24 @@
-package lab
+package cluster
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/svcproxy/svcproxy/images"
-	"github.com/svcproxy/svcproxy/internal/k8sbin"
 	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
-// RealNode are the programs and images of the real node (`svclab up
-// --kubelet`): a kubelet and kube-scheduler of the control plane's version,
-// and the image archives containerd imports, since it pulls nothing. The
-// container runtime is the machine's: containerd, runc and the CNI plugins
-// of Debian's packages (scripts/install-deps.sh).
-type RealNode struct {
-	Kubelet, Scheduler string
-	// Images are image archives, imported with `ctr images import`:
-	// svcproxy's (`make image`: bin/svcproxy-image.tar) and those of `make
-	// e2e-images` (bin/e2e-images/*.tar), the pause image among them.
-	Images []string
-}
-
-// The machine's runtime, from Debian's packages containerd, runc and
-// containernetworking-plugins.
-const (
-	containerdBin = "/usr/bin/containerd"
-	ctrBin        = "/usr/bin/ctr"
-	cniBinDir     = "/usr/lib/cni"
-)
-
-// RealNodeTools are the programs the real node needs besides its own.
-var RealNodeTools = []string{containerdBin, ctrBin, "runc", "nsenter", "unshare", "mount", "umount",
-	filepath.Join(cniBinDir, "bridge"), filepath.Join(cniBinDir, "host-local"),
-	filepath.Join(cniBinDir, "loopback"), filepath.Join(cniBinDir, "portmap")}
-
-// FindRealNode returns the real node's programs: kubelet and kube-scheduler
-// in dir, or, when dir is "", those `make node-bins` built and cached for the
-// svcproxy repository around the working directory; and its images in
-// imageDir (where `make image` and `make e2e-images` write them). It builds
-// nothing.
-func FindRealNode(dir, imageDir string) (RealNode, error) {
-	rn := RealNode{Kubelet: filepath.Join(dir, "kubelet"), Scheduler: filepath.Join(dir, "kube-scheduler")}
-	if dir == "" {
-		bins, err := k8sbin.Build(context.Background(), k8sbin.Config{CachedOnly: true, ControlPlane: true, Node: true})
-		if err != nil {
-			return RealNode{}, fmt.Errorf("real node: %w; build them with `make node-bins` (minutes, once per machine)", err)
-		}
-		rn.Kubelet, rn.Scheduler = bins.Kubelet, bins.Scheduler
-	}
-	for _, p := range []string{rn.Kubelet, rn.Scheduler} {
-		if _, err := os.Stat(p); err != nil {
-			return RealNode{}, fmt.Errorf("real node: %w", err)
-		}
-	}
-	svcproxy := filepath.Join(imageDir, "svcproxy-image.tar")
-	if _, err := os.Stat(svcproxy); err != nil {
-		return RealNode{}, fmt.Errorf("real node: %w; build the image with `make image`", err)
-	}
-	pause := filepath.Join(imageDir, "e2e-images", "pause.tar")
-	if _, err := os.Stat(pause); err != nil {
-		return RealNode{}, fmt.Errorf("real node: the pause image: %w; build it with `make e2e-images`", err)
-	}
-	others, _ := filepath.Glob(filepath.Join(imageDir, "e2e-images", "*.tar"))
-	rn.Images = []string{svcproxy, pause}
-	for _, f := range others {
-		if f != pause {
-			rn.Images = append(rn.Images, f)
-		}
-	}
-	return rn, nil
-}
-
-// podBridge is the pods' link in the node's namespace. (The kubelet's pods
-// live under topology.CgroupRoot in every cgroup hierarchy, so Down finds
-// each of their processes there, beside the lab's own pods.)
-const podBridge = "cni0"
+// PodBridge is the pods' link in a real node's namespace.
+const PodBridge = "cni0"
 
 // nodeFiles are the paths of the real node's files, all under the state
 // directory: what runs in the node's mount namespace sees /run, /var/lib and
 // /var/log as the lab's directories run, varlib and varlog, and the state
 // directory where it is on the machine.
 type nodeFiles struct {
-	dir                    string // StateDir/node
+	dir                    string // Node.Dir
 	pin                    string // the bind mount that keeps the mount namespace
 	run, varlib, varlog    string
 	containerd, kubelet    string // configuration files
@@ -95,8 +27,8 @@ type nodeFiles struct {
 	sysctls                string // files bound over /proc/sys entries
 }
 
-func (l *Lab) nodeFiles() nodeFiles {
-	d := filepath.Join(l.cfg.StateDir, "node")
+func (n *Node) files() nodeFiles {
+	d := n.Dir
 	return nodeFiles{
 		dir:        d,
 		pin:        filepath.Join(d, "ns", "mnt"),
@@ -231,12 +163,13 @@ func cniConfig(podCIDR netip.Prefix) string {
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }
-`, podBridge, podCIDR.String(), gw.String())
+`, PodBridge, podCIDR.String(), gw.String())
 }
 
 // kubeletConfig is the kubelet's KubeletConfiguration; each setting that is
 // not a default of kubeadm's says why it is there.
-func (f nodeFiles) kubeletConfig(p *topology.Plan) string {
+func (n *Node) kubeletConfig() string {
+	f := n.files()
 	return fmt.Sprintf(`# written by svclab: the kubelet of the lab's real node
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -248,7 +181,7 @@ cgroupDriver: cgroupfs
 # Pods' cgroups under a root of the lab's in every hierarchy: svclab down
 # finds their processes there and removes the directories.
 cgroupRoot: /%[2]s
-# The sysctls the kubelet checks are the lab's files (lab/realnode.go):
+# The sysctls the kubelet checks are the lab's files (lab/cluster/nodefiles.go):
 # fail rather than write one.
 protectKernelDefaults: true
 clusterDNS: [%[3]q]
@@ -272,13 +205,13 @@ evictionHard:
   nodefs.available: 1%%
   imagefs.available: 1%%
 imageGCHighThresholdPercent: 100
-`, containerdSocket, topology.CgroupRoot, p.DNS, f.resolvConf)
+`, containerdSocket, n.CgroupRoot, n.DNS, f.resolvConf)
 }
 
-// nodeResolvConf is the node's resolv.conf: its own address, where nothing
+// resolvConf is the node's resolv.conf: its own address, where nothing
 // answers DNS, so a lookup of a name beyond the lab (an image's registry,
 // clusterdns's upstream) fails at once instead of waiting for a server that
 // cannot be reached.
-func nodeResolvConf(p *topology.Plan) string {
-	return fmt.Sprintf("# written by svclab: the lab's node has no resolver, and no way out\nnameserver %s\n", p.Node.Addr)
+func (n *Node) resolvConf() string {
+	return fmt.Sprintf("# written by svclab: the lab's node has no resolver, and no way out\nnameserver %s\n", n.Addr)
 }

@@ -1,4 +1,4 @@
-package lab
+package cluster
 
 import (
 	"context"
@@ -40,7 +40,7 @@ import (
 // identity that the Node authorizer limits to its own node and pods, and
 // binding is the scheduler's.
 type Kubelet struct {
-	lab    *Lab
+	c      *Cluster
 	client kubernetes.Interface
 	log    *slog.Logger
 	node   string
@@ -59,12 +59,12 @@ type Kubelet struct {
 const workers = 4
 
 // NewKubelet returns the lab's kubelet, talking to the API server with client.
-func (l *Lab) NewKubelet(client kubernetes.Interface, log *slog.Logger) *Kubelet {
+func (c *Cluster) NewKubelet(client kubernetes.Interface, log *slog.Logger) *Kubelet {
 	return &Kubelet{
-		lab:     l,
+		c:       c,
 		client:  client,
 		log:     log,
-		node:    l.cfg.Plan.Node.Name,
+		node:    c.net.Plan().Node.Name,
 		running: map[string]types.UID{},
 		addrs:   map[string]netip.Addr{},
 	}
@@ -225,13 +225,13 @@ func (k *Kubelet) claim(pod *corev1.Pod) (topology.Host, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	name := podHostName(pod.Namespace, pod.Name)
-	h, ok := k.lab.cfg.Plan.Host(name)
+	h, ok := k.c.net.Plan().Host(name)
 	if !ok || h.Role != topology.RolePod {
 		addr, err := k.freeAddr()
 		if err != nil {
 			return topology.Host{}, err
 		}
-		h = topology.Host{Name: name, Role: topology.RolePod, Addr: addr, Addr6: k.lab.cfg.Plan.IPv6Of(addr), NodeLink: nodeLinkName(name)}
+		h = topology.Host{Name: name, Role: topology.RolePod, Addr: addr, Addr6: k.c.net.Plan().IPv6Of(addr), NodeLink: nodeLinkName(name)}
 	}
 	k.running[name] = pod.UID
 	k.addrs[name] = h.Addr
@@ -281,10 +281,10 @@ func nodeLinkName(host string) string {
 
 // start makes h's namespace and link, its resolv.conf, and its server.
 func (k *Kubelet) start(ctx context.Context, h topology.Host) error {
-	if err := k.lab.net.AddHost(ctx, h); err != nil {
+	if err := k.c.net.AddHost(ctx, h); err != nil {
 		return err
 	}
-	return k.lab.pods.StartServer(ctx, h)
+	return k.c.pods.StartServer(ctx, h)
 }
 
 // stop ends a pod's server and removes its namespace (its links and routes
@@ -294,17 +294,17 @@ func (k *Kubelet) stop(host string) error {
 	delete(k.running, host)
 	delete(k.addrs, host)
 	k.mu.Unlock()
-	if err := k.lab.pods.StopServer(host); err != nil {
+	if err := k.c.pods.StopServer(host); err != nil {
 		return err
 	}
-	return k.lab.net.RemoveHost(host)
+	return k.c.net.RemoveHost(host)
 }
 
 // reportRunning writes what the kubelet reports once a pod's containers run:
 // phase Running, the pod's and the node's addresses, and every condition true.
 func (k *Kubelet) reportRunning(ctx context.Context, pod *corev1.Pod, h topology.Host) error {
 	now := metav1.Now()
-	node := k.lab.cfg.Plan.Node
+	node := k.c.net.Plan().Node
 	hostIPs := []corev1.HostIP{{IP: node.Addr.String()}}
 	podIPs := []corev1.PodIP{{IP: h.Addr.String()}}
 	// Dual-stack, as a kubelet with a node IP of each family reports: the
@@ -375,7 +375,7 @@ func (k *Kubelet) registerNode(ctx context.Context) error {
 			return err
 		}
 		now := metav1.Now()
-		node := k.lab.cfg.Plan.Node
+		node := k.c.net.Plan().Node
 		cur.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: node.Addr.String()}}
 		if node.Addr6.IsValid() {
 			cur.Status.Addresses = append(cur.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: node.Addr6.String()})
@@ -394,8 +394,8 @@ func (k *Kubelet) registerNode(ctx context.Context) error {
 // SetReady sets a pod's Ready condition (and ContainersReady, and its
 // containers' ready flags) through the API, as the kubelet does when a
 // readiness probe changes its mind: `svclab pod web-1 --ready=false`.
-func (l *Lab) SetReady(ctx context.Context, namespace, name string, ready bool) error {
-	c, err := l.Client()
+func (c *Cluster) SetReady(ctx context.Context, namespace, name string, ready bool) error {
+	kc, err := c.Client()
 	if err != nil {
 		return err
 	}
@@ -404,7 +404,7 @@ func (l *Lab) SetReady(ctx context.Context, namespace, name string, ready bool) 
 		status = corev1.ConditionTrue
 	}
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		pod, err := c.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+		pod, err := kc.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -417,7 +417,7 @@ func (l *Lab) SetReady(ctx context.Context, namespace, name string, ready bool) 
 		for i := range pod.Status.ContainerStatuses {
 			pod.Status.ContainerStatuses[i].Ready = ready
 		}
-		_, err = c.CoreV1().Pods(namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+		_, err = kc.CoreV1().Pods(namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 		return err
 	})
 }

@@ -1,4 +1,4 @@
-package lab
+package cluster
 
 import (
 	"context"
@@ -17,19 +17,41 @@ import (
 	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
+// Addresses of the node's own servers. Health and metrics stay on the node's
+// loopback, as kube-proxy's metrics do; svclab reaches them by entering the
+// node's namespace.
+const (
+	healthzAddr    = "127.0.0.1:10256"
+	MetricsAddr    = "127.0.0.1:10249"
+	dnsMetricsAddr = "127.0.0.1:9153"
+	// dnsUpstream is a closed port: the lab has no way out, so names outside
+	// cluster.local fail at once (SERVFAIL) instead of timing out.
+	dnsUpstream = "127.0.0.1:1"
+)
+
+// Daemons are the node's svcproxy and clusterdns. In the file-fed and the
+// control-plane lab they are processes of the node's namespace, which
+// Daemons starts, restarts in another mode and stops; on the real node they
+// are pods of deploy/realnode, whose mode Daemons changes through the API
+// server. Either way svcproxy's metrics server answers in the node.
+type Daemons struct {
+	c   *Cluster
+	net *topology.Net
+}
+
 // dnsListen is where clusterdns listens: port 53 of the node's address, the
 // kube-dns Service's endpoint.
-func (l *Lab) dnsListen() string { return net.JoinHostPort(l.cfg.Plan.Node.Addr.String(), "53") }
+func (d *Daemons) dnsListen() string { return net.JoinHostPort(d.net.Plan().Node.Addr.String(), "53") }
 
 // startDNS starts clusterdns in the node and waits until it answers a query.
-func (l *Lab) startDNS(ctx context.Context, bin string) error {
-	src, err := l.source("clusterdns")
+func (d *Daemons) startDNS(ctx context.Context, bin string) error {
+	src, err := d.source("clusterdns")
 	if err != nil {
 		return err
 	}
 	argv := append([]string{bin}, src...)
 	argv = append(argv,
-		"--listen", l.dnsListen(),
+		"--listen", d.dnsListen(),
 		"--zone", "cluster.local",
 		"--upstream", dnsUpstream,
 		"--metrics-bind-address", dnsMetricsAddr,
@@ -37,14 +59,14 @@ func (l *Lab) startDNS(ctx context.Context, bin string) error {
 		// sends (tutorials/06-dns-deeper.md: the cost of ndots:5).
 		"--log-queries",
 	)
-	cmd, _, err := l.net.Start("clusterdns", l.cfg.Plan.Node.Name, argv, false)
+	cmd, _, err := d.net.Start("clusterdns", d.net.Plan().Node.Name, argv, false)
 	if err != nil {
 		return err
 	}
 	q := new(dns.Msg)
 	q.SetQuestion("kube-dns.kube-system.svc.cluster.local.", dns.TypeA)
-	return l.net.Wait(ctx, "clusterdns", cmd.Process.Pid, topology.Patient(topology.ReadyTimeout), 100*time.Millisecond, func(ctx context.Context) error {
-		c, err := topology.DialIn(ctx, l.net.NodeNamespace(), "udp", l.dnsListen())
+	return d.net.Wait(ctx, "clusterdns", cmd.Process.Pid, topology.Patient(topology.ReadyTimeout), 100*time.Millisecond, func(ctx context.Context) error {
+		c, err := topology.DialIn(ctx, d.net.NodeNamespace(), "udp", d.dnsListen())
 		if err != nil {
 			return err
 		}
@@ -67,37 +89,24 @@ func (l *Lab) startDNS(ctx context.Context, bin string) error {
 
 // source is where svcproxy or clusterdns (user) gets Services from: the
 // manifests file, or the lab's API server with the user's ServiceAccount token.
-func (l *Lab) source(user string) ([]string, error) {
-	st, err := l.net.ReadState()
+func (d *Daemons) source(user string) ([]string, error) {
+	st, err := d.net.ReadState()
 	if err != nil {
 		return nil, err
 	}
 	if st.Kubectl != "" {
-		return []string{"--kubeconfig", l.KubeconfigPath(user)}, nil
+		return []string{"--kubeconfig", d.c.KubeconfigPath(user)}, nil
 	}
-	return []string{"--services", l.ManifestsPath()}, nil
-}
-
-// nodeHTTP is an HTTP client whose connections start inside the node.
-func (l *Lab) nodeHTTP() *http.Client {
-	return &http.Client{
-		Timeout: topology.Patient(2 * time.Second),
-		Transport: &http.Transport{
-			DisableKeepAlives: true,
-			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				return topology.DialIn(ctx, l.net.NodeNamespace(), network, addr)
-			},
-		},
-	}
+	return []string{"--services", d.c.ManifestsPath()}, nil
 }
 
 // NodeGet fetches path from svcproxy's metrics server (e.g. "/status").
-func (l *Lab) NodeGet(ctx context.Context, path string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+metricsAddr+path, nil)
+func (d *Daemons) NodeGet(ctx context.Context, path string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+MetricsAddr+path, nil)
 	if err != nil {
 		return "", err
 	}
-	resp, err := l.nodeHTTP().Do(req)
+	resp, err := nodeHTTP(d.net).Do(req)
 	if err != nil {
 		return "", err
 	}
@@ -111,25 +120,25 @@ func (l *Lab) NodeGet(ctx context.Context, path string) (string, error) {
 
 // startProxy starts svcproxy in the node and waits for its /healthz, which
 // answers 200 once the first sync is done.
-func (l *Lab) startProxy(ctx context.Context, bin, mode string) error {
-	src, err := l.source("svcproxy")
+func (d *Daemons) startProxy(ctx context.Context, bin, mode string) error {
+	src, err := d.source("svcproxy")
 	if err != nil {
 		return err
 	}
 	argv := append([]string{bin}, src...)
 	argv = append(argv,
 		"--mode", mode,
-		"--hostname-override", l.cfg.Plan.Node.Name, // the pods' nodeName, for traffic policy Local
+		"--hostname-override", d.net.Plan().Node.Name, // the pods' nodeName, for traffic policy Local
 		"--healthz-bind-address", healthzAddr,
-		"--metrics-bind-address", metricsAddr,
-		"--cluster-cidr", l.clusterCIDRs(),
+		"--metrics-bind-address", MetricsAddr,
+		"--cluster-cidr", d.clusterCIDRs(),
 		// hybrid: a port is hot at 10 new connections a second held for 2s
 		// (svcproxy's defaults: 50 for 5s), so that `svclab traffic --rate
 		// 20` promotes one in a few seconds on any machine.
 		"--promote-conn-rate", "10",
 		"--promote-after", "2s",
 	)
-	st, _ := l.net.ReadState()
+	st, _ := d.net.ReadState()
 	if st.IPVSScheduler != "" {
 		argv = append(argv, "--ipvs-scheduler", st.IPVSScheduler)
 	}
@@ -143,18 +152,18 @@ func (l *Lab) startProxy(ctx context.Context, bin, mode string) error {
 		// The socket LB attaches at the lab's cgroup2 subtree, where every
 		// pod's and the client's processes run (topology/cgroup.go), as Cilium
 		// attaches at a node's cgroup2 root.
-		subtree, err := l.net.Cgroups().Subtree()
+		subtree, err := d.net.Cgroups().Subtree()
 		if err != nil {
 			return err
 		}
-		argv = append(argv, "--socklb-cgroup", subtree, "--socklb-pin-path", l.net.BPFFS().SocketLBPinPath())
+		argv = append(argv, "--socklb-cgroup", subtree, "--socklb-pin-path", d.net.BPFFS().SocketLBPinPath())
 	}
-	cmd, _, err := l.net.Start("svcproxy", l.cfg.Plan.Node.Name, argv, false)
+	cmd, _, err := d.net.Start("svcproxy", d.net.Plan().Node.Name, argv, false)
 	if err != nil {
 		return err
 	}
-	client := l.nodeHTTP()
-	return l.net.Wait(ctx, "svcproxy", cmd.Process.Pid, topology.Patient(topology.ReadyTimeout), 100*time.Millisecond, func(ctx context.Context) error {
+	client := nodeHTTP(d.net)
+	return d.net.Wait(ctx, "svcproxy", cmd.Process.Pid, topology.Patient(topology.ReadyTimeout), 100*time.Millisecond, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+healthzAddr+"/healthz", nil)
 		if err != nil {
 			return err
@@ -173,8 +182,8 @@ func (l *Lab) startProxy(ctx context.Context, bin, mode string) error {
 }
 
 // clusterCIDRs is svcproxy's --cluster-cidr: the pod range of each family.
-func (l *Lab) clusterCIDRs() string {
-	p := l.cfg.Plan
+func (d *Daemons) clusterCIDRs() string {
+	p := d.net.Plan()
 	if p.DualStack() {
 		return p.ClusterCIDR.String() + "," + p.ClusterCIDR6.String()
 	}
@@ -184,21 +193,21 @@ func (l *Lab) clusterCIDRs() string {
 // StopProxy stops the lab's svcproxy and removes its rules with `svcproxy
 // --cleanup`, leaving the node without a service proxy until SetMode starts
 // one again.
-func (l *Lab) StopProxy(ctx context.Context) error {
-	bin, err := l.net.Binary("svcproxy")
+func (d *Daemons) StopProxy(ctx context.Context) error {
+	bin, err := d.net.Binary("svcproxy")
 	if err != nil {
 		return err
 	}
-	if pid, ok := l.net.ReadPid("svcproxy", l.cfg.Plan.Node.Name); ok {
+	if pid, ok := d.net.ReadPid("svcproxy", d.net.Plan().Node.Name); ok {
 		if err := topology.StopPids([]int{pid}, 15*time.Second); err != nil {
 			return fmt.Errorf("stop svcproxy: %w", err)
 		}
-		l.net.Reap()
+		d.net.Reap()
 	}
 	var out strings.Builder
 	// The socket LB's pins too, which would keep its programs attached
 	// (socklbview.go).
-	if err := l.net.Exec(ctx, l.cfg.Plan.Node.Name, []string{bin, "--cleanup", "--socklb-pin-path", l.net.BPFFS().SocketLBPinPath()}, nil, &out, &out); err != nil {
+	if err := d.net.Exec(ctx, d.net.Plan().Node.Name, []string{bin, "--cleanup", "--socklb-pin-path", d.net.BPFFS().SocketLBPinPath()}, nil, &out, &out); err != nil {
 		return fmt.Errorf("svcproxy --cleanup: %w: %s", err, strings.TrimSpace(out.String()))
 	}
 	return nil
@@ -207,8 +216,8 @@ func (l *Lab) StopProxy(ctx context.Context) error {
 // SetMode restarts svcproxy in another mode, as kube-proxy users do by
 // editing its ConfigMap and deleting its pod: stop it, remove its rules with
 // `svcproxy --cleanup`, start it again, wait for /healthz.
-func (l *Lab) SetMode(ctx context.Context, mode string) error {
-	return l.SetModeWith(ctx, ModeOptions{Mode: mode})
+func (d *Daemons) SetMode(ctx context.Context, mode string) error {
+	return d.SetModeWith(ctx, ModeOptions{Mode: mode})
 }
 
 // forgetUDPFlows deletes the node's UDP conntrack entries between two
@@ -220,9 +229,9 @@ func (l *Lab) SetMode(ctx context.Context, mode string) error {
 // userspace modes do not (docs/operations.md, "UDP entries at the first
 // sync"), so the lab does it for every switch. Best effort: a node without
 // the conntrack tool keeps them, and "0 flow entries" is an exit status of 1.
-func (l *Lab) forgetUDPFlows(ctx context.Context) {
+func (d *Daemons) forgetUDPFlows(ctx context.Context) {
 	for _, fam := range []string{"ipv4", "ipv6"} {
-		_, _ = l.net.NodeOutput(ctx, "conntrack", "-D", "-p", "udp", "-f", fam)
+		_, _ = d.net.NodeOutput(ctx, "conntrack", "-D", "-p", "udp", "-f", fam)
 	}
 }
 
@@ -248,9 +257,9 @@ var offloads = []string{"nftables", "ipvs", "iptables", "socklb"}
 
 // SetModeWith is SetMode with the IPVS scheduler and hybrid's kernel path
 // too.
-func (l *Lab) SetModeWith(ctx context.Context, opts ModeOptions) error {
+func (d *Daemons) SetModeWith(ctx context.Context, opts ModeOptions) error {
 	mode := opts.Mode
-	if err := checkMode(mode); err != nil {
+	if err := CheckMode(mode); err != nil {
 		return err
 	}
 	if s := opts.IPVSScheduler; s != "" && !kipvs.ValidScheduler(s) {
@@ -259,16 +268,16 @@ func (l *Lab) SetModeWith(ctx context.Context, opts ModeOptions) error {
 	if o := opts.Offload; o != "" && (mode != "hybrid" || !slices.Contains(offloads, o)) {
 		return fmt.Errorf("--offload %q: hybrid mode's kernel path, one of %s (mode %s)", o, strings.Join(offloads, ", "), mode)
 	}
-	if d := opts.DemoteAfter; d < 0 || (d > 0 && mode != "hybrid") {
-		return fmt.Errorf("--demote-after %s: hybrid mode's, a duration > 0 (mode %s)", d, mode)
+	if after := opts.DemoteAfter; after < 0 || (after > 0 && mode != "hybrid") {
+		return fmt.Errorf("--demote-after %s: hybrid mode's, a duration > 0 (mode %s)", after, mode)
 	}
-	st, err := l.net.ReadState()
+	st, err := d.net.ReadState()
 	if err != nil {
 		return err
 	}
 	if st.RealNode {
 		if mode == "socklb" || opts.Offload == "socklb" {
-			return errRealNodeSocketLB
+			return ErrRealNodeSocketLB
 		}
 		if opts.Offload != "" || opts.DemoteAfter != 0 {
 			return errors.New("--offload, --demote-after: not on the real node; its svcproxy's ConfigMap has no such keys")
@@ -276,26 +285,26 @@ func (l *Lab) SetModeWith(ctx context.Context, opts ModeOptions) error {
 		if opts.IPVSScheduler != "" {
 			return errors.New("--ipvs-scheduler: not on the real node; its svcproxy has no such key in its ConfigMap")
 		}
-		if err := l.setRealNodeMode(ctx, mode); err != nil {
+		if err := d.c.setRealNodeMode(ctx, mode); err != nil {
 			return err
 		}
 		st.Mode = mode
-		return l.net.WriteState(st)
+		return d.net.WriteState(st)
 	}
-	bin, err := l.net.Binary("svcproxy")
+	bin, err := d.net.Binary("svcproxy")
 	if err != nil {
 		return err
 	}
-	if err := l.StopProxy(ctx); err != nil {
+	if err := d.StopProxy(ctx); err != nil {
 		return err
 	}
-	l.forgetUDPFlows(ctx)
+	d.forgetUDPFlows(ctx)
 	st.Mode, st.IPVSScheduler, st.Offload, st.DemoteAfter = mode, opts.IPVSScheduler, opts.Offload, ""
 	if opts.DemoteAfter > 0 {
 		st.DemoteAfter = opts.DemoteAfter.String()
 	}
-	if err := l.net.WriteState(st); err != nil {
+	if err := d.net.WriteState(st); err != nil {
 		return err
 	}
-	return l.startProxy(ctx, bin, mode)
+	return d.startProxy(ctx, bin, mode)
 }

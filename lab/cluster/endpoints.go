@@ -1,4 +1,4 @@
-package lab
+package cluster
 
 import (
 	"bytes"
@@ -36,24 +36,24 @@ func (c Conditions) String() string {
 // returns once svcproxy has applied the new file (WaitApplied), so that the
 // next command already meets the new rules. It returns how many endpoints
 // name the pod (one per Service it is behind) and how many of them changed.
-func (l *Lab) SetPodConditions(ctx context.Context, name string, c Conditions) (n, changed int, err error) {
-	st, err := l.net.ReadState()
+func (c *Cluster) SetPodConditions(ctx context.Context, name string, cond Conditions) (n, changed int, err error) {
+	st, err := c.net.ReadState()
 	if err != nil {
 		return 0, 0, err
 	}
 	if st.Kubectl != "" {
 		return 0, 0, errors.New("the lab runs a control plane: the EndpointSlice controller writes the slices from the pods (svclab pod NAME --ready=BOOL sets a pod's readiness; svclab kubectl delete pod NAME deletes it)")
 	}
-	h, ok := l.cfg.Plan.Host(name)
+	h, ok := c.net.Plan().Host(name)
 	if !ok || h.Role != topology.RolePod {
-		return 0, 0, fmt.Errorf("pod %q: no such pod (the lab's pods: %s)", name, podNames(l.cfg.Plan))
+		return 0, 0, fmt.Errorf("pod %q: no such pod (the lab's pods: %s)", name, podNames(c.net.Plan()))
 	}
-	path := l.ManifestsPath()
+	path := c.ManifestsPath()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, 0, err
 	}
-	out, n, changed, err := setConditions(b, name, h.Addr.String(), c)
+	out, n, changed, err := setConditions(b, name, h.Addr.String(), cond)
 	if err != nil {
 		return 0, 0, fmt.Errorf("%s: %w", path, err)
 	}
@@ -63,7 +63,7 @@ func (l *Lab) SetPodConditions(ctx context.Context, name string, c Conditions) (
 	if changed == 0 {
 		return n, 0, nil // svcproxy would see the same Snapshot and not sync
 	}
-	synced, err := l.syncState(ctx)
+	synced, err := c.daemons.syncState(ctx)
 	if err != nil {
 		return 0, 0, fmt.Errorf("svcproxy's metrics: %w", err)
 	}
@@ -76,7 +76,7 @@ func (l *Lab) SetPodConditions(ctx context.Context, name string, c Conditions) (
 	if err := os.Rename(tmp, path); err != nil {
 		return 0, 0, err
 	}
-	return n, changed, l.WaitApplied(ctx, written, synced)
+	return n, changed, c.daemons.WaitApplied(ctx, written, synced)
 }
 
 func podNames(p *topology.Plan) string {
@@ -217,17 +217,3 @@ func conditionsNode(c Conditions) *yaml.Node {
 	}
 	return m
 }
-
-// HasControlPlane says whether the lab runs a control plane (svclab up
-// --control-plane): pods' readiness then goes through the API server.
-func (l *Lab) HasControlPlane() (bool, error) {
-	st, err := l.net.ReadState()
-	return st.Kubectl != "", err
-}
-
-// KillPod stops pod name's server, as a container that crashed (see
-// pods.Runner.Kill).
-func (l *Lab) KillPod(ctx context.Context, name string) error { return l.pods.Kill(ctx, name) }
-
-// StartPod starts pod name's server again after KillPod.
-func (l *Lab) StartPod(ctx context.Context, name string) error { return l.pods.Restart(ctx, name) }

@@ -1,4 +1,4 @@
-package lab
+package cluster
 
 import (
 	"crypto/ecdsa"
@@ -44,10 +44,11 @@ const adminUser = "svclab-admin"
 
 // writePKI makes the files for an API server reached as the given addresses
 // and names (its certificate's subject alternative names). The token file
-// also holds a token for the kubelet of node, in node.token: the identity
-// the Node authorizer limits to that node and its pods (system:node:NAME in
-// group system:nodes), which the real node's kubelet uses.
-func writePKI(dir string, ips []net.IP, names []string, node string) (*pki, error) {
+// also holds a token for the kubelet of each of nodes, in NODE.token: the
+// identity the Node authorizer limits to that node and its pods
+// (system:node:NODE in group system:nodes), which a real node's kubelet
+// uses.
+func writePKI(dir string, ips []net.IP, names []string, nodes []string) (*pki, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -105,17 +106,19 @@ func writePKI(dir string, ips []net.IP, names []string, node string) (*pki, erro
 	if p.adminToken, err = newToken(); err != nil {
 		return nil, err
 	}
-	nodeToken, err := newToken()
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(p.path("node.token"), []byte(nodeToken+"\n"), 0o600); err != nil {
-		return nil, err
-	}
 	// --token-auth-file: token,user,uid,"group1,group2".
-	nodeUser := "system:node:" + node
-	lines := fmt.Sprintf("%s,%s,%s,\"system:masters\"\n%s,%s,%s,\"system:nodes\"\n",
-		p.adminToken, adminUser, adminUser, nodeToken, nodeUser, nodeUser)
+	lines := fmt.Sprintf("%s,%s,%s,\"system:masters\"\n", p.adminToken, adminUser, adminUser)
+	for _, node := range nodes {
+		nodeToken, err := newToken()
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(p.path(node+".token"), []byte(nodeToken+"\n"), 0o600); err != nil {
+			return nil, err
+		}
+		nodeUser := "system:node:" + node
+		lines += fmt.Sprintf("%s,%s,%s,\"system:nodes\"\n", nodeToken, nodeUser, nodeUser)
+	}
 	if err := os.WriteFile(p.tokenFile(), []byte(lines), 0o600); err != nil {
 		return nil, err
 	}

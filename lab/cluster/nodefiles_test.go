@@ -1,4 +1,4 @@
-package lab
+package cluster
 
 import (
 	"encoding/json"
@@ -26,8 +26,8 @@ func TestMountCommands(t *testing.T) {
 		{"/var/tmp/lab", nil},
 	} {
 		t.Run(tt.stateDir, func(t *testing.T) {
-			l := &Lab{cfg: Config{StateDir: tt.stateDir}}
-			cmds := l.nodeFiles().mountCommands(cgroups, tt.stateDir)
+			n := planNode(topology.DefaultPlan(), tt.stateDir, topology.CgroupRoot)
+			cmds := n.files().mountCommands(cgroups, tt.stateDir)
 			var text []string
 			for _, c := range cmds {
 				text = append(text, strings.Join(c, " "))
@@ -51,10 +51,10 @@ func TestMountCommands(t *testing.T) {
 // hold what this machine needs (docs/kind.md).
 func TestNodeConfigs(t *testing.T) {
 	p := topology.DefaultPlan()
-	f := (&Lab{cfg: Config{StateDir: "/run/svclab"}}).nodeFiles()
+	n := planNode(p, "/run/svclab", topology.CgroupRoot)
 
 	var kc map[string]any
-	require.NoError(t, yaml.Unmarshal([]byte(f.kubeletConfig(p)), &kc))
+	require.NoError(t, yaml.Unmarshal([]byte(n.kubeletConfig()), &kc))
 	require.Equal(t, "KubeletConfiguration", kc["kind"])
 	require.Equal(t, false, kc["failCgroupV1"])
 	require.Equal(t, "cgroupfs", kc["cgroupDriver"])
@@ -76,7 +76,7 @@ func TestNodeConfigs(t *testing.T) {
 	require.Equal(t, "198.19.64.0/24", cni.Plugins[0].IPAM.Ranges[0][0].Subnet)
 	require.Equal(t, "198.19.64.1", cni.Plugins[0].IPAM.Ranges[0][0].Gateway)
 
-	ctrd := f.containerdConfig()
+	ctrd := n.files().containerdConfig()
 	for _, want := range []string{
 		`sandbox_image = "` + images.PauseRef + `"`,
 		"restrict_oom_score_adj = true",
@@ -87,5 +87,5 @@ func TestNodeConfigs(t *testing.T) {
 	} {
 		require.Contains(t, ctrd, want)
 	}
-	require.Equal(t, "# written by svclab: the lab's node has no resolver, and no way out\nnameserver 198.19.0.1\n", nodeResolvConf(p))
+	require.Equal(t, "# written by svclab: the lab's node has no resolver, and no way out\nnameserver 198.19.0.1\n", n.resolvConf())
 }

@@ -1,4 +1,4 @@
-package lab
+package cluster
 
 import (
 	"cmp"
@@ -59,8 +59,8 @@ const reloadedLine = `msg="services file reloaded"`
 // file, if that was at or after since. Snapshots handed over before then
 // (svcproxy also hands over unchanged ones, as kube-proxy resyncs) cannot
 // hold the change.
-func (l *Lab) reloadedAfter(since time.Time) (time.Time, bool) {
-	b, err := os.ReadFile(l.net.LogPath("svcproxy"))
+func (d *Daemons) reloadedAfter(since time.Time) (time.Time, bool) {
+	b, err := os.ReadFile(d.net.LogPath("svcproxy"))
 	if err != nil {
 		return time.Time{}, false
 	}
@@ -77,8 +77,8 @@ func (l *Lab) reloadedAfter(since time.Time) (time.Time, bool) {
 	return last, !last.IsZero()
 }
 
-func (l *Lab) syncState(ctx context.Context) (syncState, error) {
-	text, err := l.NodeGet(ctx, "/metrics")
+func (d *Daemons) syncState(ctx context.Context) (syncState, error) {
+	text, err := d.NodeGet(ctx, "/metrics")
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +147,7 @@ func (st syncState) appliedAfter(reloaded time.Time, before syncState) bool {
 // before counted (its /metrics read before the write), in every IP family. A
 // change that svcproxy already holds (the same Snapshot) never arrives: call
 // it only for a change of what svcproxy serves.
-func (l *Lab) WaitApplied(ctx context.Context, since time.Time, before syncState) error {
+func (d *Daemons) WaitApplied(ctx context.Context, since time.Time, before syncState) error {
 	ctx, cancel := context.WithTimeout(ctx, applyTimeout)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -155,21 +155,21 @@ func (l *Lab) WaitApplied(ctx context.Context, since time.Time, before syncState
 	var st syncState // as of the last /metrics read that answered
 	var err error
 	for {
-		now, nowErr := l.syncState(ctx)
+		now, nowErr := d.syncState(ctx)
 		if nowErr == nil {
 			st = now
 		}
 		if ctx.Err() == nil {
 			err = nowErr // a read cut short by the deadline says nothing
 		}
-		reloaded, ok := l.reloadedAfter(since)
+		reloaded, ok := d.reloadedAfter(since)
 		if nowErr == nil && ok && st.appliedAfter(reloaded, before) {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("svcproxy did not apply the changed %s within %s: %s%s",
-				l.ManifestsPath(), applyTimeout, waitedFor(since, reloaded, ok, st, before, err), l.net.LogTail("svcproxy"))
+				d.c.ManifestsPath(), applyTimeout, waitedFor(since, reloaded, ok, st, before, err), d.net.LogTail("svcproxy"))
 		case <-tick.C:
 		}
 	}

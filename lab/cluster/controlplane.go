@@ -1,18 +1,12 @@
-package lab
+package cluster
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/k8sbin"
@@ -62,38 +56,35 @@ const (
 	kcmAddr      = "127.0.0.1:10257"
 )
 
-// controlPlaneTimeout bounds the start of each program: kube-apiserver takes
+// ControlPlaneTimeout bounds the start of each program: kube-apiserver takes
 // seconds on an idle machine, and much longer on a busy one.
-const controlPlaneTimeout = 2 * time.Minute
-
-func (l *Lab) pkiDir() string { return filepath.Join(l.cfg.StateDir, "pki") }
-
-// KubeconfigPath is the kubeconfig of user ("admin", "svcproxy", "clusterdns").
-func (l *Lab) KubeconfigPath(user string) string {
-	return filepath.Join(l.cfg.StateDir, user+".kubeconfig")
-}
+const ControlPlaneTimeout = 2 * time.Minute
 
 // startControlPlane writes the PKI, then starts etcd, kube-apiserver and
 // kube-controller-manager in the node, each once the one before answers.
 // realNode adds the controllers a real kubelet's pods need.
-func (l *Lab) startControlPlane(ctx context.Context, cp ControlPlane, realNode bool) error {
-	p := l.cfg.Plan
+func (c *Cluster) startControlPlane(ctx context.Context, cp ControlPlane, realNode bool) error {
+	p := c.net.Plan()
 	ips := []net.IP{net.IPv4(127, 0, 0, 1), p.Node.Addr.AsSlice(), p.ServiceCIDR.Addr().Next().AsSlice()}
 	if p.DualStack() {
 		ips = append(ips, p.Node.Addr6.AsSlice())
 	}
 	names := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
-	pk, err := writePKI(l.pkiDir(), ips, names, p.Node.Name)
+	var nodes []string
+	for _, n := range c.Nodes() {
+		nodes = append(nodes, n.Name)
+	}
+	pk, err := writePKI(c.pkiDir(), ips, names, nodes)
 	if err != nil {
 		return fmt.Errorf("control plane pki: %w", err)
 	}
-	if err := writeKubeconfig(l.KubeconfigPath("admin"), apiserverURL, pk.caPEM, adminUser, pk.adminToken); err != nil {
+	if err := writeKubeconfig(c.KubeconfigPath("admin"), apiserverURL, pk.caPEM, adminUser, pk.adminToken); err != nil {
 		return err
 	}
 	node := p.Node.Name
-	etcd, _, err := l.net.Start("etcd", node, []string{cp.Etcd,
+	etcd, _, err := c.net.Start("etcd", node, []string{cp.Etcd,
 		"--name=svclab",
-		"--data-dir=" + filepath.Join(l.cfg.StateDir, "etcd"),
+		"--data-dir=" + filepath.Join(c.net.StateDir(), "etcd"),
 		"--listen-client-urls=" + etcdClientURL,
 		"--advertise-client-urls=" + etcdClientURL,
 		"--listen-peer-urls=" + etcdPeerURL,
@@ -107,19 +98,19 @@ func (l *Lab) startControlPlane(ctx context.Context, cp ControlPlane, realNode b
 	if err != nil {
 		return err
 	}
-	plain := l.nodeHTTP()
-	if err := l.net.Wait(ctx, "etcd", etcd.Process.Pid, controlPlaneTimeout, 200*time.Millisecond, httpOK(plain, etcdClientURL+"/health", "")); err != nil {
+	plain := nodeHTTP(c.net)
+	if err := c.net.Wait(ctx, "etcd", etcd.Process.Pid, ControlPlaneTimeout, 200*time.Millisecond, httpOK(plain, etcdClientURL+"/health", "")); err != nil {
 		return err
 	}
-	apiserver, _, err := l.net.Start("kube-apiserver", node, append([]string{cp.APIServer}, l.apiserverArgs(pk)...), false)
+	apiserver, _, err := c.net.Start("kube-apiserver", node, append([]string{cp.APIServer}, c.apiserverArgs(pk)...), false)
 	if err != nil {
 		return err
 	}
-	secure := l.nodeHTTPS(pk.caPEM)
-	if err := l.net.Wait(ctx, "kube-apiserver", apiserver.Process.Pid, controlPlaneTimeout, 200*time.Millisecond, httpOK(secure, apiserverURL+"/readyz", pk.adminToken)); err != nil {
+	secure := nodeHTTPS(c.net, pk.caPEM)
+	if err := c.net.Wait(ctx, "kube-apiserver", apiserver.Process.Pid, ControlPlaneTimeout, 200*time.Millisecond, httpOK(secure, apiserverURL+"/readyz", pk.adminToken)); err != nil {
 		return err
 	}
-	admin := l.KubeconfigPath("admin")
+	admin := c.KubeconfigPath("admin")
 	// What the lab needs: EndpointSlices from Services' selectors, the
 	// pods of StatefulSets, Deployments and ReplicaSets, a default
 	// ServiceAccount in each namespace (pods need one), namespace
@@ -137,7 +128,7 @@ func (l *Lab) startControlPlane(ctx context.Context, cp ControlPlane, realNode b
 		// manager does (conformance: EndpointSliceMirroring).
 		controllers += ",daemonset,root-ca-cert-publisher,nodelifecycle,endpointslice-mirroring-controller"
 	}
-	kcm, _, err := l.net.Start("kube-controller-manager", node, []string{cp.ControllerManager,
+	kcm, _, err := c.net.Start("kube-controller-manager", node, []string{cp.ControllerManager,
 		"--kubeconfig=" + admin,
 		"--authentication-kubeconfig=" + admin,
 		"--authorization-kubeconfig=" + admin,
@@ -147,20 +138,20 @@ func (l *Lab) startControlPlane(ctx context.Context, cp ControlPlane, realNode b
 		"--use-service-account-credentials=false",
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + portOf(kcmAddr),
-		"--cert-dir=" + filepath.Join(l.cfg.StateDir, "kube-controller-manager"),
+		"--cert-dir=" + filepath.Join(c.net.StateDir(), "kube-controller-manager"),
 		"--profiling=false",
 	}, false)
 	if err != nil {
 		return err
 	}
-	insecure := l.nodeHTTPSInsecure()
-	return l.net.Wait(ctx, "kube-controller-manager", kcm.Process.Pid, controlPlaneTimeout, 200*time.Millisecond, httpOK(insecure, "https://"+kcmAddr+"/healthz", ""))
+	insecure := nodeHTTPSInsecure(c.net)
+	return c.net.Wait(ctx, "kube-controller-manager", kcm.Process.Pid, ControlPlaneTimeout, 200*time.Millisecond, httpOK(insecure, "https://"+kcmAddr+"/healthz", ""))
 }
 
 // apiserverArgs are kube-apiserver's flags; each one that is not a plain path
 // says why it is there.
-func (l *Lab) apiserverArgs(pk *pki) []string {
-	p := l.cfg.Plan
+func (c *Cluster) apiserverArgs(pk *pki) []string {
+	p := c.net.Plan()
 	return []string{
 		"--bind-address=0.0.0.0", // of the node's namespace
 		"--secure-port=" + strconv.Itoa(apiserverPort),
@@ -172,7 +163,7 @@ func (l *Lab) apiserverArgs(pk *pki) []string {
 		"--service-cluster-ip-range=" + serviceRanges(p),
 		"--tls-cert-file=" + pk.servingCert(),
 		"--tls-private-key-file=" + pk.servingKey(),
-		"--cert-dir=" + filepath.Join(l.cfg.StateDir, "kube-apiserver"),
+		"--cert-dir=" + filepath.Join(c.net.StateDir(), "kube-apiserver"),
 		"--token-auth-file=" + pk.tokenFile(),
 		// As on kubeadm's clusters: kubelets are limited to their own node
 		// and pods, everyone else gets what RBAC grants. svcproxy and
@@ -203,88 +194,4 @@ func serviceRanges(p *topology.Plan) string {
 		return p.ServiceCIDR.String() + "," + p.ServiceCIDR6.String()
 	}
 	return p.ServiceCIDR.String()
-}
-
-// httpOK is a check that GET url answers 200.
-func httpOK(client *http.Client, url, token string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET %s: %s: %s", url, resp.Status, strings.TrimSpace(string(body)))
-		}
-		return nil
-	}
-}
-
-// nodeHTTPS is an HTTPS client whose connections start inside the node and
-// trust the lab's CA.
-func (l *Lab) nodeHTTPS(caPEM []byte) *http.Client {
-	roots := x509.NewCertPool()
-	roots.AppendCertsFromPEM(caPEM)
-	return l.nodeTLS(&tls.Config{RootCAs: roots})
-}
-
-// nodeHTTPSInsecure is for kube-controller-manager's /healthz, served with a
-// certificate it made for itself at start.
-func (l *Lab) nodeHTTPSInsecure() *http.Client {
-	return l.nodeTLS(&tls.Config{InsecureSkipVerify: true})
-}
-
-func (l *Lab) nodeTLS(tc *tls.Config) *http.Client {
-	return &http.Client{
-		Timeout: 5 * time.Second,
-		Transport: &http.Transport{
-			DisableKeepAlives: true,
-			TLSClientConfig:   tc,
-			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				return topology.DialIn(ctx, l.net.NodeNamespace(), network, addr)
-			},
-		},
-	}
-}
-
-func portOf(addr string) string {
-	_, port, _ := net.SplitHostPort(addr)
-	return port
-}
-
-// kubectl runs the lab's kubectl in the node with the admin's kubeconfig.
-func (l *Lab) kubectl(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args ...string) error {
-	st, err := l.net.ReadState()
-	if err != nil {
-		return err
-	}
-	if st.Kubectl == "" {
-		return errors.New("the lab has no control plane: run `svclab up --control-plane`")
-	}
-	argv := append([]string{st.Kubectl, "--kubeconfig", l.KubeconfigPath("admin")}, args...)
-	return l.net.Exec(ctx, l.cfg.Plan.Node.Name, argv, stdin, stdout, stderr)
-}
-
-// Kubectl runs `kubectl ARGS...` against the lab's API server, as its
-// administrator, with the given standard streams (nil: Config's).
-func (l *Lab) Kubectl(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args ...string) error {
-	return l.kubectl(ctx, stdin, stdout, stderr, args...)
-}
-
-// kubectlOut runs kubectl and returns its output; the error carries it too.
-func (l *Lab) kubectlOut(ctx context.Context, stdin io.Reader, args ...string) (string, error) {
-	var out strings.Builder
-	err := l.kubectl(ctx, stdin, &out, &out, args...)
-	if err != nil {
-		return out.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(out.String()))
-	}
-	return out.String(), nil
 }

@@ -1,9 +1,8 @@
-package lab
+package cluster
 
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,97 +13,79 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/svcproxy/svcproxy/deploy"
-	"github.com/svcproxy/svcproxy/lab/cluster"
-	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // tokenDuration is how long the ServiceAccount tokens of svcproxy and
 // clusterdns last: longer than any lab is up.
 const tokenDuration = "8760h"
 
-// Client is a clientset for the lab's API server, as its administrator.
-// Every connection is made from inside the node, where the server listens.
-func (l *Lab) Client() (kubernetes.Interface, error) {
-	rc, err := clientcmd.BuildConfigFromFlags("", l.KubeconfigPath("admin"))
-	if err != nil {
-		return nil, fmt.Errorf("the lab's API server: %w (is the lab up with --control-plane?)", err)
-	}
-	ns := l.net.NodeNamespace()
-	rc.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return topology.DialIn(ctx, ns, network, addr)
-	}
-	rc.UserAgent = "svclab"
-	rc.QPS, rc.Burst = 50, 100
-	return kubernetes.NewForConfig(rc)
-}
-
-// upControlPlane builds the control-plane lab, in this order: the node and
+// UpSimulated builds the control-plane lab once the state directory is
+// there, in this order: the node and
 // the client; etcd, kube-apiserver and kube-controller-manager in the node;
 // deploy/lab (the RBAC and objects of deploy/base, with the lab's addresses)
 // and cluster.yaml applied with kubectl; the kubelet, which starts the
 // StatefulSets' pods; tokens for svcproxy's and clusterdns's ServiceAccounts;
 // then clusterdns (with a mirror pod, so that kube-dns has it as its
 // endpoint) and svcproxy, each once what it serves is there.
-func (l *Lab) upControlPlane(ctx context.Context, cp ControlPlane, dns, proxy, mode string) error {
+func (c *Cluster) UpSimulated(ctx context.Context, cp ControlPlane, dns, proxy, mode string) error {
 	// The client and the outside host; the kubelet makes the pods.
-	if err := l.upNodeAndClient(ctx); err != nil {
+	if err := c.upNodeAndClient(ctx); err != nil {
 		return err
 	}
-	if err := l.startControlPlane(ctx, cp, false); err != nil {
+	if err := c.startControlPlane(ctx, cp, false); err != nil {
 		return err
 	}
-	deployDir := filepath.Join(l.cfg.StateDir, "deploy")
+	deployDir := filepath.Join(c.net.StateDir(), "deploy")
 	if err := deploy.WriteTo(deployDir); err != nil {
 		return err
 	}
-	if _, err := l.kubectlOut(ctx, nil, "apply", "--server-side", "-k", filepath.Join(deployDir, "lab")); err != nil {
+	if _, err := c.KubectlOut(ctx, nil, "apply", "--server-side", "-k", filepath.Join(deployDir, "lab")); err != nil {
 		return err
 	}
-	if _, err := l.kubectlOut(ctx, strings.NewReader(string(cluster.Objects)), "apply", "--server-side", "-f", "-"); err != nil {
+	if _, err := c.KubectlOut(ctx, strings.NewReader(string(Objects)), "apply", "--server-side", "-f", "-"); err != nil {
 		return err
 	}
 	// The kubelet runs in the machine's own namespaces, as a kubelet does: in
 	// the node's, `ip netns add` would pin each pod's namespace in the private
 	// mount namespace `ip netns exec` gives, where no one else would see it.
 	// It reaches the API server inside the node, as svclab does.
-	if _, _, err := l.net.Start("kubelet", "", []string{l.cfg.Self, "--state", l.cfg.StateDir, "kubelet"}, false); err != nil {
+	if _, _, err := c.net.Start("kubelet", "", []string{c.self, "--state", c.net.StateDir(), "kubelet"}, false); err != nil {
 		return err
 	}
-	caPEM, err := os.ReadFile(filepath.Join(l.pkiDir(), "ca.crt"))
+	caPEM, err := os.ReadFile(filepath.Join(c.pkiDir(), "ca.crt"))
 	if err != nil {
 		return err
 	}
 	for _, sa := range []string{"svcproxy", "clusterdns"} {
-		tok, err := l.kubectlOut(ctx, nil, "-n", "kube-system", "create", "token", sa, "--duration="+tokenDuration)
+		tok, err := c.KubectlOut(ctx, nil, "-n", "kube-system", "create", "token", sa, "--duration="+tokenDuration)
 		if err != nil {
 			return err
 		}
 		user := "system:serviceaccount:kube-system:" + sa
-		if err := writeKubeconfig(l.KubeconfigPath(sa), apiserverURL, caPEM, user, strings.TrimSpace(tok)); err != nil {
+		if err := writeKubeconfig(c.KubeconfigPath(sa), apiserverURL, caPEM, user, strings.TrimSpace(tok)); err != nil {
 			return err
 		}
 	}
-	c, err := l.Client()
+	kc, err := c.Client()
 	if err != nil {
 		return err
 	}
-	if err := l.waitLabEndpoints(ctx, c); err != nil {
+	if err := c.waitLabEndpoints(ctx, kc); err != nil {
 		return err
 	}
-	if err := l.startDNS(ctx, dns); err != nil {
+	if err := c.daemons.startDNS(ctx, dns); err != nil {
 		return err
 	}
-	if err := l.createMirrorPod(ctx, c); err != nil {
+	if err := c.createMirrorPod(ctx, kc); err != nil {
 		return err
 	}
-	if err := l.waitEndpoints(ctx, c, "kube-system", "kube-dns", 1); err != nil {
+	if err := c.waitEndpoints(ctx, kc, "kube-system", "kube-dns", 1); err != nil {
 		return err
 	}
-	return l.startProxy(ctx, proxy, mode)
+	return c.daemons.startProxy(ctx, proxy, mode)
 }
 
 // waitLabEndpoints waits until every Service of cluster.yaml that selects the
@@ -113,8 +94,8 @@ func (l *Lab) upControlPlane(ctx context.Context, cp ControlPlane, dns, proxy, m
 // Under load it can lag seconds behind on one of them (a sync that meets a
 // stale cache is requeued with backoff), and a demo step about echo then saw
 // one pod of three answer.
-func (l *Lab) waitLabEndpoints(ctx context.Context, c kubernetes.Interface) error {
-	sets, err := c.AppsV1().StatefulSets(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+func (c *Cluster) waitLabEndpoints(ctx context.Context, kc kubernetes.Interface) error {
+	sets, err := kc.AppsV1().StatefulSets(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
@@ -122,7 +103,7 @@ func (l *Lab) waitLabEndpoints(ctx context.Context, c kubernetes.Interface) erro
 	for _, ss := range sets.Items {
 		replicas[ss.Spec.Template.Labels["app"]] = int(ptr.Deref(ss.Spec.Replicas, 1))
 	}
-	svcs, err := c.CoreV1().Services(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	svcs, err := kc.CoreV1().Services(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
@@ -131,7 +112,7 @@ func (l *Lab) waitLabEndpoints(ctx context.Context, c kubernetes.Interface) erro
 		if !ok {
 			continue // no selector (kubernetes, frontend): no slices of the controller's
 		}
-		if err := l.waitEndpoints(ctx, c, svc.Namespace, svc.Name, pods*max(1, len(svc.Spec.IPFamilies))); err != nil {
+		if err := c.waitEndpoints(ctx, kc, svc.Namespace, svc.Name, pods*max(1, len(svc.Spec.IPFamilies))); err != nil {
 			return err
 		}
 	}
@@ -140,10 +121,10 @@ func (l *Lab) waitLabEndpoints(ctx context.Context, c kubernetes.Interface) erro
 
 // waitEndpoints waits until the EndpointSlices of Service ns/svc have n ready
 // endpoints: the EndpointSlice controller has seen the pods Ready.
-func (l *Lab) waitEndpoints(ctx context.Context, c kubernetes.Interface, ns, svc string, n int) error {
-	deadline := time.Now().Add(controlPlaneTimeout)
+func (c *Cluster) waitEndpoints(ctx context.Context, kc kubernetes.Interface, ns, svc string, n int) error {
+	deadline := time.Now().Add(ControlPlaneTimeout)
 	for {
-		got, err := readyEndpoints(ctx, c, ns, svc)
+		got, err := readyEndpoints(ctx, kc, ns, svc)
 		if err == nil && got == n {
 			return nil
 		}
@@ -152,7 +133,7 @@ func (l *Lab) waitEndpoints(ctx context.Context, c kubernetes.Interface, ns, svc
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("service %s/%s: %d ready endpoints after %s, want %d (%v)%s",
-				ns, svc, got, controlPlaneTimeout, n, err, l.net.LogTail("kubelet"))
+				ns, svc, got, ControlPlaneTimeout, n, err, c.net.LogTail("kubelet"))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -181,9 +162,9 @@ func readyEndpoints(ctx context.Context, c kubernetes.Interface, ns, svc string)
 // control plane is static pods): clusterdns runs on the node's network with
 // CoreDNS's label, so the Service kube-dns selects it and the EndpointSlice
 // controller gives kube-dns its address.
-func (l *Lab) createMirrorPod(ctx context.Context, c kubernetes.Interface) error {
-	p := l.cfg.Plan
-	node, err := c.CoreV1().Nodes().Get(ctx, p.Node.Name, metav1.GetOptions{})
+func (c *Cluster) createMirrorPod(ctx context.Context, kc kubernetes.Interface) error {
+	p := c.net.Plan()
+	node, err := kc.CoreV1().Nodes().Get(ctx, p.Node.Name, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("mirror pod: node %s: %w", p.Node.Name, err)
 	}
@@ -213,13 +194,13 @@ func (l *Lab) createMirrorPod(ctx context.Context, c kubernetes.Interface) error
 			}},
 		},
 	}
-	created, err := c.CoreV1().Pods("kube-system").Create(ctx, pod, metav1.CreateOptions{})
+	created, err := kc.CoreV1().Pods("kube-system").Create(ctx, pod, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		created, err = c.CoreV1().Pods("kube-system").Get(ctx, pod.Name, metav1.GetOptions{})
+		created, err = kc.CoreV1().Pods("kube-system").Get(ctx, pod.Name, metav1.GetOptions{})
 	}
 	if err != nil {
 		return fmt.Errorf("mirror pod kube-system/%s: %w", pod.Name, err)
 	}
-	k := l.NewKubelet(c, nil)
+	k := c.NewKubelet(kc, nil)
 	return k.reportRunning(ctx, created, p.Node)
 }

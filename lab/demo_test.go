@@ -1,21 +1,9 @@
 package lab
 
 import (
-	"context"
 	"strings"
 	"testing"
 )
-
-func TestSetModeWithRejectsUnknownScheduler(t *testing.T) {
-	l, err := New(Config{StateDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = l.SetModeWith(context.Background(), ModeOptions{Mode: "ipvs", IPVSScheduler: "fifo"})
-	if err == nil || !strings.Contains(err.Error(), `IPVS scheduler "fifo"`) {
-		t.Fatalf("SetModeWith(ipvs, fifo) = %v, want an error naming the scheduler", err)
-	}
-}
 
 func TestDemoOnly(t *testing.T) {
 	l, err := New(Config{StateDir: t.TempDir()})
