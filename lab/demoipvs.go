@@ -46,7 +46,7 @@ without IPVS, svcproxy logs why and runs iptables mode, as kube-proxy does.
 			}
 			// The iptables part was shown two steps ago; the IPVS part is new.
 			d.cmd(`svclab rules | sed -n '/^# IPVS/,$p'`)
-			rules, err := l.rules(ctx)
+			rules, err := l.views.RulesText(ctx)
 			if err != nil {
 				return err
 			}

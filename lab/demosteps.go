@@ -9,6 +9,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/lab/cluster"
 	"github.com/svcproxy/svcproxy/lab/pods"
+	"github.com/svcproxy/svcproxy/lab/views"
 )
 
 // demoSteps is the walk, in order. The texts say why before the commands say
@@ -135,7 +136,7 @@ IPv6 has the same chains in ip6tables: svcproxy runs one proxier per family.
 `,
 			run: func(ctx context.Context, d *demo) error {
 				d.cmd("svclab rules")
-				out, err := l.Rules(ctx)
+				out, err := l.views.Rules(ctx)
 				if err != nil {
 					return err
 				}
@@ -143,7 +144,7 @@ IPv6 has the same chains in ip6tables: svcproxy runs one proxier per family.
 					return err
 				}
 				d.cmd("svclab rules web-dual")
-				out, err = l.RulesWith(ctx, RulesOptions{Service: "web-dual"})
+				out, err = l.views.RulesWith(ctx, views.RulesOptions{Service: "web-dual"})
 				if err != nil {
 					return err
 				}
@@ -167,7 +168,7 @@ ip6tables does the same for web-dual's IPv6 ClusterIP.
 					return err
 				}
 				d.cmd("svclab rules")
-				out, err := l.Rules(ctx)
+				out, err := l.views.Rules(ctx)
 				if err != nil {
 					return err
 				}

@@ -10,6 +10,7 @@ import (
 	"github.com/svcproxy/svcproxy/lab/cluster"
 	"github.com/svcproxy/svcproxy/lab/pods"
 	"github.com/svcproxy/svcproxy/lab/topology"
+	"github.com/svcproxy/svcproxy/lab/views"
 )
 
 // DefaultStateDir holds the lab's pid files, logs and manifests while it is up.
@@ -61,6 +62,8 @@ type Lab struct {
 	// cluster is where Services and pods come from, and the node's
 	// svcproxy and clusterdns.
 	cluster *cluster.Cluster
+	// views read the node's kernel state and show it.
+	views *views.Views
 }
 
 // New returns a Lab with cfg's zero fields filled in.
@@ -96,7 +99,8 @@ func New(cfg Config) (*Lab, error) {
 	net := topology.New(topology.Config{Plan: cfg.Plan, StateDir: cfg.StateDir, BinDir: cfg.BinDir, Stdout: cfg.Stdout, Stderr: cfg.Stderr})
 	runner := pods.New(pods.Config{Net: net, Self: cfg.Self, Stdout: cfg.Stdout, Progress: cfg.Progress})
 	c := cluster.New(cluster.Config{Net: net, Pods: runner, Self: cfg.Self, Manifests: cfg.Manifests})
-	return &Lab{cfg: cfg, net: net, pods: runner, cluster: c}, nil
+	v := views.New(views.Config{Net: net, Source: c, Stdout: cfg.Stdout})
+	return &Lab{cfg: cfg, net: net, pods: runner, cluster: c, views: v}, nil
 }
 
 // Plan is the lab's topology.
@@ -104,6 +108,22 @@ func (l *Lab) Plan() *topology.Plan { return l.cfg.Plan }
 
 // Pods runs the pods' servers and sends them traffic.
 func (l *Lab) Pods() *pods.Runner { return l.pods }
+
+// Views read the node's kernel state and show it: `svclab rules`, `svclab
+// trace`, `svclab conntrack`, what `svclab web` draws.
+func (l *Lab) Views() *views.Views { return l.views }
+
+// Services is what `svclab web` shows of the lab's Services (see
+// views.Views.Services).
+func (l *Lab) Services(ctx context.Context) (*views.ServicesView, error) {
+	return l.views.Services(ctx)
+}
+
+// TraceReport is `svclab trace` as data, for `svclab web` (see
+// views.Views.TraceReport).
+func (l *Lab) TraceReport(ctx context.Context, opts views.TraceOptions) (*views.TraceReport, error) {
+	return l.views.TraceReport(ctx, opts)
+}
 
 // Cluster is where the lab's Services and pods come from: the manifests
 // file or the control plane, the simulated kubelet or the real nodes; and

@@ -70,6 +70,12 @@ func New(cfg Config) *Cluster {
 // Daemons are the node's svcproxy and clusterdns.
 func (c *Cluster) Daemons() *Daemons { return c.daemons }
 
+// Status is svcproxy's /status document: each service port's path and
+// counters (Daemons.NodeGet).
+func (c *Cluster) Status(ctx context.Context) (string, error) {
+	return c.daemons.NodeGet(ctx, "/status")
+}
+
 // ManifestsPath is the file-fed lab's --services file of svcproxy and
 // clusterdns.
 func (c *Cluster) ManifestsPath() string { return filepath.Join(c.net.StateDir(), "services.yaml") }

@@ -206,7 +206,7 @@ func (d *Daemons) StopProxy(ctx context.Context) error {
 	}
 	var out strings.Builder
 	// The socket LB's pins too, which would keep its programs attached
-	// (socklbview.go).
+	// (topology.BPFFS).
 	if err := d.net.Exec(ctx, d.net.Plan().Node.Name, []string{bin, "--cleanup", "--socklb-pin-path", d.net.BPFFS().SocketLBPinPath()}, nil, &out, &out); err != nil {
 		return fmt.Errorf("svcproxy --cleanup: %w: %s", err, strings.TrimSpace(out.String()))
 	}

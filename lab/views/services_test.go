@@ -1,9 +1,14 @@
-package lab
+package views
 
 import (
 	"fmt"
 	"os"
 	"testing"
+
+	"sigs.k8s.io/knftables"
+
+	knft "github.com/svcproxy/svcproxy/kernel/nftables"
+	"github.com/svcproxy/svcproxy/lab/topology"
 
 	"github.com/stretchr/testify/require"
 )
@@ -32,11 +37,15 @@ COMMIT
 
 func TestKernelCountersParse(t *testing.T) {
 	kc := &KernelCounters{Ports: map[string]uint64{}, Endpoints: map[string]map[string]uint64{}}
-	kc.addSave(saveWithCounters)
-	tab, err := parseNFTList(nftWithCounters)
+	require.NoError(t, kc.addSave(saveWithCounters))
+	tab, err := knft.ParseListing(nftWithCounters)
 	require.NoError(t, err)
 	require.Equal(t, map[string]uint64{"connections-HAOI4LZB-default/echo/udp/echo": 7}, tab.Packets)
-	kc.addNFT(tab)
+	var counters []*knftables.Counter // as knftables' ListCounters gives them
+	for name, n := range tab.Packets {
+		counters = append(counters, &knftables.Counter{Name: name, Packets: &n})
+	}
+	kc.addNFT(counters)
 	require.Equal(t, map[string]uint64{"default/web:http": 3, "default/echo:echo/UDP": 7}, kc.Ports)
 	require.Equal(t, map[string]uint64{"198.19.1.10:8080": 2, "198.19.1.11:8080": 1}, kc.Endpoints["default/web:http"])
 }
@@ -60,15 +69,14 @@ func TestCounterPort(t *testing.T) {
 // hybrid's /status (each port's path, the userspace counters) and the
 // kernel's counters.
 func TestServicesView(t *testing.T) {
-	l, err := New(Config{StateDir: t.TempDir()})
-	require.NoError(t, err)
+	vs := New(Config{Net: topology.New(topology.Config{StateDir: t.TempDir()})})
 	status := `{"mode":"hybrid","offload":"iptables",
 	  "ports":[{"name":"default/web:http","path":"iptables"},{"name":"default/echo:echo/UDP","path":"userspace"}],
 	  "userspace":{"ports":[{"name":"default/web:http","counters":{"connectionsOpened":40}},{"name":"default/echo:echo/UDP","counters":{"connectionsOpened":5}}]},
 	  "kernel":{}}`
 	kc := &KernelCounters{Ports: map[string]uint64{}, Endpoints: map[string]map[string]uint64{}}
-	kc.addSave(saveWithCounters)
-	v, err := l.servicesView(loadManifests(t), []byte(status), kc)
+	require.NoError(t, kc.addSave(saveWithCounters))
+	v, err := vs.servicesView(loadManifests(t), []byte(status), kc)
 	require.NoError(t, err)
 	require.Equal(t, "hybrid", v.Mode)
 	require.Equal(t, "iptables", v.Offload)
@@ -91,15 +99,15 @@ func TestServicesView(t *testing.T) {
 	require.Equal(t, "userspace", byName["default/web-sticky:http"].Path)
 
 	// Before its first sample the promoter has no ports.
-	v, err = l.servicesView(loadManifests(t), []byte(`{"mode":"hybrid","offload":"nftables"}`), kc)
+	v, err = vs.servicesView(loadManifests(t), []byte(`{"mode":"hybrid","offload":"nftables"}`), kc)
 	require.NoError(t, err)
 	require.Equal(t, "userspace", v.Ports[0].Path)
-	v, err = l.servicesView(loadManifests(t), []byte(`{"mode":"nftables","ports":[]}`), kc)
+	v, err = vs.servicesView(loadManifests(t), []byte(`{"mode":"nftables","ports":[]}`), kc)
 	require.NoError(t, err)
 	for _, p := range v.Ports {
 		require.Equal(t, "nftables", p.Path, p.Name)
 	}
-	_, err = l.servicesView(loadManifests(t), []byte(`not json`), kc)
+	_, err = vs.servicesView(loadManifests(t), []byte(`not json`), kc)
 	require.ErrorContains(t, err, "svcproxy /status")
 }
 
@@ -108,12 +116,11 @@ func TestServicesView(t *testing.T) {
 // family, web's port promoted to nftables in IPv4 after 83 connections
 // through userspace.
 func TestServicesViewDualStack(t *testing.T) {
-	l, err := New(Config{StateDir: t.TempDir()})
-	require.NoError(t, err)
+	vs := New(Config{Net: topology.New(topology.Config{StateDir: t.TempDir()})})
 	b, err := os.ReadFile("testdata/status-hybrid-dualstack.json")
 	require.NoError(t, err)
 	kc := &KernelCounters{Ports: map[string]uint64{"default/web:http": 17}}
-	v, err := l.servicesView(loadManifests(t), b, kc)
+	v, err := vs.servicesView(loadManifests(t), b, kc)
 	require.NoError(t, err)
 	require.Equal(t, "hybrid", v.Mode)
 	require.Equal(t, "nftables", v.Offload)

@@ -1,4 +1,4 @@
-package lab
+package views
 
 // TraceReport is what `svclab trace` found, as data: the hops of the packet
 // through the node's rules, in the order the tracers walked them, and where

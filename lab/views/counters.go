@@ -1,10 +1,17 @@
-package lab
+package views
 
 import (
 	"context"
 	"fmt"
-	"strconv"
+	"path/filepath"
 	"strings"
+
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/internal/nsenter"
+	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
+	knft "github.com/svcproxy/svcproxy/kernel/nftables"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // KernelCounters are the new connections the node's kernel counted per
@@ -25,61 +32,87 @@ type KernelCounters struct {
 }
 
 // KernelCounters reads the kernel's connection counters in the node.
-func (l *Lab) KernelCounters(ctx context.Context) (*KernelCounters, error) {
+func (v *Views) KernelCounters(ctx context.Context) (*KernelCounters, error) {
 	kc := &KernelCounters{Ports: map[string]uint64{}, Endpoints: map[string]map[string]uint64{}}
 	for i, save := range []string{"iptables-save", "ip6tables-save"} {
-		out, err := l.net.NodeOutput(ctx, save, "-c", "-t", "nat")
+		out, err := v.net.NodeOutput(ctx, save, "-c", "-t", "nat")
 		if err != nil {
 			if i == 0 {
 				return nil, err
 			}
 			continue // a node without IPv6 iptables: nothing counted there
 		}
-		kc.addSave(out)
+		if err := kc.addSave(out); err != nil {
+			return nil, err
+		}
 	}
-	for _, fam := range []string{"ip", "ip6"} {
-		out, err := l.net.NodeOutput(ctx, "nft", "list", "table", fam, "svcproxy")
+	for _, fam := range []knftables.Family{knftables.IPv4Family, knftables.IPv6Family} {
+		counters, err := v.nftCounters(ctx, fam)
 		if err != nil {
 			continue // no table: svcproxy runs no nftables path
 		}
-		tab, err := parseNFTList(out)
-		if err != nil {
-			return nil, err
-		}
-		kc.addNFT(tab)
+		kc.addNFT(counters)
 	}
 	return kc, nil
 }
 
 // addSave counts the DNAT rules of iptables-save -c output's SVCP-SEP-
 // chains: each one's comment names its service port.
-func (kc *KernelCounters) addSave(save string) {
-	for _, r := range parseSave(save).lines {
-		if !r.rule || r.target != "DNAT" || !strings.HasPrefix(r.chain, "SVCP-SEP-") || r.comment == "" {
+func (kc *KernelCounters) addSave(save string) error {
+	saved, err := kiptables.ParseSave(save)
+	if err != nil {
+		return err
+	}
+	for _, r := range saved.Lines {
+		port := r.Option("--comment")
+		if !r.Rule || r.Target() != "DNAT" || !strings.HasPrefix(r.Chain, "SVCP-SEP-") || port == "" || !r.Counted {
 			continue
 		}
-		n, err := strconv.ParseUint(r.packets, 10, 64)
-		if err != nil {
-			continue
-		}
-		kc.Ports[r.comment] += n
-		if m := dnatRE.FindStringSubmatch(r.text); m != nil {
-			if kc.Endpoints[r.comment] == nil {
-				kc.Endpoints[r.comment] = map[string]uint64{}
+		kc.Ports[port] += r.Packets
+		if ep := r.Option("--to-destination"); ep != "" {
+			if kc.Endpoints[port] == nil {
+				kc.Endpoints[port] = map[string]uint64{}
 			}
-			kc.Endpoints[r.comment][m[1]] += n
+			kc.Endpoints[port][ep] += r.Packets
 		}
 	}
+	return nil
 }
 
 // addNFT adds the named counters of svcproxy's nftables table
 // ("connections-HASH-default/web/tcp/http") under their ports' names.
-func (kc *KernelCounters) addNFT(tab *nftTable) {
-	for name, n := range tab.Packets {
-		if port, ok := counterPort(name); ok {
-			kc.Ports[port] += n
+func (kc *KernelCounters) addNFT(counters []*knftables.Counter) {
+	for _, c := range counters {
+		if port, ok := counterPort(c.Name); ok && c.Packets != nil {
+			kc.Ports[port] += *c.Packets
 		}
 	}
+}
+
+// nftCounters lists the named counters of svcproxy's table of family in the
+// node, as knftables lists them (ListCounters: `nft --json list counters
+// table FAMILY svcproxy`), through kernel/nftables in the node's namespace.
+// The Interface of each family is made once: making one runs nft three
+// times, and `svclab web` reads the counters every second.
+func (v *Views) nftCounters(ctx context.Context, fam knftables.Family) ([]*knftables.Counter, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var counters []*knftables.Counter
+	err := nsenter.Run(filepath.Join(topology.NetnsDir, v.net.NodeNamespace()), func() error {
+		// nft runs from this thread, in the node's namespace.
+		nft := v.nft[fam]
+		if nft == nil {
+			var err error
+			if nft, err = knft.NewFamily(fam, "svcproxy"); err != nil {
+				return err
+			}
+			v.nft[fam] = nft
+		}
+		var err error
+		counters, err = nft.ListCounters(ctx)
+		return err
+	})
+	return counters, err
 }
 
 // counterPort is the service port name of an nftables connection counter:

@@ -1,4 +1,4 @@
-package lab
+package views
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // labMaps is what the socket LB's maps hold after a few connects in the
@@ -38,9 +39,8 @@ func labMaps(t *testing.T) ksocklb.Dump {
 // named, what a Service without a backend does, the affinity entries with
 // their namespace named and their age, and the reverse entries.
 func TestFormatSocketLB(t *testing.T) {
-	l, err := New(Config{StateDir: "/run/svclab"})
-	require.NoError(t, err)
-	got := l.formatSocketLB(labMaps(t), map[uint64]string{4096: "client"})
+	v := New(Config{Net: topology.New(topology.Config{StateDir: "/run/svclab"})})
+	got := v.formatSocketLB(labMaps(t), map[uint64]string{4096: "client"})
 	want := `# its maps, pinned in /run/svclab-bpf/svcproxy
 services: (VIP, port, protocol) -> id, backends by slot
   198.18.0.20:80/TCP  id 1

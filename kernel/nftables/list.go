@@ -1,4 +1,4 @@
-package lab
+package nftables
 
 import (
 	"context"
@@ -8,39 +8,38 @@ import (
 	"time"
 
 	"sigs.k8s.io/knftables"
-
-	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 )
 
-// nftTable is a table as `nft list table` prints it, read back into objects:
-// the live rules `svclab trace` walks and `svclab rules SERVICE` filters.
-type nftTable struct {
+// Listing is a table as `nft list table` prints it, read back into objects:
+// the live rules a tracer walks (Fake) and a reader filters (the lab's
+// `svclab trace` and `svclab rules SERVICE`).
+type Listing struct {
 	Family, Name string
-	Sets, Maps   []*nftSet // in the order listed
+	Sets, Maps   []*ListedSet // in the order listed
 	Counters     []string
 	// Packets are each named counter's packets, by name.
 	Packets map[string]uint64
-	Chains  []*nftChain
+	Chains  []*ListedChain
 }
 
-// nftSet is a set or a map.
-type nftSet struct {
+// ListedSet is a set or a map.
+type ListedSet struct {
 	Name     string
 	Type     string // "ipv4_addr", "ipv4_addr . inet_proto . inet_service : verdict"
 	Flags    []string
 	Timeout  time.Duration
-	Elements []nftElement
+	Elements []ListedElement
 }
 
-// nftElement is one element: its key, and for a map its value.
-type nftElement struct {
+// ListedElement is one element: its key, and for a map its value.
+type ListedElement struct {
 	Key     []string // "198.18.0.20", "tcp", "80"
 	Value   string   // "goto service-..."; "" in a set
 	Comment string
 }
 
-// nftChain is a chain and its rules, as printed.
-type nftChain struct {
+// ListedChain is a chain and its rules, as printed.
+type ListedChain struct {
 	Name string
 	// Type, Hook and Priority are a base chain's ("nat", "prerouting",
 	// "dstnat - 1"); empty for a regular chain.
@@ -48,26 +47,27 @@ type nftChain struct {
 	Rules                []string
 }
 
-// parseNFTList reads the output of `nft list table FAMILY NAME`. It knows the
+// ParseListing reads the output of `nft list table FAMILY NAME`. It knows the
 // statements svcproxy's table uses and nft's way of printing them; what it
 // does not know (a flowtable, say) is an error naming the line.
 //
-// Why the text and not a library: the rule's text is what `svclab trace`
-// and `svclab rules` show, and knftables lists rules without it (ListRules
-// fills in only their comments and handles); `nft --json` gives each rule as
-// an expression tree, which would have to be printed back into the text nft
-// prints anyway.
-func parseNFTList(text string) (*nftTable, error) {
-	p := &nftParser{lines: strings.Split(text, "\n")}
+// Why the text and not knftables, which lists names (List), elements
+// (ListElements) and counters (ListCounters): a tracer walks the rules'
+// text, and knftables' ListRules fills in only their comments and handles;
+// nor does it list a chain's hook and priority, or a set's type and flags.
+// `nft --json` gives each rule as an expression tree, which would have to be
+// printed back into the text nft prints anyway.
+func ParseListing(text string) (*Listing, error) {
+	p := &listParser{lines: strings.Split(text, "\n")}
 	return p.table()
 }
 
-type nftParser struct {
+type listParser struct {
 	lines []string
 	i     int // the next line
 }
 
-func (p *nftParser) next() (string, bool) {
+func (p *listParser) next() (string, bool) {
 	for p.i < len(p.lines) {
 		line := strings.TrimSpace(p.lines[p.i])
 		p.i++
@@ -78,17 +78,17 @@ func (p *nftParser) next() (string, bool) {
 	return "", false
 }
 
-func (p *nftParser) errorf(format string, args ...any) error {
+func (p *listParser) errorf(format string, args ...any) error {
 	return fmt.Errorf("nft list, line %d: %s", p.i, fmt.Sprintf(format, args...))
 }
 
-func (p *nftParser) table() (*nftTable, error) {
+func (p *listParser) table() (*Listing, error) {
 	line, ok := p.next()
 	f := strings.Fields(line)
 	if !ok || len(f) != 4 || f[0] != "table" || f[3] != "{" {
 		return nil, p.errorf("want \"table FAMILY NAME {\", got %q", line)
 	}
-	t := &nftTable{Family: f[1], Name: f[2]}
+	t := &Listing{Family: f[1], Name: f[2]}
 	for {
 		line, ok := p.next()
 		if !ok {
@@ -133,7 +133,7 @@ func (p *nftParser) table() (*nftTable, error) {
 
 // counterBlock reads a named counter's block, "packets N bytes M", and
 // returns its packets.
-func (p *nftParser) counterBlock() (uint64, error) {
+func (p *listParser) counterBlock() (uint64, error) {
 	var n uint64
 	for {
 		line, ok := p.next()
@@ -153,8 +153,8 @@ func (p *nftParser) counterBlock() (uint64, error) {
 	}
 }
 
-func (p *nftParser) set(name string) (*nftSet, error) {
-	s := &nftSet{Name: name}
+func (p *listParser) set(name string) (*ListedSet, error) {
+	s := &ListedSet{Name: name}
 	for {
 		line, ok := p.next()
 		if !ok {
@@ -169,7 +169,7 @@ func (p *nftParser) set(name string) (*nftSet, error) {
 		case "flags":
 			s.Flags = strings.Split(strings.ReplaceAll(rest, " ", ""), ",")
 		case "timeout":
-			d, err := parseNFTDuration(rest)
+			d, err := parseDuration(rest)
 			if err != nil {
 				return nil, p.errorf("set %s: %v", name, err)
 			}
@@ -181,7 +181,7 @@ func (p *nftParser) set(name string) (*nftSet, error) {
 				return nil, err
 			}
 			for _, e := range splitTop(body) {
-				el, err := parseNFTElement(e)
+				el, err := parseElement(e)
 				if err != nil {
 					return nil, p.errorf("set %s: %v", name, err)
 				}
@@ -195,7 +195,7 @@ func (p *nftParser) set(name string) (*nftSet, error) {
 
 // braces returns what is inside "{ ... }", which starts in first and may go
 // on over the next lines.
-func (p *nftParser) braces(first string) (string, error) {
+func (p *listParser) braces(first string) (string, error) {
 	text := first
 	for depth(text) > 0 {
 		line, ok := p.next()
@@ -252,10 +252,10 @@ func splitTop(s string) []string {
 	return out
 }
 
-// parseNFTElement reads `198.18.0.20 . tcp . 80 comment "x" : goto chain`,
+// parseElement reads `198.18.0.20 . tcp . 80 comment "x" : goto chain`,
 // or a set's `198.19.1.2 timeout 10m expires 9m58s`.
-func parseNFTElement(s string) (nftElement, error) {
-	var e nftElement
+func parseElement(s string) (ListedElement, error) {
+	var e ListedElement
 	keyPart, value, isMap := strings.Cut(s, " : ")
 	if isMap {
 		e.Value = strings.TrimSpace(value)
@@ -279,8 +279,8 @@ func parseNFTElement(s string) (nftElement, error) {
 	return e, nil
 }
 
-func (p *nftParser) chain(name string) (*nftChain, error) {
-	c := &nftChain{Name: name}
+func (p *listParser) chain(name string) (*ListedChain, error) {
+	c := &ListedChain{Name: name}
 	for {
 		line, ok := p.next()
 		if !ok {
@@ -308,8 +308,8 @@ func (p *nftParser) chain(name string) (*nftChain, error) {
 	}
 }
 
-// parseNFTDuration reads nft's durations: "10m", "3h", "1d2h", "10800s", "500ms".
-func parseNFTDuration(s string) (time.Duration, error) {
+// parseDuration reads nft's durations: "10m", "3h", "1d2h", "10800s", "500ms".
+func parseDuration(s string) (time.Duration, error) {
 	units := []struct {
 		suffix string
 		d      time.Duration
@@ -347,12 +347,14 @@ func parseNFTDuration(s string) (time.Duration, error) {
 
 // priority turns nft's printed priority ("dstnat - 1", "srcnat", "-110") into
 // the form knftables parses ("dstnat-1").
-func (c *nftChain) priority() string { return strings.ReplaceAll(c.Priority, " ", "") }
+func (c *ListedChain) priority() string { return strings.ReplaceAll(c.Priority, " ", "") }
 
-// load puts the table into a Fake, for the tracer. A dynamic set's elements
-// (the clients ClientIP affinity has pinned, until their timeout) become
-// elements of the Fake's set, so the trace sees the affinity the kernel has.
-func (t *nftTable) load(f *knft.Fake) error {
+// Fake is a Fake holding the listed table, for the tracer. A dynamic set's
+// elements (the clients ClientIP affinity has pinned, until their timeout)
+// become elements of the Fake's set, so the trace sees the affinity the
+// kernel has.
+func (t *Listing) Fake() (*Fake, error) {
+	f := NewFakeFamily(knftables.Family(t.Family), t.Name)
 	tx := f.NewTransaction()
 	tx.Add(&knftables.Table{})
 	for _, s := range t.Sets {
@@ -394,5 +396,8 @@ func (t *nftTable) load(f *knft.Fake) error {
 			tx.Add(&knftables.Element{Map: m.Name, Key: e.Key, Value: []string{e.Value}})
 		}
 	}
-	return f.Run(context.Background(), tx)
+	if err := f.Run(context.Background(), tx); err != nil {
+		return nil, err
+	}
+	return f, nil
 }

@@ -1,4 +1,4 @@
-package lab
+package views
 
 import (
 	"context"
@@ -75,25 +75,25 @@ type proxyStatus struct {
 
 // Services reads the lab's Services (Snapshot), svcproxy's /status and the
 // kernel's counters (KernelCounters) into one view.
-func (l *Lab) Services(ctx context.Context) (*ServicesView, error) {
-	snap, err := l.cluster.Snapshot(ctx)
+func (v *Views) Services(ctx context.Context) (*ServicesView, error) {
+	snap, err := v.src.Snapshot(ctx)
 	if err != nil {
 		return nil, err
 	}
-	body, err := l.cluster.Daemons().NodeGet(ctx, "/status")
+	body, err := v.src.Status(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("svcproxy /status: %w", err)
 	}
-	kc, err := l.KernelCounters(ctx)
+	kc, err := v.KernelCounters(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return l.servicesView(snap, []byte(body), kc)
+	return v.servicesView(snap, []byte(body), kc)
 }
 
 // servicesView puts a Snapshot, a /status document and the kernel's
 // counters together (Services without the reading).
-func (l *Lab) servicesView(snap *service.Snapshot, status []byte, kc *KernelCounters) (*ServicesView, error) {
+func (v *Views) servicesView(snap *service.Snapshot, status []byte, kc *KernelCounters) (*ServicesView, error) {
 	// A dual-stack svcproxy runs one dataplane per family, and its /status
 	// is {"mode": ..., "IPv4": {...}, "IPv6": {...}}; a single-stack one
 	// is the one family's document.
@@ -144,8 +144,8 @@ func (l *Lab) servicesView(snap *service.Snapshot, status []byte, kc *KernelCoun
 		}
 	}
 	st := proxyStatus{Mode: mode, Offload: offload}
-	names := l.net.Names()
-	v := &ServicesView{Mode: st.Mode, Offload: st.Offload}
+	names := v.net.Names()
+	view := &ServicesView{Mode: st.Mode, Offload: st.Offload}
 	for _, s := range snap.Services() {
 		if s.Headless || s.ExternalName != "" {
 			continue // nothing to proxy
@@ -162,10 +162,10 @@ func (l *Lab) servicesView(snap *service.Snapshot, status []byte, kc *KernelCoun
 				pv.Endpoints = append(pv.Endpoints, EndpointView{Addr: e.Addr.String(), Pod: names[e.Addr.Addr()],
 					Ready: e.Ready, Serving: e.Serving, Terminating: e.Terminating, Kernel: kc.Endpoints[name][e.Addr.String()]})
 			}
-			v.Ports = append(v.Ports, pv)
+			view.Ports = append(view.Ports, pv)
 		}
 	}
-	return v, nil
+	return view, nil
 }
 
 // portPath is a port's path in mode: hybrid's promoter says ("" before

@@ -1,4 +1,4 @@
-package lab
+package views
 
 import (
 	"context"
@@ -28,10 +28,10 @@ import (
 // before another mode starts.
 
 // socketLBDump reads the socket LB's maps from their pins.
-func (l *Lab) socketLBDump(ctx context.Context) (ksocklb.Dump, error) {
-	p, err := ksocklb.OpenPinned(l.net.BPFFS().SocketLBPinPath())
+func (v *Views) socketLBDump(ctx context.Context) (ksocklb.Dump, error) {
+	p, err := ksocklb.OpenPinned(v.net.BPFFS().SocketLBPinPath())
 	if err != nil {
-		return ksocklb.Dump{}, fmt.Errorf("the socket LB's maps pinned in %s: %w", l.net.BPFFS().SocketLBPinPath(), err)
+		return ksocklb.Dump{}, fmt.Errorf("the socket LB's maps pinned in %s: %w", v.net.BPFFS().SocketLBPinPath(), err)
 	}
 	defer p.Close()
 	return p.Dump(ctx)
@@ -72,11 +72,11 @@ const maxRevNAT = 6
 // services element with its backends by slot, the pods named; the
 // affinity entries, their network namespace named and their age; and the
 // newest few reverse entries.
-func (l *Lab) formatSocketLB(d ksocklb.Dump, cookies map[uint64]string) string {
+func (v *Views) formatSocketLB(d ksocklb.Dump, cookies map[uint64]string) string {
 	var b strings.Builder
-	subtree, _ := l.net.Cgroups().Subtree()
+	subtree, _ := v.net.Cgroups().Subtree()
 	fmt.Fprintf(&b, "\n# socket LB: connect4/6, sendmsg4/6, recvmsg4/6, getpeername4/6 attached at %s;\n", subtree)
-	fmt.Fprintf(&b, "# its maps, pinned in %s\n", l.net.BPFFS().SocketLBPinPath())
+	fmt.Fprintf(&b, "# its maps, pinned in %s\n", v.net.BPFFS().SocketLBPinPath())
 	b.WriteString("services: (VIP, port, protocol) -> id, backends by slot\n")
 	if len(d.Services) == 0 {
 		b.WriteString("  (none)\n")
@@ -91,7 +91,7 @@ func (l *Lab) formatSocketLB(d ksocklb.Dump, cookies map[uint64]string) string {
 			b.WriteString("    count 0: connect() left alone, the nftables path beside rejects it\n")
 		}
 		for slot, be := range s.Backends {
-			fmt.Fprintf(&b, "    slot %d -> %s%s\n", slot, be, withNameSuffix(l, be.Addr()))
+			fmt.Fprintf(&b, "    slot %d -> %s%s\n", slot, be, v.nameSuffix(be.Addr()))
 		}
 	}
 	b.WriteString("affinity: (netns cookie, id) -> the backend that namespace reached last\n")
@@ -103,7 +103,7 @@ func (l *Lab) formatSocketLB(d ksocklb.Dump, cookies map[uint64]string) string {
 		if name, ok := cookies[a.NetnsCookie]; ok {
 			who = " (" + name + ")"
 		}
-		fmt.Fprintf(&b, "  (%d%s, %d) -> slot %d, %s%s", a.NetnsCookie, who, a.ServiceID, a.Slot, a.Backend, withNameSuffix(l, a.Backend.Addr()))
+		fmt.Fprintf(&b, "  (%d%s, %d) -> slot %d, %s%s", a.NetnsCookie, who, a.ServiceID, a.Slot, a.Backend, v.nameSuffix(a.Backend.Addr()))
 		if d.Now > 0 {
 			fmt.Fprintf(&b, ", used %s ago", (d.Now - a.LastUsed).Truncate(time.Second))
 		}
@@ -124,10 +124,10 @@ func (l *Lab) formatSocketLB(d ksocklb.Dump, cookies map[uint64]string) string {
 
 // hostCookies names the network namespaces of the lab's hosts by their
 // cookies, for the affinity map's keys.
-func (l *Lab) hostCookies() map[uint64]string {
+func (v *Views) hostCookies() map[uint64]string {
 	out := map[uint64]string{}
-	for _, h := range l.cfg.Plan.Hosts {
-		if c := topology.NetnsCookie(l.cfg.Plan.Namespace(h.Name)); c != 0 {
+	for _, h := range v.net.Plan().Hosts {
+		if c := topology.NetnsCookie(v.net.Plan().Namespace(h.Name)); c != 0 {
 			out[c] = h.Name
 		}
 	}

@@ -1,4 +1,4 @@
-package lab
+package views
 
 import (
 	"context"
@@ -79,16 +79,16 @@ func parseConntrack(out string) []flow {
 // Conntrack writes the node's conntrack entries, explained: what the client
 // sent, what the kernel expects back, and what that means (DNAT to a pod, a
 // REDIRECT to svcproxy, svcproxy's own connection to a pod, a masquerade).
-func (l *Lab) Conntrack(ctx context.Context, opts ConntrackOptions) error {
-	w := l.cfg.Stdout
+func (v *Views) Conntrack(ctx context.Context, opts ConntrackOptions) error {
+	w := v.stdout
 	if opts.Flush {
-		if _, err := l.net.NodeOutput(ctx, "conntrack", "-F"); err != nil {
+		if _, err := v.net.NodeOutput(ctx, "conntrack", "-F"); err != nil {
 			return err
 		}
 		fmt.Fprintln(w, "the node's conntrack table is empty")
 		return nil
 	}
-	snap, err := l.cluster.Snapshot(ctx)
+	snap, err := v.src.Snapshot(ctx)
 	if err != nil {
 		return err
 	}
@@ -98,19 +98,19 @@ func (l *Lab) Conntrack(ctx context.Context, opts ConntrackOptions) error {
 			return err
 		}
 	}
-	out, err := l.net.NodeOutput(ctx, "conntrack", "-L")
+	out, err := v.net.NodeOutput(ctx, "conntrack", "-L")
 	if err != nil {
 		return err
 	}
-	local, err := l.nodeAddrs(ctx)
+	local, err := v.nodeAddrs(ctx)
 	if err != nil {
 		return err
 	}
-	mode, _ := l.Mode()
+	mode, _ := v.net.Mode()
 	// In socklb mode a pod's connection to a Service is one to the pod
 	// itself: keep the entries to an endpoint from any lab host.
 	direct := mode == "socklb"
-	flows := l.relevant(parseConntrack(out), snap, svc, local, direct)
+	flows := v.relevant(parseConntrack(out), snap, svc, local, direct)
 	// Newest first: of two entries in one state, the newer has more time left.
 	sort.SliceStable(flows, func(i, j int) bool { return flows[i].timeout > flows[j].timeout })
 	if svc != nil {
@@ -132,7 +132,7 @@ func (l *Lab) Conntrack(ctx context.Context, opts ConntrackOptions) error {
 		if state == "" {
 			state = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s -> %s\t%s -> %s\t%s\n", f.proto, state, f.orig[0], f.orig[1], f.reply[0], f.reply[1], l.means(f, snap, local, direct))
+		fmt.Fprintf(tw, "%s\t%s\t%s -> %s\t%s -> %s\t%s\n", f.proto, state, f.orig[0], f.orig[1], f.reply[0], f.reply[1], v.means(f, snap, local, direct))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -149,7 +149,7 @@ REPLY's destination differ, it rewrote the source too (MASQUERADE).`)
 // (svc's, or any when svc is nil) and, for the userspace proxy's second
 // connections, from the node to an endpoint; with direct (socklb mode),
 // from any host to an endpoint, where the socket LB connects sockets.
-func (l *Lab) relevant(flows []flow, snap *service.Snapshot, svc *service.Service, local []netip.Addr, direct bool) []flow {
+func (v *Views) relevant(flows []flow, snap *service.Snapshot, svc *service.Service, local []netip.Addr, direct bool) []flow {
 	isLocal := map[netip.Addr]bool{}
 	for _, a := range local {
 		isLocal[a] = true
@@ -159,7 +159,7 @@ func (l *Lab) relevant(flows []flow, snap *service.Snapshot, svc *service.Servic
 		if f.orig[0].Addr().IsLoopback() || f.orig[1].Addr().IsLoopback() {
 			continue // svclab's own questions to svcproxy's /healthz and /metrics
 		}
-		p := l.portOf(f, snap, svc, isLocal, direct)
+		p := v.portOf(f, snap, svc, isLocal, direct)
 		switch {
 		case p == nil:
 			continue
@@ -177,7 +177,7 @@ func (l *Lab) relevant(flows []flow, snap *service.Snapshot, svc *service.Servic
 // (socklb mode), by the endpoint.
 // An endpoint may serve several Services (web's pods serve web-sticky too):
 // prefer's ports are looked at first.
-func (l *Lab) portOf(f flow, snap *service.Snapshot, prefer *service.Service, isLocal map[netip.Addr]bool, direct bool) *service.Port {
+func (v *Views) portOf(f flow, snap *service.Snapshot, prefer *service.Service, isLocal map[netip.Addr]bool, direct bool) *service.Port {
 	proto := service.Protocol(strings.ToUpper(f.proto))
 	if p, ok := snap.PortByVIP(service.VIP{Protocol: proto, Addr: f.orig[1]}); ok {
 		return p
@@ -204,7 +204,7 @@ func (l *Lab) portOf(f flow, snap *service.Snapshot, prefer *service.Service, is
 }
 
 // means explains one entry; direct is relevant's.
-func (l *Lab) means(f flow, snap *service.Snapshot, isLocal []netip.Addr, direct bool) string {
+func (v *Views) means(f flow, snap *service.Snapshot, isLocal []netip.Addr, direct bool) string {
 	local := map[netip.Addr]bool{}
 	for _, a := range isLocal {
 		local[a] = true
@@ -214,18 +214,18 @@ func (l *Lab) means(f flow, snap *service.Snapshot, isLocal []netip.Addr, direct
 	var s string
 	switch {
 	case sentTo == replyFrom && local[f.orig[0].Addr()]:
-		s = "svcproxy's own connection to " + l.net.WithName(sentTo.Addr()) + " (userspace: the second connection)"
+		s = "svcproxy's own connection to " + v.net.WithName(sentTo.Addr()) + " (userspace: the second connection)"
 	case sentTo == replyFrom && direct:
-		s = "no rewrite: sent to " + l.net.WithName(sentTo.Addr()) + " itself (socklb: connect() was rewritten in the socket)"
+		s = "no rewrite: sent to " + v.net.WithName(sentTo.Addr()) + " itself (socklb: connect() was rewritten in the socket)"
 	case sentTo == replyFrom:
 		s = "no rewrite"
 	case local[replyFrom.Addr()] && replyFrom.Port() != sentTo.Port():
 		s = fmt.Sprintf("REDIRECT to svcproxy's listener :%d (userspace: the first connection)", replyFrom.Port())
 	default:
-		s = "DNAT to " + l.net.WithName(replyFrom.Addr())
+		s = "DNAT to " + v.net.WithName(replyFrom.Addr())
 	}
 	if masq && sentTo != replyFrom {
-		s += ", MASQUERADE: the pod saw " + l.net.WithName(f.reply[1].Addr())
+		s += ", MASQUERADE: the pod saw " + v.net.WithName(f.reply[1].Addr())
 	}
 	return s
 }

@@ -1,10 +1,12 @@
-package lab
+package views
 
 import (
 	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // Two connections to web as the node's conntrack lists them: one in
@@ -22,14 +24,13 @@ conntrack v1.4.7 (conntrack-tools): 6 flow entries have been shown.
 `
 
 func TestConntrackMeans(t *testing.T) {
-	l, err := New(Config{})
-	require.NoError(t, err)
+	v := New(Config{Net: topology.New(topology.Config{})})
 	snap := loadManifests(t)
 	local := []netip.Addr{netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("127.0.0.1")}
-	flows := l.relevant(parseConntrack(conntrackL), snap, nil, local, false)
+	flows := v.relevant(parseConntrack(conntrackL), snap, nil, local, false)
 	var got []string
 	for _, f := range flows {
-		got = append(got, l.means(f, snap, local, false))
+		got = append(got, v.means(f, snap, local, false))
 	}
 	require.Equal(t, []string{
 		"svcproxy's own connection to 198.19.1.10 (web-0) (userspace: the second connection)",
@@ -44,18 +45,17 @@ func TestConntrackMeans(t *testing.T) {
 // the pod itself, untranslated; the same process outside the subtree is
 // DNATed by the nftables path beside.
 func TestConntrackMeansSocketLB(t *testing.T) {
-	l, err := New(Config{})
-	require.NoError(t, err)
+	v := New(Config{Net: topology.New(topology.Config{})})
 	snap := loadManifests(t)
 	local := []netip.Addr{netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("127.0.0.1")}
 	const socklbL = `tcp      6 119 TIME_WAIT src=198.19.1.2 dst=198.19.1.11 sport=40000 dport=8080 src=198.19.1.11 dst=198.19.1.2 sport=8080 dport=40000 [ASSURED] mark=0 use=1
 tcp      6 110 TIME_WAIT src=198.19.1.2 dst=198.18.0.20 sport=40002 dport=80 src=198.19.1.12 dst=198.19.1.2 sport=8080 dport=40002 [ASSURED] mark=0 use=1
 tcp      6 100 TIME_WAIT src=198.19.1.2 dst=198.19.1.99 sport=40004 dport=8080 src=198.19.1.99 dst=198.19.1.2 sport=8080 dport=40004 [ASSURED] mark=0 use=1
 `
-	flows := l.relevant(parseConntrack(socklbL), snap, nil, local, true)
+	flows := v.relevant(parseConntrack(socklbL), snap, nil, local, true)
 	var got []string
 	for _, f := range flows {
-		got = append(got, l.means(f, snap, local, true))
+		got = append(got, v.means(f, snap, local, true))
 	}
 	require.Equal(t, []string{
 		"no rewrite: sent to 198.19.1.11 (web-1) itself (socklb: connect() was rewritten in the socket)",

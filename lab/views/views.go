@@ -1,62 +1,58 @@
-package lab
+package views
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/netip"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
-	v1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/knftables"
 
+	knft "github.com/svcproxy/svcproxy/kernel/nftables"
+	"github.com/svcproxy/svcproxy/lab/topology"
 	"github.com/svcproxy/svcproxy/service"
-	"github.com/svcproxy/svcproxy/service/watch"
 )
 
-// This file holds what `svclab rules`, `svclab trace` and `svclab conntrack`
-// share: the Services the lab serves, and commands run in the node.
+// Source is what the views read besides the node's kernel: the Services
+// svcproxy serves, and what svcproxy says of itself.
+type Source interface {
+	// Snapshot is what svcproxy serves now.
+	Snapshot(ctx context.Context) (*service.Snapshot, error)
+	// Status is svcproxy's /status document: each service port's path and
+	// counters.
+	Status(ctx context.Context) (string, error)
+}
 
-// Snapshot is what svcproxy serves now: in the control-plane lab, the API
-// server's Services and EndpointSlices; otherwise the lab's manifests file as
-// it is on disk (a student may have edited it), read as svcproxy reads it.
-func (l *Lab) Snapshot(ctx context.Context) (*service.Snapshot, error) {
-	st, err := l.net.ReadState()
-	if err != nil {
-		return nil, err
-	}
-	if st.Kubectl != "" {
-		c, err := l.cluster.Client()
-		if err != nil {
-			return nil, err
-		}
-		svcs, err := c.CoreV1().Services("").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("list Services: %w", err)
-		}
-		slices, err := c.DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("list EndpointSlices: %w", err)
-		}
-		var ss []*v1.Service
-		for i := range svcs.Items {
-			ss = append(ss, &svcs.Items[i])
-		}
-		var es []*discoveryv1.EndpointSlice
-		for i := range slices.Items {
-			es = append(es, &slices.Items[i])
-		}
-		return service.Build(ss, es, nil), nil
-	}
-	b, err := os.ReadFile(l.cluster.ManifestsPath())
-	if err != nil {
-		return nil, err
-	}
-	return watch.SnapshotOf(l.cluster.ManifestsPath(), b)
+// Config says what Views look at and where they write.
+type Config struct {
+	// Net is the lab whose node's kernel the views read.
+	Net *topology.Net
+	// Source gives the Services and svcproxy's status.
+	Source Source
+	// Stdout gets what the views print.
+	Stdout io.Writer
+}
+
+// Views read the node's kernel state (rules, conntrack, counters, the
+// socket LB's maps) and show it: `svclab rules`, `svclab trace`, `svclab
+// conntrack`, and what `svclab web` draws.
+type Views struct {
+	net    *topology.Net
+	src    Source
+	stdout io.Writer
+
+	mu  sync.Mutex
+	nft map[knftables.Family]knft.Interface // svcproxy's tables, by family (nftCounters)
+}
+
+// New returns the Views of cfg.
+func New(cfg Config) *Views {
+	return &Views{net: cfg.Net, src: cfg.Source, stdout: cfg.Stdout, nft: map[knftables.Family]knft.Interface{}}
 }
 
 // FindService finds a Service by "NAME" (namespace default) or
@@ -139,8 +135,8 @@ func describeService(s *service.Service) string {
 // nodeAddrs are the node's IPv4 addresses (`ip -j addr`), loopback and, in
 // IPVS mode, the Service addresses on svcp-ipvs0 included: what the kernel
 // calls local.
-func (l *Lab) nodeAddrs(ctx context.Context) ([]netip.Addr, error) {
-	out, err := l.net.NodeOutput(ctx, "ip", "-j", "-4", "addr")
+func (v *Views) nodeAddrs(ctx context.Context) ([]netip.Addr, error) {
+	out, err := v.net.NodeOutput(ctx, "ip", "-j", "-4", "addr")
 	if err != nil {
 		return nil, err
 	}
