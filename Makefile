@@ -109,6 +109,17 @@ bench: deps build
 	$(GO) test -run '^$$' -bench 'DataPath' -benchtime 30x -timeout 30m -v ./bench/socklb/ -args -report $(CURDIR)/docs/benchmarks/socklb-datapath.json
 	$(MAKE) bench-plots
 
+## bench-kubeproxy: svcproxy beside kube-proxy v1.37.2 on one API server,
+## every size and mode, rounds interleaved (bench/kubeproxy; root, hours):
+## builds kube-apiserver, etcd and kube-proxy first, writes
+## docs/benchmarks/kubeproxy-SIZE.json and their plots. Knobs as environment
+## variables: SIZES=1000x10,10000x3 ROUNDS=3 PROXIES='svcproxy nftables,...'
+## CHANGES=200 FULL_SYNC=1m (bench/kubeproxy's TestCompareKubeProxy)
+bench-kubeproxy: deps
+	@./test/kapi/build.sh -apiserver-only -kube-proxy >/dev/null
+	SVCPROXY_KUBEPROXY_BENCH=1 SVCPROXY_KAPI_BUILD=1 $(GO) test -count=1 -run '^TestCompareKubeProxy$$' -timeout 1200m -v ./bench/kubeproxy
+	$(MAKE) bench-plots
+
 ## bench-plots: an SVG beside each benchmark's JSON report in docs/benchmarks/
 ## (bench/plot), as make bench leaves them; no root needed
 bench-plots:
