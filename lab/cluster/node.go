@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -74,7 +76,7 @@ func planNode(p *topology.Plan, stateDir, cgroupRoot string) *Node {
 // containerd, imports the images, and starts its kubelet.
 func (c *Cluster) startNode(ctx context.Context, n *Node, progs NodePrograms) error {
 	f := n.files()
-	if err := c.writeNodeFiles(n); err != nil {
+	if err := c.writeNodeFiles(n, progs.Runc); err != nil {
 		return err
 	}
 	if err := c.makeNodeMountNS(ctx, n); err != nil {
@@ -122,9 +124,10 @@ func (n *Node) inNode(argv ...string) []string {
 // writeNodeFiles writes the configuration of containerd, the kubelet and
 // CNI, the sysctl files, and makes the directories the node's mount
 // namespace binds, and the cgroup root in every hierarchy.
-func (c *Cluster) writeNodeFiles(n *Node) error {
+func (c *Cluster) writeNodeFiles(n *Node, runc string) error {
 	f := n.files()
-	for _, d := range []string{f.run, f.varlib, f.varlog, f.cniDir, f.sysctls, filepath.Dir(f.pin)} {
+	for _, d := range []string{f.run, f.varlib, f.varlog, f.cniDir, f.sysctls, filepath.Dir(f.pin),
+		filepath.Join(f.usrLib, "upper"), filepath.Join(f.usrLib, "work")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
@@ -135,7 +138,7 @@ func (c *Cluster) writeNodeFiles(n *Node) error {
 		}
 	}
 	files := map[string]string{
-		f.containerd: f.containerdConfig(),
+		f.containerd: f.containerdConfig(runc),
 		f.kubelet:    n.kubeletConfig(),
 		f.resolvConf: n.resolvConf(),
 		filepath.Join(f.cniDir, "10-svclab.conflist"): cniConfig(n.PodCIDR),
@@ -187,7 +190,8 @@ func (c *Cluster) makeNodeMountNS(ctx context.Context, n *Node) error {
 			return err
 		}
 	}
-	for _, argv := range f.mountCommands(c.net.Cgroups().Machine(), n.StateDir) {
+	_, err := os.Stat("/lib/modules")
+	for _, argv := range f.mountCommands(c.net.Cgroups().Machine(), n.StateDir, errors.Is(err, fs.ErrNotExist)) {
 		if err := topology.Run(ctx, n.inNode(argv...)...); err != nil {
 			return err
 		}
