@@ -124,14 +124,15 @@ func TestApply(t *testing.T) {
 	}
 
 	for _, sa := range []string{"svcproxy", "clusterdns"} {
-		t.Run(sa, func(t *testing.T) { checkRBAC(ctx, t, srv, kubectl, sa, sa == "svcproxy") })
+		t.Run(sa, func(t *testing.T) { checkRBAC(ctx, t, srv, kubectl, sa, sa == "svcproxy", sa == "clusterdns") })
 	}
 }
 
 // checkRBAC uses the ServiceAccount's own token: it may list and watch what
 // the informers of service/watch read, and nothing else. nodes says whether
-// it reads its Node (svcproxy does, clusterdns does not).
-func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl, sa string, nodes bool) {
+// it reads its Node (svcproxy does, clusterdns does not); dns whether it reads
+// Namespaces and Pods, as CoreDNS does (clusterdns).
+func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl, sa string, nodes, dns bool) {
 	out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", srv.Kubeconfig,
 		"-n", "kube-system", "create", "token", sa).Output()
 	if err != nil {
@@ -161,6 +162,11 @@ func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl,
 	if nodes {
 		allowed["list nodes"], allowed["watch nodes"] = listNodes, watchNodes
 	}
+	listNamespaces := func() error { _, err := c.CoreV1().Namespaces().List(ctx, opts); return err }
+	listPods := func() error { _, err := c.CoreV1().Pods("").List(ctx, opts); return err }
+	if dns {
+		allowed["list namespaces"], allowed["list pods"] = listNamespaces, listPods
+	}
 	for what, do := range allowed {
 		if err := do(); err != nil {
 			t.Errorf("%s may not %s: %v", sa, what, err)
@@ -170,7 +176,6 @@ func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl,
 		"list secrets":    func() error { _, err := c.CoreV1().Secrets("").List(ctx, opts); return err },
 		"list endpoints":  func() error { _, err := c.CoreV1().Endpoints("").List(ctx, opts); return err },
 		"list configmaps": func() error { _, err := c.CoreV1().ConfigMaps("").List(ctx, opts); return err },
-		"list pods":       func() error { _, err := c.CoreV1().Pods("").List(ctx, opts); return err },
 		"get node":        getNode,
 		"delete service kube-dns": func() error {
 			return c.CoreV1().Services("kube-system").Delete(ctx, "kube-dns", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
@@ -178,6 +183,9 @@ func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl,
 	}
 	if !nodes {
 		denied["list nodes"], denied["watch nodes"] = listNodes, watchNodes
+	}
+	if !dns {
+		denied["list namespaces"], denied["list pods"] = listNamespaces, listPods
 	}
 	for what, do := range denied {
 		if err := do(); !apierrors.IsForbidden(err) {
