@@ -71,10 +71,10 @@ func (s *Server) answer(ctx context.Context, req *dns.Msg) *dns.Msg {
 		return s.forward(ctx, req, m)
 	}
 	if ix == nil {
-		if s.inZone(q.Name) {
+		if s.inZone(q.Name) || (s.inReverseZone(q.Name) && !s.fallsThrough(q.Name)) {
 			return rcode(m, dns.RcodeServerFailure) // not ready: no Snapshot yet
 		}
-	} else if r, ok := ix.Lookup(q.Name, q.Qtype); ok {
+	} else if r, ok := ix.Lookup(q.Name, q.Qtype); ok && !(r.Rcode == dns.RcodeNameError && s.fallsThrough(q.Name)) {
 		m.Authoritative = true
 		m.Rcode = r.Rcode
 		// Clip: later appends (chasing, OPT) must not write into the Index.
@@ -93,6 +93,37 @@ func (s *Server) answer(ctx context.Context, req *dns.Msg) *dns.Msg {
 // the Index learns it there for free.
 func (s *Server) inZone(name string) bool {
 	return dns.IsSubDomain(s.zone, dns.CanonicalName(name))
+}
+
+// fallsThrough reports whether a name the Index does not have goes to the
+// upstreams (the kubernetes plugin's fallthrough zones).
+func (s *Server) fallsThrough(name string) bool {
+	if len(s.fallZones) == 0 {
+		return false
+	}
+	lname := dns.CanonicalName(name)
+	for _, z := range s.fallZones {
+		if dns.IsSubDomain(z, lname) {
+			return true
+		}
+	}
+	return false
+}
+
+// inReverseZone reports whether name is in one of the reverse zones the
+// Index answers for.
+func (s *Server) inReverseZone(name string) bool {
+	zones := s.reverseZones
+	if zones == nil {
+		zones = defaultReverseZones
+	}
+	lname := dns.CanonicalName(name)
+	for _, z := range zones {
+		if dns.IsSubDomain(dns.CanonicalName(z), lname) {
+			return true
+		}
+	}
+	return false
 }
 
 // forward answers req through the upstreams; m is the reply prepared so far.

@@ -63,8 +63,17 @@ type Config struct {
 	// NSAddrs are the addresses of ns.dns.<zone>, the name the zone's NS and
 	// SOA records give for this server (see IndexConfig).
 	NSAddrs []netip.Addr
-	// Pods: PodsInsecure (the default, as kubeadm's Corefile) or PodsDisabled.
+	// Pods: PodsInsecure (the default, as kubeadm's Corefile), PodsVerified
+	// (the Snapshots must carry PodIPs) or PodsDisabled.
 	Pods PodMode
+	// ReverseZones and Namespaces: see IndexConfig.
+	ReverseZones []string
+	Namespaces   []string
+	// Fallthrough are the zones whose names the Index has not (NXDOMAIN) go
+	// to the upstreams instead, as the kubernetes plugin's fallthrough
+	// option says: ["."] for every zone. nil means the reverse zones
+	// (kubeadm's "fallthrough in-addr.arpa ip6.arpa"); empty, none.
+	Fallthrough []string
 	// LogQueries logs one line per query: client, name, type, rcode, duration.
 	LogQueries bool
 	// Registry receives the Server's metrics. If nil, the Server makes its
@@ -85,12 +94,16 @@ type Server struct {
 	nsAddrs    []netip.Addr
 	pods       PodMode
 	logQueries bool
-	checks     checkIntervals
-	fwd        *forwarder
-	cache      *cache
-	metrics    *metrics
-	registry   *prometheus.Registry
-	log        *slog.Logger
+
+	reverseZones, namespaces []string
+	fallZones                []string // lower-case FQDNs
+
+	checks   checkIntervals
+	fwd      *forwarder
+	cache    *cache
+	metrics  *metrics
+	registry *prometheus.Registry
+	log      *slog.Logger
 
 	index  atomic.Pointer[Index] // nil until the first Update
 	mu     sync.Mutex            // serializes Update
@@ -108,9 +121,16 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	switch cfg.Pods {
-	case "", PodsInsecure, PodsDisabled:
+	case "", PodsInsecure, PodsVerified, PodsDisabled:
 	default:
-		return nil, fmt.Errorf("pods %q: want %q or %q", cfg.Pods, PodsInsecure, PodsDisabled)
+		return nil, fmt.Errorf("pods %q: want %q, %q or %q", cfg.Pods, PodsInsecure, PodsVerified, PodsDisabled)
+	}
+	fall := cfg.Fallthrough
+	if fall == nil {
+		fall = cfg.ReverseZones
+		if fall == nil {
+			fall = defaultReverseZones
+		}
 	}
 	upstreams := make([]string, 0, len(cfg.Upstreams))
 	for _, u := range cfg.Upstreams {
@@ -121,6 +141,7 @@ func New(cfg Config) (*Server, error) {
 		upstreams = append(upstreams, a)
 	}
 	s := &Server{zone: zone, ttl: cfg.TTL, nsAddrs: cfg.NSAddrs, pods: cfg.Pods, logQueries: cfg.LogQueries,
+		reverseZones: cfg.ReverseZones, namespaces: cfg.Namespaces, fallZones: canonical(fall),
 		registry: cfg.Registry, log: cfg.Logger}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -155,6 +176,15 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// canonical is zones as lower-case FQDNs.
+func canonical(zones []string) []string {
+	out := make([]string, len(zones))
+	for i, z := range zones {
+		out[i] = dns.CanonicalName(z)
+	}
+	return out
+}
+
 func orDefault(v, def int) int {
 	if v == 0 {
 		return def
@@ -181,7 +211,8 @@ func (s *Server) Update(snap *service.Snapshot) bool {
 	}
 	// The SOA serial only grows: seconds since the epoch, or one more.
 	s.serial = max(s.serial+1, uint32(time.Now().Unix()))
-	s.index.Store(NewIndex(snap, IndexConfig{Zone: s.zone, TTL: s.ttl, Serial: s.serial, NSAddrs: s.nsAddrs, Pods: s.pods}))
+	s.index.Store(NewIndex(snap, IndexConfig{Zone: s.zone, TTL: s.ttl, Serial: s.serial, NSAddrs: s.nsAddrs, Pods: s.pods,
+		ReverseZones: s.reverseZones, Namespaces: s.namespaces}))
 	s.metrics.snapshots.Inc()
 	return true
 }

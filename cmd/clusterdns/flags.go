@@ -46,7 +46,7 @@ func parseFlags(args []string) (*Config, error) {
 	fs.Int64Var(&c.ServicesMaxBytes, "services-max-bytes", watch.DefaultMaxFileBytes, "refuse a --services file larger than this many `BYTES`, keeping the last good state")
 	fs.StringVar(&c.Listen, "listen", ":53", "answer on this UDP and TCP `ADDR`ess")
 	advertise := fs.String("advertise-address", "", "the address(es) of ns.dns.<zone>, the name server the zone's NS and SOA records name, `IP[,IP]` (default: the --listen address, or the host's addresses when it is unspecified)")
-	pods := fs.String("pods", string(dnsresolve.PodsInsecure), "<a-b-c-d>.<namespace>.pod.<zone>: insecure (answer the address the name spells, kubeadm's default) or disabled (NXDOMAIN)")
+	pods := fs.String("pods", string(dnsresolve.PodsInsecure), "<a-b-c-d>.<namespace>.pod.<zone>: insecure (answer the address the name spells, kubeadm's default), verified (only when a pod in that namespace has it) or disabled (NXDOMAIN)")
 	fs.StringVar(&c.Zone, "zone", "cluster.local", "the cluster domain")
 	upstream := fs.String("upstream", "", "forward names outside the zone to these resolvers, `ADDR[,ADDR]` (IP or IP:port), tried in order (default: the nameservers of --resolv-conf)")
 	fs.StringVar(&c.ResolvConf, "resolv-conf", "/etc/resolv.conf", "where the default upstreams come from")
@@ -92,9 +92,9 @@ func parseFlags(args []string) (*Config, error) {
 		c.Advertise = append(c.Advertise, ip)
 	}
 	switch c.Pods = dnsresolve.PodMode(*pods); c.Pods {
-	case dnsresolve.PodsInsecure, dnsresolve.PodsDisabled:
+	case dnsresolve.PodsInsecure, dnsresolve.PodsVerified, dnsresolve.PodsDisabled:
 	default:
-		errs = append(errs, fmt.Errorf("--pods %q: want insecure or disabled", *pods))
+		errs = append(errs, fmt.Errorf("--pods %q: want insecure, verified or disabled", *pods))
 	}
 	if c.MaxConcurrent < 1 {
 		errs = append(errs, fmt.Errorf("--max-concurrent %d: must be at least 1", c.MaxConcurrent))

@@ -81,8 +81,9 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	watch.SetClientLogger(log)
 	// Every Service, headless ones and those another proxy carries among
 	// them (no ProxiedOnly): a name resolves whoever proxies it. No Node.
+	// Namespaces, and Pods for "pods verified", as CoreDNS watches them.
 	w, err := watch.New(watch.Config{ServicesFile: cfg.ServicesFile, MaxFileBytes: cfg.ServicesMaxBytes,
-		Kubeconfig: cfg.Kubeconfig, Logger: log})
+		Kubeconfig: cfg.Kubeconfig, Namespaces: true, Pods: cfg.Pods == dnsresolve.PodsVerified, Logger: log})
 	if err != nil {
 		return err
 	}
