@@ -7,7 +7,7 @@ BIN     := bin
 # are cached (docs/conformance.md has the suite's measured time).
 TIMEOUT ?= 40m
 
-.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins conformance-bins conformance image e2e-images bench bench-plots clean
+.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins conformance-bins cluster-bins conformance image e2e-images bench bench-plots clean
 
 all: build
 
@@ -55,6 +55,12 @@ node-bins:
 ## (test/kapi/README.md); make test never builds them either
 conformance-bins:
 	@./test/kapi/build.sh -node -conformance || [ $$? -eq 2 ]
+
+## cluster-bins: what node-bins builds, and what a kubeadm cluster adds:
+## kubeadm and kube-proxy v1.37.2, CoreDNS v1.14.6 and etcd v3.7.0 (the
+## versions kubeadm deploys; test/kapi/README.md); make test never builds them
+cluster-bins:
+	@./test/kapi/build.sh -node -cluster || [ $$? -eq 2 ]
 
 ## conformance: Kubernetes' own Service and DNS conformance tests (e2e.test
 ## v1.37.2) against svcproxy and clusterdns on the lab's real node, in each

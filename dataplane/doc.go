@@ -4,9 +4,11 @@
 // A mode is fed Snapshots and makes the node serve them: userspace (Go
 // listeners behind REDIRECT portals, package userspace), iptables DNAT chains
 // (offload/iptables), nftables verdict maps (offload/nftables), IPVS virtual
-// servers (offload/ipvs), or hybrid, which composes the userspace portals and
-// one kernel path (dataplane/hybrid). The
-// program (cmd/svcproxy) only builds one from its flags and runs it:
+// servers (offload/ipvs), the eBPF socket LB with nftables beside it
+// (offload/socklb), or hybrid, which composes the userspace portals and one
+// kernel path (package hybrid, above the paths). This package is the contract
+// below them all: it imports none of them. The program (cmd/svcproxy) only
+// builds one from its flags and runs it:
 //
 //	dp.Sync(ctx, snap)  // for each Snapshot of service/watch
 //	dp.Run(ctx)         // resyncs, retries, shutdown

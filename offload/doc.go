@@ -1,18 +1,19 @@
-// Package offload decides which service ports leave the userspace proxy for a kernel
-// dataplane, and holds those dataplanes: offload/iptables (DNAT chains, kube-proxy's
-// iptables mode), offload/nftables (verdict maps, kube-proxy's nftables mode) and
-// offload/ipvs (virtual servers, kube-proxy's ipvs mode). offload/kernelsync holds how a
-// sync goes (full or partial, stale UDP flows, the health record) for the two that
-// render rules.
+// Package offload is the room of the kernel paths: each serves a Snapshot's
+// service ports in the kernel, so that no byte of a connection passes through
+// Go. Each is a dataplane.Interface of its own (a --mode), and a
+// dataplane.KernelPath that hybrid mode can promote ports to:
 //
-// The Promoter is the decision, with no I/O: it is fed each service port's cumulative
-// count of new connections, sampled over time (the userspace Counters while a port is
-// in userspace, a kernel counter once it is promoted), and it answers with Moves. A
-// port is hot when every sampled interval for PromoteAfter had a new-connection rate
-// of at least PromoteConnRate; it goes back to userspace after DemoteAfter of
-// intervals below that rate (never, when DemoteAfter is 0). The caller carries a
-// Move out (kernel path first, then remove the portal; or the reverse to demote: package
-// dataplane/hybrid) and confirms it with Moved; until then the Promoter proposes it again.
+//   - offload/iptables: DNAT chains rendered as iptables-restore text,
+//     kube-proxy's iptables mode;
+//   - offload/nftables: one table of verdict maps, kube-proxy's nftables mode;
+//   - offload/ipvs: IPVS virtual servers reconciled with the Snapshot,
+//     kube-proxy's ipvs mode;
+//   - offload/socklb: the socket LB, eBPF programs on a cgroup's socket hooks
+//     that rewrite connect() to a backend, with nftables beside it for every
+//     packet they do not see.
 //
-// A Clock drives it, so tests step time by hand.
+// offload/kernelsync holds how a sync goes for the two that render rules
+// (iptables and nftables): full or partial, stale UDP flows, the health
+// record. The paths import dataplane and kernel/..., never each other's
+// packages, nor userspace or hybrid; this package holds no code.
 package offload

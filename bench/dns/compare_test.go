@@ -39,7 +39,7 @@ const fixedRate = 10000
 // TestCompareCoreDNS is the side-by-side benchmark, not a test: it runs only
 // with SVCPROXY_DNS_BENCH=1 (bench/dns/run.sh, `make bench`). For each Service
 // count it fills a real API server (etcd and kube-apiserver from test/kapi),
-// then runs, one after the other on the same load: CoreDNS v1.15 with
+// then runs, one after the other on the same load: CoreDNS v1.14.6 with
 // kubeadm's Corefile, clusterdns watching the same API server, and clusterdns
 // reading the same Services from a manifests file (and, with BASELINE set to
 // another clusterdns binary, that one from both sources). dnsperf measures the

@@ -2,81 +2,31 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
+
+	"github.com/svcproxy/svcproxy/internal/k8sbin"
 )
 
-// coreDNSVersion is the CoreDNS the benchmark compares against; the nested
-// module bench/dns/coredns pins it (go.mod, go.sum).
-const coreDNSVersion = "v1.15.0"
+// coreDNSVersion is the CoreDNS the benchmark compares against: the one
+// kubeadm v1.37.2 deploys, pinned by test/kapi/coredns (go.mod), the same
+// program as the kubeadm cluster's coredns image.
+const coreDNSVersion = "v1.14.6"
 
-// buildCoreDNS returns the CoreDNS binary built from bench/dns/coredns, from
-// the cache ($XDG_CACHE_HOME/svcproxy/coredns or ~/.cache/...) or built into
-// it first (from the Go module proxy, as test/kapi builds kube-apiserver;
-// a cold build takes minutes). root is the svcproxy repository.
+// buildCoreDNS returns CoreDNS from test/kapi's cache, built into it first
+// when missing (internal/k8sbin, from the Go module proxy; a cold build takes
+// minutes): static, without symbol tables, as CoreDNS's Makefile builds its
+// releases. root is the svcproxy repository.
 func buildCoreDNS(ctx context.Context, root string) (string, error) {
-	modDir := filepath.Join(root, "bench", "dns", "coredns")
-	h := sha256.New()
-	for _, f := range []string{"go.mod", "go.sum"} {
-		b, err := os.ReadFile(filepath.Join(modDir, f))
-		if err != nil {
-			return "", fmt.Errorf("coredns module: %w", err)
-		}
-		h.Write(b)
-	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
-	}
-	h.Write([]byte("CGO_ENABLED=0 -ldflags=-s -w")) // a build of other flags is another binary
-	dir := filepath.Join(cache, "svcproxy", "coredns", "coredns-"+coreDNSVersion+"_"+hex.EncodeToString(h.Sum(nil))[:12])
-	bin := filepath.Join(dir, "coredns")
-	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
-		return bin, nil
-	}
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-		return "", err
-	}
-	// One build at a time, across processes; the kernel drops the lock of a
-	// process that dies.
-	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	bins, err := k8sbin.Build(ctx, k8sbin.Config{RepoRoot: root, CoreDNS: true, Log: os.Stderr})
 	if err != nil {
 		return "", err
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		return "", err
+	if !strings.Contains(bins.CoreDNS, "coredns-"+coreDNSVersion+"_") {
+		return "", fmt.Errorf("CoreDNS %s: test/kapi/coredns pins another version (%s)", coreDNSVersion, bins.CoreDNS)
 	}
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	tmp, err := os.MkdirTemp(filepath.Dir(dir), filepath.Base(dir)+".tmp-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	fmt.Fprintf(os.Stderr, "bench/dns: building CoreDNS %s into %s (a cold build takes minutes)\n", coreDNSVersion, dir)
-	// As CoreDNS's Makefile builds its releases: static, without symbol
-	// tables; clusterdns is built the same way (deploy/image).
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(tmp, "coredns"), "github.com/coredns/coredns")
-	cmd.Dir = modDir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly", "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build github.com/coredns/coredns@%s: %w\n%s", coreDNSVersion, err, out)
-	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return "", err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
-		return "", err
-	}
-	return bin, nil
+	return bins.CoreDNS, nil
 }
 
 // corefile is kubeadm's default Corefile (kubeadm's CoreDNS ConfigMap),

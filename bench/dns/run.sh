@@ -1,11 +1,13 @@
 #!/bin/sh
-# Benchmark clusterdns against CoreDNS v1.15 (kubeadm's Corefile) on the same
+# Benchmark clusterdns against CoreDNS v1.14.6, the version kubeadm v1.37.2
+# deploys (with kubeadm's Corefile), on the same
 # machine and load, for 2,000 and 20,000 Services: a real API server (etcd and
 # kube-apiserver, test/kapi) holds the Services; CoreDNS and clusterdns watch
 # it, and clusterdns also reads them from a manifests file. dnsperf measures
 # the highest QPS and latency at a fixed 10,000 QPS; RSS after. Prints the
 # side-by-side table and the ratios. CoreDNS is built once from the Go module
-# proxy (bench/dns/coredns) and cached in ~/.cache/svcproxy/coredns.
+# proxy (test/kapi/coredns, `test/kapi/build.sh -coredns`) and cached with the
+# Kubernetes programs in ~/.cache/svcproxy/kapi.
 # Called by `make bench`; 15 minutes on a quiet machine, over an hour on a busy
 # one (filling the API server with 20,000 Services is the API server's CPU).
 #
@@ -25,6 +27,6 @@ if [ -n "${JSON:-}" ]; then JSON=$(realpath -m "$JSON"); export JSON; fi
 cd "$(dirname "$0")/../.."
 command -v dnsperf >/dev/null 2>&1 || { echo "bench/dns: needs dnsperf (Debian package dnsperf)" >&2; exit 1; }
 GO=${GO:-go}
-./test/kapi/build.sh >/dev/null
+./test/kapi/build.sh -coredns >/dev/null
 SVCPROXY_DNS_BENCH=1 SERVICES="${SERVICES:-2000,20000}" DURATION="${DURATION:-10s}" \
 	$GO test -count=1 -run '^TestCompareCoreDNS$' -timeout "${DNS_BENCH_TIMEOUT:-180m}" -v ./bench/dns | grep -v -e '^=== RUN' -e '^--- ' -e '^PASS' -e '^ok '

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"runtime"
 	"slices"
@@ -15,6 +14,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/bench/report"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	nftoffload "github.com/svcproxy/svcproxy/offload/nftables"
@@ -266,7 +266,7 @@ func BenchmarkDataPathInterleaved(b *testing.B) {
 		for r := range b.N {
 			ratios = append(ratios, rate(idx(q.num), r)/rate(idx(q.den), r))
 		}
-		mean, ci := meanCI(ratios)
+		mean, ci := report.MeanCI(ratios)
 		metrics["ratio:"+q.name], metrics["ci95:"+q.name] = mean, ci
 		b.Logf("%s per round: %s; mean %.3f ± %.3f (95%%)", q.name, fmtRatios(ratios), mean, ci)
 	}
@@ -275,30 +275,6 @@ func BenchmarkDataPathInterleaved(b *testing.B) {
 
 // connsPerRound is about half a second of connections per row and round.
 const connsPerRound = 2000
-
-// meanCI returns the mean of xs and the half-width of its 95% confidence interval
-// (Student's t; 0 for one value).
-func meanCI(xs []float64) (mean, half float64) {
-	for _, x := range xs {
-		mean += x
-	}
-	mean /= float64(len(xs))
-	if len(xs) < 2 {
-		return mean, 0
-	}
-	var ss float64
-	for _, x := range xs {
-		ss += (x - mean) * (x - mean)
-	}
-	sd := math.Sqrt(ss / float64(len(xs)-1))
-	// t(0.975, n-1) for small n; 2.0 beyond the table.
-	t := []float64{0, 12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14, 2.13, 2.12, 2.11, 2.10, 2.09}
-	tv := 2.0
-	if len(xs)-1 < len(t) {
-		tv = t[len(xs)-1]
-	}
-	return mean, tv * sd / math.Sqrt(float64(len(xs)))
-}
 
 func fmtRatios(xs []float64) string {
 	s := make([]string, len(xs))

@@ -83,3 +83,28 @@ func TestWriteRefusesEmpty(t *testing.T) {
 		t.Error("the file was written")
 	}
 }
+
+// TestMeanCI: the mean and Student's t interval of a small sample, worked by
+// hand: 0.9, 1.0, 1.1 have sd 0.1, so the half-width is 4.303 * 0.1 / sqrt(3).
+func TestMeanCI(t *testing.T) {
+	mean, half := MeanCI([]float64{0.9, 1.0, 1.1})
+	if math.Abs(mean-1) > 1e-12 || math.Abs(half-4.303*0.1/math.Sqrt(3)) > 1e-12 {
+		t.Errorf("MeanCI(0.9, 1.0, 1.1) = %v ± %v, want 1 ± %v", mean, half, 4.303*0.1/math.Sqrt(3))
+	}
+	if mean, half := MeanCI([]float64{2}); mean != 2 || half != 0 {
+		t.Errorf("MeanCI(2) = %v ± %v, want 2 ± 0", mean, half)
+	}
+	if mean, half := MeanCI(nil); mean != 0 || half != 0 {
+		t.Errorf("MeanCI() = %v ± %v, want 0 ± 0", mean, half)
+	}
+	if got := tQuantile975(100); got != 1.96 {
+		t.Errorf("t(0.975, 100) = %v, want 1.96", got)
+	}
+}
+
+func TestPerRound(t *testing.T) {
+	got := PerRound([]float64{2, 3, 4, 5}, []float64{1, 0, 2})
+	if want := []float64{2, 2}; !reflect.DeepEqual(got, want) {
+		t.Errorf("PerRound = %v, want %v", got, want)
+	}
+}

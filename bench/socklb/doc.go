@@ -39,12 +39,12 @@
 // rounds' ratios with its 95% interval. The clients count their SYN
 // retransmissions: a row with any measured 1-second timers too.
 //
-// The load is a small Go loop, not wrk: wrk speaks HTTP, would need an HTTP
-// server in the pod, and has no mode for a new connection per request short
-// of "Connection: close" (the server then closes first and its TIME_WAIT
-// sockets meet the client's reused ports); the loop is 40 lines, does
-// exactly connect, one 64-byte request and answer, close, and runs as one
-// process whose cgroup is known, taking commands between slices.
+// The load is bench/tcpload's small Go loop, not wrk: wrk speaks HTTP,
+// would need an HTTP server in the pod, and has no mode for a new
+// connection per request short of "Connection: close" (the server then
+// closes first and its TIME_WAIT sockets meet the client's reused ports);
+// the loop does exactly connect, one 64-byte request and answer, close, and
+// runs as one process whose cgroup is known, taking commands between slices.
 //
 // Only `make bench` runs the measurement (root); without -bench, `go test`
 // runs the cheap checks of the statistics and the report:

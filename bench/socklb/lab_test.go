@@ -21,6 +21,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/svcproxy/svcproxy/bench/tcpload"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
@@ -119,7 +120,7 @@ func randomHex() string {
 	return hex.EncodeToString(r[:])
 }
 
-// serve answers every connection to port in ns (answer) until cleanup.
+// serve answers every connection to port in ns (tcpload.Answer) until cleanup.
 func serve(b *testing.B, ns *netnstest.NS, port int) {
 	b.Helper()
 	var ln net.Listener
@@ -129,19 +130,8 @@ func serve(b *testing.B, ns *netnstest.NS, port int) {
 	}); err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { ln.Close() }) // ends acceptLoop
-	go acceptLoop(ln)
-}
-
-// acceptLoop is the server; it ends when its listener is closed.
-func acceptLoop(ln net.Listener) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go answer(c) // ends when the client closes
-	}
+	b.Cleanup(func() { ln.Close() }) // ends tcpload.Serve
+	go tcpload.Serve(ln)
 }
 
 // mountFS mounts a filesystem of the benchmark's own (fstype "cgroup2" or

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/svcproxy/svcproxy/bench/report"
+	"github.com/svcproxy/svcproxy/bench/tcpload"
 )
 
 // rowFigures is one row of the report: its rates, the mean over the rounds
@@ -33,8 +34,8 @@ func newReport(res rounds) report.Report {
 			row.ReqPerRound = append(row.ReqPerRound, x.KeepAlive.rate())
 			row.SynRetransmits += x.Conn.SynRetrans + x.KeepAlive.SynRetrans
 		}
-		row.ConnPerSec, _ = meanCI(row.ConnPerRound)
-		row.ReqPerSec, _ = meanCI(row.ReqPerRound)
+		row.ConnPerSec, _ = report.MeanCI(row.ConnPerRound)
+		row.ReqPerSec, _ = report.MeanCI(row.ReqPerRound)
 		rows = append(rows, row)
 	}
 	r.Rows = rows
@@ -42,9 +43,9 @@ func newReport(res rounds) report.Report {
 		group string
 		rates func(rowFigures) []float64
 	}{
-		{fmt.Sprintf("new connections/s (connect, %d B request and answer, close; one at a time)", msgSize),
+		{fmt.Sprintf("new connections/s (connect, %d B request and answer, close; one at a time)", tcpload.MsgSize),
 			func(f rowFigures) []float64 { return f.ConnPerRound }},
-		{fmt.Sprintf("keep-alive requests/s (%d connections, %d B request and answer)", *workers, msgSize),
+		{fmt.Sprintf("keep-alive requests/s (%d connections, %d B request and answer)", *workers, tcpload.MsgSize),
 			func(f rowFigures) []float64 { return f.ReqPerRound }},
 	} {
 		g := report.Group{Name: load.group}
@@ -53,7 +54,7 @@ func newReport(res rounds) report.Report {
 			{"nftables DNAT / direct", "nftables"},
 			{"direct from the socket LB's cgroup / direct", "direct-hooked"},
 		} {
-			mean, ci := meanCI(perRound(load.rates(rowNamed(rows, q.num)), load.rates(rowNamed(rows, "direct"))))
+			mean, ci := report.MeanCI(report.PerRound(load.rates(rowNamed(rows, q.num)), load.rates(rowNamed(rows, "direct"))))
 			if mean > 0 {
 				g.Values = append(g.Values, report.Ratio{Metric: q.metric, Ratio: mean, CI95: ci})
 			}
@@ -72,60 +73,6 @@ func rowNamed(rows []rowFigures, name string) rowFigures {
 		}
 	}
 	return rowFigures{}
-}
-
-// perRound is num[i] / den[i] for each round both have.
-func perRound(num, den []float64) []float64 {
-	var q []float64
-	for i := range min(len(num), len(den)) {
-		if den[i] > 0 {
-			q = append(q, num[i]/den[i])
-		}
-	}
-	return q
-}
-
-// meanCI returns the mean of xs and the half-width of its 95% confidence
-// interval (Student's t; 0 for one value, both 0 for none), as
-// bench/iptables' interleaved data path reports it.
-func meanCI(xs []float64) (mean, half float64) {
-	if len(xs) == 0 {
-		return 0, 0
-	}
-	for _, x := range xs {
-		mean += x
-	}
-	mean /= float64(len(xs))
-	if len(xs) < 2 {
-		return mean, 0
-	}
-	var ss float64
-	for _, x := range xs {
-		ss += (x - mean) * (x - mean)
-	}
-	sd := math.Sqrt(ss / float64(len(xs)-1))
-	// t(0.975, n-1) for n-1 up to 19; 2.0 beyond the table.
-	t := []float64{0, 12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23, 2.20, 2.18, 2.16, 2.14, 2.13, 2.12, 2.11, 2.10, 2.09}
-	tv := 2.0
-	if len(xs)-1 < len(t) {
-		tv = t[len(xs)-1]
-	}
-	return mean, tv * sd / math.Sqrt(float64(len(xs)))
-}
-
-// TestMeanCI: the mean and Student's t interval of a small sample, worked by
-// hand: 0.9, 1.0, 1.1 have sd 0.1, so the half-width is 4.30 * 0.1 / sqrt(3).
-func TestMeanCI(t *testing.T) {
-	mean, half := meanCI([]float64{0.9, 1.0, 1.1})
-	if math.Abs(mean-1) > 1e-12 || math.Abs(half-4.30*0.1/math.Sqrt(3)) > 1e-12 {
-		t.Errorf("meanCI(0.9, 1.0, 1.1) = %v ± %v, want 1 ± %v", mean, half, 4.30*0.1/math.Sqrt(3))
-	}
-	if mean, half := meanCI([]float64{2}); mean != 2 || half != 0 {
-		t.Errorf("meanCI(2) = %v ± %v, want 2 ± 0", mean, half)
-	}
-	if mean, half := meanCI(nil); mean != 0 || half != 0 {
-		t.Errorf("meanCI() = %v ± %v, want 0 ± 0", mean, half)
-	}
 }
 
 // TestNewReport: the ratios are the means of the per-round ratios (not the

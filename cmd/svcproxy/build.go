@@ -9,7 +9,8 @@ import (
 	"net/netip"
 
 	"github.com/svcproxy/svcproxy/dataplane"
-	"github.com/svcproxy/svcproxy/dataplane/hybrid"
+	"github.com/svcproxy/svcproxy/hybrid"
+	"github.com/svcproxy/svcproxy/hybrid/localhost"
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	"github.com/svcproxy/svcproxy/kernel/ipset"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
@@ -17,10 +18,11 @@ import (
 	"github.com/svcproxy/svcproxy/kernel/link"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
-	"github.com/svcproxy/svcproxy/offload"
+	"github.com/svcproxy/svcproxy/kernel/socklb/lifecycle"
 	offloadiptables "github.com/svcproxy/svcproxy/offload/iptables"
 	offloadipvs "github.com/svcproxy/svcproxy/offload/ipvs"
 	offloadnftables "github.com/svcproxy/svcproxy/offload/nftables"
+	"github.com/svcproxy/svcproxy/offload/socklb"
 	"github.com/svcproxy/svcproxy/service"
 	"github.com/svcproxy/svcproxy/userspace"
 )
@@ -46,13 +48,13 @@ func newDataplane(cfg *Config, log *slog.Logger) (dataplane.Interface, error) {
 	// rewriting connect() from maps nobody updates.
 	var lb *ksocklb.Kernel
 	if usesSocketLB(mode, offloadMode) {
-		k, err := newSocketLB(cfg, log)
+		k, err := openSocketLB(cfg, log)
 		if err != nil {
 			return nil, err
 		}
 		lb = k
 	} else {
-		removeLeftSocketLB(cfg, mode, log)
+		lifecycle.RemoveLeftover(socketLBPlace(cfg, log), mode)
 	}
 	var dps [2]dataplane.Interface
 	for i, fam := range servedFamilies(mode, log) {
@@ -94,7 +96,8 @@ func familyDataplane(cfg *Config, fam service.Family, mode, offloadMode string, 
 		if np, err := cfg.nodePortFamily(fam); err != nil || !np.Loopback {
 			return dp, err
 		}
-		return newLocalhostNodePorts(cfg, fam, dp, log), nil
+		return localhost.New(localhost.Config{NFTables: dp, Family: fam, NodeName: cfg.NodeName,
+			ClusterCIDRs: cfg.ClusterCIDRs, ShutdownGrace: cfg.ShutdownGrace, Logger: log})
 	case dataplane.ModeIPTables, dataplane.ModeIPVS:
 		return kernelPath(cfg, fam, mode, ipt, nil, nil, log)
 	case dataplane.ModeHybrid:
@@ -107,7 +110,7 @@ func familyDataplane(cfg *Config, fam service.Family, mode, offloadMode string, 
 			Kernel: func(carried func(service.PortName) bool) (dataplane.KernelPath, error) {
 				return kernelPath(cfg, fam, offloadMode, ipt, lb, carried, log)
 			},
-			Promoter: offload.Config{PromoteConnRate: cfg.PromoteConnRate, PromoteAfter: cfg.PromoteAfter, DemoteAfter: cfg.DemoteAfter},
+			Promoter: hybrid.PromoterConfig{PromoteConnRate: cfg.PromoteConnRate, PromoteAfter: cfg.PromoteAfter, DemoteAfter: cfg.DemoteAfter},
 			Logger:   log.With("ipFamily", string(fam)),
 		})
 		if err != nil {
@@ -182,7 +185,7 @@ func kernelPath(cfg *Config, fam service.Family, mode string, ipt kiptables.Inte
 // accepts when it is not nil, with per-port connection counters then. Without
 // carried (nftables mode), a loopback --nodeport-addresses makes the table
 // reject the UDP and SCTP NodePorts on loopback (familyDataplane adds the
-// TCP listeners: localhost.go).
+// TCP listeners: package hybrid/localhost).
 func nftablesPath(cfg *Config, fam service.Family, carried func(service.PortName) bool, log *slog.Logger) (dataplane.KernelPath, error) {
 	nft, err := knft.NewFamily(offloadnftables.TableFamily(fam), offloadnftables.Table)
 	if err != nil {
@@ -363,7 +366,7 @@ func cleanup(ctx context.Context, cfg *Config) error {
 			}
 		}
 	}
-	if err := cleanupSocketLB(cfg); err != nil {
+	if err := lifecycle.Remove(cfg.SocketLBPinPath); err != nil {
 		errs = append(errs, fmt.Errorf("socket LB pins in %s: %w", cfg.SocketLBPinPath, err))
 	}
 	if knft.Available() == nil {
@@ -410,4 +413,53 @@ func cleanupIPVS(ctx context.Context, cfg *Config, fam service.Family, ipt kipta
 		return err
 	}
 	return p.Cleanup(ctx)
+}
+
+// usesSocketLB says whether mode (with hybrid's offloadMode) runs the socket
+// LB, whose programs and maps are one per node, shared by both families.
+func usesSocketLB(mode, offloadMode string) bool {
+	return mode == dataplane.ModeSocketLB || (mode == dataplane.ModeHybrid && offloadMode == dataplane.ModeSocketLB)
+}
+
+// socketLBPlace is where the flags put the node's socket LB.
+func socketLBPlace(cfg *Config, log *slog.Logger) lifecycle.Config {
+	return lifecycle.Config{Cgroup: cfg.SocketLBCgroup, PinPath: cfg.SocketLBPinPath, PinPathGiven: cfg.SocketLBPinPathSet, Logger: log}
+}
+
+// openSocketLB loads and attaches the node's socket LB
+// (kernel/socklb/lifecycle), once nft is known to be there for the path
+// beside it.
+func openSocketLB(cfg *Config, log *slog.Logger) (*ksocklb.Kernel, error) {
+	if err := knft.Available(); err != nil {
+		return nil, fmt.Errorf("--mode socklb: the nftables path beside the socket LB needs nft: %w", err)
+	}
+	return lifecycle.Open(socketLBPlace(cfg, log))
+}
+
+// socketLBPath builds the socket LB of family fam: its Proxier over the
+// node's maps (lb) and, beside it, nftables mode for every packet the hooks
+// do not see or leave alone. Both are restricted to the ports carried accepts
+// when it is not nil (hybrid mode).
+func socketLBPath(cfg *Config, fam service.Family, lb *ksocklb.Kernel, carried func(service.PortName) bool, log *slog.Logger) (dataplane.KernelPath, error) {
+	if lb == nil {
+		return nil, errors.New("socklb: no socket LB loaded")
+	}
+	beside, err := nftablesPath(cfg, fam, carried, log)
+	if err != nil {
+		return nil, fmt.Errorf("nftables beside the socket LB: %w", err)
+	}
+	var include func(*service.Port) bool
+	if carried != nil {
+		include = func(p *service.Port) bool { return carried(p.Name) }
+	}
+	return socklb.NewDataplane(socklb.DataplaneConfig{
+		Maps: socklb.Config{
+			Family:   fam,
+			NodeName: cfg.NodeName,
+			LB:       lb,
+			Include:  include,
+		},
+		Beside:     beside,
+		SyncPeriod: cfg.SyncPeriod,
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/kernel/socklb/lifecycle"
 	"github.com/svcproxy/svcproxy/service"
 	"github.com/svcproxy/svcproxy/service/watch"
 	"github.com/svcproxy/svcproxy/userspace"
@@ -45,7 +46,7 @@ type Config struct {
 
 	// SocketLBCgroup is --socklb-cgroup: the cgroup v2 directory whose
 	// processes' connect() the socket LB sees; "" is the node's cgroup2 root
-	// (defaultSocketLBCgroup).
+	// (lifecycle.DefaultCgroup).
 	SocketLBCgroup string
 	// SocketLBPinPath is --socklb-pin-path: the bpffs directory the socket
 	// LB's maps and links are pinned in, so they outlive the process; ""
@@ -90,8 +91,8 @@ func parseFlags(args []string) (*Config, error) {
 	fs.DurationVar(&c.DemoteAfter, "demote-after", 5*time.Minute, "hybrid: how long a promoted port must stay quiet before it returns to userspace (0: never)")
 	fs.StringVar(&c.IPVSScheduler, "ipvs-scheduler", "rr", "IPVS scheduler: rr, wrr, lc, wlc, sh, dh, sed, nq")
 	fs.BoolVar(&c.IPVSStrictARP, "ipvs-strict-arp", false, "IPVS: set arp_ignore=1 and arp_announce=2, so the node does not answer ARP for service IPs (as MetalLB needs)")
-	fs.StringVar(&c.SocketLBCgroup, "socklb-cgroup", "", "socklb: the cgroup v2 `DIR` whose processes' connect() to a ClusterIP is balanced by the socket LB (default "+defaultSocketLBCgroup+", which must then be a cgroup2 mount)")
-	fs.StringVar(&c.SocketLBPinPath, "socklb-pin-path", defaultSocketLBPinPath, "socklb: a `DIR` on a bpffs (made if missing) where the socket LB's maps and program links are pinned, so a restart adopts them and translation never stops; \"\" pins nothing")
+	fs.StringVar(&c.SocketLBCgroup, "socklb-cgroup", "", "socklb: the cgroup v2 `DIR` whose processes' connect() to a ClusterIP is balanced by the socket LB (default "+lifecycle.DefaultCgroup+", which must then be a cgroup2 mount)")
+	fs.StringVar(&c.SocketLBPinPath, "socklb-pin-path", lifecycle.DefaultPinPath, "socklb: a `DIR` on a bpffs (made if missing) where the socket LB's maps and program links are pinned, so a restart adopts them and translation never stops; \"\" pins nothing")
 	fs.StringVar(&c.HealthzAddr, "healthz-bind-address", "0.0.0.0:10256", "serve /healthz here once the first sync is done")
 	fs.StringVar(&c.MetricsAddr, "metrics-bind-address", "127.0.0.1:10249", "serve /metrics, /proxyMode and /status here")
 	fs.StringVar(&c.NodeName, "hostname-override", "", "this node's name, for traffic policy Local and the health check (default: the hostname, lower-cased)")

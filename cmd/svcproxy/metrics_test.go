@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/hybrid/localhost"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	offloadiptables "github.com/svcproxy/svcproxy/offload/iptables"
@@ -85,8 +86,11 @@ func TestMetricsScrape(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			l := newLocalhostNodePorts(&Config{}, service.IPv4, d, log)
-			t.Cleanup(func() { _ = l.p.Shutdown(context.Background()) })
+			l, err := localhost.New(localhost.Config{NFTables: d, Family: service.IPv4, Logger: log})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = l.Listeners().Shutdown(context.Background()) })
 			return l
 		}, []string{"svcproxy_nftables_syncs_total", "kubeproxy_nftables_localhost_nodeport_listeners",
 			"kubeproxy_nftables_localhost_nodeport_listener_creation_failures_total"}},

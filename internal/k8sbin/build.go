@@ -9,9 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -36,6 +36,17 @@ type Binaries struct {
 	// E2ETest and Agnhost are set only with Config.Conformance.
 	E2ETest string // e2e.test, Kubernetes' end-to-end tests
 	Agnhost string // agnhost, the program of the e2e tests' images
+	// Kubeadm and KubeProxy are set with Config.Cluster or Config.KubeProxy.
+	Kubeadm   string // kubeadm
+	KubeProxy string // kube-proxy
+	// CoreDNS is set with Config.Cluster or Config.CoreDNS: CoreDNS at the
+	// version kubeadm deploys, static.
+	CoreDNS string
+	// ClusterEtcd and ClusterEtcdctl are set with Config.Cluster: etcd and
+	// etcdctl at the version kubeadm deploys, for its etcd image (Etcd is
+	// the API server tests' own).
+	ClusterEtcd    string
+	ClusterEtcdctl string
 	// Key names the versions of kube-apiserver and etcd:
 	// "kube-apiserver-v1.37.2_etcd-v3.6.16_<hash>".
 	Key string
@@ -66,6 +77,14 @@ type Config struct {
 	// Conformance asks for e2e.test and agnhost as well (Kubernetes' own
 	// Service and DNS tests, and the program of the images they run).
 	Conformance bool
+	// Cluster asks for what a kubeadm cluster runs beyond the control
+	// plane's and the node's programs: kubeadm and kube-proxy, and CoreDNS
+	// and etcd (with etcdctl) at the versions kubeadm v1.37.2 deploys, the
+	// programs of its images.
+	Cluster bool
+	// KubeProxy asks for kube-proxy (cached with kubeadm), CoreDNS for
+	// CoreDNS alone: what the benchmarks against them need.
+	KubeProxy, CoreDNS bool
 }
 
 // ErrNotBuilt is Build's error with CachedOnly when the binaries are not cached.
@@ -108,6 +127,15 @@ func Build(ctx context.Context, cfg Config) (Binaries, error) {
 	}
 	if cfg.Conformance {
 		sets = append(sets, conformanceSet)
+	}
+	if cfg.Cluster || cfg.KubeProxy {
+		sets = append(sets, clusterSet)
+	}
+	if cfg.Cluster || cfg.CoreDNS {
+		sets = append(sets, coreDNSSet)
+	}
+	if cfg.Cluster {
+		sets = append(sets, clusterEtcdSet)
 	}
 	var all, missing []cached
 	for _, s := range sets {
@@ -185,21 +213,23 @@ func build(ctx context.Context, kapiDir string, sets []cached, log io.Writer) er
 		return fmt.Errorf("kapi cache: %w", err)
 	}
 	defer os.RemoveAll(work)
-	// Group the programs by module, in the order they are listed.
+	// Group the programs by module, in the order they are listed. Versions
+	// are per module: two modules may pin one dependency at two versions
+	// (the tests' etcd and kubeadm's).
 	var mods []module
 	byMod := map[string][]program{}
-	versions := map[string]string{}
+	version := map[string]string{}
 	for _, c := range sets {
 		for _, p := range c.set {
 			if _, ok := byMod[p.mod.dir]; !ok {
 				mods = append(mods, p.mod)
 			}
 			byMod[p.mod.dir] = append(byMod[p.mod.dir], p)
+			version[p.mod.dir] = c.versions[p.mod.dep]
 		}
-		maps.Copy(versions, c.versions)
 	}
 	for _, m := range mods {
-		if err := buildModule(ctx, goCmd, filepath.Join(kapiDir, m.dir), m, versions[m.dep], byMod[m.dir], work, log); err != nil {
+		if err := buildModule(ctx, goCmd, filepath.Join(kapiDir, m.dir), m, version[m.dir], byMod[m.dir], work, log); err != nil {
 			return err
 		}
 	}
@@ -212,8 +242,9 @@ func build(ctx context.Context, kapiDir string, sets []cached, log io.Writer) er
 }
 
 // buildModule compiles the programs of module m into work: the commands in
-// one go build, each test binary (go test -c) and each program with an
-// environment of its own in a go command of its own.
+// one go build, each test binary (go test -c), each program with an
+// environment of its own and each whose file is not named by its package in
+// a go command of its own.
 func buildModule(ctx context.Context, goCmd, modDir string, m module, version string, progs []program, work string, log io.Writer) error {
 	// Asking for the one module first tells "no proxy" (skip) apart from
 	// "the build is broken" (fail).
@@ -222,15 +253,15 @@ func buildModule(ctx context.Context, goCmd, modDir string, m module, version st
 	}
 	var together, alone []program
 	for _, p := range progs {
-		if p.test || len(p.env) > 0 {
+		if p.test || len(p.env) > 0 || path.Base(p.pkg) != p.out {
 			alone = append(alone, p)
 		} else {
 			together = append(together, p)
 		}
 	}
 	if len(together) > 0 {
-		// One program: -o names the file (etcd's package path ends in /v3).
-		// More: -o DIR/ names each by its package, which is each program's name.
+		// One program: -o names the file. More: -o DIR/ names each by its
+		// package, which is each program's name.
 		out := filepath.Join(work, together[0].out)
 		if len(together) > 1 {
 			out = work + string(os.PathSeparator)

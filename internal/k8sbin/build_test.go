@@ -164,6 +164,57 @@ func TestBuildCached(t *testing.T) {
 	if bins != want {
 		t.Errorf("Build(Conformance) = %+v, want %+v", bins, want)
 	}
+
+	// The cluster's programs: three sets, named by three versions, asked
+	// for together (Cluster) or kube-proxy's and CoreDNS's alone.
+	clusterKey, _, err := cacheKey(kapiDir, clusterSet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(clusterKey, "kubeadm-"+kube+"_kube-proxy-"+kube+"_") {
+		t.Errorf("cluster cache key %q does not name the version %s", clusterKey, kube)
+	}
+	dnsKey, dnsVersions, err := cacheKey(kapiDir, coreDNSSet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := dnsVersions["github.com/coredns/coredns"]; !strings.HasPrefix(dnsKey, "coredns-"+v+"_") || v == "" {
+		t.Errorf("CoreDNS cache key %q does not name its version %q", dnsKey, v)
+	}
+	etcdKey, etcdVersions, err := cacheKey(kapiDir, clusterEtcdSet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := etcdVersions["go.etcd.io/etcd/server/v3"]; !strings.HasPrefix(etcdKey, "etcd-"+v+"_etcdctl-"+v+"_") || v == etcdV {
+		t.Errorf("kubeadm's etcd cache key %q: want etcd and etcdctl %q, not the tests' %s", etcdKey, v, etcdV)
+	}
+	want = Binaries{APIServer: want.APIServer, Etcd: want.Etcd, Key: key}
+	dnsDir := fill(dnsKey, "coredns")
+	bins, err = Build(context.Background(), Config{CacheDir: cache, CachedOnly: true, CoreDNS: true})
+	if err != nil {
+		t.Fatalf("Build(CoreDNS) with it cached: %v", err)
+	}
+	want.CoreDNS = filepath.Join(dnsDir, "coredns")
+	if bins != want {
+		t.Errorf("Build(CoreDNS) = %+v, want %+v", bins, want)
+	}
+	if _, err := Build(context.Background(), Config{CacheDir: cache, CachedOnly: true, KubeProxy: true}); !errors.Is(err, ErrNotBuilt) {
+		t.Errorf("Build(KubeProxy) without it cached: %v, want ErrNotBuilt", err)
+	}
+	clusterDir := fill(clusterKey, "kubeadm", "kube-proxy")
+	if _, err := Build(context.Background(), Config{CacheDir: cache, CachedOnly: true, Cluster: true}); !errors.Is(err, ErrNotBuilt) {
+		t.Errorf("Build(Cluster) without kubeadm's etcd cached: %v, want ErrNotBuilt", err)
+	}
+	etcdDir := fill(etcdKey, "etcd", "etcdctl")
+	bins, err = Build(context.Background(), Config{CacheDir: cache, CachedOnly: true, Cluster: true})
+	if err != nil {
+		t.Fatalf("Build(Cluster) with a complete cache: %v", err)
+	}
+	want.Kubeadm, want.KubeProxy = filepath.Join(clusterDir, "kubeadm"), filepath.Join(clusterDir, "kube-proxy")
+	want.ClusterEtcd, want.ClusterEtcdctl = filepath.Join(etcdDir, "etcd"), filepath.Join(etcdDir, "etcdctl")
+	if bins != want {
+		t.Errorf("Build(Cluster) = %+v, want %+v", bins, want)
+	}
 }
 
 // TestBuildModuleCommands checks the go commands buildModule runs, with a
@@ -192,6 +243,7 @@ done
 		{mod: m, pkg: "example.com/k/test/e2e", out: "e2e.test", test: true},
 		{mod: m, pkg: "example.com/k/cmd/b", out: "b"},
 		{mod: m, pkg: "example.com/k/cmd/static", out: "static", env: []string{"CGO_ENABLED=0"}},
+		{mod: m, pkg: "example.com/k/server/v3", out: "server"},
 	}
 	if err := buildModule(context.Background(), fakeGo, dir, m, "v1.2.3", progs, work, io.Discard); err != nil {
 		t.Fatal(err)
@@ -205,6 +257,7 @@ done
 		"CGO_ENABLED= build -o " + work + "/ -trimpath -ldflags -X v=v1.2.3 example.com/k/cmd/a example.com/k/cmd/b",
 		"CGO_ENABLED= test -c -o " + work + "/e2e.test -trimpath -ldflags -X v=v1.2.3 example.com/k/test/e2e",
 		"CGO_ENABLED=0 build -o " + work + "/static -trimpath -ldflags -X v=v1.2.3 example.com/k/cmd/static",
+		"CGO_ENABLED= build -o " + work + "/server -trimpath -ldflags -X v=v1.2.3 example.com/k/server/v3",
 	}, "\n") + "\n"
 	if string(b) != want {
 		t.Errorf("go commands:\n%s\nwant:\n%s", b, want)
@@ -219,7 +272,8 @@ func TestSetsApart(t *testing.T) {
 	owner := map[string]string{}
 	var b Binaries
 	field := map[*string]string{}
-	for name, s := range map[string]set{"apiserver": apiServerSet, "controlplane": controlPlaneSet, "node": nodeSet, "conformance": conformanceSet} {
+	for name, s := range map[string]set{"apiserver": apiServerSet, "controlplane": controlPlaneSet, "node": nodeSet,
+		"conformance": conformanceSet, "cluster": clusterSet, "coredns": coreDNSSet, "clusteretcd": clusterEtcdSet} {
 		for _, p := range s {
 			if o, ok := owner[p.mod.dir]; ok && o != name {
 				t.Errorf("module %s builds programs of the sets %s and %s", p.mod.dir, o, name)

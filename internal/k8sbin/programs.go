@@ -30,13 +30,27 @@ var (
 	// requirements (ginkgo, gomega, the storage tests' cloud clients) neither
 	// the control plane nor the node needs.
 	conformance = module{dir: "conformance", dep: "k8s.io/kubernetes", ldflags: kubeLDFlags}
+	// cluster is k8s.io/kubernetes for kubeadm and kube-proxy, the programs a
+	// kubeadm cluster adds to the node's: kubeadm requires two modules no
+	// other set does (k8s.io/system-validators, corefile-migration).
+	cluster = module{dir: "cluster", dep: "k8s.io/kubernetes", ldflags: kubeLDFlags}
+	// coreDNS is CoreDNS at the version kubeadm deploys: its constants'
+	// CoreDNSVersion, the tag of registry.k8s.io/coredns/coredns.
+	coreDNS = module{dir: "coredns", dep: "github.com/coredns/coredns", ldflags: coreDNSLDFlags}
+	// clusterEtcd is etcd at the version kubeadm deploys (DefaultEtcdVersion
+	// 3.7.0-0), for the etcd image of its static pod. The API server's tests
+	// keep the etcd of their own module: changing it would rebuild their set.
+	clusterEtcd = module{dir: "clusteretcd", dep: "go.etcd.io/etcd/server/v3"}
 )
 
 // program is one command and the module that builds it.
 type program struct {
 	mod module
 	pkg string // the command's package
-	out string // the binary's file name
+	// out is the binary's file name. One that is not the package's last
+	// element (etcd's package path ends in /v3) gets a go build of its own,
+	// whose -o names the file.
+	out string
 	// test builds the package's test binary (go test -c), as Kubernetes
 	// builds e2e.test, instead of a command.
 	test bool
@@ -88,7 +102,34 @@ var (
 		{mod: conformance, pkg: "k8s.io/kubernetes/test/images/agnhost", out: "agnhost", env: []string{"CGO_ENABLED=0"},
 			field: func(b *Binaries) *string { return &b.Agnhost }},
 	}
+	// kubeadm and kube-proxy are built as the node's programs are, cgo as the
+	// go command has it: Kubernetes' release builds both static
+	// (KUBE_STATIC_BINARIES), and the images hold them with the C library
+	// they link (images), so that one go build cache serves every
+	// Kubernetes program here.
+	clusterSet = set{
+		{mod: cluster, pkg: "k8s.io/kubernetes/cmd/kubeadm", out: "kubeadm",
+			field: func(b *Binaries) *string { return &b.Kubeadm }},
+		{mod: cluster, pkg: "k8s.io/kubernetes/cmd/kube-proxy", out: "kube-proxy",
+			field: func(b *Binaries) *string { return &b.KubeProxy }},
+	}
+	// CoreDNS as its Makefile builds its releases: CGO_ENABLED=0, -s -w.
+	coreDNSSet = set{
+		{mod: coreDNS, pkg: "github.com/coredns/coredns", out: "coredns", env: []string{"CGO_ENABLED=0"},
+			field: func(b *Binaries) *string { return &b.CoreDNS }},
+	}
+	// etcd and etcdctl, as registry.k8s.io/etcd holds them.
+	clusterEtcdSet = set{
+		{mod: clusterEtcd, pkg: "go.etcd.io/etcd/server/v3", out: "etcd",
+			field: func(b *Binaries) *string { return &b.ClusterEtcd }},
+		{mod: clusterEtcd, pkg: "go.etcd.io/etcd/etcdctl/v3", out: "etcdctl",
+			field: func(b *Binaries) *string { return &b.ClusterEtcdctl }},
+	}
 )
+
+// coreDNSLDFlags are CoreDNS's Makefile's, without the git commit it stamps
+// from its own checkout (a module from the proxy has none).
+func coreDNSLDFlags(string) string { return "-s -w" }
 
 // kubeLDFlags stamps what the Kubernetes release build stamps
 // (hack/lib/version.sh), so that /version reports v1.37.2 and not v0.0.0-master.

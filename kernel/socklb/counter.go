@@ -14,7 +14,7 @@ import (
 // socket whose destination the hook rewrote never passes a portal nor a DNAT
 // rule, so nothing else on the node counts it; hybrid mode reads these
 // counters to see that a port promoted to the socket LB went quiet, and
-// demotes it (dataplane/hybrid, offload/socklb's Counter).
+// demotes it (package hybrid, offload/socklb's Counter).
 //
 // The counts map is a per-CPU hash, service ID -> u64: each CPU adds to its
 // own copy of the value, so connect()s on different CPUs never contend for

@@ -92,7 +92,7 @@ type hook struct {
 }
 
 // hooks, in kube-proxy's iptablesJumpChains order. Each is prepended, so the offload
-// jump sits before the userspace portal chain (dataplane/hybrid: promote kernel first).
+// jump sits before the userspace portal chain (package hybrid: promote kernel first).
 var hooks = []hook{
 	{tableFilter, "FORWARD", []string{"-m", "comment", "--comment", "svcproxy service portals", "-j", chainServices}},
 	{tableFilter, "OUTPUT", []string{"-m", "comment", "--comment", "svcproxy service portals", "-j", chainServices}},

@@ -2,6 +2,7 @@ package iptables
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"slices"
@@ -351,4 +352,34 @@ func TestConntrackCleanup(t *testing.T) {
 	if h := p.Health(); h.ConntrackDeleted != 4 {
 		t.Errorf("health %+v: want 4 conntrack entries deleted (2 of the removed endpoint, 1 of the last one, 1 sent while rejected)", h)
 	}
+}
+
+// A partial sync keeps a port's rules while service.Port.RendersSameAs says
+// the port renders the same: after a change of any one field of a port
+// (servicetest.Variants), the kernel and the status must be what a full sync
+// writes.
+func TestPartialSyncEveryField(t *testing.T) {
+	st.CheckPartialSyncs(t, newFakePath, nil)
+}
+
+// fakePath is a Proxier on a Fake, as servicetest's checks drive it.
+type fakePath struct {
+	f *kiptables.Fake
+	p *Proxier
+}
+
+func newFakePath(t *testing.T) st.Path {
+	f := kiptables.NewFake()
+	return &fakePath{f: f, p: newProxier(t, f, nil)}
+}
+
+func (fp *fakePath) Sync(t *testing.T, snap *service.Snapshot) { mustSync(t, fp.p, snap) }
+func (fp *fakePath) Restart(t *testing.T)                      { fp.p = newProxier(t, fp.f, nil) }
+
+func (fp *fakePath) State(t *testing.T) string {
+	status, err := json.MarshalIndent(fp.p.Status(), "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fp.f.Dump() + string(status)
 }

@@ -212,32 +212,17 @@ type ruleset struct {
 // change is a port rendered anew: Old is its previous rendering, or nil.
 type change = kernelsync.Change[*portRules]
 
-// render renders snap. A port equal to the one a rendering in prev was made from
-// reuses that rendering: a sync after one change renders one port, not 10,000
-// (kernelsync.RenderPorts).
+// render renders snap. A port that renders the same as the one a rendering in
+// prev was made from (service.Port.RendersSameAs) reuses that rendering: a sync
+// after one change renders one port, not 10,000 (kernelsync.RenderPorts).
 func render(cfg Config, snap *service.Snapshot, prev map[service.PortName]*portRules) *ruleset {
 	// The endpoints a port sends to depend on this node's zone too (topology
 	// hints, service.Port.Categorize): a new zone renders every port again.
 	zone := snap.Node().Zone()
 	ports := kernelsync.RenderPorts(snap, prev, cfg.Include,
-		func(old *portRules, p *service.Port) bool { return samePort(old.port, p) && old.zone == zone },
+		func(old *portRules, p *service.Port) bool { return old.port.RendersSameAs(p) && old.zone == zone },
 		func(p *service.Port) *portRules { return renderPort(&cfg, p, snap.Node()) })
 	return &ruleset{cfg: cfg, fixed: renderFixed(&cfg), ports: ports.All, changed: ports.Changed, removed: ports.Removed}
-}
-
-// samePort reports whether two ports render the same rules: every field renderPort
-// reads is equal. Snapshots are immutable, so the same pointer is the same port.
-func samePort(a, b *service.Port) bool {
-	if a == b {
-		return true
-	}
-	as, bs := a.Service, b.Service
-	return a.Name == b.Name && a.Port == b.Port && a.Protocol == b.Protocol && a.NodePort == b.NodePort &&
-		service.EqualEndpoints(a.Endpoints, b.Endpoints) &&
-		slices.Equal(as.ClusterIPs, bs.ClusterIPs) && slices.Equal(as.ExternalIPs, bs.ExternalIPs) &&
-		slices.Equal(as.LoadBalancerIPs, bs.LoadBalancerIPs) && slices.Equal(as.LoadBalancerSourceRanges, bs.LoadBalancerSourceRanges) &&
-		as.HealthCheckNodePort == bs.HealthCheckNodePort && as.Affinity == bs.Affinity &&
-		as.ExternalPolicyLocal == bs.ExternalPolicyLocal && as.InternalPolicyLocal == bs.InternalPolicyLocal
 }
 
 // renderFixed renders the lines of the top chains that do not come from ports.

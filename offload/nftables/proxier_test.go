@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -282,4 +283,60 @@ func TestLostTableRepaired(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A partial sync keeps a port's objects while service.Port.RendersSameAs
+// says the port renders the same: after a change of any one field of a port
+// (servicetest.Variants), the table is what a full sync writes, but for what
+// a partial sync leaves for the next full one to delete (leftovers), and the
+// status is the same.
+func TestPartialSyncEveryField(t *testing.T) {
+	st.CheckPartialSyncs(t, newFakePath, func(t *testing.T, partial, full string) {
+		gotTable, gotStatus, _ := strings.Cut(partial, statusMark)
+		wantTable, wantStatus, _ := strings.Cut(full, statusMark)
+		if leftovers(t, gotTable, wantTable); t.Failed() {
+			t.Logf("after the partial sync:\n%s\nwant (a full sync):\n%s", gotTable, wantTable)
+		}
+		if gotStatus != wantStatus {
+			t.Errorf("status after the partial sync:\n%s\nwant (a full sync):\n%s", gotStatus, wantStatus)
+		}
+	})
+}
+
+// fakePath is a Proxier on a Fake, as servicetest's checks drive it.
+type fakePath struct {
+	f *knft.Fake
+	p *Proxier
+}
+
+func newFakePath(t *testing.T) st.Path {
+	fp := &fakePath{f: knft.NewFake(Table)}
+	fp.Restart(t)
+	return fp
+}
+
+func (fp *fakePath) Restart(t *testing.T) {
+	p, err := NewProxier(ProxierConfig{Rules: testConfig, NFT: fp.f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp.p = p
+}
+
+func (fp *fakePath) Sync(t *testing.T, snap *service.Snapshot) {
+	fp.p.Update(snap)
+	if err := fp.p.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// statusMark parts the table from the status in State.
+const statusMark = "\n--- status:\n"
+
+func (fp *fakePath) State(t *testing.T) string {
+	status, err := json.MarshalIndent(fp.p.Status(), "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fp.f.Dump() + statusMark + string(status)
 }

@@ -305,22 +305,6 @@ func affinityTimeout(a service.Affinity) time.Duration {
 	return a.Timeout
 }
 
-// samePort reports whether two ports render the same objects: every field
-// renderPort reads is equal. Snapshots are immutable, so the same pointer is the
-// same port.
-func samePort(a, b *service.Port) bool {
-	if a == b {
-		return true
-	}
-	as, bs := a.Service, b.Service
-	return a.Name == b.Name && a.Port == b.Port && a.Protocol == b.Protocol && a.NodePort == b.NodePort &&
-		service.EqualEndpoints(a.Endpoints, b.Endpoints) &&
-		slices.Equal(as.ClusterIPs, bs.ClusterIPs) && slices.Equal(as.ExternalIPs, bs.ExternalIPs) &&
-		slices.Equal(as.LoadBalancerIPs, bs.LoadBalancerIPs) && slices.Equal(as.LoadBalancerSourceRanges, bs.LoadBalancerSourceRanges) &&
-		as.Affinity == bs.Affinity &&
-		as.ExternalPolicyLocal == bs.ExternalPolicyLocal && as.InternalPolicyLocal == bs.InternalPolicyLocal
-}
-
 // addrType is the set key type of addresses in the family whose expressions
 // start with ip ("ip" or "ip6").
 func addrType(ip string) string {

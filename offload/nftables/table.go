@@ -26,15 +26,15 @@ type ruleset struct {
 // change is a port rendered anew: Old is its previous rendering, or nil.
 type change = kernelsync.Change[*portObjects]
 
-// render renders snap. A port equal to the one a rendering in prev was made from
-// reuses that rendering: a sync after one change renders one port, not 10,000
-// (kernelsync.RenderPorts).
+// render renders snap. A port that renders the same as the one a rendering in
+// prev was made from (service.Port.RendersSameAs) reuses that rendering: a sync
+// after one change renders one port, not 10,000 (kernelsync.RenderPorts).
 func render(cfg Config, snap *service.Snapshot, prev map[service.PortName]*portObjects) *ruleset {
 	// The endpoints a port sends to depend on this node's zone too (topology
 	// hints, service.Port.Categorize): a new zone renders every port again.
 	zone := snap.Node().Zone()
 	ports := kernelsync.RenderPorts(snap, prev, cfg.Include,
-		func(old *portObjects, p *service.Port) bool { return samePort(old.port, p) && old.zone == zone },
+		func(old *portObjects, p *service.Port) bool { return old.port.RendersSameAs(p) && old.zone == zone },
 		func(p *service.Port) *portObjects { return renderPort(&cfg, p, snap.Node()) })
 	return &ruleset{cfg: cfg, ports: ports.All, changed: ports.Changed, removed: ports.Removed}
 }

@@ -140,7 +140,7 @@ func (d *Dataplane) Status() any {
 // answer: its connections from the cgroup are invisible, and the path
 // beside's count alone would make a busy port look quiet. Hybrid mode then
 // keeps such a port where it is (a port missing from a sample is not
-// demoted, offload.Promoter.Observe).
+// demoted, hybrid.Promoter.Observe).
 func (d *Dataplane) Connections(ctx context.Context, snap *service.Snapshot, ports dataplane.PortSet) (map[service.PortName]uint64, error) {
 	out, err := d.beside.Connections(ctx, snap, ports)
 	if err != nil {

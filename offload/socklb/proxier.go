@@ -111,7 +111,7 @@ func (p *Proxier) Sync(ctx context.Context, snap *service.Snapshot) error {
 
 	zone := snap.Node().Zone()
 	ports := kernelsync.RenderPorts(snap, p.applied, p.cfg.Include,
-		func(old *portEntries, sp *service.Port) bool { return samePort(old.port, sp) && old.zone == zone },
+		func(old *portEntries, sp *service.Port) bool { return old.port.RendersSameAs(sp) && old.zone == zone },
 		func(sp *service.Port) *portEntries { return renderPort(&p.cfg, sp, snap.Node()) })
 	touched := p.index(ports, check)
 	sets, deletes, err := p.write(ctx, touched)

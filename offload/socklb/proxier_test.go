@@ -326,3 +326,37 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestProxierEveryField: a sync keeps a port's elements while
+// service.Port.RendersSameAs says the port renders the same; after a change
+// of any one field of a port (servicetest.Variants), the maps and the status
+// must be what a new Proxier's first sync writes.
+func TestProxierEveryField(t *testing.T) {
+	st.CheckPartialSyncs(t, func(t *testing.T) st.Path {
+		fp := &fakePath{lb: ksocklb.NewFake()}
+		fp.Restart(t)
+		return fp
+	}, nil)
+}
+
+// fakePath is a Proxier on a Fake, as servicetest's checks drive it.
+type fakePath struct {
+	lb *ksocklb.Fake
+	p  *Proxier
+}
+
+func (fp *fakePath) Restart(t *testing.T)                      { fp.p = newProxier(t, Config{LB: fp.lb}) }
+func (fp *fakePath) Sync(t *testing.T, snap *service.Snapshot) { mustSync(t, fp.p, snap) }
+
+func (fp *fakePath) State(t *testing.T) string {
+	elements, err := fp.lb.Services(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for svc, e := range elements {
+		lines = append(lines, fmt.Sprintf("%s -> %v affinity %s", svc, e.Backends, e.AffinityTimeout))
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n") + fmt.Sprintf("\n%+v", fp.p.Status())
+}

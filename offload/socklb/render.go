@@ -123,21 +123,6 @@ func sameEntry(a, b ksocklb.Entry) bool {
 	return a.AffinityTimeout == b.AffinityTimeout && slices.Equal(a.Backends, b.Backends)
 }
 
-// samePort reports whether two ports render the same elements: every field
-// renderPort reads (Categorize among them) is equal. Snapshots are immutable,
-// so the same pointer is the same port.
-func samePort(a, b *service.Port) bool {
-	if a == b {
-		return true
-	}
-	as, bs := a.Service, b.Service
-	return a.Name == b.Name && a.Port == b.Port && a.Protocol == b.Protocol && a.NodePort == b.NodePort &&
-		service.EqualEndpoints(a.Endpoints, b.Endpoints) &&
-		slices.Equal(as.ClusterIPs, bs.ClusterIPs) && slices.Equal(as.ExternalIPs, bs.ExternalIPs) &&
-		slices.Equal(as.LoadBalancerIPs, bs.LoadBalancerIPs) && as.Affinity == bs.Affinity &&
-		as.ExternalPolicyLocal == bs.ExternalPolicyLocal && as.InternalPolicyLocal == bs.InternalPolicyLocal
-}
-
 // Name and Flows implement kernelsync.Port, so kernelsync.RenderPorts can
 // reuse unchanged renderings. A rewrite at connect() leaves no conntrack NAT
 // entry behind, so there are no flows to clean up: Flows is empty.

@@ -14,6 +14,12 @@
 # and -conformance adds Kubernetes' e2e.test and agnhost:
 #   E2E_TEST=/root/.cache/svcproxy/kapi/<versions>/e2e.test
 #   AGNHOST=/root/.cache/svcproxy/kapi/<versions>/agnhost
+# and -cluster what a kubeadm cluster adds (-kube-proxy and -coredns one set of it):
+#   KUBEADM=/root/.cache/svcproxy/kapi/<versions>/kubeadm
+#   KUBE_PROXY=/root/.cache/svcproxy/kapi/<versions>/kube-proxy
+#   COREDNS=/root/.cache/svcproxy/kapi/<versions>/coredns
+#   CLUSTER_ETCD=/root/.cache/svcproxy/kapi/<versions>/etcd
+#   CLUSTER_ETCDCTL=/root/.cache/svcproxy/kapi/<versions>/etcdctl
 # Exit status 2: no go command or no module proxy (the tests would skip).
 set -eu
 cd "$(dirname "$0")/../.."

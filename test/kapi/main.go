@@ -20,8 +20,19 @@
 //	E2E_TEST=/root/.cache/svcproxy/kapi/e2e.test-v1.37.2_agnhost-v1.37.2_456789abcdef/e2e.test
 //	AGNHOST=/root/.cache/svcproxy/kapi/e2e.test-v1.37.2_agnhost-v1.37.2_456789abcdef/agnhost
 //
+// With -cluster, also what a kubeadm cluster adds: kubeadm and kube-proxy,
+// and CoreDNS and etcd (with etcdctl) at the versions kubeadm deploys, the
+// programs of its images (-kube-proxy and -coredns ask for one of those sets):
+//
+//	KUBEADM=/root/.cache/svcproxy/kapi/kubeadm-v1.37.2_kube-proxy-v1.37.2_0a1b2c3d4e5f/kubeadm
+//	KUBE_PROXY=/root/.cache/svcproxy/kapi/kubeadm-v1.37.2_kube-proxy-v1.37.2_0a1b2c3d4e5f/kube-proxy
+//	COREDNS=/root/.cache/svcproxy/kapi/coredns-v1.14.6_6f5e4d3c2b1a/coredns
+//	CLUSTER_ETCD=/root/.cache/svcproxy/kapi/etcd-v3.7.0_etcdctl-v3.7.0_9a8b7c6d5e4f/etcd
+//	CLUSTER_ETCDCTL=/root/.cache/svcproxy/kapi/etcd-v3.7.0_etcdctl-v3.7.0_9a8b7c6d5e4f/etcdctl
+//
 // The versions are pinned by the nested modules beside this file
-// (apiserver/, etcd/, controlplane/, node/, conformance/); see README.md. The tests call the same code
+// (apiserver/, etcd/, controlplane/, node/, conformance/, cluster/,
+// coredns/, clusteretcd/); see README.md. The tests call the same code
 // (internal/k8sbin), so running this first only moves the cold build
 // out of the first test's time.
 package main
@@ -44,9 +55,13 @@ func main() {
 	apiOnly := flag.Bool("apiserver-only", false, "build only kube-apiserver and etcd")
 	node := flag.Bool("node", false, "build kubelet and kube-scheduler as well (the real-node lab)")
 	conformance := flag.Bool("conformance", false, "build e2e.test and agnhost as well (the conformance run)")
+	cluster := flag.Bool("cluster", false, "build kubeadm, kube-proxy, CoreDNS and kubeadm's etcd as well (the kubeadm cluster)")
+	kubeProxy := flag.Bool("kube-proxy", false, "build kube-proxy (with kubeadm) as well")
+	coreDNS := flag.Bool("coredns", false, "build CoreDNS as well")
 	cachedOnly := flag.Bool("cached-only", false, "build nothing: print the cached programs, or exit 1")
 	flag.Parse()
-	bins, err := k8sbin.Build(ctx, k8sbin.Config{Log: os.Stderr, ControlPlane: !*apiOnly, Node: *node, Conformance: *conformance, CachedOnly: *cachedOnly})
+	bins, err := k8sbin.Build(ctx, k8sbin.Config{Log: os.Stderr, ControlPlane: !*apiOnly, Node: *node, Conformance: *conformance,
+		Cluster: *cluster, KubeProxy: *kubeProxy, CoreDNS: *coreDNS, CachedOnly: *cachedOnly})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kapi:", err)
 		if errors.Is(err, k8sbin.ErrUnavailable) {
@@ -63,5 +78,14 @@ func main() {
 	}
 	if *conformance {
 		fmt.Printf("E2E_TEST=%s\nAGNHOST=%s\n", bins.E2ETest, bins.Agnhost)
+	}
+	if *cluster || *kubeProxy {
+		fmt.Printf("KUBEADM=%s\nKUBE_PROXY=%s\n", bins.Kubeadm, bins.KubeProxy)
+	}
+	if *cluster || *coreDNS {
+		fmt.Printf("COREDNS=%s\n", bins.CoreDNS)
+	}
+	if *cluster {
+		fmt.Printf("CLUSTER_ETCD=%s\nCLUSTER_ETCDCTL=%s\n", bins.ClusterEtcd, bins.ClusterEtcdctl)
 	}
 }

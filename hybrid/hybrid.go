@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/dataplane"
-	"github.com/svcproxy/svcproxy/offload"
 	"github.com/svcproxy/svcproxy/service"
 	"github.com/svcproxy/svcproxy/userspace"
 )
@@ -25,7 +24,7 @@ type Config struct {
 	Kernel func(carried func(service.PortName) bool) (dataplane.KernelPath, error)
 	// Promoter decides when a port moves (--promote-conn-rate,
 	// --promote-after, --demote-after).
-	Promoter offload.Config
+	Promoter PromoterConfig
 	// SampleEvery is how often the counters are read; if zero, SampleEvery of
 	// the Promoter config.
 	SampleEvery time.Duration
@@ -43,7 +42,7 @@ type Mode struct {
 	us       *userspace.Proxier
 	record   *dataplane.Record // the userspace side's syncs
 	kernel   dataplane.KernelPath
-	promoter *offload.Promoter
+	promoter *Promoter
 	every    time.Duration
 
 	// inKernel are the ports the kernel path carries, noPortal the ports the
@@ -65,7 +64,7 @@ var _ dataplane.Interface = (*Mode)(nil)
 // rate estimator samples every 2s), more often when PromoteAfter or
 // DemoteAfter ask for a decision within two seconds, so that the rate is
 // sampled at least twice within them; never more than 10 times a second.
-func SampleEvery(cfg offload.Config) time.Duration {
+func SampleEvery(cfg PromoterConfig) time.Duration {
 	every := time.Second
 	for _, d := range []time.Duration{cfg.PromoteAfter, cfg.DemoteAfter} {
 		if d > 0 && d/2 < every {
@@ -78,7 +77,7 @@ func SampleEvery(cfg offload.Config) time.Duration {
 // New builds hybrid mode: the userspace proxier, the Promoter and the kernel
 // path.
 func New(cfg Config) (*Mode, error) {
-	promoter, err := offload.NewPromoter(cfg.Promoter)
+	promoter, err := NewPromoter(cfg.Promoter)
 	if err != nil {
 		return nil, err
 	}
@@ -171,9 +170,9 @@ func (m *Mode) Step(ctx context.Context) {
 	if m.snap == nil {
 		return
 	}
-	var up, down []offload.Move
+	var up, down []Move
 	for _, mv := range m.promoter.Observe(m.counts(ctx)) {
-		if mv.To == offload.Kernel {
+		if mv.To == Kernel {
 			up = append(up, mv)
 		} else {
 			down = append(down, mv)
@@ -225,7 +224,7 @@ func errString(err error) string {
 
 // promote moves ports to the kernel path: the kernel path first, then the
 // portals go.
-func (m *Mode) promote(ctx context.Context, moves []offload.Move) {
+func (m *Mode) promote(ctx context.Context, moves []Move) {
 	names := moveNames(moves)
 	setIn(&m.inKernel, names, true)
 	if err := m.kernel.Sync(ctx, m.snap); err != nil {
@@ -242,7 +241,7 @@ func (m *Mode) promote(ctx context.Context, moves []offload.Move) {
 		m.log.Warn("promoted, but the portals stay until a retry removes them", "ports", portStrings(names), "err", err)
 	}
 	for _, mv := range moves {
-		m.promoter.Moved(mv.Port, offload.Kernel)
+		m.promoter.Moved(mv.Port, Kernel)
 		m.promotions.Add(1)
 		m.log.Info("service port promoted", "port", mv.Port.String(), "path", m.kernel.Mode(),
 			"rate", fmt.Sprintf("%.1f/s", mv.Rate), "for", mv.Held.Round(time.Millisecond), "promoteConnRate", m.cfg.Promoter.PromoteConnRate)
@@ -251,7 +250,7 @@ func (m *Mode) promote(ctx context.Context, moves []offload.Move) {
 
 // demote moves ports back to userspace: the portals first, then the kernel
 // path lets them go.
-func (m *Mode) demote(ctx context.Context, moves []offload.Move) {
+func (m *Mode) demote(ctx context.Context, moves []Move) {
 	names := moveNames(moves)
 	setIn(&m.noPortal, names, false)
 	if err := m.us.ApplyPortals(); err != nil {
@@ -266,14 +265,14 @@ func (m *Mode) demote(ctx context.Context, moves []offload.Move) {
 		m.log.Warn("demoted, but the kernel rules stay until a retry removes them", "ports", portStrings(names), "err", err)
 	}
 	for _, mv := range moves {
-		m.promoter.Moved(mv.Port, offload.Userspace)
+		m.promoter.Moved(mv.Port, Userspace)
 		m.demotions.Add(1)
-		m.log.Info("service port demoted", "port", mv.Port.String(), "path", offload.Userspace,
+		m.log.Info("service port demoted", "port", mv.Port.String(), "path", Userspace,
 			"rate", fmt.Sprintf("%.1f/s", mv.Rate), "for", mv.Held.Round(time.Millisecond), "demoteAfter", m.cfg.Promoter.DemoteAfter)
 	}
 }
 
-func moveNames(moves []offload.Move) []service.PortName {
+func moveNames(moves []Move) []service.PortName {
 	out := make([]service.PortName, len(moves))
 	for i, mv := range moves {
 		out[i] = mv.Port

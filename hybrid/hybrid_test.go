@@ -12,7 +12,6 @@ import (
 
 	"github.com/svcproxy/svcproxy/dataplane"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
-	"github.com/svcproxy/svcproxy/offload"
 	offloadiptables "github.com/svcproxy/svcproxy/offload/iptables"
 	"github.com/svcproxy/svcproxy/service"
 	"github.com/svcproxy/svcproxy/userspace"
@@ -109,10 +108,6 @@ func (r *recorder) take() []state {
 	return out
 }
 
-type fakeClock struct{ now time.Time }
-
-func (c *fakeClock) Now() time.Time { return c.now }
-
 // newTestMode builds hybrid mode over the recorder, with the iptables path.
 func newTestMode(t *testing.T, rec *recorder, clock *fakeClock) *Mode {
 	t.Helper()
@@ -129,7 +124,7 @@ func newTestMode(t *testing.T, rec *recorder, clock *fakeClock) *Mode {
 				CountConnections: true,
 			}, 0)
 		},
-		Promoter:    offload.Config{PromoteConnRate: 1, PromoteAfter: time.Second, DemoteAfter: time.Second, Clock: clock},
+		Promoter:    PromoterConfig{PromoteConnRate: 1, PromoteAfter: time.Second, DemoteAfter: time.Second, Clock: clock},
 		SampleEvery: time.Hour, // the test steps by hand
 	})
 	if err != nil {
@@ -241,7 +236,7 @@ func TestOrdering(t *testing.T) {
 	connect(t, m, 5)
 	clock.now = clock.now.Add(time.Second)
 	m.Step(ctx) // 5/s for 1s: hot
-	if p := m.promoter.Path(snap.Ports()[0].Name); p != offload.Kernel {
+	if p := m.promoter.Path(snap.Ports()[0].Name); p != Kernel {
 		t.Fatalf("after 5 connections in 1s: path %s, want kernel", p)
 	}
 	wantStates(t, "promote", rec.take(), [2]bool{true, false}, [2]bool{true, true}, [2]bool{false, true})
@@ -250,7 +245,7 @@ func TestOrdering(t *testing.T) {
 		clock.now = clock.now.Add(time.Second)
 		m.Step(ctx)
 	}
-	if p := m.promoter.Path(snap.Ports()[0].Name); p != offload.Userspace {
+	if p := m.promoter.Path(snap.Ports()[0].Name); p != Userspace {
 		t.Fatalf("after 3 quiet seconds: path %s, want userspace", p)
 	}
 	wantStates(t, "demote", rec.take(), [2]bool{false, true}, [2]bool{true, true}, [2]bool{true, false})
@@ -267,7 +262,7 @@ func TestSampleEvery(t *testing.T) {
 		{10 * time.Millisecond, 0, 100 * time.Millisecond},
 	}
 	for _, tt := range tests {
-		if got := SampleEvery(offload.Config{PromoteAfter: tt.promote, DemoteAfter: tt.demote}); got != tt.want {
+		if got := SampleEvery(PromoterConfig{PromoteAfter: tt.promote, DemoteAfter: tt.demote}); got != tt.want {
 			t.Errorf("SampleEvery(promote %s, demote %s) = %s, want %s", tt.promote, tt.demote, got, tt.want)
 		}
 	}

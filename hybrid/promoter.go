@@ -1,4 +1,4 @@
-package offload
+package hybrid
 
 import (
 	"errors"
@@ -29,9 +29,9 @@ type wallClock struct{}
 
 func (wallClock) Now() time.Time { return time.Now() }
 
-// Config configures a Promoter (svcproxy's --promote-conn-rate, --promote-after,
+// PromoterConfig configures a Promoter (svcproxy's --promote-conn-rate, --promote-after,
 // --demote-after).
-type Config struct {
+type PromoterConfig struct {
 	// PromoteConnRate is the rate of new connections (per second) from which a
 	// service port is hot. It must be above 0.
 	PromoteConnRate float64
@@ -77,7 +77,7 @@ type PortStatus struct {
 // Promoter decides each service port's path from its connection counts over time.
 // It is safe for concurrent use.
 type Promoter struct {
-	cfg Config
+	cfg PromoterConfig
 
 	mu    sync.Mutex
 	ports map[service.PortName]*portState
@@ -103,7 +103,7 @@ type portState struct {
 }
 
 // NewPromoter checks cfg and returns a Promoter that knows no port yet.
-func NewPromoter(cfg Config) (*Promoter, error) {
+func NewPromoter(cfg PromoterConfig) (*Promoter, error) {
 	var errs []error
 	if !(cfg.PromoteConnRate > 0) {
 		errs = append(errs, fmt.Errorf("promoter config: PromoteConnRate %v: must be above 0", cfg.PromoteConnRate))

@@ -1,4 +1,4 @@
-package main
+package localhost
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/netip"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -15,16 +16,36 @@ import (
 	"github.com/svcproxy/svcproxy/userspace"
 )
 
-// localhostNodePorts is nftables mode with localhost NodePorts (KEP-6032,
-// alpha in kube-proxy 1.37): the table, and beside it the userspace Proxier in
-// its LocalhostNodePorts mode, listening on 127.0.0.1:<nodePort> (or
-// [::1]:<nodePort>) for each TCP NodePort with an endpoint to go to. A
-// DNAT cannot take a packet from 127.0.0.1 to a pod without route_localnet
+// Config configures nftables mode with localhost NodePorts.
+type Config struct {
+	// NFTables is nftables mode, its table made with LocalhostNodePorts (it
+	// rejects and counts UDP and SCTP on loopback). Required.
+	NFTables dataplane.Interface
+	// Family is the IP family served: the listeners bind 127.0.0.1 (IPv4,
+	// also when empty) or ::1 (IPv6).
+	Family service.Family
+	// NodeName and ClusterCIDRs are the listeners' (userspace.Config): which
+	// endpoints are local, for externalTrafficPolicy Local.
+	NodeName     string
+	ClusterCIDRs []netip.Prefix
+	// ShutdownGrace is how long open connections may finish when Run's
+	// context ends (userspace.Config).
+	ShutdownGrace time.Duration
+	// Logger gets a line for each node port whose listener cannot be bound;
+	// nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// Dataplane is nftables mode with localhost NodePorts (KEP-6032, alpha in
+// kube-proxy 1.37): the table, and beside it the userspace Proxier in its
+// LocalhostNodePorts mode, listening on 127.0.0.1:<nodePort> (or
+// [::1]:<nodePort>) for each TCP NodePort with an endpoint to go to. A DNAT
+// cannot take a packet from 127.0.0.1 to a pod without route_localnet
 // (docs/operations.md), so these connections are proxied in Go, as
 // kube-proxy's pkg/proxy/localnodeportproxy does; the table rejects and
-// counts UDP and SCTP there. A port another socket holds is logged once
-// and retried (userspace.Proxier.Run); the table is served all the same.
-type localhostNodePorts struct {
+// counts UDP and SCTP there. A port another socket holds is logged once and
+// retried (userspace.Proxier.Run); the table is served all the same.
+type Dataplane struct {
 	dataplane.Interface // nftables mode
 	p                   *userspace.Proxier
 	log                 *slog.Logger
@@ -33,18 +54,23 @@ type localhostNodePorts struct {
 	logged map[string]bool // listener errors logged, while they last
 }
 
-// newLocalhostNodePorts puts fam's localhost listeners beside the nftables
-// mode dp (whose table must have been made with LocalhostNodePorts).
-func newLocalhostNodePorts(cfg *Config, fam service.Family, dp dataplane.Interface, log *slog.Logger) *localhostNodePorts {
+// New puts cfg.Family's localhost listeners beside cfg.NFTables.
+func New(cfg Config) (*Dataplane, error) {
+	if cfg.NFTables == nil {
+		return nil, errors.New("localhost NodePorts: no nftables mode to serve beside")
+	}
 	loopback := netip.MustParseAddr("127.0.0.1")
-	if fam == service.IPv6 {
+	if cfg.Family == service.IPv6 {
 		loopback = netip.IPv6Loopback()
 	}
-	log = log.With("component", "localhost-nodeports", "ipFamily", string(fam))
-	return &localhostNodePorts{
-		Interface: dp,
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	log := cfg.Logger.With("component", "localhost-nodeports", "ipFamily", string(cfg.Family))
+	return &Dataplane{
+		Interface: cfg.NFTables,
 		p: userspace.New(userspace.Config{
-			Family:             fam,
+			Family:             cfg.Family,
 			BindAddress:        loopback,
 			LocalhostNodePorts: true,
 			NodeName:           cfg.NodeName,
@@ -54,14 +80,18 @@ func newLocalhostNodePorts(cfg *Config, fam service.Family, dp dataplane.Interfa
 		}),
 		log:    log,
 		logged: map[string]bool{},
-	}
+	}, nil
 }
+
+// Listeners is the userspace Proxier of the localhost listeners (for tests
+// and tools).
+func (l *Dataplane) Listeners() *userspace.Proxier { return l.p }
 
 // Sync implements dataplane.Interface: the table first, then the listeners.
 // Only the table's error is returned: a node port whose listener cannot be
 // bound is logged, counted and skipped, as kube-proxy's SyncNodePorts does,
 // and does not make the proxy unhealthy.
-func (l *localhostNodePorts) Sync(ctx context.Context, snap *service.Snapshot) error {
+func (l *Dataplane) Sync(ctx context.Context, snap *service.Snapshot) error {
 	err := l.Interface.Sync(ctx, snap)
 	if lerr := l.p.Sync(snap); lerr != nil && errors.Is(lerr, userspace.ErrClosed) {
 		return errors.Join(err, lerr)
@@ -72,7 +102,7 @@ func (l *localhostNodePorts) Sync(ctx context.Context, snap *service.Snapshot) e
 
 // logListenerErrors logs each listener that could not be bound, once while it
 // lasts (the Proxier retries it with backoff).
-func (l *localhostNodePorts) logListenerErrors() {
+func (l *Dataplane) logListenerErrors() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := map[string]bool{}
@@ -91,7 +121,7 @@ func (l *localhostNodePorts) logListenerErrors() {
 // Run implements dataplane.Interface: the table's lifecycle and the
 // listeners', until ctx ends or the table's stops; then the listeners shut
 // down (open connections get --shutdown-grace).
-func (l *localhostNodePorts) Run(ctx context.Context) error {
+func (l *Dataplane) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
@@ -103,7 +133,7 @@ func (l *localhostNodePorts) Run(ctx context.Context) error {
 
 // Status implements dataplane.Interface: nftables mode's, with the
 // listeners under "localhostNodePorts".
-func (l *localhostNodePorts) Status() any {
+func (l *Dataplane) Status() any {
 	st := map[string]any{}
 	if m, ok := l.Interface.Status().(map[string]any); ok {
 		st = maps.Clone(m)
@@ -125,14 +155,14 @@ var (
 )
 
 // Describe implements prometheus.Collector.
-func (l *localhostNodePorts) Describe(ch chan<- *prometheus.Desc) {
+func (l *Dataplane) Describe(ch chan<- *prometheus.Desc) {
 	l.Interface.Describe(ch)
 	ch <- localhostListenersDesc
 	ch <- localhostFailuresDesc
 }
 
 // Collect implements prometheus.Collector.
-func (l *localhostNodePorts) Collect(ch chan<- prometheus.Metric) {
+func (l *Dataplane) Collect(ch chan<- prometheus.Metric) {
 	l.Interface.Collect(ch)
 	listening := 0
 	for _, ps := range l.p.Status().Ports {

@@ -12,7 +12,6 @@ import (
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
-	"github.com/svcproxy/svcproxy/offload"
 	offloadnftables "github.com/svcproxy/svcproxy/offload/nftables"
 	"github.com/svcproxy/svcproxy/offload/socklb"
 	"github.com/svcproxy/svcproxy/service"
@@ -165,7 +164,7 @@ func TestOrderingSocketLB(t *testing.T) {
 				Beside: beside,
 			})
 		},
-		Promoter:    offload.Config{PromoteConnRate: 1, PromoteAfter: time.Second, DemoteAfter: time.Second, Clock: clock},
+		Promoter:    PromoterConfig{PromoteConnRate: 1, PromoteAfter: time.Second, DemoteAfter: time.Second, Clock: clock},
 		SampleEvery: time.Hour, // the test steps by hand
 	})
 	if err != nil {
@@ -188,7 +187,7 @@ func TestOrderingSocketLB(t *testing.T) {
 	connect(t, m, 5)
 	clock.now = clock.now.Add(time.Second)
 	m.Step(ctx) // 5/s for 1s: hot
-	if p := m.promoter.Path(snap.Ports()[0].Name); p != offload.Kernel {
+	if p := m.promoter.Path(snap.Ports()[0].Name); p != Kernel {
 		t.Fatalf("after 5 connections in 1s: path %s, want kernel", p)
 	}
 	wantStates(t, "promote", rec.take(), [2]bool{true, false}, [2]bool{true, true}, [2]bool{false, true})
@@ -202,7 +201,7 @@ func TestOrderingSocketLB(t *testing.T) {
 		clock.now = clock.now.Add(time.Second)
 		m.Step(ctx)
 	}
-	if p := m.promoter.Path(snap.Ports()[0].Name); p != offload.Kernel {
+	if p := m.promoter.Path(snap.Ports()[0].Name); p != Kernel {
 		t.Fatalf("after 3 busy seconds through the hook: path %s, want kernel", p)
 	}
 
@@ -210,7 +209,7 @@ func TestOrderingSocketLB(t *testing.T) {
 		clock.now = clock.now.Add(time.Second)
 		m.Step(ctx)
 	}
-	if p := m.promoter.Path(snap.Ports()[0].Name); p != offload.Userspace {
+	if p := m.promoter.Path(snap.Ports()[0].Name); p != Userspace {
 		t.Fatalf("after 3 quiet seconds: path %s, want userspace", p)
 	}
 	wantStates(t, "demote", rec.take(), [2]bool{false, true}, [2]bool{true, true}, [2]bool{true, false})

@@ -1,10 +1,10 @@
-package offload_test
+package hybrid_test
 
 import (
 	"fmt"
 	"time"
 
-	"github.com/svcproxy/svcproxy/offload"
+	"github.com/svcproxy/svcproxy/hybrid"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -19,7 +19,7 @@ func (c *clock) Now() time.Time { return c.now }
 // caller confirms each move with Moved once the rules are in place.
 func ExamplePromoter() {
 	c := &clock{now: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
-	p, err := offload.NewPromoter(offload.Config{
+	p, err := hybrid.NewPromoter(hybrid.PromoterConfig{
 		PromoteConnRate: 20,
 		PromoteAfter:    3 * time.Second,
 		DemoteAfter:     5 * time.Second,

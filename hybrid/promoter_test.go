@@ -1,4 +1,4 @@
-package offload
+package hybrid
 
 import (
 	"fmt"
@@ -9,11 +9,11 @@ import (
 	"github.com/svcproxy/svcproxy/service"
 )
 
-// fakeClock is moved by hand.
-type fakeClock struct{ t time.Time }
+// fakeClock is moved by hand (the Promoter's and hybrid mode's tests).
+type fakeClock struct{ now time.Time }
 
-func (c *fakeClock) Now() time.Time          { return c.t }
-func (c *fakeClock) Advance(d time.Duration) { c.t = c.t.Add(d) }
+func (c *fakeClock) Now() time.Time          { return c.now }
+func (c *fakeClock) Advance(d time.Duration) { c.now = c.now.Add(d) }
 
 var web = service.PortName{NamespacedName: service.NamespacedName{Namespace: "default", Name: "web"}, Port: "http", Protocol: service.TCP}
 
@@ -28,10 +28,10 @@ type step struct {
 }
 
 func TestPromoter(t *testing.T) {
-	cfg := Config{PromoteConnRate: 20, PromoteAfter: 2 * time.Second, DemoteAfter: 3 * time.Second}
+	cfg := PromoterConfig{PromoteConnRate: 20, PromoteAfter: 2 * time.Second, DemoteAfter: 3 * time.Second}
 	tests := []struct {
 		name  string
-		cfg   Config
+		cfg   PromoterConfig
 		steps []step
 		path  Path // web's path at the end
 	}{
@@ -92,7 +92,7 @@ func TestPromoter(t *testing.T) {
 		},
 		{
 			name: "PromoteAfter 0 promotes at the first hot interval",
-			cfg:  Config{PromoteConnRate: 10},
+			cfg:  PromoterConfig{PromoteConnRate: 10},
 			steps: []step{
 				{count: 7},
 				{after: 500 * time.Millisecond, count: 12, want: "default/web:http -> kernel (10.0 conn/s for 500ms)"},
@@ -117,7 +117,7 @@ func TestPromoter(t *testing.T) {
 		},
 		{
 			name: "DemoteAfter 0 never demotes",
-			cfg:  Config{PromoteConnRate: 20, PromoteAfter: time.Second},
+			cfg:  PromoterConfig{PromoteConnRate: 20, PromoteAfter: time.Second},
 			steps: []step{
 				{count: 0},
 				{after: time.Second, count: 20, confirm: true, want: "default/web:http -> kernel (20.0 conn/s for 1s)"},
@@ -139,7 +139,7 @@ func TestPromoter(t *testing.T) {
 		},
 		{
 			name: "no time passed: no rate",
-			cfg:  Config{PromoteConnRate: 1},
+			cfg:  PromoterConfig{PromoteConnRate: 1},
 			steps: []step{
 				{count: 0},
 				{count: 100},
@@ -150,7 +150,7 @@ func TestPromoter(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+			clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
 			tt.cfg.Clock = clock
 			p, err := NewPromoter(tt.cfg)
 			if err != nil {
@@ -184,8 +184,8 @@ func movesString(moves []Move) string {
 }
 
 func TestPromoterPorts(t *testing.T) {
-	clock := &fakeClock{t: time.Unix(1_700_000_000, 0)}
-	p, err := NewPromoter(Config{PromoteConnRate: 10, Clock: clock})
+	clock := &fakeClock{now: time.Unix(1_700_000_000, 0)}
+	p, err := NewPromoter(PromoterConfig{PromoteConnRate: 10, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,13 +222,13 @@ func TestPromoterPorts(t *testing.T) {
 
 func TestNewPromoterErrors(t *testing.T) {
 	tests := []struct {
-		cfg  Config
+		cfg  PromoterConfig
 		want string
 	}{
-		{Config{}, "PromoteConnRate 0: must be above 0"},
-		{Config{PromoteConnRate: -1}, "PromoteConnRate -1: must be above 0"},
-		{Config{PromoteConnRate: 1, PromoteAfter: -time.Second}, "PromoteAfter -1s: must not be negative"},
-		{Config{PromoteConnRate: 1, DemoteAfter: -time.Second}, "DemoteAfter -1s: must not be negative"},
+		{PromoterConfig{}, "PromoteConnRate 0: must be above 0"},
+		{PromoterConfig{PromoteConnRate: -1}, "PromoteConnRate -1: must be above 0"},
+		{PromoterConfig{PromoteConnRate: 1, PromoteAfter: -time.Second}, "PromoteAfter -1s: must not be negative"},
+		{PromoterConfig{PromoteConnRate: 1, DemoteAfter: -time.Second}, "DemoteAfter -1s: must not be negative"},
 	}
 	for _, tt := range tests {
 		_, err := NewPromoter(tt.cfg)

@@ -8,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/svcproxy/svcproxy/dataplane"
-	"github.com/svcproxy/svcproxy/offload"
 	"github.com/svcproxy/svcproxy/userspace"
 )
 
@@ -54,8 +53,8 @@ type Port struct {
 }
 
 // path is the name of a Promoter path for /status and /metrics.
-func (m *Mode) path(p offload.Path) string {
-	if p == offload.Kernel {
+func (m *Mode) path(p Path) string {
+	if p == Kernel {
 		return m.kernel.Mode()
 	}
 	return string(p)
