@@ -302,8 +302,8 @@ func (p *parser) serverBlock(b caddyfile.ServerBlock) {
 		}
 		parse(p, &d)
 	}
-	if p.cfg.Kubernetes == nil && p.cfg.Forward == nil {
-		p.fail(max(line, 1), "", "", "no kubernetes and no forward plugin: such a server answers nothing (kubeadm's Corefile has both)")
+	if _, ok := b.Tokens["kubernetes"]; !ok {
+		p.fail(max(line, 1), "", "", "no kubernetes plugin: clusterdns is a cluster's DNS; add \"kubernetes cluster.local in-addr.arpa ip6.arpa\" as kubeadm's Corefile has it")
 	}
 }
 

@@ -82,7 +82,7 @@ func TestParseOptions(t *testing.T) {
 				return k.Pods == PodsVerified && reflect.DeepEqual(k.Fallthrough, []string{"."}) && k.TTL == 0 &&
 					reflect.DeepEqual(k.Namespaces, []string{"a", "b"}) && k.ClusterDomain() == "corp.example."
 			}},
-		{name: "forward options", conf: ". {\n forward example.org 192.0.2.1:5353 dns://192.0.2.2 {\n  except a.example.org\n  policy sequential\n  max_fails 0\n  health_check 2s no_rec domain probe.example\n  force_tcp\n  failover SERVFAIL refused\n  read_timeout 1s\n }\n}",
+		{name: "forward options", conf: ". {\n kubernetes\n forward example.org 192.0.2.1:5353 dns://192.0.2.2 {\n  except a.example.org\n  policy sequential\n  max_fails 0\n  health_check 2s no_rec domain probe.example\n  force_tcp\n  failover SERVFAIL refused\n  read_timeout 1s\n }\n}",
 			check: func(c *Config) bool {
 				f := c.Forward
 				return f.From == "example.org." && reflect.DeepEqual(f.To, []string{"192.0.2.1:5353", "192.0.2.2:53"}) &&
@@ -90,21 +90,21 @@ func TestParseOptions(t *testing.T) {
 					f.HealthCheckDomain == "probe.example." && f.ForceTCP && reflect.DeepEqual(f.Failover, []int{dns.RcodeServerFailure, dns.RcodeRefused}) &&
 					f.ReadTimeout == time.Second && reflect.DeepEqual(f.Except, []string{"a.example.org."})
 			}},
-		{name: "cache options", conf: ". {\n forward . 192.0.2.1\n cache example.org {\n  success 100 60 10\n  denial 50\n  servfail 0s\n  keepttl\n  disable denial\n }\n}",
+		{name: "cache options", conf: ". {\n kubernetes\n forward . 192.0.2.1\n cache example.org {\n  success 100 60 10\n  denial 50\n  servfail 0s\n  keepttl\n  disable denial\n }\n}",
 			check: func(c *Config) bool {
 				k := c.Cache
 				return reflect.DeepEqual(k.Zones, []string{"example.org."}) && k.SuccessCap == 100 && k.SuccessTTL == time.Minute &&
 					k.SuccessMinTTL == 10*time.Second && k.DenialCap == 50 && k.DenialTTL == 30*time.Minute && k.ServfailTTL == 0 &&
 					k.KeepTTL && reflect.DeepEqual(k.DisableDenial, []string{"."})
 			}},
-		{name: "reload's jitter is at most half the interval", conf: ". {\n forward . 192.0.2.1\n reload 2s 5s\n}",
+		{name: "reload's jitter is at most half the interval", conf: ". {\n kubernetes\n forward . 192.0.2.1\n reload 2s 5s\n}",
 			check: func(c *Config) bool { return c.Reload.Interval == 2*time.Second && c.Reload.Jitter == time.Second }},
-		{name: "an env variable and a snippet", conf: "(common) {\n errors\n}\n.:{$CLUSTERDNS_TEST_PORT} {\n import common\n forward . 192.0.2.1\n}",
+		{name: "an env variable and a snippet", conf: "(common) {\n errors\n}\n.:{$CLUSTERDNS_TEST_PORT} {\n import common\n kubernetes\n forward . 192.0.2.1\n}",
 			check: func(c *Config) bool { return c.Listen == ":2053" && c.Errors != nil }},
 		{name: "startup_timeout is ignored, said", conf: ". {\n kubernetes cluster.local {\n  startup_timeout 10s\n }\n}",
 			check: func(c *Config) bool { return c.Kubernetes != nil }, notice: "Corefile:3: kubernetes: startup_timeout ignored: "},
-		{name: "expire is ignored, said", conf: ". {\n forward . 192.0.2.1 {\n  expire 10s\n }\n}",
-			check: func(c *Config) bool { return c.Forward != nil }, notice: "Corefile:3: forward: expire ignored: "},
+		{name: "expire is ignored, said", conf: ". {\n kubernetes\n forward . 192.0.2.1 {\n  expire 10s\n }\n}",
+			check: func(c *Config) bool { return c.Forward != nil }, notice: "Corefile:4: forward: expire ignored: "},
 	}
 	t.Setenv("CLUSTERDNS_TEST_PORT", "2053")
 	for _, tt := range tests {
@@ -151,10 +151,10 @@ func TestParseRefuses(t *testing.T) {
 			err: `Corefile:3: plugin kubernetes: option ttl: "3601": must be in range [0, 3600]`},
 		{name: "reverse zone first", conf: ".:53 {\n    kubernetes in-addr.arpa\n}",
 			err: `Corefile:2: plugin kubernetes: zones ["in-addr.arpa"]: a zone that is not a reverse zone must come first`},
-		{name: "a forward option", conf: ".:53 {\n    forward . 192.0.2.1 {\n        tls_servername dns.example\n    }\n}",
+		{name: "a forward option", conf: ".:53 {\n    forward . 192.0.2.1 {\n        tls_servername dns.example\n    }\n    kubernetes\n}",
 			err: `Corefile:3: plugin forward: option tls_servername: clusterdns does not implement it; remove the line "tls_servername dns.example" from the forward block`},
-		{name: "a TLS upstream", conf: ".:53 {\n    forward . tls://192.0.2.1\n}",
-			err: `Corefile:2: plugin forward: upstream "tls://192.0.2.1": tls upstreams are not implemented`},
+		{name: "a TLS upstream", conf: ".:53 {\n    kubernetes\n    forward . tls://192.0.2.1\n}",
+			err: `Corefile:3: plugin forward: upstream "tls://192.0.2.1": tls upstreams are not implemented`},
 		{name: "a cache option", conf: base + "    cache 30 {\n        prefetch 10\n    }\n}",
 			err: `Corefile:6: plugin cache: option prefetch: clusterdns does not implement it; remove the line "prefetch 10" from the cache block`},
 		{name: "twice", conf: base + "    errors\n}",
@@ -163,6 +163,9 @@ func TestParseRefuses(t *testing.T) {
 			err: `Corefile:7: a second server block (consul:53): clusterdns serves one`},
 		{name: "a zone of its own", conf: "example.org:53 {\n    forward . 192.0.2.2\n}",
 			err: `server block "example.org:53": zone example.org: clusterdns serves the root zone`},
+		{name: "no kubernetes", conf: ".:53 {\n    forward . 192.0.2.1\n}", err: `no kubernetes plugin: clusterdns is a cluster's DNS`},
+		{name: "a second cluster zone", conf: ".:53 {\n    kubernetes cluster.local example.org\n}",
+			err: `Corefile:2: plugin kubernetes: zone example.org. beside cluster.local.: clusterdns serves one cluster domain and reverse zones; remove example.org`},
 		{name: "weighted loadbalance", conf: base + "    loadbalance weighted /w\n}",
 			err: `Corefile:5: plugin loadbalance: option weighted: clusterdns does not implement it`},
 		{name: "reload too often", conf: base + "    reload 1s\n}",

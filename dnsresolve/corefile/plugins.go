@@ -359,6 +359,12 @@ func (p *parser) kubernetes(d *caddyfile.Dispenser) {
 			}
 			k.Zones = append(k.Zones, z)
 		}
+		for _, z := range k.Zones {
+			if cd := k.ClusterDomain(); ok && z != cd && !isReverse(z) {
+				p.fail(line, "kubernetes", "", "zone %s beside %s: clusterdns serves one cluster domain and reverse zones; remove %s", z, cd, strings.TrimSuffix(z, "."))
+				ok = false
+			}
+		}
 		if ok && k.ClusterDomain() == "" {
 			p.fail(line, "kubernetes", "", "zones %q: a zone that is not a reverse zone must come first (CoreDNS: \"non-reverse zone name must be used\")", args)
 			ok = false
