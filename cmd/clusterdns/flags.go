@@ -17,6 +17,8 @@ import (
 
 // Config is everything the flags say; run takes it and nothing else.
 type Config struct {
+	// Conf is CoreDNS's -conf: a Corefile that says the rest (corefile.go).
+	Conf             string
 	ServicesFile     string
 	ServicesMaxBytes int64
 	Kubeconfig       string
@@ -41,6 +43,7 @@ type Config struct {
 func parseFlags(args []string) (*Config, error) {
 	c := &Config{}
 	fs := flag.NewFlagSet("clusterdns", flag.ContinueOnError)
+	fs.StringVar(&c.Conf, "conf", "", "serve what this Corefile `FILE` asks, as CoreDNS's -conf (kubeadm's coredns Deployment passes -conf /etc/coredns/Corefile); the flags it covers are refused beside it")
 	fs.StringVar(&c.ServicesFile, "services", "", "Kubernetes manifests `FILE` (Services, EndpointSlices, Endpoints), reloaded when it changes")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "watch the API server of this kubeconfig `FILE`; without --services or --kubeconfig, the in-cluster config")
 	fs.Int64Var(&c.ServicesMaxBytes, "services-max-bytes", watch.DefaultMaxFileBytes, "refuse a --services file larger than this many `BYTES`, keeping the last good state")
@@ -65,6 +68,13 @@ func parseFlags(args []string) (*Config, error) {
 		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	var errs []error
+	if c.Conf != "" {
+		fs.Visit(func(f *flag.Flag) {
+			if plugin, covered := corefileCovers[f.Name]; covered {
+				errs = append(errs, fmt.Errorf("--%s and -conf: the Corefile says this (%s); set it there", f.Name, plugin))
+			}
+		})
+	}
 	if c.ServicesFile != "" && c.Kubeconfig != "" {
 		errs = append(errs, errors.New("--services and --kubeconfig: choose one"))
 	}
@@ -106,6 +116,22 @@ func parseFlags(args []string) (*Config, error) {
 		c.CacheSize = -1 // dnsresolve.Config: negative disables
 	}
 	return c, errors.Join(errs...)
+}
+
+// corefileCovers are the flags a Corefile replaces, and what in it does.
+var corefileCovers = map[string]string{
+	"listen":               "the server block's port and the bind plugin",
+	"zone":                 "the kubernetes plugin's zones",
+	"pods":                 "the kubernetes plugin's pods option",
+	"ttl":                  "the kubernetes plugin's ttl option",
+	"upstream":             "the forward plugin",
+	"resolv-conf":          "the forward plugin: forward . /etc/resolv.conf",
+	"upstream-timeout":     "the forward plugin's read_timeout",
+	"max-concurrent":       "the forward plugin's max_concurrent",
+	"cache-size":           "the cache plugin",
+	"log-queries":          "the log plugin",
+	"metrics-bind-address": "the prometheus plugin",
+	"profiling":            "the pprof plugin",
 }
 
 // nsAddrs are the addresses of ns.dns.<zone>: --advertise-address, else the

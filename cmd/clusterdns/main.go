@@ -45,7 +45,11 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := run(ctx, cfg, log); err != nil {
+	serve := run
+	if cfg.Conf != "" {
+		serve = runCorefile
+	}
+	if err := serve(ctx, cfg, log); err != nil {
 		log.Error("clusterdns stopped", "err", err)
 		os.Exit(1)
 	}
