@@ -36,6 +36,8 @@ type daemon struct {
 	cur    *instance                         // owned by runCorefile's goroutine
 	target atomic.Pointer[dnsresolve.Server] // where Snapshots go
 	w      atomic.Pointer[watchRun]          // changed by runCorefile's goroutine, read by pump
+
+	indexed atomic.Bool // a Snapshot has been indexed once
 }
 
 // processMetrics are the metrics of the health and reload plugins.
@@ -194,7 +196,6 @@ func (d *daemon) shutdown() {
 
 // pump hands every Snapshot of the watch to the instance that serves.
 func (d *daemon) pump(ctx context.Context) {
-	first := true
 	for {
 		w := d.w.Load()
 		select {
@@ -203,16 +204,19 @@ func (d *daemon) pump(ctx context.Context) {
 		case <-w.changed:
 			continue // a new watch: read its channel
 		case snap := <-w.snaps:
-			srv := d.target.Load()
-			if srv == nil || !srv.Update(snap) {
-				continue
-			}
-			debug.FreeOSMemory() // see applySnapshots
-			if first {
-				d.log.Info("first snapshot indexed: ready", "services", snap.Len())
-				first = false
-			}
+			d.index(d.target.Load(), snap)
 		}
+	}
+}
+
+// index hands snap to srv, and says so once, the first time one is indexed.
+func (d *daemon) index(srv *dnsresolve.Server, snap *service.Snapshot) {
+	if srv == nil || snap == nil || !srv.Update(snap) {
+		return
+	}
+	debug.FreeOSMemory() // see applySnapshots
+	if d.indexed.CompareAndSwap(false, true) {
+		d.log.Info("first snapshot indexed: ready", "services", snap.Len())
 	}
 }
 
@@ -312,9 +316,7 @@ func (d *daemon) start(ctx context.Context, conf *corefile.Config) (*instance, e
 	}
 	d.metrics.SetPlugins(conf.Server, handlerPlugins(conf))
 	d.target.Store(inst.srv)
-	if snap := d.w.Load().w.Latest(); snap != nil {
-		inst.srv.Update(snap)
-	}
+	d.index(inst.srv, d.w.Load().w.Latest())
 	return inst, nil
 }
 

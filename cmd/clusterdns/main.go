@@ -51,6 +51,8 @@ func main() {
 	}
 	if err := serve(ctx, cfg, log); err != nil {
 		log.Error("clusterdns stopped", "err", err)
+		// Plain too: a Corefile's errors are one a line, as a person reads them.
+		fmt.Fprintln(os.Stderr, "clusterdns:", err)
 		os.Exit(1)
 	}
 	log.Info("clusterdns stopped")
