@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/miekg/dns"
@@ -14,6 +15,9 @@ import (
 // call, once per message, concurrently.
 func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	start := time.Now()
+	if s.answerEncoded(w, req, start) {
+		return // most answers: kept encoded (wire.go)
+	}
 	info := query{written: true}
 	resp := s.answer(context.Background(), req, &info)
 	if resp == nil {
@@ -114,18 +118,10 @@ func (s *Server) inZone(name string) bool {
 }
 
 // fallsThrough reports whether a name the Index does not have goes to the
-// upstreams (the kubernetes plugin's fallthrough zones).
+// upstreams (the kubernetes plugin's fallthrough zones). It allocates nothing
+// for a name in lower case: it is asked on the encoded path's NXDOMAIN.
 func (s *Server) fallsThrough(name string) bool {
-	if len(s.fallZones) == 0 {
-		return false
-	}
-	lname := dns.CanonicalName(name)
-	for _, z := range s.fallZones {
-		if dns.IsSubDomain(z, lname) {
-			return true
-		}
-	}
-	return false
+	return inAnyZone(s.fallZones, name)
 }
 
 // inReverseZone reports whether name is in one of the reverse zones the
@@ -135,9 +131,21 @@ func (s *Server) inReverseZone(name string) bool {
 	if zones == nil {
 		zones = defaultReverseZones
 	}
-	lname := dns.CanonicalName(name)
+	return inAnyZone(zones, name)
+}
+
+// inAnyZone reports whether name (any case, FQDN or not) is one of zones
+// (lower-case FQDNs) or under it.
+func inAnyZone(zones []string, name string) bool {
+	if len(zones) == 0 {
+		return false
+	}
+	lname := strings.ToLower(name) // no copy when it is already
+	if !dns.IsFqdn(lname) {
+		lname += "."
+	}
 	for _, z := range zones {
-		if dns.IsSubDomain(dns.CanonicalName(z), lname) {
+		if under(lname, z) {
 			return true
 		}
 	}

@@ -64,6 +64,9 @@ type Index struct {
 	// exposed says which namespaces have names (zones.go).
 	exposed namespaceFilter
 	podIPs  service.PodIPs // nil: pods not followed
+
+	wires wires     // answers kept encoded, filled by questions (wire.go)
+	neg   negatives // the zone's NXDOMAIN and NODATA, encoded once
 }
 
 // entry is what the Index holds for one name: a node of records built ahead,

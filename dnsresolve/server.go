@@ -172,7 +172,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{zone: zone, ttl: cfg.TTL, nsAddrs: cfg.NSAddrs, pods: cfg.Pods, logQueries: cfg.LogQueries,
 		loadBalance: cfg.LoadBalance, logErrors: cfg.LogErrors,
-		reverseZones: cfg.ReverseZones, namespaces: cfg.Namespaces, fallZones: canonical(fall),
+		reverseZones: canonicalOrNil(cfg.ReverseZones), namespaces: cfg.Namespaces, fallZones: canonical(fall),
 		registry: cfg.Registry, log: cfg.Logger}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -205,6 +205,14 @@ func New(cfg Config) (*Server, error) {
 	s.cache.onEvict = func(kind int) { s.metrics.cacheEvictions[kind].Inc() }
 	m.current.CompareAndSwap(nil, s) // the first; a later one when it serves
 	return s, nil
+}
+
+// canonicalOrNil is canonical, keeping nil nil (IndexConfig's default).
+func canonicalOrNil(zones []string) []string {
+	if zones == nil {
+		return nil
+	}
+	return canonical(zones)
 }
 
 // canonical is zones as lower-case FQDNs.
