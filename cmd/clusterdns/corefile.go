@@ -85,9 +85,11 @@ func runCorefile(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		return err
 	}
 	d.logRunning(digest)
-	go d.pump(ctx)
+	pumped := make(chan struct{})
+	go func() { defer close(pumped); d.pump(ctx) }()
 	d.reloadLoop(ctx, data, digest)
 	d.shutdown()
+	<-pumped
 	return nil
 }
 
@@ -270,13 +272,18 @@ func (d *daemon) ensureWatch(ctx context.Context, key watchKey) error {
 	run := &watchRun{key: key, w: w, snaps: w.Subscribe(), cancel: cancel, done: make(chan error, 1), changed: make(chan struct{})}
 	go func() { run.done <- w.Run(wctx) }()
 	if old != nil && d.cur != nil {
-		// A running instance waits for nothing: it keeps answering from the
-		// old watch until the new one has its first Snapshot.
+		// The running instance keeps answering from the old watch until
+		// the new one has its first Snapshot; one that has none in time is
+		// a reload that failed.
 		select {
 		case <-ctx.Done():
 		case err := <-run.done:
 			cancel()
 			return fmt.Errorf("watch: %w", err)
+		case <-time.After(newWatchTimeout):
+			cancel()
+			<-run.done
+			return fmt.Errorf("the kubernetes plugin's new source gave no Services within %v", newWatchTimeout)
 		case <-run.snaps: // the first; start indexes w.Latest()
 		}
 	}
@@ -288,6 +295,11 @@ func (d *daemon) ensureWatch(ctx context.Context, key watchKey) error {
 	}
 	return nil
 }
+
+// newWatchTimeout bounds how long a reload waits for a new source's first
+// Snapshot (CoreDNS's kubernetes plugin waits its startup_timeout, 5s, then
+// serves unsynced; a reload here keeps the running Corefile instead).
+const newWatchTimeout = 30 * time.Second
 
 func (d *daemon) stopWatch() {
 	if w := d.w.Load(); w != nil {
