@@ -3,7 +3,6 @@ package service
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"time"
 )
 
@@ -180,17 +179,6 @@ type Endpoint struct {
 }
 
 func (e Endpoint) String() string { return e.Addr.String() }
-
-// Equal reports whether e and o are the same endpoint in every field (an
-// Endpoint holds slices, so == does not compile).
-func (e Endpoint) Equal(o Endpoint) bool {
-	return e.Addr == o.Addr && e.Ready == o.Ready && e.Serving == o.Serving && e.Terminating == o.Terminating &&
-		e.NodeName == o.NodeName && e.Zone == o.Zone && e.Hostname == o.Hostname &&
-		slices.Equal(e.ForZones, o.ForZones) && slices.Equal(e.ForNodes, o.ForNodes)
-}
-
-// EqualEndpoints reports whether a and b hold equal endpoints in one order.
-func EqualEndpoints(a, b []Endpoint) bool { return slices.EqualFunc(a, b, Endpoint.Equal) }
 
 // Ready returns the endpoints that take new traffic.
 func (p *Port) Ready() []Endpoint {

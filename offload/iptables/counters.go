@@ -14,40 +14,25 @@ import (
 )
 
 // Connections returns, for each of ports that the last sync applied, the new
-// connections (UDP: new flows) its DNAT rules have taken: the packet counters
-// of the DNAT rules in its SVCP-SEP- chains, plus what syncs that rewrote
-// those chains carried over (ProxierConfig.CountConnections). In the nat table
-// only the first packet of a connection is evaluated, so packets are
-// connections, however they came: ClusterIP, NodePort, external IP, affinity.
-func (p *Proxier) Connections(ctx context.Context, ports map[service.PortName]bool) (out map[service.PortName]uint64, err error) {
-	// Between syncs: none carries counts over while they are read.
-	p.sync.BetweenSyncs(func(applied map[service.PortName]*portRules) {
-		out, err = p.r.connections(ctx, applied, ports)
-	})
-	return out, err
-}
-
-func (r *restorer) connections(ctx context.Context, applied map[service.PortName]*portRules, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
-	out := map[service.PortName]uint64{}
-	var dnat map[string]uint64
-	for name := range ports {
-		pr, ok := applied[name]
-		if !ok {
-			continue
+// connections (UDP: new flows) its DNAT rules have taken
+// (kernelsync.Proxier.Connections): the packet counters of the DNAT rules in
+// its SVCP-SEP- chains, plus what syncs that rewrote those chains carried over
+// (ProxierConfig.CountConnections). In the nat table only the first packet of
+// a connection is evaluated, so packets are connections.
+func (p *Proxier) Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
+	return p.sync.Connections(ctx, ports, func(ctx context.Context) (func(*portRules) (uint64, bool), error) {
+		dnat, err := p.r.dnatCounts(ctx)
+		if err != nil {
+			return nil, err
 		}
-		if dnat == nil {
-			var err error
-			if dnat, err = r.dnatCounts(ctx); err != nil {
-				return nil, err
+		return func(pr *portRules) (uint64, bool) {
+			n := p.r.carried[pr.name]
+			for _, c := range pr.chains {
+				n += dnat[c]
 			}
-		}
-		n := r.carried[name]
-		for _, c := range pr.chains {
-			n += dnat[c]
-		}
-		out[name] = n
-	}
-	return out, nil
+			return n, true
+		}, nil
+	})
 }
 
 // carryCounts adds, before a restore of pl, the counters of the chains pl

@@ -1,8 +1,18 @@
 package iptables
 
 import (
+	"bytes"
+	"context"
+	"fmt"
 	"net/netip"
+	"regexp"
+	"sync"
+	"testing"
 
+	"github.com/svcproxy/svcproxy/internal/ruletest"
+	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
+	"github.com/svcproxy/svcproxy/offload/kernelsync"
+	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
@@ -11,4 +21,123 @@ import (
 var testConfig = Config{
 	NodeName:    st.ThisNode,
 	ClusterCIDR: netip.MustParsePrefix("198.19.1.0/24"),
+}
+
+// rules is iptables mode as the tables it shares with nftables mode drive it
+// (internal/ruletest): a Proxier on a Fake that counts packets.
+var rules ruletest.Path = rulesPath{}
+
+type rulesPath struct{}
+
+func (rulesPath) New(t *testing.T, o ruletest.Options) ruletest.Rig {
+	f, local := kiptables.NewFake(), ruletest.NodeIP
+	if o.Family == service.IPv6 {
+		f, local = kiptables.NewFakeFamily(kiptables.IPv6), ruletest.NodeIP6
+	}
+	f.SetLocalAddrs(local)
+	r := &rig{ipt: &countingIPT{Fake: f, counts: map[string]uint64{}}, o: o}
+	r.Restart(t)
+	return r
+}
+
+// rig is a Proxier on a countingIPT.
+type rig struct {
+	ipt *countingIPT
+	o   ruletest.Options
+	*Proxier
+}
+
+func (r *rig) Restart(t *testing.T) {
+	t.Helper()
+	cfg := Config{Family: r.o.Family, NodeName: st.ThisNode, ClusterCIDR: ruletest.ClusterCIDR(r.o.Family), NodeIP: r.o.NodeIP}
+	p, err := NewProxier(ProxierConfig{Rules: cfg, IPTables: r.ipt, Conntrack: r.o.Conntrack, CountConnections: r.o.CountConnections,
+		SyncPeriod: r.o.SyncPeriod, FullSyncPeriod: r.o.FullSyncPeriod, Now: r.o.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Proxier = p
+}
+
+func (r *rig) Health() kernelsync.Health { return r.Proxier.Health().Health }
+func (r *rig) Dump() string              { return r.ipt.Dump() }
+
+// Hit counts n packets on each SVCP-SEP- chain of port's DNAT rules.
+func (r *rig) Hit(t *testing.T, port service.PortName, n uint64) {
+	r.ipt.mu.Lock()
+	defer r.ipt.mu.Unlock()
+	for _, ch := range appliedChains(r.Proxier, port) {
+		if ch[:9] == "SVCP-SEP-" {
+			r.ipt.counts[ch] += n
+		}
+	}
+}
+
+func (r *rig) Trace(p ruletest.Packet) (ruletest.Trace, error) {
+	tr, err := r.ipt.Trace(packet(p))
+	return trace(tr), err
+}
+
+func (r *rig) TraceAll(p ruletest.Packet) ([]ruletest.Trace, error) {
+	trs, err := r.ipt.TraceAll(packet(p))
+	out := make([]ruletest.Trace, len(trs))
+	for i, tr := range trs {
+		out[i] = trace(tr)
+	}
+	return out, err
+}
+
+// packet is p for the tracer: a packet from outside arrives on eth0.
+func packet(p ruletest.Packet) kiptables.Packet {
+	pkt := kiptables.Packet{Proto: p.Proto, Src: p.Src, Dst: p.Dst, Local: p.Local, Pick: p.Pick}
+	if !p.Local {
+		pkt.InIface = "eth0"
+	}
+	return pkt
+}
+
+func trace(tr kiptables.Trace) ruletest.Trace {
+	return ruletest.Trace{Verdict: tr.Verdict, DNAT: tr.DNAT, Masquerade: tr.Masquerade, Delivered: tr.Delivered,
+		Probability: tr.Probability, Result: tr.Result(), Text: tr.String()}
+}
+
+// appliedChains are the nat chains of port as the last sync applied them.
+func appliedChains(p *Proxier, port service.PortName) (chains []string) {
+	p.sync.BetweenSyncs(func(applied map[service.PortName]*portRules) { chains = applied[port].chains })
+	return chains
+}
+
+// countingIPT is a Fake that counts packets per chain as the kernel does: a
+// chain's DNAT rules show the packets added with rig.Hit, and a restore that
+// declares a chain (":NAME - [0:0]") starts its counters again at 0.
+type countingIPT struct {
+	*kiptables.Fake
+	mu     sync.Mutex
+	counts map[string]uint64
+}
+
+var declared = regexp.MustCompile(`(?m)^:(SVCP-[A-Z]+-[A-Z0-9]+) - \[0:0\]$`)
+
+func (c *countingIPT) Restore(ctx context.Context, rules []byte) error {
+	if err := c.Fake.Restore(ctx, rules); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, m := range declared.FindAllSubmatch(rules, -1) {
+		delete(c.counts, string(m[1]))
+	}
+	return nil
+}
+
+func (c *countingIPT) SaveCounters(ctx context.Context, t kiptables.Table) ([]byte, error) {
+	save, err := c.Fake.SaveCounters(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for chain, n := range c.counts {
+		save = bytes.ReplaceAll(save, []byte("[0:0] -A "+chain+" "), []byte(fmt.Sprintf("[%d:0] -A %s ", n, chain)))
+	}
+	return save, nil
 }

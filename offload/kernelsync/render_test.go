@@ -27,7 +27,8 @@ func TestRenderPorts(t *testing.T) {
 		}
 		return &port{name: p.Name, flows: Flows{Protocol: "udp", Port: p.Port, Frontends: p.Service.ClusterIPs}}
 	}
-	// same compares every field render reads, as a mode's samePort does.
+	// same compares every field render reads, as service.Port.RendersSameAs
+	// does for the modes.
 	same := func(old *port, p *service.Port) bool {
 		return old.flows.Port == p.Port && slices.Equal(old.flows.Frontends, p.Service.ClusterIPs)
 	}

@@ -11,39 +11,28 @@ import (
 )
 
 // Connections returns, for each of ports that the last sync applied, the new
-// connections (UDP: new flows) its DNAT rules have taken, however they came
-// (ClusterIP, NodePort, external IP, affinity): the packets of the port's named
-// counter (Config.CountConnections), which only a connection's first packet meets.
+// connections (UDP: new flows) its DNAT rules have taken
+// (kernelsync.Proxier.Connections): the packets of the port's named counter
+// (Config.CountConnections), which only a connection's first packet meets.
 // The counter lives as long as the port: rewriting the port's chains does not
 // reset it; a port removed and added again starts at 0.
-func (p *Proxier) Connections(ctx context.Context, ports map[service.PortName]bool) (out map[service.PortName]uint64, err error) {
-	p.sync.BetweenSyncs(func(applied map[service.PortName]*portObjects) {
-		out, err = p.t.connections(ctx, applied, ports)
+func (p *Proxier) Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
+	if !p.t.cfg.Rules.CountConnections {
+		return map[service.PortName]uint64{}, nil
+	}
+	return p.sync.Connections(ctx, ports, func(ctx context.Context) (func(*portObjects) (uint64, bool), error) {
+		counters, err := p.t.cfg.NFT.ListCounters(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("read counters of table %s: %w", Table, err)
+		}
+		packets := make(map[string]uint64, len(counters))
+		for _, c := range counters {
+			if c != nil && c.Packets != nil { // knftables' Fake (v0.0.22) lists a nil before each counter
+				packets[c.Name] = *c.Packets
+			}
+		}
+		return func(po *portObjects) (uint64, bool) { return packets[po.counter], po.counter != "" }, nil
 	})
-	return out, err
-}
-
-func (t *transactor) connections(ctx context.Context, applied map[service.PortName]*portObjects, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
-	out := map[service.PortName]uint64{}
-	if applied == nil || !t.cfg.Rules.CountConnections {
-		return out, nil
-	}
-	counters, err := t.cfg.NFT.ListCounters(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read counters of table %s: %w", Table, err)
-	}
-	packets := make(map[string]uint64, len(counters))
-	for _, c := range counters {
-		if c.Packets != nil {
-			packets[c.Name] = *c.Packets
-		}
-	}
-	for name := range ports {
-		if po, ok := applied[name]; ok && po.counter != "" {
-			out[name] = packets[po.counter]
-		}
-	}
-	return out, nil
 }
 
 // LocalhostRejected returns, by protocol ("udp", "sctp"), the packets the

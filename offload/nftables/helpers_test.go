@@ -2,7 +2,13 @@ package nftables
 
 import (
 	"net/netip"
+	"testing"
 
+	"sigs.k8s.io/knftables"
+
+	"github.com/svcproxy/svcproxy/internal/ruletest"
+	knft "github.com/svcproxy/svcproxy/kernel/nftables"
+	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
@@ -16,3 +22,85 @@ var testConfig = Config{
 
 // labPort is the port of st.Service("web", ...).
 var labPort = service.PortName{NamespacedName: service.NamespacedName{Namespace: "default", Name: "web"}, Port: "p", Protocol: service.TCP}
+
+// rules is nftables mode as the tables it shares with iptables mode drive it
+// (internal/ruletest): a Proxier on a Fake of the family's table.
+var rules ruletest.Path = rulesPath{}
+
+type rulesPath struct{}
+
+func (rulesPath) New(t *testing.T, o ruletest.Options) ruletest.Rig {
+	f, local := knft.NewFake(Table), ruletest.NodeIP
+	if o.Family == service.IPv6 {
+		f, local = knft.NewFakeFamily(TableFamily(service.IPv6), Table), ruletest.NodeIP6
+	}
+	f.SetLocalAddrs(local)
+	r := &rig{nft: f, o: o}
+	r.Restart(t)
+	return r
+}
+
+// rig is a Proxier on a Fake.
+type rig struct {
+	nft *knft.Fake
+	o   ruletest.Options
+	*Proxier
+}
+
+func (r *rig) Restart(t *testing.T) {
+	t.Helper()
+	cfg := Config{Family: r.o.Family, NodeName: st.ThisNode, ClusterCIDR: ruletest.ClusterCIDR(r.o.Family), NodeIP: r.o.NodeIP,
+		CountConnections: r.o.CountConnections}
+	p, err := NewProxier(ProxierConfig{Rules: cfg, NFT: r.nft, Conntrack: r.o.Conntrack,
+		SyncPeriod: r.o.SyncPeriod, FullSyncPeriod: r.o.FullSyncPeriod, Now: r.o.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Proxier = p
+}
+
+func (r *rig) Health() kernelsync.Health { return r.Proxier.Health().Health }
+func (r *rig) Dump() string              { return r.nft.Dump() }
+
+// Hit adds n packets per endpoint to port's named counter, which every
+// connection to the port meets once.
+func (r *rig) Hit(t *testing.T, port service.PortName, n uint64) {
+	var po *portObjects
+	r.sync.BetweenSyncs(func(applied map[service.PortName]*portObjects) { po = applied[port] })
+	c := r.nft.Table.Counters[po.counter]
+	if c == nil {
+		t.Fatalf("%s has no counter %q", port, po.counter)
+	}
+	endpoints := map[string]bool{}
+	for _, e := range po.status.Endpoints {
+		endpoints[e.Addr] = true
+	}
+	had := uint64(0) // knftables' Fake adds a counter without packets
+	if c.Packets != nil {
+		had = *c.Packets
+	}
+	c.Packets = knftables.PtrTo(had + n*uint64(len(endpoints)))
+}
+
+func (r *rig) Trace(p ruletest.Packet) (ruletest.Trace, error) {
+	tr, err := r.nft.Trace(packet(p))
+	return trace(tr), err
+}
+
+func (r *rig) TraceAll(p ruletest.Packet) ([]ruletest.Trace, error) {
+	trs, err := r.nft.TraceAll(packet(p))
+	out := make([]ruletest.Trace, len(trs))
+	for i, tr := range trs {
+		out[i] = trace(tr)
+	}
+	return out, err
+}
+
+func packet(p ruletest.Packet) knft.Packet {
+	return knft.Packet{Proto: p.Proto, Src: p.Src, Dst: p.Dst, Local: p.Local, Pick: p.Pick}
+}
+
+func trace(tr knft.Trace) ruletest.Trace {
+	return ruletest.Trace{Verdict: tr.Verdict, DNAT: tr.DNAT, Masquerade: tr.Masquerade, Delivered: tr.Delivered,
+		Probability: tr.Probability, Result: tr.Result(), Text: tr.String()}
+}
