@@ -7,7 +7,7 @@ BIN     := bin
 # are cached (docs/conformance.md has the suite's measured time).
 TIMEOUT ?= 40m
 
-.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins conformance-bins cluster-bins conformance image e2e-images bench bench-plots clean
+.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins conformance-bins cluster-bins conformance image e2e-images kubeadm-images bench bench-plots clean
 
 all: build
 
@@ -82,6 +82,14 @@ image: deps
 ## agnhost's need `make conformance-bins` first (images)
 e2e-images: deps
 	$(GO) run ./images/mkimages -o $(BIN)/e2e-images
+
+## kubeadm-images: the images a cluster made by kubeadm v1.37.2 runs
+## (`kubeadm config images list`: kube-apiserver, kube-controller-manager,
+## kube-scheduler, kube-proxy, coredns, etcd, pause) under kubeadm's names, one
+## archive each in bin/kubeadm-images for `ctr -n k8s.io images import`; their
+## programs from `make cluster-bins` (images, docs/kind.md)
+kubeadm-images: deps cluster-bins
+	$(GO) run ./images/mkimages -kubeadm -o $(BIN)/kubeadm-images
 
 ## test: everything, root-only tests included (they skip without root); then
 ## the userspace shutdown tests again under the race detector, the only way
