@@ -122,7 +122,7 @@ func TestProxierConnect(t *testing.T) {
 			lb := ksocklb.NewFake()
 			p := newMaps(t, Config{LB: lb})
 			snap := st.Snapshot(tt.svc)
-			snap.SetNode(tt.node)
+			snap = snap.With(service.WithNode(tt.node))
 			mustSync(t, p, snap)
 			if got := reach(lb, ksocklb.TCP, tt.dst, 3); tt.svc.Ports[0].Protocol == service.TCP && !slices.Equal(got, tt.want) {
 				_, tr := lb.Connect(ksocklb.Client{}, ksocklb.TCP, ap(tt.dst))

@@ -51,7 +51,5 @@ func build(objs []runtime.Object, sel selection) *service.Snapshot {
 			}
 		}
 	}
-	snap := service.Build(svcs, slices, endpoints)
-	snap.SetNode(node)
-	return snap
+	return service.Build(svcs, slices, endpoints, service.WithNode(node))
 }
