@@ -13,7 +13,7 @@ import (
 )
 
 // ownListeners refuses endpoints that are svcproxy's own /healthz and
-// /metrics listeners (issue: an endpoint at the node's 10249 served the
+// /metrics listeners (else an endpoint at the node's 10249 would serve the
 // localhost-only /status to any pod through a ClusterIP). Loopback and
 // link-local endpoints are refused by package service already, as the API
 // server refuses them; the node's own addresses only this process knows.
