@@ -18,6 +18,7 @@ import (
 	"github.com/svcproxy/svcproxy/kernel/socklb/lifecycle"
 	offloadiptables "github.com/svcproxy/svcproxy/offload/iptables"
 	offloadipvs "github.com/svcproxy/svcproxy/offload/ipvs"
+	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	offloadnftables "github.com/svcproxy/svcproxy/offload/nftables"
 	"github.com/svcproxy/svcproxy/offload/socklb"
 	"github.com/svcproxy/svcproxy/service"
@@ -201,10 +202,11 @@ func (f *family) userspace() (userspace.Config, error) {
 func (f *family) kernelPath(mode string, carries func(service.PortName) bool) (dataplane.KernelPath, error) {
 	f.warnNodePorts(mode)
 	node, count := f.node, carries != nil
+	periods := kernelsync.Periods{Conntrack: conntrack.Netlink{}, SyncPeriod: f.cfg.SyncPeriod}
 	switch mode {
 	case dataplane.ModeIPTables:
 		return offloadiptables.New(offloadiptables.Config{Node: node, Carries: carries, CountConnections: count,
-			IPTables: f.ipt, Conntrack: conntrack.Netlink{}, SyncPeriod: f.cfg.SyncPeriod})
+			IPTables: f.ipt, Periods: periods})
 	case dataplane.ModeNFTables:
 		nft, err := knft.NewFamily(offloadnftables.TableFamily(node.Family), offloadnftables.Table)
 		if err != nil {
@@ -214,7 +216,7 @@ func (f *family) kernelPath(mode string, carries func(service.PortName) bool) (d
 		// there the userspace NodePort listeners, bound to every address,
 		// answer on loopback already.
 		return offloadnftables.New(offloadnftables.Config{Node: node, Carries: carries, CountConnections: count,
-			LocalhostNodePorts: f.ports.Loopback && carries == nil, NFT: nft, Conntrack: conntrack.Netlink{}, SyncPeriod: f.cfg.SyncPeriod})
+			LocalhostNodePorts: f.ports.Loopback && carries == nil, NFT: nft, Periods: periods})
 	case dataplane.ModeSocketLB:
 		beside, err := f.kernelPath(dataplane.ModeNFTables, carries)
 		if err != nil {
