@@ -51,14 +51,14 @@ func (d *demo) exec(ctx context.Context, host string, argv ...string) (string, e
 // traffic shows and runs `svclab traffic`.
 func (d *demo) traffic(ctx context.Context, n int, target string) (*pods.Tally, error) {
 	d.cmd(fmt.Sprintf("svclab traffic --n %d %s", n, target))
-	return d.l.Traffic(ctx, TrafficOptions{Target: target, N: n})
+	return d.l.pods.Traffic(ctx, pods.TrafficOptions{Target: target, N: n})
 }
 
 // traffic6 shows and runs `svclab traffic --ipv6`: the target's name
 // resolved to its IPv6 ClusterIP.
 func (d *demo) traffic6(ctx context.Context, n int, target string) (*pods.Tally, error) {
 	d.cmd(fmt.Sprintf("svclab traffic --ipv6 --n %d %s", n, target))
-	return d.l.Traffic(ctx, TrafficOptions{Target: target, N: n, IPv6: true})
+	return d.l.pods.Traffic(ctx, pods.TrafficOptions{Target: target, N: n, IPv6: true})
 }
 
 // shell quotes an IPv6 host:port for the command lines the demo shows: sh
@@ -163,7 +163,7 @@ one-node cluster out of network namespaces and follows a request through it.
 
 // expectPods checks that a tally has no failures and its answers came from
 // exactly the pods named.
-func expectPods(t *pods.Tally, pods ...string) error {
+func expectPods(t *pods.Tally, want ...string) error {
 	if t.Failed > 0 {
 		return fmt.Errorf("%d of %d requests failed: %s", t.Failed, t.Total, strings.Join(t.Errors, "; "))
 	}
@@ -171,8 +171,8 @@ func expectPods(t *pods.Tally, pods ...string) error {
 	for _, p := range t.Pods {
 		got = append(got, p.Pod)
 	}
-	if strings.Join(got, ",") != strings.Join(pods, ",") {
-		return fmt.Errorf("answers came from [%s], want [%s]", strings.Join(got, " "), strings.Join(pods, " "))
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		return fmt.Errorf("answers came from [%s], want [%s]", strings.Join(got, " "), strings.Join(want, " "))
 	}
 	return nil
 }

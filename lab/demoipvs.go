@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+
+	"github.com/svcproxy/svcproxy/lab/cluster"
 )
 
 // ipvsFallback is the line svcproxy logs when --mode ipvs finds no IPVS in the
@@ -30,10 +32,10 @@ without IPVS, svcproxy logs why and runs iptables mode, as kube-proxy does.
 `,
 		run: func(ctx context.Context, d *demo) error {
 			d.cmd("svclab mode ipvs")
-			if err := l.SetMode(ctx, "ipvs"); err != nil {
+			if err := l.cluster.Daemons().SetMode(ctx, "ipvs"); err != nil {
 				return err
 			}
-			out, err := d.exec(ctx, node, "curl", "-s", metricsAddr+"/proxyMode")
+			out, err := d.exec(ctx, node, "curl", "-s", cluster.MetricsAddr+"/proxyMode")
 			if err != nil {
 				return fmt.Errorf("/proxyMode: %w", err)
 			}
@@ -44,7 +46,7 @@ without IPVS, svcproxy logs why and runs iptables mode, as kube-proxy does.
 			}
 			// The iptables part was shown two steps ago; the IPVS part is new.
 			d.cmd(`svclab rules | sed -n '/^# IPVS/,$p'`)
-			rules, err := l.rules(ctx)
+			rules, err := l.views.RulesText(ctx)
 			if err != nil {
 				return err
 			}

@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/svcproxy/svcproxy/lab/cluster"
+	"github.com/svcproxy/svcproxy/lab/pods"
+	"github.com/svcproxy/svcproxy/lab/views"
 )
 
 // demoSteps is the walk, in order. The texts say why before the commands say
@@ -132,7 +136,7 @@ IPv6 has the same chains in ip6tables: svcproxy runs one proxier per family.
 `,
 			run: func(ctx context.Context, d *demo) error {
 				d.cmd("svclab rules")
-				out, err := l.Rules(ctx)
+				out, err := l.views.Rules(ctx)
 				if err != nil {
 					return err
 				}
@@ -140,7 +144,7 @@ IPv6 has the same chains in ip6tables: svcproxy runs one proxier per family.
 					return err
 				}
 				d.cmd("svclab rules web-dual")
-				out, err = l.RulesWith(ctx, RulesOptions{Service: "web-dual"})
+				out, err = l.views.RulesWith(ctx, views.RulesOptions{Service: "web-dual"})
 				if err != nil {
 					return err
 				}
@@ -160,11 +164,11 @@ ip6tables does the same for web-dual's IPv6 ClusterIP.
 `,
 			run: func(ctx context.Context, d *demo) error {
 				d.cmd("svclab mode iptables")
-				if err := l.SetMode(ctx, "iptables"); err != nil {
+				if err := l.cluster.Daemons().SetMode(ctx, "iptables"); err != nil {
 					return err
 				}
 				d.cmd("svclab rules")
-				out, err := l.Rules(ctx)
+				out, err := l.views.Rules(ctx)
 				if err != nil {
 					return err
 				}
@@ -213,7 +217,7 @@ is open on both node addresses, 198.19.0.1 and 2001:db8:19::1.
 				}
 				target := netip.AddrPortFrom(p.Node.Addr6, 30082).String()
 				d.cmd(fmt.Sprintf("svclab traffic --n 10 %s", shell(target)))
-				t, err = l.Traffic(ctx, TrafficOptions{Target: target, N: 10})
+				t, err = l.pods.Traffic(ctx, pods.TrafficOptions{Target: target, N: 10})
 				if err != nil {
 					return err
 				}
@@ -288,7 +292,7 @@ watch them with their ServiceAccounts' tokens.
 				return err
 			}
 			d.cmd("svclab kubectl get endpointslices -l kubernetes.io/service-name=web")
-			out, err := l.kubectlOut(ctx, nil, "get", "endpointslices", "-l", "kubernetes.io/service-name=web")
+			out, err := l.cluster.KubectlOut(ctx, nil, "get", "endpointslices", "-l", "kubernetes.io/service-name=web")
 			fmt.Fprint(d.out, out)
 			if err != nil {
 				return err
@@ -298,7 +302,7 @@ watch them with their ServiceAccounts' tokens.
 		},
 		// etcd, kube-apiserver and kube-controller-manager start first:
 		// seconds on an idle machine, a minute or more on a busy one.
-		timeout: 3 * controlPlaneTimeout,
+		timeout: 3 * cluster.ControlPlaneTimeout,
 		ok:      "the control plane runs; the EndpointSlice controller wrote web's slice; five pods answer",
 	}
 }

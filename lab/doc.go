@@ -23,5 +23,5 @@
 // plane's keys and data) under one directory, /run/svclab by default, so
 // that one svclab command finds what the one before it made. Up also
 // mounts a bpffs on /run/svclab-bpf, where svcproxy pins the socket LB's
-// maps and svclab rules and trace read them (socklbview.go).
+// maps and svclab rules and trace read them (views/socklb.go).
 package lab

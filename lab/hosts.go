@@ -5,6 +5,7 @@ import (
 	"io"
 	"sort"
 
+	"github.com/svcproxy/svcproxy/lab/cluster"
 	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
@@ -25,7 +26,7 @@ func (l *Lab) Hosts() ([]topology.HostRow, error) {
 		if outside, ok := p.Host("outside"); ok {
 			hosts = append(hosts, outside)
 		}
-		runs := fmt.Sprintf("etcd, kube-apiserver :6443, kube-controller-manager, kube-scheduler, containerd, kubelet; pods on %s in %s (svclab kubectl get pods -A -o wide)", podBridge, p.PodCIDR)
+		runs := fmt.Sprintf("etcd, kube-apiserver :6443, kube-controller-manager, kube-scheduler, containerd, kubelet; pods on %s in %s (svclab kubectl get pods -A -o wide)", cluster.PodBridge, p.PodCIDR)
 		return p.HostRows(runs, hosts), nil
 	}
 	pods := l.net.AddedHosts()

@@ -31,6 +31,11 @@ type Snapshot struct {
 	// node is this node's Node object, nil when unknown (WithNode).
 	node *Node
 
+	// namespaces and pods are what a DNS server reads beside Services, nil
+	// when the source does not follow them (WithNamespaces, WithPodIPs).
+	namespaces Namespaces
+	pods       PodIPs
+
 	// changes are the source's cumulative change counts this Snapshot
 	// includes (WithChanges).
 	changes changeCounts
@@ -43,7 +48,8 @@ type Snapshot struct {
 }
 
 // SnapshotOption gives a Snapshot what it carries besides its Services: this
-// node's Node (WithNode), the source's change counts (WithChanges). Options
+// node's Node (WithNode), the source's change counts (WithChanges), the
+// namespaces and pods a DNS server reads (WithNamespaces, WithPodIPs). Options
 // are applied while the Snapshot is built, never after.
 type SnapshotOption func(*Snapshot)
 
@@ -73,7 +79,8 @@ func NewSnapshot(services []*Service, errs []error, opts ...SnapshotOption) *Sna
 // Node or the change counts a source learns after it built s. s itself is not
 // changed; the two share what is immutable (the Services, their order).
 func (s *Snapshot) With(opts ...SnapshotOption) *Snapshot {
-	c := &Snapshot{services: s.services, ports: s.ports, errs: s.errs, node: s.node, changes: s.changes}
+	c := &Snapshot{services: s.services, ports: s.ports, errs: s.errs, node: s.node, changes: s.changes,
+		namespaces: s.namespaces, pods: s.pods}
 	for _, o := range opts {
 		o(c)
 	}

@@ -15,6 +15,8 @@ import (
 	"syscall"
 
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/cluster"
+	"github.com/svcproxy/svcproxy/lab/pods"
 )
 
 const usage = `usage: svclab [--state DIR] [--bin DIR] [--kapi DIR] COMMAND [ARGS]
@@ -250,14 +252,14 @@ func cmdUp(ctx context.Context, cfg lab.Config, args []string) error {
 	}
 	opts := lab.UpOptions{Mode: *mode}
 	if *withCP || *withKubelet {
-		cp, err := lab.FindControlPlane(*kapiDir)
+		cp, err := cluster.FindControlPlane(*kapiDir)
 		if err != nil {
 			return err
 		}
 		opts.ControlPlane = &cp
 	}
 	if *withKubelet {
-		rn, err := lab.FindRealNode(*kapiDir, imageDir(cfg))
+		rn, err := cluster.FindNodePrograms(*kapiDir, imageDir(cfg))
 		if err != nil {
 			return err
 		}
@@ -300,7 +302,7 @@ func cmdTraffic(ctx context.Context, cfg lab.Config, args []string) error {
 	if err != nil {
 		return err
 	}
-	t, err := l.Traffic(ctx, lab.TrafficOptions{Target: fs.Arg(0), N: *n, Rate: *rate, From: *from, Timeline: *timeline, Hold: *hold, IPv6: *ipv6})
+	t, err := l.Traffic(ctx, pods.TrafficOptions{Target: fs.Arg(0), N: *n, Rate: *rate, From: *from, Timeline: *timeline, Hold: *hold, IPv6: *ipv6})
 	if err != nil {
 		return err
 	}
@@ -323,11 +325,11 @@ func cmdMode(ctx context.Context, cfg lab.Config, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := l.SetModeWith(ctx, lab.ModeOptions{Mode: args[0], IPVSScheduler: *sched, Offload: *offload, DemoteAfter: *demote}); err != nil {
+	if err := l.Cluster().Daemons().SetModeWith(ctx, cluster.ModeOptions{Mode: args[0], IPVSScheduler: *sched, Offload: *offload, DemoteAfter: *demote}); err != nil {
 		return err
 	}
 	// Ask what really runs: --mode ipvs on a kernel without IPVS runs iptables.
-	running, err := l.NodeGet(ctx, "/proxyMode")
+	running, err := l.Cluster().Daemons().NodeGet(ctx, "/proxyMode")
 	running = strings.TrimSpace(running)
 	switch {
 	case err != nil:
@@ -364,7 +366,7 @@ func cmdDemo(ctx context.Context, cfg lab.Config, args []string) error {
 		return fmt.Errorf("--control-plane %q: want auto, true or false", *withCP)
 	}
 	if *withCP != "false" {
-		cp, err := lab.FindControlPlane(*kapiDir)
+		cp, err := cluster.FindControlPlane(*kapiDir)
 		switch {
 		case err == nil:
 			cfg.ControlPlane = &cp
@@ -386,7 +388,7 @@ func cmdKubectl(ctx context.Context, cfg lab.Config, args []string) error {
 	if err != nil {
 		return err
 	}
-	err = l.Kubectl(ctx, os.Stdin, cfg.Stdout, cfg.Stderr, args...)
+	err = l.Cluster().Kubectl(ctx, os.Stdin, cfg.Stdout, cfg.Stderr, args...)
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		return exitError{ee.ExitCode()}

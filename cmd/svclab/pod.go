@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/cluster"
 )
 
 const podAbout = `
@@ -65,19 +66,19 @@ func cmdPodControl(ctx context.Context, cfg lab.Config, args []string) error {
 	}
 	switch {
 	case *kill:
-		if err := l.KillPod(ctx, name); err != nil {
+		if err := l.Pods().Kill(ctx, name); err != nil {
 			return err
 		}
 		fmt.Fprintf(cfg.Stdout, "pod %s: killed; its endpoints stay in the slices, nothing answers there\n", name)
 		return nil
 	case *start:
-		if err := l.StartPod(ctx, name); err != nil {
+		if err := l.Pods().Restart(ctx, name); err != nil {
 			return err
 		}
 		fmt.Fprintf(cfg.Stdout, "pod %s: started\n", name)
 		return nil
 	}
-	cp, err := l.HasControlPlane()
+	cp, err := l.Cluster().HasControlPlane()
 	if err != nil {
 		return err
 	}
@@ -89,7 +90,7 @@ func cmdPodControl(ctx context.Context, cfg lab.Config, args []string) error {
 		if err != nil {
 			return fmt.Errorf("--ready %q: want true or false", *ready)
 		}
-		if err := l.SetReady(ctx, *ns, name, r); err != nil {
+		if err := l.Cluster().SetReady(ctx, *ns, name, r); err != nil {
 			return err
 		}
 		status := "False"
@@ -99,18 +100,18 @@ func cmdPodControl(ctx context.Context, cfg lab.Config, args []string) error {
 		fmt.Fprintf(cfg.Stdout, "pod %s/%s: Ready=%s\n", *ns, name, status)
 		return nil
 	}
-	var c lab.Conditions
+	var c cluster.Conditions
 	switch {
 	case *terminating:
-		c = lab.Conditions{Serving: true, Terminating: true}
+		c = cluster.Conditions{Serving: true, Terminating: true}
 	default:
 		r, err := strconv.ParseBool(*ready)
 		if err != nil {
 			return fmt.Errorf("--ready %q: want true or false", *ready)
 		}
-		c = lab.Conditions{Ready: r, Serving: r}
+		c = cluster.Conditions{Ready: r, Serving: r}
 	}
-	n, changed, err := l.SetPodConditions(ctx, name, c)
+	n, changed, err := l.Cluster().SetPodConditions(ctx, name, c)
 	if err != nil {
 		return err
 	}
