@@ -23,6 +23,9 @@ type UpOptions struct {
 	// the kubelet and kube-scheduler, with svcproxy and clusterdns as pods
 	// of deploy/realnode (their image's), instead of svclab's processes.
 	RealNode *cluster.NodePrograms
+	// Demo records this process as the lab's owner, so that a concurrent
+	// `svclab up` does not pull the lab from under `svclab demo`.
+	Demo bool
 }
 
 // Up builds the file-fed lab with svcproxy in mode; see UpWith.
@@ -70,7 +73,7 @@ func (l *Lab) UpWith(ctx context.Context, opts UpOptions) error {
 		return err
 	}
 	st := topology.State{Mode: mode}
-	if l.inDemo {
+	if opts.Demo {
 		st.Demo = os.Getpid()
 	}
 	if opts.ControlPlane != nil {
