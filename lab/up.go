@@ -60,13 +60,7 @@ func (l *Lab) UpWith(ctx context.Context, opts UpOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := l.Down(ctx); err != nil {
-		return fmt.Errorf("remove the leftovers of an earlier lab: %w", err)
-	}
-	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
-		return err
-	}
-	if err := l.net.Cgroups().MakeSubtree(); err != nil {
+	if err := l.prepare(ctx); err != nil {
 		return err
 	}
 	if err := l.net.BPFFS().Mount(); err != nil {
@@ -101,13 +95,7 @@ func (l *Lab) upWithRealNode(ctx context.Context, opts UpOptions) error {
 	if opts.ControlPlane == nil {
 		return errors.New("a real node needs the control plane (its programs: make kapi)")
 	}
-	if err := l.Down(ctx); err != nil {
-		return fmt.Errorf("remove the leftovers of an earlier lab: %w", err)
-	}
-	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
-		return err
-	}
-	if err := l.net.Cgroups().MakeSubtree(); err != nil {
+	if err := l.prepare(ctx); err != nil {
 		return err
 	}
 	st := topology.State{Mode: opts.Mode, Kubectl: opts.ControlPlane.Kubectl, RealNode: true}
@@ -115,6 +103,18 @@ func (l *Lab) upWithRealNode(ctx context.Context, opts UpOptions) error {
 		return err
 	}
 	return l.cluster.UpRealNode(ctx, *opts.ControlPlane, *opts.RealNode, opts.Mode)
+}
+
+// prepare removes what a crashed run left behind, and makes the state
+// directory and the lab's cgroup2 subtree.
+func (l *Lab) prepare(ctx context.Context) error {
+	if err := l.Down(ctx); err != nil {
+		return fmt.Errorf("remove the leftovers of an earlier lab: %w", err)
+	}
+	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
+		return err
+	}
+	return l.net.Cgroups().MakeSubtree()
 }
 
 // Down removes everything the lab made: what the cluster runs outside the
