@@ -29,6 +29,11 @@ type Snapshot struct {
 	// node is this node's Node object, nil when unknown (SetNode).
 	node *Node
 
+	// namespaces and pods are what a DNS server reads beside Services, nil
+	// when the source does not follow them (SetNamespaces, SetPodIPs).
+	namespaces Namespaces
+	pods       PodIPs
+
 	// changes are the source's cumulative change counts this Snapshot
 	// includes (SetChanges).
 	changes changeCounts

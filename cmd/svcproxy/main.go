@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/service"
 	"github.com/svcproxy/svcproxy/service/watch"
 )
@@ -79,7 +80,7 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	}
 	log.Info("svcproxy starting", "mode", dp.Mode(), "source", sourceName(cfg))
 	ep := newEndpoints(dp, log.With("component", "http"))
-	changes := newChangeMetrics(w.Changes)
+	changes := dataplane.NewChangeMetrics(w.Changes)
 	ep.registry.MustRegister(changes)
 	own := newOwnListeners(cfg, log)
 	hc := newHealthChecks(cfg, dp, log)
@@ -111,7 +112,7 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	for {
 		select {
 		case snap := <-snaps:
-			changes.took(snap) // handed to the dataplane below: no longer pending
+			changes.Took(snap) // handed to the dataplane below: no longer pending
 			snap = own.filter(snap)
 			ep.health.SetNode(snap.Node())
 			hc.sync(snap)

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/ruletest"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/offload/kernelsync"
@@ -19,12 +20,11 @@ import (
 // The test cluster is servicetest's: this node st.ThisNode at 198.19.0.1, pods
 // in 198.19.1.0/24, services in 198.18.0.0/16.
 var testConfig = Config{
-	NodeName:    st.ThisNode,
-	ClusterCIDR: netip.MustParsePrefix("198.19.1.0/24"),
+	Node: dataplane.Node{NodeName: st.ThisNode, ClusterCIDR: netip.MustParsePrefix("198.19.1.0/24")},
 }
 
 // rules is iptables mode as the tables it shares with nftables mode drive it
-// (internal/ruletest): a Proxier on a Fake that counts packets.
+// (internal/ruletest): a Dataplane on a Fake that counts packets.
 var rules ruletest.Path = rulesPath{}
 
 type rulesPath struct{}
@@ -40,32 +40,48 @@ func (rulesPath) New(t *testing.T, o ruletest.Options) ruletest.Rig {
 	return r
 }
 
-// rig is a Proxier on a countingIPT.
+// rig is a Dataplane on a countingIPT, as the shared tables drive it: Update
+// hands a Snapshot over, Sync applies it (the Syncer's Sync) if there is one.
 type rig struct {
-	ipt *countingIPT
-	o   ruletest.Options
-	*Proxier
+	ipt  *countingIPT
+	o    ruletest.Options
+	d    *Dataplane
+	snap *service.Snapshot
 }
 
 func (r *rig) Restart(t *testing.T) {
 	t.Helper()
-	cfg := Config{Family: r.o.Family, NodeName: st.ThisNode, ClusterCIDR: ruletest.ClusterCIDR(r.o.Family), NodeIP: r.o.NodeIP}
-	p, err := NewProxier(ProxierConfig{Rules: cfg, IPTables: r.ipt, Conntrack: r.o.Conntrack, CountConnections: r.o.CountConnections,
-		SyncPeriod: r.o.SyncPeriod, FullSyncPeriod: r.o.FullSyncPeriod, Now: r.o.Now})
+	cfg := Config{Node: dataplane.Node{Family: r.o.Family, NodeName: st.ThisNode, ClusterCIDR: ruletest.ClusterCIDR(r.o.Family), NodeIP: r.o.NodeIP}}
+	cfg.IPTables, cfg.Conntrack, cfg.CountConnections, cfg.SyncPeriod, cfg.FullSyncPeriod, cfg.Now = r.ipt, r.o.Conntrack, r.o.CountConnections, r.o.SyncPeriod, r.o.FullSyncPeriod, r.o.Now
+	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Proxier = p
+	r.d, r.snap = d, nil
 }
 
-func (r *rig) Health() kernelsync.Health { return r.Proxier.Health().Health }
-func (r *rig) Dump() string              { return r.ipt.Dump() }
+func (r *rig) Update(snap *service.Snapshot) { r.snap = snap }
+
+func (r *rig) Sync(ctx context.Context) error {
+	if r.snap == nil {
+		return nil
+	}
+	return r.d.Sync(ctx, r.snap)
+}
+
+func (r *rig) Health() kernelsync.Health       { return r.d.Health().Health }
+func (r *rig) Status() []kernelsync.PortStatus { return r.d.Ports() }
+func (r *rig) Dump() string                    { return r.ipt.Dump() }
+
+func (r *rig) Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
+	return r.d.Connections(ctx, nil, ports)
+}
 
 // Hit counts n packets on each SVCP-SEP- chain of port's DNAT rules.
 func (r *rig) Hit(t *testing.T, port service.PortName, n uint64) {
 	r.ipt.mu.Lock()
 	defer r.ipt.mu.Unlock()
-	for _, ch := range appliedChains(r.Proxier, port) {
+	for _, ch := range appliedChains(r.d, port) {
 		if ch[:9] == "SVCP-SEP-" {
 			r.ipt.counts[ch] += n
 		}
@@ -101,9 +117,13 @@ func trace(tr kiptables.Trace) ruletest.Trace {
 }
 
 // appliedChains are the nat chains of port as the last sync applied them.
-func appliedChains(p *Proxier, port service.PortName) (chains []string) {
-	p.sync.BetweenSyncs(func(applied map[service.PortName]*portRules) { chains = applied[port].chains })
-	return chains
+func appliedChains(d *Dataplane, port service.PortName) []string {
+	for _, ps := range d.Ports() {
+		if ps.Port == port.String() {
+			return ps.Chains
+		}
+	}
+	return nil
 }
 
 // countingIPT is a Fake that counts packets per chain as the kernel does: a

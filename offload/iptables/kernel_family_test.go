@@ -35,8 +35,8 @@ func netnstestRequireIP6tables(t *testing.T) {
 	}
 }
 
-// familyProxier is one family's Proxier on the node's real ip(6)tables.
-func (l *lab) familyProxier(t *testing.T, fam service.Family) (*Proxier, kiptables.Interface) {
+// familyDataplane is one family's Dataplane on the node's real ip(6)tables.
+func (l *lab) familyDataplane(t *testing.T, fam service.Family) (*Dataplane, kiptables.Interface) {
 	t.Helper()
 	ipt, err := kiptables.New(kiptables.Config{Family: kiptables.Family(fam)})
 	if err != nil {
@@ -47,14 +47,15 @@ func (l *lab) familyProxier(t *testing.T, fam service.Family) (*Proxier, kiptabl
 	if fam == service.IPv6 {
 		cfg.ClusterCIDR = offloadtest.ClusterCIDR6
 	}
-	p, err := NewProxier(ProxierConfig{Rules: cfg, IPTables: ipt, Conntrack: conntrack.Netlink{}})
+	cfg.IPTables, cfg.Conntrack = ipt, conntrack.Netlink{}
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p, ipt
 }
 
-// A dual-stack Service on the real kernel, with a Proxier per family as
+// A dual-stack Service on the real kernel, with a Dataplane per family as
 // svcproxy runs them: each ClusterIP spreads over its family's endpoints and
 // keeps the client address, affinity holds per client, the NodePort answers
 // on the node's address of each family (masqueraded), a port without
@@ -85,7 +86,7 @@ func TestKernelDualStack(t *testing.T) {
 	}
 	ipts := map[service.Family]kiptables.Interface{}
 	for _, f := range families {
-		p, ipt := l.familyProxier(t, f.fam)
+		p, ipt := l.familyDataplane(t, f.fam)
 		ipts[f.fam] = ipt
 		l.sync(t, p, snap.Family(f.fam))
 	}
@@ -150,7 +151,7 @@ func TestKernelDualStack(t *testing.T) {
 // the IPv6 conntrack table is cleaned like the IPv4 one.
 func TestKernelUDPConntrackIPv6(t *testing.T) {
 	l := newDualLab(t)
-	p, _ := l.familyProxier(t, service.IPv6)
+	p, _ := l.familyDataplane(t, service.IPv6)
 	l.CheckUDPConntrack(t, l.syncer(t, p), service.IPv6)
 }
 
@@ -158,7 +159,7 @@ func TestKernelUDPConntrackIPv6(t *testing.T) {
 func TestKernelUDPOneWayToZeroIPv6(t *testing.T) {
 	l := newDualLab(t)
 	l.CheckUDPOneWayToZero(t, func() offloadtest.Sync {
-		p, _ := l.familyProxier(t, service.IPv6)
+		p, _ := l.familyDataplane(t, service.IPv6)
 		return l.syncer(t, p)
 	}, service.IPv6)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
@@ -14,7 +15,7 @@ import (
 )
 
 // lab is offloadtest's lab (a node namespace routing between a client and three
-// backends), with iptables mode's rules config for a Proxier on its node.
+// backends), with iptables mode's rules config for a Dataplane on its node.
 type lab struct {
 	*offloadtest.Lab
 	cfg Config
@@ -23,17 +24,19 @@ type lab struct {
 func newLab(t *testing.T) *lab {
 	t.Helper()
 	netnstest.RequireRoot(t, "iptables", "iptables-restore", "iptables-save", "sysctl")
-	return &lab{Lab: offloadtest.New(t, st.ThisNode), cfg: Config{NodeName: st.ThisNode, ClusterCIDR: offloadtest.ClusterCIDR}}
+	return &lab{Lab: offloadtest.New(t, st.ThisNode), cfg: Config{Node: dataplane.Node{NodeName: st.ThisNode, ClusterCIDR: offloadtest.ClusterCIDR}}}
 }
 
-// proxier returns a Proxier on the node's real iptables and conntrack.
-func (l *lab) proxier(t *testing.T) *Proxier {
+// dataplane returns a Dataplane on the node's real iptables and conntrack.
+func (l *lab) dataplane(t *testing.T) *Dataplane {
 	t.Helper()
 	ipt, err := kiptables.New(kiptables.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewProxier(ProxierConfig{Rules: l.cfg, IPTables: ipt, Conntrack: conntrack.Netlink{}})
+	cfg := l.cfg
+	cfg.IPTables, cfg.Conntrack = ipt, conntrack.Netlink{}
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +45,7 @@ func (l *lab) proxier(t *testing.T) *Proxier {
 
 // syncer is the offloadtest.Sync of p: each call applies a Snapshot with it
 // in the node namespace and returns its Health.
-func (l *lab) syncer(t *testing.T, p *Proxier) offloadtest.Sync {
+func (l *lab) syncer(t *testing.T, p *Dataplane) offloadtest.Sync {
 	return func(snap *service.Snapshot) kernelsync.Health {
 		l.sync(t, p, snap)
 		return p.Health().Health
@@ -50,10 +53,9 @@ func (l *lab) syncer(t *testing.T, p *Proxier) offloadtest.Sync {
 }
 
 // sync applies snap with p inside the node namespace.
-func (l *lab) sync(t *testing.T, p *Proxier, snap *service.Snapshot) {
+func (l *lab) sync(t *testing.T, p *Dataplane, snap *service.Snapshot) {
 	t.Helper()
-	p.Update(snap)
-	if err := l.Node.Do(func() error { return p.Sync(context.Background()) }); err != nil {
+	if err := l.Node.Do(func() error { return p.Sync(context.Background(), snap) }); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -12,7 +12,7 @@ import (
 func TestKernelSourceRanges(t *testing.T) {
 	l := newLab(t)
 	l.ServeTCP(t, 8080)
-	p := l.proxier(t)
+	p := l.dataplane(t)
 	l.sync(t, p, l.Web(st.WithLoadBalancer("198.18.200.1"), st.WithSourceRanges("198.19.10.0/24")))
 	if _, err := offloadtest.Dial(l.Client, "198.18.200.1:80", 3); err != nil {
 		t.Errorf("from inside the source ranges: %v", err)
@@ -32,5 +32,5 @@ func TestKernelSourceRanges(t *testing.T) {
 func TestKernelSourceRangesSNATted(t *testing.T) {
 	l := newLab(t)
 	l.cfg.NodeIP = offloadtest.NodeAddr
-	l.CheckLoadBalancerSNATted(t, l.syncer(t, l.proxier(t)))
+	l.CheckLoadBalancerSNATted(t, l.syncer(t, l.dataplane(t)))
 }

@@ -22,7 +22,9 @@ func TestKernelFlushedTableRepaired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dp, err := NewDataplane(ProxierConfig{Rules: l.cfg, IPTables: ipt, SyncPeriod: 100 * time.Millisecond}, time.Hour)
+	cfg := l.cfg
+	cfg.IPTables, cfg.SyncPeriod, cfg.LagBound = ipt, 100*time.Millisecond, time.Hour
+	dp, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +57,7 @@ func TestKernelFlushedTableRepaired(t *testing.T) {
 // waitPartial waits for the next partial sync.
 func waitPartial(t *testing.T, dp *Dataplane) {
 	t.Helper()
-	n := dp.p.Health().PartialSyncs
+	n := dp.Health().PartialSyncs
 	waitHealth(t, dp, "a partial sync", func(h Health) bool { return h.PartialSyncs > n })
 }
 
@@ -65,9 +67,9 @@ func waitPartial(t *testing.T, dp *Dataplane) {
 func waitHealth(t *testing.T, dp *Dataplane, what string, ok func(Health) bool) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for !ok(dp.p.Health()) {
+	for !ok(dp.Health()) {
 		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: health %+v", what, dp.p.Health())
+			t.Fatalf("waiting for %s: health %+v", what, dp.Health())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

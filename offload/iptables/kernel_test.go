@@ -23,7 +23,7 @@ import (
 
 func TestKernelSpread(t *testing.T) {
 	l := newLab(t)
-	l.CheckSpread(t, l.syncer(t, l.proxier(t)))
+	l.CheckSpread(t, l.syncer(t, l.dataplane(t)))
 }
 
 // TestKernelTopology: trafficDistribution through the endpoints' hints
@@ -31,23 +31,23 @@ func TestKernelSpread(t *testing.T) {
 // without a zone label.
 func TestKernelTopology(t *testing.T) {
 	l := newLab(t)
-	l.CheckTopology(t, l.syncer(t, l.proxier(t)))
+	l.CheckTopology(t, l.syncer(t, l.dataplane(t)))
 }
 
 func TestKernelAffinity(t *testing.T) {
 	l := newLab(t)
-	l.CheckAffinity(t, l.syncer(t, l.proxier(t)))
+	l.CheckAffinity(t, l.syncer(t, l.dataplane(t)))
 }
 
 func TestKernelNodePort(t *testing.T) {
 	l := newLab(t)
-	l.CheckNodePort(t, l.syncer(t, l.proxier(t)))
+	l.CheckNodePort(t, l.syncer(t, l.dataplane(t)))
 }
 
 func TestKernelUDPConntrack(t *testing.T) {
 	l := newLab(t)
 	netnstestRequireConntrack(t)
-	l.CheckUDPConntrack(t, l.syncer(t, l.proxier(t)), service.IPv4)
+	l.CheckUDPConntrack(t, l.syncer(t, l.dataplane(t)), service.IPv4)
 }
 
 // The node itself reaches a ClusterIP (OUTPUT), and a port without endpoints is
@@ -55,7 +55,7 @@ func TestKernelUDPConntrack(t *testing.T) {
 func TestKernelLocalAndReject(t *testing.T) {
 	l := newLab(t)
 	l.ServeTCP(t, 8080)
-	l.sync(t, l.proxier(t), st.Snapshot(
+	l.sync(t, l.dataplane(t), st.Snapshot(
 		st.Service("web", "198.18.0.10", 80, l.Endpoints(8080)),
 		st.Service("empty", "198.18.0.20", 80, nil),
 	))
@@ -76,12 +76,12 @@ func TestKernelLocalAndReject(t *testing.T) {
 	}
 }
 
-// The rules outlive the Proxier; a new one adopts them without a gap, and
+// The rules outlive the Dataplane; a new one adopts them without a gap, and
 // Cleanup leaves nothing.
 func TestKernelRestartAndCleanup(t *testing.T) {
 	l := newLab(t)
 	l.ServeTCP(t, 8080)
-	l.sync(t, l.proxier(t), l.Web())
+	l.sync(t, l.dataplane(t), l.Web())
 	// The old process is gone; traffic flows while a new one takes over.
 	ctx, cancel := context.WithCancel(context.Background())
 	var ok, failed atomic.Int64
@@ -100,7 +100,7 @@ func TestKernelRestartAndCleanup(t *testing.T) {
 	for ok.Load() < 5 {
 		time.Sleep(10 * time.Millisecond) // waits for traffic to flow, asserts nothing about time
 	}
-	restarted := l.proxier(t)
+	restarted := l.dataplane(t)
 	for range 3 {
 		l.sync(t, restarted, l.Web(st.WithNodePort(30080)))
 	}
@@ -113,7 +113,7 @@ func TestKernelRestartAndCleanup(t *testing.T) {
 		t.Errorf("%d of %d connections failed during the restart", failed.Load(), ok.Load()+failed.Load())
 	}
 	if h := restarted.Health(); h.FullSyncs != 1 || h.PartialSyncs != 2 {
-		t.Errorf("restarted proxier: %+v, want one full sync then partial ones", h)
+		t.Errorf("restarted dataplane: %+v, want one full sync then partial ones", h)
 	}
 
 	ipt, _ := kiptables.New(kiptables.Config{})
@@ -130,20 +130,20 @@ func TestKernelRestartAndCleanup(t *testing.T) {
 
 // Chains that belong to nothing any more are deleted in the same transaction that
 // drops the jumps to them: by a partial sync (from what it applied) and by a new
-// Proxier's full sync (from iptables-save).
+// Dataplane's full sync (from iptables-save).
 func TestKernelStaleChains(t *testing.T) {
 	l := newLab(t)
 	two := st.Snapshot(st.Service("web", "198.18.0.10", 80, l.Endpoints(8080), st.WithNodePort(30080)),
 		st.Service("api", "198.18.0.20", 80, l.Endpoints(8080), st.WithAffinity(time.Minute)))
-	p := l.proxier(t)
+	p := l.dataplane(t)
 	l.sync(t, p, two)
 	l.sync(t, p, l.Web()) // partial: api goes, web loses its NodePort
 	save := l.Node.Run(t, "iptables-save", "-t", "nat")
 	if strings.Contains(save, "default/api") || strings.Contains(save, prefixEXT) {
 		t.Errorf("after a partial sync, stale chains are left:\n%s", save)
 	}
-	l.sync(t, l.proxier(t), two)           // restarted with both
-	l.sync(t, l.proxier(t), st.Snapshot()) // restarted with none: a full sync reads what is there
+	l.sync(t, l.dataplane(t), two)           // restarted with both
+	l.sync(t, l.dataplane(t), st.Snapshot()) // restarted with none: a full sync reads what is there
 	save = l.Node.Run(t, "iptables-save", "-t", "nat")
 	for _, prefix := range portChainPrefixes {
 		if strings.Contains(save, prefix) {
@@ -158,7 +158,7 @@ func TestKernelStaleChains(t *testing.T) {
 func TestKernelEstablishedSurvive(t *testing.T) {
 	l := newLab(t)
 	l.ServeEcho(t, 9090)
-	p := l.proxier(t)
+	p := l.dataplane(t)
 	all := func() *service.Snapshot { return st.Snapshot(st.Service("web", "198.18.0.10", 80, l.Endpoints(9090))) }
 	without := func(backend string, change func(eps []service.Endpoint, i int) []service.Endpoint) *service.Snapshot {
 		eps := l.Endpoints(9090)
@@ -195,7 +195,7 @@ func TestKernelFirstSyncUDPConntrack(t *testing.T) {
 	l := newLab(t)
 	netnstestRequireConntrack(t)
 	l.FirstSyncMovesUDP(t, func(eps []service.Endpoint) kernelsync.Health {
-		p := l.proxier(t)
+		p := l.dataplane(t)
 		l.sync(t, p, st.Snapshot(st.Service("dns", "198.18.0.53", 53, eps, st.WithProtocol(service.UDP))))
 		return p.Health().Health
 	})
@@ -206,5 +206,5 @@ func TestKernelFirstSyncUDPConntrack(t *testing.T) {
 func TestKernelUDPOneWayToZero(t *testing.T) {
 	l := newLab(t)
 	netnstestRequireConntrack(t)
-	l.CheckUDPOneWayToZero(t, func() offloadtest.Sync { return l.syncer(t, l.proxier(t)) }, service.IPv4)
+	l.CheckUDPOneWayToZero(t, func() offloadtest.Sync { return l.syncer(t, l.dataplane(t)) }, service.IPv4)
 }

@@ -16,7 +16,7 @@ import (
 // depends on the zone, not only on the port).
 func TestTopologyHints(t *testing.T) {
 	f := kiptables.NewFake()
-	p := newProxier(t, f, nil)
+	p := newDataplane(t, f, nil)
 	hinted := func(forNodes bool, node *service.Node) *service.Snapshot {
 		snap := st.Snapshot(st.Service("web", "198.18.0.10", 80, st.HintedEndpoints(forNodes)))
 		snap.SetNode(node)

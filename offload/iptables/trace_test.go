@@ -24,12 +24,12 @@ func syncedFake(t *testing.T, cfg Config, snap *service.Snapshot) *kiptables.Fak
 	t.Helper()
 	f := kiptables.NewFake()
 	f.SetLocalAddrs(nodeIP)
-	p, err := NewProxier(ProxierConfig{Rules: cfg, IPTables: f})
+	cfg.IPTables = f
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Update(snap)
-	if err := p.Sync(context.Background()); err != nil {
+	if err := p.Sync(context.Background(), snap); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -148,12 +148,13 @@ func TestTraceAffinity(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	f := kiptables.NewFake()
 	f.Now = func() time.Time { return now }
-	p, err := NewProxier(ProxierConfig{Rules: testConfig, IPTables: f})
+	cfg := testConfig
+	cfg.IPTables = f
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Update(st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithAffinity(60*time.Second))))
-	if err := p.Sync(context.Background()); err != nil {
+	if err := p.Sync(context.Background(), st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithAffinity(60*time.Second)))); err != nil {
 		t.Fatal(err)
 	}
 	trace := func(src netip.Addr, pick int) netip.AddrPort {
@@ -185,7 +186,9 @@ func TestHooksPrepended(t *testing.T) {
 	if err := f.Restore(context.Background(), []byte("*nat\n:SVCP-PORTALS - [0:0]\n-A PREROUTING -j SVCP-PORTALS\nCOMMIT\n")); err != nil {
 		t.Fatal(err)
 	}
-	p, _ := NewProxier(ProxierConfig{Rules: testConfig, IPTables: f})
+	cfg := testConfig
+	cfg.IPTables = f
+	p, _ := New(cfg)
 	mustSync(t, p, service.NewSnapshot(nil, nil))
 	nat, _ := f.Save(context.Background(), kiptables.TableNAT)
 	ours := strings.Index(string(nat), "-A PREROUTING -m comment --comment \"svcproxy service portals\" -j SVCP-SERVICES")

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	"github.com/svcproxy/svcproxy/service"
@@ -17,7 +18,7 @@ import (
 // The IPv6 side of the test cluster: this node at 2001:db8:19::1, pods in
 // 2001:db8:19::1:0/112, services in 2001:db8:18::/112.
 var (
-	testConfig6 = Config{Family: service.IPv6, NodeName: st.ThisNode, ClusterCIDR: netip.MustParsePrefix("2001:db8:19::1:0/112")}
+	testConfig6 = Config{Node: dataplane.Node{Family: service.IPv6, NodeName: st.ThisNode, ClusterCIDR: netip.MustParsePrefix("2001:db8:19::1:0/112")}}
 	nodeIP6     = netip.MustParseAddr("2001:db8:19::1")
 	podIP6      = netip.MustParseAddr("2001:db8:19::1:50")
 	outsideIP6  = netip.MustParseAddr("2001:db8:19::200:7")
@@ -48,7 +49,7 @@ func TestRenderGoldenFamilies(t *testing.T) {
 	}{
 		{"dual-stack-ipv4", testConfig},
 		{"dual-stack-ipv6", testConfig6},
-		{"dual-stack-ipv6-node-ips", Config{Family: service.IPv6, NodeName: st.ThisNode, NodeIPs: st.Addrs("198.19.0.1", "2001:db8:19::1", "::1")}},
+		{"dual-stack-ipv6-node-ips", Config{Node: dataplane.Node{Family: service.IPv6, NodeName: st.ThisNode, NodePortIPs: st.Addrs("198.19.0.1", "2001:db8:19::1", "::1")}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := Render(tt.cfg, snap)
@@ -74,12 +75,12 @@ func syncedFake6(t *testing.T, cfg Config, snap *service.Snapshot) *knft.Fake {
 	t.Helper()
 	f := knft.NewFakeFamily(TableFamily(service.IPv6), Table)
 	f.SetLocalAddrs(nodeIP6)
-	p, err := NewProxier(ProxierConfig{Rules: cfg, NFT: f})
+	cfg.NFT = f
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Update(snap)
-	if err := p.Sync(context.Background()); err != nil {
+	if err := p.Sync(context.Background(), snap); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -164,11 +165,11 @@ func TestTraceIPv6(t *testing.T) {
 }
 
 func TestRenderFamilyConfig(t *testing.T) {
-	_, err := Render(Config{Family: service.IPv6, ClusterCIDR: netip.MustParsePrefix("198.19.0.0/16")}, st.Snapshot())
+	_, err := Render(Config{Node: dataplane.Node{Family: service.IPv6, ClusterCIDR: netip.MustParsePrefix("198.19.0.0/16")}}, st.Snapshot())
 	if err == nil || !strings.Contains(err.Error(), "ClusterCIDR 198.19.0.0/16: not an IPv6 prefix") {
 		t.Errorf("an ip6 table with an IPv4 ClusterCIDR: %v", err)
 	}
-	if _, err := Render(Config{Family: "IPv5"}, st.Snapshot()); err == nil {
+	if _, err := Render(Config{Node: dataplane.Node{Family: "IPv5"}}, st.Snapshot()); err == nil {
 		t.Error("Family IPv5: no error")
 	}
 }
@@ -180,14 +181,15 @@ func TestConntrackCleanupIPv6(t *testing.T) {
 		return st.Service("dns", "198.18.0.53", 53, eps, st.WithDualStack("2001:db8:18::53"), st.WithProtocol(service.UDP), st.WithNodePort(30053))
 	}
 	ct := conntrack.NewFake()
-	p, err := NewProxier(ProxierConfig{Rules: testConfig6, NFT: knft.NewFakeFamily(TableFamily(service.IPv6), Table), Conntrack: ct})
+	cfg := testConfig6
+	cfg.NFT, cfg.Conntrack = knft.NewFakeFamily(TableFamily(service.IPv6), Table), ct
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sync := func(s *service.Service) {
 		t.Helper()
-		p.Update(st.Snapshot(s))
-		if err := p.Sync(context.Background()); err != nil {
+		if err := p.Sync(context.Background(), st.Snapshot(s)); err != nil {
 			t.Fatal(err)
 		}
 	}

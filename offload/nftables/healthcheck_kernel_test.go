@@ -27,7 +27,7 @@ func TestKernelLocalWithHealthCheck(t *testing.T) {
 	// The client is outside the cluster here, as a load balancer's clients are
 	// (a pod would be sent to any endpoint: kube-proxy's short-circuit).
 	l.cfg.ClusterCIDR = netip.MustParsePrefix("198.19.200.0/24")
-	p := l.proxier(t)
+	p := l.dataplane(t)
 	hc := healthcheck.New(healthcheck.Config{NodeName: st.ThisNode, Addresses: []netip.Addr{netip.MustParseAddr("198.19.10.1")}})
 	t.Cleanup(hc.Close)
 	local := func(node string) *service.Snapshot {

@@ -19,9 +19,9 @@ func newDualLab(t *testing.T) *lab {
 	return l
 }
 
-// familyProxier is one family's Proxier on the node's real nftables: the
-// `ip6 svcproxy` table for IPv6, as svcproxy runs one Proxier per family.
-func (l *lab) familyProxier(t *testing.T, fam service.Family) *Proxier {
+// familyDataplane is one family's Dataplane on the node's real nftables: the
+// `ip6 svcproxy` table for IPv6, as svcproxy runs one Dataplane per family.
+func (l *lab) familyDataplane(t *testing.T, fam service.Family) *Dataplane {
 	t.Helper()
 	var nft knft.Interface
 	if err := l.Node.Do(func() (err error) {
@@ -35,7 +35,8 @@ func (l *lab) familyProxier(t *testing.T, fam service.Family) *Proxier {
 	if fam == service.IPv6 {
 		cfg.ClusterCIDR = offloadtest.ClusterCIDR6
 	}
-	p, err := NewProxier(ProxierConfig{Rules: cfg, NFT: nft, Conntrack: conntrack.Netlink{}})
+	cfg.NFT, cfg.Conntrack = nft, conntrack.Netlink{}
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,12 +48,12 @@ func (l *lab) familyProxier(t *testing.T, fam service.Family) *Proxier {
 // as the IPv4 ones are.
 func TestKernelUDPConntrackIPv6(t *testing.T) {
 	l := newDualLab(t)
-	p := l.familyProxier(t, service.IPv6)
+	p := l.familyDataplane(t, service.IPv6)
 	l.CheckUDPConntrack(t, l.syncer(t, p), service.IPv6)
 }
 
 // The one-way sender of TestKernelUDPOneWayToZero, over IPv6.
 func TestKernelUDPOneWayToZeroIPv6(t *testing.T) {
 	l := newDualLab(t)
-	l.CheckUDPOneWayToZero(t, func() offloadtest.Sync { return l.syncer(t, l.familyProxier(t, service.IPv6)) }, service.IPv6)
+	l.CheckUDPOneWayToZero(t, func() offloadtest.Sync { return l.syncer(t, l.familyDataplane(t, service.IPv6)) }, service.IPv6)
 }

@@ -12,5 +12,5 @@ import (
 func TestKernelSourceRangesSNATted(t *testing.T) {
 	l := newLab(t)
 	l.cfg.NodeIP = offloadtest.NodeAddr
-	l.CheckLoadBalancerSNATted(t, l.syncer(t, l.proxier(t)))
+	l.CheckLoadBalancerSNATted(t, l.syncer(t, l.dataplane(t)))
 }

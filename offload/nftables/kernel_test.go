@@ -29,7 +29,7 @@ import (
 
 func TestKernelSpread(t *testing.T) {
 	l := newLab(t)
-	l.CheckSpread(t, l.syncer(t, l.proxier(t)))
+	l.CheckSpread(t, l.syncer(t, l.dataplane(t)))
 }
 
 // TestKernelTopology: trafficDistribution through the endpoints' hints
@@ -37,23 +37,23 @@ func TestKernelSpread(t *testing.T) {
 // without a zone label.
 func TestKernelTopology(t *testing.T) {
 	l := newLab(t)
-	l.CheckTopology(t, l.syncer(t, l.proxier(t)))
+	l.CheckTopology(t, l.syncer(t, l.dataplane(t)))
 }
 
 func TestKernelAffinity(t *testing.T) {
 	l := newLab(t)
-	l.CheckAffinity(t, l.syncer(t, l.proxier(t)))
+	l.CheckAffinity(t, l.syncer(t, l.dataplane(t)))
 }
 
 func TestKernelNodePort(t *testing.T) {
 	l := newLab(t)
-	l.CheckNodePort(t, l.syncer(t, l.proxier(t)))
+	l.CheckNodePort(t, l.syncer(t, l.dataplane(t)))
 }
 
 func TestKernelUDPConntrack(t *testing.T) {
 	l := newLab(t)
 	netnstestRequireConntrack(t)
-	l.CheckUDPConntrack(t, l.syncer(t, l.proxier(t)), service.IPv4)
+	l.CheckUDPConntrack(t, l.syncer(t, l.dataplane(t)), service.IPv4)
 }
 
 // Hairpin: a backend that reaches its own Service and lands on itself must see
@@ -63,7 +63,7 @@ func TestKernelUDPConntrack(t *testing.T) {
 func TestKernelHairpin(t *testing.T) {
 	l := newLab(t)
 	l.ServeTCP(t, 8080)
-	l.sync(t, l.proxier(t), l.Web())
+	l.sync(t, l.dataplane(t), l.Web())
 	answers, err := offloadtest.Dial(l.Backends[0], "198.18.0.10:80", 30)
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +91,7 @@ func TestKernelHairpin(t *testing.T) {
 func TestKernelExternalAndLoadBalancer(t *testing.T) {
 	l := newLab(t)
 	l.ServeTCP(t, 8080)
-	p := l.proxier(t)
+	p := l.dataplane(t)
 	lb := func(ranges ...string) *service.Snapshot {
 		obj := &v1.Service{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
@@ -157,7 +157,7 @@ func dialOnce(ns interface{ Do(func() error) error }, dst string) (net.Conn, err
 func TestKernelLocalAndReject(t *testing.T) {
 	l := newLab(t)
 	l.ServeTCP(t, 8080)
-	l.sync(t, l.proxier(t), st.Snapshot(
+	l.sync(t, l.dataplane(t), st.Snapshot(
 		st.Service("web", "198.18.0.10", 80, l.Endpoints(8080)),
 		st.Service("empty", "198.18.0.20", 80, nil),
 	))
@@ -184,7 +184,7 @@ func TestKernelLocalAndReject(t *testing.T) {
 func TestKernelPartialSync(t *testing.T) {
 	l := newLab(t)
 	l.ServeTCP(t, 8080)
-	p := l.proxier(t)
+	p := l.dataplane(t)
 	many := func(webEndpoints []service.Endpoint) *service.Snapshot {
 		svcs := []*service.Service{st.Service("web", "198.18.0.10", 80, webEndpoints)}
 		for i := range 50 {
@@ -240,12 +240,12 @@ func requireInert(t *testing.T, table, marker string) {
 	}
 }
 
-// The table outlives the Proxier; a new one adopts it without a gap, and Cleanup
+// The table outlives the Dataplane; a new one adopts it without a gap, and Cleanup
 // deletes it.
 func TestKernelRestartAndCleanup(t *testing.T) {
 	l := newLab(t)
 	l.ServeTCP(t, 8080)
-	l.sync(t, l.proxier(t), l.Web())
+	l.sync(t, l.dataplane(t), l.Web())
 	ctx, cancel := context.WithCancel(context.Background())
 	var ok, failed atomic.Int64
 	done := make(chan struct{})
@@ -263,7 +263,7 @@ func TestKernelRestartAndCleanup(t *testing.T) {
 	for ok.Load() < 5 {
 		time.Sleep(10 * time.Millisecond) // waits for traffic to flow, asserts nothing about time
 	}
-	restarted := l.proxier(t)
+	restarted := l.dataplane(t)
 	for range 3 {
 		l.sync(t, restarted, l.Web(st.WithNodePort(30080)))
 	}
@@ -276,7 +276,7 @@ func TestKernelRestartAndCleanup(t *testing.T) {
 		t.Errorf("%d of %d connections failed during the restart", failed.Load(), ok.Load()+failed.Load())
 	}
 	if h := restarted.Health(); h.FullSyncs != 1 || h.PartialSyncs != 2 {
-		t.Errorf("restarted proxier: %+v, want one full sync then partial ones", h)
+		t.Errorf("restarted dataplane: %+v, want one full sync then partial ones", h)
 	}
 
 	nft := l.nft(t)
@@ -300,19 +300,19 @@ func TestKernelStaleChains(t *testing.T) {
 	l := newLab(t)
 	two := st.Snapshot(st.Service("web", "198.18.0.10", 80, l.Endpoints(8080), st.WithNodePort(30080)),
 		st.Service("api", "198.18.0.20", 80, l.Endpoints(8080), st.WithAffinity(time.Minute)))
-	p := l.proxier(t)
+	p := l.dataplane(t)
 	l.sync(t, p, two)
 	l.sync(t, p, l.Web()) // partial: api goes, web loses its NodePort
 	table := l.Node.Run(t, "nft", "list", "table", "ip", Table)
 	requireInert(t, table, "default/api") // emptied by the partial sync
 	requireInert(t, table, prefixExternal)
-	l.sync(t, l.proxier(t), l.Web()) // restarted: a full sync deletes them
+	l.sync(t, l.dataplane(t), l.Web()) // restarted: a full sync deletes them
 	table = l.Node.Run(t, "nft", "list", "table", "ip", Table)
 	if strings.Contains(table, "default/api") || strings.Contains(table, prefixExternal) {
 		t.Errorf("after a full sync, stale objects are left:\n%s", table)
 	}
-	l.sync(t, l.proxier(t), two)           // restarted with both
-	l.sync(t, l.proxier(t), st.Snapshot()) // restarted with none: a full sync reads what is there
+	l.sync(t, l.dataplane(t), two)           // restarted with both
+	l.sync(t, l.dataplane(t), st.Snapshot()) // restarted with none: a full sync reads what is there
 	table = l.Node.Run(t, "nft", "list", "table", "ip", Table)
 	for _, prefix := range append(portChainPrefixes, prefixAffinity) {
 		if regexp.MustCompile(prefix + `[A-Z2-7]{8}-`).MatchString(table) {
@@ -327,13 +327,13 @@ func TestKernelConnections(t *testing.T) {
 	l := newLab(t)
 	l.ServeTCP(t, 8080)
 	l.cfg.CountConnections = true
-	p := l.proxier(t)
+	p := l.dataplane(t)
 	l.sync(t, p, l.Web())
 	count := func() uint64 {
 		t.Helper()
 		var got map[service.PortName]uint64
 		if err := l.Node.Do(func() (err error) {
-			got, err = p.Connections(context.Background(), map[service.PortName]bool{labPort: true})
+			got, err = p.Connections(context.Background(), nil, map[service.PortName]bool{labPort: true})
 			return err
 		}); err != nil {
 			t.Fatal(err)
@@ -361,7 +361,7 @@ func TestKernelFirstSyncUDPConntrack(t *testing.T) {
 	l := newLab(t)
 	netnstestRequireConntrack(t)
 	l.FirstSyncMovesUDP(t, func(eps []service.Endpoint) kernelsync.Health {
-		p := l.proxier(t)
+		p := l.dataplane(t)
 		l.sync(t, p, st.Snapshot(st.Service("dns", "198.18.0.53", 53, eps, st.WithProtocol(service.UDP))))
 		return p.Health().Health
 	})
@@ -372,5 +372,5 @@ func TestKernelFirstSyncUDPConntrack(t *testing.T) {
 func TestKernelUDPOneWayToZero(t *testing.T) {
 	l := newLab(t)
 	netnstestRequireConntrack(t)
-	l.CheckUDPOneWayToZero(t, func() offloadtest.Sync { return l.syncer(t, l.proxier(t)) }, service.IPv4)
+	l.CheckUDPOneWayToZero(t, func() offloadtest.Sync { return l.syncer(t, l.dataplane(t)) }, service.IPv4)
 }

@@ -16,7 +16,9 @@ import (
 // node's zone changed renders the port again.
 func TestTopologyHints(t *testing.T) {
 	f := knft.NewFake(Table)
-	p, err := NewProxier(ProxierConfig{Rules: testConfig, NFT: f})
+	cfg := testConfig
+	cfg.NFT = f
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,8 +38,7 @@ func TestTopologyHints(t *testing.T) {
 		{"node hints", hinted(true, st.InZone("zone-b")), []string{"198.19.1.10:8080", "198.19.1.11:8080"}},
 		{"zone lost", hinted(false, &service.Node{Name: st.ThisNode}), []string{"198.19.1.10:8080", "198.19.1.11:8080", "198.19.1.130:8080"}},
 	} {
-		p.Update(tt.snap)
-		if err := p.Sync(context.Background()); err != nil {
+		if err := p.Sync(context.Background(), tt.snap); err != nil {
 			t.Fatal(err)
 		}
 		trs, err := f.TraceAll(knft.Packet{Src: netip.MustParseAddr("198.19.1.50"), Dst: netip.MustParseAddrPort("198.18.0.10:80")})

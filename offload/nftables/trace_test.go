@@ -23,12 +23,12 @@ func syncedFake(t *testing.T, cfg Config, snap *service.Snapshot) *knft.Fake {
 	t.Helper()
 	f := knft.NewFake(Table)
 	f.SetLocalAddrs(nodeIP)
-	p, err := NewProxier(ProxierConfig{Rules: cfg, NFT: f})
+	cfg.NFT = f
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Update(snap)
-	if err := p.Sync(context.Background()); err != nil {
+	if err := p.Sync(context.Background(), snap); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -158,12 +158,13 @@ func TestTraceAffinity(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	f := knft.NewFake(Table)
 	f.Now = func() time.Time { return now }
-	p, err := NewProxier(ProxierConfig{Rules: testConfig, NFT: f})
+	cfg := testConfig
+	cfg.NFT = f
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Update(st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithAffinity(60*time.Second))))
-	if err := p.Sync(context.Background()); err != nil {
+	if err := p.Sync(context.Background(), st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithAffinity(60*time.Second)))); err != nil {
 		t.Fatal(err)
 	}
 	trace := func(src netip.Addr, pick int) netip.AddrPort {

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
 	"github.com/svcproxy/svcproxy/service"
@@ -37,7 +38,7 @@ func BenchmarkOneServiceChange(b *testing.B) {
 		b.Run(fmt.Sprintf("%s/services=%d", k.name, n), func(b *testing.B) {
 			ctx := context.Background()
 			lb := k.lb(b)
-			p, err := NewProxier(Config{LB: lb, NodeName: "node-a", CheckPeriod: time.Hour})
+			p, err := NewMaps(Config{LB: lb, Node: dataplane.Node{NodeName: "node-a"}, CheckPeriod: time.Hour})
 			if err != nil {
 				b.Fatal(err)
 			}

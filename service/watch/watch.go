@@ -68,6 +68,14 @@ type Config struct {
 	// clusterdns must not: it serves headless Services, and the names of
 	// Services that another proxy carries.
 	ProxiedOnly bool
+	// Namespaces and Pods are what clusterdns reads beside Services, as
+	// CoreDNS's kubernetes plugin does: every Snapshot carries the names of
+	// the cluster's namespaces (service.Snapshot.Namespaces), and with Pods
+	// the addresses of its pods (Snapshot.PodIPs, for "pods verified").
+	// From the API server, an informer each; from a manifests file, its
+	// Namespace and Pod documents (and every object's namespace). A pod's
+	// update that keeps its address publishes nothing new.
+	Namespaces, Pods bool
 
 	// Logger receives parse errors of the file, validation errors of objects
 	// (each distinct error once) and source events. nil means slog.Default().
@@ -119,7 +127,7 @@ func newWatcher(cfg Config, lw *listWatchers) (*Watcher, error) {
 	if cfg.ResyncPeriod < cfg.MinSyncPeriod {
 		return nil, fmt.Errorf("resync period %v is shorter than min sync period %v", cfg.ResyncPeriod, cfg.MinSyncPeriod)
 	}
-	sel := selection{nodeName: cfg.NodeName, proxiedOnly: cfg.ProxiedOnly}
+	sel := selection{nodeName: cfg.NodeName, proxiedOnly: cfg.ProxiedOnly, namespaces: cfg.Namespaces, pods: cfg.Pods}
 	w := &Watcher{cfg: cfg, log: cfg.Logger, tracker: newChangeTracker(), reported: make(map[string]bool)}
 	if w.log == nil {
 		w.log = slog.Default()
@@ -269,6 +277,22 @@ func (w *Watcher) Run(ctx context.Context) error {
 		synced = append(synced, nodeSynced)
 	}
 
+	var nsInf, podInf cache.SharedIndexInformer
+	if w.api.namespaces != nil {
+		var synced1 cache.DoneChecker
+		if nsInf, synced1, err = newInformer(w.api.namespaces, &v1.Namespace{}, namespaceTracker{w.tracker}); err != nil {
+			return err
+		}
+		synced = append(synced, synced1)
+	}
+	if w.api.pods != nil {
+		var synced1 cache.DoneChecker
+		if podInf, synced1, err = newInformer(w.api.pods, &v1.Pod{}, podTracker{w.tracker}); err != nil {
+			return err
+		}
+		synced = append(synced, synced1)
+	}
+
 	w.log.Info("waiting for informers to sync", "source", w.source)
 	// WaitFor wakes when all are done; WaitForCacheSync would poll every 100 ms.
 	if !cache.WaitFor(ctx, "", synced...) {
@@ -284,6 +308,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 		snap := join(svcInf.GetStore(), sliceInf.GetStore())
 		snap.SetNode(node.get())
 		snap.SetChanges(services, endpoints)
+		if nsInf != nil {
+			snap.SetNamespaces(namespacesOf(nsInf.GetStore()))
+		}
+		if podInf != nil {
+			snap.SetPodIPs(podIPsOf(podInf.GetStore()))
+		}
 		return snap
 	})
 	return nil

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
 	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
@@ -50,19 +51,19 @@ func (r *recordingLB) take() []string {
 	return out
 }
 
-func newProxier(t *testing.T, cfg Config) *Proxier {
+func newMaps(t *testing.T, cfg Config) *Maps {
 	t.Helper()
 	if cfg.NodeName == "" {
 		cfg.NodeName = st.ThisNode
 	}
-	p, err := NewProxier(cfg)
+	p, err := NewMaps(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
 
-func mustSync(t *testing.T, p *Proxier, snap *service.Snapshot) {
+func mustSync(t *testing.T, p *Maps, snap *service.Snapshot) {
 	t.Helper()
 	if err := p.Sync(context.Background(), snap.Family(p.cfg.Family)); err != nil {
 		t.Fatal(err)
@@ -119,7 +120,7 @@ func TestProxierConnect(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			lb := ksocklb.NewFake()
-			p := newProxier(t, Config{LB: lb})
+			p := newMaps(t, Config{LB: lb})
 			snap := st.Snapshot(tt.svc)
 			snap.SetNode(tt.node)
 			mustSync(t, p, snap)
@@ -147,8 +148,8 @@ func dualEndpoints() []service.Endpoint {
 // deletes only its own family's elements.
 func TestProxierFamilies(t *testing.T) {
 	lb := ksocklb.NewFake()
-	p4 := newProxier(t, Config{LB: lb, Family: service.IPv4})
-	p6 := newProxier(t, Config{LB: lb, Family: service.IPv6})
+	p4 := newMaps(t, Config{LB: lb, Node: dataplane.Node{Family: service.IPv4}})
+	p6 := newMaps(t, Config{LB: lb, Node: dataplane.Node{Family: service.IPv6}})
 	dual := st.Service("dual", "198.18.0.16", 80, dualEndpoints(), st.WithDualStack("2001:db8:18::16"))
 	snap := st.Snapshot(dual)
 	mustSync(t, p4, snap)
@@ -176,7 +177,7 @@ func TestProxierFamilies(t *testing.T) {
 // last.
 func TestProxierPerElement(t *testing.T) {
 	lb := newRecordingLB()
-	p := newProxier(t, Config{LB: lb})
+	p := newMaps(t, Config{LB: lb})
 	web := st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints())
 	api := st.Service("api", "198.18.0.11", 443, st.ThreeEndpoints()[:1])
 	db := st.Service("db", "198.18.0.12", 5432, nil)
@@ -226,12 +227,12 @@ func TestProxierPerElement(t *testing.T) {
 func TestProxierAdopt(t *testing.T) {
 	lb := newRecordingLB()
 	web := st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints())
-	old := newProxier(t, Config{LB: lb})
+	old := newMaps(t, Config{LB: lb})
 	mustSync(t, old, st.Snapshot(web, st.Service("gone", "198.18.0.11", 80, st.ThreeEndpoints()),
 		st.Service("api", "198.18.0.12", 80, st.ThreeEndpoints()[:1])))
 	lb.take()
 
-	p := newProxier(t, Config{LB: lb})
+	p := newMaps(t, Config{LB: lb})
 	mustSync(t, p, st.Snapshot(web, st.Service("api", "198.18.0.12", 80, st.ThreeEndpoints()[1:2])))
 	want := []string{"delete 198.18.0.11:80/TCP", "set 198.18.0.12:80/TCP [198.19.1.11:8080]"} // in the order of their keys
 	if got := lb.take(); !slices.Equal(got, want) {
@@ -246,7 +247,7 @@ func TestProxierRepair(t *testing.T) {
 	ctx := context.Background()
 	lb := ksocklb.NewFake()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	p := newProxier(t, Config{LB: lb, CheckPeriod: time.Minute, Now: func() time.Time { return now }})
+	p := newMaps(t, Config{LB: lb, CheckPeriod: time.Minute, Now: func() time.Time { return now }})
 	snap := st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()), st.Service("api", "198.18.0.11", 80, st.ThreeEndpoints()))
 	mustSync(t, p, snap)
 
@@ -276,12 +277,12 @@ func TestProxierRepair(t *testing.T) {
 	}
 }
 
-// TestProxierInclude: hybrid mode's Include puts only the promoted ports in
+// TestMapsCarries: hybrid mode's Carries puts only the promoted ports in
 // the maps; a port no longer included leaves them.
-func TestProxierInclude(t *testing.T) {
+func TestMapsCarries(t *testing.T) {
 	lb := ksocklb.NewFake()
 	promoted := map[string]bool{"web": true}
-	p := newProxier(t, Config{LB: lb, Include: func(sp *service.Port) bool { return promoted[sp.Name.Name] }})
+	p := newMaps(t, Config{LB: lb, Carries: func(n service.PortName) bool { return promoted[n.Name] }})
 	snap := st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()), st.Service("api", "198.18.0.11", 80, st.ThreeEndpoints()))
 	mustSync(t, p, snap)
 	if got := reach(lb, ksocklb.TCP, "198.18.0.11:80", 1); got[0] != "198.18.0.11:80" {
@@ -303,7 +304,7 @@ func TestProxierInclude(t *testing.T) {
 // TestProxierStatus: /status shows each port on path "socklb" with its
 // frontends, backends and affinity.
 func TestProxierStatus(t *testing.T) {
-	p := newProxier(t, Config{LB: ksocklb.NewFake()})
+	p := newMaps(t, Config{LB: ksocklb.NewFake()})
 	mustSync(t, p, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:2], st.WithAffinity(time.Minute))))
 	got := p.Status()
 	want := []PortStatus{{Port: "default/web:p", Protocol: "TCP", Path: "socklb", Frontends: []string{"198.18.0.10:80"},
@@ -319,10 +320,10 @@ func TestConfigErrors(t *testing.T) {
 		want string
 	}{
 		{Config{}, "LB is nil"},
-		{Config{LB: ksocklb.NewFake(), Family: "IPv5"}, `Family "IPv5"`},
+		{Config{LB: ksocklb.NewFake(), Node: dataplane.Node{Family: "IPv5"}}, `Family "IPv5"`},
 	} {
-		if _, err := NewProxier(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("NewProxier(%+v): %v, want an error with %q", tt.cfg, err, tt.want)
+		if _, err := NewMaps(tt.cfg); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("NewMaps(%+v): %v, want an error with %q", tt.cfg, err, tt.want)
 		}
 	}
 }
@@ -342,10 +343,10 @@ func TestProxierEveryField(t *testing.T) {
 // fakePath is a Proxier on a Fake, as servicetest's checks drive it.
 type fakePath struct {
 	lb *ksocklb.Fake
-	p  *Proxier
+	p  *Maps
 }
 
-func (fp *fakePath) Restart(t *testing.T)                      { fp.p = newProxier(t, Config{LB: fp.lb}) }
+func (fp *fakePath) Restart(t *testing.T)                      { fp.p = newMaps(t, Config{LB: fp.lb}) }
 func (fp *fakePath) Sync(t *testing.T, snap *service.Snapshot) { mustSync(t, fp.p, snap) }
 
 func (fp *fakePath) State(t *testing.T) string {

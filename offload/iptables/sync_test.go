@@ -38,28 +38,29 @@ func (f *flakyIPT) Restore(ctx context.Context, rules []byte) error {
 	return err
 }
 
-func newProxier(t *testing.T, ipt kiptables.Interface, ct conntrack.Interface) *Proxier {
+func newDataplane(t *testing.T, ipt kiptables.Interface, ct conntrack.Interface) *Dataplane {
 	t.Helper()
-	p, err := NewProxier(ProxierConfig{Rules: testConfig, IPTables: ipt, Conntrack: ct})
+	cfg := testConfig
+	cfg.IPTables, cfg.Conntrack = ipt, ct
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return p
 }
 
-func mustSync(t *testing.T, p *Proxier, snap *service.Snapshot) {
+func mustSync(t *testing.T, p *Dataplane, snap *service.Snapshot) {
 	t.Helper()
-	p.Update(snap)
-	if err := p.Sync(context.Background()); err != nil {
+	if err := p.Sync(context.Background(), snap); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// freshDump is what a new Proxier's full sync of snap leaves in an empty kernel.
+// freshDump is what a new Dataplane's full sync of snap leaves in an empty kernel.
 func freshDump(t *testing.T, snap *service.Snapshot) string {
 	t.Helper()
 	f := kiptables.NewFake()
-	mustSync(t, newProxier(t, f, nil), snap)
+	mustSync(t, newDataplane(t, f, nil), snap)
 	return f.Dump()
 }
 
@@ -84,7 +85,7 @@ func history() []*service.Snapshot {
 // Partial syncs must leave the kernel exactly as a full sync from scratch would.
 func TestPartialSyncConverges(t *testing.T) {
 	f := kiptables.NewFake()
-	p := newProxier(t, f, nil)
+	p := newDataplane(t, f, nil)
 	for i, snap := range history() {
 		mustSync(t, p, snap)
 		if got, want := f.Dump(), freshDump(t, snap); got != want {
@@ -111,7 +112,7 @@ func TestPartialSyncText(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := kiptables.NewFake()
-			p := newProxier(t, f, nil)
+			p := newDataplane(t, f, nil)
 			mustSync(t, p, tt.from)
 			n0, _ := f.Restores()
 			mustSync(t, p, tt.to)
@@ -127,7 +128,9 @@ func TestPartialSyncText(t *testing.T) {
 func TestFullSyncEveryFullSyncPeriod(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	f := kiptables.NewFake()
-	p, _ := NewProxier(ProxierConfig{Rules: testConfig, IPTables: f, FullSyncPeriod: time.Minute, Now: func() time.Time { return now }})
+	cfg := testConfig
+	cfg.IPTables, cfg.FullSyncPeriod, cfg.Now = f, time.Minute, func() time.Time { return now }
+	p, _ := New(cfg)
 	snap := history()[0]
 	mustSync(t, p, snap)
 	now = now.Add(30 * time.Second)
@@ -145,7 +148,9 @@ func TestFullSyncEveryFullSyncPeriod(t *testing.T) {
 func TestFullSyncPeriodFromTheEnd(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	slow := &slowIPT{Fake: kiptables.NewFake(), now: &now}
-	p, _ := NewProxier(ProxierConfig{Rules: testConfig, IPTables: slow, FullSyncPeriod: time.Minute, Now: func() time.Time { return now }})
+	cfg := testConfig
+	cfg.IPTables, cfg.FullSyncPeriod, cfg.Now = slow, time.Minute, func() time.Time { return now }
+	p, _ := New(cfg)
 	slow.took = 90 * time.Second // the first (full) restore takes longer than the period
 	mustSync(t, p, history()[0])
 	slow.took = 0
@@ -162,7 +167,9 @@ func TestFullSyncPeriodFromTheEnd(t *testing.T) {
 func TestMissingHookRepaired(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	f := kiptables.NewFake()
-	p, _ := NewProxier(ProxierConfig{Rules: testConfig, IPTables: f, SyncPeriod: 30 * time.Second, Now: func() time.Time { return now }})
+	cfg := testConfig
+	cfg.IPTables, cfg.SyncPeriod, cfg.Now = f, 30*time.Second, func() time.Time { return now }
+	p, _ := New(cfg)
 	snap := history()[0]
 	mustSync(t, p, snap)
 	want := f.Dump()
@@ -203,22 +210,22 @@ func (s *slowIPT) Restore(ctx context.Context, rules []byte) error {
 	return s.Fake.Restore(ctx, rules)
 }
 
-// Issue 10 point 1: before the first Update there is nothing to apply, so a
-// new Proxier leaves the rules it finds alone.
-func TestNoSyncBeforeUpdate(t *testing.T) {
+// Before the first Snapshot there is nothing to apply, so a new Dataplane's
+// resync (Run's timer) leaves the rules it finds alone.
+func TestNoSyncBeforeSnapshot(t *testing.T) {
 	f := kiptables.NewFake()
-	mustSync(t, newProxier(t, f, nil), history()[0])
+	mustSync(t, newDataplane(t, f, nil), history()[0])
 	before := f.Dump()
 	n0, _ := f.Restores()
-	restarted := newProxier(t, f, nil)
-	if err := restarted.Sync(context.Background()); err != nil {
+	restarted := newDataplane(t, f, nil)
+	if err := restarted.Resync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := f.Restores(); n != n0 || f.Dump() != before {
-		t.Errorf("a Sync before the first Update changed the rules:\n%s", f.Dump())
+		t.Errorf("a resync before the first Snapshot changed the rules:\n%s", f.Dump())
 	}
 	if h := restarted.Health(); h.Synced {
-		t.Errorf("health %+v: want not synced before the first Update", h)
+		t.Errorf("health %+v: want not synced before the first Snapshot", h)
 	}
 }
 
@@ -226,18 +233,17 @@ func TestNoSyncBeforeUpdate(t *testing.T) {
 // whatever the failure left.
 func TestSyncFailure(t *testing.T) {
 	ipt := &flakyIPT{Fake: kiptables.NewFake()}
-	p := newProxier(t, ipt, nil)
+	p := newDataplane(t, ipt, nil)
 	mustSync(t, p, history()[0])
 	ipt.fail = 1
-	p.Update(history()[1])
-	if err := p.Sync(context.Background()); err == nil {
+	if err := p.Sync(context.Background(), history()[1]); err == nil {
 		t.Fatal("sync succeeded with a failing restore")
 	}
 	h := p.Health()
 	if h.Healthy || !strings.Contains(h.LastError, "line 7 failed") || h.Failures != 1 || !h.Synced {
 		t.Errorf("after a failure: health %+v", h)
 	}
-	if err := p.Sync(context.Background()); err != nil {
+	if err := p.Resync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	h = p.Health()
@@ -258,8 +264,8 @@ func TestAdoptOnRestart(t *testing.T) {
 	if err := f.Restore(ctx, []byte("*nat\n:SVCP-PORTALS - [0:0]\n-A OUTPUT -j SVCP-PORTALS\nCOMMIT\n")); err != nil {
 		t.Fatal(err)
 	}
-	mustSync(t, newProxier(t, f, nil), history()[2]) // the old process
-	restarted := newProxier(t, f, nil)
+	mustSync(t, newDataplane(t, f, nil), history()[2]) // the old process
+	restarted := newDataplane(t, f, nil)
 	mustSync(t, restarted, history()[5])
 	got := f.Dump()
 	for _, c := range []string{"SVCP-PORTALS"} {
@@ -283,7 +289,7 @@ func TestCleanup(t *testing.T) {
 	}
 	_, _ = f.Save(ctx, kiptables.TableFilter) // the kernel has an empty filter table
 	before := f.Dump()
-	mustSync(t, newProxier(t, f, nil), history()[4])
+	mustSync(t, newDataplane(t, f, nil), history()[4])
 	for range 2 {
 		if err := Cleanup(ctx, f); err != nil {
 			t.Fatal(err)
@@ -298,9 +304,9 @@ func TestCleanup(t *testing.T) {
 }
 
 func TestStatus(t *testing.T) {
-	p := newProxier(t, kiptables.NewFake(), nil)
+	p := newDataplane(t, kiptables.NewFake(), nil)
 	mustSync(t, p, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithNodePort(30080), st.WithExternalLocal())))
-	st := p.Status()
+	st := p.Ports()
 	if len(st) != 1 || st[0].Port != "default/web:p" || !st[0].HasEndpoints || len(st[0].Chains) != 6 {
 		t.Fatalf("status %+v", st)
 	}
@@ -329,7 +335,7 @@ func TestConntrackCleanup(t *testing.T) {
 		return st.Service("dns", "198.18.0.53", 53, eps, st.WithProtocol(service.UDP), st.WithNodePort(30053))
 	}
 	ct := conntrack.NewFake()
-	p := newProxier(t, kiptables.NewFake(), ct)
+	p := newDataplane(t, kiptables.NewFake(), ct)
 	mustSync(t, p, st.Snapshot(dns(st.ThreeEndpoints())))
 	ct.Add(flow("198.18.0.53:53", "198.19.1.10:8080"), flow("198.18.0.53:53", "198.19.1.11:8080"),
 		flow("198.19.0.1:30053", "198.19.1.10:8080"))
@@ -362,22 +368,22 @@ func TestPartialSyncEveryField(t *testing.T) {
 	st.CheckPartialSyncs(t, newFakePath, nil)
 }
 
-// fakePath is a Proxier on a Fake, as servicetest's checks drive it.
+// fakePath is a Dataplane on a Fake, as servicetest's checks drive it.
 type fakePath struct {
 	f *kiptables.Fake
-	p *Proxier
+	p *Dataplane
 }
 
 func newFakePath(t *testing.T) st.Path {
 	f := kiptables.NewFake()
-	return &fakePath{f: f, p: newProxier(t, f, nil)}
+	return &fakePath{f: f, p: newDataplane(t, f, nil)}
 }
 
 func (fp *fakePath) Sync(t *testing.T, snap *service.Snapshot) { mustSync(t, fp.p, snap) }
-func (fp *fakePath) Restart(t *testing.T)                      { fp.p = newProxier(t, fp.f, nil) }
+func (fp *fakePath) Restart(t *testing.T)                      { fp.p = newDataplane(t, fp.f, nil) }
 
 func (fp *fakePath) State(t *testing.T) string {
-	status, err := json.MarshalIndent(fp.p.Status(), "", "  ")
+	status, err := json.MarshalIndent(fp.p.Ports(), "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,72 +15,91 @@ import (
 	"github.com/svcproxy/svcproxy/service"
 )
 
-// port is a rendered port of the test mode: a name and its flows.
+// port is a rendered port of the test path: a name and its flows.
 type port struct {
 	name  service.PortName
+	from  *service.Port
+	zone  string
 	flows Flows
 }
 
-func (p *port) Name() service.PortName { return p.name }
-func (p *port) Flows() *Flows          { return &p.flows }
+func (p *port) Name() service.PortName                { return p.name }
+func (p *port) RenderedFrom() (*service.Port, string) { return p.from, p.zone }
+func (p *port) Flows() *Flows                         { return &p.flows }
 
-type rendering struct {
-	ports, removed []*port
-	changed        []Change[*port]
-}
-
-func (r *rendering) Ports() []*port           { return r.ports }
-func (r *rendering) Changed() []Change[*port] { return r.changed }
-func (r *rendering) Removed() []*port         { return r.removed }
-
-// mode renders one UDP port per Service, endpoints from the Snapshot, and
-// records how each sync was written; fail fails the next Apply. Its kernel
-// check fails while lost says what was lost, and counts its calls.
+// mode is what the test path does its own way: it renders one UDP port per
+// Service, endpoints from the Snapshot, and records how each sync was
+// written; fail fails the next write. Its kernel check fails while lost says
+// what was lost, and counts its calls.
 type mode struct {
 	fail   bool
-	writes []string // "full" or "partial", per Apply
+	writes []string // "full" or "partial", per write
 	lost   string
 	checks int
 }
 
-func (m *mode) Render(snap *service.Snapshot, applied map[service.PortName]*port, _ bool) *rendering {
-	r := &rendering{}
+func (m *mode) render(snap *service.Snapshot, applied map[service.PortName]*port) Ports[*port] {
+	var r Ports[*port]
 	here := map[service.PortName]bool{}
 	for _, p := range snap.Ports() {
-		cur := &port{name: p.Name, flows: Flows{Family: conntrack.IPv4, Protocol: "udp", Port: p.Port, Frontends: p.Service.ClusterIPs, HasEndpoints: len(p.Endpoints) > 0}}
+		cur := &port{name: p.Name, from: p, flows: Flows{Family: conntrack.IPv4, Protocol: "udp", Port: p.Port, Frontends: p.Service.ClusterIPs, HasEndpoints: len(p.Endpoints) > 0}}
 		for _, e := range p.Endpoints {
 			cur.flows.Endpoints = append(cur.flows.Endpoints, e.Addr.Addr())
 		}
 		slices.SortFunc(cur.flows.Endpoints, netip.Addr.Compare)
-		r.ports = append(r.ports, cur)
-		r.changed = append(r.changed, Change[*port]{Old: applied[p.Name], Cur: cur})
+		r.All = append(r.All, cur)
+		r.Changed = append(r.Changed, Change[*port]{Old: applied[p.Name], Cur: cur})
 		here[p.Name] = true
 	}
 	for name, old := range applied {
 		if !here[name] {
-			r.removed = append(r.removed, old)
+			r.Removed = append(r.Removed, old)
 		}
 	}
 	return r
 }
 
-func (m *mode) Apply(_ context.Context, r *rendering, _ map[service.PortName]*port, full bool) (int, error) {
+func (m *mode) write(r Ports[*port], full bool) (int, error) {
 	if m.fail {
 		m.fail = false
 		return 0, errors.New("restore failed")
 	}
 	m.writes = append(m.writes, map[bool]string{true: "full", false: "partial"}[full])
-	return len(r.ports), nil
+	return len(r.All), nil
 }
 
-func (m *mode) Commit(*rendering, map[service.PortName]*port) {}
-
-func (m *mode) Check(context.Context) error {
+func (m *mode) check() error {
 	m.checks++
 	if m.lost != "" {
 		return errors.New(m.lost)
 	}
 	return nil
+}
+
+// path syncs as iptables' and nftables' Dataplanes do, on a Ledger, with
+// mode's rendering and writing: Update hands a Snapshot over (the Syncer
+// does, in the paths), Sync applies it; nothing before the first Update.
+type path struct {
+	*Ledger[*port]
+	m    *mode
+	snap *service.Snapshot
+}
+
+func newPath(cfg Config, m *mode) *path { return &path{Ledger: NewLedger[*port](cfg), m: m} }
+
+func (p *path) Update(snap *service.Snapshot) { p.snap = snap }
+
+func (p *path) Sync(ctx context.Context) error {
+	if p.snap == nil {
+		return nil
+	}
+	s := p.Begin()
+	if s.Check {
+		p.Checked(s, p.m.check())
+	}
+	r := p.m.render(p.snap, s.Applied)
+	size, err := p.m.write(r, s.Full)
+	return p.End(ctx, s, r, size, err)
 }
 
 func udpService(eps ...string) *service.Snapshot {
@@ -100,11 +119,11 @@ func udpService(eps ...string) *service.Snapshot {
 // A partial sync deletes the conntrack entries of its changes; a full one,
 // which has no complete change list, reconciles the table with every port it
 // wrote (Stale; the first sync, which adopts what it finds, only that way).
-func TestProxierSyncs(t *testing.T) {
+func TestLedgerSyncs(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	m := &mode{}
 	ct := conntrack.NewFake()
-	p := New(Config{Conntrack: ct, SyncPeriod: time.Minute, FullSyncPeriod: time.Minute, Now: func() time.Time { return now }}, m)
+	p := newPath(Config{Conntrack: ct, SyncPeriod: time.Minute, FullSyncPeriod: time.Minute, Now: func() time.Time { return now }}, m)
 	ctx := context.Background()
 	if err := p.Sync(ctx); err != nil || len(m.writes) != 0 || p.Health().Synced {
 		t.Fatalf("before the first Update: err %v, writes %v, health %+v", err, m.writes, p.Health())
@@ -211,7 +230,7 @@ func TestStaleEntries(t *testing.T) {
 // knows nothing of what came before, deletes every entry to its frontends
 // that an earlier one left behind (kubernetes#139629): a one-way sender's
 // entry to the deleted endpoint, and one never DNATed. TCP entries stay.
-func TestProxierEndpointsToZero(t *testing.T) {
+func TestLedgerEndpointsToZero(t *testing.T) {
 	vip := netip.MustParseAddrPort("198.18.0.53:53")
 	flow := func(proto string, sport uint16, nat string) conntrack.Flow {
 		return conntrack.Flow{Protocol: proto, Src: netip.AddrPortFrom(netip.MustParseAddr("198.19.10.2"), sport), OrigDst: vip, DstNAT: netip.MustParseAddrPort(nat)}
@@ -220,7 +239,7 @@ func TestProxierEndpointsToZero(t *testing.T) {
 	neverNATed := flow("udp", 5001, "198.18.0.53:53")
 	tcp := flow("tcp", 5002, "198.19.1.2:53")
 	ctx := context.Background()
-	sync := func(t *testing.T, p *Proxier[*port, *rendering], snap *service.Snapshot) {
+	sync := func(t *testing.T, p *path, snap *service.Snapshot) {
 		t.Helper()
 		p.Update(snap)
 		if err := p.Sync(ctx); err != nil {
@@ -230,7 +249,7 @@ func TestProxierEndpointsToZero(t *testing.T) {
 
 	t.Run("partial sync", func(t *testing.T) {
 		ct := conntrack.NewFake()
-		p := New(Config{Conntrack: ct}, &mode{})
+		p := newPath(Config{Conntrack: ct}, &mode{})
 		sync(t, p, udpService("198.19.1.2:53"))
 		ct.Add(toGone, tcp)
 		sync(t, p, udpService())
@@ -243,7 +262,7 @@ func TestProxierEndpointsToZero(t *testing.T) {
 	})
 	t.Run("first sync", func(t *testing.T) {
 		ct := conntrack.NewFake(toGone, neverNATed, tcp)
-		p := New(Config{Conntrack: ct}, &mode{})
+		p := newPath(Config{Conntrack: ct}, &mode{})
 		sync(t, p, udpService())
 		if got, want := ct.Flows(), []conntrack.Flow{tcp}; !slices.Equal(got, want) {
 			t.Errorf("flows left %v, want %v (the UDP entries of a port without endpoints stayed)", got, want)
@@ -281,7 +300,7 @@ func (f *failing) DeleteStale(ctx context.Context, s conntrack.Stale) (int, erro
 // it is partial and changes nothing: the deletion of a port's last endpoint,
 // of a deleted Service's (no later walk knows its frontends), and the first
 // sync's walk.
-func TestProxierRetriesConntrack(t *testing.T) {
+func TestLedgerRetriesConntrack(t *testing.T) {
 	toGone := conntrack.Flow{Protocol: "udp", Src: netip.MustParseAddrPort("198.19.10.2:5000"),
 		OrigDst: netip.MustParseAddrPort("198.18.0.53:53"), DstNAT: netip.MustParseAddrPort("198.19.1.2:53")}
 	none := service.NewSnapshot(nil, nil)
@@ -297,7 +316,7 @@ func TestProxierRetriesConntrack(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ct := &failing{Fake: conntrack.NewFake()}
 			m := &mode{}
-			p := New(Config{Conntrack: ct}, m)
+			p := newPath(Config{Conntrack: ct}, m)
 			sync := func(snap *service.Snapshot) {
 				t.Helper()
 				p.Update(snap)
@@ -370,10 +389,10 @@ func TestStaleFlows(t *testing.T) {
 // error) while the kernel check passes; the check runs at most once per
 // SyncPeriod, and a failed one makes that sync full: the repair of a table
 // another program flushed.
-func TestProxierCheckRepairs(t *testing.T) {
+func TestLedgerCheckRepairs(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	m := &mode{}
-	p := New(Config{SyncPeriod: 30 * time.Second, Now: func() time.Time { return now }}, m)
+	p := newPath(Config{SyncPeriod: 30 * time.Second, Now: func() time.Time { return now }}, m)
 	ctx := context.Background()
 	p.Update(udpService("198.19.1.2:53"))
 	step := func(advance time.Duration) {

@@ -51,16 +51,16 @@ func TestPartialSyncGolden(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := knft.NewFake(Table)
 			now := time.Unix(0, 0)
-			p, err := NewProxier(ProxierConfig{Rules: tt.cfg, NFT: f, Now: func() time.Time { return now }})
+			cfg := tt.cfg
+			cfg.NFT, cfg.Now = f, func() time.Time { return now }
+			p, err := New(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
-			p.Update(tt.prev)
-			if err := p.Sync(context.Background()); err != nil {
+			if err := p.Sync(context.Background(), tt.prev); err != nil {
 				t.Fatal(err)
 			}
-			p.Update(tt.next)
-			if err := p.Sync(context.Background()); err != nil {
+			if err := p.Sync(context.Background(), tt.next); err != nil {
 				t.Fatal(err)
 			}
 			if h := p.Health(); h.PartialSyncs != 1 {
@@ -101,7 +101,7 @@ func TestPartialSyncGolden(t *testing.T) {
 				t.Errorf("an endpoint's chain went away, and none is left for the full sync to delete")
 			}
 			now = now.Add(time.Hour) // past the FullSyncPeriod: the next sync is full
-			if err := p.Sync(context.Background()); err != nil {
+			if err := p.Resync(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			if h := p.Health(); h.FullSyncs != 2 {
@@ -168,11 +168,12 @@ func leftovers(t *testing.T, got, want string) []string {
 // A sync with nothing changed sends nothing.
 func TestPartialSyncNothing(t *testing.T) {
 	f := knft.NewFake(Table)
-	p, _ := NewProxier(ProxierConfig{Rules: testConfig, NFT: f})
+	cfg := testConfig
+	cfg.NFT = f
+	p, _ := New(cfg)
 	snap := st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))
 	for range 3 {
-		p.Update(snap)
-		if err := p.Sync(context.Background()); err != nil {
+		if err := p.Sync(context.Background(), snap); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -198,20 +199,20 @@ func (f *failingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
 // After a failed sync the next one is full, and the health says what happened.
 func TestFailureThenFullSync(t *testing.T) {
 	f := &failingNFT{Fake: knft.NewFake(Table)}
-	p, _ := NewProxier(ProxierConfig{Rules: testConfig, NFT: f})
-	p.Update(st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints())))
-	if err := p.Sync(context.Background()); err != nil {
+	cfg := testConfig
+	cfg.NFT = f
+	p, _ := New(cfg)
+	if err := p.Sync(context.Background(), st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))); err != nil {
 		t.Fatal(err)
 	}
 	f.fail = true
-	p.Update(st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1])))
-	if err := p.Sync(context.Background()); err == nil {
+	if err := p.Sync(context.Background(), st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1]))); err == nil {
 		t.Fatal("no error from a failed transaction")
 	}
 	if h := p.Health(); h.Healthy || h.ConsecutiveFailures != 1 || !strings.Contains(h.LastError, "No buffer space") {
 		t.Errorf("health after a failure: %+v", h)
 	}
-	if err := p.Sync(context.Background()); err != nil {
+	if err := p.Resync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if h := p.Health(); !h.Healthy || h.FullSyncs != 2 {
@@ -248,20 +249,23 @@ func TestLostTableRepaired(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := knft.NewFake(Table)
 			now := time.Unix(0, 0)
-			p, err := NewProxier(ProxierConfig{Rules: testConfig, NFT: f, SyncPeriod: 30 * time.Second, Now: func() time.Time { return now }})
+			cfg := testConfig
+			cfg.NFT, cfg.SyncPeriod, cfg.Now = f, 30*time.Second, func() time.Time { return now }
+			p, err := New(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			sync := func(advance time.Duration) Health {
 				t.Helper()
 				now = now.Add(advance)
-				if err := p.Sync(context.Background()); err != nil {
+				if err := p.Resync(context.Background()); err != nil {
 					t.Fatal(err)
 				}
 				return p.Health()
 			}
-			p.Update(st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints())))
-			sync(0)
+			if err := p.Sync(context.Background(), st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))); err != nil {
+				t.Fatal(err)
+			}
 			want := f.Dump()
 			if h := sync(30 * time.Second); h.PartialSyncs != 1 || h.Repairs != 0 {
 				t.Fatalf("health %+v: want the periodic sync partial, no repair", h)
@@ -303,10 +307,10 @@ func TestPartialSyncEveryField(t *testing.T) {
 	})
 }
 
-// fakePath is a Proxier on a Fake, as servicetest's checks drive it.
+// fakePath is a Dataplane on a Fake, as servicetest's checks drive it.
 type fakePath struct {
 	f *knft.Fake
-	p *Proxier
+	p *Dataplane
 }
 
 func newFakePath(t *testing.T) st.Path {
@@ -316,7 +320,9 @@ func newFakePath(t *testing.T) st.Path {
 }
 
 func (fp *fakePath) Restart(t *testing.T) {
-	p, err := NewProxier(ProxierConfig{Rules: testConfig, NFT: fp.f})
+	cfg := testConfig
+	cfg.NFT = fp.f
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,8 +330,7 @@ func (fp *fakePath) Restart(t *testing.T) {
 }
 
 func (fp *fakePath) Sync(t *testing.T, snap *service.Snapshot) {
-	fp.p.Update(snap)
-	if err := fp.p.Sync(context.Background()); err != nil {
+	if err := fp.p.Sync(context.Background(), snap); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -334,7 +339,7 @@ func (fp *fakePath) Sync(t *testing.T, snap *service.Snapshot) {
 const statusMark = "\n--- status:\n"
 
 func (fp *fakePath) State(t *testing.T) string {
-	status, err := json.MarshalIndent(fp.p.Status(), "", "  ")
+	status, err := json.MarshalIndent(fp.p.Ports(), "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}

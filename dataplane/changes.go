@@ -1,4 +1,4 @@
-package main
+package dataplane
 
 import (
 	"sync"
@@ -8,13 +8,13 @@ import (
 	"github.com/svcproxy/svcproxy/service"
 )
 
-// changeMetrics are kube-proxy's four change metrics (k8s.io/kubernetes
+// ChangeMetrics are kube-proxy's four change metrics (k8s.io/kubernetes
 // v1.37.2 pkg/proxy/metrics): kubeproxy_sync_proxy_rules_{service,endpoint}_changes_total,
 // the changes the source has recorded (service/watch's Watcher.Changes), and
 // ..._changes_pending, those of them not yet taken up by a sync. kube-proxy
 // zeroes pending when a sync checks the changes out, at its start
 // (ServiceChangeTracker / EndpointsChangeTracker checkoutChanges): here, when
-// a Snapshot is handed to the dataplane (took), pending drops to the changes
+// a Snapshot is handed to the dataplane (Took), pending drops to the changes
 // the source recorded after it built that Snapshot. A failed sync does not
 // raise it again, as kube-proxy's does not: the dataplane retries on its own.
 //
@@ -22,7 +22,7 @@ import (
 // and its Service pending the Services with one (a Service updated twice
 // between syncs is one); svcproxy's count events, as the totals do. Both are
 // one per process, with no ip_family label, as kube-proxy's.
-type changeMetrics struct {
+type ChangeMetrics struct {
 	source func() (services, endpoints uint64) // cumulative, never falling
 
 	mu                  sync.Mutex
@@ -31,8 +31,10 @@ type changeMetrics struct {
 	servicesTotal, endpointsTotal, servicesPending, endpointsPending *prometheus.Desc
 }
 
-func newChangeMetrics(source func() (services, endpoints uint64)) *changeMetrics {
-	return &changeMetrics{
+// NewChangeMetrics counts the changes source has recorded (cumulative, never
+// falling: service/watch's Watcher.Changes).
+func NewChangeMetrics(source func() (services, endpoints uint64)) *ChangeMetrics {
+	return &ChangeMetrics{
 		source:           source,
 		servicesTotal:    prometheus.NewDesc("kubeproxy_sync_proxy_rules_service_changes_total", "Cumulative proxy rules Service changes", nil, nil),
 		endpointsTotal:   prometheus.NewDesc("kubeproxy_sync_proxy_rules_endpoint_changes_total", "Cumulative proxy rules Endpoint changes", nil, nil),
@@ -41,9 +43,9 @@ func newChangeMetrics(source func() (services, endpoints uint64)) *changeMetrics
 	}
 }
 
-// took records that snap was handed to the dataplane: the changes it
+// Took records that snap was handed to the dataplane: the changes it
 // includes are no longer pending. An older Snapshot never takes them back.
-func (c *changeMetrics) took(snap *service.Snapshot) {
+func (c *ChangeMetrics) Took(snap *service.Snapshot) {
 	services, endpoints := snap.Changes()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -51,7 +53,7 @@ func (c *changeMetrics) took(snap *service.Snapshot) {
 }
 
 // Describe implements prometheus.Collector.
-func (c *changeMetrics) Describe(ch chan<- *prometheus.Desc) {
+func (c *ChangeMetrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.servicesTotal
 	ch <- c.endpointsTotal
 	ch <- c.servicesPending
@@ -59,7 +61,7 @@ func (c *changeMetrics) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector.
-func (c *changeMetrics) Collect(ch chan<- prometheus.Metric) {
+func (c *ChangeMetrics) Collect(ch chan<- prometheus.Metric) {
 	services, endpoints := c.source()
 	c.mu.Lock()
 	tookServices, tookEndpoints := c.services, c.endpoints

@@ -17,7 +17,7 @@ import (
 	"github.com/svcproxy/svcproxy/service"
 )
 
-// Proxier keeps the hooks' maps in step with the latest Snapshot, one element
+// Maps keeps the hooks' maps in step with the latest Snapshot, one element
 // at a time: a sync renders only the ports that changed (a port equal to the
 // one its last rendering was made from reuses it, kernelsync.RenderPorts),
 // and writes only the elements whose entry differs from what the maps hold:
@@ -30,7 +30,7 @@ import (
 // meanwhile), after a failed write, and once per Config.CheckPeriod: a sync
 // that finds the maps other than it left them (another program deleted or
 // changed an element) repairs them and counts a repair.
-type Proxier struct {
+type Maps struct {
 	cfg Config
 
 	mu       sync.Mutex                        // one sync at a time; guards the fields below
@@ -46,7 +46,7 @@ type Proxier struct {
 	duration prometheus.Histogram
 }
 
-// Health is a Proxier's sync record, for /status and /metrics.
+// Health is the maps' sync record, for /status and /metrics.
 type Health struct {
 	// Synced: a sync has succeeded; Healthy: the last one did.
 	Synced    bool   `json:"synced"`
@@ -71,66 +71,63 @@ type Health struct {
 	Elements int `json:"elements"`
 }
 
-// NewProxier checks cfg and returns a Proxier that has synced nothing: until
+// NewMaps checks cfg and returns Maps that have synced nothing: until
 // the first Sync the maps keep whatever they hold (a restart does not empty
 // them while the sources are still listing).
-func NewProxier(cfg Config) (*Proxier, error) {
+func NewMaps(cfg Config) (*Maps, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	return &Proxier{cfg: cfg, duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+	return &Maps{cfg: cfg, duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "svcproxy_socklb_sync_duration_seconds",
 		Help:    "How long one sync of the socket-LB maps took, from the Snapshot to the last element written.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
 	})}, nil
 }
 
-// Sync makes the maps carry snap's ports (those Config.Include accepts).
+// Sync makes the maps carry snap's ports (those Config.Carries carries).
 // Each element is written on its own; a failed write does not stop the
 // others, and the error names every element that failed. The next sync reads
 // the maps again and writes what is still missing.
-func (p *Proxier) Sync(ctx context.Context, snap *service.Snapshot) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	start := p.cfg.Now()
-	check := p.inMap == nil || start.Sub(p.lastRead) >= p.cfg.CheckPeriod
+func (m *Maps) Sync(ctx context.Context, snap *service.Snapshot) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	start := m.cfg.Now()
+	check := m.inMap == nil || start.Sub(m.lastRead) >= m.cfg.CheckPeriod
 	var repair string
 	if check {
-		read, err := p.cfg.LB.Services(ctx)
+		read, err := m.cfg.LB.Services(ctx)
 		if err != nil {
 			err = fmt.Errorf("socklb: read the maps: %w", err)
-			p.record(start, true, 0, 0, err, "")
+			m.record(start, true, 0, 0, err, "")
 			return err
 		}
-		read = p.ofFamily(read)
-		if p.inMap != nil {
-			repair = differences(p.inMap, read)
+		read = m.ofFamily(read)
+		if m.inMap != nil {
+			repair = differences(m.inMap, read)
 		}
-		p.inMap, p.lastRead = read, start
+		m.inMap, m.lastRead = read, start
 	}
 
-	zone := snap.Node().Zone()
-	ports := kernelsync.RenderPorts(snap, p.applied, p.cfg.Include,
-		func(old *portEntries, sp *service.Port) bool { return old.port.RendersSameAs(sp) && old.zone == zone },
-		func(sp *service.Port) *portEntries { return renderPort(&p.cfg, sp, snap.Node()) })
-	touched := p.index(ports, check)
-	sets, deletes, err := p.write(ctx, touched)
-	p.commit(ports)
+	ports := kernelsync.RenderPorts(snap, m.applied, m.cfg.Carries, func(sp *service.Port) *portEntries { return renderPort(&m.cfg, sp, snap.Node()) })
+	touched := m.index(ports, check)
+	sets, deletes, err := m.write(ctx, touched)
+	m.commit(ports)
 	if err != nil {
-		p.inMap = nil // what the maps hold is unknown now: read them next time
+		m.inMap = nil // what the maps hold is unknown now: read them next time
 	}
-	p.record(start, check, sets, deletes, err, repair)
+	m.record(start, check, sets, deletes, err, repair)
 	if err == nil {
-		p.duration.Observe(p.cfg.Now().Sub(start).Seconds())
+		m.duration.Observe(m.cfg.Now().Sub(start).Seconds())
 	}
 	return err
 }
 
-// ofFamily keeps the elements of the Proxier's family.
-func (p *Proxier) ofFamily(all map[ksocklb.Service]ksocklb.Entry) map[ksocklb.Service]ksocklb.Entry {
+// ofFamily keeps the elements of the maps' family.
+func (m *Maps) ofFamily(all map[ksocklb.Service]ksocklb.Entry) map[ksocklb.Service]ksocklb.Entry {
 	out := make(map[ksocklb.Service]ksocklb.Entry, len(all))
 	for k, e := range all {
-		if p.cfg.Family.Has(k.VIP) {
+		if m.cfg.Family.Has(k.VIP) {
 			out[k] = e
 		}
 	}
@@ -144,21 +141,21 @@ func (p *Proxier) ofFamily(all map[ksocklb.Service]ksocklb.Entry) map[ksocklb.Se
 // allocates but a manifests file may hold) belongs to the first in the
 // Snapshot's order; the next check settles an ownership that a partial sync
 // left to the other one.
-func (p *Proxier) index(ports kernelsync.Ports[*portEntries], all bool) []ksocklb.Service {
+func (m *Maps) index(ports kernelsync.Ports[*portEntries], all bool) []ksocklb.Service {
 	touched := map[ksocklb.Service]bool{}
-	if all || p.owner == nil {
-		p.owner = map[ksocklb.Service]*portEntries{}
+	if all || m.owner == nil {
+		m.owner = map[ksocklb.Service]*portEntries{}
 		for _, pe := range ports.All {
 			for _, el := range pe.elements {
-				if _, ok := p.owner[el.svc]; !ok {
-					p.owner[el.svc] = pe
+				if _, ok := m.owner[el.svc]; !ok {
+					m.owner[el.svc] = pe
 				}
 			}
 		}
-		for k := range p.owner {
+		for k := range m.owner {
 			touched[k] = true
 		}
-		for k := range p.inMap {
+		for k := range m.inMap {
 			touched[k] = true
 		}
 		return sortedServices(touched)
@@ -166,8 +163,8 @@ func (p *Proxier) index(ports kernelsync.Ports[*portEntries], all bool) []ksockl
 	release := func(pe *portEntries) {
 		for _, el := range pe.elements {
 			touched[el.svc] = true
-			if p.owner[el.svc] == pe {
-				delete(p.owner, el.svc)
+			if m.owner[el.svc] == pe {
+				delete(m.owner, el.svc)
 			}
 		}
 	}
@@ -182,8 +179,8 @@ func (p *Proxier) index(ports kernelsync.Ports[*portEntries], all bool) []ksockl
 	for _, c := range ports.Changed {
 		for _, el := range c.Cur.elements {
 			touched[el.svc] = true
-			if _, ok := p.owner[el.svc]; !ok {
-				p.owner[el.svc] = c.Cur
+			if _, ok := m.owner[el.svc]; !ok {
+				m.owner[el.svc] = c.Cur
 			}
 		}
 	}
@@ -192,29 +189,29 @@ func (p *Proxier) index(ports kernelsync.Ports[*portEntries], all bool) []ksockl
 
 // write makes each touched frontend's element what its owner renders, or
 // deletes it when no port has it.
-func (p *Proxier) write(ctx context.Context, touched []ksocklb.Service) (sets, deletes int, err error) {
+func (m *Maps) write(ctx context.Context, touched []ksocklb.Service) (sets, deletes int, err error) {
 	var errs []error
 	for _, k := range touched {
-		have, inMap := p.inMap[k]
-		pe, wanted := p.owner[k]
+		have, inMap := m.inMap[k]
+		pe, wanted := m.owner[k]
 		switch {
 		case wanted:
 			want := entryOf(pe, k)
 			if inMap && sameEntry(have, want) {
 				continue
 			}
-			if err := p.cfg.LB.SetService(ctx, k, want); err != nil {
+			if err := m.cfg.LB.SetService(ctx, k, want); err != nil {
 				errs = append(errs, fmt.Errorf("%s (%s): %w", k, pe.name, err))
 				continue
 			}
-			p.inMap[k] = want
+			m.inMap[k] = want
 			sets++
 		case inMap:
-			if err := p.cfg.LB.DeleteService(ctx, k); err != nil {
+			if err := m.cfg.LB.DeleteService(ctx, k); err != nil {
 				errs = append(errs, fmt.Errorf("%s: delete: %w", k, err))
 				continue
 			}
-			delete(p.inMap, k)
+			delete(m.inMap, k)
 			deletes++
 		}
 	}
@@ -235,30 +232,30 @@ func entryOf(pe *portEntries, k ksocklb.Service) ksocklb.Entry {
 }
 
 // commit keeps the rendering: the next sync compares the Snapshot with it.
-func (p *Proxier) commit(ports kernelsync.Ports[*portEntries]) {
-	if p.applied == nil {
-		p.applied = make(map[service.PortName]*portEntries, len(ports.All))
+func (m *Maps) commit(ports kernelsync.Ports[*portEntries]) {
+	if m.applied == nil {
+		m.applied = make(map[service.PortName]*portEntries, len(ports.All))
 		for _, pe := range ports.All {
-			p.applied[pe.name] = pe
+			m.applied[pe.name] = pe
 		}
 	} else { // in place: 10,000 ports, one changed
 		for _, c := range ports.Changed {
-			p.applied[c.Cur.name] = c.Cur
+			m.applied[c.Cur.name] = c.Cur
 		}
 		for _, pe := range ports.Removed {
-			delete(p.applied, pe.name)
+			delete(m.applied, pe.name)
 		}
 	}
-	p.statMu.Lock()
-	p.ports = ports.All
-	p.statMu.Unlock()
+	m.statMu.Lock()
+	m.ports = ports.All
+	m.statMu.Unlock()
 }
 
 // record updates the health after a sync.
-func (p *Proxier) record(start time.Time, check bool, sets, deletes int, err error, repair string) {
-	p.statMu.Lock()
-	defer p.statMu.Unlock()
-	h := &p.health
+func (m *Maps) record(start time.Time, check bool, sets, deletes int, err error, repair string) {
+	m.statMu.Lock()
+	defer m.statMu.Unlock()
+	h := &m.health
 	h.Syncs++
 	if check {
 		h.Checks++
@@ -269,31 +266,31 @@ func (p *Proxier) record(start time.Time, check bool, sets, deletes int, err err
 	}
 	h.Sets += uint64(sets)
 	h.Deletes += uint64(deletes)
-	if p.inMap != nil {
-		h.Elements = len(p.inMap)
+	if m.inMap != nil {
+		h.Elements = len(m.inMap)
 	}
 	if err != nil {
 		h.Healthy, h.LastError = false, err.Error()
 		h.Failures++
 		return
 	}
-	end := p.cfg.Now()
+	end := m.cfg.Now()
 	h.Synced, h.Healthy, h.LastError = true, true, ""
 	h.LastSync, h.LastSyncDuration = end, end.Sub(start)
 }
 
 // Health returns the sync record.
-func (p *Proxier) Health() Health {
-	p.statMu.Lock()
-	defer p.statMu.Unlock()
-	return p.health
+func (m *Maps) Health() Health {
+	m.statMu.Lock()
+	defer m.statMu.Unlock()
+	return m.health
 }
 
 // Status returns the service ports as last synced, in the Snapshot's order.
-func (p *Proxier) Status() []PortStatus {
-	p.statMu.Lock()
-	ports := p.ports
-	p.statMu.Unlock()
+func (m *Maps) Status() []PortStatus {
+	m.statMu.Lock()
+	ports := m.ports
+	m.statMu.Unlock()
 	out := make([]PortStatus, len(ports))
 	for i, pe := range ports {
 		out[i] = pe.status
@@ -304,11 +301,11 @@ func (p *Proxier) Status() []PortStatus {
 // Frontends returns, for each port in names that the last sync carried (nil
 // names: every port it carried), its elements' keys: what hybrid's counters
 // are summed over.
-func (p *Proxier) Frontends(names map[service.PortName]bool) map[service.PortName][]ksocklb.Service {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+func (m *Maps) Frontends(names map[service.PortName]bool) map[service.PortName][]ksocklb.Service {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	out := map[service.PortName][]ksocklb.Service{}
-	for name, pe := range p.applied {
+	for name, pe := range m.applied {
 		if names != nil && !names[name] {
 			continue
 		}

@@ -1,4 +1,4 @@
-package main
+package dataplane
 
 import (
 	"testing"
@@ -9,12 +9,12 @@ import (
 	"github.com/svcproxy/svcproxy/service"
 )
 
-// Issue 32 point 4: the totals are the source's counts; pending is what the
+// The totals are the source's counts; pending is what the
 // source recorded beyond the latest Snapshot handed to the dataplane, and
 // falls to 0 when the Snapshot that includes every change is handed over.
 func TestChangeMetrics(t *testing.T) {
 	var services, endpoints uint64 // the source's counts
-	c := newChangeMetrics(func() (uint64, uint64) { return services, endpoints })
+	c := NewChangeMetrics(func() (uint64, uint64) { return services, endpoints })
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
 	stamped := func(s, e uint64) *service.Snapshot {
@@ -39,7 +39,7 @@ func TestChangeMetrics(t *testing.T) {
 	for _, s := range steps {
 		services, endpoints = s.services, s.endpoints
 		if s.took != nil {
-			c.took(s.took)
+			c.Took(s.took)
 		}
 		fams, err := reg.Gather()
 		if err != nil {
@@ -50,7 +50,7 @@ func TestChangeMetrics(t *testing.T) {
 			byName[f.GetName()] = f
 		}
 		for name, want := range s.want {
-			if got, ok := sample(byName, name, nil); !ok || got != want {
+			if got, ok := value(byName, name); !ok || got != want {
 				t.Errorf("%s: %s = %v (present %v), want %v", s.name, name, got, ok, want)
 			}
 		}
@@ -64,4 +64,17 @@ func counts(servicesTotal, endpointsTotal, servicesPending, endpointsPending flo
 		"kubeproxy_sync_proxy_rules_service_changes_pending":  servicesPending,
 		"kubeproxy_sync_proxy_rules_endpoint_changes_pending": endpointsPending,
 	}
+}
+
+// value is the value of name's one unlabelled series (counter or gauge), and
+// whether there is one.
+func value(fams map[string]*dto.MetricFamily, name string) (float64, bool) {
+	f := fams[name]
+	if f == nil || len(f.GetMetric()) != 1 {
+		return 0, false
+	}
+	if c := f.GetMetric()[0].GetCounter(); c != nil {
+		return c.GetValue(), true
+	}
+	return f.GetMetric()[0].GetGauge().GetValue(), true
 }
