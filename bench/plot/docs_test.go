@@ -41,7 +41,7 @@ func slug(h string) string {
 	return b.String()
 }
 
-// maxReferenceLines is the reference's length limit (issue 30): a reader who
+// maxReferenceLines is the reference's length limit: a reader who
 // wants today's figures must not have to dig; the rounds' journals, one file
 // per subject in docs/benchmarks/, hold the rest.
 const maxReferenceLines = 600
