@@ -2,6 +2,7 @@ package doccheck
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -66,5 +67,51 @@ func TestCommentCitations(t *testing.T) {
 	want := []Citation{{Line: 3, Text: "issue 12"}, {Line: 7, Text: "#7"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("CommentCitations = %+v, want %+v", got, want)
+	}
+}
+
+func TestParseReading(t *testing.T) {
+	md := "# Reading\n\n## How to read (not a step)\n\n" +
+		"## 1. A Snapshot (about 1,200 lines)\n\n" +
+		"- `service/topology.go`: `Port.Categorize`, `filterEndpoints`\n" +
+		"- not a file\n\n" +
+		"```sh\ngo doc ./service Port.Categorize\n```\n\n```text\nfunc (p *Port) Categorize(...)\n```\n" +
+		"## 2. The balancer (about 200 lines)\n\n- `userspace/balancer.go`: `Balancer`\n\n" +
+		"```sh\ncd somewhere\ngo test ./userspace -run 'TestBalancerPick$' -v\n```\n"
+	got, err := ParseReading(strings.NewReader(md))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Step{
+		{Line: 5, Title: "1. A Snapshot", Lines: 1200,
+			Files:    []FileRef{{Line: 7, Path: "service/topology.go", Names: []string{"Port.Categorize", "filterEndpoints"}}},
+			Commands: []Command{{Line: 11, Text: "go doc ./service Port.Categorize", Expect: []string{"func (p *Port) Categorize(...)"}}}},
+		{Line: 17, Title: "2. The balancer", Lines: 200,
+			Files:    []FileRef{{Line: 19, Path: "userspace/balancer.go", Names: []string{"Balancer"}}},
+			Commands: []Command{{Line: 23, Text: "go test ./userspace -run 'TestBalancerPick$' -v"}}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ParseReading =\n%+v\nwant\n%+v", got, want)
+	}
+	if _, err := ParseReading(strings.NewReader("## 1. X (about 1 lines)\n```text\nout\n```\n")); err == nil {
+		t.Error("output with no command before it: no error")
+	}
+}
+
+func TestDeclared(t *testing.T) {
+	src := "package p\ntype Port struct{}\ntype Ledger[P any] struct{}\n" +
+		"func (p *Port) Categorize() {}\nfunc (l *Ledger[P]) Begin() {}\nfunc Render() {}\n" +
+		"var hooks, chains = 1, 2\nconst Mode = \"x\"\n"
+	got, err := Declared("p.go", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"Port", "Ledger", "Port.Categorize", "Ledger.Begin", "Render", "hooks", "chains", "Mode"} {
+		if !got[name] {
+			t.Errorf("Declared has no %s: %v", name, got)
+		}
+	}
+	if got["Categorize"] {
+		t.Error("a method is declared by its bare name")
 	}
 }
