@@ -23,6 +23,9 @@ type UpOptions struct {
 	// the kubelet and kube-scheduler, with svcproxy and clusterdns as pods
 	// of deploy/realnode (their image's), instead of svclab's processes.
 	RealNode *cluster.NodePrograms
+	// Demo records this process as the lab's owner, so that a concurrent
+	// `svclab up` does not pull the lab from under `svclab demo`.
+	Demo bool
 }
 
 // Up builds the file-fed lab with svcproxy in mode; see UpWith.
@@ -57,20 +60,14 @@ func (l *Lab) UpWith(ctx context.Context, opts UpOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := l.Down(ctx); err != nil {
-		return fmt.Errorf("remove the leftovers of an earlier lab: %w", err)
-	}
-	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
-		return err
-	}
-	if err := l.net.Cgroups().MakeSubtree(); err != nil {
+	if err := l.prepare(ctx); err != nil {
 		return err
 	}
 	if err := l.net.BPFFS().Mount(); err != nil {
 		return err
 	}
 	st := topology.State{Mode: mode}
-	if l.inDemo {
+	if opts.Demo {
 		st.Demo = os.Getpid()
 	}
 	if opts.ControlPlane != nil {
@@ -98,13 +95,7 @@ func (l *Lab) upWithRealNode(ctx context.Context, opts UpOptions) error {
 	if opts.ControlPlane == nil {
 		return errors.New("a real node needs the control plane (its programs: make kapi)")
 	}
-	if err := l.Down(ctx); err != nil {
-		return fmt.Errorf("remove the leftovers of an earlier lab: %w", err)
-	}
-	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
-		return err
-	}
-	if err := l.net.Cgroups().MakeSubtree(); err != nil {
+	if err := l.prepare(ctx); err != nil {
 		return err
 	}
 	st := topology.State{Mode: opts.Mode, Kubectl: opts.ControlPlane.Kubectl, RealNode: true}
@@ -112,6 +103,18 @@ func (l *Lab) upWithRealNode(ctx context.Context, opts UpOptions) error {
 		return err
 	}
 	return l.cluster.UpRealNode(ctx, *opts.ControlPlane, *opts.RealNode, opts.Mode)
+}
+
+// prepare removes what a crashed run left behind, and makes the state
+// directory and the lab's cgroup2 subtree.
+func (l *Lab) prepare(ctx context.Context) error {
+	if err := l.Down(ctx); err != nil {
+		return fmt.Errorf("remove the leftovers of an earlier lab: %w", err)
+	}
+	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
+		return err
+	}
+	return l.net.Cgroups().MakeSubtree()
 }
 
 // Down removes everything the lab made: what the cluster runs outside the

@@ -11,4 +11,7 @@
 // Netlink talks to the kernel's conntrack table over netlink (github.com/vishvananda/
 // netlink), in the network namespace of the calling thread, as kube-proxy does since it
 // stopped running conntrack(8). Fake keeps flows in memory.
+//
+// ParseList reads conntrack(8)'s listing (`conntrack -L`) back into Entries: what the
+// lab shows of a node's table.
 package conntrack

@@ -123,7 +123,7 @@ func TestLedgerSyncs(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	m := &mode{}
 	ct := conntrack.NewFake()
-	p := newPath(Config{Conntrack: ct, SyncPeriod: time.Minute, FullSyncPeriod: time.Minute, Now: func() time.Time { return now }}, m)
+	p := newPath(Config{Periods: Periods{Conntrack: ct, SyncPeriod: time.Minute, FullSyncPeriod: time.Minute, Now: func() time.Time { return now }}}, m)
 	ctx := context.Background()
 	if err := p.Sync(ctx); err != nil || len(m.writes) != 0 || p.Health().Synced {
 		t.Fatalf("before the first Update: err %v, writes %v, health %+v", err, m.writes, p.Health())
@@ -249,7 +249,7 @@ func TestLedgerEndpointsToZero(t *testing.T) {
 
 	t.Run("partial sync", func(t *testing.T) {
 		ct := conntrack.NewFake()
-		p := newPath(Config{Conntrack: ct}, &mode{})
+		p := newPath(Config{Periods: Periods{Conntrack: ct}}, &mode{})
 		sync(t, p, udpService("198.19.1.2:53"))
 		ct.Add(toGone, tcp)
 		sync(t, p, udpService())
@@ -262,7 +262,7 @@ func TestLedgerEndpointsToZero(t *testing.T) {
 	})
 	t.Run("first sync", func(t *testing.T) {
 		ct := conntrack.NewFake(toGone, neverNATed, tcp)
-		p := newPath(Config{Conntrack: ct}, &mode{})
+		p := newPath(Config{Periods: Periods{Conntrack: ct}}, &mode{})
 		sync(t, p, udpService())
 		if got, want := ct.Flows(), []conntrack.Flow{tcp}; !slices.Equal(got, want) {
 			t.Errorf("flows left %v, want %v (the UDP entries of a port without endpoints stayed)", got, want)
@@ -316,7 +316,7 @@ func TestLedgerRetriesConntrack(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ct := &failing{Fake: conntrack.NewFake()}
 			m := &mode{}
-			p := newPath(Config{Conntrack: ct}, m)
+			p := newPath(Config{Periods: Periods{Conntrack: ct}}, m)
 			sync := func(snap *service.Snapshot) {
 				t.Helper()
 				p.Update(snap)
@@ -392,7 +392,7 @@ func TestStaleFlows(t *testing.T) {
 func TestLedgerCheckRepairs(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	m := &mode{}
-	p := newPath(Config{SyncPeriod: 30 * time.Second, Now: func() time.Time { return now }}, m)
+	p := newPath(Config{Periods: Periods{SyncPeriod: 30 * time.Second, Now: func() time.Time { return now }}}, m)
 	ctx := context.Background()
 	p.Update(udpService("198.19.1.2:53"))
 	step := func(advance time.Duration) {
