@@ -102,7 +102,7 @@ func (l *Lab) CheckNodePort(t *testing.T, sync Sync) {
 
 // CheckUDPConntrack: a UDP flow keeps its endpoint while the endpoint lives;
 // when the endpoint is removed, the conntrack cleanup moves it to a live one
-// (kubernetes #19029), and Health counts the entries deleted. fam is the
+// (kubernetes/kubernetes#19029), and Health counts the entries deleted. fam is the
 // family of the Dataplane sync uses: for IPv6 the Service is dual-stack and the
 // flow goes to its IPv6 ClusterIP (the Lab needs AddIPv6), through the IPv6
 // conntrack table.
