@@ -29,6 +29,9 @@ type UpOptions struct {
 	// pods.
 	Kubeadm *cluster.KubeadmPrograms
 	Nodes   int
+	// Demo records this process as the lab's owner, so that a concurrent
+	// `svclab up` does not pull the lab from under `svclab demo`.
+	Demo bool
 }
 
 // Up builds the file-fed lab with svcproxy in mode; see UpWith.
@@ -66,20 +69,14 @@ func (l *Lab) UpWith(ctx context.Context, opts UpOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := l.Down(ctx); err != nil {
-		return fmt.Errorf("remove the leftovers of an earlier lab: %w", err)
-	}
-	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
-		return err
-	}
-	if err := l.net.Cgroups().MakeSubtree(); err != nil {
+	if err := l.prepare(ctx); err != nil {
 		return err
 	}
 	if err := l.net.BPFFS().Mount(); err != nil {
 		return err
 	}
 	st := topology.State{Mode: mode}
-	if l.inDemo {
+	if opts.Demo {
 		st.Demo = os.Getpid()
 	}
 	if opts.ControlPlane != nil {
@@ -107,13 +104,7 @@ func (l *Lab) upWithRealNode(ctx context.Context, opts UpOptions) error {
 	if opts.ControlPlane == nil {
 		return errors.New("a real node needs the control plane (its programs: make kapi)")
 	}
-	if err := l.Down(ctx); err != nil {
-		return fmt.Errorf("remove the leftovers of an earlier lab: %w", err)
-	}
-	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
-		return err
-	}
-	if err := l.net.Cgroups().MakeSubtree(); err != nil {
+	if err := l.prepare(ctx); err != nil {
 		return err
 	}
 	st := topology.State{Mode: opts.Mode, Kubectl: opts.ControlPlane.Kubectl, RealNode: true}
@@ -129,10 +120,7 @@ func (l *Lab) upWithKubeadm(ctx context.Context, opts UpOptions) error {
 	if err := cluster.CheckKubeProxyMode(opts.Mode); err != nil {
 		return err
 	}
-	if err := l.Down(ctx); err != nil {
-		return fmt.Errorf("remove the leftovers of an earlier lab: %w", err)
-	}
-	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
+	if err := l.prepare(ctx); err != nil {
 		return err
 	}
 	st := topology.State{Mode: opts.Mode, Kubectl: opts.Kubeadm.Kubectl, RealNode: true, Nodes: opts.Nodes}
@@ -140,6 +128,18 @@ func (l *Lab) upWithKubeadm(ctx context.Context, opts UpOptions) error {
 		return err
 	}
 	return l.cluster.UpKubeadm(ctx, *opts.Kubeadm, opts.Nodes, opts.Mode)
+}
+
+// prepare removes what a crashed run left behind, and makes the state
+// directory and the lab's cgroup2 subtree.
+func (l *Lab) prepare(ctx context.Context) error {
+	if err := l.Down(ctx); err != nil {
+		return fmt.Errorf("remove the leftovers of an earlier lab: %w", err)
+	}
+	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
+		return err
+	}
+	return l.net.Cgroups().MakeSubtree()
 }
 
 // Down removes everything the lab made: what the cluster runs outside the

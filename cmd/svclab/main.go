@@ -16,6 +16,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/lab"
 	"github.com/svcproxy/svcproxy/lab/cluster"
+	"github.com/svcproxy/svcproxy/lab/demo"
 	"github.com/svcproxy/svcproxy/lab/pods"
 )
 
@@ -386,7 +387,8 @@ func cmdDown(ctx context.Context, cfg lab.Config, args []string) error {
 func cmdDemo(ctx context.Context, cfg lab.Config, args []string) error {
 	fs := flag.NewFlagSet("svclab demo", flag.ContinueOnError)
 	withCP := fs.String("control-plane", "auto", "run the demo on a control plane: true, false, or auto (when its programs are built)")
-	fs.StringVar(&cfg.DemoOnly, "only", "", "only the steps whose title has `WORD` (and the lab's build and removal): --only ipvs")
+	var opts demo.Options
+	fs.StringVar(&opts.Only, "only", "", "only the steps whose title has `WORD` (and the lab's build and removal): --only ipvs")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -399,7 +401,7 @@ func cmdDemo(ctx context.Context, cfg lab.Config, args []string) error {
 		cp, err := cluster.FindControlPlane(*kapiDir)
 		switch {
 		case err == nil:
-			cfg.ControlPlane = &cp
+			opts.ControlPlane = &cp
 		case *withCP == "true":
 			return err
 		default:
@@ -410,7 +412,7 @@ func cmdDemo(ctx context.Context, cfg lab.Config, args []string) error {
 	if err != nil {
 		return err
 	}
-	return l.Demo(ctx)
+	return demo.Run(ctx, l, opts)
 }
 
 func cmdKubectl(ctx context.Context, cfg lab.Config, args []string) error {

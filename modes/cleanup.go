@@ -1,4 +1,4 @@
-package main
+package modes
 
 import (
 	"context"
@@ -15,9 +15,11 @@ import (
 	"github.com/svcproxy/svcproxy/userspace"
 )
 
-// cleanup removes what every mode may have left in this namespace, in both IP
-// families (--cleanup).
-func cleanup(ctx context.Context, cfg *Config) error {
+// Cleanup removes what every mode may have left in this namespace, in both IP
+// families (--cleanup): the portals, the iptables rules, IPVS's virtual
+// servers, addresses and masquerade rules, the socket LB's pins
+// (cfg.SocketLB.PinPath) and the nftables tables. Nothing there is no error.
+func Cleanup(ctx context.Context, cfg Config) error {
 	var errs []error
 	for _, fam := range service.Families {
 		ipt, err := kiptables.New(kiptables.Config{Family: kiptables.Family(fam)})
@@ -34,13 +36,13 @@ func cleanup(ctx context.Context, cfg *Config) error {
 			errs = append(errs, fmt.Errorf("%s iptables rules: %w", fam, err))
 		}
 		if offloadipvs.Available() == nil {
-			if err := cleanupIPVS(ctx, cfg, fam, ipt); err != nil {
+			if err := cleanupIPVS(ctx, &cfg, fam, ipt); err != nil {
 				errs = append(errs, fmt.Errorf("%s ipvs: %w", fam, err))
 			}
 		}
 	}
-	if err := lifecycle.Remove(cfg.SocketLBPinPath); err != nil {
-		errs = append(errs, fmt.Errorf("socket LB pins in %s: %w", cfg.SocketLBPinPath, err))
+	if err := lifecycle.Remove(cfg.SocketLB.PinPath); err != nil {
+		errs = append(errs, fmt.Errorf("socket LB pins in %s: %w", cfg.SocketLB.PinPath, err))
 	}
 	if knft.Available() == nil {
 		for _, fam := range service.Families {
@@ -63,7 +65,7 @@ func cleanup(ctx context.Context, cfg *Config) error {
 // virtual servers are known by their address, a node address
 // (--nodeport-addresses), and port.
 func cleanupIPVS(ctx context.Context, cfg *Config, fam service.Family, ipt kiptables.Interface) error {
-	f := newFamily(cfg, fam, nil, nil)
+	f := newFamily(cfg, fam, nil)
 	if f.err != nil {
 		return f.err
 	}
