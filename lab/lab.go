@@ -16,6 +16,10 @@ import (
 // DefaultStateDir holds the lab's pid files, logs and manifests while it is up.
 const DefaultStateDir = "/run/svclab"
 
+// DemoTools are the programs the demo runs besides svclab, svcproxy and
+// clusterdns, and that the lab's commands need: ip, iptables-save, dig, curl.
+var DemoTools = []string{"ip", "iptables-save", "dig", "curl"}
+
 // Config says where a Lab keeps things and what it runs. The zero value is the
 // default lab.
 type Config struct {
@@ -36,12 +40,6 @@ type Config struct {
 	Stdout, Stderr io.Writer
 	// Progress draws a live progress bar during traffic (for terminals).
 	Progress bool
-	// ControlPlane, when not nil, is what Demo runs the lab on; nil is the
-	// file-fed lab.
-	ControlPlane *cluster.ControlPlane
-	// DemoOnly, when not "", narrows Demo to the steps whose title contains it
-	// (case-insensitive), between the first (build) and the last (down).
-	DemoOnly string
 }
 
 // Lab is the lab on this machine. Its methods may be called from different
@@ -49,10 +47,6 @@ type Config struct {
 // everything they share is in the state directory.
 type Lab struct {
 	cfg Config
-
-	// inDemo makes Up record this process as the lab's owner, so that a
-	// concurrent `svclab up` does not pull the lab from under the demo.
-	inDemo bool
 
 	// net is the Plan built on this machine: namespaces, the processes in
 	// them, the state directory.
@@ -105,6 +99,13 @@ func New(cfg Config) (*Lab, error) {
 
 // Plan is the lab's topology.
 func (l *Lab) Plan() *topology.Plan { return l.cfg.Plan }
+
+// Stdout is where the lab's commands write (Config.Stdout).
+func (l *Lab) Stdout() io.Writer { return l.cfg.Stdout }
+
+// Net is the Plan built on this machine: its namespaces, the processes in
+// them, the state directory.
+func (l *Lab) Net() *topology.Net { return l.net }
 
 // Pods runs the pods' servers and sends them traffic.
 func (l *Lab) Pods() *pods.Runner { return l.pods }

@@ -23,6 +23,15 @@ type UpOptions struct {
 	// the kubelet and kube-scheduler, with svcproxy and clusterdns as pods
 	// of deploy/realnode (their image's), instead of svclab's processes.
 	RealNode *cluster.NodePrograms
+	// Kubeadm runs the cluster kubeadm makes instead (`svclab up --nodes
+	// N`): Nodes nodes, kubeadm's control plane as static pods on the first,
+	// kube-proxy in Mode (iptables, nftables or ipvs) and CoreDNS as its
+	// pods.
+	Kubeadm *cluster.KubeadmPrograms
+	Nodes   int
+	// Demo records this process as the lab's owner, so that a concurrent
+	// `svclab up` does not pull the lab from under `svclab demo`.
+	Demo bool
 }
 
 // Up builds the file-fed lab with svcproxy in mode; see UpWith.
@@ -40,11 +49,14 @@ func (l *Lab) Up(ctx context.Context, mode string) error {
 // clusterdns are its pods (Cluster.UpRealNode).
 func (l *Lab) UpWith(ctx context.Context, opts UpOptions) error {
 	mode := opts.Mode
-	if err := cluster.CheckMode(mode); err != nil {
+	if err := cluster.CheckMode(mode); err != nil && opts.Kubeadm == nil {
 		return err
 	}
 	if s, err := l.net.ReadState(); err == nil && s.Demo != 0 && s.Demo != os.Getpid() && topology.Alive(s.Demo) {
 		return fmt.Errorf("svclab demo (pid %d) is using the lab; wait for it to end", s.Demo)
+	}
+	if opts.Kubeadm != nil {
+		return l.upWithKubeadm(ctx, opts)
 	}
 	if opts.RealNode != nil {
 		return l.upWithRealNode(ctx, opts)
@@ -57,20 +69,14 @@ func (l *Lab) UpWith(ctx context.Context, opts UpOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := l.Down(ctx); err != nil {
-		return fmt.Errorf("remove the leftovers of an earlier lab: %w", err)
-	}
-	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
-		return err
-	}
-	if err := l.net.Cgroups().MakeSubtree(); err != nil {
+	if err := l.prepare(ctx); err != nil {
 		return err
 	}
 	if err := l.net.BPFFS().Mount(); err != nil {
 		return err
 	}
 	st := topology.State{Mode: mode}
-	if l.inDemo {
+	if opts.Demo {
 		st.Demo = os.Getpid()
 	}
 	if opts.ControlPlane != nil {
@@ -98,13 +104,7 @@ func (l *Lab) upWithRealNode(ctx context.Context, opts UpOptions) error {
 	if opts.ControlPlane == nil {
 		return errors.New("a real node needs the control plane (its programs: make kapi)")
 	}
-	if err := l.Down(ctx); err != nil {
-		return fmt.Errorf("remove the leftovers of an earlier lab: %w", err)
-	}
-	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
-		return err
-	}
-	if err := l.net.Cgroups().MakeSubtree(); err != nil {
+	if err := l.prepare(ctx); err != nil {
 		return err
 	}
 	st := topology.State{Mode: opts.Mode, Kubectl: opts.ControlPlane.Kubectl, RealNode: true}
@@ -112,6 +112,34 @@ func (l *Lab) upWithRealNode(ctx context.Context, opts UpOptions) error {
 		return err
 	}
 	return l.cluster.UpRealNode(ctx, *opts.ControlPlane, *opts.RealNode, opts.Mode)
+}
+
+// upWithKubeadm is UpWith for the kubeadm cluster: the real kube-proxy
+// and CoreDNS first, in the mode of kube-proxy's ConfigMap.
+func (l *Lab) upWithKubeadm(ctx context.Context, opts UpOptions) error {
+	if err := cluster.CheckKubeProxyMode(opts.Mode); err != nil {
+		return err
+	}
+	if err := l.prepare(ctx); err != nil {
+		return err
+	}
+	st := topology.State{Mode: opts.Mode, Kubectl: opts.Kubeadm.Kubectl, RealNode: true, Nodes: opts.Nodes}
+	if err := l.net.WriteState(st); err != nil {
+		return err
+	}
+	return l.cluster.UpKubeadm(ctx, *opts.Kubeadm, opts.Nodes, opts.Mode)
+}
+
+// prepare removes what a crashed run left behind, and makes the state
+// directory and the lab's cgroup2 subtree.
+func (l *Lab) prepare(ctx context.Context) error {
+	if err := l.Down(ctx); err != nil {
+		return fmt.Errorf("remove the leftovers of an earlier lab: %w", err)
+	}
+	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
+		return err
+	}
+	return l.net.Cgroups().MakeSubtree()
 }
 
 // Down removes everything the lab made: what the cluster runs outside the

@@ -64,37 +64,12 @@ const ControlPlaneTimeout = 2 * time.Minute
 // kube-controller-manager in the node, each once the one before answers.
 // realNode adds the controllers a real kubelet's pods need.
 func (c *Cluster) startControlPlane(ctx context.Context, cp ControlPlane, realNode bool) error {
-	p := c.net.Plan()
-	ips := []net.IP{net.IPv4(127, 0, 0, 1), p.Node.Addr.AsSlice(), p.ServiceCIDR.Addr().Next().AsSlice()}
-	if p.DualStack() {
-		ips = append(ips, p.Node.Addr6.AsSlice())
-	}
-	names := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
-	var nodes []string
-	for _, n := range c.Nodes() {
-		nodes = append(nodes, n.Name)
-	}
-	pk, err := writePKI(c.pkiDir(), ips, names, nodes)
+	pk, err := c.makePKI()
 	if err != nil {
-		return fmt.Errorf("control plane pki: %w", err)
-	}
-	if err := writeKubeconfig(c.KubeconfigPath("admin"), apiserverURL, pk.caPEM, adminUser, pk.adminToken); err != nil {
 		return err
 	}
-	node := p.Node.Name
-	etcd, _, err := c.net.Start("etcd", node, []string{cp.Etcd,
-		"--name=svclab",
-		"--data-dir=" + filepath.Join(c.net.StateDir(), "etcd"),
-		"--listen-client-urls=" + etcdClientURL,
-		"--advertise-client-urls=" + etcdClientURL,
-		"--listen-peer-urls=" + etcdPeerURL,
-		"--initial-advertise-peer-urls=" + etcdPeerURL,
-		"--initial-cluster=svclab=" + etcdPeerURL,
-		// The lab's data need not survive a power cut; fsync per write is
-		// most of etcd's latency on a shared disk.
-		"--unsafe-no-fsync",
-		"--log-level=warn",
-	}, false)
+	node := c.net.Plan().Node.Name
+	etcd, _, err := c.net.Start("etcd", node, append([]string{cp.Etcd}, c.etcdArgs()...), false)
 	if err != nil {
 		return err
 	}
@@ -110,6 +85,55 @@ func (c *Cluster) startControlPlane(ctx context.Context, cp ControlPlane, realNo
 	if err := c.net.Wait(ctx, "kube-apiserver", apiserver.Process.Pid, ControlPlaneTimeout, 200*time.Millisecond, httpOK(secure, apiserverURL+"/readyz", pk.adminToken)); err != nil {
 		return err
 	}
+	kcm, _, err := c.net.Start("kube-controller-manager", node, append([]string{cp.ControllerManager}, c.controllerManagerArgs(pk, realNode)...), false)
+	if err != nil {
+		return err
+	}
+	insecure := nodeHTTPSInsecure(c.net)
+	return c.net.Wait(ctx, "kube-controller-manager", kcm.Process.Pid, ControlPlaneTimeout, 200*time.Millisecond, httpOK(insecure, "https://"+kcmAddr+"/healthz", ""))
+}
+
+// makePKI writes the control plane's keys and certificates, a kubelet
+// token for each node, and the administrator's kubeconfig.
+func (c *Cluster) makePKI() (*pki, error) {
+	p := c.net.Plan()
+	ips := []net.IP{net.IPv4(127, 0, 0, 1), p.Node.Addr.AsSlice(), p.ServiceCIDR.Addr().Next().AsSlice()}
+	if p.DualStack() {
+		ips = append(ips, p.Node.Addr6.AsSlice())
+	}
+	names := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
+	var nodes []string
+	for _, n := range c.Nodes() {
+		nodes = append(nodes, n.Name)
+	}
+	pk, err := writePKI(c.pkiDir(), ips, names, nodes)
+	if err != nil {
+		return nil, fmt.Errorf("control plane pki: %w", err)
+	}
+	return pk, writeKubeconfig(c.KubeconfigPath("admin"), apiserverURL, pk.caPEM, adminUser, pk.adminToken)
+}
+
+// etcdArgs are etcd's flags: one member, on the node's loopback.
+func (c *Cluster) etcdArgs() []string {
+	return []string{
+		"--name=svclab",
+		"--data-dir=" + filepath.Join(c.net.StateDir(), "etcd"),
+		"--listen-client-urls=" + etcdClientURL,
+		"--advertise-client-urls=" + etcdClientURL,
+		"--listen-peer-urls=" + etcdPeerURL,
+		"--initial-advertise-peer-urls=" + etcdPeerURL,
+		"--initial-cluster=svclab=" + etcdPeerURL,
+		// The lab's data need not survive a power cut; fsync per write is
+		// most of etcd's latency on a shared disk.
+		"--unsafe-no-fsync",
+		"--log-level=warn",
+	}
+}
+
+// controllerManagerArgs are kube-controller-manager's flags: the
+// controllers the lab needs, and with realNode those a real kubelet's pods
+// need too.
+func (c *Cluster) controllerManagerArgs(pk *pki, realNode bool) []string {
 	admin := c.KubeconfigPath("admin")
 	// What the lab needs: EndpointSlices from Services' selectors, the
 	// pods of StatefulSets, Deployments and ReplicaSets, a default
@@ -128,7 +152,7 @@ func (c *Cluster) startControlPlane(ctx context.Context, cp ControlPlane, realNo
 		// manager does (conformance: EndpointSliceMirroring).
 		controllers += ",daemonset,root-ca-cert-publisher,nodelifecycle,endpointslice-mirroring-controller"
 	}
-	kcm, _, err := c.net.Start("kube-controller-manager", node, []string{cp.ControllerManager,
+	return []string{
 		"--kubeconfig=" + admin,
 		"--authentication-kubeconfig=" + admin,
 		"--authorization-kubeconfig=" + admin,
@@ -140,12 +164,7 @@ func (c *Cluster) startControlPlane(ctx context.Context, cp ControlPlane, realNo
 		"--secure-port=" + portOf(kcmAddr),
 		"--cert-dir=" + filepath.Join(c.net.StateDir(), "kube-controller-manager"),
 		"--profiling=false",
-	}, false)
-	if err != nil {
-		return err
 	}
-	insecure := nodeHTTPSInsecure(c.net)
-	return c.net.Wait(ctx, "kube-controller-manager", kcm.Process.Pid, ControlPlaneTimeout, 200*time.Millisecond, httpOK(insecure, "https://"+kcmAddr+"/healthz", ""))
 }
 
 // apiserverArgs are kube-apiserver's flags; each one that is not a plain path

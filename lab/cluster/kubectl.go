@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"path/filepath"
 	"strings"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/svcproxy/svcproxy/deploy"
 	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
@@ -57,4 +59,15 @@ func (c *Cluster) KubectlOut(ctx context.Context, stdin io.Reader, args ...strin
 		return out.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(out.String()))
 	}
 	return out.String(), nil
+}
+
+// applyDeploy applies the kustomization of deploy/ named kustomization
+// ("lab", "realnode") with kubectl, from a copy in the state directory.
+func (c *Cluster) applyDeploy(ctx context.Context, kustomization string) error {
+	deployDir := filepath.Join(c.net.StateDir(), "deploy")
+	if err := deploy.WriteTo(deployDir); err != nil {
+		return err
+	}
+	_, err := c.KubectlOut(ctx, nil, "apply", "--server-side", "-k", filepath.Join(deployDir, kustomization))
+	return err
 }

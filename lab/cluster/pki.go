@@ -53,9 +53,29 @@ func writePKI(dir string, ips []net.IP, names []string, nodes []string) (*pki, e
 		return nil, err
 	}
 	p := &pki{dir: dir}
+	ca, caKey, err := p.writeCA()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.writeServing(ca, caKey, ips, names); err != nil {
+		return nil, err
+	}
+	// kube-apiserver signs ServiceAccount tokens with ES256 as well as RS256.
+	if _, err := writeKey(p.serviceAccount()); err != nil {
+		return nil, fmt.Errorf("service account key: %w", err)
+	}
+	if err := p.writeTokens(nodes); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// writeCA makes the CA's key and certificate, which signs the serving
+// certificate and is what every client trusts.
+func (p *pki) writeCA() (*x509.Certificate, *ecdsa.PrivateKey, error) {
 	caKey, err := writeKey(p.path("ca.key"))
 	if err != nil {
-		return nil, fmt.Errorf("ca key: %w", err)
+		return nil, nil, fmt.Errorf("ca key: %w", err)
 	}
 	now := time.Now()
 	ca := &x509.Certificate{
@@ -69,19 +89,26 @@ func writePKI(dir string, ips []net.IP, names []string, nodes []string) (*pki, e
 	}
 	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
 	if err != nil {
-		return nil, fmt.Errorf("ca: %w", err)
+		return nil, nil, fmt.Errorf("ca: %w", err)
 	}
 	if ca, err = x509.ParseCertificate(caDER); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	p.caPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER})
 	if err := os.WriteFile(p.caFile(), p.caPEM, 0o644); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	return ca, caKey, nil
+}
+
+// writeServing makes the API server's key and its certificate for ips and
+// names, signed by the CA.
+func (p *pki) writeServing(ca *x509.Certificate, caKey *ecdsa.PrivateKey, ips []net.IP, names []string) error {
 	srvKey, err := writeKey(p.servingKey())
 	if err != nil {
-		return nil, fmt.Errorf("serving key: %w", err)
+		return fmt.Errorf("serving key: %w", err)
 	}
+	now := time.Now()
 	srv := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: "kube-apiserver"},
@@ -94,35 +121,32 @@ func writePKI(dir string, ips []net.IP, names []string, nodes []string) (*pki, e
 	}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srv, ca, &srvKey.PublicKey, caKey)
 	if err != nil {
-		return nil, fmt.Errorf("serving certificate: %w", err)
+		return fmt.Errorf("serving certificate: %w", err)
 	}
-	if err := os.WriteFile(p.servingCert(), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srvDER}), 0o644); err != nil {
-		return nil, err
-	}
-	// kube-apiserver signs ServiceAccount tokens with ES256 as well as RS256.
-	if _, err := writeKey(p.serviceAccount()); err != nil {
-		return nil, fmt.Errorf("service account key: %w", err)
-	}
+	return os.WriteFile(p.servingCert(), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srvDER}), 0o644)
+}
+
+// writeTokens makes the administrator's token and each node's kubelet's,
+// and the API server's token file of them.
+func (p *pki) writeTokens(nodes []string) error {
+	var err error
 	if p.adminToken, err = newToken(); err != nil {
-		return nil, err
+		return err
 	}
 	// --token-auth-file: token,user,uid,"group1,group2".
 	lines := fmt.Sprintf("%s,%s,%s,\"system:masters\"\n", p.adminToken, adminUser, adminUser)
 	for _, node := range nodes {
 		nodeToken, err := newToken()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if err := os.WriteFile(p.path(node+".token"), []byte(nodeToken+"\n"), 0o600); err != nil {
-			return nil, err
+			return err
 		}
 		nodeUser := "system:node:" + node
 		lines += fmt.Sprintf("%s,%s,%s,\"system:nodes\"\n", nodeToken, nodeUser, nodeUser)
 	}
-	if err := os.WriteFile(p.tokenFile(), []byte(lines), 0o600); err != nil {
-		return nil, err
-	}
-	return p, nil
+	return os.WriteFile(p.tokenFile(), []byte(lines), 0o600)
 }
 
 // newToken is 16 random bytes, in hex.

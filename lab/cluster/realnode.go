@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/svcproxy/svcproxy/deploy"
 	"github.com/svcproxy/svcproxy/internal/k8sbin"
 	"github.com/svcproxy/svcproxy/lab/topology"
 )
@@ -127,11 +126,7 @@ func (c *Cluster) UpRealNode(ctx context.Context, cp ControlPlane, progs NodePro
 	}
 	// The objects first, svcproxy's mode in its ConfigMap, so that the pods
 	// start with it once the kubelet registers the node.
-	deployDir := filepath.Join(c.net.StateDir(), "deploy")
-	if err := deploy.WriteTo(deployDir); err != nil {
-		return err
-	}
-	if _, err := c.KubectlOut(ctx, nil, "apply", "--server-side", "-k", filepath.Join(deployDir, "realnode")); err != nil {
+	if err := c.applyDeploy(ctx, "realnode"); err != nil {
 		return err
 	}
 	if mode != "" {

@@ -14,8 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-
-	"github.com/svcproxy/svcproxy/deploy"
 )
 
 // tokenDuration is how long the ServiceAccount tokens of svcproxy and
@@ -38,11 +36,7 @@ func (c *Cluster) UpSimulated(ctx context.Context, cp ControlPlane, dns, proxy, 
 	if err := c.startControlPlane(ctx, cp, false); err != nil {
 		return err
 	}
-	deployDir := filepath.Join(c.net.StateDir(), "deploy")
-	if err := deploy.WriteTo(deployDir); err != nil {
-		return err
-	}
-	if _, err := c.KubectlOut(ctx, nil, "apply", "--server-side", "-k", filepath.Join(deployDir, "lab")); err != nil {
+	if err := c.applyDeploy(ctx, "lab"); err != nil {
 		return err
 	}
 	if _, err := c.KubectlOut(ctx, strings.NewReader(string(Objects)), "apply", "--server-side", "-f", "-"); err != nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strings"
@@ -78,10 +79,29 @@ func (r *Runner) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, erro
 	if err != nil {
 		return nil, err
 	}
-	t := &Tally{Target: opts.Target}
-	tl := r.timeline(from, false)
-	var lookupErr string
-	var held []Event // the held connection's two requests (Hold)
+	run := r.read(out, target, from, opts)
+	werr := cmd.Wait()
+	if run.lookupErr != "" {
+		return run.tally, errors.New(run.lookupErr)
+	}
+	if werr != nil {
+		return run.tally, fmt.Errorf("probe from %s: %w: %s", from, werr, strings.TrimSpace(stderr.String()))
+	}
+	return run.tally, r.write(run, opts)
+}
+
+// trafficRun is what a probe's events said.
+type trafficRun struct {
+	tally     *Tally
+	timeline  *Timeline
+	held      []Event // the held connection's two requests (TrafficOptions.Hold)
+	lookupErr string  // the target's name did not resolve
+}
+
+// read reads the events a probe from host from writes to out, as they
+// come: the tally and the timeline of the answers, and the progress bar.
+func (r *Runner) read(out io.Reader, target Target, from string, opts TrafficOptions) trafficRun {
+	run := trafficRun{tally: &Tally{Target: opts.Target}, timeline: r.timeline(from, false)}
 	named := false
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
@@ -93,14 +113,14 @@ func (r *Runner) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, erro
 			opts.OnEvent(ev)
 		}
 		if ev.Held != 0 {
-			held = append(held, ev)
+			run.held = append(run.held, ev)
 			continue
 		}
 		if ev.Seq == 0 && ev.Err != "" {
-			lookupErr = ev.Err
+			run.lookupErr = ev.Err
 		}
-		t.Add(ev)
-		tl.Add(ev)
+		run.tally.Add(ev)
+		run.timeline.Add(ev)
 		if ev.Addr != "" && !named {
 			named = true
 			host, _, _ := net.SplitHostPort(ev.Addr)
@@ -110,20 +130,21 @@ func (r *Runner) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, erro
 			// Which of the sender's and the node's addresses the pods
 			// see depends on the family the target resolved to.
 			if ip, err := netip.ParseAddr(host); err == nil && ip.Is6() && !ip.Is4In6() {
-				tl = r.timeline(from, true)
+				run.timeline = r.timeline(from, true)
 			}
 		}
 		if r.progress && ev.Seq > 0 {
-			fmt.Fprintf(r.stdout, "\r%s", Progress(t.Total, opts.N, 40))
+			fmt.Fprintf(r.stdout, "\r%s", Progress(run.tally.Total, opts.N, 40))
 		}
 	}
-	werr := cmd.Wait()
-	if lookupErr != "" {
-		return t, errors.New(lookupErr)
-	}
-	if werr != nil {
-		return t, fmt.Errorf("probe from %s: %w: %s", from, werr, strings.TrimSpace(stderr.String()))
-	}
+	return run
+}
+
+// write writes what a run of the probe saw: the progress bar's end, the
+// table and the chart of the answers, and as opts ask the timeline and the
+// held connection.
+func (r *Runner) write(run trafficRun, opts TrafficOptions) error {
+	t := run.tally
 	if r.progress {
 		fmt.Fprintln(r.stdout)
 	} else {
@@ -131,23 +152,23 @@ func (r *Runner) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, erro
 	}
 	fmt.Fprintln(r.stdout)
 	if err := t.WriteTable(r.stdout, r.net.Names()); err != nil {
-		return t, err
+		return err
 	}
 	fmt.Fprintln(r.stdout)
 	if err := t.WriteChart(r.stdout, 40); err != nil {
-		return t, err
+		return err
 	}
 	if opts.Timeline {
 		fmt.Fprintln(r.stdout)
-		if err := tl.Write(r.stdout); err != nil {
-			return t, err
+		if err := run.timeline.Write(r.stdout); err != nil {
+			return err
 		}
 	}
 	if opts.Hold {
 		fmt.Fprintln(r.stdout)
-		return t, r.writeHeld(held, tl)
+		return r.writeHeld(run.held, run.timeline)
 	}
-	return t, nil
+	return nil
 }
 
 // writeHeld reports the held connection's two requests (TrafficOptions.Hold)

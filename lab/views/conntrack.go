@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
-	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	kconntrack "github.com/svcproxy/svcproxy/kernel/conntrack"
 
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -22,58 +23,6 @@ type ConntrackOptions struct {
 	// Flush deletes every entry of the node's conntrack table instead, so
 	// that what is sent next is all there is to see.
 	Flush bool
-}
-
-// flow is one conntrack entry: the connection as its first packet was sent
-// (orig) and the reply the kernel expects (reply).
-type flow struct {
-	proto       string // tcp, udp
-	timeout     int    // seconds left
-	state       string // TCP state; "" for UDP
-	orig, reply [2]netip.AddrPort
-	assured     bool
-}
-
-// parseConntrack reads `conntrack -L` lines:
-//
-//	tcp 6 119 TIME_WAIT src=A dst=B sport=1 dport=2 src=B' dst=A' sport=2' dport=1' [ASSURED] mark=0 use=1
-func parseConntrack(out string) []flow {
-	var flows []flow
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 4 || (f[0] != "tcp" && f[0] != "udp") {
-			continue
-		}
-		fl := flow{proto: f[0]}
-		fl.timeout, _ = strconv.Atoi(f[2])
-		var addrs []string
-		var ports []string
-		for _, w := range f[3:] {
-			k, v, ok := strings.Cut(w, "=")
-			switch {
-			case !ok && !strings.HasPrefix(w, "["):
-				fl.state = w
-			case w == "[ASSURED]":
-				fl.assured = true
-			case k == "src" || k == "dst":
-				addrs = append(addrs, v)
-			case k == "sport" || k == "dport":
-				ports = append(ports, v)
-			}
-		}
-		if len(addrs) != 4 || len(ports) != 4 {
-			continue
-		}
-		ap := func(i int) netip.AddrPort {
-			a, _ := netip.ParseAddr(addrs[i])
-			p, _ := strconv.ParseUint(ports[i], 10, 16)
-			return netip.AddrPortFrom(a, uint16(p))
-		}
-		fl.orig = [2]netip.AddrPort{ap(0), ap(1)}
-		fl.reply = [2]netip.AddrPort{ap(2), ap(3)}
-		flows = append(flows, fl)
-	}
-	return flows
 }
 
 // Conntrack writes the node's conntrack entries, explained: what the client
@@ -110,9 +59,9 @@ func (v *Views) Conntrack(ctx context.Context, opts ConntrackOptions) error {
 	// In socklb mode a pod's connection to a Service is one to the pod
 	// itself: keep the entries to an endpoint from any lab host.
 	direct := mode == "socklb"
-	flows := v.relevant(parseConntrack(out), snap, svc, local, direct)
+	flows := v.relevant(kconntrack.ParseList(out), snap, svc, local, direct)
 	// Newest first: of two entries in one state, the newer has more time left.
-	sort.SliceStable(flows, func(i, j int) bool { return flows[i].timeout > flows[j].timeout })
+	sort.SliceStable(flows, func(i, j int) bool { return flows[i].Timeout > flows[j].Timeout })
 	if svc != nil {
 		fmt.Fprintf(w, "# %s\n", describeService(svc))
 	}
@@ -128,11 +77,11 @@ func (v *Views) Conntrack(ctx context.Context, opts ConntrackOptions) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROTO\tSTATE\tSENT (src -> dst)\tREPLY EXPECTED (src -> dst)\tMEANS")
 	for _, f := range flows {
-		state := f.state
+		state := f.State
 		if state == "" {
 			state = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s -> %s\t%s -> %s\t%s\n", f.proto, state, f.orig[0], f.orig[1], f.reply[0], f.reply[1], v.means(f, snap, local, direct))
+		fmt.Fprintf(tw, "%s\t%s\t%s -> %s\t%s -> %s\t%s\n", f.Protocol, state, f.Orig[0], f.Orig[1], f.Reply[0], f.Reply[1], v.means(f, snap, local, direct))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -149,14 +98,14 @@ REPLY's destination differ, it rewrote the source too (MASQUERADE).`)
 // (svc's, or any when svc is nil) and, for the userspace proxy's second
 // connections, from the node to an endpoint; with direct (socklb mode),
 // from any host to an endpoint, where the socket LB connects sockets.
-func (v *Views) relevant(flows []flow, snap *service.Snapshot, svc *service.Service, local []netip.Addr, direct bool) []flow {
+func (v *Views) relevant(flows []kconntrack.Entry, snap *service.Snapshot, svc *service.Service, local []netip.Addr, direct bool) []kconntrack.Entry {
 	isLocal := map[netip.Addr]bool{}
 	for _, a := range local {
 		isLocal[a] = true
 	}
-	var out []flow
+	var out []kconntrack.Entry
 	for _, f := range flows {
-		if f.orig[0].Addr().IsLoopback() || f.orig[1].Addr().IsLoopback() {
+		if f.Orig[0].Addr().IsLoopback() || f.Orig[1].Addr().IsLoopback() {
 			continue // svclab's own questions to svcproxy's /healthz and /metrics
 		}
 		p := v.portOf(f, snap, svc, isLocal, direct)
@@ -177,24 +126,24 @@ func (v *Views) relevant(flows []flow, snap *service.Snapshot, svc *service.Serv
 // (socklb mode), by the endpoint.
 // An endpoint may serve several Services (web's pods serve web-sticky too):
 // prefer's ports are looked at first.
-func (v *Views) portOf(f flow, snap *service.Snapshot, prefer *service.Service, isLocal map[netip.Addr]bool, direct bool) *service.Port {
-	proto := service.Protocol(strings.ToUpper(f.proto))
-	if p, ok := snap.PortByVIP(service.VIP{Protocol: proto, Addr: f.orig[1]}); ok {
+func (v *Views) portOf(f kconntrack.Entry, snap *service.Snapshot, prefer *service.Service, isLocal map[netip.Addr]bool, direct bool) *service.Port {
+	proto := service.Protocol(strings.ToUpper(f.Protocol))
+	if p, ok := snap.PortByVIP(service.VIP{Protocol: proto, Addr: f.Orig[1]}); ok {
 		return p
 	}
 	for _, p := range snap.Ports() {
-		if p.Protocol == proto && p.NodePort == f.orig[1].Port() && isLocal[f.orig[1].Addr()] {
+		if p.Protocol == proto && p.NodePort == f.Orig[1].Port() && isLocal[f.Orig[1].Addr()] {
 			return p
 		}
 	}
-	if isLocal[f.orig[0].Addr()] || direct {
+	if isLocal[f.Orig[0].Addr()] || direct {
 		ports := snap.Ports()
 		if prefer != nil {
 			ports = append(append([]*service.Port{}, prefer.Ports...), ports...)
 		}
 		for _, p := range ports {
 			for _, ep := range p.Endpoints {
-				if p.Protocol == proto && ep.Addr == f.orig[1] {
+				if p.Protocol == proto && ep.Addr == f.Orig[1] {
 					return p
 				}
 			}
@@ -204,16 +153,16 @@ func (v *Views) portOf(f flow, snap *service.Snapshot, prefer *service.Service, 
 }
 
 // means explains one entry; direct is relevant's.
-func (v *Views) means(f flow, snap *service.Snapshot, isLocal []netip.Addr, direct bool) string {
+func (v *Views) means(f kconntrack.Entry, snap *service.Snapshot, isLocal []netip.Addr, direct bool) string {
 	local := map[netip.Addr]bool{}
 	for _, a := range isLocal {
 		local[a] = true
 	}
-	sentTo, replyFrom := f.orig[1], f.reply[0]
-	masq := f.reply[1] != f.orig[0]
+	sentTo, replyFrom := f.Orig[1], f.Reply[0]
+	masq := f.Reply[1] != f.Orig[0]
 	var s string
 	switch {
-	case sentTo == replyFrom && local[f.orig[0].Addr()]:
+	case sentTo == replyFrom && local[f.Orig[0].Addr()]:
 		s = "svcproxy's own connection to " + v.net.WithName(sentTo.Addr()) + " (userspace: the second connection)"
 	case sentTo == replyFrom && direct:
 		s = "no rewrite: sent to " + v.net.WithName(sentTo.Addr()) + " itself (socklb: connect() was rewritten in the socket)"
@@ -225,7 +174,7 @@ func (v *Views) means(f flow, snap *service.Snapshot, isLocal []netip.Addr, dire
 		s = "DNAT to " + v.net.WithName(replyFrom.Addr())
 	}
 	if masq && sentTo != replyFrom {
-		s += ", MASQUERADE: the pod saw " + v.net.WithName(f.reply[1].Addr())
+		s += ", MASQUERADE: the pod saw " + v.net.WithName(f.Reply[1].Addr())
 	}
 	return s
 }

@@ -5,8 +5,9 @@
 // Nothing here parses the kernel's output by hand: iptables-save's lines
 // are read back by kernel/iptables (ParseSave), nft's table by
 // kernel/nftables (ParseListing, the rules' text being what its tracer
-// walks), its named counters are listed by knftables (ListCounters), and
-// the socket LB's maps are decoded by kernel/socklb (OpenPinned). What
+// walks), its named counters are listed by knftables (ListCounters),
+// conntrack(8)'s entries are read by kernel/conntrack (ParseList), and the
+// socket LB's maps are decoded by kernel/socklb (OpenPinned). What
 // views add is the reading: a legend naming each hashed chain by its
 // service port (`svclab rules`), the lines of one Service, and in `svclab
 // trace` one walk written once over both tracers (a ruleSet: nftables'

@@ -7,32 +7,18 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
-	v1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/svcproxy/svcproxy/lab/cluster"
 	"github.com/svcproxy/svcproxy/service"
 	"github.com/svcproxy/svcproxy/service/watch"
 )
 
-// loadManifests builds the Snapshot that svcproxy and clusterdns see.
+// loadManifests builds the Snapshot that svcproxy and clusterdns see, as
+// svcproxy reads the manifests file (cluster's tests check the file).
 func loadManifests(t *testing.T) *service.Snapshot {
 	t.Helper()
-	objs, err := watch.LoadManifests("manifests.yaml", cluster.Manifests)
+	snap, err := watch.SnapshotOf("manifests.yaml", cluster.Manifests)
 	require.NoError(t, err)
-	var svcs []*v1.Service
-	var slices []*discoveryv1.EndpointSlice
-	for _, o := range objs {
-		switch o := o.(type) {
-		case *v1.Service:
-			svcs = append(svcs, o)
-		case *discoveryv1.EndpointSlice:
-			slices = append(slices, o)
-		default:
-			t.Fatalf("manifests.yaml: unexpected %T", o)
-		}
-	}
-	snap := service.Build(svcs, slices, nil)
 	require.Empty(t, snap.Errors())
 	return snap
 }

@@ -126,30 +126,7 @@ func isBuiltinChain(c string) bool {
 // packet count in a column of its own.
 func format(s *kiptables.Saved, keep func(kiptables.SavedLine) bool, legend map[string]string, withName func(netip.Addr) string, counters bool) string {
 	var b strings.Builder
-	used := map[string]bool{}
-	for _, l := range s.Lines {
-		if keep(l) {
-			for _, c := range []string{l.Chain, l.Target()} {
-				if legend[c] != "" {
-					used[c] = true
-				}
-			}
-		}
-	}
-	if len(used) > 0 {
-		var chains []string
-		width := 0
-		for c := range used {
-			chains = append(chains, c)
-			width = max(width, len(c))
-		}
-		sort.Slice(chains, func(i, j int) bool { return chainOrder(chains[i], legend) < chainOrder(chains[j], legend) })
-		b.WriteString("# The hashed chains, by service port and endpoint:\n")
-		for _, c := range chains {
-			fmt.Fprintf(&b, "#   %-*s  %s\n", width, c, nameEndpoint(legend[c], withName))
-		}
-		b.WriteString("\n")
-	}
+	writeLegend(&b, s, keep, legend, withName)
 	if counters {
 		b.WriteString("# The first column counts packets. nat rules see only the first packet of a\n# connection (conntrack replays their decision for the rest): there, packets\n# are new connections.\n\n")
 	}
@@ -203,6 +180,35 @@ func format(s *kiptables.Saved, keep func(kiptables.SavedLine) bool, legend map[
 		return "# no SVCP- rules\n"
 	}
 	return b.String()
+}
+
+// writeLegend writes the legend of the hashed chains the kept lines name.
+func writeLegend(b *strings.Builder, s *kiptables.Saved, keep func(kiptables.SavedLine) bool, legend map[string]string, withName func(netip.Addr) string) {
+	used := map[string]bool{}
+	for _, l := range s.Lines {
+		if keep(l) {
+			for _, c := range []string{l.Chain, l.Target()} {
+				if legend[c] != "" {
+					used[c] = true
+				}
+			}
+		}
+	}
+	if len(used) == 0 {
+		return
+	}
+	var chains []string
+	width := 0
+	for c := range used {
+		chains = append(chains, c)
+		width = max(width, len(c))
+	}
+	sort.Slice(chains, func(i, j int) bool { return chainOrder(chains[i], legend) < chainOrder(chains[j], legend) })
+	b.WriteString("# The hashed chains, by service port and endpoint:\n")
+	for _, c := range chains {
+		fmt.Fprintf(b, "#   %-*s  %s\n", width, c, nameEndpoint(legend[c], withName))
+	}
+	b.WriteString("\n")
 }
 
 // chainOrder sorts the legend by what it names, services before their

@@ -94,58 +94,12 @@ func (v *Views) Services(ctx context.Context) (*ServicesView, error) {
 // servicesView puts a Snapshot, a /status document and the kernel's
 // counters together (Services without the reading).
 func (v *Views) servicesView(snap *service.Snapshot, status []byte, kc *KernelCounters) (*ServicesView, error) {
-	// A dual-stack svcproxy runs one dataplane per family, and its /status
-	// is {"mode": ..., "IPv4": {...}, "IPv6": {...}}; a single-stack one
-	// is the one family's document.
-	var fams struct {
-		Mode     string   `json:"mode"`
-		Families []string `json:"ipFamilies"`
+	st, err := readStatus(status)
+	if err != nil {
+		return nil, err
 	}
-	if err := json.Unmarshal(status, &fams); err != nil {
-		return nil, fmt.Errorf("svcproxy /status: %w", err)
-	}
-	docs := []json.RawMessage{status}
-	if len(fams.Families) > 0 {
-		var byFamily map[string]json.RawMessage
-		if err := json.Unmarshal(status, &byFamily); err != nil {
-			return nil, fmt.Errorf("svcproxy /status: %w", err)
-		}
-		docs = nil
-		for _, f := range fams.Families {
-			docs = append(docs, byFamily[f])
-		}
-	}
-	var mode, offload string
-	opened := map[string]uint64{}
-	paths := map[string]string{} // the first family's (IPv4's) path of each port
-	for _, doc := range docs {
-		var st proxyStatus
-		if err := json.Unmarshal(doc, &st); err != nil {
-			return nil, fmt.Errorf("svcproxy /status: %w", err)
-		}
-		if mode == "" {
-			mode, offload = st.Mode, st.Offload
-		}
-		if st.Userspace != nil {
-			for _, p := range st.Userspace.Ports {
-				opened[p.Name] += p.Counters.ConnectionsOpened
-			}
-		}
-		if st.Mode == "hybrid" && len(st.Ports) > 0 {
-			var ports []struct{ Name, Path string }
-			if err := json.Unmarshal(st.Ports, &ports); err != nil {
-				return nil, fmt.Errorf("svcproxy /status: ports: %w", err)
-			}
-			for _, p := range ports {
-				if _, ok := paths[p.Name]; !ok {
-					paths[p.Name] = p.Path
-				}
-			}
-		}
-	}
-	st := proxyStatus{Mode: mode, Offload: offload}
 	names := v.net.Names()
-	view := &ServicesView{Mode: st.Mode, Offload: st.Offload}
+	view := &ServicesView{Mode: st.mode, Offload: st.offload}
 	for _, s := range snap.Services() {
 		if s.Headless || s.ExternalName != "" {
 			continue // nothing to proxy
@@ -154,7 +108,7 @@ func (v *Views) servicesView(snap *service.Snapshot, status []byte, kc *KernelCo
 			name := p.Name.String()
 			pv := ServicePortView{Name: name, Service: s.NamespacedName.String(), Type: string(s.Type),
 				Port: p.Port, Protocol: string(p.Protocol), NodePort: p.NodePort,
-				Path: portPath(st.Mode, paths[name]), Userspace: opened[name], Kernel: kc.Ports[name]}
+				Path: portPath(st.mode, st.paths[name]), Userspace: st.opened[name], Kernel: kc.Ports[name]}
 			for _, ip := range s.ClusterIPs {
 				pv.VIPs = append(pv.VIPs, ip.String())
 			}
@@ -166,6 +120,65 @@ func (v *Views) servicesView(snap *service.Snapshot, status []byte, kc *KernelCo
 		}
 	}
 	return view, nil
+}
+
+// statusSummary is what ServicesView takes from svcproxy's /status, over
+// every family.
+type statusSummary struct {
+	mode, offload string            // the first family's
+	opened        map[string]uint64 // the userspace proxier's connections, by port, every family's
+	paths         map[string]string // hybrid: the first family's (IPv4's) path of each port
+}
+
+// readStatus reads svcproxy's /status. A dual-stack svcproxy runs one
+// dataplane per family, and its /status is {"mode": ..., "IPv4": {...},
+// "IPv6": {...}}; a single-stack one is the one family's document.
+func readStatus(status []byte) (statusSummary, error) {
+	sum := statusSummary{opened: map[string]uint64{}, paths: map[string]string{}}
+	var fams struct {
+		Mode     string   `json:"mode"`
+		Families []string `json:"ipFamilies"`
+	}
+	if err := json.Unmarshal(status, &fams); err != nil {
+		return sum, fmt.Errorf("svcproxy /status: %w", err)
+	}
+	docs := []json.RawMessage{status}
+	if len(fams.Families) > 0 {
+		var byFamily map[string]json.RawMessage
+		if err := json.Unmarshal(status, &byFamily); err != nil {
+			return sum, fmt.Errorf("svcproxy /status: %w", err)
+		}
+		docs = nil
+		for _, f := range fams.Families {
+			docs = append(docs, byFamily[f])
+		}
+	}
+	for _, doc := range docs {
+		var st proxyStatus
+		if err := json.Unmarshal(doc, &st); err != nil {
+			return sum, fmt.Errorf("svcproxy /status: %w", err)
+		}
+		if sum.mode == "" {
+			sum.mode, sum.offload = st.Mode, st.Offload
+		}
+		if st.Userspace != nil {
+			for _, p := range st.Userspace.Ports {
+				sum.opened[p.Name] += p.Counters.ConnectionsOpened
+			}
+		}
+		if st.Mode == "hybrid" && len(st.Ports) > 0 {
+			var ports []struct{ Name, Path string }
+			if err := json.Unmarshal(st.Ports, &ports); err != nil {
+				return sum, fmt.Errorf("svcproxy /status: ports: %w", err)
+			}
+			for _, p := range ports {
+				if _, ok := sum.paths[p.Name]; !ok {
+					sum.paths[p.Name] = p.Path
+				}
+			}
+		}
+	}
+	return sum, nil
 }
 
 // portPath is a port's path in mode: hybrid's promoter says ("" before

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/netip"
 	"strings"
+
+	"github.com/svcproxy/svcproxy/service"
 )
 
 // TraceOptions are the arguments of `svclab trace FROM TARGET`.
@@ -73,29 +75,38 @@ func (v *Views) TraceReport(ctx context.Context, opts TraceOptions) (*TraceRepor
 	}
 	fmt.Fprintln(w)
 
-	local, err := v.nodeAddrs(ctx)
-	if err != nil {
+	if err := v.walkRules(ctx, w, pkt, port, opts.Pick, rep); err != nil {
 		return nil, err
 	}
-	// nftables first: svcproxy's nat chains run at priority -101, before
-	// iptables' nat table (-100); a DNAT there is final.
+	return rep, nil
+}
+
+// walkRules walks pkt through the node's rules, nftables' first: svcproxy's
+// nat chains run at priority -101, before iptables' nat table (-100), and a
+// DNAT there is final. It writes each walk, every way the random choices
+// can go, and what the pod will see, and adds them to rep.
+func (v *Views) walkRules(ctx context.Context, w io.Writer, pkt tracePacket, port *service.Port, pick int, rep *TraceReport) error {
+	local, err := v.nodeAddrs(ctx)
+	if err != nil {
+		return err
+	}
 	for _, load := range []func(context.Context, []netip.Addr) (ruleSet, error){v.nftablesRuleSet, v.iptablesRuleSet} {
 		rs, err := load(ctx, local)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if rs == nil {
 			continue // no such rules in the node
 		}
-		wk, err := rs.walk(pkt, opts.Pick)
+		wk, err := rs.walk(pkt, pick)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		rep.Hops = append(rep.Hops, wk.hops...)
 		fmt.Fprintf(w, "%s:\n%s", rs.name(), wk.text)
 		all, err := rs.ways(pkt)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		rep.Ways = v.writeWays(w, all)
 		if !wk.final {
@@ -106,13 +117,13 @@ func (v *Views) TraceReport(ctx context.Context, opts TraceOptions) (*TraceRepor
 			if hop, ok := v.traceIPVS(ctx, w, pkt); ok {
 				rep.Hops = append(rep.Hops, hop)
 				rep.Result = v.ipvsResult(w, pkt, wk)
-				return rep, nil
+				return nil
 			}
 		}
 		rep.Result = v.explain(w, pkt, port, wk)
-		return rep, nil
+		return nil
 	}
-	return nil, errors.New("no rules to trace the packet through")
+	return errors.New("no rules to trace the packet through")
 }
 
 // wayResult is one way a trace can go.

@@ -152,7 +152,7 @@ func TestKernelStaleChains(t *testing.T) {
 	}
 }
 
-// Issue 10 point 4: an established TCP connection is left alone when its
+// An established TCP connection is left alone when its
 // endpoint turns not ready, leaves the slice, or its Service is deleted: the
 // endpoint is no longer picked, and conntrack carries the connection on.
 func TestKernelEstablishedSurvive(t *testing.T) {

@@ -23,9 +23,9 @@ type rendering struct {
 // and written in one restore (write); the ledger records what the kernel
 // holds now and cleans the conntrack entries the change left stale.
 func (d *Dataplane) sync(ctx context.Context, snap *service.Snapshot) error {
-	s := d.ledger.Begin()
+	s := d.Ledger.Begin()
 	if s.Check {
-		d.ledger.Checked(s, d.check(ctx))
+		d.Ledger.Checked(s, d.check(ctx))
 	}
 	rd := &rendering{render(d.cfg, snap, s.Applied), d.top} // the common case: endpoints changed, not frontends
 	if s.Full || sharedChanged(rd.ruleset) {
@@ -35,7 +35,7 @@ func (d *Dataplane) sync(ctx context.Context, snap *service.Snapshot) error {
 	if err == nil {
 		d.commit(rd)
 	}
-	return d.ledger.End(ctx, s, rd.rendered(), size, err)
+	return d.Ledger.End(ctx, s, rd.rendered(), size, err)
 }
 
 // commit keeps what the next partial sync compares with, and the status.

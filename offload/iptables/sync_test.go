@@ -142,7 +142,7 @@ func TestFullSyncEveryFullSyncPeriod(t *testing.T) {
 	}
 }
 
-// Issue 10 point 9: the FullSyncPeriod counts from the end of the last full sync,
+// The FullSyncPeriod counts from the end of the last full sync,
 // so a full sync that takes longer than the period is followed by partial
 // syncs, not by another full one.
 func TestFullSyncPeriodFromTheEnd(t *testing.T) {

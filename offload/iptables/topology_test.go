@@ -19,7 +19,7 @@ func TestTopologyHints(t *testing.T) {
 	p := newDataplane(t, f, nil)
 	hinted := func(forNodes bool, node *service.Node) *service.Snapshot {
 		snap := st.Snapshot(st.Service("web", "198.18.0.10", 80, st.HintedEndpoints(forNodes)))
-		snap.SetNode(node)
+		snap = snap.With(service.WithNode(node))
 		return snap
 	}
 	for _, tt := range []struct {

@@ -38,22 +38,14 @@ type Config struct {
 	Mode string
 	// Metrics names the path's own metrics.
 	Metrics Metrics
-	// Conntrack deletes stale UDP flows; nil: no conntrack cleanup.
-	Conntrack conntrack.Interface
-	// SyncPeriod is how often a sync checks that the kernel still holds the
-	// frame of the path's rules (kube-proxy --iptables-sync-period, the period
-	// of its canary check; default 30s): at most once per SyncPeriod, a sync
-	// that would be partial checks first and is full if the check fails. The
-	// path's Syncer resyncs every SyncPeriod, so the check runs that often.
-	SyncPeriod time.Duration
-	// FullSyncPeriod is how long after the end of the last full sync a sync
-	// is full again although nothing failed (kube-proxy's
-	// proxyutil.FullSyncPeriod; default 1h). Counted from the end, a full
-	// sync that takes longer than FullSyncPeriod does not make every later
-	// sync full.
-	FullSyncPeriod time.Duration
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Periods are the path's: conntrack cleanup (nil: none), SyncPeriod (at
+	// most once per SyncPeriod, a sync that would be partial checks the
+	// kernel first and is full if the check fails; the path's Syncer
+	// resyncs every SyncPeriod, so the check runs that often),
+	// FullSyncPeriod (counted from the end of the last full sync: one that
+	// takes longer than FullSyncPeriod does not make every later sync full),
+	// the clock. LagBound is the Syncer's.
+	Periods
 }
 
 // Health is a Ledger's sync record, for /status and /metrics.

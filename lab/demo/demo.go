@@ -1,7 +1,8 @@
-package lab
+package demo
 
 import (
 	"context"
+	"embed"
 	"errors"
 	"fmt"
 	"io"
@@ -10,27 +11,62 @@ import (
 	"strings"
 	"time"
 
+	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/cluster"
 	"github.com/svcproxy/svcproxy/lab/pods"
 	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
+// Options say which demo runs.
+type Options struct {
+	// ControlPlane, when not nil, is what the demo runs the lab on; nil is
+	// the file-fed lab.
+	ControlPlane *cluster.ControlPlane
+	// Only, when not "", narrows the demo to the steps whose title contains
+	// it (case-insensitive), between the first (build) and the last (down).
+	Only string
+}
+
 // step is one stop of the demo: why it matters, then commands whose output
-// the student sees, then a check of what they should have seen.
+// the student sees, then a check of what they should have seen. Its words
+// are a text file of its own (text/NN-name.txt); run is the code.
 type step struct {
 	title string
 	why   string
 	// run shows and runs the step's commands; its error says what was not as
 	// expected.
-	run func(ctx context.Context, d *demo) error
+	run func(ctx context.Context) error
 	ok  string // what the step showed, when it did
 	// timeout bounds the step; 0 is stepTimeout.
 	timeout time.Duration
 }
 
+// texts are the steps' words, and the demo's introduction.
+//
+//go:embed text/*.txt
+var texts embed.FS
+
+// newStep is the step whose words are text/name.txt: its title, a blank
+// line, why it matters, a blank line, and "ok: " and what it showed.
+func newStep(name string, run func(context.Context) error) step {
+	b, err := texts.ReadFile("text/" + name + ".txt")
+	if err != nil {
+		panic(fmt.Sprintf("demo step %s: %v", name, err))
+	}
+	title, rest, ok1 := strings.Cut(string(b), "\n\n")
+	why, ok, ok2 := strings.Cut(rest, "\nok: ")
+	if !ok1 || !ok2 {
+		panic(fmt.Sprintf("demo step %s: want a title, a blank line, why, a blank line, and \"ok: \"", name))
+	}
+	return step{title: title, why: why, ok: strings.TrimSuffix(ok, "\n"), run: run}
+}
+
 // demo is the narrated walk's running state.
 type demo struct {
-	l   *Lab
-	out io.Writer
+	l    *lab.Lab
+	cp   *cluster.ControlPlane
+	plan *topology.Plan
+	out  io.Writer
 	// ok, when a step's run sets it, replaces the step's ok line: for a step
 	// whose outcome depends on the kernel (IPVS or the fallback).
 	ok string
@@ -44,21 +80,21 @@ func (d *demo) exec(ctx context.Context, host string, argv ...string) (string, e
 	d.cmd("svclab exec " + host + " -- " + strings.Join(argv, " "))
 	var buf strings.Builder
 	w := io.MultiWriter(d.out, &buf)
-	err := d.l.net.Exec(ctx, host, argv, nil, w, w)
+	err := d.l.Net().Exec(ctx, host, argv, nil, w, w)
 	return buf.String(), err
 }
 
 // traffic shows and runs `svclab traffic`.
 func (d *demo) traffic(ctx context.Context, n int, target string) (*pods.Tally, error) {
 	d.cmd(fmt.Sprintf("svclab traffic --n %d %s", n, target))
-	return d.l.pods.Traffic(ctx, pods.TrafficOptions{Target: target, N: n})
+	return d.l.Pods().Traffic(ctx, pods.TrafficOptions{Target: target, N: n})
 }
 
 // traffic6 shows and runs `svclab traffic --ipv6`: the target's name
 // resolved to its IPv6 ClusterIP.
 func (d *demo) traffic6(ctx context.Context, n int, target string) (*pods.Tally, error) {
 	d.cmd(fmt.Sprintf("svclab traffic --ipv6 --n %d %s", n, target))
-	return d.l.pods.Traffic(ctx, pods.TrafficOptions{Target: target, N: n, IPv6: true})
+	return d.l.Pods().Traffic(ctx, pods.TrafficOptions{Target: target, N: n, IPv6: true})
 }
 
 // shell quotes an IPv6 host:port for the command lines the demo shows: sh
@@ -74,23 +110,20 @@ func shell(target string) string {
 // broken lab (DNS timing out, say) must not keep `make lab` for minutes.
 const stepTimeout = 40 * time.Second
 
-// DemoTools are the programs the demo runs besides svclab, svcproxy and clusterdns.
-var DemoTools = []string{"ip", "iptables-save", "dig", "curl"}
-
-// Demo builds the lab, walks through it step by step, and takes it down
+// Run builds the lab, walks through it step by step, and takes it down
 // again, also when a step fails or ctx ends. It returns an error naming every
 // step that did not see what it expected.
-func (l *Lab) Demo(ctx context.Context) (err error) {
-	for _, tool := range DemoTools {
+func Run(ctx context.Context, l *lab.Lab, opts Options) (err error) {
+	for _, tool := range lab.DemoTools {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("svclab demo needs %s on PATH (Debian: make deps)", tool)
 		}
 	}
-	l.inDemo = true
-	d := &demo{l: l, out: l.cfg.Stdout}
+	d := &demo{l: l, cp: opts.ControlPlane, plan: l.Plan(), out: l.Stdout()}
 	start := time.Now()
-	fmt.Fprint(d.out, demoIntro)
-	steps := only(l.demoSteps(), l.cfg.DemoOnly)
+	intro, _ := texts.ReadFile("text/00-intro.txt")
+	fmt.Fprint(d.out, string(intro))
+	steps := only(d.steps(), opts.Only)
 	var failed []string
 	defer func() {
 		// Down runs whatever happened, with a context of its own: an
@@ -103,14 +136,7 @@ func (l *Lab) Demo(ctx context.Context) (err error) {
 	}()
 	for i, s := range steps {
 		fmt.Fprintf(d.out, "\n## %d. %s\n\n%s", i+1, s.title, s.why)
-		timeout := s.timeout
-		if timeout == 0 {
-			timeout = topology.Patient(stepTimeout)
-		}
-		sctx, cancel := context.WithTimeout(ctx, timeout)
-		d.ok = ""
-		serr := s.run(sctx, d)
-		cancel()
+		serr := d.run(ctx, s)
 		if ctx.Err() != nil {
 			return fmt.Errorf("step %d (%s): %w", i+1, s.title, ctx.Err())
 		}
@@ -136,6 +162,18 @@ func (l *Lab) Demo(ctx context.Context) (err error) {
 	return nil
 }
 
+// run runs one step within its timeout.
+func (d *demo) run(ctx context.Context, s step) error {
+	timeout := s.timeout
+	if timeout == 0 {
+		timeout = topology.Patient(stepTimeout)
+	}
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	d.ok = ""
+	return s.run(sctx)
+}
+
 // only keeps the first step (the lab's build), the last (its removal) and those
 // between whose title contains word, case-insensitive; all of them when word is "".
 func only(steps []step, word string) []step {
@@ -151,15 +189,6 @@ func only(steps []step, word string) []step {
 	}
 	return append(kept, steps[len(steps)-1])
 }
-
-const demoIntro = `svclab demo: a Kubernetes Service, from a name to a pod, on one machine.
-
-A Service is a name and a virtual IP address in front of a set of pods. Nothing
-listens on that address: the node's service proxy (kube-proxy; here svcproxy)
-catches packets sent to it and passes them to a pod, and the cluster DNS
-(CoreDNS; here clusterdns) turns the name into the address. This demo builds a
-one-node cluster out of network namespaces and follows a request through it.
-`
 
 // expectPods checks that a tally has no failures and its answers came from
 // exactly the pods named.

@@ -1,4 +1,4 @@
-package main
+package modes
 
 import (
 	"context"
@@ -18,9 +18,11 @@ import (
 	"github.com/svcproxy/svcproxy/userspace"
 )
 
-// cleanup removes what every mode may have left in this namespace, in both IP
-// families (--cleanup).
-func cleanup(ctx context.Context, cfg *Config) error {
+// Cleanup removes what every mode may have left in this namespace, in both IP
+// families (--cleanup): the portals, the iptables rules, IPVS's virtual
+// servers, addresses and masquerade rules, the socket LB's pins
+// (cfg.SocketLB.PinPath) and the nftables tables. Nothing there is no error.
+func Cleanup(ctx context.Context, cfg Config) error {
 	return cleanupParts(ctx, cfg, nil)
 }
 
@@ -33,14 +35,15 @@ const (
 	partSocketLB  = "socket LB pins"
 )
 
-// cleanupOthers removes, before the dataplane starts, what the modes other
+// CleanupOthers removes, before the dataplane starts, what the modes other
 // than cfg's left in this namespace: kube-proxy's platformCleanup
 // (cmd/kube-proxy/app/server_linux.go) does it at every start, so that a mode
 // switched in the ConfigMap, whose pods are then deleted, leaves no rules of
 // the old mode behind (kubeadm's DaemonSet has no cleanup step of its own).
 // What cfg's mode made stays: a restart adopts it. A mode whose kernel lacks
-// it keeps iptables' rules too, its fallback's (kernelMode).
-func cleanupOthers(ctx context.Context, cfg *Config, log *slog.Logger) {
+// it keeps iptables' rules too, its fallback's (kernelMode). A failure is
+// logged to cfg.Logger: the mode starts all the same.
+func CleanupOthers(ctx context.Context, cfg Config) {
 	keep := map[string]bool{}
 	modes := []string{cfg.Mode}
 	if cfg.Mode == dataplane.ModeHybrid {
@@ -64,12 +67,16 @@ func cleanupOthers(ctx context.Context, cfg *Config, log *slog.Logger) {
 		}
 	}
 	if err := cleanupParts(ctx, cfg, keep); err != nil {
+		log := cfg.Logger
+		if log == nil {
+			log = slog.Default()
+		}
 		log.Warn("other modes' leftovers not all removed", "err", err)
 	}
 }
 
 // cleanupParts removes every part of what svcproxy makes but those in keep.
-func cleanupParts(ctx context.Context, cfg *Config, keep map[string]bool) error {
+func cleanupParts(ctx context.Context, cfg Config, keep map[string]bool) error {
 	var errs []error
 	for _, fam := range service.Families {
 		ipt, err := kiptables.New(kiptables.Config{Family: kiptables.Family(fam)})
@@ -90,14 +97,14 @@ func cleanupParts(ctx context.Context, cfg *Config, keep map[string]bool) error 
 			}
 		}
 		if !keep[partIPVS] && offloadipvs.Available() == nil {
-			if err := cleanupIPVS(ctx, cfg, fam, ipt); err != nil {
+			if err := cleanupIPVS(ctx, &cfg, fam, ipt); err != nil {
 				errs = append(errs, fmt.Errorf("%s ipvs: %w", fam, err))
 			}
 		}
 	}
 	if !keep[partSocketLB] {
-		if err := lifecycle.Remove(cfg.SocketLBPinPath); err != nil {
-			errs = append(errs, fmt.Errorf("socket LB pins in %s: %w", cfg.SocketLBPinPath, err))
+		if err := lifecycle.Remove(cfg.SocketLB.PinPath); err != nil {
+			errs = append(errs, fmt.Errorf("socket LB pins in %s: %w", cfg.SocketLB.PinPath, err))
 		}
 	}
 	if !keep[partNFTables] && knft.Available() == nil {
@@ -121,7 +128,7 @@ func cleanupParts(ctx context.Context, cfg *Config, keep map[string]bool) error 
 // virtual servers are known by their address, a node address
 // (--nodeport-addresses), and port.
 func cleanupIPVS(ctx context.Context, cfg *Config, fam service.Family, ipt kiptables.Interface) error {
-	f := newFamily(cfg, fam, nil, nil)
+	f := newFamily(cfg, fam, nil)
 	if f.err != nil {
 		return f.err
 	}
