@@ -36,6 +36,12 @@ commands:
                                         kube-proxy (in MODE: iptables, the default, nftables)
                                         and CoreDNS as its pods (make cluster-bins
                                         kubeadm-images image; docs/kubeadm.md)
+  use svcproxy|kube-proxy|clusterdns|coredns
+                                        on the kubeadm cluster, make svcproxy or kube-proxy
+                                        serve Services (the image of the DaemonSet
+                                        kube-proxy), clusterdns or coredns DNS (the image of
+                                        the Deployment coredns), as an operator would; the
+                                        pods roll
   kubectl ARGS...                       kubectl against the control-plane lab's API server
   pod NAME --kill|--start|--ready=true|--ready=false|--terminating [-n NAMESPACE]
                                         change one pod: --kill stops its server (a crash; it
@@ -196,6 +202,7 @@ var commands = map[string]command{
 	"trace":     {root: true, run: cmdTrace},
 	"conntrack": {root: true, run: cmdConntrack},
 	"mode":      {root: true, run: cmdMode},
+	"use":       {root: true, run: cmdUse},
 	"down":      {root: true, run: cmdDown},
 	"demo":      {root: true, run: cmdDemo},
 	"kubectl":   {root: true, run: cmdKubectl},
@@ -343,6 +350,26 @@ func cmdTraffic(ctx context.Context, cfg lab.Config, args []string) error {
 	return nil
 }
 
+func cmdUse(ctx context.Context, cfg lab.Config, args []string) error {
+	fs := flag.NewFlagSet("svclab use", flag.ContinueOnError)
+	if err := parse(fs, args, 1); err != nil {
+		return err
+	}
+	l, err := lab.New(cfg)
+	if err != nil {
+		return err
+	}
+	if err := l.Cluster().Use(ctx, fs.Arg(0)); err != nil {
+		return err
+	}
+	proxy, dns, err := l.Cluster().Serving(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cfg.Stdout, "Services: %s (DaemonSet kube-system/kube-proxy); DNS: %s (Deployment kube-system/coredns)\n", proxy, dns)
+	return nil
+}
+
 func cmdMode(ctx context.Context, cfg lab.Config, args []string) error {
 	fs := flag.NewFlagSet("svclab mode", flag.ContinueOnError)
 	sched := fs.String("ipvs-scheduler", "", "svcproxy's --ipvs-scheduler `NAME`: rr (default), wrr, lc, wlc, sh, dh, sed, nq")
@@ -358,6 +385,11 @@ func cmdMode(ctx context.Context, cfg lab.Config, args []string) error {
 	}
 	if err := l.Cluster().Daemons().SetModeWith(ctx, cluster.ModeOptions{Mode: args[0], IPVSScheduler: *sched, Offload: *offload, DemoteAfter: *demote}); err != nil {
 		return err
+	}
+	if proxy, _, err := l.Cluster().Serving(ctx); err == nil && proxy != "" {
+		// The kubeadm cluster: the ConfigMap, then new pods on every node.
+		fmt.Fprintf(cfg.Stdout, "%s runs in %s mode on every node (configmap kube-system/kube-proxy, its pods deleted and made anew)\n", proxy, args[0])
+		return nil
 	}
 	// Ask what really runs: --mode ipvs on a kernel without IPVS runs iptables.
 	running, err := l.Cluster().Daemons().NodeGet(ctx, "/proxyMode")
