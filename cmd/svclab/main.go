@@ -31,6 +31,11 @@ commands:
                                         kubelet and kube-scheduler in the node, svcproxy (the
                                         DaemonSet, in MODE) and clusterdns as pods of
                                         deploy/realnode, from the images of make image
+  up --nodes N [--mode MODE]            a cluster of N nodes (1 to 3) made by kubeadm v1.37.2:
+                                        the control plane on node, workers worker1 and worker2,
+                                        kube-proxy (in MODE: iptables, the default, nftables)
+                                        and CoreDNS as its pods (make cluster-bins
+                                        kubeadm-images image; docs/kubeadm.md)
   kubectl ARGS...                       kubectl against the control-plane lab's API server
   pod NAME --kill|--start|--ready=true|--ready=false|--terminating [-n NAMESPACE]
                                         change one pod: --kill stops its server (a crash; it
@@ -212,6 +217,13 @@ func isTerminal(w io.Writer) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
+// flagSet says whether the flag name was given.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // parse parses a command's flags and wants exactly want positional arguments.
 func parse(fs *flag.FlagSet, args []string, want int) error {
 	if err := fs.Parse(args); err != nil {
@@ -244,6 +256,7 @@ func cmdUp(ctx context.Context, cfg lab.Config, args []string) error {
 	mode := fs.String("mode", "userspace", "svcproxy's `MODE`: userspace, iptables, nftables, ipvs, socklb or hybrid")
 	withCP := fs.Bool("control-plane", false, "run etcd, kube-apiserver and kube-controller-manager in the node")
 	withKubelet := fs.Bool("kubelet", false, "also run a real node: containerd, the kubelet and kube-scheduler, with svcproxy and clusterdns as pods (implies --control-plane)")
+	nodes := fs.Int("nodes", 0, "a cluster of `N` nodes (1 to 3) made by kubeadm: a control-plane node and workers, kube-proxy (in --mode, default iptables) and CoreDNS as pods")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -252,6 +265,23 @@ func cmdUp(ctx context.Context, cfg lab.Config, args []string) error {
 		return err
 	}
 	opts := lab.UpOptions{Mode: *mode}
+	if *nodes != 0 {
+		if *withCP || *withKubelet {
+			return errors.New("--nodes makes its own control plane and nodes: not with --control-plane or --kubelet")
+		}
+		if !flagSet(fs, "mode") {
+			opts.Mode = "iptables" // kube-proxy's, as kubeadm writes it
+		}
+		progs, err := cluster.FindKubeadmPrograms(*kapiDir, imageDir(cfg), imageDir(cfg))
+		if err != nil {
+			return err
+		}
+		opts.Kubeadm, opts.Nodes = &progs, *nodes
+		if err := l.UpWith(ctx, opts); err != nil {
+			return err
+		}
+		return l.WriteHosts(cfg.Stdout)
+	}
 	if *withCP || *withKubelet {
 		cp, err := cluster.FindControlPlane(*kapiDir)
 		if err != nil {

@@ -101,7 +101,14 @@ func underRun(dir string) (string, bool) {
 // containerdConfig is containerd's configuration: every path in the
 // node's mount namespace, the CRI plugin on overlayfs with runc and the
 // cgroupfs driver, and what this machine needs (see docs/kind.md).
-func (f nodeFiles) containerdConfig() string {
+// runc is the runc containerd runs, "" for its own (the first on PATH).
+func (f nodeFiles) containerdConfig(runc string) string {
+	binary := ""
+	if runc != "" {
+		// runc-capbound: a privileged container (kube-proxy's DaemonSet)
+		// gets the capabilities this machine can give (docs/kind.md).
+		binary = fmt.Sprintf("\n        BinaryName = %q", runc)
+	}
 	return fmt.Sprintf(`# written by svclab: containerd of the lab's real node
 version = 2
 root = "/var/lib/containerd"
@@ -131,11 +138,11 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         # The kubelet's cgroupDriver is cgroupfs: the machine has no systemd.
-        SystemdCgroup = false
+        SystemdCgroup = false%[5]s
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %[3]q
     conf_dir = %[4]q
-`, containerdSocket, images.PauseRef, cniBinDir, f.cniDir)
+`, containerdSocket, images.PauseRef, cniBinDir, f.cniDir, binary)
 }
 
 // cniConfig is the pods' network: a bridge in the node's namespace holding

@@ -76,7 +76,7 @@ func TestNodeConfigs(t *testing.T) {
 	require.Equal(t, "198.19.64.0/24", cni.Plugins[0].IPAM.Ranges[0][0].Subnet)
 	require.Equal(t, "198.19.64.1", cni.Plugins[0].IPAM.Ranges[0][0].Gateway)
 
-	ctrd := n.files().containerdConfig()
+	ctrd := n.files().containerdConfig("")
 	for _, want := range []string{
 		`sandbox_image = "` + images.PauseRef + `"`,
 		"restrict_oom_score_adj = true",
