@@ -35,6 +35,7 @@ func (rulesPath) New(t *testing.T, o ruletest.Options) ruletest.Rig {
 		f, local = kiptables.NewFakeFamily(kiptables.IPv6), ruletest.NodeIP6
 	}
 	f.SetLocalAddrs(local)
+	f.Now = o.Now // the clock of the recent lists (ClientIP affinity)
 	r := &rig{ipt: &countingIPT{Fake: f, counts: map[string]uint64{}}, o: o}
 	r.Restart(t)
 	return r

@@ -35,6 +35,7 @@ func (rulesPath) New(t *testing.T, o ruletest.Options) ruletest.Rig {
 		f, local = knft.NewFakeFamily(TableFamily(service.IPv6), Table), ruletest.NodeIP6
 	}
 	f.SetLocalAddrs(local)
+	f.Now = o.Now // the clock of the dynamic sets (ClientIP affinity)
 	r := &rig{nft: f, o: o}
 	r.Restart(t)
 	return r
