@@ -83,6 +83,11 @@ type Rig interface {
 	Hit(t *testing.T, port service.PortName, n uint64)
 	// Dump is the Fake's state as text: what the kernel holds.
 	Dump() string
+	// Writes is how many times the Proxier wrote to the Fake (restores,
+	// transactions).
+	Writes() int
+	// FailNext makes the next write fail, and returns what its error says.
+	FailNext() string
 	// Trace and TraceAll send p through the Fake's rules (the Fake's
 	// tracer): the one way its Pick takes, or every way it may take.
 	Trace(p Packet) (Trace, error)

@@ -3,6 +3,7 @@ package iptables
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -61,12 +62,21 @@ func (r *rig) Restart(t *testing.T) {
 
 func (r *rig) Health() kernelsync.Health { return r.Proxier.Health().Health }
 func (r *rig) Dump() string              { return r.ipt.Dump() }
+func (r *rig) Writes() int               { n, _ := r.ipt.Restores(); return n }
+
+func (r *rig) FailNext() string {
+	r.ipt.mu.Lock()
+	defer r.ipt.mu.Unlock()
+	r.ipt.fail++
+	return failedRestore
+}
 
 // Hit counts n packets on each SVCP-SEP- chain of port's DNAT rules.
 func (r *rig) Hit(t *testing.T, port service.PortName, n uint64) {
+	chains := appliedChains(r.Proxier, port)
 	r.ipt.mu.Lock()
 	defer r.ipt.mu.Unlock()
-	for _, ch := range appliedChains(r.Proxier, port) {
+	for _, ch := range chains {
 		if ch[:9] == "SVCP-SEP-" {
 			r.ipt.counts[ch] += n
 		}
@@ -109,16 +119,30 @@ func appliedChains(p *Proxier, port service.PortName) (chains []string) {
 
 // countingIPT is a Fake that counts packets per chain as the kernel does: a
 // chain's DNAT rules show the packets added with rig.Hit, and a restore that
-// declares a chain (":NAME - [0:0]") starts its counters again at 0.
+// declares a chain (":NAME - [0:0]") starts its counters again at 0. Its
+// next fail restores fail (rig.FailNext).
 type countingIPT struct {
 	*kiptables.Fake
 	mu     sync.Mutex
 	counts map[string]uint64
+	fail   int
 }
+
+// failedRestore is what a restore of countingIPT says when it fails.
+const failedRestore = "iptables-restore: line 7 failed"
 
 var declared = regexp.MustCompile(`(?m)^:(SVCP-[A-Z]+-[A-Z0-9]+) - \[0:0\]$`)
 
 func (c *countingIPT) Restore(ctx context.Context, rules []byte) error {
+	c.mu.Lock()
+	fail := c.fail > 0
+	if fail {
+		c.fail--
+	}
+	c.mu.Unlock()
+	if fail {
+		return errors.New(failedRestore)
+	}
 	if err := c.Fake.Restore(ctx, rules); err != nil {
 		return err
 	}

@@ -1,6 +1,8 @@
 package nftables
 
 import (
+	"context"
+	"errors"
 	"net/netip"
 	"testing"
 
@@ -36,15 +38,16 @@ func (rulesPath) New(t *testing.T, o ruletest.Options) ruletest.Rig {
 	}
 	f.SetLocalAddrs(local)
 	f.Now = o.Now // the clock of the dynamic sets (ClientIP affinity)
-	r := &rig{nft: f, o: o}
+	r := &rig{nft: f, failing: &failingNFT{Fake: f}, o: o}
 	r.Restart(t)
 	return r
 }
 
 // rig is a Proxier on a Fake.
 type rig struct {
-	nft *knft.Fake
-	o   ruletest.Options
+	nft     *knft.Fake
+	failing *failingNFT // nft, as the Proxier writes to it
+	o       ruletest.Options
 	*Proxier
 }
 
@@ -52,7 +55,7 @@ func (r *rig) Restart(t *testing.T) {
 	t.Helper()
 	cfg := Config{Family: r.o.Family, NodeName: st.ThisNode, ClusterCIDR: ruletest.ClusterCIDR(r.o.Family), NodeIP: r.o.NodeIP,
 		CountConnections: r.o.CountConnections}
-	p, err := NewProxier(ProxierConfig{Rules: cfg, NFT: r.nft, Conntrack: r.o.Conntrack,
+	p, err := NewProxier(ProxierConfig{Rules: cfg, NFT: r.failing, Conntrack: r.o.Conntrack,
 		SyncPeriod: r.o.SyncPeriod, FullSyncPeriod: r.o.FullSyncPeriod, Now: r.o.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +65,25 @@ func (r *rig) Restart(t *testing.T) {
 
 func (r *rig) Health() kernelsync.Health { return r.Proxier.Health().Health }
 func (r *rig) Dump() string              { return r.nft.Dump() }
+func (r *rig) Writes() int               { return r.nft.Runs() }
+func (r *rig) FailNext() string          { r.failing.fail = true; return failedRun }
+
+// failingNFT fails its next Run when fail is set.
+type failingNFT struct {
+	*knft.Fake
+	fail bool
+}
+
+// failedRun is what a failed Run of failingNFT says.
+const failedRun = "nft: Could not process rule: No buffer space available"
+
+func (f *failingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
+	if f.fail {
+		f.fail = false
+		return errors.New(failedRun)
+	}
+	return f.Fake.Run(ctx, tx)
+}
 
 // Hit adds n packets per endpoint to port's named counter, which every
 // connection to the port meets once.

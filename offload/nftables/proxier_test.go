@@ -2,14 +2,13 @@ package nftables
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/internal/ruletest"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
@@ -114,6 +113,30 @@ func TestPartialSyncGolden(t *testing.T) {
 	}
 }
 
+// The sync questions both paths answer alike (internal/ruletest): partial
+// syncs along a cluster's history and after a change of any one field of a
+// port leave what a full sync writes, but for what a partial sync leaves for
+// the next full one to delete (leftovers); a sync of nothing new writes
+// nothing; a sync is full FullSyncPeriod after the last full one; nothing is
+// synced before the first Update; a failed transaction is followed by a full
+// sync; UDP flows that a change leaves stale are deleted.
+func TestPartialSyncConverges(t *testing.T)        { ruletest.CheckPartialSyncs(t, rules, partialLeftovers) }
+func TestPartialSyncEveryField(t *testing.T)       { ruletest.CheckEveryField(t, rules, partialLeftovers) }
+func TestPartialSyncNothing(t *testing.T)          { ruletest.CheckNothingChanged(t, rules) }
+func TestFullSyncEveryFullSyncPeriod(t *testing.T) { ruletest.CheckFullSyncPeriod(t, rules) }
+func TestNoSyncBeforeUpdate(t *testing.T)          { ruletest.CheckNoSyncBeforeUpdate(t, rules) }
+func TestSyncFailure(t *testing.T)                 { ruletest.CheckSyncFailure(t, rules) }
+func TestConntrackCleanup(t *testing.T)            { ruletest.CheckConntrackCleanup(t, rules) }
+
+// partialLeftovers is the ruletest.Compare of nftables: what a partial sync
+// left is what a full sync writes, and only inert leftovers beside.
+func partialLeftovers(t *testing.T, partial, full string) {
+	t.Helper()
+	if leftovers(t, partial, full); t.Failed() {
+		t.Logf("after the partial sync:\n%s\nwant (a full sync):\n%s", partial, full)
+	}
+}
+
 // leftovers checks that got (after a partial sync) is want (after a full sync) plus
 // only what a partial sync leaves for the next full sync to delete: empty port
 // chains, affinity sets and counters that nothing names, and hairpin elements of
@@ -163,60 +186,6 @@ func leftovers(t *testing.T, got, want string) []string {
 		}
 	}
 	return extra
-}
-
-// A sync with nothing changed sends nothing.
-func TestPartialSyncNothing(t *testing.T) {
-	f := knft.NewFake(Table)
-	p, _ := NewProxier(ProxierConfig{Rules: testConfig, NFT: f})
-	snap := st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))
-	for range 3 {
-		p.Update(snap)
-		if err := p.Sync(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if f.Runs() != 1 {
-		t.Errorf("%d transactions for one state, want 1", f.Runs())
-	}
-}
-
-// failingNFT fails its next Run.
-type failingNFT struct {
-	*knft.Fake
-	fail bool
-}
-
-func (f *failingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
-	if f.fail {
-		f.fail = false
-		return errors.New("nft: Could not process rule: No buffer space available")
-	}
-	return f.Fake.Run(ctx, tx)
-}
-
-// After a failed sync the next one is full, and the health says what happened.
-func TestFailureThenFullSync(t *testing.T) {
-	f := &failingNFT{Fake: knft.NewFake(Table)}
-	p, _ := NewProxier(ProxierConfig{Rules: testConfig, NFT: f})
-	p.Update(st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints())))
-	if err := p.Sync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	f.fail = true
-	p.Update(st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1])))
-	if err := p.Sync(context.Background()); err == nil {
-		t.Fatal("no error from a failed transaction")
-	}
-	if h := p.Health(); h.Healthy || h.ConsecutiveFailures != 1 || !strings.Contains(h.LastError, "No buffer space") {
-		t.Errorf("health after a failure: %+v", h)
-	}
-	if err := p.Sync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if h := p.Health(); !h.Healthy || h.FullSyncs != 2 {
-		t.Errorf("health after the retry: %+v, want a second full sync", h)
-	}
 }
 
 // Cleanup deletes the table, and finds nothing to do the second time.
@@ -283,60 +252,4 @@ func TestLostTableRepaired(t *testing.T) {
 			}
 		})
 	}
-}
-
-// A partial sync keeps a port's objects while service.Port.RendersSameAs
-// says the port renders the same: after a change of any one field of a port
-// (servicetest.Variants), the table is what a full sync writes, but for what
-// a partial sync leaves for the next full one to delete (leftovers), and the
-// status is the same.
-func TestPartialSyncEveryField(t *testing.T) {
-	st.CheckPartialSyncs(t, newFakePath, func(t *testing.T, partial, full string) {
-		gotTable, gotStatus, _ := strings.Cut(partial, statusMark)
-		wantTable, wantStatus, _ := strings.Cut(full, statusMark)
-		if leftovers(t, gotTable, wantTable); t.Failed() {
-			t.Logf("after the partial sync:\n%s\nwant (a full sync):\n%s", gotTable, wantTable)
-		}
-		if gotStatus != wantStatus {
-			t.Errorf("status after the partial sync:\n%s\nwant (a full sync):\n%s", gotStatus, wantStatus)
-		}
-	})
-}
-
-// fakePath is a Proxier on a Fake, as servicetest's checks drive it.
-type fakePath struct {
-	f *knft.Fake
-	p *Proxier
-}
-
-func newFakePath(t *testing.T) st.Path {
-	fp := &fakePath{f: knft.NewFake(Table)}
-	fp.Restart(t)
-	return fp
-}
-
-func (fp *fakePath) Restart(t *testing.T) {
-	p, err := NewProxier(ProxierConfig{Rules: testConfig, NFT: fp.f})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fp.p = p
-}
-
-func (fp *fakePath) Sync(t *testing.T, snap *service.Snapshot) {
-	fp.p.Update(snap)
-	if err := fp.p.Sync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// statusMark parts the table from the status in State.
-const statusMark = "\n--- status:\n"
-
-func (fp *fakePath) State(t *testing.T) string {
-	status, err := json.MarshalIndent(fp.p.Status(), "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fp.f.Dump() + statusMark + string(status)
 }
