@@ -3,10 +3,12 @@ package deploy_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/svcproxy/svcproxy/deploy"
+	"github.com/svcproxy/svcproxy/deploy/image"
+	"github.com/svcproxy/svcproxy/internal/k8sbin"
 	"github.com/svcproxy/svcproxy/internal/kapitest"
 )
 
@@ -52,6 +56,9 @@ func TestFiles(t *testing.T) {
 	n := 0
 	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || filepath.Ext(p) != ".yaml" {
+			if d != nil && d.IsDir() && p == "testdata" {
+				return filepath.SkipDir // the tests' files, not manifests
+			}
 			return err
 		}
 		n++
@@ -99,6 +106,27 @@ func TestApply(t *testing.T) {
 	}
 	apply("kind")
 	apply("rbac")
+	apply("kubeadm")
+	// kubeadm's objects: kube-proxy's ServiceAccount reads what svcproxy
+	// reads through Kubernetes' own ClusterRole system:node-proxier.
+	if ds, err := c.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{}); err != nil {
+		t.Errorf("daemonset kube-system/kube-proxy: %v", err)
+	} else if ctr := ds.Spec.Template.Spec.Containers[0]; ctr.Image != image.DefaultRef || ctr.Command[0] != "/usr/local/bin/kube-proxy" {
+		t.Errorf("daemonset kube-proxy: image %q command %q", ctr.Image, ctr.Command)
+	}
+	t.Run("kube-proxy", func(t *testing.T) {
+		c := tokenClient(ctx, t, srv, kubectl, "kube-proxy")
+		opts := metav1.ListOptions{Limit: 1}
+		for what, do := range map[string]func() error{
+			"list services":       func() error { _, err := c.CoreV1().Services("").List(ctx, opts); return err },
+			"list endpointslices": func() error { _, err := c.DiscoveryV1().EndpointSlices("").List(ctx, opts); return err },
+			"list nodes":          func() error { _, err := c.CoreV1().Nodes().List(ctx, opts); return err },
+		} {
+			if err := do(); err != nil {
+				t.Errorf("kube-proxy may not %s: %v", what, err)
+			}
+		}
+	})
 
 	if ds, err := c.AppsV1().DaemonSets("kube-system").Get(ctx, "svcproxy", metav1.GetOptions{}); err != nil {
 		t.Errorf("daemonset kube-system/svcproxy: %v", err)
@@ -128,10 +156,9 @@ func TestApply(t *testing.T) {
 	}
 }
 
-// checkRBAC uses the ServiceAccount's own token: it may list and watch what
-// the informers of service/watch read, and nothing else. nodes says whether
-// it reads its Node (svcproxy does, clusterdns does not).
-func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl, sa string, nodes bool) {
+// tokenClient is a client with a token of kube-system's ServiceAccount sa.
+func tokenClient(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl, sa string) *kubernetes.Clientset {
+	t.Helper()
 	out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", srv.Kubeconfig,
 		"-n", "kube-system", "create", "token", sa).Output()
 	if err != nil {
@@ -139,11 +166,19 @@ func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl,
 	}
 	cfg := rest.AnonymousClientConfig(srv.Config)
 	cfg.BearerToken = strings.TrimSpace(string(out))
-	cfg.WarningHandler = rest.NoWarnings{} // "v1 Endpoints is deprecated", for the denied list below
+	cfg.WarningHandler = rest.NoWarnings{} // "v1 Endpoints is deprecated", for the denied lists
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+// checkRBAC uses the ServiceAccount's own token: it may list and watch what
+// the informers of service/watch read, and nothing else. nodes says whether
+// it reads its Node (svcproxy does, clusterdns does not).
+func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl, sa string, nodes bool) {
+	c := tokenClient(ctx, t, srv, kubectl, sa)
 	opts := metav1.ListOptions{Limit: 1}
 	allowed := map[string]func() error{
 		"list services":       func() error { _, err := c.CoreV1().Services("").List(ctx, opts); return err },
@@ -183,5 +218,73 @@ func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl,
 		if err := do(); !apierrors.IsForbidden(err) {
 			t.Errorf("%s may %s (err %v), want Forbidden", sa, what, err)
 		}
+	}
+}
+
+// TestKubeadmOverlay: deploy/kubeadm is kubeadm's own print
+// (testdata/kubeadm-print.yaml), object for object and field for field,
+// except the DaemonSet's image.
+func TestKubeadmOverlay(t *testing.T) {
+	want := readObjects(t, "testdata/kubeadm-print.yaml")
+	got := readObjects(t, "kubeadm/kube-proxy.yaml")
+	if len(got) != len(want) || len(want) != 6 {
+		t.Fatalf("deploy/kubeadm has %d objects, kubeadm's print %d (want 6: ServiceAccount, ClusterRoleBinding, Role, RoleBinding, ConfigMap, DaemonSet)", len(got), len(want))
+	}
+	for i := range want {
+		if want[i]["kind"] == "DaemonSet" {
+			ctr := want[i]["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+			if ctr["image"] != "registry.k8s.io/kube-proxy:v1.37.2" {
+				t.Fatalf("kubeadm's DaemonSet runs %v, want registry.k8s.io/kube-proxy:v1.37.2", ctr["image"])
+			}
+			ctr["image"] = image.DefaultRef
+		}
+		if !reflect.DeepEqual(got[i], want[i]) {
+			a, _ := yaml.Marshal(got[i])
+			b, _ := yaml.Marshal(want[i])
+			t.Errorf("object %d differs from kubeadm's beyond the image:\n%s\nkubeadm's (image replaced):\n%s", i, a, b)
+		}
+	}
+}
+
+// readObjects reads the YAML documents of file, each as a map.
+func readObjects(t *testing.T, file string) []map[string]any {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []map[string]any
+	for _, doc := range strings.Split(string(b), "\n---") {
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if len(m) > 0 {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// TestKubeadmPrints runs the real kubeadm v1.37.2 (when internal/k8sbin has
+// it cached) and checks it still prints testdata/kubeadm-print.yaml.
+func TestKubeadmPrints(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bins, err := k8sbin.Build(ctx, k8sbin.Config{KubeProxy: true, CachedOnly: true})
+	if errors.Is(err, k8sbin.ErrNotBuilt) || errors.Is(err, k8sbin.ErrUnavailable) {
+		t.Skipf("needs kubeadm v1.37.2 in the cache: ./test/kapi/build.sh -kube-proxy (%v)", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, bins.Kubeadm, "init", "phase", "addon", "kube-proxy",
+		"--print-manifest", "--config", "testdata/kubeadm.yaml").Output()
+	if err != nil {
+		t.Fatalf("kubeadm: %v", err)
+	}
+	want, err := os.ReadFile("testdata/kubeadm-print.yaml")
+	if err != nil || !bytes.Equal(out, want) {
+		t.Errorf("kubeadm prints:\n%s\ntestdata/kubeadm-print.yaml (%v):\n%s", out, err, want)
 	}
 }

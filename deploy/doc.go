@@ -10,7 +10,11 @@
 //	lab/    base in svclab's control-plane lab (the lab's addresses)
 //	realnode/ base on svclab's real node (svclab up --kubelet): the lab's
 //	        addresses, and no /lib/modules
+//	kubeadm/ kubeadm's own kube-proxy addon (ServiceAccount, RBAC, the
+//	        kube-proxy ConfigMap with its KubeProxyConfiguration, the
+//	        DaemonSet) with only the image changed to svcproxy's, as kubeadm
+//	        v1.37.2 prints it for a cluster shaped as the real-node lab
 //
-// Files embeds the five directories, so that svclab can apply deploy/lab in
+// Files embeds the six directories, so that svclab can apply deploy/lab in
 // its lab from a binary that runs anywhere; docs/kind.md walks through kind.
 package deploy

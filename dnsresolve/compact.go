@@ -13,8 +13,9 @@ import (
 // the same records records.go's nodes builds ahead (spec 2.3), made when a
 // question asks for them. An Index keeps about 250 bytes per such Service
 // (its two names and the map's slots) instead of about 900 for its records,
-// and builds in a third of the time (BenchmarkNewIndex), at the price of one
-// allocation more per answer (BenchmarkServeDNS: 9 -> 10).
+// and builds in a third of the time (BenchmarkNewIndex). The records are
+// made once per name and type asked: the answer is then kept encoded
+// (wire.go).
 
 // compact answers a question for a name whose entry holds a ClusterIP
 // Service: its own name, or (e.ptr) the reverse name of one of its ClusterIPs.

@@ -11,7 +11,7 @@ import (
 	"github.com/svcproxy/svcproxy/service/watch"
 )
 
-// labCluster is part of the lab's cluster (lab/manifests.yaml): web with a
+// labCluster is part of the lab's cluster (lab/cluster/manifests.yaml): web with a
 // ClusterIP and a named port, db headless with two named pods, and frontend,
 // an ExternalName alias of web.
 const labCluster = `apiVersion: v1

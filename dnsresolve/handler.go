@@ -14,6 +14,9 @@ import (
 // call, once per message, concurrently.
 func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	start := time.Now()
+	if s.answerEncoded(w, req, start) {
+		return // most answers: kept encoded (wire.go)
+	}
 	resp := s.answer(context.Background(), req)
 	if resp == nil {
 		return // not a question: no answer, so nothing to amplify

@@ -45,11 +45,17 @@ func (r *recorder) WriteMsg(m *dns.Msg) error {
 	return r.msg.Unpack(b)
 }
 
-func (r *recorder) Write(b []byte) (int, error) { r.packed = b; return len(b), nil }
-func (r *recorder) Close() error                { return nil }
-func (r *recorder) TsigStatus() error           { return nil }
-func (r *recorder) TsigTimersOnly(bool)         {}
-func (r *recorder) Hijack()                     {}
+// Write keeps an answer written packed (wire.go's), unpacked as WriteMsg's.
+func (r *recorder) Write(b []byte) (int, error) {
+	r.packed = append([]byte(nil), b...)
+	r.msg = new(dns.Msg)
+	return len(b), r.msg.Unpack(r.packed)
+}
+
+func (r *recorder) Close() error        { return nil }
+func (r *recorder) TsigStatus() error   { return nil }
+func (r *recorder) TsigTimersOnly(bool) {}
+func (r *recorder) Hijack()             {}
 
 // ask sends req to s's handler as if over UDP (udp) or TCP and returns the
 // answer as the client decodes it, or nil when there was none.

@@ -49,6 +49,9 @@ type Index struct {
 	names    map[string]entry
 	services int
 	snap     *service.Snapshot // the Snapshot indexed, to tell an unchanged one
+
+	wires wires     // answers kept encoded, filled by questions (wire.go)
+	neg   negatives // the zone's NXDOMAIN and NODATA, encoded once
 }
 
 // entry is what the Index holds for one name: a node of records built ahead,

@@ -17,7 +17,7 @@ import (
 
 // Config configures hybrid mode.
 type Config struct {
-	// Userspace configures the userspace proxier; hybrid sets its Exclude.
+	// Userspace configures the userspace proxier; hybrid sets its Carries.
 	Userspace userspace.Config
 	// Kernel builds the kernel path, restricted to the ports carried accepts
 	// (it reads hybrid's promoted set, which changes as ports move).
@@ -95,8 +95,8 @@ func New(cfg Config) (*Mode, error) {
 	m.inKernel.Store(&dataplane.PortSet{})
 	m.noPortal.Store(&dataplane.PortSet{})
 	uc := cfg.Userspace
-	uc.Exclude = func(n service.PortName) bool { return (*m.noPortal.Load())[n] }
-	m.us = userspace.New(uc)
+	uc.Carries = func(n service.PortName) bool { return !(*m.noPortal.Load())[n] }
+	m.us = userspace.NewProxier(uc)
 	m.kernel, err = cfg.Kernel(func(n service.PortName) bool { return (*m.inKernel.Load())[n] })
 	if err != nil {
 		return nil, err

@@ -18,6 +18,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/svcproxy/svcproxy/deploy"
+	"github.com/svcproxy/svcproxy/lab/cluster"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // tokenDuration is how long the ServiceAccount tokens of svcproxy and
@@ -31,9 +33,9 @@ func (l *Lab) Client() (kubernetes.Interface, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the lab's API server: %w (is the lab up with --control-plane?)", err)
 	}
-	ns := l.nodeNS()
+	ns := l.net.NodeNamespace()
 	rc.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return dialIn(ctx, ns, network, addr)
+		return topology.DialIn(ctx, ns, network, addr)
 	}
 	rc.UserAgent = "svclab"
 	rc.QPS, rc.Burst = 50, 100
@@ -62,14 +64,14 @@ func (l *Lab) upControlPlane(ctx context.Context, cp ControlPlane, dns, proxy, m
 	if _, err := l.kubectlOut(ctx, nil, "apply", "--server-side", "-k", filepath.Join(deployDir, "lab")); err != nil {
 		return err
 	}
-	if _, err := l.kubectlOut(ctx, strings.NewReader(string(Cluster)), "apply", "--server-side", "-f", "-"); err != nil {
+	if _, err := l.kubectlOut(ctx, strings.NewReader(string(cluster.Objects)), "apply", "--server-side", "-f", "-"); err != nil {
 		return err
 	}
 	// The kubelet runs in the machine's own namespaces, as a kubelet does: in
 	// the node's, `ip netns add` would pin each pod's namespace in the private
 	// mount namespace `ip netns exec` gives, where no one else would see it.
 	// It reaches the API server inside the node, as svclab does.
-	if _, _, err := l.start("kubelet", "", []string{l.cfg.Self, "--state", l.cfg.StateDir, "kubelet"}, false); err != nil {
+	if _, _, err := l.net.Start("kubelet", "", []string{l.cfg.Self, "--state", l.cfg.StateDir, "kubelet"}, false); err != nil {
 		return err
 	}
 	caPEM, err := os.ReadFile(filepath.Join(l.pkiDir(), "ca.crt"))
@@ -150,7 +152,7 @@ func (l *Lab) waitEndpoints(ctx context.Context, c kubernetes.Interface, ns, svc
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("service %s/%s: %d ready endpoints after %s, want %d (%v)%s",
-				ns, svc, got, controlPlaneTimeout, n, err, l.logTail("kubelet"))
+				ns, svc, got, controlPlaneTimeout, n, err, l.net.LogTail("kubelet"))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -82,7 +82,7 @@ func parseConntrack(out string) []flow {
 func (l *Lab) Conntrack(ctx context.Context, opts ConntrackOptions) error {
 	w := l.cfg.Stdout
 	if opts.Flush {
-		if _, err := l.nodeOutput(ctx, "conntrack", "-F"); err != nil {
+		if _, err := l.net.NodeOutput(ctx, "conntrack", "-F"); err != nil {
 			return err
 		}
 		fmt.Fprintln(w, "the node's conntrack table is empty")
@@ -98,7 +98,7 @@ func (l *Lab) Conntrack(ctx context.Context, opts ConntrackOptions) error {
 			return err
 		}
 	}
-	out, err := l.nodeOutput(ctx, "conntrack", "-L")
+	out, err := l.net.NodeOutput(ctx, "conntrack", "-L")
 	if err != nil {
 		return err
 	}
@@ -214,18 +214,18 @@ func (l *Lab) means(f flow, snap *service.Snapshot, isLocal []netip.Addr, direct
 	var s string
 	switch {
 	case sentTo == replyFrom && local[f.orig[0].Addr()]:
-		s = "svcproxy's own connection to " + l.withName(sentTo.Addr()) + " (userspace: the second connection)"
+		s = "svcproxy's own connection to " + l.net.WithName(sentTo.Addr()) + " (userspace: the second connection)"
 	case sentTo == replyFrom && direct:
-		s = "no rewrite: sent to " + l.withName(sentTo.Addr()) + " itself (socklb: connect() was rewritten in the socket)"
+		s = "no rewrite: sent to " + l.net.WithName(sentTo.Addr()) + " itself (socklb: connect() was rewritten in the socket)"
 	case sentTo == replyFrom:
 		s = "no rewrite"
 	case local[replyFrom.Addr()] && replyFrom.Port() != sentTo.Port():
 		s = fmt.Sprintf("REDIRECT to svcproxy's listener :%d (userspace: the first connection)", replyFrom.Port())
 	default:
-		s = "DNAT to " + l.withName(replyFrom.Addr())
+		s = "DNAT to " + l.net.WithName(replyFrom.Addr())
 	}
 	if masq && sentTo != replyFrom {
-		s += ", MASQUERADE: the pod saw " + l.withName(f.reply[1].Addr())
+		s += ", MASQUERADE: the pod saw " + l.net.WithName(f.reply[1].Addr())
 	}
 	return s
 }

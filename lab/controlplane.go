@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/k8sbin"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // ControlPlane are the programs of the control-plane lab.
@@ -90,7 +91,7 @@ func (l *Lab) startControlPlane(ctx context.Context, cp ControlPlane, realNode b
 		return err
 	}
 	node := p.Node.Name
-	etcd, _, err := l.start("etcd", node, []string{cp.Etcd,
+	etcd, _, err := l.net.Start("etcd", node, []string{cp.Etcd,
 		"--name=svclab",
 		"--data-dir=" + filepath.Join(l.cfg.StateDir, "etcd"),
 		"--listen-client-urls=" + etcdClientURL,
@@ -107,15 +108,15 @@ func (l *Lab) startControlPlane(ctx context.Context, cp ControlPlane, realNode b
 		return err
 	}
 	plain := l.nodeHTTP()
-	if err := l.waitFor(ctx, "etcd", etcd.Process.Pid, httpOK(plain, etcdClientURL+"/health", "")); err != nil {
+	if err := l.net.Wait(ctx, "etcd", etcd.Process.Pid, controlPlaneTimeout, 200*time.Millisecond, httpOK(plain, etcdClientURL+"/health", "")); err != nil {
 		return err
 	}
-	apiserver, _, err := l.start("kube-apiserver", node, append([]string{cp.APIServer}, l.apiserverArgs(pk)...), false)
+	apiserver, _, err := l.net.Start("kube-apiserver", node, append([]string{cp.APIServer}, l.apiserverArgs(pk)...), false)
 	if err != nil {
 		return err
 	}
 	secure := l.nodeHTTPS(pk.caPEM)
-	if err := l.waitFor(ctx, "kube-apiserver", apiserver.Process.Pid, httpOK(secure, apiserverURL+"/readyz", pk.adminToken)); err != nil {
+	if err := l.net.Wait(ctx, "kube-apiserver", apiserver.Process.Pid, controlPlaneTimeout, 200*time.Millisecond, httpOK(secure, apiserverURL+"/readyz", pk.adminToken)); err != nil {
 		return err
 	}
 	admin := l.KubeconfigPath("admin")
@@ -136,7 +137,7 @@ func (l *Lab) startControlPlane(ctx context.Context, cp ControlPlane, realNode b
 		// manager does (conformance: EndpointSliceMirroring).
 		controllers += ",daemonset,root-ca-cert-publisher,nodelifecycle,endpointslice-mirroring-controller"
 	}
-	kcm, _, err := l.start("kube-controller-manager", node, []string{cp.ControllerManager,
+	kcm, _, err := l.net.Start("kube-controller-manager", node, []string{cp.ControllerManager,
 		"--kubeconfig=" + admin,
 		"--authentication-kubeconfig=" + admin,
 		"--authorization-kubeconfig=" + admin,
@@ -153,7 +154,7 @@ func (l *Lab) startControlPlane(ctx context.Context, cp ControlPlane, realNode b
 		return err
 	}
 	insecure := l.nodeHTTPSInsecure()
-	return l.waitFor(ctx, "kube-controller-manager", kcm.Process.Pid, httpOK(insecure, "https://"+kcmAddr+"/healthz", ""))
+	return l.net.Wait(ctx, "kube-controller-manager", kcm.Process.Pid, controlPlaneTimeout, 200*time.Millisecond, httpOK(insecure, "https://"+kcmAddr+"/healthz", ""))
 }
 
 // apiserverArgs are kube-apiserver's flags; each one that is not a plain path
@@ -197,32 +198,11 @@ func (l *Lab) apiserverArgs(pk *pki) []string {
 
 // serviceRanges is kube-apiserver's --service-cluster-ip-range: the Service
 // range of each of the lab's families.
-func serviceRanges(p *Plan) string {
+func serviceRanges(p *topology.Plan) string {
 	if p.DualStack() {
 		return p.ServiceCIDR.String() + "," + p.ServiceCIDR6.String()
 	}
 	return p.ServiceCIDR.String()
-}
-
-// waitFor tries check until it succeeds, the process exits, or
-// controlPlaneTimeout passes.
-func (l *Lab) waitFor(ctx context.Context, name string, pid int, check func(context.Context) error) error {
-	deadline := time.Now().Add(controlPlaneTimeout)
-	for {
-		err := check(ctx)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not ready after %s: %w%s", name, controlPlaneTimeout, err, l.logTail(name))
-		}
-		if waitExit(pid, 200*time.Millisecond) {
-			return fmt.Errorf("%s: exited while starting%s", name, l.logTail(name))
-		}
-	}
 }
 
 // httpOK is a check that GET url answers 200.
@@ -269,7 +249,7 @@ func (l *Lab) nodeTLS(tc *tls.Config) *http.Client {
 			DisableKeepAlives: true,
 			TLSClientConfig:   tc,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				return dialIn(ctx, l.nodeNS(), network, addr)
+				return topology.DialIn(ctx, l.net.NodeNamespace(), network, addr)
 			},
 		},
 	}
@@ -282,7 +262,7 @@ func portOf(addr string) string {
 
 // kubectl runs the lab's kubectl in the node with the admin's kubeconfig.
 func (l *Lab) kubectl(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args ...string) error {
-	st, err := l.readState()
+	st, err := l.net.ReadState()
 	if err != nil {
 		return err
 	}
@@ -290,7 +270,7 @@ func (l *Lab) kubectl(ctx context.Context, stdin io.Reader, stdout, stderr io.Wr
 		return errors.New("the lab has no control plane: run `svclab up --control-plane`")
 	}
 	argv := append([]string{st.Kubectl, "--kubeconfig", l.KubeconfigPath("admin")}, args...)
-	return l.Exec(ctx, l.cfg.Plan.Node.Name, argv, stdin, stdout, stderr)
+	return l.net.Exec(ctx, l.cfg.Plan.Node.Name, argv, stdin, stdout, stderr)
 }
 
 // Kubectl runs `kubectl ARGS...` against the lab's API server, as its

@@ -28,7 +28,7 @@ type KernelCounters struct {
 func (l *Lab) KernelCounters(ctx context.Context) (*KernelCounters, error) {
 	kc := &KernelCounters{Ports: map[string]uint64{}, Endpoints: map[string]map[string]uint64{}}
 	for i, save := range []string{"iptables-save", "ip6tables-save"} {
-		out, err := l.nodeOutput(ctx, save, "-c", "-t", "nat")
+		out, err := l.net.NodeOutput(ctx, save, "-c", "-t", "nat")
 		if err != nil {
 			if i == 0 {
 				return nil, err
@@ -38,7 +38,7 @@ func (l *Lab) KernelCounters(ctx context.Context) (*KernelCounters, error) {
 		kc.addSave(out)
 	}
 	for _, fam := range []string{"ip", "ip6"} {
-		out, err := l.nodeOutput(ctx, "nft", "list", "table", fam, "svcproxy")
+		out, err := l.net.NodeOutput(ctx, "nft", "list", "table", fam, "svcproxy")
 		if err != nil {
 			continue // no table: svcproxy runs no nftables path
 		}

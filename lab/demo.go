@@ -9,6 +9,9 @@ import (
 	"os/exec"
 	"strings"
 	"time"
+
+	"github.com/svcproxy/svcproxy/lab/pods"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // step is one stop of the demo: why it matters, then commands whose output
@@ -41,19 +44,19 @@ func (d *demo) exec(ctx context.Context, host string, argv ...string) (string, e
 	d.cmd("svclab exec " + host + " -- " + strings.Join(argv, " "))
 	var buf strings.Builder
 	w := io.MultiWriter(d.out, &buf)
-	err := d.l.Exec(ctx, host, argv, nil, w, w)
+	err := d.l.net.Exec(ctx, host, argv, nil, w, w)
 	return buf.String(), err
 }
 
 // traffic shows and runs `svclab traffic`.
-func (d *demo) traffic(ctx context.Context, n int, target string) (*Tally, error) {
+func (d *demo) traffic(ctx context.Context, n int, target string) (*pods.Tally, error) {
 	d.cmd(fmt.Sprintf("svclab traffic --n %d %s", n, target))
 	return d.l.Traffic(ctx, TrafficOptions{Target: target, N: n})
 }
 
 // traffic6 shows and runs `svclab traffic --ipv6`: the target's name
 // resolved to its IPv6 ClusterIP.
-func (d *demo) traffic6(ctx context.Context, n int, target string) (*Tally, error) {
+func (d *demo) traffic6(ctx context.Context, n int, target string) (*pods.Tally, error) {
 	d.cmd(fmt.Sprintf("svclab traffic --ipv6 --n %d %s", n, target))
 	return d.l.Traffic(ctx, TrafficOptions{Target: target, N: n, IPv6: true})
 }
@@ -102,7 +105,7 @@ func (l *Lab) Demo(ctx context.Context) (err error) {
 		fmt.Fprintf(d.out, "\n## %d. %s\n\n%s", i+1, s.title, s.why)
 		timeout := s.timeout
 		if timeout == 0 {
-			timeout = patient(stepTimeout)
+			timeout = topology.Patient(stepTimeout)
 		}
 		sctx, cancel := context.WithTimeout(ctx, timeout)
 		d.ok = ""
@@ -160,7 +163,7 @@ one-node cluster out of network namespaces and follows a request through it.
 
 // expectPods checks that a tally has no failures and its answers came from
 // exactly the pods named.
-func expectPods(t *Tally, pods ...string) error {
+func expectPods(t *pods.Tally, pods ...string) error {
 	if t.Failed > 0 {
 		return fmt.Errorf("%d of %d requests failed: %s", t.Failed, t.Total, strings.Join(t.Errors, "; "))
 	}
@@ -175,7 +178,7 @@ func expectPods(t *Tally, pods ...string) error {
 }
 
 // expectSources checks that the pods saw only the given client addresses.
-func expectSources(t *Tally, names map[netip.Addr]string, want ...netip.Addr) error {
+func expectSources(t *pods.Tally, names map[netip.Addr]string, want ...netip.Addr) error {
 	got := t.Sources()
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		return fmt.Errorf("pods saw clients %v, want %v (%s)", got, want, names[want[0]])

@@ -38,7 +38,7 @@ without IPVS, svcproxy logs why and runs iptables mode, as kube-proxy does.
 				return fmt.Errorf("/proxyMode: %w", err)
 			}
 			running := strings.TrimSpace(out)
-			logged, err := d.exec(ctx, node, "grep", "-e", "IPVS", "-e", "starting", l.logPath("svcproxy"))
+			logged, err := d.exec(ctx, node, "grep", "-e", "IPVS", "-e", "starting", l.net.LogPath("svcproxy"))
 			if err != nil {
 				return fmt.Errorf("svcproxy's log: %w", err)
 			}

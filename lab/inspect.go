@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -26,7 +25,7 @@ import (
 // server's Services and EndpointSlices; otherwise the lab's manifests file as
 // it is on disk (a student may have edited it), read as svcproxy reads it.
 func (l *Lab) Snapshot(ctx context.Context) (*service.Snapshot, error) {
-	st, err := l.readState()
+	st, err := l.net.ReadState()
 	if err != nil {
 		return nil, err
 	}
@@ -137,21 +136,11 @@ func describeService(s *service.Service) string {
 	return b.String()
 }
 
-// nodeOutput runs argv in the node and returns its standard output; the
-// error carries its standard error.
-func (l *Lab) nodeOutput(ctx context.Context, argv ...string) (string, error) {
-	var out, errb bytes.Buffer
-	if err := l.Exec(ctx, l.cfg.Plan.Node.Name, argv, nil, &out, &errb); err != nil {
-		return out.String(), fmt.Errorf("%s in the node: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(errb.String()))
-	}
-	return out.String(), nil
-}
-
 // nodeAddrs are the node's IPv4 addresses (`ip -j addr`), loopback and, in
 // IPVS mode, the Service addresses on svcp-ipvs0 included: what the kernel
 // calls local.
 func (l *Lab) nodeAddrs(ctx context.Context) ([]netip.Addr, error) {
-	out, err := l.nodeOutput(ctx, "ip", "-j", "-4", "addr")
+	out, err := l.net.NodeOutput(ctx, "ip", "-j", "-4", "addr")
 	if err != nil {
 		return nil, err
 	}
@@ -174,17 +163,4 @@ func (l *Lab) nodeAddrs(ctx context.Context) ([]netip.Addr, error) {
 		}
 	}
 	return addrs, nil
-}
-
-// hostName names an address as the lab knows it: "web-0", "node"; "" when
-// the address is no lab host.
-func (l *Lab) hostName(a netip.Addr) string { return l.names()[a] }
-
-// withName writes an address and, when it is a lab host, its name:
-// "198.19.1.10 (web-0)".
-func (l *Lab) withName(a netip.Addr) string {
-	if n := l.hostName(a); n != "" {
-		return a.String() + " (" + n + ")"
-	}
-	return a.String()
 }

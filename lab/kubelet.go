@@ -4,14 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -25,11 +22,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
-)
 
-// PodPool is where pods beyond the Plan get their addresses, lowest free
-// first: web-3 after `kubectl scale statefulset web --replicas=4`.
-var PodPool = netip.MustParsePrefix("198.19.2.0/24")
+	"github.com/svcproxy/svcproxy/lab/topology"
+)
 
 // Kubelet plays the kubelet of the lab's one node, and its scheduler: it
 // registers the Node, binds every unscheduled pod to it, and for each pod
@@ -227,17 +222,17 @@ func (k *Kubelet) runningUID(host string) (types.UID, bool) {
 
 // claim gives a pod its lab host, and records it as running: the Plan's host,
 // for the pods it names, or a new one with the lowest free address of PodPool.
-func (k *Kubelet) claim(pod *corev1.Pod) (Host, error) {
+func (k *Kubelet) claim(pod *corev1.Pod) (topology.Host, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	name := podHostName(pod.Namespace, pod.Name)
 	h, ok := k.lab.cfg.Plan.Host(name)
-	if !ok || h.Role != RolePod {
+	if !ok || h.Role != topology.RolePod {
 		addr, err := k.freeAddr()
 		if err != nil {
-			return Host{}, err
+			return topology.Host{}, err
 		}
-		h = Host{Name: name, Role: RolePod, Addr: addr, Addr6: k.lab.cfg.Plan.IPv6Of(addr), NodeLink: nodeLinkName(name)}
+		h = topology.Host{Name: name, Role: topology.RolePod, Addr: addr, Addr6: k.lab.cfg.Plan.IPv6Of(addr), NodeLink: nodeLinkName(name)}
 	}
 	k.running[name] = pod.UID
 	k.addrs[name] = h.Addr
@@ -267,12 +262,12 @@ func (k *Kubelet) freeAddr() (netip.Addr, error) {
 	for _, a := range k.addrs {
 		used[a] = true
 	}
-	for a := PodPool.Addr().Next(); PodPool.Contains(a); a = a.Next() {
+	for a := topology.PodPool.Addr().Next(); topology.PodPool.Contains(a); a = a.Next() {
 		if a.As4()[3] >= 10 && !used[a] {
 			return a, nil
 		}
 	}
-	return netip.Addr{}, fmt.Errorf("no free address in %s", PodPool)
+	return netip.Addr{}, fmt.Errorf("no free address in %s", topology.PodPool)
 }
 
 // nodeLinkName is the node's end of a pod's veth pair: "veth-web-3", or, for
@@ -286,17 +281,8 @@ func nodeLinkName(host string) string {
 }
 
 // start makes h's namespace and link, its resolv.conf, and its server.
-func (k *Kubelet) start(ctx context.Context, h Host) error {
-	p := k.lab.cfg.Plan
-	for _, argv := range p.HostCommands(h) {
-		if err := run(ctx, argv...); err != nil {
-			return err
-		}
-	}
-	if err := k.lab.writeResolvConf(h); err != nil {
-		return err
-	}
-	if err := k.lab.writePodRecord(h); err != nil {
+func (k *Kubelet) start(ctx context.Context, h topology.Host) error {
+	if err := k.lab.net.AddHost(ctx, h); err != nil {
 		return err
 	}
 	return k.lab.startPod(ctx, h)
@@ -310,30 +296,22 @@ func (k *Kubelet) stop(host string) error {
 	delete(k.addrs, host)
 	k.mu.Unlock()
 	l := k.lab
-	if pid, ok := l.readPid("pod-"+host, host); ok {
-		if err := stopPids([]int{pid}, 5*time.Second); err != nil {
+	if pid, ok := l.net.ReadPid("pod-"+host, host); ok {
+		if err := topology.StopPids([]int{pid}, 5*time.Second); err != nil {
 			return err
 		}
-		l.reap()
+		l.net.Reap()
 	}
-	ns := l.cfg.Plan.Namespace(host)
-	if _, err := os.Stat(filepath.Join(netnsDir, ns)); err == nil {
-		if err := run(context.Background(), "ip", "netns", "del", ns); err != nil {
-			return err
-		}
-	}
-	os.RemoveAll(filepath.Join(etcNetnsDir, ns))
-	if err := l.removeHostCgroup(host); err != nil {
+	if err := l.net.RemoveHost(host); err != nil {
 		return err
 	}
-	os.Remove(l.pidPath("pod-" + host))
-	os.Remove(l.podRecordPath(host))
+	os.Remove(l.net.PidPath("pod-" + host))
 	return nil
 }
 
 // reportRunning writes what the kubelet reports once a pod's containers run:
 // phase Running, the pod's and the node's addresses, and every condition true.
-func (k *Kubelet) reportRunning(ctx context.Context, pod *corev1.Pod, h Host) error {
+func (k *Kubelet) reportRunning(ctx context.Context, pod *corev1.Pod, h topology.Host) error {
 	now := metav1.Now()
 	node := k.lab.cfg.Plan.Node
 	hostIPs := []corev1.HostIP{{IP: node.Addr.String()}}
@@ -420,47 +398,6 @@ func (k *Kubelet) registerNode(ctx context.Context) error {
 		_, err = nodes.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
 		return err
 	})
-}
-
-// The kubelet records each pod it runs in the state directory, so that other
-// svclab commands (exec, traffic's table) know hosts beyond the Plan.
-func (l *Lab) podRecordPath(host string) string {
-	return filepath.Join(l.cfg.StateDir, "pods", host+".json")
-}
-
-func (l *Lab) writePodRecord(h Host) error {
-	b, err := json.Marshal(h)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(l.podRecordPath(h.Name)), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(l.podRecordPath(h.Name), b, 0o644)
-}
-
-func (l *Lab) podRecord(host string) (Host, bool) {
-	b, err := os.ReadFile(l.podRecordPath(host))
-	if err != nil {
-		return Host{}, false
-	}
-	var h Host
-	if json.Unmarshal(b, &h) != nil {
-		return Host{}, false
-	}
-	return h, true
-}
-
-// podRecords are the hosts the kubelet runs now.
-func (l *Lab) podRecords() []Host {
-	files, _ := filepath.Glob(filepath.Join(l.cfg.StateDir, "pods", "*.json"))
-	var hosts []Host
-	for _, f := range files {
-		if h, ok := l.podRecord(strings.TrimSuffix(filepath.Base(f), ".json")); ok {
-			hosts = append(hosts, h)
-		}
-	}
-	return hosts
 }
 
 // SetReady sets a pod's Ready condition (and ContainersReady, and its

@@ -15,13 +15,14 @@ import (
 	"github.com/miekg/dns"
 
 	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // readyTimeout bounds how long a lab process may take to start serving.
 const readyTimeout = 30 * time.Second
 
 // startPod starts `svclab pod` in h's namespace and waits for its ready line.
-func (l *Lab) startPod(ctx context.Context, h Host) error {
+func (l *Lab) startPod(ctx context.Context, h topology.Host) error {
 	name := "pod-" + h.Name
 	argv := []string{l.cfg.Self, "pod", "--name", h.Name, "--ready-fd", "3"}
 	if len(h.TCP) > 0 {
@@ -30,16 +31,16 @@ func (l *Lab) startPod(ctx context.Context, h Host) error {
 	if len(h.UDP) > 0 {
 		argv = append(argv, "--udp", joinPorts(h.UDP))
 	}
-	_, ready, err := l.start(name, h.Name, argv, true)
+	_, ready, err := l.net.Start(name, h.Name, argv, true)
 	if err != nil {
 		return err
 	}
 	defer ready.Close()
-	_ = ready.SetReadDeadline(time.Now().Add(patient(readyTimeout)))
+	_ = ready.SetReadDeadline(time.Now().Add(topology.Patient(readyTimeout)))
 	// The child writes one line once its ports are bound; EOF means it died.
 	line, err := bufio.NewReader(ready).ReadString('\n')
 	if err != nil || strings.TrimSpace(line) != "ready" {
-		return fmt.Errorf("pod %s: did not become ready: %v%s", h.Name, err, l.logTail(name))
+		return fmt.Errorf("pod %s: did not become ready: %v%s", h.Name, err, l.net.LogTail(name))
 	}
 	return nil
 }
@@ -72,14 +73,14 @@ func (l *Lab) startDNS(ctx context.Context, bin string) error {
 		// sends (tutorials/06-dns-deeper.md: the cost of ndots:5).
 		"--log-queries",
 	)
-	cmd, _, err := l.start("clusterdns", l.cfg.Plan.Node.Name, argv, false)
+	cmd, _, err := l.net.Start("clusterdns", l.cfg.Plan.Node.Name, argv, false)
 	if err != nil {
 		return err
 	}
 	q := new(dns.Msg)
 	q.SetQuestion("kube-dns.kube-system.svc.cluster.local.", dns.TypeA)
-	return l.waitReady(ctx, "clusterdns", cmd.Process.Pid, func(ctx context.Context) error {
-		c, err := dialIn(ctx, l.nodeNS(), "udp", l.dnsListen())
+	return l.net.Wait(ctx, "clusterdns", cmd.Process.Pid, topology.Patient(readyTimeout), 100*time.Millisecond, func(ctx context.Context) error {
+		c, err := topology.DialIn(ctx, l.net.NodeNamespace(), "udp", l.dnsListen())
 		if err != nil {
 			return err
 		}
@@ -100,12 +101,10 @@ func (l *Lab) startDNS(ctx context.Context, bin string) error {
 	})
 }
 
-func (l *Lab) nodeNS() string { return l.cfg.Plan.Namespace(l.cfg.Plan.Node.Name) }
-
 // source is where svcproxy or clusterdns (user) gets Services from: the
 // manifests file, or the lab's API server with the user's ServiceAccount token.
 func (l *Lab) source(user string) ([]string, error) {
-	st, err := l.readState()
+	st, err := l.net.ReadState()
 	if err != nil {
 		return nil, err
 	}
@@ -118,11 +117,11 @@ func (l *Lab) source(user string) ([]string, error) {
 // nodeHTTP is an HTTP client whose connections start inside the node.
 func (l *Lab) nodeHTTP() *http.Client {
 	return &http.Client{
-		Timeout: patient(2 * time.Second),
+		Timeout: topology.Patient(2 * time.Second),
 		Transport: &http.Transport{
 			DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				return dialIn(ctx, l.nodeNS(), network, addr)
+				return topology.DialIn(ctx, l.net.NodeNamespace(), network, addr)
 			},
 		},
 	}
@@ -166,7 +165,7 @@ func (l *Lab) startProxy(ctx context.Context, bin, mode string) error {
 		"--promote-conn-rate", "10",
 		"--promote-after", "2s",
 	)
-	st, _ := l.readState()
+	st, _ := l.net.ReadState()
 	if st.IPVSScheduler != "" {
 		argv = append(argv, "--ipvs-scheduler", st.IPVSScheduler)
 	}
@@ -178,20 +177,20 @@ func (l *Lab) startProxy(ctx context.Context, bin, mode string) error {
 	}
 	if mode == "socklb" || (mode == "hybrid" && st.Offload == "socklb") {
 		// The socket LB attaches at the lab's cgroup2 subtree, where every
-		// pod's and the client's processes run (cgroup.go), as Cilium
+		// pod's and the client's processes run (topology/cgroup.go), as Cilium
 		// attaches at a node's cgroup2 root.
-		subtree, err := l.CgroupSubtree()
+		subtree, err := l.net.Cgroups().Subtree()
 		if err != nil {
 			return err
 		}
-		argv = append(argv, "--socklb-cgroup", subtree, "--socklb-pin-path", l.socketLBPinPath())
+		argv = append(argv, "--socklb-cgroup", subtree, "--socklb-pin-path", l.net.BPFFS().SocketLBPinPath())
 	}
-	cmd, _, err := l.start("svcproxy", l.cfg.Plan.Node.Name, argv, false)
+	cmd, _, err := l.net.Start("svcproxy", l.cfg.Plan.Node.Name, argv, false)
 	if err != nil {
 		return err
 	}
 	client := l.nodeHTTP()
-	return l.waitReady(ctx, "svcproxy", cmd.Process.Pid, func(ctx context.Context) error {
+	return l.net.Wait(ctx, "svcproxy", cmd.Process.Pid, topology.Patient(readyTimeout), 100*time.Millisecond, func(ctx context.Context) error {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+healthzAddr+"/healthz", nil)
 		if err != nil {
 			return err
@@ -218,46 +217,24 @@ func (l *Lab) clusterCIDRs() string {
 	return p.ClusterCIDR.String()
 }
 
-// waitReady tries check until it succeeds, the process exits, or
-// readyTimeout passes. Between tries it waits on the process's exit, so a
-// crash is seen at once.
-func (l *Lab) waitReady(ctx context.Context, name string, pid int, check func(context.Context) error) error {
-	deadline := time.Now().Add(patient(readyTimeout))
-	for {
-		err := check(ctx)
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not ready after %s: %w%s", name, patient(readyTimeout), err, l.logTail(name))
-		}
-		if waitExit(pid, 100*time.Millisecond) {
-			return fmt.Errorf("%s: exited while starting%s", name, l.logTail(name))
-		}
-	}
-}
-
 // StopProxy stops the lab's svcproxy and removes its rules with `svcproxy
 // --cleanup`, leaving the node without a service proxy until SetMode starts
 // one again.
 func (l *Lab) StopProxy(ctx context.Context) error {
-	bin, err := l.binary("svcproxy")
+	bin, err := l.net.Binary("svcproxy")
 	if err != nil {
 		return err
 	}
-	if pid, ok := l.readPid("svcproxy", l.cfg.Plan.Node.Name); ok {
-		if err := stopPids([]int{pid}, 15*time.Second); err != nil {
+	if pid, ok := l.net.ReadPid("svcproxy", l.cfg.Plan.Node.Name); ok {
+		if err := topology.StopPids([]int{pid}, 15*time.Second); err != nil {
 			return fmt.Errorf("stop svcproxy: %w", err)
 		}
-		l.reap()
+		l.net.Reap()
 	}
 	var out strings.Builder
 	// The socket LB's pins too, which would keep its programs attached
 	// (socklbview.go).
-	if err := l.Exec(ctx, l.cfg.Plan.Node.Name, []string{bin, "--cleanup", "--socklb-pin-path", l.socketLBPinPath()}, nil, &out, &out); err != nil {
+	if err := l.net.Exec(ctx, l.cfg.Plan.Node.Name, []string{bin, "--cleanup", "--socklb-pin-path", l.net.BPFFS().SocketLBPinPath()}, nil, &out, &out); err != nil {
 		return fmt.Errorf("svcproxy --cleanup: %w: %s", err, strings.TrimSpace(out.String()))
 	}
 	return nil
@@ -281,7 +258,7 @@ func (l *Lab) SetMode(ctx context.Context, mode string) error {
 // the conntrack tool keeps them, and "0 flow entries" is an exit status of 1.
 func (l *Lab) forgetUDPFlows(ctx context.Context) {
 	for _, fam := range []string{"ipv4", "ipv6"} {
-		_, _ = l.nodeOutput(ctx, "conntrack", "-D", "-p", "udp", "-f", fam)
+		_, _ = l.net.NodeOutput(ctx, "conntrack", "-D", "-p", "udp", "-f", fam)
 	}
 }
 
@@ -321,7 +298,7 @@ func (l *Lab) SetModeWith(ctx context.Context, opts ModeOptions) error {
 	if d := opts.DemoteAfter; d < 0 || (d > 0 && mode != "hybrid") {
 		return fmt.Errorf("--demote-after %s: hybrid mode's, a duration > 0 (mode %s)", d, mode)
 	}
-	st, err := l.readState()
+	st, err := l.net.ReadState()
 	if err != nil {
 		return err
 	}
@@ -339,9 +316,9 @@ func (l *Lab) SetModeWith(ctx context.Context, opts ModeOptions) error {
 			return err
 		}
 		st.Mode = mode
-		return l.writeState(st)
+		return l.net.WriteState(st)
 	}
-	bin, err := l.binary("svcproxy")
+	bin, err := l.net.Binary("svcproxy")
 	if err != nil {
 		return err
 	}
@@ -353,7 +330,7 @@ func (l *Lab) SetModeWith(ctx context.Context, opts ModeOptions) error {
 	if opts.DemoteAfter > 0 {
 		st.DemoteAfter = opts.DemoteAfter.String()
 	}
-	if err := l.writeState(st); err != nil {
+	if err := l.net.WriteState(st); err != nil {
 		return err
 	}
 	return l.startProxy(ctx, bin, mode)

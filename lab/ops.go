@@ -12,6 +12,9 @@ import (
 	"net/netip"
 	"os/exec"
 	"strings"
+
+	"github.com/svcproxy/svcproxy/lab/pods"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // TrafficOptions are the flags of `svclab traffic`.
@@ -33,15 +36,15 @@ type TrafficOptions struct {
 	// OnEvent, when set, is called with each of the probe's events as it
 	// arrives (from Traffic's goroutine): what `svclab web` draws its
 	// timeline from while the requests run.
-	OnEvent func(Event) `json:"-"`
+	OnEvent func(pods.Event) `json:"-"`
 }
 
 // Traffic sends opts.N requests to opts.Target from the client (a Probe run
 // as `svclab probe` inside the client's namespace, so it resolves names with
 // the client's resolv.conf), shows their progress, then writes a table and a
 // bar chart of the answers to Stdout. The Tally is returned for checks.
-func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) {
-	target, err := ParseTarget(opts.Target)
+func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*pods.Tally, error) {
+	target, err := pods.ParseTarget(opts.Target)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +65,7 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 	if opts.IPv6 {
 		argv = append(argv, "--ipv6")
 	}
-	cmd, release, err := l.command(ctx, from, append(argv, opts.Target))
+	cmd, release, err := l.net.Command(ctx, from, append(argv, opts.Target))
 	if err != nil {
 		return nil, err
 	}
@@ -78,14 +81,14 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 	if err != nil {
 		return nil, err
 	}
-	t := &Tally{Target: opts.Target}
+	t := &pods.Tally{Target: opts.Target}
 	tl := l.timeline(from, false)
 	var lookupErr string
-	var held []Event // the held connection's two requests (Hold)
+	var held []pods.Event // the held connection's two requests (Hold)
 	named := false
 	sc := bufio.NewScanner(out)
 	for sc.Scan() {
-		var ev Event
+		var ev pods.Event
 		if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
 			continue
 		}
@@ -114,7 +117,7 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 			}
 		}
 		if l.cfg.Progress && ev.Seq > 0 {
-			fmt.Fprintf(l.cfg.Stdout, "\r%s", Progress(t.Total, opts.N, 40))
+			fmt.Fprintf(l.cfg.Stdout, "\r%s", pods.Progress(t.Total, opts.N, 40))
 		}
 	}
 	werr := cmd.Wait()
@@ -127,10 +130,10 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 	if l.cfg.Progress {
 		fmt.Fprintln(l.cfg.Stdout)
 	} else {
-		fmt.Fprintln(l.cfg.Stdout, Progress(t.Total, opts.N, 40))
+		fmt.Fprintln(l.cfg.Stdout, pods.Progress(t.Total, opts.N, 40))
 	}
 	fmt.Fprintln(l.cfg.Stdout)
-	if err := t.WriteTable(l.cfg.Stdout, l.names()); err != nil {
+	if err := t.WriteTable(l.cfg.Stdout, l.net.Names()); err != nil {
 		return t, err
 	}
 	fmt.Fprintln(l.cfg.Stdout)
@@ -153,13 +156,13 @@ func (l *Lab) Traffic(ctx context.Context, opts TrafficOptions) (*Tally, error) 
 // writeHeld reports the held connection's two requests (TrafficOptions.Hold)
 // and fails when the connection did not survive: the second request failed,
 // or went over a new connection.
-func (l *Lab) writeHeld(held []Event, tl *Timeline) error {
+func (l *Lab) writeHeld(held []pods.Event, tl *pods.Timeline) error {
 	w := l.cfg.Stdout
 	if len(held) != 2 {
 		return fmt.Errorf("the held connection: %d of its 2 requests reported", len(held))
 	}
-	names := l.names()
-	path := func(ev Event) string {
+	names := l.net.Names()
+	path := func(ev pods.Event) string {
 		host, _, err := net.SplitHostPort(ev.From)
 		ip, perr := netip.ParseAddr(host)
 		switch {
@@ -203,20 +206,20 @@ func (l *Lab) writeHeld(held []Event, tl *Timeline) error {
 
 // timeline is an empty Timeline for requests sent from host from, over
 // IPv6 or IPv4.
-func (l *Lab) timeline(from string, ipv6 bool) *Timeline {
+func (l *Lab) timeline(from string, ipv6 bool) *pods.Timeline {
 	p := l.cfg.Plan
-	h, _ := l.host(from)
+	h, _ := l.net.Host(from)
 	if ipv6 {
-		return &Timeline{
+		return &pods.Timeline{
 			Sender:      h.Addr6,
 			Node:        p.Node.Addr6,
-			Masqueraded: h.Role == RolePod || !p.ClusterCIDR6.Contains(h.Addr6),
+			Masqueraded: h.Role == topology.RolePod || !p.ClusterCIDR6.Contains(h.Addr6),
 		}
 	}
-	return &Timeline{
+	return &pods.Timeline{
 		Sender:      h.Addr,
 		Node:        p.Node.Addr,
-		Masqueraded: h.Role == RolePod || !p.ClusterCIDR.Contains(h.Addr),
+		Masqueraded: h.Role == topology.RolePod || !p.ClusterCIDR.Contains(h.Addr),
 	}
 }
 
@@ -237,13 +240,13 @@ func (l *Lab) Rules(ctx context.Context) (string, error) {
 func (l *Lab) rules(ctx context.Context) (string, error) {
 	node := l.cfg.Plan.Node.Name
 	var save, serr bytes.Buffer
-	if err := l.Exec(ctx, node, []string{"iptables-save"}, nil, &save, &serr); err != nil {
+	if err := l.net.Exec(ctx, node, []string{"iptables-save"}, nil, &save, &serr); err != nil {
 		return "", fmt.Errorf("iptables-save in the node: %w: %s", err, strings.TrimSpace(serr.String()))
 	}
 	var b strings.Builder
 	b.WriteString(FilterRules(save.String(), "SVCP-"))
 	var nft, nerr bytes.Buffer
-	if err := l.Exec(ctx, node, []string{"nft", "list", "table", "ip", "svcproxy"}, nil, &nft, &nerr); err == nil {
+	if err := l.net.Exec(ctx, node, []string{"nft", "list", "table", "ip", "svcproxy"}, nil, &nft, &nerr); err == nil {
 		b.WriteString("\n# nftables (nft list table ip svcproxy)\n")
 		b.WriteString(nft.String())
 	} else if _, lookErr := exec.LookPath("nft"); lookErr != nil {
@@ -252,7 +255,7 @@ func (l *Lab) rules(ctx context.Context) (string, error) {
 		b.WriteString("\n# nftables: no table ip svcproxy (svcproxy runs no nftables path).\n")
 	}
 	var ipvs, ierr bytes.Buffer
-	if err := l.Exec(ctx, node, []string{"ipvsadm", "-ln"}, nil, &ipvs, &ierr); err != nil {
+	if err := l.net.Exec(ctx, node, []string{"ipvsadm", "-ln"}, nil, &ipvs, &ierr); err != nil {
 		msg := strings.TrimSpace(strings.SplitN(ierr.String()+ipvs.String(), "\n", 2)[0])
 		if _, lookErr := exec.LookPath("ipvsadm"); lookErr != nil {
 			b.WriteString("\n# IPVS: not shown, ipvsadm is not installed (Debian: apt-get install ipvsadm).\n")

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	yaml "go.yaml.in/yaml/v3"
+
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // Conditions are an endpoint's conditions in an EndpointSlice, what the
@@ -35,7 +37,7 @@ func (c Conditions) String() string {
 // next command already meets the new rules. It returns how many endpoints
 // name the pod (one per Service it is behind) and how many of them changed.
 func (l *Lab) SetPodConditions(ctx context.Context, name string, c Conditions) (n, changed int, err error) {
-	st, err := l.readState()
+	st, err := l.net.ReadState()
 	if err != nil {
 		return 0, 0, err
 	}
@@ -43,7 +45,7 @@ func (l *Lab) SetPodConditions(ctx context.Context, name string, c Conditions) (
 		return 0, 0, errors.New("the lab runs a control plane: the EndpointSlice controller writes the slices from the pods (svclab pod NAME --ready=BOOL sets a pod's readiness; svclab kubectl delete pod NAME deletes it)")
 	}
 	h, ok := l.cfg.Plan.Host(name)
-	if !ok || h.Role != RolePod {
+	if !ok || h.Role != topology.RolePod {
 		return 0, 0, fmt.Errorf("pod %q: no such pod (the lab's pods: %s)", name, podNames(l.cfg.Plan))
 	}
 	path := l.ManifestsPath()
@@ -77,7 +79,7 @@ func (l *Lab) SetPodConditions(ctx context.Context, name string, c Conditions) (
 	return n, changed, l.WaitApplied(ctx, written, synced)
 }
 
-func podNames(p *Plan) string {
+func podNames(p *topology.Plan) string {
 	var s string
 	for i, h := range p.Pods() {
 		if i > 0 {
@@ -219,7 +221,7 @@ func conditionsNode(c Conditions) *yaml.Node {
 // HasControlPlane says whether the lab runs a control plane (svclab up
 // --control-plane): pods' readiness then goes through the API server.
 func (l *Lab) HasControlPlane() (bool, error) {
-	st, err := l.readState()
+	st, err := l.net.ReadState()
 	return st.Kubectl != "", err
 }
 
@@ -228,31 +230,31 @@ func (l *Lab) HasControlPlane() (bool, error) {
 // EndpointSlices (nobody probes it), so new connections sent to it are
 // refused.
 func (l *Lab) KillPod(ctx context.Context, name string) error {
-	h, ok := l.host(name)
-	if !ok || h.Role != RolePod {
+	h, ok := l.net.Host(name)
+	if !ok || h.Role != topology.RolePod {
 		return fmt.Errorf("pod %q: no such pod", name)
 	}
-	pid, ok := l.readPid("pod-"+name, name)
+	pid, ok := l.net.ReadPid("pod-"+name, name)
 	if !ok {
 		return fmt.Errorf("pod %s: its server is not running (svclab pod %s --start starts it)", name, name)
 	}
-	if err := stopPids([]int{pid}, 5*time.Second); err != nil {
+	if err := topology.StopPids([]int{pid}, 5*time.Second); err != nil {
 		return fmt.Errorf("pod %s: %w", name, err)
 	}
-	l.reap()
+	l.net.Reap()
 	return nil
 }
 
 // StartPod starts pod name's server again after KillPod.
 func (l *Lab) StartPod(ctx context.Context, name string) error {
-	h, ok := l.host(name)
-	if !ok || h.Role != RolePod {
+	h, ok := l.net.Host(name)
+	if !ok || h.Role != topology.RolePod {
 		return fmt.Errorf("pod %q: no such pod", name)
 	}
-	if _, ok := l.readPid("pod-"+name, name); ok {
+	if _, ok := l.net.ReadPid("pod-"+name, name); ok {
 		return fmt.Errorf("pod %s: its server is running already", name)
 	}
-	if err := l.checkUp(name); err != nil {
+	if err := l.net.CheckUp(name); err != nil {
 		return err
 	}
 	return l.startPod(ctx, h)

@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/svcproxy/svcproxy/lab/cluster"
 	"github.com/svcproxy/svcproxy/service"
 	"github.com/svcproxy/svcproxy/service/watch"
 )
@@ -14,7 +15,7 @@ import (
 // slice, keeps the file's comments, and the Snapshot svcproxy builds from it
 // says so.
 func TestSetConditions(t *testing.T) {
-	out, n, changed, err := setConditions(Manifests, "web-1", "198.19.1.11", Conditions{})
+	out, n, changed, err := setConditions(cluster.Manifests, "web-1", "198.19.1.11", Conditions{})
 	require.NoError(t, err)
 	require.Equal(t, 7, n, "web-1 is behind web, web-sticky, echo, web-nodeport, web-local, and web-dual (a slice per family)")
 	require.Equal(t, 7, changed, "every one was ready")

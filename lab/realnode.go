@@ -1,10 +1,8 @@
 package lab
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/images"
 	"github.com/svcproxy/svcproxy/internal/k8sbin"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // RealNode are the programs and images of the real node (`svclab up
@@ -77,14 +76,10 @@ func FindRealNode(dir, imageDir string) (RealNode, error) {
 	return rn, nil
 }
 
-// The real node's names. The kubelet's pods live under cgroupRoot in every
-// cgroup hierarchy, so Down finds each of their processes there (cgroup.go:
-// the lab's own pods are there too, in the cgroup2 hierarchy); the bridge
-// is the pods' link in the node's namespace.
-const (
-	cgroupRoot = "svclab"
-	podBridge  = "cni0"
-)
+// podBridge is the pods' link in the node's namespace. (The kubelet's pods
+// live under topology.CgroupRoot in every cgroup hierarchy, so Down finds
+// each of their processes there, beside the lab's own pods.)
+const podBridge = "cni0"
 
 // nodeFiles are the paths of the real node's files, all under the state
 // directory: what runs in the node's mount namespace sees /run, /var/lib and
@@ -136,46 +131,21 @@ var kubeletSysctls = []struct{ name, value string }{
 	{"kernel/keys/root_maxbytes", "25000000"},
 }
 
-// cgroupMount is one cgroup hierarchy as the machine mounts it.
-type cgroupMount struct {
-	fstype  string // cgroup or cgroup2
-	options string // the superblock's: "rw,cpu", "rw,name=systemd"
-	point   string // /sys/fs/cgroup/cpu
-	root    string // the directory of the hierarchy mounted there: "/"
-	dev     string // the superblock, "0:29": two mounts of one hierarchy share it
-}
-
-// cgroupMounts reads the machine's cgroup hierarchies from a mountinfo file.
-func cgroupMounts(r io.Reader) []cgroupMount {
-	var out []cgroupMount
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		// "32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu"
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(f) < 5 || len(g) < 3 || (g[0] != "cgroup" && g[0] != "cgroup2") {
-			continue
-		}
-		out = append(out, cgroupMount{fstype: g[0], options: g[2], point: f[4], root: f[3], dev: f[2]})
-	}
-	return out
-}
-
 // mountCommands render the node's mount namespace, each command to be run
 // inside it (nsenter --mount=PIN --net=NODE): the node's own /sys (`ip
 // netns exec` gives one; nsenter does not) with the machine's cgroup
 // hierarchies mounted again in it, the sysctl files, the lab's /var/lib,
 // /var/log and resolv.conf, and last the lab's /run, with the state
 // directory bound back where it was when it lives in /run.
-func (f nodeFiles) mountCommands(cgroups []cgroupMount, stateDir string) [][]string {
+func (f nodeFiles) mountCommands(cgroups []topology.CgroupMount, stateDir string) [][]string {
 	cmds := [][]string{
 		{"mount", "-t", "sysfs", "sysfs", "/sys"},
 		{"mount", "-t", "tmpfs", "-o", "mode=755", "cgroup", "/sys/fs/cgroup"},
 	}
 	for _, c := range cgroups {
 		cmds = append(cmds,
-			[]string{"mkdir", "-p", c.point},
-			[]string{"mount", "-t", c.fstype, "-o", c.options, c.fstype, c.point})
+			[]string{"mkdir", "-p", c.Point},
+			[]string{"mount", "-t", c.Fstype, "-o", c.Options, c.Fstype, c.Point})
 	}
 	for _, s := range kubeletSysctls {
 		cmds = append(cmds, []string{"mount", "--bind", filepath.Join(f.sysctls, strings.ReplaceAll(s.name, "/", ".")), "/proc/sys/" + s.name})
@@ -266,7 +236,7 @@ func cniConfig(podCIDR netip.Prefix) string {
 
 // kubeletConfig is the kubelet's KubeletConfiguration; each setting that is
 // not a default of kubeadm's says why it is there.
-func (f nodeFiles) kubeletConfig(p *Plan) string {
+func (f nodeFiles) kubeletConfig(p *topology.Plan) string {
 	return fmt.Sprintf(`# written by svclab: the kubelet of the lab's real node
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -302,13 +272,13 @@ evictionHard:
   nodefs.available: 1%%
   imagefs.available: 1%%
 imageGCHighThresholdPercent: 100
-`, containerdSocket, cgroupRoot, p.DNS, f.resolvConf)
+`, containerdSocket, topology.CgroupRoot, p.DNS, f.resolvConf)
 }
 
 // nodeResolvConf is the node's resolv.conf: its own address, where nothing
 // answers DNS, so a lookup of a name beyond the lab (an image's registry,
 // clusterdns's upstream) fails at once instead of waiting for a server that
 // cannot be reached.
-func nodeResolvConf(p *Plan) string {
+func nodeResolvConf(p *topology.Plan) string {
 	return fmt.Sprintf("# written by svclab: the lab's node has no resolver, and no way out\nnameserver %s\n", p.Node.Addr)
 }

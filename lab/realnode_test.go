@@ -9,28 +9,15 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/svcproxy/svcproxy/images"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
-
-func TestCgroupMounts(t *testing.T) {
-	const mountinfo = `23 1 0:21 / /sys rw,nosuid - sysfs sysfs rw
-31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
-32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
-40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
-41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
-`
-	require.Equal(t, []cgroupMount{
-		{"cgroup", "rw,cpu", "/sys/fs/cgroup/cpu", "/", "0:29"},
-		{"cgroup", "rw,name=systemd", "/sys/fs/cgroup/systemd", "/", "0:37"},
-		{"cgroup2", "rw", "/sys/fs/cgroup/unified", "/", "0:38"},
-	}, cgroupMounts(strings.NewReader(mountinfo)))
-}
 
 // TestMountCommands checks the node's mount namespace: the cgroup
 // hierarchies mounted again, every sysctl the kubelet checks bound, and the
 // lab's /run last, with the state directory bound back into it only when it
 // lives in /run.
 func TestMountCommands(t *testing.T) {
-	cgroups := []cgroupMount{{"cgroup", "rw,cpu", "/sys/fs/cgroup/cpu", "/", "0:29"}}
+	cgroups := []topology.CgroupMount{{Fstype: "cgroup", Options: "rw,cpu", Point: "/sys/fs/cgroup/cpu", Root: "/", Dev: "0:29"}}
 	for _, tt := range []struct {
 		stateDir string
 		bindBack []string
@@ -63,7 +50,7 @@ func TestMountCommands(t *testing.T) {
 // TestNodeConfigs checks the real node's configuration files parse, and
 // hold what this machine needs (docs/kind.md).
 func TestNodeConfigs(t *testing.T) {
-	p := DefaultPlan()
+	p := topology.DefaultPlan()
 	f := (&Lab{cfg: Config{StateDir: "/run/svclab"}}).nodeFiles()
 
 	var kc map[string]any

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // downRealNode removes what the real node has beyond the lab's network
@@ -17,10 +19,10 @@ import (
 // which Down empties next. It does nothing when no real node ran.
 func (l *Lab) downRealNode() error {
 	var errs []error
-	if pid, ok := l.readPid("containerd", ""); ok {
-		errs = append(errs, stopPids([]int{pid}, 5*time.Second))
+	if pid, ok := l.net.ReadPid("containerd", ""); ok {
+		errs = append(errs, topology.StopPids([]int{pid}, 5*time.Second))
 	}
-	errs = append(errs, l.removeCgroups())
+	errs = append(errs, l.net.Cgroups().Remove())
 	errs = append(errs, l.unpinNodeMountNS())
 	return errors.Join(errs...)
 }

@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/svcproxy/svcproxy/deploy"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // nodeReadyTimeout bounds the real node's start: containerd, the kubelet's
@@ -38,7 +38,7 @@ func (l *Lab) upRealNode(ctx context.Context, cp ControlPlane, rn RealNode, mode
 		return err
 	}
 	admin := l.KubeconfigPath("admin")
-	sched, _, err := l.start("kube-scheduler", l.cfg.Plan.Node.Name, []string{rn.Scheduler,
+	sched, _, err := l.net.Start("kube-scheduler", l.cfg.Plan.Node.Name, []string{rn.Scheduler,
 		"--kubeconfig=" + admin,
 		"--authentication-kubeconfig=" + admin,
 		"--authorization-kubeconfig=" + admin,
@@ -50,7 +50,7 @@ func (l *Lab) upRealNode(ctx context.Context, cp ControlPlane, rn RealNode, mode
 	if err != nil {
 		return err
 	}
-	if err := l.waitFor(ctx, "kube-scheduler", sched.Process.Pid, httpOK(l.nodeHTTPSInsecure(), "https://"+schedulerAddr+"/healthz", "")); err != nil {
+	if err := l.net.Wait(ctx, "kube-scheduler", sched.Process.Pid, controlPlaneTimeout, 200*time.Millisecond, httpOK(l.nodeHTTPSInsecure(), "https://"+schedulerAddr+"/healthz", "")); err != nil {
 		return err
 	}
 	// The objects first, svcproxy's mode in its ConfigMap, so that the pods
@@ -81,26 +81,7 @@ func (l *Lab) upRealNode(ctx context.Context, cp ControlPlane, rn RealNode, mode
 // upNodeAndClient makes the node's namespace and the hosts that are not
 // pods (the client, the outside host), with their routes and resolv.conf.
 func (l *Lab) upNodeAndClient(ctx context.Context) error {
-	p := l.cfg.Plan
-	cmds := p.NodeCommands()
-	var others []Host
-	for _, h := range p.Hosts {
-		if h.Role != RolePod {
-			cmds = append(cmds, p.HostCommands(h)...)
-			others = append(others, h)
-		}
-	}
-	for _, argv := range append(cmds, p.ServiceRouteCommands()...) {
-		if err := run(ctx, argv...); err != nil {
-			return err
-		}
-	}
-	for _, h := range others {
-		if err := l.writeResolvConf(h); err != nil {
-			return err
-		}
-	}
-	return nil
+	return l.net.Build(ctx, func(h topology.Host) bool { return h.Role != topology.RolePod })
 }
 
 // startNodeRuntime writes the node's files, makes its mount namespace,
@@ -116,27 +97,27 @@ func (l *Lab) startNodeRuntime(ctx context.Context, rn RealNode) error {
 	// Pods behind the bridge answer Services' clients over it; only with
 	// br_netfilter do those replies pass the node's conntrack, which undoes
 	// the DNAT (per network namespace on this kernel).
-	if err := run(ctx, "ip", "netns", "exec", l.nodeNS(), "sysctl", "-qw",
+	if err := topology.Run(ctx, "ip", "netns", "exec", l.net.NodeNamespace(), "sysctl", "-qw",
 		"net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1"); err != nil {
 		return err
 	}
-	ctrd, _, err := l.start("containerd", "", l.inNode(containerdBin, "--config", f.containerd), false)
+	ctrd, _, err := l.net.Start("containerd", "", l.inNode(containerdBin, "--config", f.containerd), false)
 	if err != nil {
 		return err
 	}
 	sock := filepath.Join(f.run, strings.TrimPrefix(containerdSocket, "/run/"))
-	if err := l.waitFor(ctx, "containerd", ctrd.Process.Pid, func(context.Context) error {
-		return run(ctx, l.inNode(ctrBin, "--address", containerdSocket, "version")...)
+	if err := l.net.Wait(ctx, "containerd", ctrd.Process.Pid, controlPlaneTimeout, 200*time.Millisecond, func(context.Context) error {
+		return topology.Run(ctx, l.inNode(ctrBin, "--address", containerdSocket, "version")...)
 	}); err != nil {
 		return fmt.Errorf("%w (socket %s)", err, sock)
 	}
 	for _, img := range rn.Images {
-		if err := run(ctx, l.inNode(ctrBin, "--address", containerdSocket, "-n", "k8s.io", "images", "import", "--all-platforms", img)...); err != nil {
+		if err := topology.Run(ctx, l.inNode(ctrBin, "--address", containerdSocket, "-n", "k8s.io", "images", "import", "--all-platforms", img)...); err != nil {
 			return fmt.Errorf("import %s: %w", img, err)
 		}
 	}
 	p := l.cfg.Plan
-	_, _, err = l.start("kubelet", "", l.inNode(rn.Kubelet,
+	_, _, err = l.net.Start("kubelet", "", l.inNode(rn.Kubelet,
 		"--config="+f.kubelet,
 		"--kubeconfig="+f.kubeconfig,
 		"--hostname-override="+p.Node.Name,
@@ -150,7 +131,7 @@ func (l *Lab) startNodeRuntime(ctx context.Context, rn RealNode) error {
 // inNode is argv run in the node: its network namespace and the real
 // node's mount namespace.
 func (l *Lab) inNode(argv ...string) []string {
-	return append([]string{"nsenter", "--mount=" + l.nodeFiles().pin, "--net=" + filepath.Join(netnsDir, l.nodeNS()), "--"}, argv...)
+	return append([]string{"nsenter", "--mount=" + l.nodeFiles().pin, "--net=" + filepath.Join(topology.NetnsDir, l.net.NodeNamespace()), "--"}, argv...)
 }
 
 // writeNodeFiles writes the configuration of containerd, the kubelet and
@@ -194,48 +175,12 @@ func (l *Lab) writeNodeFiles(f nodeFiles) error {
 	if err := writeKubeconfig(f.kubeconfig, apiserverURL, caPEM, user, strings.TrimSpace(string(tok))); err != nil {
 		return err
 	}
-	for _, c := range l.cgroups() {
-		if err := os.MkdirAll(filepath.Join(c.point, l.cgroupName), 0o755); err != nil {
+	for _, c := range l.net.Cgroups().Machine() {
+		if err := os.MkdirAll(filepath.Join(c.Point, l.net.Cgroups().Name()), 0o755); err != nil {
 			return fmt.Errorf("cgroup root: %w", err)
 		}
 	}
 	return nil
-}
-
-// cgroups are the machine's cgroup hierarchies, as the machine mounts them:
-// the lab's own cgroup2 mount (cgroup.go) left out.
-func (l *Lab) cgroups() []cgroupMount {
-	var out []cgroupMount
-	for _, m := range l.mounts() {
-		if m.point != l.privateCgroup2() {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-// mounts are every cgroup mount this process sees.
-func (l *Lab) mounts() []cgroupMount {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	return cgroupMounts(bytes.NewReader(b))
-}
-
-// hierarchies are the cgroup hierarchies mounted, each once (the machine's
-// mount first, the lab's cgroup2 mount when the machine mounts none): to
-// walk every cgroup directory of the lab once.
-func (l *Lab) hierarchies() []cgroupMount {
-	seen := map[string]bool{}
-	var out []cgroupMount
-	for _, m := range append(l.cgroups(), l.mounts()...) {
-		if !seen[m.dev] && m.root == "/" {
-			seen[m.dev] = true
-			out = append(out, m)
-		}
-	}
-	return out
 }
 
 // makeNodeMountNS makes the node's mount namespace and keeps it with a bind
@@ -252,12 +197,12 @@ func (l *Lab) makeNodeMountNS(ctx context.Context, f nodeFiles) error {
 		{"mount", "--make-private", dir},
 		{"unshare", "--mount=" + f.pin, "--propagation", "private", "true"},
 	} {
-		if err := run(ctx, argv...); err != nil {
+		if err := topology.Run(ctx, argv...); err != nil {
 			return err
 		}
 	}
-	for _, argv := range f.mountCommands(l.cgroups(), l.cfg.StateDir) {
-		if err := run(ctx, l.inNode(argv...)...); err != nil {
+	for _, argv := range f.mountCommands(l.net.Cgroups().Machine(), l.cfg.StateDir) {
+		if err := topology.Run(ctx, l.inNode(argv...)...); err != nil {
 			return err
 		}
 	}
@@ -326,7 +271,7 @@ func (l *Lab) poll(ctx context.Context, what string, timeout time.Duration, chec
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not ready after %s: %w%s%s", what, timeout, err, l.logTail("kubelet"), l.logTail("containerd"))
+			return fmt.Errorf("%s: not ready after %s: %w%s%s", what, timeout, err, l.net.LogTail("kubelet"), l.net.LogTail("containerd"))
 		}
 		select {
 		case <-ctx.Done():
@@ -342,15 +287,15 @@ func (l *Lab) poll(ctx context.Context, what string, timeout time.Duration, chec
 // kubelet's cgroupfs driver names the cgroup pod<UID>).
 func (l *Lab) PodNetNS(uid string) (string, error) {
 	want := "pod" + uid
-	for _, d := range l.cgroupDirs() {
+	for _, d := range l.net.Cgroups().Dirs() {
 		if filepath.Base(d) != want {
 			continue
 		}
-		if pids := treePids(d); len(pids) > 0 {
+		if pids := topology.TreePids(d); len(pids) > 0 {
 			return fmt.Sprintf("/proc/%d/ns/net", pids[0]), nil
 		}
 	}
-	return "", fmt.Errorf("pod %s: no process in a cgroup %s under /%s", uid, want, cgroupRoot)
+	return "", fmt.Errorf("pod %s: no process in a cgroup %s under /%s", uid, want, topology.CgroupRoot)
 }
 
 // setRealNodeMode switches the real node's svcproxy to mode as one would on

@@ -47,7 +47,7 @@ func (l *Lab) RulesWith(ctx context.Context, opts RulesOptions) (string, error) 
 	if opts.Counters {
 		saveArgs = append(saveArgs, "-c")
 	}
-	save, err := l.nodeOutput(ctx, saveArgs...)
+	save, err := l.net.NodeOutput(ctx, saveArgs...)
 	if err != nil {
 		return "", err
 	}
@@ -57,12 +57,12 @@ func (l *Lab) RulesWith(ctx context.Context, opts RulesOptions) (string, error) 
 	if svc != nil {
 		keep = rs.serviceFilter(svc.NamespacedName, legend)
 	}
-	b.WriteString(rs.format(keep, legend, l.withName, opts.Counters))
+	b.WriteString(rs.format(keep, legend, l.net.WithName, opts.Counters))
 	// IPv6: svcproxy's other dataplane, in ip6tables, shown when it serves
 	// something: any Service, or the one asked for has an IPv6 address.
 	if svc == nil || hasIPv6(svc) {
 		saveArgs[0] = "ip6tables-save"
-		if save6, err := l.nodeOutput(ctx, saveArgs...); err == nil && strings.Contains(save6, "SVCP-") {
+		if save6, err := l.net.NodeOutput(ctx, saveArgs...); err == nil && strings.Contains(save6, "SVCP-") {
 			rs6 := parseSave(save6)
 			legend6 := rs6.legend()
 			keep6 := func(r saveLine) bool { return strings.Contains(r.text, "SVCP-") }
@@ -70,7 +70,7 @@ func (l *Lab) RulesWith(ctx context.Context, opts RulesOptions) (string, error) 
 				keep6 = rs6.serviceFilter(svc.NamespacedName, legend6)
 			}
 			b.WriteString("\n# IPv6: ip6tables (" + strings.Join(saveArgs, " ") + ")\n\n")
-			b.WriteString(rs6.format(keep6, legend6, l.withName, opts.Counters))
+			b.WriteString(rs6.format(keep6, legend6, l.net.WithName, opts.Counters))
 		}
 	}
 
@@ -85,7 +85,7 @@ func (l *Lab) RulesWith(ctx context.Context, opts RulesOptions) (string, error) 
 		b.WriteString(l.formatSocketLB(d, l.hostCookies()))
 	}
 
-	nft, err := l.nodeOutput(ctx, "nft", "list", "table", "ip", "svcproxy")
+	nft, err := l.net.NodeOutput(ctx, "nft", "list", "table", "ip", "svcproxy")
 	switch {
 	case err == nil && svc != nil:
 		b.WriteString("\n# nftables (nft list table ip svcproxy), the lines of " + svc.NamespacedName.String() + "\n")
@@ -104,7 +104,7 @@ func (l *Lab) RulesWith(ctx context.Context, opts RulesOptions) (string, error) 
 			b.WriteString("\n# nftables: no table ip svcproxy (svcproxy runs no nftables path).\n")
 		}
 	}
-	if nft6, err := l.nodeOutput(ctx, "nft", "list", "table", "ip6", "svcproxy"); err == nil {
+	if nft6, err := l.net.NodeOutput(ctx, "nft", "list", "table", "ip6", "svcproxy"); err == nil {
 		switch {
 		case svc != nil && hasIPv6(svc):
 			b.WriteString("\n# IPv6: nftables (nft list table ip6 svcproxy), the lines of " + svc.NamespacedName.String() + "\n")
@@ -123,7 +123,7 @@ func (l *Lab) RulesWith(ctx context.Context, opts RulesOptions) (string, error) 
 	if opts.Counters {
 		ipvsArgs = append(ipvsArgs, "--stats")
 	}
-	ipvs, err := l.nodeOutput(ctx, ipvsArgs...)
+	ipvs, err := l.net.NodeOutput(ctx, ipvsArgs...)
 	switch {
 	case err == nil:
 		fmt.Fprintf(&b, "\n# IPVS (%s)\n", strings.Join(ipvsArgs, " "))

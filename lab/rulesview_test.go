@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/svcproxy/svcproxy/lab/topology"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -17,7 +18,7 @@ func TestRulesViewService(t *testing.T) {
 	rs := parseSave(string(b))
 	legend := rs.legend()
 	web := service.NamespacedName{Namespace: "default", Name: "web"}
-	names := DefaultPlan().Names()
+	names := topology.DefaultPlan().Names()
 	withName := func(a netip.Addr) string {
 		if n := names[a]; n != "" {
 			return a.String() + " (" + n + ")"

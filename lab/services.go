@@ -144,7 +144,7 @@ func (l *Lab) servicesView(snap *service.Snapshot, status []byte, kc *KernelCoun
 		}
 	}
 	st := proxyStatus{Mode: mode, Offload: offload}
-	names := l.names()
+	names := l.net.Names()
 	v := &ServicesView{Mode: st.Mode, Offload: st.Offload}
 	for _, s := range snap.Services() {
 		if s.Headless || s.ExternalName != "" {

@@ -1,7 +1,6 @@
 package lab
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"testing"
@@ -102,19 +101,6 @@ func TestServicesView(t *testing.T) {
 	}
 	_, err = l.servicesView(loadManifests(t), []byte(`not json`), kc)
 	require.ErrorContains(t, err, "svcproxy /status")
-}
-
-// Hosts' rows are the table `svclab up` prints (testdata/hosts.golden).
-func TestHostRowsWriteTheTable(t *testing.T) {
-	p := DefaultPlan()
-	rows := p.hostRows("svcproxy --mode userspace, clusterdns on :53", p.Hosts)
-	require.Equal(t, "node", rows[0].Name)
-	require.Equal(t, RoleNode, rows[0].Role)
-	var a, b bytes.Buffer
-	require.NoError(t, writeHostRows(&a, rows))
-	require.NoError(t, p.WriteHosts(&b, "userspace"))
-	require.Equal(t, b.String(), a.String())
-	require.Contains(t, a.String(), "svclab pod (")
 }
 
 // status-hybrid-dualstack.json is svcproxy's /status in the lab (`svclab up

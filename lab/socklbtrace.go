@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // traceSocketLB is `svclab trace` in socklb mode, before any rule: a
@@ -22,9 +23,9 @@ import (
 // endpoint), or the host is outside the subtree, the trace goes on through
 // the node's rules, which the caller walks.
 func (l *Lab) traceSocketLB(ctx context.Context, w io.Writer, pkt tracePacket, opts TraceOptions, rep *TraceReport) (done bool, err error) {
-	h, _ := l.host(opts.From)
-	subtree, _ := l.CgroupSubtree()
-	if pkt.local || !inSubtree(h) {
+	h, _ := l.net.Host(opts.From)
+	subtree, _ := l.net.Cgroups().Subtree()
+	if pkt.local || !topology.InSubtree(h) {
 		para(w, fmt.Sprintf("%s's processes are not in the lab's cgroup2 subtree (%s), where the socket LB is attached: no socket hook runs for them, and their packets meet the node's rules, the nftables path beside the socket LB.", h.Name, subtree))
 		fmt.Fprintln(w)
 		return false, nil
@@ -45,8 +46,8 @@ func (l *Lab) traceSocketLB(ctx context.Context, w io.Writer, pkt tracePacket, o
 	// entry the client's earlier connections left is found and aged as the
 	// program would; socket cookie 0 stands for the new socket (the kernel
 	// numbers sockets from 1).
-	client := ksocklb.Client{NetnsCookie: netnsCookie(l.cfg.Plan.Namespace(h.Name)), Random: uint32(opts.Pick), Now: dump.Now}
-	para(w, fmt.Sprintf("%s's processes run in %s, below the lab's cgroup2 subtree where the socket LB is attached: connect() runs its program before any packet is sent. The program, over the maps as the kernel holds them now (%s; socket cookie 0 stands for the new socket, random %d for bpf_get_prandom_u32: --pick N picks slot N):", h.Name, subtree+"/"+podCgroups+"/"+h.Name, l.socketLBPinPath(), opts.Pick))
+	client := ksocklb.Client{NetnsCookie: topology.NetnsCookie(l.cfg.Plan.Namespace(h.Name)), Random: uint32(opts.Pick), Now: dump.Now}
+	para(w, fmt.Sprintf("%s's processes run in %s, below the lab's cgroup2 subtree where the socket LB is attached: connect() runs its program before any packet is sent. The program, over the maps as the kernel holds them now (%s; socket cookie 0 stands for the new socket, random %d for bpf_get_prandom_u32: --pick N picks slot N):", h.Name, subtree+"/"+topology.PodCgroups+"/"+h.Name, l.net.BPFFS().SocketLBPinPath(), opts.Pick))
 	fmt.Fprintln(w)
 	to, tr := f.Connect(client, proto, pkt.dst)
 	for _, st := range tr.Steps {
@@ -79,7 +80,7 @@ func (l *Lab) traceSocketLB(ctx context.Context, w io.Writer, pkt tracePacket, o
 	}
 	rep.Ways = l.writeWays(w, ways)
 	rep.Result = fmt.Sprintf("The socket is connected to %s%s itself: every packet, the first on, carries the pod's address, so no rule of the node rewrites it and conntrack records no NAT; the pod sees %s, and getpeername() in %s still says %s (getpeername%s).",
-		to, withNameSuffix(l, to.Addr()), l.withName(pkt.src), h.Name, pkt.dst, strings.TrimPrefix(tr.Hook, "connect"))
+		to, withNameSuffix(l, to.Addr()), l.net.WithName(pkt.src), h.Name, pkt.dst, strings.TrimPrefix(tr.Hook, "connect"))
 	fmt.Fprintln(w)
 	para(w, rep.Result)
 	return true, nil

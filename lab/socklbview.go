@@ -2,19 +2,14 @@ package lab
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/svcproxy/svcproxy/internal/nsenter"
 	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
+	"github.com/svcproxy/svcproxy/lab/topology"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -24,7 +19,7 @@ import (
 // its unit tests read.
 //
 // svcproxy pins the maps and the programs' links (--socklb-pin-path) in a
-// bpffs the lab mounts on a directory of its own, privateBPFFS
+// bpffs the lab mounts on a directory of its own, topology.BPFFS
 // (/run/svclab-bpf), as Cilium pins under /sys/fs/bpf: a restart of
 // svcproxy adopts them, and svclab opens them read-only
 // (kernel/socklb.OpenPinned) to decode them. Up mounts it, Down unmounts it
@@ -32,66 +27,11 @@ import (
 // runs `svcproxy --cleanup` with the pin path, which detaches the programs
 // before another mode starts.
 
-// privateBPFFS is where the lab mounts a bpffs: beside the state directory,
-// as privateCgroup2.
-func (l *Lab) privateBPFFS() string { return filepath.Clean(l.cfg.StateDir) + "-bpf" }
-
-// socketLBPinPath is svcproxy's --socklb-pin-path in the lab.
-func (l *Lab) socketLBPinPath() string { return filepath.Join(l.privateBPFFS(), "svcproxy") }
-
-// bpffsMounted says whether the lab's bpffs is mounted.
-func (l *Lab) bpffsMounted() bool {
-	var fs unix.Statfs_t
-	return unix.Statfs(l.privateBPFFS(), &fs) == nil && fs.Type == unix.BPF_FS_MAGIC
-}
-
-// mountBPFFS mounts a bpffs on privateBPFFS, unless it is there already.
-func (l *Lab) mountBPFFS() error {
-	if l.bpffsMounted() {
-		return nil
-	}
-	dir := l.privateBPFFS()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
-		return fmt.Errorf("mount bpffs on %s: %w", dir, err)
-	}
-	return nil
-}
-
-// unmountBPFFS unmounts and removes privateBPFFS. A pin left in it (a
-// crashed svcproxy's) goes with the mount: its programs detach once
-// nothing else holds them.
-func (l *Lab) unmountBPFFS() error {
-	dir := l.privateBPFFS()
-	if l.bpffsMounted() {
-		if err := unix.Unmount(dir, 0); err != nil {
-			return fmt.Errorf("unmount %s: %w", dir, err)
-		}
-	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return nil
-}
-
-// bpffsLeftovers lists the lab's bpffs, for Leftovers.
-func (l *Lab) bpffsLeftovers() []string {
-	if l.bpffsMounted() {
-		return []string{"mount bpf on " + l.privateBPFFS()}
-	}
-	if _, err := os.Stat(l.privateBPFFS()); err == nil {
-		return []string{"file " + l.privateBPFFS()}
-	}
-	return nil
-}
-
 // socketLBDump reads the socket LB's maps from their pins.
 func (l *Lab) socketLBDump(ctx context.Context) (ksocklb.Dump, error) {
-	p, err := ksocklb.OpenPinned(l.socketLBPinPath())
+	p, err := ksocklb.OpenPinned(l.net.BPFFS().SocketLBPinPath())
 	if err != nil {
-		return ksocklb.Dump{}, fmt.Errorf("the socket LB's maps pinned in %s: %w", l.socketLBPinPath(), err)
+		return ksocklb.Dump{}, fmt.Errorf("the socket LB's maps pinned in %s: %w", l.net.BPFFS().SocketLBPinPath(), err)
 	}
 	defer p.Close()
 	return p.Dump(ctx)
@@ -134,9 +74,9 @@ const maxRevNAT = 6
 // newest few reverse entries.
 func (l *Lab) formatSocketLB(d ksocklb.Dump, cookies map[uint64]string) string {
 	var b strings.Builder
-	subtree, _ := l.CgroupSubtree()
+	subtree, _ := l.net.Cgroups().Subtree()
 	fmt.Fprintf(&b, "\n# socket LB: connect4/6, sendmsg4/6, recvmsg4/6, getpeername4/6 attached at %s;\n", subtree)
-	fmt.Fprintf(&b, "# its maps, pinned in %s\n", l.socketLBPinPath())
+	fmt.Fprintf(&b, "# its maps, pinned in %s\n", l.net.BPFFS().SocketLBPinPath())
 	b.WriteString("services: (VIP, port, protocol) -> id, backends by slot\n")
 	if len(d.Services) == 0 {
 		b.WriteString("  (none)\n")
@@ -187,28 +127,9 @@ func (l *Lab) formatSocketLB(d ksocklb.Dump, cookies map[uint64]string) string {
 func (l *Lab) hostCookies() map[uint64]string {
 	out := map[uint64]string{}
 	for _, h := range l.cfg.Plan.Hosts {
-		if c := netnsCookie(l.cfg.Plan.Namespace(h.Name)); c != 0 {
+		if c := topology.NetnsCookie(l.cfg.Plan.Namespace(h.Name)); c != 0 {
 			out[c] = h.Name
 		}
 	}
 	return out
-}
-
-// netnsCookie is what bpf_get_netns_cookie returns for a socket of
-// namespace ns: the kernel's cookie of that network namespace
-// (SO_NETNS_COOKIE, Linux 5.14), the key of the socket LB's ClientIP
-// affinity. 0 if it cannot be read.
-func netnsCookie(ns string) uint64 {
-	var cookie uint64
-	_ = nsenter.Run(filepath.Join(netnsDir, ns), func() error {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM, 0)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(fd)
-		v, err := unix.GetsockoptUint64(fd, unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
-		cookie = v
-		return err
-	})
-	return cookie
 }

@@ -60,7 +60,7 @@ const reloadedLine = `msg="services file reloaded"`
 // (svcproxy also hands over unchanged ones, as kube-proxy resyncs) cannot
 // hold the change.
 func (l *Lab) reloadedAfter(since time.Time) (time.Time, bool) {
-	b, err := os.ReadFile(l.logPath("svcproxy"))
+	b, err := os.ReadFile(l.net.LogPath("svcproxy"))
 	if err != nil {
 		return time.Time{}, false
 	}
@@ -169,7 +169,7 @@ func (l *Lab) WaitApplied(ctx context.Context, since time.Time, before syncState
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("svcproxy did not apply the changed %s within %s: %s%s",
-				l.ManifestsPath(), applyTimeout, waitedFor(since, reloaded, ok, st, before, err), l.logTail("svcproxy"))
+				l.ManifestsPath(), applyTimeout, waitedFor(since, reloaded, ok, st, before, err), l.net.LogTail("svcproxy"))
 		case <-tick.C:
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
+	"github.com/svcproxy/svcproxy/lab/topology"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -103,7 +104,7 @@ func (l *Lab) TraceReport(ctx context.Context, opts TraceOptions) (*TraceReport,
 	}
 	// nftables first: svcproxy's nat chains run at priority -101, before
 	// iptables' nat table (-100); a DNAT there is final.
-	if list, err := l.nodeOutput(ctx, "nft", "list", "table", "ip", "svcproxy"); err == nil {
+	if list, err := l.net.NodeOutput(ctx, "nft", "list", "table", "ip", "svcproxy"); err == nil {
 		tab, err := parseNFTList(list)
 		if err != nil {
 			return nil, err
@@ -141,7 +142,7 @@ func (l *Lab) TraceReport(ctx context.Context, opts TraceOptions) (*TraceReport,
 		fmt.Fprintf(w, "\nNo DNAT in nftables: the packet goes on to iptables' nat table.\n\n")
 	}
 
-	save, err := l.nodeOutput(ctx, "iptables-save")
+	save, err := l.net.NodeOutput(ctx, "iptables-save")
 	if err != nil {
 		return nil, err
 	}
@@ -170,9 +171,9 @@ func (l *Lab) TraceReport(ctx context.Context, opts TraceOptions) (*TraceReport,
 	if tr.Redirect == 0 && !tr.DNAT.IsValid() && tr.Verdict == "ACCEPT" && tr.Delivered && port != nil {
 		if hop, ok := l.traceIPVS(ctx, w, pkt); ok {
 			rep.Hops = append(rep.Hops, hop)
-			who := l.withName(pkt.src)
+			who := l.net.WithName(pkt.src)
 			if tr.Masquerade {
-				who = l.withName(l.cfg.Plan.Node.Addr) + " (the rules marked it for MASQUERADE)"
+				who = l.net.WithName(l.cfg.Plan.Node.Addr) + " (the rules marked it for MASQUERADE)"
 			}
 			fmt.Fprintln(w)
 			rep.Result = fmt.Sprintf("IPVS rewrites the destination to the real server it picked (a DNAT, which conntrack remembers); the pod sees %s.", who)
@@ -205,7 +206,7 @@ func (l *Lab) writeWays(w io.Writer, ways []wayResult) []TraceWay {
 	for i, way := range ways {
 		r := way.result
 		if way.dnat.IsValid() {
-			if n := l.hostName(way.dnat.Addr()); n != "" {
+			if n := l.net.HostName(way.dnat.Addr()); n != "" {
 				r = strings.Replace(r, way.dnat.String(), way.dnat.String()+" ("+n+")", 1)
 			}
 		}
@@ -218,11 +219,11 @@ func (l *Lab) writeWays(w io.Writer, ways []wayResult) []TraceWay {
 // tracePacket builds the packet of opts and finds the service port it is for
 // (nil when the destination is no Service's).
 func (l *Lab) tracePacket(snap *service.Snapshot, opts TraceOptions) (tracePacket, *service.Port, error) {
-	h, ok := l.host(opts.From)
+	h, ok := l.net.Host(opts.From)
 	if !ok {
-		return tracePacket{}, nil, fmt.Errorf("host %q: no such lab host (want one of %s)", opts.From, strings.Join(l.hostNames(), ", "))
+		return tracePacket{}, nil, fmt.Errorf("host %q: no such lab host (want one of %s)", opts.From, strings.Join(l.net.HostNames(), ", "))
 	}
-	pkt := tracePacket{proto: "tcp", src: h.Addr, fromName: h.Name, inIface: h.NodeLink, local: h.Role == RoleNode, node: snap.Node()}
+	pkt := tracePacket{proto: "tcp", src: h.Addr, fromName: h.Name, inIface: h.NodeLink, local: h.Role == topology.RoleNode, node: snap.Node()}
 	rest := opts.Target
 	scheme, after, hasScheme := strings.Cut(rest, "://")
 	if hasScheme {
@@ -282,7 +283,7 @@ var ipvsVSRE = regexp.MustCompile(`^(TCP|UDP)\s+(\S+)\s+(\S+)`)
 // node: the virtual server for its destination and the real servers its
 // scheduler picks from. It reports whether IPVS has one.
 func (l *Lab) traceIPVS(ctx context.Context, w io.Writer, pkt tracePacket) (TraceHop, bool) {
-	out, err := l.nodeOutput(ctx, "ipvsadm", "-ln")
+	out, err := l.net.NodeOutput(ctx, "ipvsadm", "-ln")
 	if err != nil {
 		return TraceHop{}, false // no IPVS: nothing more happens to the packet
 	}
@@ -310,7 +311,7 @@ func (l *Lab) traceIPVS(ctx context.Context, w io.Writer, pkt tracePacket) (Trac
 		f := strings.Fields(rs)
 		name := ""
 		if ap, err := netip.ParseAddrPort(f[0]); err == nil {
-			if n := l.hostName(ap.Addr()); n != "" {
+			if n := l.net.HostName(ap.Addr()); n != "" {
 				name = " (" + n + ")"
 			}
 		}
@@ -339,7 +340,7 @@ func (l *Lab) explainTo(w io.Writer, pkt tracePacket, port *service.Port, result
 		if port != nil {
 			text += " for " + port.Name.String()
 		}
-		text += fmt.Sprintf(". The connection ends in svcproxy, which opens a second connection of its own, from %s, to one endpoint (round-robin", l.withName(node))
+		text += fmt.Sprintf(". The connection ends in svcproxy, which opens a second connection of its own, from %s, to one endpoint (round-robin", l.net.WithName(node))
 		if port != nil && port.Service.Affinity.ClientIP {
 			text += "; ClientIP affinity keeps a client on the endpoint it got first"
 		}
@@ -358,10 +359,10 @@ func (l *Lab) explainTo(w io.Writer, pkt tracePacket, port *service.Port, result
 		para(w, fmt.Sprintf("The pod sees the node (%s) as its client. svclab conntrack shows the two connections.", node))
 	case dnat.IsValid() && masq:
 		para(w, fmt.Sprintf("DNAT to %s, then MASQUERADE: the node rewrites the source to its own address as the packet leaves, so the pod sees %s and replies to the node, which undoes both rewrites (conntrack). %s",
-			dnat.String()+withNameSuffix(l, dnat.Addr()), l.withName(node), masqReason(pkt, dnat, port)))
+			dnat.String()+withNameSuffix(l, dnat.Addr()), l.net.WithName(node), masqReason(pkt, dnat, port)))
 	case dnat.IsValid():
 		para(w, fmt.Sprintf("DNAT to %s: the kernel rewrites the destination, and conntrack remembers it for every later packet of the connection, both ways. The source is kept: the pod sees %s.",
-			dnat.String()+withNameSuffix(l, dnat.Addr()), l.withName(pkt.src)))
+			dnat.String()+withNameSuffix(l, dnat.Addr()), l.net.WithName(pkt.src)))
 	case strings.Contains(result, "REJECT"):
 		para(w, "REJECT: nothing is there to take the connection (a Service without endpoints, or a port the ClusterIP does not have), so the node answers at once with ICMP port unreachable, \"connection refused\", instead of letting the client wait for a timeout.")
 	case strings.Contains(result, "DROP"):
@@ -392,7 +393,7 @@ func para(w io.Writer, text string) {
 }
 
 func withNameSuffix(l *Lab, a netip.Addr) string {
-	if n := l.hostName(a); n != "" {
+	if n := l.net.HostName(a); n != "" {
 		return " (" + n + ")"
 	}
 	return ""

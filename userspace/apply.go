@@ -40,7 +40,7 @@ func (p *Proxier) applyPortals(ctx context.Context) error {
 }
 
 // ApplyPortals renders the portals again and applies them if they changed,
-// returning once the kernel has them: for a caller whose Config.Exclude changed
+// returning once the kernel has them: for a caller whose Config.Carries changed
 // its answer. A failure is retried by Run, as after Sync.
 func (p *Proxier) ApplyPortals() error {
 	p.mu.Lock()

@@ -153,7 +153,7 @@ func TestAddingEndpointsLosesNoConnection(t *testing.T) {
 // timeouts' sum).
 func TestShutdownCancelsDials(t *testing.T) {
 	silent := silentEndpoint(t)
-	p := New(Config{DialTimeouts: []time.Duration{time.Hour}})
+	p := NewProxier(Config{DialTimeouts: []time.Duration{time.Hour}})
 	mustSync(t, p, snapshotOf(t, webSpec(service.Affinity{}, silent.String())))
 	c, err := net.Dial("tcp", listenerAddr(t, p, "default/web:http"))
 	if err != nil {
@@ -217,7 +217,7 @@ func silentEndpoint(t *testing.T) netip.AddrPort {
 func TestShutdownWhileAccepting(t *testing.T) {
 	be := startTCPBackend(t, direct, "a", "127.0.0.1:0", echo)
 	for round := range 5 {
-		p := New(Config{})
+		p := NewProxier(Config{})
 		mustSync(t, p, snapshotOf(t, webSpec(service.Affinity{}, be.addr.String())))
 		addr := listenerAddr(t, p, "default/web:http")
 		var wg sync.WaitGroup
@@ -286,7 +286,7 @@ func TestShutdownRacesAccept(t *testing.T) {
 	spec := snapshotOf(t, webSpec(service.Affinity{}, be.addr.String()))
 	var accepted, refused int64
 	for round := range rounds {
-		p := New(Config{})
+		p := NewProxier(Config{})
 		mustSync(t, p, spec)
 		addr := listenerAddr(t, p, "default/web:http")
 

@@ -20,7 +20,7 @@ import (
 // kubernetes#139629. Node ports are left alone: their entries are matched by
 // port alone, and another host's flows to that port number would go too
 // (kube-proxy leaves them alone likewise). Ports without a portal of ours (no
-// IPTables, or Exclude: a kernel path serves them and cleans its own) are
+// IPTables, or not Carries': a kernel path serves them and cleans its own) are
 // skipped. It runs after the portals are applied: an entry deleted while the
 // portal still REDIRECTed would be made again. A port whose deletion failed
 // is tried again at the next sync; the error names it. p.mu is held.
@@ -33,7 +33,7 @@ func (p *Proxier) clearRejected(ctx context.Context) error {
 		sp.mu.Lock()
 		port, rejected := sp.port, sp.pickable == 0
 		sp.mu.Unlock()
-		if name.Protocol != service.UDP || !rejected || (p.cfg.Exclude != nil && p.cfg.Exclude(name)) {
+		if name.Protocol != service.UDP || !rejected || !p.cfg.carries(name) {
 			sp.ctCleared = false
 			continue
 		}

@@ -39,8 +39,8 @@ func TestKernelUDPOneWayToZero(t *testing.T) {
 func TestClearRejected(t *testing.T) {
 	ipt, ct := iptables.NewFake(), conntrack.NewFake()
 	var excluded atomic.Bool
-	p := startProxier(t, Config{IPTables: ipt, Conntrack: ct, Exclude: func(n service.PortName) bool {
-		return excluded.Load() && n == dnsPort
+	p := startProxier(t, Config{IPTables: ipt, Conntrack: ct, Carries: func(n service.PortName) bool {
+		return !(excluded.Load() && n == dnsPort)
 	}})
 	a := startUDPBackend(t, direct, "a", "127.0.0.1:0").addr.String()
 	vip := conntrack.Filter{Protocol: "udp", OrigDst: netip.MustParseAddr("198.18.0.53"), OrigDstPort: 53}

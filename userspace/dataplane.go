@@ -3,7 +3,6 @@ package userspace
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -21,11 +20,19 @@ type Dataplane struct {
 
 var _ dataplane.Interface = (*Dataplane)(nil)
 
-// NewDataplane returns the userspace mode of p; lagBound is how long a
-// Snapshot may wait to be served before Healthy fails (0: the default).
-func NewDataplane(p *Proxier, lagBound time.Duration) *Dataplane {
-	return &Dataplane{p: p, record: dataplane.NewRecord(dataplane.RecordConfig{Mode: dataplane.ModeUserspace, LagBound: lagBound, NodeName: p.cfg.NodeName})}
+// New returns the userspace mode of cfg: a Proxier (NewProxier) that serves
+// nothing until the first Sync.
+func New(cfg Config) (*Dataplane, error) {
+	if err := cfg.Node.Check(); err != nil {
+		return nil, fmt.Errorf("userspace config: %w", err)
+	}
+	p := NewProxier(cfg)
+	return &Dataplane{p: p, record: dataplane.NewRecord(dataplane.RecordConfig{Mode: dataplane.ModeUserspace, LagBound: cfg.LagBound, NodeName: p.cfg.NodeName})}, nil
 }
+
+// Proxier is the mode's Proxier (for tests and tools that look at its
+// listeners).
+func (d *Dataplane) Proxier() *Proxier { return d.p }
 
 // Mode implements dataplane.Interface.
 func (d *Dataplane) Mode() string { return dataplane.ModeUserspace }

@@ -115,7 +115,7 @@ func TestFDExhaustionChild(t *testing.T) {
 	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		t.Fatal(err)
 	}
-	p := New(Config{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+	p := NewProxier(Config{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
 	mustSync(t, p, snapshotOf(t, webSpec(service.Affinity{}, backend)))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -44,7 +45,7 @@ func TestPortalSourceRanges(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ipt := iptables.NewFake()
 			ipt.SetLocalAddrs(node, netip.MustParseAddr("127.0.0.1"))
-			p := startProxier(t, Config{IPTables: ipt, NodeIP: tt.nodeIP})
+			p := startProxier(t, Config{IPTables: ipt, Node: dataplane.Node{NodeIP: tt.nodeIP}})
 			mustSync(t, p, snapshotOf(t, tt.svc))
 			pkt := iptables.Packet{Src: node, Dst: netip.MustParseAddrPort(tt.dst), Local: true}
 			if tt.src != "node" {
@@ -71,7 +72,7 @@ func TestPortalSourceRanges(t *testing.T) {
 // balancer's hairpin looks like) while the ranges hold the node's IP.
 func TestKernelPortalSourceRanges(t *testing.T) {
 	const lbIP, lb = "198.18.200.1", "198.18.200.1:80"
-	l := newLabWith(t, Config{NodeIP: netip.MustParseAddr(nodeIP)})
+	l := newLabWith(t, Config{Node: dataplane.Node{NodeIP: netip.MustParseAddr(nodeIP)}})
 	// Replies to the load balancer's IP go back to the client, which undoes
 	// its SNAT on the way in.
 	l.node.Run(t, "ip", "route", "add", lbIP+"/32", "via", "198.19.1.2", "dev", "to-client")

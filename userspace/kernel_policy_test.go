@@ -8,19 +8,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 )
 
 // TestKernelTrafficPolicies: the traffic policies on real portals. Backend a
 // is on this node, b elsewhere; the client is outside the cluster's pod range
-// (198.19.2.0/24 and 198.19.3.0/24 here). With externalTrafficPolicy Local the
+// (198.19.2.0/23 here). With externalTrafficPolicy Local the
 // node port, and an external IP (whose portal leads to the node port's
 // listener), answer from a only, while the ClusterIP keeps both; the node's
 // own connections to its node port go to both (kube-proxy's short-circuit).
 // With internalTrafficPolicy Local it is the other way round.
 func TestKernelTrafficPolicies(t *testing.T) {
-	l := newLabWith(t, Config{NodeName: "node", ClusterCIDRs: []netip.Prefix{
-		netip.MustParsePrefix("198.19.2.0/24"), netip.MustParsePrefix("198.19.3.0/24")}})
+	l := newLabWith(t, Config{Node: dataplane.Node{NodeName: "node", ClusterCIDR: netip.MustParsePrefix("198.19.2.0/23")}})
 	const externalIP = "198.18.100.1" // routed to the node like the service range
 	svc := web(epA, epB)
 	svc.endpoints[0] += "@node"

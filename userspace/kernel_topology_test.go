@@ -5,6 +5,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -15,7 +16,7 @@ import (
 // labelled zone-b, to b too; on a node without a zone label the zone hints are
 // ignored and both answer.
 func TestKernelTopology(t *testing.T) {
-	l := newLabWith(t, Config{NodeName: "node"})
+	l := newLabWith(t, Config{Node: dataplane.Node{NodeName: "node"}})
 	hinted := func(dist string, forNodes bool, node *service.Node) *service.Snapshot {
 		spec := web(epA, epB)
 		spec.endpoints[0] += "@node-a"

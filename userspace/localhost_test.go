@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -37,7 +38,7 @@ func TestLocalhostNodePortListeners(t *testing.T) {
 		}
 		return s
 	}
-	p := startProxier(t, Config{BindAddress: netip.MustParseAddr("127.0.0.1"), LocalhostNodePorts: true, NodeName: "node-here"})
+	p := startProxier(t, Config{BindAddress: netip.MustParseAddr("127.0.0.1"), LocalhostNodePorts: true, Node: dataplane.Node{NodeName: "node-here"}})
 	addr := netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), np).String()
 	steps := []struct {
 		name   string

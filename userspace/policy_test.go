@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -14,7 +15,7 @@ func TestTrafficPolicies(t *testing.T) {
 	here := startTCPBackend(t, direct, "here", "127.0.0.1:0", sayName)
 	there := startTCPBackend(t, direct, "there", "127.0.0.1:0", sayName)
 	spec := webSpec(service.Affinity{}, here.addr.String()+"@node-a", there.addr.String()+"@node-b")
-	p := startProxier(t, Config{NodeName: "node-a"})
+	p := startProxier(t, Config{Node: dataplane.Node{NodeName: "node-a"}})
 
 	mustSync(t, p, snapshotOf(t, spec))
 	if got := answers(t, p, 4); got["here"] != 2 || got["there"] != 2 {
@@ -61,7 +62,7 @@ func answers(t *testing.T, p *Proxier, n int) map[string]int {
 // externalTrafficPolicy Local: kube-proxy's "pod traffic for external
 // destinations" short-circuit.
 func TestPickFrom(t *testing.T) {
-	p := startProxier(t, Config{NodeName: "node-a", ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("198.19.0.0/16")}})
+	p := startProxier(t, Config{Node: dataplane.Node{NodeName: "node-a", ClusterCIDR: netip.MustParsePrefix("198.19.0.0/16")}})
 	mustSync(t, p, service.NewSnapshot(nil, nil))
 	outside, pod, node := netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("198.19.5.5"), netip.MustParseAddr("127.0.0.1")
 
@@ -101,7 +102,7 @@ func TestTopologyHints(t *testing.T) {
 	here := startTCPBackend(t, direct, "here", "127.0.0.1:0", sayName)
 	there := startTCPBackend(t, direct, "there", "127.0.0.1:0", sayName)
 	spec := webSpec(service.Affinity{}, here.addr.String()+"@node-a", there.addr.String()+"@node-b")
-	p := startProxier(t, Config{NodeName: "node-a"})
+	p := startProxier(t, Config{Node: dataplane.Node{NodeName: "node-a"}})
 	hinted := func(forNodes bool, zone string) *service.Snapshot {
 		snap := snapshotOf(t, spec)
 		eps := snap.Services()[0].Ports[0].Endpoints

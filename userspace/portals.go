@@ -107,7 +107,8 @@ type Portal struct {
 	Sources    []string
 	// HasEndpoints is false when the port has no usable endpoint.
 	HasEndpoints bool
-	// Excluded ports (hybrid mode promoted them to a kernel path) get no
+	// Excluded ports (not Config.Carries': hybrid mode promoted them to a
+	// kernel path) get no
 	// portal and no REJECT, only their listener's guard: connections a portal
 	// brought in before still finish there.
 	Excluded bool
@@ -201,11 +202,10 @@ func renderCleanup() []byte {
 		iptables.DeleteChains(iptables.TableFilter, filterChains...)...)
 }
 
-// portalsOf lists the portals of the served ports, those cfg.Exclude names
-// (nil: none) marked Excluded, sorted by port name so that the rendered text is
+// portalsOf lists the portals of the served ports, those cfg.Carries does
+// not carry marked Excluded, sorted by port name so that the rendered text is
 // stable.
 func portalsOf(ports map[service.PortName]*servicePort, cfg Config) []Portal {
-	exclude := cfg.Exclude
 	out := make([]Portal, 0, len(ports))
 	for name, sp := range ports {
 		sp.mu.Lock()
@@ -217,7 +217,7 @@ func portalsOf(ports map[service.PortName]*servicePort, cfg Config) []Portal {
 			Port:         port.Port,
 			NodePort:     port.NodePort,
 			HasEndpoints: sp.pickable > 0,
-			Excluded:     exclude != nil && exclude(name),
+			Excluded:     !cfg.carries(name),
 		}
 		if sp.listener != nil {
 			pt.Listener = sp.listener.port()

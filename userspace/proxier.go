@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	"github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/service"
@@ -35,16 +36,40 @@ const (
 // ErrClosed is returned by Sync after Shutdown.
 var ErrClosed = errors.New("userspace proxier is shut down")
 
-// Config configures a Proxier. The zero value is usable: IPv4, listeners on
-// kernel-chosen ports of 0.0.0.0, no portals, the wall clock.
+// Config configures userspace mode and its Proxier. The zero value is
+// usable: IPv4, listeners on kernel-chosen ports of 0.0.0.0, no portals, the
+// wall clock.
 type Config struct {
-	// Family is the IP family served: IPv4 (also when empty) or IPv6. A
-	// dual-stack node runs one Proxier per family, each fed its family's view
-	// of the Snapshot (service.Snapshot.Family) and given its family's
-	// IPTables (ip6tables for IPv6), as kube-proxy runs one proxier per
-	// family. An IPv6 Proxier's listeners are IPv6-only sockets, so both
-	// families' listeners may have the same port.
-	Family service.Family
+	// Node is the node served. Of its fields the Proxier reads:
+	//   - Family: IPv4 (also when empty) or IPv6. A dual-stack node runs one
+	//     Proxier per family, each fed its family's view of the Snapshot and
+	//     given its family's IPTables (ip6tables for IPv6). An IPv6
+	//     Proxier's listeners are IPv6-only sockets, so both families'
+	//     listeners may have the same port.
+	//   - NodeName: an endpoint on this node is local. The traffic policies
+	//     apply as in the kernel paths: internalTrafficPolicy Local sends
+	//     what comes in through a ClusterIP to the local endpoints only,
+	//     externalTrafficPolicy Local does the same for the node port,
+	//     external IPs and load-balancer IPs; with no local endpoint such a
+	//     connection is reset (the kernel drops it).
+	//   - ClusterCIDR: the pods' addresses. External traffic from a pod, or
+	//     from the node itself, goes to every usable endpoint even with
+	//     externalTrafficPolicy Local, as kube-proxy short-circuits it: only
+	//     traffic from outside the cluster is kept on the node.
+	//   - NodeIP: a LoadBalancer whose loadBalancerSourceRanges hold it also
+	//     accepts its own IPs as sources (service.FirewallSources).
+	// NodePorts listen on every address (BindAddress); the masquerade fields
+	// are the kernel paths'.
+	dataplane.Node
+
+	// Carries, if not nil, names the service ports whose new connections
+	// this Proxier takes: the others get no portal (and no REJECT rule),
+	// hybrid mode having promoted them to a kernel path, whose rules then
+	// decide alone. Their listeners stay open, so a connection a portal
+	// brought in before finishes here (conntrack keeps sending it to the
+	// listener); so do their NodePort listeners, which a kernel DNAT of the
+	// node port passes by. Call ApplyPortals after its answer changes.
+	Carries func(service.PortName) bool
 
 	// BindAddress is the address the listeners bind, of Family. If invalid (the
 	// zero netip.Addr), 0.0.0.0 (:: for IPv6): REDIRECT sends packets to the
@@ -82,34 +107,6 @@ type Config struct {
 	// Clock drives session affinity. If nil, the wall clock.
 	Clock Clock
 
-	// NodeName is this node's name (--hostname-override): an endpoint whose
-	// nodeName is this one is local. The traffic policies apply as in the
-	// kernel paths: internalTrafficPolicy Local sends what comes in through a
-	// ClusterIP to the local endpoints only, externalTrafficPolicy Local does
-	// the same for the node port, external IPs and load-balancer IPs; with no
-	// local endpoint such a connection is reset (the kernel drops it).
-	NodeName string
-
-	// ClusterCIDRs hold the pods' addresses (--cluster-cidr). External traffic
-	// from a pod, or from the node itself, goes to every usable endpoint even
-	// with externalTrafficPolicy Local, as kube-proxy short-circuits it: only
-	// traffic from outside the cluster is kept on the node.
-	ClusterCIDRs []netip.Prefix
-
-	// NodeIP is this node's own address of Family (kube-proxy's nodeIP): a
-	// LoadBalancer whose loadBalancerSourceRanges hold it also accepts its own
-	// IPs as sources (service.FirewallSources). Invalid: unknown, and they are
-	// not accepted.
-	NodeIP netip.Addr
-
-	// Exclude, if not nil, names the service ports that get no portal (and no
-	// REJECT rule): hybrid mode has promoted them to a kernel path, whose rules
-	// then decide alone. Their listeners stay open, so a connection a portal
-	// brought in before finishes here (conntrack keeps sending it to the
-	// listener); so do their NodePort listeners, which a kernel DNAT of the node
-	// port passes by. Call ApplyPortals after its answer changes.
-	Exclude func(service.PortName) bool
-
 	// Conntrack, if not nil, deletes the UDP conntrack entries of a port
 	// whose portal became a REJECT, so that a client that keeps sending is
 	// refused instead of kept on the listener (see clearRejected). If nil,
@@ -138,7 +135,15 @@ type Config struct {
 	// a TCP service port; each attempt may pick another endpoint. If nil,
 	// kube-proxy's tryConnect timeouts: 250ms, 500ms, 1s, 2s.
 	DialTimeouts []time.Duration
+
+	// LagBound is how long a Snapshot may wait to be served before the
+	// mode's Healthy fails (dataplane.Record; 0: the default).
+	LagBound time.Duration
 }
+
+// carries reports whether the Proxier takes name's new connections
+// (Config.Carries).
+func (c *Config) carries(name service.PortName) bool { return c.Carries == nil || c.Carries(name) }
 
 // kube-proxy's tryConnect (pkg/proxy/userspace/proxysocket.go): 250ms, 500ms, 1s, 2s.
 var defaultDialTimeouts = []time.Duration{250 * time.Millisecond, 500 * time.Millisecond, time.Second, 2 * time.Second}
@@ -178,8 +183,8 @@ type Proxier struct {
 	unserved []UnservedPort // of the last Sync, for Status
 }
 
-// New returns a Proxier that serves nothing until the first Sync.
-func New(cfg Config) *Proxier {
+// NewProxier returns a Proxier that serves nothing until the first Sync.
+func NewProxier(cfg Config) *Proxier {
 	if cfg.Family != service.IPv6 {
 		cfg.Family = service.IPv4
 	}
@@ -302,13 +307,11 @@ func (p *Proxier) pickFrom(sp *servicePort, external bool, client netip.Addr) *B
 	return p.balancer
 }
 
-// fromInside reports whether client is a pod (in Config.ClusterCIDRs) or the
+// fromInside reports whether client is a pod (in Config.ClusterCIDR) or the
 // node itself.
 func (p *Proxier) fromInside(client netip.Addr) bool {
-	for _, c := range p.cfg.ClusterCIDRs {
-		if c.Contains(client) {
-			return true
-		}
+	if p.cfg.ClusterCIDR.Contains(client) {
+		return true
 	}
 	self := p.self.Load()
 	return client.IsLoopback() || (self != nil && self.local[client])

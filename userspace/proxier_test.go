@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 // startProxier returns a Proxier that is shut down at test cleanup.
 func startProxier(t testing.TB, cfg Config) *Proxier {
 	t.Helper()
-	p := New(cfg)
+	p := NewProxier(cfg)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
@@ -238,7 +238,7 @@ func TestShutdownGrace(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := New(Config{})
+			p := NewProxier(Config{})
 			mustSync(t, p, snapshotOf(t, webSpec(service.Affinity{}, be.addr.String())))
 			c := dialEcho(t, listenerAddr(t, p, "default/web:http"), "a:")
 			ctx, cancel := context.WithCancel(context.Background())

@@ -78,7 +78,7 @@ func (f *flakyIPTables) Restore(ctx context.Context, rules []byte) error {
 func TestRestoreFailureIsRetried(t *testing.T) {
 	ipt := &flakyIPTables{Fake: iptables.NewFake()}
 	ipt.failures.Store(2)
-	p := New(Config{IPTables: ipt})
+	p := NewProxier(Config{IPTables: ipt})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()

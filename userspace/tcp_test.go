@@ -66,7 +66,7 @@ func TestEndpointSocketKeepAlive(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	p := New(Config{})
+	p := NewProxier(Config{})
 	conn, err := p.dial("tcp", ln.Addr().(*net.TCPAddr).AddrPort(), time.Second)
 	if err != nil {
 		t.Fatal(err)

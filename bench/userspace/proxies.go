@@ -40,7 +40,7 @@ func runProxier(backendFlag string, udpIdle time.Duration) error {
 	if err != nil {
 		return err
 	}
-	p := userspace.New(userspace.Config{IPTables: ipt, UDPIdleTimeout: udpIdle})
+	p := userspace.NewProxier(userspace.Config{IPTables: ipt, UDPIdleTimeout: udpIdle})
 	var svcs []*service.Service
 	for _, kindAddrs := range strings.Split(backendFlag, ";") {
 		kind, addrs, _ := strings.Cut(kindAddrs, "=")

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/pods"
 )
 
 // cmdPod is two commands: `svclab pod NAME --kill|--start|--ready=BOOL|
@@ -54,7 +55,7 @@ func cmdPodServer(ctx context.Context, args []string) error {
 	if *name == "" {
 		return fmt.Errorf("--name: required")
 	}
-	p := &lab.Pod{Name: *name}
+	p := &pods.Pod{Name: *name}
 	var err error
 	if p.TCP, err = ports("--tcp", *tcp); err != nil {
 		return err
@@ -88,7 +89,7 @@ func ports(flagName, s string) ([]uint16, error) {
 }
 
 // cmdProbe sends the requests of `svclab traffic` from inside a lab host and
-// writes one JSON line per event (lab.Event) for svclab outside to tally.
+// writes one JSON line per event (pods.Event) for svclab outside to tally.
 func cmdProbe(ctx context.Context, cfg lab.Config, args []string) error {
 	fs := flag.NewFlagSet("svclab probe", flag.ContinueOnError)
 	n := fs.Int("n", 30, "how many requests")
@@ -98,10 +99,10 @@ func cmdProbe(ctx context.Context, cfg lab.Config, args []string) error {
 	if err := parse(fs, args, 1); err != nil {
 		return err
 	}
-	t, err := lab.ParseTarget(fs.Arg(0))
+	t, err := pods.ParseTarget(fs.Arg(0))
 	if err != nil {
 		return err
 	}
-	p := &lab.Probe{Target: t, N: *n, Rate: *rate, Hold: *hold, IPv6: *ipv6}
+	p := &pods.Probe{Target: t, N: *n, Rate: *rate, Hold: *hold, IPv6: *ipv6}
 	return p.Run(ctx, cfg.Stdout)
 }

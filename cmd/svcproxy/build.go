@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 
 	"github.com/svcproxy/svcproxy/dataplane"
@@ -87,7 +86,7 @@ func familyDataplane(cfg *Config, fam service.Family, mode, offloadMode string, 
 		if err != nil {
 			return nil, err
 		}
-		return userspace.NewDataplane(userspace.New(uc), 0), nil
+		return userspace.New(uc)
 	case dataplane.ModeNFTables, dataplane.ModeSocketLB:
 		dp, err := kernelPath(cfg, fam, mode, ipt, lb, nil, log)
 		if err != nil {
@@ -97,7 +96,7 @@ func familyDataplane(cfg *Config, fam service.Family, mode, offloadMode string, 
 			return dp, err
 		}
 		return localhost.New(localhost.Config{NFTables: dp, Family: fam, NodeName: cfg.NodeName,
-			ClusterCIDRs: cfg.ClusterCIDRs, ShutdownGrace: cfg.ShutdownGrace, Logger: log})
+			ClusterCIDR: cfg.clusterCIDR(fam), ShutdownGrace: cfg.ShutdownGrace, Logger: log})
 	case dataplane.ModeIPTables, dataplane.ModeIPVS:
 		return kernelPath(cfg, fam, mode, ipt, nil, nil, log)
 	case dataplane.ModeHybrid:
@@ -252,23 +251,20 @@ func ipvsPath(cfg *Config, fam service.Family, ipt kiptables.Interface, carried 
 	if err != nil {
 		return nil, err
 	}
-	return offloadipvs.NewDataplane(offloadipvs.Config{
-		Family:        fam,
-		IPVS:          k,
-		Links:         links,
-		Scheduler:     cfg.IPVSScheduler,
-		NodeName:      cfg.NodeName,
-		NodeIPs:       nodeIPs,
-		IPTables:      ipt,
-		IPSets:        sets,
-		ClusterCIDR:   cfg.clusterCIDR(fam),
-		MasqueradeAll: cfg.MasqueradeAll,
-		Sysctls:       link.ProcSys{},
-		StrictARP:     cfg.IPVSStrictARP,
-		Select:        carried,
-		Conntrack:     conntrack.Netlink{},
-		Logger:        log.With("component", "ipvs", "ipFamily", string(fam)),
-	}, offloadipvs.DataplaneConfig{SyncPeriod: cfg.SyncPeriod})
+	return offloadipvs.New(offloadipvs.Config{
+		Node:       dataplane.Node{Family: fam, NodeName: cfg.NodeName, NodePortIPs: nodeIPs, ClusterCIDR: cfg.clusterCIDR(fam), MasqueradeAll: cfg.MasqueradeAll},
+		IPVS:       k,
+		Links:      links,
+		Scheduler:  cfg.IPVSScheduler,
+		IPTables:   ipt,
+		IPSets:     sets,
+		Sysctls:    link.ProcSys{},
+		StrictARP:  cfg.IPVSStrictARP,
+		Carries:    carried,
+		Conntrack:  conntrack.Netlink{},
+		Logger:     log.With("component", "ipvs", "ipFamily", string(fam)),
+		SyncPeriod: cfg.SyncPeriod,
+	})
 }
 
 // userspaceConfig is the userspace proxier of family fam: its listeners bind
@@ -279,68 +275,20 @@ func userspaceConfig(cfg *Config, fam service.Family, ipt kiptables.Interface, l
 		return userspace.Config{}, fmt.Errorf("--proxy-port-range: %w", err)
 	}
 	return userspace.Config{
-		Family:         fam,
+		Node:           dataplane.Node{Family: fam, NodeName: cfg.NodeName, NodeIP: primaryNodeIP(cfg, fam), ClusterCIDR: cfg.clusterCIDR(fam)},
 		PortRange:      pr,
 		UDPIdleTimeout: cfg.UDPIdleTimeout,
 		UDPMaxSessions: cfg.UDPMaxSessions,
 		ShutdownGrace:  cfg.ShutdownGrace,
 		IPTables:       ipt,
 		Conntrack:      conntrack.Netlink{},
-		NodeName:       cfg.NodeName,
-		NodeIP:         primaryNodeIP(cfg, fam),
-		ClusterCIDRs:   cfg.ClusterCIDRs,
 		Logger:         log.With("component", "userspace"),
 	}, nil
 }
 
-// nodeAddresses returns --node-ip, or every address of this namespace's
-// interfaces except loopback and svcproxy's own dummy interface: the addresses
-// NodePorts answer on.
-func nodeAddresses(cfg *Config) ([]netip.Addr, error) {
-	if len(cfg.NodeIPs) > 0 {
-		return cfg.NodeIPs, nil
-	}
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return nil, fmt.Errorf("node addresses: %w", err)
-	}
-	var out []netip.Addr
-	for _, ifc := range ifs {
-		if ifc.Flags&net.FlagLoopback != 0 || ifc.Name == offloadipvs.DefaultInterface {
-			continue
-		}
-		addrs, err := ifc.Addrs()
-		if err != nil {
-			continue
-		}
-		for _, a := range addrs {
-			if p, err := netip.ParsePrefix(a.String()); err == nil && p.Addr().IsGlobalUnicast() {
-				out = append(out, p.Addr())
-			}
-		}
-	}
-	return out, nil
-}
-
-// primaryNodeIP is this node's own address of family fam, the rules'
-// Config.NodeIP (a LoadBalancer whose source ranges hold it accepts its own IPs
-// as sources): the first address of the family in nodeAddresses, --node-ip or
-// this namespace's, loopback left out. kube-proxy's detectNodeIPs takes the
-// first of each family too, from the Node object's addresses or --bind-address;
-// svcproxy does not read the Node's addresses. Invalid when there is none: then
-// no such source is accepted, as kube-proxy's loopback fallback accepts none.
-func primaryNodeIP(cfg *Config, fam service.Family) netip.Addr {
-	addrs, err := nodeAddresses(cfg)
-	if err != nil {
-		return netip.Addr{}
-	}
-	for _, a := range addrs {
-		if a = a.Unmap(); fam.Has(a) && !a.IsLoopback() {
-			return a
-		}
-	}
-	return netip.Addr{}
-}
+// primaryNodeIP is this node's own address of family fam
+// (dataplane.Host.PrimaryIP).
+func primaryNodeIP(cfg *Config, fam service.Family) netip.Addr { return cfg.host().PrimaryIP(fam) }
 
 // cleanup removes what every mode may have left in this namespace, in both IP
 // families.
@@ -404,7 +352,7 @@ func cleanupIPVS(ctx context.Context, cfg *Config, fam service.Family, ipt kipta
 	if err != nil {
 		return err
 	}
-	pc := offloadipvs.Config{Family: fam, IPVS: k, Links: links, NodeIPs: nodeIPs}
+	pc := offloadipvs.Config{Node: dataplane.Node{Family: fam, NodePortIPs: nodeIPs}, IPVS: k, Links: links}
 	if sets, err := ipset.New(); err == nil {
 		pc.IPTables, pc.IPSets = ipt, sets
 	}
@@ -462,4 +410,50 @@ func socketLBPath(cfg *Config, fam service.Family, lb *ksocklb.Kernel, carried f
 		Beside:     beside,
 		SyncPeriod: cfg.SyncPeriod,
 	})
+}
+
+// host is what the flags say of this node, in both families.
+func (c *Config) host() dataplane.Host {
+	return dataplane.Host{Name: c.NodeName, IPs: c.NodeIPs, NodePortAddresses: c.NodePortAddresses,
+		ClusterCIDRs: c.ClusterCIDRs, MasqueradeAll: c.MasqueradeAll}
+}
+
+// nodePortFamily is cfg's --nodeport-addresses for fam on this namespace.
+func (c *Config) nodePortFamily(fam service.Family) (dataplane.NodePorts, error) {
+	_, np, err := c.host().Node(fam)
+	return np, err
+}
+
+// kernelNodePorts is --nodeport-addresses for fam in a kernel mode (iptables,
+// nftables, ipvs), with what it cannot do logged: the kernel paths never
+// answer NodePorts on loopback (docs/operations.md: route_localnet); nftables
+// mode serves them with its localhost listeners instead. log may be nil.
+func kernelNodePorts(cfg *Config, fam service.Family, mode string, log *slog.Logger) (dataplane.NodePorts, error) {
+	np, err := cfg.nodePortFamily(fam)
+	if err != nil || log == nil {
+		return np, err
+	}
+	if np.Loopback && mode != dataplane.ModeNFTables {
+		log.Warn("--nodeport-addresses: loopback NodePorts are served in nftables mode only; this mode leaves them out",
+			"mode", mode, "ipFamily", string(fam))
+	}
+	if !np.All && len(np.Addrs) == 0 && mode == dataplane.ModeIPTables {
+		log.Warn("--nodeport-addresses matches no address of this family; this mode cannot express none, so its NodePorts answer on every address",
+			"mode", mode, "ipFamily", string(fam))
+	}
+	return np, nil
+}
+
+// ipvsNodePorts are the addresses IPVS mode makes NodePort virtual servers
+// on for fam: --nodeport-addresses's, or every address of the namespace (as
+// before the flag) when it says all. log may be nil.
+func ipvsNodePorts(cfg *Config, fam service.Family, log *slog.Logger) ([]netip.Addr, error) {
+	np, err := kernelNodePorts(cfg, fam, dataplane.ModeIPVS, log)
+	if err != nil {
+		return nil, err
+	}
+	if np.All {
+		return dataplane.Host{}.Addrs(offloadipvs.DefaultInterface)
+	}
+	return np.Addrs, nil
 }

@@ -70,8 +70,8 @@ type Config struct {
 	ShutdownGrace  time.Duration
 
 	// NodePortAddresses is --nodeport-addresses: which node addresses
-	// answer NodePorts (nodeports.go).
-	NodePortAddresses NodePortAddresses
+	// answer NodePorts (dataplane.NodePortAddresses).
+	NodePortAddresses dataplane.NodePortAddresses
 
 	Cleanup bool
 }
@@ -150,7 +150,7 @@ func parseFlags(args []string) (*Config, error) {
 			c.NodeIPs = append(c.NodeIPs, ip)
 		}
 	}
-	if c.NodePortAddresses, err = parseNodePortAddresses(*nodePorts, c.NodeIPs); err != nil {
+	if c.NodePortAddresses, err = dataplane.ParseNodePortAddresses(*nodePorts, c.NodeIPs); err != nil {
 		errs = append(errs, err)
 	}
 	if *cidr != "" {

@@ -103,3 +103,18 @@ func TestServicesMaxBytes(t *testing.T) {
 	}
 	t.Log(err)
 }
+
+// TestParseFlagsNodePortAddresses: the flag reaches Config, and a bad value
+// stops svcproxy before anything runs.
+func TestParseFlagsNodePortAddresses(t *testing.T) {
+	cfg, err := parseFlags([]string{"--services", "x.yaml", "--node-ip", "198.19.10.1", "--nodeport-addresses", "primary,localhost"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cfg.NodePortAddresses.Primary || len(cfg.NodePortAddresses.CIDRs) != 2 {
+		t.Fatalf("NodePortAddresses = %+v", cfg.NodePortAddresses)
+	}
+	if _, err := parseFlags([]string{"--services", "x.yaml", "--nodeport-addresses", "127.0.0.1"}); err == nil {
+		t.Fatal("--nodeport-addresses 127.0.0.1 (no mask) accepted")
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strconv"
 
+	offloadipvs "github.com/svcproxy/svcproxy/offload/ipvs"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -42,7 +43,7 @@ func newOwnListeners(cfg *Config, log *slog.Logger) *ownListeners {
 			o.addrs[netip.AddrPortFrom(ip.Unmap(), uint16(n))] = l.what
 		}
 	}
-	if ips, err := nodeAddresses(cfg); err == nil {
+	if ips, err := cfg.host().Addrs(offloadipvs.DefaultInterface); err == nil {
 		for _, ip := range ips {
 			o.nodeIPs[ip] = true
 		}

@@ -69,9 +69,12 @@ func TestMetricsScrape(t *testing.T) {
 		want []string
 	}{
 		{"userspace", func(t *testing.T) dataplane.Interface {
-			p := userspace.New(userspace.Config{BindAddress: netip.MustParseAddr("127.0.0.1")})
-			t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
-			return userspace.NewDataplane(p, 0)
+			d, err := userspace.New(userspace.Config{BindAddress: netip.MustParseAddr("127.0.0.1")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = d.Proxier().Shutdown(context.Background()) })
+			return d
 		}, []string{"svcproxy_userspace_connections_total", "svcproxy_userspace_dial_failures_total"}},
 		{"iptables", func(t *testing.T) dataplane.Interface {
 			d, err := offloadiptables.NewDataplane(offloadiptables.ProxierConfig{IPTables: kiptables.NewFake()}, 0)

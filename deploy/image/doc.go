@@ -1,6 +1,7 @@
 // Package image builds svcproxy's container image without a Docker daemon,
 // with go-containerregistry: one layer holding the static svcproxy and
-// clusterdns binaries and the netfilter tools the dataplanes run
+// clusterdns binaries (svcproxy also as /usr/local/bin/kube-proxy, the
+// command of kubeadm's kube-proxy DaemonSet) and the netfilter tools the dataplanes run
 // (iptables-restore and -save, nft, ipset, conntrack, modprobe), copied from
 // this machine's Debian packages together with the shared libraries they load.
 // Root, the file tree an image's one layer is made of, is exported: the

@@ -30,6 +30,10 @@ const DefaultRef = "svcproxy.test/svcproxy:dev"
 // binDir is where svcproxy and clusterdns live in the image.
 const binDir = "/usr/local/bin"
 
+// KubeProxyName is svcproxy's second name in the image,
+// /usr/local/bin/kube-proxy, the command of kubeadm's kube-proxy DaemonSet.
+const KubeProxyName = "kube-proxy"
+
 // epoch is every file's time and the image's creation time, so that the same
 // inputs give the same image digest.
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -84,6 +88,13 @@ func Build(cfg Config) (v1.Image, error) {
 			return nil, fmt.Errorf("image: binary %s: %w", name, err)
 		}
 		names = append(names, name)
+	}
+	// kubeadm's kube-proxy DaemonSet (and kind's, made by kubeadm) runs
+	// /usr/local/bin/kube-proxy --config=... : with only its image changed,
+	// that name starts svcproxy.
+	if _, ok := cfg.Binaries["svcproxy"]; ok {
+		root.AddSymlink(path.Join(binDir, KubeProxyName), "svcproxy")
+		names = append(names, KubeProxyName+" (svcproxy)")
 	}
 	sort.Strings(names)
 	exts, err := filepath.Glob(filepath.Join(xtablesDir, "*.so"))

@@ -161,6 +161,7 @@ func TestRootFS(t *testing.T) {
 	ns := netnstest.New(t)
 	for _, argv := range [][]string{
 		{"/usr/local/bin/svcproxy", "--help"},
+		{"/usr/local/bin/kube-proxy", "--help"}, // kubeadm's DaemonSet's command
 		{"/usr/local/bin/clusterdns", "--help"},
 		{"iptables", "-t", "nat", "-N", "SVCP-TEST"},
 		{"iptables", "-t", "nat", "-A", "SVCP-TEST", "-p", "tcp", "--dport", "80", "-m", "comment", "--comment", "image test", "-j", "REDIRECT", "--to-ports", "8080"},

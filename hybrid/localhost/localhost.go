@@ -24,10 +24,10 @@ type Config struct {
 	// Family is the IP family served: the listeners bind 127.0.0.1 (IPv4,
 	// also when empty) or ::1 (IPv6).
 	Family service.Family
-	// NodeName and ClusterCIDRs are the listeners' (userspace.Config): which
+	// NodeName and ClusterCIDR are the listeners' (userspace.Config): which
 	// endpoints are local, for externalTrafficPolicy Local.
-	NodeName     string
-	ClusterCIDRs []netip.Prefix
+	NodeName    string
+	ClusterCIDR netip.Prefix
 	// ShutdownGrace is how long open connections may finish when Run's
 	// context ends (userspace.Config).
 	ShutdownGrace time.Duration
@@ -69,12 +69,10 @@ func New(cfg Config) (*Dataplane, error) {
 	log := cfg.Logger.With("component", "localhost-nodeports", "ipFamily", string(cfg.Family))
 	return &Dataplane{
 		Interface: cfg.NFTables,
-		p: userspace.New(userspace.Config{
-			Family:             cfg.Family,
+		p: userspace.NewProxier(userspace.Config{
+			Node:               dataplane.Node{Family: cfg.Family, NodeName: cfg.NodeName, ClusterCIDR: cfg.ClusterCIDR},
 			BindAddress:        loopback,
 			LocalhostNodePorts: true,
-			NodeName:           cfg.NodeName,
-			ClusterCIDRs:       cfg.ClusterCIDRs,
 			ShutdownGrace:      cfg.ShutdownGrace,
 			Logger:             log,
 		}),

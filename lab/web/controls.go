@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/pods"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // Runner runs svclab with args (as `svclab ARGS...` would on a terminal)
@@ -57,16 +59,16 @@ var podChanges = []string{"kill", "start", "ready=false", "ready=true", "termina
 
 // args checks c against the lab's hosts and returns the arguments of the
 // svclab command that does it. Bad input is an error naming the field.
-func (c Control) args(hosts []lab.HostRow) ([]string, error) {
-	isHost := func(name string, role lab.Role) bool {
-		return slices.ContainsFunc(hosts, func(h lab.HostRow) bool { return h.Name == name && (role == "" || h.Role == role) })
+func (c Control) args(hosts []topology.HostRow) ([]string, error) {
+	isHost := func(name string, role topology.Role) bool {
+		return slices.ContainsFunc(hosts, func(h topology.HostRow) bool { return h.Name == name && (role == "" || h.Role == role) })
 	}
 	switch c.Action {
 	case "traffic":
 		if c.Target == "" {
 			return nil, fmt.Errorf("traffic: target: empty (want a Service: web, udp://echo, 198.18.0.20:80)")
 		}
-		if _, err := lab.ParseTarget(c.Target); err != nil {
+		if _, err := pods.ParseTarget(c.Target); err != nil {
 			return nil, fmt.Errorf("traffic: target %q: %w", c.Target, err)
 		}
 		if c.N < 1 || c.N > maxRequests {
@@ -87,7 +89,7 @@ func (c Control) args(hosts []lab.HostRow) ([]string, error) {
 		}
 		return append(args, c.Target), nil
 	case "pod":
-		if !isHost(c.Pod, lab.RolePod) {
+		if !isHost(c.Pod, topology.RolePod) {
 			return nil, fmt.Errorf("pod: pod %q: no such pod in the lab", c.Pod)
 		}
 		if !slices.Contains(podChanges, c.Change) {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // fakeLab is a lab whose Services the test sets: a hybrid lab whose web
@@ -25,12 +26,12 @@ type fakeLab struct {
 	err  error
 }
 
-func (f *fakeLab) Hosts() ([]lab.HostRow, error) {
-	return []lab.HostRow{
-		{Name: "node", Role: lab.RoleNode, Addr: "198.19.0.1", Runs: "svcproxy --mode hybrid"},
-		{Name: "client", Role: lab.RoleClient, Addr: "198.19.1.2"},
-		{Name: "web-0", Role: lab.RolePod, Addr: "198.19.1.10"},
-		{Name: "web-1", Role: lab.RolePod, Addr: "198.19.1.11"},
+func (f *fakeLab) Hosts() ([]topology.HostRow, error) {
+	return []topology.HostRow{
+		{Name: "node", Role: topology.RoleNode, Addr: "198.19.0.1", Runs: "svcproxy --mode hybrid"},
+		{Name: "client", Role: topology.RoleClient, Addr: "198.19.1.2"},
+		{Name: "web-0", Role: topology.RolePod, Addr: "198.19.1.10"},
+		{Name: "web-1", Role: topology.RolePod, Addr: "198.19.1.11"},
 	}, nil
 }
 

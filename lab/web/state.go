@@ -5,13 +5,14 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // Lab is what the page reads of the lab: *lab.Lab, or a fake in tests
 // (the kernel boundary of this package: every reader runs commands in the
 // lab's node).
 type Lab interface {
-	Hosts() ([]lab.HostRow, error)
+	Hosts() ([]topology.HostRow, error)
 	Services(ctx context.Context) (*lab.ServicesView, error)
 	TraceReport(ctx context.Context, opts lab.TraceOptions) (*lab.TraceReport, error)
 }
@@ -21,11 +22,11 @@ var _ Lab = (*lab.Lab)(nil)
 // State is the document each server-sent event carries, and GET
 // /api/state answers.
 type State struct {
-	At       time.Time         `json:"at"`
-	Hosts    []lab.HostRow     `json:"hosts"`
-	Services *lab.ServicesView `json:"services"`
-	Timeline Timeline          `json:"timeline"`
-	Commands []Command         `json:"commands"`
+	At       time.Time          `json:"at"`
+	Hosts    []topology.HostRow `json:"hosts"`
+	Services *lab.ServicesView  `json:"services"`
+	Timeline Timeline           `json:"timeline"`
+	Commands []Command          `json:"commands"`
 	// Modes are the modes `svclab mode` takes, for the page's control.
 	Modes []string `json:"modes"`
 	// Error is why the last poll read nothing (the lab is down, svcproxy

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	"github.com/svcproxy/svcproxy/kernel/ipset"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
@@ -40,13 +41,22 @@ const DefaultGracePeriod = 5 * time.Minute
 // DefaultNodePortRange is the API server's default --service-node-port-range.
 var DefaultNodePortRange = [2]uint16{30000, 32767}
 
-// Config configures a Proxier.
+// Config configures IPVS mode.
 type Config struct {
-	// Family is the IP family the Proxier serves: IPv4 (empty) or IPv6. IPVS,
-	// the dummy interface and the ip sets are shared by both families of a
-	// dual-stack node; each family's Proxier adds, retires and removes only
-	// virtual servers and addresses of its own family, so the other's are safe.
-	Family service.Family
+	// Node is the node served. Family: IPVS, the dummy interface and the ip
+	// sets are shared by both families of a dual-stack node; each family's
+	// Dataplane adds, retires and removes only virtual servers and addresses
+	// of its own family, so the other's are safe. NodePortIPs are the node
+	// addresses NodePort virtual servers listen on: IPVS needs one per
+	// address, so empty means no NodePort virtual servers (the program
+	// lists every address for --nodeport-addresses all). ClusterCIDR: traffic
+	// to a ClusterIP from outside it is masqueraded, so replies come back
+	// through this node; invalid: not masqueraded (unless MasqueradeAll), as
+	// kube-proxy does without --cluster-cidr.
+	dataplane.Node
+	// Carries chooses the service ports this dataplane carries (hybrid mode
+	// offloads hot ports only). If nil, every port.
+	Carries func(service.PortName) bool
 
 	// IPVS and Links are the kernel, in the node's network namespace. Required.
 	IPVS  kipvs.Interface
@@ -56,21 +66,12 @@ type Config struct {
 	Interface string
 	// Scheduler is the default scheduler, one of kipvs.Schedulers. If empty, "rr".
 	Scheduler string
-	// NodeName selects the local endpoints for externalTrafficPolicy and
-	// internalTrafficPolicy Local.
-	NodeName string
-	// NodeIPs are the node addresses that NodePort virtual servers listen on. If
-	// empty, there are no NodePort virtual servers.
-	NodeIPs []netip.Addr
 	// NodePortRange is the range of NodePorts: a virtual server on a node IP with a
 	// port in it is svcproxy's. If zero, DefaultNodePortRange.
 	NodePortRange [2]uint16
 	// GracePeriod bounds the draining of a removed TCP or SCTP real server. If zero,
 	// DefaultGracePeriod.
 	GracePeriod time.Duration
-	// Select chooses the service ports this dataplane carries (hybrid mode offloads
-	// hot ports only). If nil, every port.
-	Select func(service.PortName) bool
 	// Now is the clock for draining. If nil, time.Now.
 	Now func() time.Time
 
@@ -80,16 +81,6 @@ type Config struct {
 	// family's (ip6tables for IPv6); the IPv6 sets are "SVCP-6-IPVS-...".
 	IPTables kiptables.Interface
 	IPSets   ipset.Interface
-	// ClusterCIDR is where pods live: traffic to a ClusterIP from outside it is
-	// masqueraded, so replies come back through this node. If not valid, traffic to
-	// ClusterIPs is not masqueraded (unless MasqueradeAll), as kube-proxy does
-	// without --cluster-cidr.
-	ClusterCIDR netip.Prefix
-	// MasqueradeAll masquerades all traffic to ClusterIPs.
-	MasqueradeAll bool
-	// MasqueradeBit is the packet mark bit (0-31) that asks for SNAT; 0 means
-	// kube-proxy's 14 (mark 0x4000).
-	MasqueradeBit int
 
 	// Sysctls, if not nil, get the parameters IPVS mode needs (kube-proxy's):
 	// net.ipv4.vs.conntrack=1 when masquerading (so IPVS traffic passes netfilter's
@@ -101,18 +92,31 @@ type Config struct {
 	// (conntrack.go). If nil, there is no conntrack cleanup.
 	Conntrack conntrack.Interface
 	// Logger gets the failures of the conntrack cleanup, which do not fail
-	// a sync. If nil, they are only counted (Proxier.Conntrack).
+	// a sync. If nil, they are only counted (Dataplane.Conntrack).
 	Logger *slog.Logger
 
 	// StrictARP sets net.ipv4.conf.all.arp_ignore=1 and arp_announce=2, so the node
 	// does not answer ARP for the service IPs on its dummy interface (needed when
 	// a load balancer such as MetalLB announces them).
 	StrictARP bool
+
+	// SyncPeriod is how long after a sync the next one comes without a change
+	// (default 30s); LagBound is the Syncer's (0: twice SyncPeriod).
+	SyncPeriod time.Duration
+	LagBound   time.Duration
 }
 
-// Proxier reconciles Snapshots into IPVS. Its methods are safe for concurrent use;
-// calls are serialised.
-type Proxier struct {
+// Dataplane is --mode ipvs, and hybrid mode's IPVS path: it reconciles
+// Snapshots into IPVS (reconcile, sync.go), driven by the lifecycle every
+// kernel mode shares (dataplane.Syncer, which gives it Mode, Sync, Run and
+// Healthy), which also resyncs every second while real servers drain (a
+// drain ends only at a sync). IPVS has no rules to render and diff, so it
+// needs none of offload/kernelsync's full and partial syncs. When its context
+// ends the virtual servers stay: traffic keeps flowing while svcproxy
+// restarts, and the next process adopts them. Its methods are safe for
+// concurrent use; syncs are serialised.
+type Dataplane struct {
+	*dataplane.Syncer
 	cfg Config
 
 	mu sync.Mutex
@@ -135,15 +139,21 @@ type Proxier struct {
 	conntrackDuration prometheus.Histogram
 }
 
+var _ dataplane.KernelPath = (*Dataplane)(nil)
+
 type realKey struct {
 	vs   kipvs.Key
 	addr netip.AddrPort
 }
 
-// New checks cfg and fills in its defaults.
-func New(cfg Config) (*Proxier, error) {
+// New checks cfg, fills in its defaults and returns the IPVS mode of cfg;
+// cfg.Carries restricts it to some ports (hybrid's promoted ones).
+func New(cfg Config) (*Dataplane, error) {
 	if cfg.IPVS == nil || cfg.Links == nil {
 		return nil, errors.New("offload/ipvs: config: IPVS and Links are required")
+	}
+	if err := cfg.Node.Check(); err != nil {
+		return nil, fmt.Errorf("offload/ipvs: config: %w", err)
 	}
 	if cfg.Interface == "" {
 		cfg.Interface = DefaultInterface
@@ -166,36 +176,29 @@ func New(cfg Config) (*Proxier, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.MasqueradeBit == 0 {
-		cfg.MasqueradeBit = 14
-	}
-	if cfg.MasqueradeBit < 0 || cfg.MasqueradeBit > 31 {
-		return nil, fmt.Errorf("offload/ipvs: config: masquerade bit %d: not in 0..31", cfg.MasqueradeBit)
-	}
-	switch cfg.Family {
-	case "":
-		cfg.Family = service.IPv4
-	case service.IPv4, service.IPv6:
-	default:
-		return nil, fmt.Errorf("offload/ipvs: config: family %q: want IPv4 or IPv6", cfg.Family)
-	}
-	if cfg.ClusterCIDR.IsValid() && !cfg.Family.Has(cfg.ClusterCIDR.Addr()) {
-		return nil, fmt.Errorf("offload/ipvs: config: cluster CIDR %s: not an %s prefix", cfg.ClusterCIDR, cfg.Family)
-	}
-	for _, ip := range cfg.NodeIPs {
-		if !ip.IsValid() || ip.Is4In6() {
+	for _, ip := range cfg.NodePortIPs {
+		if ip.Is4In6() {
 			return nil, fmt.Errorf("offload/ipvs: config: node IP %s: not an IPv4 or IPv6 address", ip)
 		}
 	}
 	// NodePorts answer on the node addresses of the family (a dual-stack
-	// node's other family has a Proxier of its own).
-	cfg.NodeIPs = cfg.Family.Addrs(cfg.NodeIPs)
-	return &Proxier{cfg: cfg, draining: map[realKey]time.Time{},
+	// node's other family has a Dataplane of its own).
+	cfg.NodePortIPs = cfg.Family.Addrs(cfg.NodePortIPs)
+	d := &Dataplane{cfg: cfg, draining: map[realKey]time.Time{},
 		conntrackDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "kubeproxy_conntrack_reconciler_sync_duration_seconds",
 			Help:    "ReconcileConntrackFlowsLatency latency in seconds: the stale UDP conntrack cleanup after a sync",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
-		})}, nil
+		})}
+	d.Syncer = dataplane.NewSyncer(dataplane.SyncerConfig{
+		Mode:     dataplane.ModeIPVS,
+		Apply:    d.reconcile,
+		Period:   cfg.SyncPeriod,
+		Pending:  func() bool { return d.Draining() > 0 },
+		LagBound: cfg.LagBound,
+		NodeName: cfg.NodeName,
+	})
+	return d, nil
 }
 
 // Available returns nil when the kernel has IPVS, else the reason, for the one log

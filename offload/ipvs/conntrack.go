@@ -70,55 +70,55 @@ func staleSelection(w wanted) conntrack.Stale {
 // Errors are counted in the stats and logged (Config.Logger), not returned: the sync itself
 // succeeded. A frontend whose entries could not be deleted stays in the
 // served selection, so the next sync tries again.
-func (p *Proxier) cleanConntrack(ctx context.Context, s conntrack.Stale) {
-	if p.cfg.Conntrack == nil {
+func (d *Dataplane) cleanConntrack(ctx context.Context, s conntrack.Stale) {
+	if d.cfg.Conntrack == nil {
 		return
 	}
-	start := p.cfg.Now()
-	defer func() { p.conntrackDuration.Observe(p.cfg.Now().Sub(start).Seconds()) }()
+	start := d.cfg.Now()
+	defer func() { d.conntrackDuration.Observe(d.cfg.Now().Sub(start).Seconds()) }()
 	served := maps.Clone(s.Frontends)
 	deleted := 0
 	var errs []error
-	for fe, eps := range p.served {
+	for fe, eps := range d.served {
 		if _, ok := s.Frontends[fe]; ok {
 			continue
 		}
-		n, err := p.cfg.Conntrack.Delete(ctx, conntrack.Filter{Protocol: "udp", OrigDst: fe.Addr(), OrigDstPort: fe.Port()})
+		n, err := d.cfg.Conntrack.Delete(ctx, conntrack.Filter{Protocol: "udp", OrigDst: fe.Addr(), OrigDstPort: fe.Port()})
 		deleted += n
 		if err != nil {
 			errs = append(errs, err)
 			served[fe] = eps // again at the next sync
 		}
 	}
-	if !p.reconciled || grew(p.served, s.Frontends) {
-		p.reconciled = true
+	if !d.reconciled || grew(d.served, s.Frontends) {
+		d.reconciled = true
 		if len(s.Frontends) > 0 {
-			n, err := p.cfg.Conntrack.DeleteStale(ctx, s)
+			n, err := d.cfg.Conntrack.DeleteStale(ctx, s)
 			deleted += n
 			if err != nil {
 				errs = append(errs, err)
-				p.reconciled = false
+				d.reconciled = false
 			}
 		}
 	}
-	p.served = served
-	p.ctStats.Deleted += uint64(deleted)
+	d.served = served
+	d.ctStats.Deleted += uint64(deleted)
 	if err := errors.Join(errs...); err != nil {
-		p.ctStats.Errors++
-		p.ctStats.LastError = err.Error()
-		if p.cfg.Logger != nil {
-			p.cfg.Logger.Warn("conntrack cleanup failed; the next sync tries again", "err", err)
+		d.ctStats.Errors++
+		d.ctStats.LastError = err.Error()
+		if d.cfg.Logger != nil {
+			d.cfg.Logger.Warn("conntrack cleanup failed; the next sync tries again", "err", err)
 		}
 	} else {
-		p.ctStats.LastError = ""
+		d.ctStats.LastError = ""
 	}
 }
 
 // Conntrack returns the counts of the conntrack cleanup so far.
-func (p *Proxier) Conntrack() ConntrackStats {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.ctStats
+func (d *Dataplane) Conntrack() ConntrackStats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.ctStats
 }
 
 // grew reports whether cur has a frontend that old has not, or with other

@@ -2,7 +2,6 @@ package ipvs
 
 import (
 	"context"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -11,60 +10,19 @@ import (
 	"github.com/svcproxy/svcproxy/service"
 )
 
-// Dataplane is --mode ipvs, and hybrid mode's IPVS path: a Proxier driven by
-// the lifecycle every kernel mode shares (dataplane.Syncer, which gives it
-// Mode, Sync, Run and Healthy), which also resyncs every second while real
-// servers drain (a drain ends only at a sync). IPVS has no rules to render and
-// diff, so it needs none of offload/kernelsync's full and partial syncs. When
-// its context ends the virtual servers stay: traffic keeps flowing while
-// svcproxy restarts, and the next process adopts them.
-type Dataplane struct {
-	p *Proxier
-	*dataplane.Syncer
-}
-
-var _ dataplane.KernelPath = (*Dataplane)(nil)
-
-// DataplaneConfig configures a Dataplane.
-type DataplaneConfig struct {
-	// SyncPeriod is how long after a sync the next one comes without a change
-	// (default 30s); LagBound is the Syncer's (0: twice SyncPeriod).
-	SyncPeriod time.Duration
-	LagBound   time.Duration
-}
-
-// NewDataplane returns the IPVS mode of cfg; cfg.Select restricts it to some
-// ports (hybrid's promoted ones).
-func NewDataplane(cfg Config, dc DataplaneConfig) (*Dataplane, error) {
-	p, err := New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	d := &Dataplane{p: p}
-	d.Syncer = dataplane.NewSyncer(dataplane.SyncerConfig{
-		Mode:     dataplane.ModeIPVS,
-		Apply:    p.Sync,
-		Period:   dc.SyncPeriod,
-		Pending:  func() bool { return p.Draining() > 0 },
-		LagBound: dc.LagBound,
-		NodeName: cfg.NodeName,
-	})
-	return d, nil
-}
-
 // Status implements dataplane.Interface: the IPVS table as `ipvsadm -ln`
 // prints it, the real servers draining, and the conntrack cleanup's counts.
 func (d *Dataplane) Status() any {
-	table, err := kipvs.List(context.Background(), d.p.cfg.IPVS)
+	table, err := kipvs.List(context.Background(), d.cfg.IPVS)
 	if err != nil {
 		table = "error: " + err.Error()
 	}
-	return map[string]any{"mode": dataplane.ModeIPVS, "ipvs": table, "draining": d.p.Draining(), "conntrack": d.p.Conntrack()}
+	return map[string]any{"mode": dataplane.ModeIPVS, "ipvs": table, "draining": d.Draining(), "conntrack": d.Conntrack()}
 }
 
-// Connections implements dataplane.KernelPath (see Proxier.Connections).
+// Connections implements dataplane.KernelPath (see connections).
 func (d *Dataplane) Connections(ctx context.Context, snap *service.Snapshot, ports dataplane.PortSet) (map[service.PortName]uint64, error) {
-	all, err := d.p.Connections(ctx, snap)
+	all, err := d.connections(ctx, snap)
 	if err != nil {
 		return nil, err
 	}
@@ -101,17 +59,17 @@ func (d *Dataplane) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descConntrackErrors
 	ch <- descConntrackReconciled
 	ch <- descRestoreFailures
-	d.p.conntrackDuration.Describe(ch)
+	d.conntrackDuration.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
 func (d *Dataplane) Collect(ch chan<- prometheus.Metric) {
 	d.Syncer.Collect(ch)
-	ch <- prometheus.MustNewConstMetric(descDraining, prometheus.GaugeValue, float64(d.p.Draining()))
-	ct := d.p.Conntrack()
+	ch <- prometheus.MustNewConstMetric(descDraining, prometheus.GaugeValue, float64(d.Draining()))
+	ct := d.Conntrack()
 	ch <- prometheus.MustNewConstMetric(descConntrackDeleted, prometheus.CounterValue, float64(ct.Deleted))
 	ch <- prometheus.MustNewConstMetric(descConntrackErrors, prometheus.CounterValue, float64(ct.Errors))
 	ch <- prometheus.MustNewConstMetric(descConntrackReconciled, prometheus.CounterValue, float64(ct.Deleted))
-	ch <- prometheus.MustNewConstMetric(descRestoreFailures, prometheus.CounterValue, float64(d.p.restoreFailures.Load()))
-	d.p.conntrackDuration.Collect(ch)
+	ch <- prometheus.MustNewConstMetric(descRestoreFailures, prometheus.CounterValue, float64(d.restoreFailures.Load()))
+	d.conntrackDuration.Collect(ch)
 }

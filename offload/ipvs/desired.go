@@ -30,21 +30,21 @@ type wantedVS struct {
 // desired computes the virtual servers, real servers and interface addresses for
 // snap. It is pure. Bad annotations are reported and replaced by defaults, so one
 // Service's typo does not stop the others.
-func (p *Proxier) desired(snap *service.Snapshot) (wanted, []error) {
+func (d *Dataplane) desired(snap *service.Snapshot) (wanted, []error) {
 	w := wanted{
-		family: p.cfg.Family,
+		family: d.cfg.Family,
 		vss:    map[kipvs.Key]*wantedVS{}, addrs: map[netip.Addr]bool{},
 		clusterIPs: map[string]bool{}, external: map[string]bool{}, loopback: map[string]bool{},
 	}
 	var errs []error
-	fam := p.cfg.Family
+	fam := d.cfg.Family
 	for _, port := range snap.Ports() {
 		svc := port.Service
-		if svc.Type == service.TypeExternalName || (p.cfg.Select != nil && !p.cfg.Select(port.Name)) {
+		if svc.Type == service.TypeExternalName || (d.cfg.Carries != nil && !d.cfg.Carries(port.Name)) {
 			continue
 		}
 		proto := kipvs.Protocol(port.Protocol)
-		sched, err := p.scheduler(svc)
+		sched, err := d.scheduler(svc)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -56,7 +56,7 @@ func (p *Proxier) desired(snap *service.Snapshot) (wanted, []error) {
 		// (topology hints applied) or, where the policy is Local, this
 		// node's; service.Port.Categorize, as kube-proxy's syncEndpoint
 		// calls CategorizeEndpoints.
-		eps := fam.Port(port).Categorize(p.cfg.NodeName, snap.Node())
+		eps := fam.Port(port).Categorize(d.cfg.NodeName, snap.Node())
 		internal, external := eps.Cluster, eps.Cluster
 		if svc.InternalPolicyLocal {
 			internal = eps.Local
@@ -104,7 +104,7 @@ func (p *Proxier) desired(snap *service.Snapshot) (wanted, []error) {
 			add(ip, port.Port, external, true, extSet)
 		}
 		if port.NodePort != 0 {
-			for _, ip := range p.cfg.NodeIPs {
+			for _, ip := range d.cfg.NodePortIPs {
 				add(ip, port.NodePort, external, false, extSet)
 			}
 		}
@@ -112,14 +112,14 @@ func (p *Proxier) desired(snap *service.Snapshot) (wanted, []error) {
 	return w, errs
 }
 
-func (p *Proxier) scheduler(svc *service.Service) (string, error) {
+func (d *Dataplane) scheduler(svc *service.Service) (string, error) {
 	s, ok := svc.Annotations[SchedulerAnnotation]
 	if !ok {
-		return p.cfg.Scheduler, nil
+		return d.cfg.Scheduler, nil
 	}
 	if !kipvs.ValidScheduler(s) {
-		return p.cfg.Scheduler, fmt.Errorf("service %s: annotation %s %q: not one of %v; using %q",
-			svc.NamespacedName, SchedulerAnnotation, s, kipvs.Schedulers, p.cfg.Scheduler)
+		return d.cfg.Scheduler, fmt.Errorf("service %s: annotation %s %q: not one of %v; using %q",
+			svc.NamespacedName, SchedulerAnnotation, s, kipvs.Schedulers, d.cfg.Scheduler)
 	}
 	return s, nil
 }

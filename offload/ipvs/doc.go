@@ -24,7 +24,7 @@
 // not grow with the services, the sets do (masq.go, kube-proxy's KUBE-CLUSTER-IP).
 // Cleanup removes everything svcproxy made (--cleanup).
 //
-// A Proxier serves one IP family (Config.Family). A dual-stack node runs two, as
+// A Dataplane serves one IP family (Config.Family). A dual-stack node runs two, as
 // kube-proxy does: they share IPVS and the dummy interface, and each adds, retires and
 // removes only the virtual servers and addresses of its own family; the IPv6 one
 // masquerades with ip6tables over ip sets of family inet6 named SVCP-6-IPVS-*.

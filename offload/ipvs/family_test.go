@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/kernel/ipset"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
@@ -30,15 +31,14 @@ func dualWeb(s *service.Service) {
 	}
 }
 
-// Two Proxiers, one per family, share IPVS and the dummy interface: each
+// Two Dataplanes, one per family, share IPVS and the dummy interface: each
 // serves its family's virtual servers and addresses, and leaves the other's
 // alone when it syncs, retires or cleans up.
 func TestFamiliesShareIPVS(t *testing.T) {
 	ctx := context.Background()
 	ipvs, links := kipvs.NewFake(), link.NewFake()
-	proxier := func(fam service.Family) *Proxier {
-		p, err := New(Config{Family: fam, IPVS: ipvs, Links: links, NodeName: "node-a",
-			NodeIPs: []netip.Addr{netip.MustParseAddr("198.19.0.1"), nodeIP6}})
+	proxier := func(fam service.Family) *Dataplane {
+		p, err := New(Config{Node: dataplane.Node{Family: fam, NodeName: "node-a", NodePortIPs: []netip.Addr{netip.MustParseAddr("198.19.0.1"), nodeIP6}}, IPVS: ipvs, Links: links})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -46,7 +46,7 @@ func TestFamiliesShareIPVS(t *testing.T) {
 	}
 	p4, p6 := proxier(service.IPv4), proxier(service.IPv6)
 	snap := service.NewSnapshot([]*service.Service{web([]string{"198.19.1.2", "198.19.1.3"}, dualWeb)}, nil)
-	for _, p := range []*Proxier{p4, p6} {
+	for _, p := range []*Dataplane{p4, p6} {
 		if err := p.Sync(ctx, snap.Family(p.cfg.Family)); err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +70,7 @@ func TestFamiliesShareIPVS(t *testing.T) {
 		t.Errorf("links = %q, want %q", got, want)
 	}
 	// A second sync of either family changes nothing of the other's.
-	for _, p := range []*Proxier{p6, p4} {
+	for _, p := range []*Dataplane{p6, p4} {
 		if err := p.Sync(ctx, snap.Family(p.cfg.Family)); err != nil {
 			t.Fatal(err)
 		}
@@ -109,13 +109,13 @@ func TestFamiliesShareIPVS(t *testing.T) {
 }
 
 func TestNewConfigFamily(t *testing.T) {
-	_, err := New(Config{Family: service.IPv6, IPVS: kipvs.NewFake(), Links: link.NewFake(), ClusterCIDR: clusterCIDR})
-	if err == nil || !strings.Contains(err.Error(), "cluster CIDR 198.19.0.0/16: not an IPv6 prefix") {
+	_, err := New(Config{Node: dataplane.Node{Family: service.IPv6, ClusterCIDR: clusterCIDR}, IPVS: kipvs.NewFake(), Links: link.NewFake()})
+	if err == nil || !strings.Contains(err.Error(), "ClusterCIDR 198.19.0.0/16: not an IPv6 prefix") {
 		t.Errorf("IPv6 Proxier with an IPv4 cluster CIDR: %v", err)
 	}
 }
 
-// newMasqFixture6 is newMasqFixture for the IPv6 Proxier: ip6tables rules over
+// newMasqFixture6 is newMasqFixture for the IPv6 Dataplane: ip6tables rules over
 // the SVCP-6-IPVS-* sets of family inet6.
 func newMasqFixture6(t *testing.T) *masqFixture {
 	t.Helper()
@@ -129,9 +129,9 @@ func newMasqFixture6(t *testing.T) *masqFixture {
 			}
 		}
 	}
-	p, err := New(Config{Family: service.IPv6, IPVS: f.ipvs, Links: f.links, NodeName: "node-a",
-		NodeIPs: []netip.Addr{netip.MustParseAddr("198.19.0.1"), nodeIP6}, IPTables: f.ipt, IPSets: f.sets,
-		Sysctls: f.sysctls, ClusterCIDR: netip.MustParsePrefix("2001:db8:19::/64")})
+	p, err := New(Config{Node: dataplane.Node{Family: service.IPv6, NodeName: "node-a", NodePortIPs: []netip.Addr{netip.MustParseAddr("198.19.0.1"), nodeIP6}, ClusterCIDR: netip.MustParsePrefix("2001:db8:19::/64")}, IPVS: f.ipvs, Links: f.links,
+		IPTables: f.ipt, IPSets: f.sets,
+		Sysctls: f.sysctls})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,7 +87,7 @@ var masqHooks = []struct {
 // renderRules renders the nat rules for cfg as iptables-restore text. They depend on
 // the configuration only, never on the services: those are in the sets.
 func renderRules(cfg *Config) []byte {
-	mark := fmt.Sprintf("0x%08x", uint32(1)<<cfg.MasqueradeBit)
+	mark := fmt.Sprintf("0x%08x", cfg.Mark())
 	clusterIPs, external, loopback := SetName(cfg.Family, SetClusterIPs), SetName(cfg.Family, SetExternal), SetName(cfg.Family, SetLoopback)
 	var b bytes.Buffer
 	b.WriteString("*nat\n")
@@ -137,33 +137,33 @@ func wantedSets(fam service.Family, w wanted) []ipset.Set {
 // syncMasq makes the ip sets and the nat rules match w: the sets first (a rule can
 // only name a set that exists), then the rules, then the hooks. Each is written only
 // when the kernel differs, so a Sync that changes nothing writes nothing.
-func (p *Proxier) syncMasq(ctx context.Context, w wanted) error {
-	if p.cfg.IPTables == nil || p.cfg.IPSets == nil {
+func (d *Dataplane) syncMasq(ctx context.Context, w wanted) error {
+	if d.cfg.IPTables == nil || d.cfg.IPSets == nil {
 		return nil
 	}
-	have, err := p.cfg.IPSets.List(ctx)
+	have, err := d.cfg.IPSets.List(ctx)
 	if err != nil {
 		return fmt.Errorf("masquerade: %w", err)
 	}
 	var stale []ipset.Set
-	for _, s := range wantedSets(p.cfg.Family, w) {
+	for _, s := range wantedSets(d.cfg.Family, w) {
 		if !sameSet(s, have) {
 			stale = append(stale, s)
 		}
 	}
 	if len(stale) > 0 {
-		if err := p.cfg.IPSets.Restore(ctx, ipset.ReplaceScript(stale...)); err != nil {
+		if err := d.cfg.IPSets.Restore(ctx, ipset.ReplaceScript(stale...)); err != nil {
 			return fmt.Errorf("masquerade: %w", err)
 		}
 	}
-	rules := renderRules(&p.cfg)
-	saved, err := p.cfg.IPTables.Save(ctx, kiptables.TableNAT)
+	rules := renderRules(&d.cfg)
+	saved, err := d.cfg.IPTables.Save(ctx, kiptables.TableNAT)
 	if err != nil {
 		return fmt.Errorf("masquerade: %w", err)
 	}
 	if !maps.Equal(ruleCounts(saved), ruleCounts(rules)) {
-		if err := p.cfg.IPTables.Restore(ctx, rules); err != nil {
-			p.restoreFailures.Add(1)
+		if err := d.cfg.IPTables.Restore(ctx, rules); err != nil {
+			d.restoreFailures.Add(1)
 			return fmt.Errorf("masquerade: %w", err)
 		}
 	}
@@ -171,7 +171,7 @@ func (p *Proxier) syncMasq(ctx context.Context, w wanted) error {
 		if hooked(saved, h.chain, h.args[len(h.args)-1]) {
 			continue // the nat table just saved shows it: no `iptables -C` per sync
 		}
-		if _, err := p.cfg.IPTables.EnsureRule(ctx, kiptables.Prepend, kiptables.TableNAT, h.chain, h.args...); err != nil {
+		if _, err := d.cfg.IPTables.EnsureRule(ctx, kiptables.Prepend, kiptables.TableNAT, h.chain, h.args...); err != nil {
 			return fmt.Errorf("masquerade: hook nat/%s -> %s: %w", h.chain, h.args[len(h.args)-1], err)
 		}
 	}
@@ -220,33 +220,33 @@ func ruleCounts(text []byte) map[string]int {
 
 // cleanupMasq removes the hooks, then the chains (flushed and deleted in one
 // restore), then the sets, which the kernel keeps while a rule names them.
-func (p *Proxier) cleanupMasq(ctx context.Context) error {
-	if p.cfg.IPTables == nil || p.cfg.IPSets == nil {
+func (d *Dataplane) cleanupMasq(ctx context.Context) error {
+	if d.cfg.IPTables == nil || d.cfg.IPSets == nil {
 		return nil
 	}
 	var errs []error
 	for _, h := range masqHooks {
-		if err := p.cfg.IPTables.DeleteRule(ctx, kiptables.TableNAT, h.chain, h.args...); err != nil {
+		if err := d.cfg.IPTables.DeleteRule(ctx, kiptables.TableNAT, h.chain, h.args...); err != nil {
 			errs = append(errs, fmt.Errorf("masquerade: delete hook nat/%s: %w", h.chain, err))
 		}
 	}
-	if err := p.cfg.IPTables.Restore(ctx, kiptables.DeleteChains(kiptables.TableNAT, ourChains...)); err != nil {
+	if err := d.cfg.IPTables.Restore(ctx, kiptables.DeleteChains(kiptables.TableNAT, ourChains...)); err != nil {
 		errs = append(errs, fmt.Errorf("masquerade: delete chains: %w", err))
 	}
-	have, err := p.cfg.IPSets.List(ctx)
+	have, err := d.cfg.IPSets.List(ctx)
 	if err != nil {
 		return errors.Join(append(errs, fmt.Errorf("masquerade: %w", err))...)
 	}
 	var names []string
 	for _, s := range have {
-		for _, o := range ourSets(p.cfg.Family) {
+		for _, o := range ourSets(d.cfg.Family) {
 			if s.Name == o.Name || s.Name == ipset.TempName(o.Name) {
 				names = append(names, s.Name)
 			}
 		}
 	}
 	if len(names) > 0 {
-		if err := p.cfg.IPSets.Restore(ctx, ipset.DestroyScript(names...)); err != nil {
+		if err := d.cfg.IPSets.Restore(ctx, ipset.DestroyScript(names...)); err != nil {
 			errs = append(errs, fmt.Errorf("masquerade: %w", err))
 		}
 	}
@@ -255,29 +255,29 @@ func (p *Proxier) cleanupMasq(ctx context.Context) error {
 
 // syncSysctls sets the parameters of Config.Sysctls once, writing only those that
 // differ.
-func (p *Proxier) syncSysctls(ctx context.Context) error {
-	if p.cfg.Sysctls == nil || p.sysctlsDone {
+func (d *Dataplane) syncSysctls(ctx context.Context) error {
+	if d.cfg.Sysctls == nil || d.sysctlsDone {
 		return nil
 	}
 	want := [][2]string{
 		{"net.ipv4.vs.expire_nodest_conn", "1"},
 		{"net.ipv4.vs.expire_quiescent_template", "1"},
 	}
-	if p.cfg.IPTables != nil && p.cfg.IPSets != nil {
+	if d.cfg.IPTables != nil && d.cfg.IPSets != nil {
 		want = append(want, [2]string{"net.ipv4.vs.conntrack", "1"})
 	}
-	if p.cfg.StrictARP {
+	if d.cfg.StrictARP {
 		want = append(want, [2]string{"net.ipv4.conf.all.arp_ignore", "1"}, [2]string{"net.ipv4.conf.all.arp_announce", "2"})
 	}
 	for _, kv := range want {
-		v, err := p.cfg.Sysctls.Sysctl(ctx, kv[0])
+		v, err := d.cfg.Sysctls.Sysctl(ctx, kv[0])
 		if err == nil && v == kv[1] {
 			continue
 		}
-		if err := p.cfg.Sysctls.SetSysctl(ctx, kv[0], kv[1]); err != nil {
+		if err := d.cfg.Sysctls.SetSysctl(ctx, kv[0], kv[1]); err != nil {
 			return err
 		}
 	}
-	p.sysctlsDone = true
+	d.sysctlsDone = true
 	return nil
 }

@@ -42,7 +42,7 @@ var (
 	pod         = netip.MustParseAddr("198.19.5.5")
 )
 
-// masqFixture is a Proxier with every kernel Fake: the ip sets are mirrored into the
+// masqFixture is a Dataplane with every kernel Fake: the ip sets are mirrored into the
 // iptables Fake so packets can be traced through the rules.
 type masqFixture struct {
 	*fixture

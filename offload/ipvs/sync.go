@@ -11,29 +11,29 @@ import (
 	"github.com/svcproxy/svcproxy/service"
 )
 
-// Sync makes IPVS and the dummy interface match snap. It goes on after an error with
-// one object and returns all of them joined. Real servers being drained are finished
-// by a later Sync: call it again periodically (the caller's resync) while Draining is
-// not zero.
-func (p *Proxier) Sync(ctx context.Context, snap *service.Snapshot) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	w, errs := p.desired(snap)
+// reconcile makes IPVS and the dummy interface match snap: the Syncer's
+// Apply, so Sync runs it. It goes on after an error with one object and
+// returns all of them joined. Real servers being drained are finished by a
+// later sync: the Syncer resyncs every second while Draining is not zero.
+func (d *Dataplane) reconcile(ctx context.Context, snap *service.Snapshot) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	w, errs := d.desired(snap)
 	udp := staleSelection(w) // before syncVirtualServer consumes w's real servers
-	dev := p.cfg.Interface
-	if err := p.syncSysctls(ctx); err != nil {
+	dev := d.cfg.Interface
+	if err := d.syncSysctls(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	// Masquerade before the virtual servers: a new service's first packets are
 	// already marked.
-	if err := p.syncMasq(ctx, w); err != nil {
+	if err := d.syncMasq(ctx, w); err != nil {
 		errs = append(errs, err)
 	}
 
-	if err := p.cfg.Links.EnsureDummy(ctx, dev); err != nil {
+	if err := d.cfg.Links.EnsureDummy(ctx, dev); err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	have, err := p.cfg.Links.Addresses(ctx, dev)
+	have, err := d.cfg.Links.Addresses(ctx, dev)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
@@ -44,34 +44,34 @@ func (p *Proxier) Sync(ctx context.Context, snap *service.Snapshot) error {
 	}
 	for ip := range w.addrs {
 		if !onDev[ip] {
-			if err := p.cfg.Links.AddAddress(ctx, dev, hostPrefix(ip)); err != nil && !errors.Is(err, link.ErrExist) {
+			if err := d.cfg.Links.AddAddress(ctx, dev, hostPrefix(ip)); err != nil && !errors.Is(err, link.ErrExist) {
 				errs = append(errs, err)
 			}
 		}
 	}
 
-	vss, err := p.cfg.IPVS.VirtualServers(ctx)
+	vss, err := d.cfg.IPVS.VirtualServers(ctx)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
 	current := map[kipvs.Key]kipvs.VirtualServer{}
 	for _, vs := range vss {
-		if p.cfg.Family.Has(vs.Key.Addr.Addr()) { // the other family's Proxier keeps its own
+		if d.cfg.Family.Has(vs.Key.Addr.Addr()) { // the other family's Dataplane keeps its own
 			current[vs.Key] = vs
 		}
 	}
 	for key, wvs := range w.vss {
-		errs = append(errs, p.syncVirtualServer(ctx, wvs, current)...)
+		errs = append(errs, d.syncVirtualServer(ctx, wvs, current)...)
 		delete(current, key)
 	}
 	// What is left is not wanted: if it is ours, it is retired: drained, then
 	// deleted. Its address stays while it drains.
 	retiring := map[netip.Addr]bool{}
 	for key := range current {
-		if !p.ours(key, onDev) {
+		if !d.ours(key, onDev) {
 			continue
 		}
-		gone, err := p.retire(ctx, key)
+		gone, err := d.retire(ctx, key)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -81,11 +81,11 @@ func (p *Proxier) Sync(ctx context.Context, snap *service.Snapshot) error {
 	}
 	// The UDP entries this sync left stale go once the virtual servers are
 	// as wanted: a client's next datagram finds the new ones.
-	p.cleanConntrack(ctx, udp)
+	d.cleanConntrack(ctx, udp)
 	// Addresses last, once no virtual server uses them.
 	for _, pfx := range have {
-		if p.mine(pfx) && !w.addrs[pfx.Addr()] && !retiring[pfx.Addr()] {
-			if err := p.cfg.Links.DeleteAddress(ctx, dev, pfx); err != nil && !errors.Is(err, link.ErrNotExist) {
+		if d.mine(pfx) && !w.addrs[pfx.Addr()] && !retiring[pfx.Addr()] {
+			if err := d.cfg.Links.DeleteAddress(ctx, dev, pfx); err != nil && !errors.Is(err, link.ErrNotExist) {
 				errs = append(errs, err)
 			}
 		}
@@ -93,29 +93,29 @@ func (p *Proxier) Sync(ctx context.Context, snap *service.Snapshot) error {
 	return errors.Join(errs...)
 }
 
-// mine reports whether an address of the dummy interface is this Proxier's to
+// mine reports whether an address of the dummy interface is this Dataplane's to
 // remove: a service address of its family (the kernel's own IPv6 link-local
 // address is nobody's).
-func (p *Proxier) mine(pfx netip.Prefix) bool {
-	return p.cfg.Family.Has(pfx.Addr()) && !pfx.Addr().IsLinkLocalUnicast()
+func (d *Dataplane) mine(pfx netip.Prefix) bool {
+	return d.cfg.Family.Has(pfx.Addr()) && !pfx.Addr().IsLinkLocalUnicast()
 }
 
-// ours reports whether a virtual server is svcproxy's and of this Proxier's
+// ours reports whether a virtual server is svcproxy's and of this Dataplane's
 // family: its address is on the dummy interface, or it is a NodePort on a node
 // address.
-func (p *Proxier) ours(k kipvs.Key, onDev map[netip.Addr]bool) bool {
+func (d *Dataplane) ours(k kipvs.Key, onDev map[netip.Addr]bool) bool {
 	a := k.Addr.Addr()
-	if !p.cfg.Family.Has(a) {
+	if !d.cfg.Family.Has(a) {
 		return false
 	}
 	if onDev[a] {
 		return true
 	}
 	port := k.Addr.Port()
-	if port < p.cfg.NodePortRange[0] || port > p.cfg.NodePortRange[1] {
+	if port < d.cfg.NodePortRange[0] || port > d.cfg.NodePortRange[1] {
 		return false
 	}
-	for _, ip := range p.cfg.NodeIPs {
+	for _, ip := range d.cfg.NodePortIPs {
 		if ip == a {
 			return true
 		}
@@ -123,8 +123,8 @@ func (p *Proxier) ours(k kipvs.Key, onDev map[netip.Addr]bool) bool {
 	return false
 }
 
-func (p *Proxier) syncVirtualServer(ctx context.Context, w *wantedVS, current map[kipvs.Key]kipvs.VirtualServer) []error {
-	ipvs := p.cfg.IPVS
+func (d *Dataplane) syncVirtualServer(ctx context.Context, w *wantedVS, current map[kipvs.Key]kipvs.VirtualServer) []error {
+	ipvs := d.cfg.IPVS
 	have, ok := current[w.vs.Key]
 	switch {
 	case !ok:
@@ -149,12 +149,12 @@ func (p *Proxier) syncVirtualServer(ctx context.Context, w *wantedVS, current ma
 		var err error
 		switch {
 		case !wanted:
-			err = p.drain(ctx, w.vs.Key, rs)
+			err = d.drain(ctx, w.vs.Key, rs)
 		case rs.Weight != weight:
-			delete(p.draining, realKey{w.vs.Key, rs.Addr}) // back before it was gone
+			delete(d.draining, realKey{w.vs.Key, rs.Addr}) // back before it was gone
 			err = ipvs.UpdateRealServer(ctx, w.vs.Key, kipvs.RealServer{Addr: rs.Addr, Weight: weight})
 		default:
-			delete(p.draining, realKey{w.vs.Key, rs.Addr})
+			delete(d.draining, realKey{w.vs.Key, rs.Addr})
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("service port %s: %w", w.port, err))
@@ -174,27 +174,27 @@ func (p *Proxier) syncVirtualServer(ctx context.Context, w *wantedVS, current ma
 // kube-proxy's graceful termination: active and inactive, since a half-closed
 // connection still carries data) or GracePeriod after the drain began. UDP has no
 // connection to finish: deleted at once.
-func (p *Proxier) drain(ctx context.Context, vs kipvs.Key, rs kipvs.RealServer) error {
+func (d *Dataplane) drain(ctx context.Context, vs kipvs.Key, rs kipvs.RealServer) error {
 	key := realKey{vs, rs.Addr}
-	now := p.cfg.Now()
-	start, draining := p.draining[key]
+	now := d.cfg.Now()
+	start, draining := d.draining[key]
 	if !draining {
 		start = now
 	}
 	idle := rs.ActiveConns+rs.InactiveConns == 0
-	if vs.Protocol == kipvs.UDP || idle || now.Sub(start) >= p.cfg.GracePeriod {
-		delete(p.draining, key)
-		err := p.cfg.IPVS.DeleteRealServer(ctx, vs, rs.Addr)
+	if vs.Protocol == kipvs.UDP || idle || now.Sub(start) >= d.cfg.GracePeriod {
+		delete(d.draining, key)
+		err := d.cfg.IPVS.DeleteRealServer(ctx, vs, rs.Addr)
 		if errors.Is(err, kipvs.ErrNotExist) {
 			return nil
 		}
 		return err
 	}
-	p.draining[key] = start
+	d.draining[key] = start
 	if rs.Weight == 0 {
 		return nil
 	}
-	return p.cfg.IPVS.UpdateRealServer(ctx, vs, kipvs.RealServer{Addr: rs.Addr, Weight: 0})
+	return d.cfg.IPVS.UpdateRealServer(ctx, vs, kipvs.RealServer{Addr: rs.Addr, Weight: 0})
 }
 
 // retire takes a virtual server that is no longer wanted (its Service was
@@ -207,10 +207,10 @@ func (p *Proxier) drain(ctx context.Context, vs kipvs.Key, rs kipvs.RealServer) 
 // port unreachable), unless a portal or another path catches it first (hybrid
 // adds the portal before it lets the port go). It reports whether the virtual
 // server is gone.
-func (p *Proxier) retire(ctx context.Context, vs kipvs.Key) (bool, error) {
-	reals, err := p.cfg.IPVS.RealServers(ctx, vs)
+func (d *Dataplane) retire(ctx context.Context, vs kipvs.Key) (bool, error) {
+	reals, err := d.cfg.IPVS.RealServers(ctx, vs)
 	if errors.Is(err, kipvs.ErrNotExist) {
-		p.forgetDrains(vs)
+		d.forgetDrains(vs)
 		return true, nil
 	}
 	if err != nil {
@@ -218,11 +218,11 @@ func (p *Proxier) retire(ctx context.Context, vs kipvs.Key) (bool, error) {
 	}
 	var errs []error
 	for _, rs := range reals {
-		if err := p.drain(ctx, vs, rs); err != nil {
+		if err := d.drain(ctx, vs, rs); err != nil {
 			errs = append(errs, fmt.Errorf("retiring virtual server %s: %w", vs.Addr, err))
 		}
 	}
-	for k := range p.draining {
+	for k := range d.draining {
 		if k.vs == vs {
 			return false, errors.Join(errs...) // still draining
 		}
@@ -230,26 +230,27 @@ func (p *Proxier) retire(ctx context.Context, vs kipvs.Key) (bool, error) {
 	if len(errs) > 0 {
 		return false, errors.Join(errs...)
 	}
-	if err := p.cfg.IPVS.DeleteVirtualServer(ctx, vs); err != nil && !errors.Is(err, kipvs.ErrNotExist) {
+	if err := d.cfg.IPVS.DeleteVirtualServer(ctx, vs); err != nil && !errors.Is(err, kipvs.ErrNotExist) {
 		return false, err
 	}
 	return true, nil
 }
 
-func (p *Proxier) forgetDrains(vs kipvs.Key) {
-	for k := range p.draining {
+func (d *Dataplane) forgetDrains(vs kipvs.Key) {
+	for k := range d.draining {
 		if k.vs == vs {
-			delete(p.draining, k)
+			delete(d.draining, k)
 		}
 	}
 }
 
-// Connections returns, per service port this Proxier carries, the connections
-// its virtual servers have accepted (one per service address, one per node
-// address for a NodePort): what hybrid mode's promoter watches once a port is
-// in the kernel. The keys come from the same desired state Sync applies.
-func (p *Proxier) Connections(ctx context.Context, snap *service.Snapshot) (map[service.PortName]uint64, error) {
-	vss, err := p.cfg.IPVS.VirtualServers(ctx)
+// connections returns, per service port this Dataplane carries, the
+// connections its virtual servers have accepted (one per service address, one
+// per node address for a NodePort): what hybrid mode's promoter watches once a
+// port is in the kernel. The keys come from the same desired state reconcile
+// applies.
+func (d *Dataplane) connections(ctx context.Context, snap *service.Snapshot) (map[service.PortName]uint64, error) {
+	vss, err := d.cfg.IPVS.VirtualServers(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +258,7 @@ func (p *Proxier) Connections(ctx context.Context, snap *service.Snapshot) (map[
 	for _, vs := range vss {
 		conns[vs.Key] = vs.Stats.Connections
 	}
-	w, _ := p.desired(snap) // annotation errors are Sync's to report
+	w, _ := d.desired(snap) // annotation errors are Sync's to report
 	out := make(map[service.PortName]uint64)
 	for key, wvs := range w.vss {
 		out[wvs.port] += uint64(conns[key])
@@ -267,46 +268,46 @@ func (p *Proxier) Connections(ctx context.Context, snap *service.Snapshot) (map[
 
 // Draining is the number of real servers waiting at weight 0 for their connections
 // to end.
-func (p *Proxier) Draining() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.draining)
+func (d *Dataplane) Draining() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.draining)
 }
 
-// Cleanup removes what svcproxy made in IPVS mode in the Proxier's family: its
+// Cleanup removes what svcproxy made in IPVS mode in the Dataplane's family: its
 // virtual servers, its service IPs on the dummy interface, and its masquerade
 // rules and ip sets; the dummy interface goes with the last service IP of
 // either family (svcproxy --cleanup runs it for both families, in any order).
 // Nothing there is no error. Sysctls are left as they are.
-func (p *Proxier) Cleanup(ctx context.Context) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+func (d *Dataplane) Cleanup(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	var errs []error
 	onDev := map[netip.Addr]bool{}
-	have, err := p.cfg.Links.Addresses(ctx, p.cfg.Interface)
+	have, err := d.cfg.Links.Addresses(ctx, d.cfg.Interface)
 	if err != nil && !errors.Is(err, link.ErrNotExist) {
 		errs = append(errs, err)
 	}
 	for _, pfx := range have {
 		onDev[pfx.Addr()] = true
 	}
-	vss, err := p.cfg.IPVS.VirtualServers(ctx)
+	vss, err := d.cfg.IPVS.VirtualServers(ctx)
 	if err != nil {
 		errs = append(errs, err)
 	}
 	for _, vs := range vss {
-		if p.ours(vs.Key, onDev) {
-			if err := p.cfg.IPVS.DeleteVirtualServer(ctx, vs.Key); err != nil && !errors.Is(err, kipvs.ErrNotExist) {
+		if d.ours(vs.Key, onDev) {
+			if err := d.cfg.IPVS.DeleteVirtualServer(ctx, vs.Key); err != nil && !errors.Is(err, kipvs.ErrNotExist) {
 				errs = append(errs, err)
 			}
 		}
 	}
-	clear(p.draining)
+	clear(d.draining)
 	others := false // service IPs of the other family: its Cleanup deletes the link
 	for _, pfx := range have {
 		switch {
-		case p.mine(pfx):
-			if err := p.cfg.Links.DeleteAddress(ctx, p.cfg.Interface, pfx); err != nil && !errors.Is(err, link.ErrNotExist) {
+		case d.mine(pfx):
+			if err := d.cfg.Links.DeleteAddress(ctx, d.cfg.Interface, pfx); err != nil && !errors.Is(err, link.ErrNotExist) {
 				errs = append(errs, err)
 			}
 		case !pfx.Addr().IsLinkLocalUnicast():
@@ -314,11 +315,11 @@ func (p *Proxier) Cleanup(ctx context.Context) error {
 		}
 	}
 	if !others {
-		if err := p.cfg.Links.DeleteLink(ctx, p.cfg.Interface); err != nil && !errors.Is(err, link.ErrNotExist) {
+		if err := d.cfg.Links.DeleteLink(ctx, d.cfg.Interface); err != nil && !errors.Is(err, link.ErrNotExist) {
 			errs = append(errs, err)
 		}
 	}
-	if err := p.cleanupMasq(ctx); err != nil {
+	if err := d.cleanupMasq(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
 	"github.com/svcproxy/svcproxy/kernel/link"
@@ -18,16 +19,15 @@ type fixture struct {
 	links *link.Fake
 	ct    *conntrack.Fake
 	now   time.Time
-	p     *Proxier
+	p     *Dataplane
 }
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	f := &fixture{ipvs: kipvs.NewFake(), links: link.NewFake(), ct: conntrack.NewFake(), now: time.Unix(1000, 0)}
 	p, err := New(Config{
-		IPVS: f.ipvs, Links: f.links, Conntrack: f.ct, NodeName: "node-a",
-		NodeIPs: []netip.Addr{netip.MustParseAddr("198.19.0.1")},
-		Now:     func() time.Time { return f.now },
+		IPVS: f.ipvs, Links: f.links, Conntrack: f.ct, Node: dataplane.Node{NodeName: "node-a", NodePortIPs: []netip.Addr{netip.MustParseAddr("198.19.0.1")}},
+		Now: func() time.Time { return f.now },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -358,11 +358,11 @@ func TestConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := f.p.Connections(context.Background(), service.NewSnapshot([]*service.Service{svc}, nil))
+	http, dns := svc.Ports[0].Name, svc.Ports[1].Name
+	got, err := f.p.Connections(context.Background(), service.NewSnapshot([]*service.Service{svc}, nil), dataplane.PortSet{http: true, dns: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	http, dns := svc.Ports[0].Name, svc.Ports[1].Name
 	if got[http] != 8 || got[dns] != 7 {
 		t.Errorf("Connections = %v, want %s=8 %s=7", got, http, dns)
 	}
@@ -380,7 +380,7 @@ func TestSyncRetiresDraining(t *testing.T) {
 	}{
 		{"service deleted", func(f *fixture) *service.Snapshot { return service.NewSnapshot(nil, nil) }},
 		{"port deselected (hybrid demotion)", func(f *fixture) *service.Snapshot {
-			f.p.cfg.Select = func(service.PortName) bool { return false }
+			f.p.cfg.Carries = func(service.PortName) bool { return false }
 			return service.NewSnapshot([]*service.Service{web([]string{"198.19.1.2", "198.19.1.3"})}, nil)
 		}},
 	} {

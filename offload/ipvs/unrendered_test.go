@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/kernel/ipset"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
@@ -32,18 +33,18 @@ func TestUnrenderedFields(t *testing.T) {
 	})
 }
 
-// fakePath is a Proxier on Fakes, as servicetest's checks drive it.
+// fakePath is a Dataplane on Fakes, as servicetest's checks drive it.
 type fakePath struct {
 	ipvs  *kipvs.Fake
 	links *link.Fake
 	sets  *ipset.Fake
 	ipt   *kiptables.Fake
-	p     *Proxier
+	p     *Dataplane
 }
 
 func (fp *fakePath) Restart(t *testing.T) {
-	p, err := New(Config{IPVS: fp.ipvs, Links: fp.links, IPSets: fp.sets, IPTables: fp.ipt, NodeName: st.ThisNode,
-		NodeIPs: []netip.Addr{netip.MustParseAddr("198.19.0.1")}, ClusterCIDR: netip.MustParsePrefix("198.19.1.0/24")})
+	p, err := New(Config{IPVS: fp.ipvs, Links: fp.links, IPSets: fp.sets, IPTables: fp.ipt, Node: dataplane.Node{NodeName: st.ThisNode,
+		NodePortIPs: []netip.Addr{netip.MustParseAddr("198.19.0.1")}, ClusterCIDR: netip.MustParsePrefix("198.19.1.0/24")}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,8 @@ package watch
 import (
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -140,3 +142,26 @@ func (c *contentTypes) get(path string) string {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// --master names the API server over the kubeconfig's, as kube-proxy's
+// createClient does, and alone needs no kubeconfig.
+func TestRestConfigMaster(t *testing.T) {
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	doc := "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: \"https://198.19.0.1:6443\"}\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user: {token: t}\n"
+	if err := os.WriteFile(kc, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ path, master, want string }{
+		{kc, "", "https://198.19.0.1:6443"},
+		{kc, "https://198.19.0.9:6443", "https://198.19.0.9:6443"},
+		{"", "http://127.0.0.1:8080", "http://127.0.0.1:8080"},
+	} {
+		rc, err := restConfig(tt.path, tt.master)
+		if err != nil {
+			t.Fatalf("restConfig(%q, %q): %v", tt.path, tt.master, err)
+		}
+		if rc.Host != tt.want {
+			t.Errorf("restConfig(%q, %q): host %q, want %q", tt.path, tt.master, rc.Host, tt.want)
+		}
+	}
+}

@@ -32,6 +32,13 @@ type Config struct {
 	// Kubeconfig is the path of a kubeconfig file. When both it and
 	// ServicesFile are "", the in-cluster config (service account) is used.
 	Kubeconfig string
+	// Master, when not "", is the API server's URL, over the kubeconfig's
+	// or the in-cluster one (kube-proxy's --master).
+	Master string
+	// QPS and Burst limit the client's requests as client-go's rest.Config
+	// does; 0 is client-go's default (5 and 10, kube-proxy's too).
+	QPS   float32
+	Burst int
 	// ServicesFile is a manifests file (see LoadManifests), watched for changes.
 	ServicesFile string
 	// MaxFileBytes bounds ServicesFile; a larger file is refused with
@@ -137,10 +144,11 @@ func newWatcher(cfg Config, lw *listWatchers) (*Watcher, error) {
 		if cfg.Kubeconfig != "" {
 			w.source = "kubeconfig " + cfg.Kubeconfig
 		}
-		rc, err := restConfig(cfg.Kubeconfig)
+		rc, err := restConfig(cfg.Kubeconfig, cfg.Master)
 		if err != nil {
 			return nil, err
 		}
+		rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
 		rc.WarningHandler = &warningLogger{log: w.log, seen: make(map[string]bool)}
 		if w.api, err = apiListWatchers(rc, sel); err != nil {
 			return nil, err
@@ -157,16 +165,18 @@ func newWatcher(cfg Config, lw *listWatchers) (*Watcher, error) {
 // a Snapshot includes.
 func (w *Watcher) Changes() (services, endpoints uint64) { return w.tracker.counts.load() }
 
-// restConfig loads a kubeconfig file, or the in-cluster config when path is "".
-func restConfig(path string) (*rest.Config, error) {
-	if path == "" {
+// restConfig loads a kubeconfig file, or the in-cluster config when path is
+// "", with master, when not "", as the server's URL (kube-proxy's
+// createClient: clientcmd's BuildConfigFromFlags does both).
+func restConfig(path, master string) (*rest.Config, error) {
+	if path == "" && master == "" {
 		rc, err := rest.InClusterConfig()
 		if err != nil {
 			return nil, fmt.Errorf("in-cluster config (no --kubeconfig or --services given): %w", err)
 		}
 		return rc, nil
 	}
-	rc, err := clientcmd.BuildConfigFromFlags("", path)
+	rc, err := clientcmd.BuildConfigFromFlags(master, path)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig %s: %w", path, err)
 	}

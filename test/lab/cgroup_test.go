@@ -11,6 +11,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // svclab up starts every pod's server, and every command run in a pod or in
@@ -27,9 +28,9 @@ func TestCgroupSubtree(t *testing.T) {
 	if out, err := svclab(ctx, bin, "up"); err != nil {
 		t.Fatalf("svclab up: %v\n%s", err, out)
 	}
-	plan := lab.DefaultPlan()
+	plan := topology.DefaultPlan()
 	for _, h := range plan.Hosts {
-		if h.Role != lab.RolePod {
+		if h.Role != topology.RolePod {
 			continue
 		}
 		pid, err := os.ReadFile(filepath.Join(lab.DefaultStateDir, "pod-"+h.Name+".pid"))

@@ -18,6 +18,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // Where TestWebPage leaves its picture of the page (paths from test/lab,
@@ -212,9 +213,9 @@ func startWeb(t *testing.T, bin string) string {
 
 // webState is what the test reads of /api/state.
 type webState struct {
-	Hosts    []lab.HostRow     `json:"hosts"`
-	Services *lab.ServicesView `json:"services"`
-	Error    string            `json:"error"`
+	Hosts    []topology.HostRow `json:"hosts"`
+	Services *lab.ServicesView  `json:"services"`
+	Error    string             `json:"error"`
 }
 
 func (s *webState) port(name string) *lab.ServicePortView {

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // The lab in the VM: `make lab-ipvs` boots the guest that NewLabGuest describes and
@@ -85,9 +86,9 @@ func NewLabGuest(binDir string, command ...string) (Guest, error) {
 // svclab draws no progress bars on the serial console.
 var DemoCommand = []string{"/bin/sh", "-c", labEnv + "set -o pipefail; svclab demo --control-plane=false 2>&1 | cat"}
 
-// labEnv gives the lab's timeouts ten times as long (lab.SlowdownEnv): under TCG the
+// labEnv gives the lab's timeouts ten times as long (topology.SlowdownEnv): under TCG the
 // guest runs several times slower than the host, more on a busy machine.
-const labEnv = "export " + lab.SlowdownEnv + "=10; "
+const labEnv = "export " + topology.SlowdownEnv + "=10; "
 
 // ShellCommand is `make lab-ipvs-shell`'s: a login shell on the console, with a
 // controlling terminal (cttyhack) so Ctrl-C reaches the command it runs. Leaving

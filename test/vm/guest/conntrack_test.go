@@ -12,6 +12,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	"github.com/svcproxy/svcproxy/offload/ipvs"
 	"github.com/svcproxy/svcproxy/service"
@@ -25,10 +26,10 @@ import (
 // real server away no entry of the sender may lead to it any more, and the
 // sender is refused (IPVS has no real server to give it); twice, as
 // internal/offloadtest's CheckUDPOneWayToZero does for the rule modes: in a
-// sync of the running Proxier, and at the first sync of a new one, which
+// sync of the running Dataplane, and at the first sync of a new one, which
 // finds the entry an earlier process left (kubernetes#139629).
 //
-// Unlike the rule modes' check, this one also passes without the Proxier's
+// Unlike the rule modes' check, this one also passes without the Dataplane's
 // conntrack cleanup (tried: with staleSelection leaving frontends without
 // real servers out): the sync deletes the UDP real server at once, the
 // sender's next datagram expires its IPVS connection (expire_nodest_conn=1,
@@ -45,14 +46,14 @@ func TestOffloadUDPOneWayToZero(t *testing.T) {
 	udpVIP := netip.AddrPortFrom(webVIP.Addr(), 53)
 	backend := backendIPs[0]
 	first := sinkUDP(t, l.backend, netip.AddrPortFrom(backend, backendPort))
-	newProxier := func() *ipvs.Proxier {
-		p, err := ipvs.New(ipvs.Config{IPVS: l.ipvs, Links: l.links, NodeIPs: []netip.Addr{nodeIP},
+	newProxier := func() *ipvs.Dataplane {
+		p, err := ipvs.New(ipvs.Config{IPVS: l.ipvs, Links: l.links, Node: dataplane.Node{NodePortIPs: []netip.Addr{nodeIP}},
 			Now: time.Now, GracePeriod: time.Minute, Conntrack: conntrack.Netlink{}})
 		must(t, err)
 		t.Cleanup(func() { p.Cleanup(context.Background()) })
 		return p
 	}
-	sync := func(p *ipvs.Proxier, snap *service.Snapshot) {
+	sync := func(p *ipvs.Dataplane, snap *service.Snapshot) {
 		t.Helper()
 		// The conntrack cleanup acts in the calling thread's namespace.
 		l.director.do(t, func() error { return p.Sync(context.Background(), snap) })

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
 	"github.com/svcproxy/svcproxy/kernel/link"
 	"github.com/svcproxy/svcproxy/offload/ipvs"
@@ -18,11 +19,11 @@ type clock struct{ now time.Time }
 
 func (c *clock) Now() time.Time { return c.now }
 
-// newProxier makes an offload/ipvs Proxier on the lab's director.
-func (l *lab) newProxier(t *testing.T, clk *clock) *ipvs.Proxier {
+// newProxier makes an offload/ipvs Dataplane on the lab's director.
+func (l *lab) newProxier(t *testing.T, clk *clock) *ipvs.Dataplane {
 	t.Helper()
 	p, err := ipvs.New(ipvs.Config{
-		IPVS: l.ipvs, Links: l.links, NodeIPs: []netip.Addr{nodeIP}, Now: clk.Now, GracePeriod: time.Minute,
+		IPVS: l.ipvs, Links: l.links, Node: dataplane.Node{NodePortIPs: []netip.Addr{nodeIP}}, Now: clk.Now, GracePeriod: time.Minute,
 	})
 	must(t, err)
 	t.Cleanup(func() { p.Cleanup(context.Background()) })

@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/offload/ipvs"
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -22,7 +23,7 @@ import (
 // zone label over all three.
 func TestOffloadTopology(t *testing.T) {
 	l := newLab(t)
-	p, err := ipvs.New(ipvs.Config{IPVS: l.ipvs, Links: l.links, NodeIPs: []netip.Addr{nodeIP}, NodeName: "node-a",
+	p, err := ipvs.New(ipvs.Config{IPVS: l.ipvs, Links: l.links, Node: dataplane.Node{NodePortIPs: []netip.Addr{nodeIP}, NodeName: "node-a"},
 		Now: time.Now, GracePeriod: time.Minute})
 	must(t, err)
 	t.Cleanup(func() { p.Cleanup(context.Background()) })

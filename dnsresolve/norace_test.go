@@ -1,0 +1,5 @@
+//go:build !race
+
+package dnsresolve
+
+const raceEnabled = false
