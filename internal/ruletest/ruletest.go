@@ -57,6 +57,9 @@ type Options struct {
 	// NodeIP is the node's own IP, which source ranges may hold
 	// (service.FirewallSources); invalid: unknown.
 	NodeIP netip.Addr
+	// ClusterCIDR is the pod network; invalid: the test cluster's
+	// (ClusterCIDR, or offloadtest's on the real kernel).
+	ClusterCIDR netip.Prefix
 	// CountConnections makes the rules count each port's new connections
 	// (Rig.Connections).
 	CountConnections bool

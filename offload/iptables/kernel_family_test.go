@@ -1,58 +1,18 @@
 package iptables
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
-	"github.com/svcproxy/svcproxy/kernel/conntrack"
-	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
+	"github.com/svcproxy/svcproxy/internal/ruletest"
 	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
-
-// newDualLab is newLab's topology with an IPv6 address next to every IPv4 one
-// (offloadtest.Lab.AddIPv6).
-func newDualLab(t *testing.T) *lab {
-	t.Helper()
-	netnstestRequireIP6tables(t)
-	l := newLab(t)
-	l.AddIPv6(t)
-	return l
-}
-
-func netnstestRequireIP6tables(t *testing.T) {
-	t.Helper()
-	netnstestRequireConntrack(t)
-	if _, err := kiptables.New(kiptables.Config{Family: kiptables.IPv6}); err != nil {
-		t.Skipf("needs ip6tables: %v", err)
-	}
-}
-
-// familyProxier is one family's Proxier on the node's real ip(6)tables.
-func (l *lab) familyProxier(t *testing.T, fam service.Family) (*Proxier, kiptables.Interface) {
-	t.Helper()
-	ipt, err := kiptables.New(kiptables.Config{Family: kiptables.Family(fam)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := l.cfg
-	cfg.Family = fam
-	if fam == service.IPv6 {
-		cfg.ClusterCIDR = offloadtest.ClusterCIDR6
-	}
-	p, err := NewProxier(ProxierConfig{Rules: cfg, IPTables: ipt, Conntrack: conntrack.Netlink{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p, ipt
-}
 
 // A dual-stack Service on the real kernel, with a Proxier per family as
 // svcproxy runs them: each ClusterIP spreads over its family's endpoints and
@@ -60,7 +20,7 @@ func (l *lab) familyProxier(t *testing.T, fam service.Family) (*Proxier, kiptabl
 // on the node's address of each family (masqueraded), a port without
 // endpoints is refused in both, and Cleanup of each family leaves nothing.
 func TestKernelDualStack(t *testing.T) {
-	l := newDualLab(t)
+	l := ruletest.NewDualLab(t, kernelRules)
 	l.ServeTCP(t, 8080)
 	eps := append(l.Endpoints(8080), l.Endpoints6(8080)...)
 	dual := func(name, v4, v6 string, opts ...st.Opt) *service.Service {
@@ -83,11 +43,8 @@ func TestKernelDualStack(t *testing.T) {
 			netip.MustParseAddr("2001:db8:18::11"), netip.MustParseAddr("2001:db8:18::30"),
 			func(i int) string { return fmt.Sprintf("2001:db8:19::%x:1", 0x11+i) }},
 	}
-	ipts := map[service.Family]kiptables.Interface{}
 	for _, f := range families {
-		p, ipt := l.familyProxier(t, f.fam)
-		ipts[f.fam] = ipt
-		l.sync(t, p, snap.Family(f.fam))
+		l.Sync(t, l.Proxier(t, ruletest.Options{Family: f.fam}), snap.Family(f.fam))
 	}
 	for _, f := range families {
 		t.Run(string(f.fam), func(t *testing.T) {
@@ -135,30 +92,19 @@ func TestKernelDualStack(t *testing.T) {
 	}
 
 	for _, f := range families {
-		if err := l.Node.Do(func() error { return Cleanup(context.Background(), ipts[f.fam]) }); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, save := range []string{"iptables-save", "ip6tables-save"} {
-		if out := l.Node.Run(t, save); strings.Contains(out, "SVCP") {
-			t.Errorf("after Cleanup, %s:\n%s", save, out)
+		kernelRules.Cleanup(t, l.Lab, f.fam)
+		if ours := kernelRules.Ours(t, l.Lab, f.fam); ours != "" {
+			t.Errorf("after Cleanup of %s:\n%s", f.fam, ours)
 		}
 	}
 }
 
-// An IPv6 UDP flow keeps its endpoint, and moves when the endpoint leaves:
-// the IPv6 conntrack table is cleaned like the IPv4 one.
+// The IPv6 checks both rule-writing paths share (internal/ruletest): a UDP
+// flow moves when its endpoint leaves, and a one-way sender whose endpoints
+// go to zero is refused, in the IPv6 conntrack table.
 func TestKernelUDPConntrackIPv6(t *testing.T) {
-	l := newDualLab(t)
-	p, _ := l.familyProxier(t, service.IPv6)
-	l.CheckUDPConntrack(t, l.syncer(t, p), service.IPv6)
+	ruletest.KernelUDPConntrack(t, kernelRules, service.IPv6)
 }
-
-// The one-way sender of TestKernelUDPOneWayToZero, over IPv6.
 func TestKernelUDPOneWayToZeroIPv6(t *testing.T) {
-	l := newDualLab(t)
-	l.CheckUDPOneWayToZero(t, func() offloadtest.Sync {
-		p, _ := l.familyProxier(t, service.IPv6)
-		return l.syncer(t, p)
-	}, service.IPv6)
+	ruletest.KernelUDPOneWayToZero(t, kernelRules, service.IPv6)
 }

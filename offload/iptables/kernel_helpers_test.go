@@ -2,10 +2,13 @@ package iptables
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
+	"github.com/svcproxy/svcproxy/internal/ruletest"
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/offload/kernelsync"
@@ -13,52 +16,92 @@ import (
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
-// lab is offloadtest's lab (a node namespace routing between a client and three
-// backends), with iptables mode's rules config for a Proxier on its node.
-type lab struct {
-	*offloadtest.Lab
-	cfg Config
-}
+// kernelRules is iptables mode on the real kernel, as the checks it shares
+// with nftables mode drive it (internal/ruletest): iptables-restore in the
+// node namespace of an offloadtest.Lab.
+var kernelRules ruletest.KernelPath = kernelPath{}
 
-func newLab(t *testing.T) *lab {
+type kernelPath struct{}
+
+func (kernelPath) Require(t *testing.T, family service.Family) {
 	t.Helper()
 	netnstest.RequireRoot(t, "iptables", "iptables-restore", "iptables-save", "sysctl")
-	return &lab{Lab: offloadtest.New(t, st.ThisNode), cfg: Config{NodeName: st.ThisNode, ClusterCIDR: offloadtest.ClusterCIDR}}
+	if family == service.IPv6 {
+		if _, err := kiptables.New(kiptables.Config{Family: kiptables.IPv6}); err != nil {
+			t.Skipf("needs ip6tables: %v", err)
+		}
+	}
 }
 
-// proxier returns a Proxier on the node's real iptables and conntrack.
-func (l *lab) proxier(t *testing.T) *Proxier {
+// ipt is the node's iptables (ip6tables) of family.
+func (kernelPath) ipt(t *testing.T, family service.Family) kiptables.Interface {
 	t.Helper()
-	ipt, err := kiptables.New(kiptables.Config{})
+	cfg := kiptables.Config{}
+	if family != "" {
+		cfg.Family = kiptables.Family(family)
+	}
+	ipt, err := kiptables.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewProxier(ProxierConfig{Rules: l.cfg, IPTables: ipt, Conntrack: conntrack.Netlink{}})
+	return ipt
+}
+
+func (k kernelPath) proxierConfig(t *testing.T, o ruletest.Options) ProxierConfig {
+	cidr := offloadtest.ClusterCIDR
+	if o.Family == service.IPv6 {
+		cidr = offloadtest.ClusterCIDR6
+	}
+	if o.ClusterCIDR.IsValid() {
+		cidr = o.ClusterCIDR
+	}
+	return ProxierConfig{Rules: Config{Family: o.Family, NodeName: st.ThisNode, ClusterCIDR: cidr, NodeIP: o.NodeIP},
+		IPTables: k.ipt(t, o.Family), Conntrack: conntrack.Netlink{}, CountConnections: o.CountConnections,
+		SyncPeriod: o.SyncPeriod, FullSyncPeriod: o.FullSyncPeriod, Now: o.Now}
+}
+
+func (k kernelPath) New(t *testing.T, l *offloadtest.Lab, o ruletest.Options) ruletest.KernelRig {
+	t.Helper()
+	p, err := NewProxier(k.proxierConfig(t, o))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return kernelRig{p}
 }
 
-// syncer is the offloadtest.Sync of p: each call applies a Snapshot with it
-// in the node namespace and returns its Health.
-func (l *lab) syncer(t *testing.T, p *Proxier) offloadtest.Sync {
-	return func(snap *service.Snapshot) kernelsync.Health {
-		l.sync(t, p, snap)
-		return p.Health().Health
-	}
-}
-
-// sync applies snap with p inside the node namespace.
-func (l *lab) sync(t *testing.T, p *Proxier, snap *service.Snapshot) {
+func (k kernelPath) Mode(t *testing.T, l *offloadtest.Lab, o ruletest.Options) (offloadtest.Dataplane, func() kernelsync.Health) {
 	t.Helper()
-	p.Update(snap)
-	if err := l.Node.Do(func() error { return p.Sync(context.Background()) }); err != nil {
+	dp, err := NewDataplane(k.proxierConfig(t, o), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dp, func() kernelsync.Health { return dp.p.Health().Health }
+}
+
+func (k kernelPath) Cleanup(t *testing.T, l *offloadtest.Lab, family service.Family) {
+	t.Helper()
+	ipt := k.ipt(t, family)
+	if err := l.Node.Do(func() error { return Cleanup(context.Background(), ipt) }); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func netnstestRequireConntrack(t *testing.T) {
-	t.Helper()
-	netnstest.RequireRoot(t)
+func (kernelPath) Ours(t *testing.T, l *offloadtest.Lab, family service.Family) string {
+	save := "iptables-save"
+	if family == service.IPv6 {
+		save = "ip6tables-save"
+	}
+	if out := l.Node.Run(t, save); strings.Contains(out, "SVCP") {
+		return out
+	}
+	return ""
 }
+
+func (kernelPath) List(t *testing.T, l *offloadtest.Lab) string {
+	return l.Node.Run(t, "iptables-save", "-c")
+}
+
+// kernelRig is a Proxier on the real kernel.
+type kernelRig struct{ *Proxier }
+
+func (r kernelRig) Health() kernelsync.Health { return r.Proxier.Health().Health }

@@ -2,10 +2,13 @@ package nftables
 
 import (
 	"context"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
+	"github.com/svcproxy/svcproxy/internal/ruletest"
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	"github.com/svcproxy/svcproxy/offload/kernelsync"
@@ -13,25 +16,24 @@ import (
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
-// lab is offloadtest's lab (a node namespace routing between a client and three
-// backends), with nftables mode's rules config for a Proxier on its node.
-type lab struct {
-	*offloadtest.Lab
-	cfg Config
-}
+// kernelRules is nftables mode on the real kernel, as the checks it shares
+// with iptables mode drive it (internal/ruletest): nft in the node namespace
+// of an offloadtest.Lab.
+var kernelRules ruletest.KernelPath = kernelPath{}
 
-func newLab(t *testing.T) *lab {
+type kernelPath struct{}
+
+func (kernelPath) Require(t *testing.T, _ service.Family) {
 	t.Helper()
 	netnstest.RequireRoot(t, "nft", "sysctl")
-	return &lab{Lab: offloadtest.New(t, st.ThisNode), cfg: Config{NodeName: st.ThisNode, ClusterCIDR: offloadtest.ClusterCIDR}}
 }
 
-// nft returns the node's real nftables table.
-func (l *lab) nft(t *testing.T) knft.Interface {
+// nft is the node's table of family.
+func (kernelPath) nft(t *testing.T, l *offloadtest.Lab, family service.Family) knft.Interface {
 	t.Helper()
 	var nft knft.Interface
 	if err := l.Node.Do(func() (err error) {
-		nft, err = knft.New(Table)
+		nft, err = knft.NewFamily(TableFamily(family), Table)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -39,35 +41,57 @@ func (l *lab) nft(t *testing.T) knft.Interface {
 	return nft
 }
 
-// proxier returns a Proxier on the node's real nftables and conntrack.
-func (l *lab) proxier(t *testing.T) *Proxier {
+func (k kernelPath) proxierConfig(t *testing.T, l *offloadtest.Lab, o ruletest.Options) ProxierConfig {
+	cidr := offloadtest.ClusterCIDR
+	if o.Family == service.IPv6 {
+		cidr = offloadtest.ClusterCIDR6
+	}
+	if o.ClusterCIDR.IsValid() {
+		cidr = o.ClusterCIDR
+	}
+	cfg := Config{Family: o.Family, NodeName: st.ThisNode, ClusterCIDR: cidr, NodeIP: o.NodeIP, CountConnections: o.CountConnections}
+	return ProxierConfig{Rules: cfg, NFT: k.nft(t, l, o.Family), Conntrack: conntrack.Netlink{},
+		SyncPeriod: o.SyncPeriod, FullSyncPeriod: o.FullSyncPeriod, Now: o.Now}
+}
+
+func (k kernelPath) New(t *testing.T, l *offloadtest.Lab, o ruletest.Options) ruletest.KernelRig {
 	t.Helper()
-	p, err := NewProxier(ProxierConfig{Rules: l.cfg, NFT: l.nft(t), Conntrack: conntrack.Netlink{}})
+	p, err := NewProxier(k.proxierConfig(t, l, o))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return kernelRig{p}
 }
 
-// syncer is the offloadtest.Sync of p: each call applies a Snapshot with it
-// in the node namespace and returns its Health.
-func (l *lab) syncer(t *testing.T, p *Proxier) offloadtest.Sync {
-	return func(snap *service.Snapshot) kernelsync.Health {
-		l.sync(t, p, snap)
-		return p.Health().Health
-	}
-}
-
-// sync applies snap with p inside the node namespace.
-func (l *lab) sync(t *testing.T, p *Proxier, snap *service.Snapshot) {
+func (k kernelPath) Mode(t *testing.T, l *offloadtest.Lab, o ruletest.Options) (offloadtest.Dataplane, func() kernelsync.Health) {
 	t.Helper()
-	p.Update(snap)
-	if err := l.Node.Do(func() error { return p.Sync(context.Background()) }); err != nil {
+	dp, err := NewDataplane(k.proxierConfig(t, l, o), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dp, func() kernelsync.Health { return dp.p.Health().Health }
+}
+
+func (k kernelPath) Cleanup(t *testing.T, l *offloadtest.Lab, family service.Family) {
+	t.Helper()
+	nft := k.nft(t, l, family)
+	if err := l.Node.Do(func() error { return Cleanup(context.Background(), nft) }); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func netnstestRequireConntrack(t *testing.T) {
-	t.Helper()
-	netnstest.RequireRoot(t, "conntrack")
+func (kernelPath) Ours(t *testing.T, l *offloadtest.Lab, family service.Family) string {
+	if out := l.Node.Run(t, "nft", "list", "tables"); strings.Contains(out, string(TableFamily(family))+" "+Table) {
+		return out
+	}
+	return ""
 }
+
+func (kernelPath) List(t *testing.T, l *offloadtest.Lab) string {
+	return l.Node.Run(t, "nft", "list", "table", "ip", Table)
+}
+
+// kernelRig is a Proxier on the real kernel.
+type kernelRig struct{ *Proxier }
+
+func (r kernelRig) Health() kernelsync.Health { return r.Proxier.Health().Health }

@@ -1,4 +1,4 @@
-package nftables
+package ruletest
 
 import (
 	"bufio"
@@ -17,17 +17,17 @@ import (
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
-// externalTrafficPolicy: Local with a health check, as a cloud load balancer sees
-// it: while the node has endpoints, the health check answers 200 with their count
-// and the NodePort keeps the client's address; when they move to another node, the
-// health check answers 503 and the NodePort drops.
-func TestKernelLocalWithHealthCheck(t *testing.T) {
-	l := newLab(t)
+// KernelLocalWithHealthCheck: externalTrafficPolicy: Local with a health
+// check, as a cloud load balancer sees it: while the node has endpoints, the
+// health check answers 200 with their count and the NodePort keeps the
+// client's address; when they move to another node, the health check answers
+// 503 and the NodePort drops.
+func KernelLocalWithHealthCheck(t *testing.T, path KernelPath) {
+	l := NewLab(t, path)
 	l.ServeTCP(t, 8080)
 	// The client is outside the cluster here, as a load balancer's clients are
 	// (a pod would be sent to any endpoint: kube-proxy's short-circuit).
-	l.cfg.ClusterCIDR = netip.MustParsePrefix("198.19.200.0/24")
-	p := l.proxier(t)
+	p := l.Proxier(t, Options{ClusterCIDR: netip.MustParsePrefix("198.19.200.0/24")})
 	hc := healthcheck.New(healthcheck.Config{NodeName: st.ThisNode, Addresses: []netip.Addr{netip.MustParseAddr("198.19.10.1")}})
 	t.Cleanup(hc.Close)
 	local := func(node string) *service.Snapshot {
@@ -44,7 +44,7 @@ func TestKernelLocalWithHealthCheck(t *testing.T) {
 	}
 	syncBoth := func(snap *service.Snapshot) {
 		t.Helper()
-		l.sync(t, p, snap)
+		l.Sync(t, p, snap)
 		if err := l.Node.Do(func() error { return hc.Sync(snap) }); err != nil { // listens in the node's namespace
 			t.Fatal(err)
 		}
@@ -101,7 +101,7 @@ func TestKernelLocalWithHealthCheck(t *testing.T) {
 	if code, n := probe(); code != http.StatusServiceUnavailable || n != 0 {
 		t.Errorf("no local endpoint: health check %d with %d, want 503 with 0", code, n)
 	}
-	if _, err := dialOnce(l.Client, "198.19.10.1:30080"); err == nil {
+	if err := l.Client.DialDropped("198.19.10.1:30080"); err != nil {
 		t.Error("no local endpoint: the NodePort answered, want it dropped")
 	}
 }

@@ -1,0 +1,161 @@
+package ruletest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/svcproxy/svcproxy/internal/offloadtest"
+	"github.com/svcproxy/svcproxy/offload/kernelsync"
+	"github.com/svcproxy/svcproxy/service"
+	st "github.com/svcproxy/svcproxy/service/servicetest"
+)
+
+// KernelEstablishedSurvive: an established TCP connection is left alone when
+// its endpoint turns not ready, leaves the slice, or its Service is deleted:
+// the endpoint is no longer picked, and conntrack carries the connection on.
+func KernelEstablishedSurvive(t *testing.T, path KernelPath) {
+	l := NewLab(t, path)
+	l.ServeEcho(t, 9090)
+	r := l.Proxier(t, Options{})
+	all := func() *service.Snapshot { return st.Snapshot(st.Service("web", "198.18.0.10", 80, l.Endpoints(9090))) }
+	without := func(backend string, change func(eps []service.Endpoint, i int) []service.Endpoint) *service.Snapshot {
+		eps := l.Endpoints(9090)
+		i := int(backend[1] - '0')
+		return st.Snapshot(st.Service("web", "198.18.0.10", 80, change(eps, i)))
+	}
+	for _, tt := range []struct {
+		name string
+		snap func(backend string) *service.Snapshot
+	}{
+		{"endpoint not ready", func(b string) *service.Snapshot {
+			return without(b, func(eps []service.Endpoint, i int) []service.Endpoint { eps[i].Ready = false; return eps })
+		}},
+		{"endpoint left the slice", func(b string) *service.Snapshot {
+			return without(b, func(eps []service.Endpoint, i int) []service.Endpoint { return append(eps[:i], eps[i+1:]...) })
+		}},
+		{"service deleted", func(string) *service.Snapshot { return st.Snapshot() }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			l.Sync(t, r, all())
+			c, backend := l.DialEcho(t, "198.18.0.10:80")
+			defer c.Close()
+			l.Sync(t, r, tt.snap(backend))
+			if err := offloadtest.EchoLine(c, "still here"); err != nil {
+				t.Errorf("the connection to %s after %s: %v", backend, tt.name, err)
+			}
+		})
+	}
+}
+
+// KernelHairpin: a backend that reaches its own Service and lands on itself
+// must see the node as the client (the path masquerades hairpin traffic after
+// DNAT), or it would answer itself and the connection would fail; when it
+// lands on another backend, that one sees its address: only hairpin traffic
+// is masqueraded.
+func KernelHairpin(t *testing.T, path KernelPath) {
+	l := NewLab(t, path)
+	l.ServeTCP(t, 8080)
+	l.Sync(t, l.Proxier(t, Options{}), l.Web())
+	answers, err := offloadtest.Dial(l.Backends[0], "198.18.0.10:80", 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := 0
+	for _, a := range answers {
+		want := offloadtest.BackendAddr(0).String()
+		if a.Backend == "b0" {
+			want, self = "198.19.11.1", self+1 // the node's address on b0's link
+		}
+		if a.Client != want {
+			t.Errorf("backend %s saw client %s, want %s", a.Backend, a.Client, want)
+		}
+	}
+	// Each connection lands on b0 with probability 1/3: none in 30 has
+	// probability ~5e-6.
+	if self == 0 {
+		t.Errorf("no connection of 30 landed on b0 itself: %v", answers)
+	}
+}
+
+// Loss is what another program does to a path's rules in KernelRepaired.
+type Loss struct {
+	Name string
+	Do   func(t *testing.T, l *offloadtest.Lab)
+}
+
+// KernelRepaired: another program damages the path's rules (each loss in
+// turn): the next periodic check (the mode's resync, every SyncPeriod)
+// notices, that sync is full and writes everything again, and traffic to the
+// Service flows once more. The test waits for the repair in the sync record,
+// never for a time.
+func KernelRepaired(t *testing.T, path KernelPath, losses ...Loss) {
+	l := NewLab(t, path)
+	l.ServeTCP(t, 8080)
+	mode, health := path.Mode(t, l.Lab, Options{SyncPeriod: 100 * time.Millisecond})
+	l.RunOnNode(t, mode, l.Web())
+	waitHealth(t, health, "the first sync", func(h kernelsync.Health) bool { return h.FullSyncs == 1 })
+	if _, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 3); err != nil {
+		t.Fatal(err)
+	}
+	for i, loss := range losses {
+		n := health().PartialSyncs // intact: the periodic syncs are partial
+		waitHealth(t, health, "a partial sync", func(h kernelsync.Health) bool { return h.PartialSyncs > n })
+		loss.Do(t, l.Lab)
+		waitHealth(t, health, "the repair after "+loss.Name, func(h kernelsync.Health) bool {
+			return h.Repairs == uint64(i+1) && h.FullSyncs == uint64(i+2)
+		})
+		if _, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 3); err != nil {
+			t.Errorf("after %s and the repair: %v\n%s", loss.Name, err, path.List(t, l.Lab))
+		}
+	}
+}
+
+// waitHealth waits until the sync record satisfies ok: the readiness signal
+// of a sync that the mode makes on its own. It gives up after a minute, which
+// only a broken repair needs (a sync here takes milliseconds).
+func waitHealth(t *testing.T, health func() kernelsync.Health, what string, ok func(kernelsync.Health) bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !ok(health()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waiting for %s: health %+v", what, health())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// KernelConnections: hybrid mode samples each promoted port's new
+// connections from the kernel's counters (Options.CountConnections), and a
+// rewrite of the port's rules does not reset them.
+func KernelConnections(t *testing.T, path KernelPath) {
+	l := NewLab(t, path)
+	l.ServeTCP(t, 8080)
+	r := l.Proxier(t, Options{CountConnections: true})
+	l.Sync(t, r, l.Web())
+	web := l.Web().Ports()[0].Name
+	count := func() uint64 {
+		t.Helper()
+		var got map[service.PortName]uint64
+		if err := l.Node.Do(func() (err error) {
+			got, err = r.Connections(context.Background(), map[service.PortName]bool{web: true})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got[web]
+	}
+	if _, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 5); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 5 {
+		t.Errorf("after 5 connections: %d", n)
+	}
+	l.Sync(t, r, st.Snapshot(st.Service("web", "198.18.0.10", 80, l.Endpoints(8080)[:2]))) // the port's rules are rewritten
+	if _, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 3); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 8 {
+		t.Errorf("after a rewrite and 3 more connections: %d, want 8", n)
+	}
+}
