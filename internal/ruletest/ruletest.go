@@ -18,9 +18,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
+	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
 // The test cluster's addresses.
@@ -67,6 +70,31 @@ type Options struct {
 	FullSyncPeriod, SyncPeriod time.Duration
 	Now                        func() time.Time
 	Conntrack                  conntrack.Interface
+}
+
+// Node is the node o describes: st.ThisNode of o.Family, its own IP o.NodeIP,
+// its pods in o.ClusterCIDR, or else in the test cluster's (ClusterCIDR) on
+// a Fake and in offloadtest's lab's on the real kernel (onKernel).
+func (o Options) Node(onKernel bool) dataplane.Node {
+	cidr := ClusterCIDR(o.Family)
+	switch {
+	case o.ClusterCIDR.IsValid():
+		cidr = o.ClusterCIDR
+	case onKernel && o.Family == service.IPv6:
+		cidr = offloadtest.ClusterCIDR6
+	case onKernel:
+		cidr = offloadtest.ClusterCIDR
+	}
+	return dataplane.Node{Family: o.Family, NodeName: st.ThisNode, NodeIP: o.NodeIP, ClusterCIDR: cidr}
+}
+
+// Traces converts a tracer's answer with convert, for Rig.TraceAll.
+func Traces[T any](trs []T, err error, convert func(T) Trace) ([]Trace, error) {
+	out := make([]Trace, len(trs))
+	for i, tr := range trs {
+		out[i] = convert(tr)
+	}
+	return out, err
 }
 
 // Rig is a path's Proxier on its Fake.

@@ -51,7 +51,8 @@ type rig struct {
 
 func (r *rig) Restart(t *testing.T) {
 	t.Helper()
-	cfg := Config{Family: r.o.Family, NodeName: st.ThisNode, ClusterCIDR: ruletest.ClusterCIDR(r.o.Family), NodeIP: r.o.NodeIP}
+	n := r.o.Node(false)
+	cfg := Config{Family: n.Family, NodeName: n.NodeName, ClusterCIDR: n.ClusterCIDR, NodeIP: n.NodeIP}
 	p, err := NewProxier(ProxierConfig{Rules: cfg, IPTables: r.ipt, Conntrack: r.o.Conntrack, CountConnections: r.o.CountConnections,
 		SyncPeriod: r.o.SyncPeriod, FullSyncPeriod: r.o.FullSyncPeriod, Now: r.o.Now})
 	if err != nil {
@@ -90,11 +91,7 @@ func (r *rig) Trace(p ruletest.Packet) (ruletest.Trace, error) {
 
 func (r *rig) TraceAll(p ruletest.Packet) ([]ruletest.Trace, error) {
 	trs, err := r.ipt.TraceAll(packet(p))
-	out := make([]ruletest.Trace, len(trs))
-	for i, tr := range trs {
-		out[i] = trace(tr)
-	}
-	return out, err
+	return ruletest.Traces(trs, err, trace)
 }
 
 // packet is p for the tracer: a packet from outside arrives on eth0.

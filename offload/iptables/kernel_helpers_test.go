@@ -13,7 +13,6 @@ import (
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
-	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
 // kernelRules is iptables mode on the real kernel, as the checks it shares
@@ -48,14 +47,8 @@ func (kernelPath) ipt(t *testing.T, family service.Family) kiptables.Interface {
 }
 
 func (k kernelPath) proxierConfig(t *testing.T, o ruletest.Options) ProxierConfig {
-	cidr := offloadtest.ClusterCIDR
-	if o.Family == service.IPv6 {
-		cidr = offloadtest.ClusterCIDR6
-	}
-	if o.ClusterCIDR.IsValid() {
-		cidr = o.ClusterCIDR
-	}
-	return ProxierConfig{Rules: Config{Family: o.Family, NodeName: st.ThisNode, ClusterCIDR: cidr, NodeIP: o.NodeIP},
+	n := o.Node(true)
+	return ProxierConfig{Rules: Config{Family: n.Family, NodeName: n.NodeName, ClusterCIDR: n.ClusterCIDR, NodeIP: n.NodeIP},
 		IPTables: k.ipt(t, o.Family), Conntrack: conntrack.Netlink{}, CountConnections: o.CountConnections,
 		SyncPeriod: o.SyncPeriod, FullSyncPeriod: o.FullSyncPeriod, Now: o.Now}
 }

@@ -53,8 +53,8 @@ type rig struct {
 
 func (r *rig) Restart(t *testing.T) {
 	t.Helper()
-	cfg := Config{Family: r.o.Family, NodeName: st.ThisNode, ClusterCIDR: ruletest.ClusterCIDR(r.o.Family), NodeIP: r.o.NodeIP,
-		CountConnections: r.o.CountConnections}
+	n := r.o.Node(false)
+	cfg := Config{Family: n.Family, NodeName: n.NodeName, ClusterCIDR: n.ClusterCIDR, NodeIP: n.NodeIP, CountConnections: r.o.CountConnections}
 	p, err := NewProxier(ProxierConfig{Rules: cfg, NFT: r.failing, Conntrack: r.o.Conntrack,
 		SyncPeriod: r.o.SyncPeriod, FullSyncPeriod: r.o.FullSyncPeriod, Now: r.o.Now})
 	if err != nil {
@@ -112,11 +112,7 @@ func (r *rig) Trace(p ruletest.Packet) (ruletest.Trace, error) {
 
 func (r *rig) TraceAll(p ruletest.Packet) ([]ruletest.Trace, error) {
 	trs, err := r.nft.TraceAll(packet(p))
-	out := make([]ruletest.Trace, len(trs))
-	for i, tr := range trs {
-		out[i] = trace(tr)
-	}
-	return out, err
+	return ruletest.Traces(trs, err, trace)
 }
 
 func packet(p ruletest.Packet) knft.Packet {

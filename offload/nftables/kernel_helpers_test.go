@@ -13,7 +13,6 @@ import (
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
-	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
 // kernelRules is nftables mode on the real kernel, as the checks it shares
@@ -42,14 +41,8 @@ func (kernelPath) nft(t *testing.T, l *offloadtest.Lab, family service.Family) k
 }
 
 func (k kernelPath) proxierConfig(t *testing.T, l *offloadtest.Lab, o ruletest.Options) ProxierConfig {
-	cidr := offloadtest.ClusterCIDR
-	if o.Family == service.IPv6 {
-		cidr = offloadtest.ClusterCIDR6
-	}
-	if o.ClusterCIDR.IsValid() {
-		cidr = o.ClusterCIDR
-	}
-	cfg := Config{Family: o.Family, NodeName: st.ThisNode, ClusterCIDR: cidr, NodeIP: o.NodeIP, CountConnections: o.CountConnections}
+	n := o.Node(true)
+	cfg := Config{Family: n.Family, NodeName: n.NodeName, ClusterCIDR: n.ClusterCIDR, NodeIP: n.NodeIP, CountConnections: o.CountConnections}
 	return ProxierConfig{Rules: cfg, NFT: k.nft(t, l, o.Family), Conntrack: conntrack.Netlink{},
 		SyncPeriod: o.SyncPeriod, FullSyncPeriod: o.FullSyncPeriod, Now: o.Now}
 }
