@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"golang.org/x/sys/unix"
 )
 
 // WriteArchive writes img, named ref, to a tar file at path: an OCI image
@@ -139,7 +140,8 @@ func tarDir(dir, path string) error {
 
 // Unpack writes img's root filesystem (its layers flattened) into dir, which
 // must be empty or missing: what a container runtime would mount as /.
-// Entries that would land outside dir are refused.
+// Entries that would land outside dir are refused. A regular file's extended
+// attributes (file capabilities) are set as containerd sets them.
 func Unpack(img v1.Image, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -194,8 +196,26 @@ func Unpack(img v1.Image, dir string) error {
 			if err != nil {
 				return err
 			}
+			if err := setXattrs(target, h); err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("unpack: %s: tar entry type %q not handled", h.Name, h.Typeflag)
 		}
 	}
+}
+
+// setXattrs sets the extended attributes a tar header carries as PAX
+// records (SCHILY.xattr.NAME), as GNU tar --xattrs and containerd do.
+func setXattrs(target string, h *tar.Header) error {
+	for k, v := range h.PAXRecords {
+		name, ok := strings.CutPrefix(k, "SCHILY.xattr.")
+		if !ok {
+			continue
+		}
+		if err := unix.Lsetxattr(target, name, []byte(v), 0); err != nil {
+			return fmt.Errorf("unpack: %s: xattr %s: %w", h.Name, name, err)
+		}
+	}
+	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -72,13 +71,6 @@ func Build(cfg Config) (v1.Image, error) {
 	root.AddFile("/etc/passwd", 0o644, []byte(
 		"root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n"))
 	root.AddFile("/etc/group", 0o644, []byte("root:x:0:\nnonroot:x:65532:\n"))
-	for _, f := range hostFiles {
-		if _, err := os.Stat(f); err == nil {
-			if err := root.AddHostFile(f); err != nil {
-				return nil, err
-			}
-		}
-	}
 	names := make([]string, 0, len(cfg.Binaries))
 	for name, src := range cfg.Binaries {
 		if err := CheckStatic(src); err != nil {
@@ -97,11 +89,7 @@ func Build(cfg Config) (v1.Image, error) {
 		names = append(names, KubeProxyName+" (svcproxy)")
 	}
 	sort.Strings(names)
-	exts, err := filepath.Glob(filepath.Join(xtablesDir, "*.so"))
-	if err != nil || len(exts) == 0 {
-		return nil, fmt.Errorf("image: iptables extensions: none in %s (the iptables package)", xtablesDir)
-	}
-	if err := root.AddTools(cfg.Tools, exts...); err != nil {
+	if err := root.AddNetfilter(cfg.Tools); err != nil {
 		return nil, fmt.Errorf("image: %w", err)
 	}
 	return root.Image(v1.Config{
@@ -196,6 +184,12 @@ func (r *Root) tar() ([]byte, error) {
 			h.Typeflag, h.Size, body = tar.TypeReg, int64(len(b)), bytes.NewReader(b)
 		default:
 			h.Typeflag, h.Size, body = tar.TypeReg, int64(len(f.data)), bytes.NewReader(f.data)
+		}
+		for name, value := range f.xattrs {
+			if h.PAXRecords == nil {
+				h.PAXRecords = map[string]string{}
+			}
+			h.PAXRecords["SCHILY.xattr."+name] = value
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			return nil, fmt.Errorf("%s: %w", p, err)

@@ -3,6 +3,7 @@ package image
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -58,11 +59,12 @@ var hostFiles = []string{"/etc/protocols", "/etc/services", "/etc/ethertypes"}
 
 // file is one entry of the image's layer.
 type file struct {
-	path string      // in the image, absolute
-	mode os.FileMode // permissions and type (directory, symlink)
-	src  string      // a regular file's source on this machine
-	data []byte      // or its content
-	link string      // a symlink's target
+	path   string      // in the image, absolute
+	mode   os.FileMode // permissions and type (directory, symlink)
+	src    string      // a regular file's source on this machine
+	data   []byte      // or its content
+	link   string      // a symlink's target
+	xattrs map[string]string
 }
 
 // Root is an image's file tree as it is gathered, path -> entry; Image makes
@@ -140,6 +142,77 @@ func (r *Root) addParents(p string) {
 		}
 		r.set(file{path: d, mode: os.ModeDir | 0o755})
 	}
+}
+
+// AddNetfilter adds the netfilter tools (nil: DefaultTools) with the
+// iptables extensions and the files of this machine they read (protocol,
+// service and ethertype names): what a service proxy's image needs.
+func (r *Root) AddNetfilter(tools []Tool) error {
+	if tools == nil {
+		tools = DefaultTools()
+	}
+	for _, f := range hostFiles {
+		if _, err := os.Stat(f); err == nil {
+			if err := r.AddHostFile(f); err != nil {
+				return err
+			}
+		}
+	}
+	exts, err := filepath.Glob(filepath.Join(xtablesDir, "*.so"))
+	if err != nil || len(exts) == 0 {
+		return fmt.Errorf("iptables extensions: none in %s (the iptables package)", xtablesDir)
+	}
+	return r.AddTools(tools, exts...)
+}
+
+// AddProgram copies the program src of this machine into the image as p,
+// with the shared libraries ldd finds for it (none for a static one).
+func (r *Root) AddProgram(src, p string) error {
+	if err := r.CopyFile(src, p, 0o755); err != nil {
+		return err
+	}
+	libs, err := sharedLibraries([]string{src})
+	if err != nil {
+		return err
+	}
+	for _, l := range libs {
+		if err := r.AddHostFile(l); err != nil {
+			return fmt.Errorf("library %s: %w", l, err)
+		}
+	}
+	return nil
+}
+
+// SetFileCaps gives the file p, already added, the file capabilities caps
+// (bit numbers, linux/capability.h) in its permitted set with the effective
+// flag, as `setcap cap_net_bind_service=+ep FILE` does: an extended
+// attribute security.capability (struct vfs_cap_data, revision 2), written
+// into the layer as a PAX record, which containerd sets when it unpacks it.
+// A process that executes the file as a user other than root then holds
+// those capabilities, if its bounding set has them.
+func (r *Root) SetFileCaps(p string, caps ...uint) error {
+	f, ok := r.files[p]
+	if !ok || !f.mode.IsRegular() {
+		return fmt.Errorf("file capabilities: %s: not a regular file of the image", p)
+	}
+	var permitted [2]uint32
+	for _, c := range caps {
+		if c >= 64 {
+			return fmt.Errorf("file capabilities: %s: capability %d out of range", p, c)
+		}
+		permitted[c/32] |= 1 << (c % 32)
+	}
+	const revision2, effective = 0x02000000, 0x000001
+	var v [20]byte // magic_etc, then {permitted, inheritable} twice, little-endian
+	binary.LittleEndian.PutUint32(v[0:], revision2|effective)
+	binary.LittleEndian.PutUint32(v[4:], permitted[0])
+	binary.LittleEndian.PutUint32(v[12:], permitted[1])
+	if f.xattrs == nil {
+		f.xattrs = map[string]string{}
+	}
+	f.xattrs["security.capability"] = string(v[:])
+	r.files[p] = f
+	return nil
 }
 
 // AddTools copies each tool's binary, links the tool's name to it, and copies
