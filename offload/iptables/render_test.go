@@ -1,37 +1,20 @@
 package iptables
 
 import (
-	"flag"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/internal/ruletest"
 	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
-
-// checkGolden compares got with testdata/<name>.golden (or rewrites it with -update).
+// checkGolden compares got with testdata/<name>.golden (or rewrites it with
+// -update).
 func checkGolden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	t.Logf("%s, as iptables-restore reads it:\n%s", path, got)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if string(got) != string(want) {
-		t.Errorf("%s: rules differ from the golden file (go test -update rewrites it)\n--- got:\n%s\n--- want:\n%s", path, got, want)
-	}
+	ruletest.CheckGolden(t, name, "as iptables-restore reads it", got)
 }
 
 func TestRenderGolden(t *testing.T) {
