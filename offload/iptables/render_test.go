@@ -18,15 +18,11 @@ func checkGolden(t *testing.T, name string, got []byte) {
 }
 
 func TestRenderGolden(t *testing.T) {
-	noEndpoints := []service.Endpoint(nil)
-	remoteOnly := []service.Endpoint{st.Endpoint("198.19.1.130:8080", "node-b")}
 	tests := []struct {
 		name string
 		cfg  Config
 		snap *service.Snapshot
 	}{
-		{"empty", testConfig, st.Snapshot()},
-		{"clusterip", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))},
 		{"clusterip-no-cidr", Config{NodeName: st.ThisNode}, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))},
 		{"masquerade-all", Config{NodeName: st.ThisNode, MasqueradeAll: true, MasqueradeBit: 5},
 			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))},
@@ -49,14 +45,7 @@ func TestRenderGolden(t *testing.T) {
 			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1], st.WithNodePort(30080)))},
 		{"affinity", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithAffinity(600*time.Second)))},
 		{"affinity-default-timeout", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1], st.WithAffinity(0)))},
-		{"no-endpoints", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, noEndpoints,
-			st.WithNodePort(30080), st.WithExternalIPs("198.18.100.1"), st.WithLoadBalancer("198.18.200.1")))},
-		{"external-local", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(),
-			st.WithNodePort(30080), st.WithExternalLocal()))},
-		{"external-local-none-here", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, remoteOnly,
-			st.WithNodePort(30080), st.WithExternalIPs("198.18.100.1"), st.WithExternalLocal()))},
 		{"internal-local", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithInternalLocal()))},
-		{"internal-local-none-here", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, remoteOnly, st.WithInternalLocal()))},
 		{"terminating-fallback", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, []service.Endpoint{
 			st.Terminating(st.Endpoint("198.19.1.10:8080", st.ThisNode)), st.Terminating(st.Endpoint("198.19.1.11:8080", "node-b"))}))},
 		{"terminating-ignored", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, []service.Endpoint{
@@ -74,6 +63,13 @@ func TestRenderGolden(t *testing.T) {
 			st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()),
 			st.Service("api", "198.18.0.20", 443, st.ThreeEndpoints()[:2]),
 		)},
+	}
+	for _, c := range ruletest.RenderCases() {
+		tests = append(tests, struct {
+			name string
+			cfg  Config
+			snap *service.Snapshot
+		}{c.Name, testConfig, c.Snap})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -18,14 +18,11 @@ func checkGolden(t *testing.T, name string, got []byte) {
 }
 
 func TestRenderGolden(t *testing.T) {
-	remoteOnly := []service.Endpoint{st.Endpoint("198.19.1.130:8080", "node-b")}
 	tests := []struct {
 		name string
 		cfg  Config
 		snap *service.Snapshot
 	}{
-		{"empty", testConfig, st.Snapshot()},
-		{"clusterip", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))},
 		{"masquerade-all", Config{NodeName: st.ThisNode, MasqueradeAll: true, MasqueradeBit: 5},
 			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1]))},
 		{"udp", testConfig, st.Snapshot(st.Service("dns", "198.18.0.53", 53, st.ThreeEndpoints()[:2], st.WithProtocol(service.UDP)))},
@@ -38,13 +35,6 @@ func TestRenderGolden(t *testing.T) {
 			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1],
 				st.WithLoadBalancer("198.18.200.1", "198.18.200.2"), st.WithSourceRanges("203.0.113.0/25", "198.19.0.0/24")))},
 		{"affinity", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:2], st.WithAffinity(600*time.Second)))},
-		{"no-endpoints", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, nil,
-			st.WithNodePort(30080), st.WithExternalIPs("198.18.100.1"), st.WithLoadBalancer("198.18.200.1")))},
-		{"external-local", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(),
-			st.WithNodePort(30080), st.WithExternalLocal()))},
-		{"external-local-none-here", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, remoteOnly,
-			st.WithNodePort(30080), st.WithExternalIPs("198.18.100.1"), st.WithExternalLocal()))},
-		{"internal-local-none-here", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, remoteOnly, st.WithInternalLocal()))},
 		{"count-connections", Config{NodeName: st.ThisNode, CountConnections: true},
 			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:2]))},
 		// KEP-6032: the UDP node port is rejected and counted on loopback
@@ -58,6 +48,13 @@ func TestRenderGolden(t *testing.T) {
 			st.Service("headless", "198.18.0.1", 80, st.ThreeEndpoints(), st.WithHeadless()),
 			st.Service("v6only", "2001:db8::10", 80, st.ThreeEndpoints()),
 		)},
+	}
+	for _, c := range ruletest.RenderCases() {
+		tests = append(tests, struct {
+			name string
+			cfg  Config
+			snap *service.Snapshot
+		}{c.Name, testConfig, c.Snap})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
