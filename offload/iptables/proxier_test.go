@@ -99,37 +99,17 @@ func TestFullSyncPeriodFromTheEnd(t *testing.T) {
 
 // Periodic syncs are partial while the hooks are in place; once per SyncPeriod
 // a sync checks them, and one that finds a hook gone (another program flushed
-// the table) is full and puts everything back.
+// the table) is full and puts everything back (internal/ruletest).
 func TestMissingHookRepaired(t *testing.T) {
-	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	f := kiptables.NewFake()
-	p, _ := NewProxier(ProxierConfig{Rules: testConfig, IPTables: f, SyncPeriod: 30 * time.Second, Now: func() time.Time { return now }})
-	snap := ruletest.History()[0]
-	mustSync(t, p, snap)
-	want := f.Dump()
-	now = now.Add(30 * time.Second)
-	mustSync(t, p, snap) // checked: intact
-	if h := p.Health(); h.FullSyncs != 1 || h.PartialSyncs != 1 || h.Repairs != 0 {
-		t.Fatalf("health %+v: want the periodic sync partial, no repair", h)
-	}
-	h := hooks[len(hooks)-1] // nat POSTROUTING -> SVCP-POSTROUTING
-	if err := f.DeleteRule(context.Background(), kiptables.Table(h.table), h.chain, h.args...); err != nil {
-		t.Fatal(err)
-	}
-	now = now.Add(10 * time.Second)
-	mustSync(t, p, snap) // not checked yet: less than SyncPeriod since
-	if hp := p.Health(); hp.Repairs != 0 || f.Dump() == want {
-		t.Fatalf("health %+v: checked before SyncPeriod passed", hp)
-	}
-	now = now.Add(20 * time.Second)
-	mustSync(t, p, snap) // checked: the hook is gone
-	hp := p.Health()
-	if hp.FullSyncs != 2 || hp.Repairs != 1 || !strings.Contains(hp.LastRepair, "hook nat/POSTROUTING -> SVCP-POSTROUTING: missing") {
-		t.Errorf("health %+v: want a full sync that repairs the missing hook", hp)
-	}
-	if got := f.Dump(); got != want {
-		t.Errorf("after the repair:\n%s\nwant:\n%s", got, want)
-	}
+	ruletest.CheckRepaired(t, rules, ruletest.FakeLoss{
+		Name: "hook deleted", Repair: "hook nat/POSTROUTING -> SVCP-POSTROUTING: missing",
+		Do: func(t *testing.T, r ruletest.Rig) {
+			h := hooks[len(hooks)-1] // nat POSTROUTING -> SVCP-POSTROUTING
+			if err := r.(*rig).ipt.DeleteRule(context.Background(), kiptables.Table(h.table), h.chain, h.args...); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
 }
 
 // slowIPT is a Fake whose restores take took on a fake clock.

@@ -204,52 +204,30 @@ func TestCleanup(t *testing.T) {
 // Periodic syncs are partial while the table is as the last full sync left it;
 // once per SyncPeriod a sync counts the base chains' rules, and one that finds
 // the table flushed (rules gone, chains and maps left) or deleted is full and
-// writes it all again.
+// writes it all again (internal/ruletest).
 func TestLostTableRepaired(t *testing.T) {
-	for _, tt := range []struct {
-		name string
-		lose func(tx *knftables.Transaction)
-		want string // in Health.LastRepair
-	}{
-		{"flushed", func(tx *knftables.Transaction) { tx.Flush(&knftables.Table{}) }, "chain filter-prerouting holds 0 rules, want 1"},
-		{"deleted", func(tx *knftables.Transaction) { tx.Delete(&knftables.Table{}) }, "no such table"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			f := knft.NewFake(Table)
-			now := time.Unix(0, 0)
-			p, err := NewProxier(ProxierConfig{Rules: testConfig, NFT: f, SyncPeriod: 30 * time.Second, Now: func() time.Time { return now }})
-			if err != nil {
-				t.Fatal(err)
-			}
-			sync := func(advance time.Duration) Health {
-				t.Helper()
-				now = now.Add(advance)
-				if err := p.Sync(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-				return p.Health()
-			}
-			p.Update(st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints())))
-			sync(0)
-			want := f.Dump()
-			if h := sync(30 * time.Second); h.PartialSyncs != 1 || h.Repairs != 0 {
-				t.Fatalf("health %+v: want the periodic sync partial, no repair", h)
-			}
+	lose := func(change func(tx *knftables.Transaction)) func(t *testing.T, r ruletest.Rig) {
+		return func(t *testing.T, r ruletest.Rig) {
+			f := r.(*rig).nft
 			tx := f.NewTransaction()
-			tt.lose(tx)
+			change(tx)
 			if err := f.Run(context.Background(), tx); err != nil {
 				t.Fatal(err)
 			}
-			h := sync(30 * time.Second)
-			if h.FullSyncs != 2 || h.Repairs != 1 || !strings.Contains(h.LastRepair, tt.want) {
-				t.Errorf("health %+v: want a full sync repairing the table, LastRepair saying %q", h, tt.want)
-			}
+		}
+	}
+	ruletest.CheckRepaired(t, rules,
+		ruletest.FakeLoss{Name: "flushed", Do: lose(func(tx *knftables.Transaction) { tx.Flush(&knftables.Table{}) }),
+			Repair: "chain filter-prerouting holds 0 rules, want 1",
 			// The table line aside: knftables' Fake drops the table's comment
 			// on `flush table`, and `add table` leaves an existing table as it is.
-			_, got, _ := strings.Cut(f.Dump(), "\n")
-			if _, want, _ := strings.Cut(want, "\n"); got != want {
-				t.Errorf("after the repair:\n%s\nwant:\n%s", got, want)
-			}
-		})
-	}
+			Compare: func(t *testing.T, got, want string) {
+				_, got, _ = strings.Cut(got, "\n")
+				if _, want, _ := strings.Cut(want, "\n"); got != want {
+					t.Errorf("after the repair:\n%s\nwant:\n%s", got, want)
+				}
+			}},
+		ruletest.FakeLoss{Name: "deleted", Do: lose(func(tx *knftables.Transaction) { tx.Delete(&knftables.Table{}) }),
+			Repair: "no such table"},
+	)
 }
