@@ -8,9 +8,10 @@ import (
 )
 
 // The IPv6 checks both rule-writing paths share (internal/ruletest), on the
-// `ip6 svcproxy` table: a UDP flow moves when its endpoint leaves, and a
-// one-way sender whose endpoints go to zero is refused, in the IPv6
-// conntrack table.
+// `ip6 svcproxy` table: a dual-stack Service with a Proxier per family, a UDP
+// flow that moves when its endpoint leaves, and a one-way sender whose
+// endpoints go to zero refused, in the IPv6 conntrack table.
+func TestKernelDualStack(t *testing.T) { ruletest.KernelDualStack(t, kernelRules) }
 func TestKernelUDPConntrackIPv6(t *testing.T) {
 	ruletest.KernelUDPConntrack(t, kernelRules, service.IPv6)
 }
