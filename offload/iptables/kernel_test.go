@@ -18,7 +18,8 @@ import (
 // The checks both rule-writing paths share (internal/ruletest), on this one:
 // spread, topology hints, affinity, NodePorts, UDP conntrack cleanup (also at
 // a new process's first sync, and for a one-way sender whose endpoints go to
-// zero), loadBalancerSourceRanges (also for the node's own SNATted packets),
+// zero), externalIPs and LoadBalancer IPs (ipMode Proxy not captured),
+// loadBalancerSourceRanges (also for the node's own SNATted packets),
 // the node's own connections and REJECT, a restart without a gap and
 // Cleanup, established connections that outlive their endpoint, hairpin
 // traffic, the connection counters, policy Local with a health check, the
@@ -36,11 +37,14 @@ func TestKernelUDPOneWayToZero(t *testing.T) {
 }
 func TestKernelSourceRanges(t *testing.T)        { ruletest.KernelSourceRanges(t, kernelRules) }
 func TestKernelSourceRangesSNATted(t *testing.T) { ruletest.KernelSourceRangesSNATted(t, kernelRules) }
-func TestKernelLocalAndReject(t *testing.T)      { ruletest.KernelLocalAndReject(t, kernelRules) }
-func TestKernelRestartAndCleanup(t *testing.T)   { ruletest.KernelRestartAndCleanup(t, kernelRules) }
-func TestKernelEstablishedSurvive(t *testing.T)  { ruletest.KernelEstablishedSurvive(t, kernelRules) }
-func TestKernelHairpin(t *testing.T)             { ruletest.KernelHairpin(t, kernelRules) }
-func TestKernelConnections(t *testing.T)         { ruletest.KernelConnections(t, kernelRules) }
+func TestKernelExternalAndLoadBalancer(t *testing.T) {
+	ruletest.KernelExternalAndLoadBalancer(t, kernelRules)
+}
+func TestKernelLocalAndReject(t *testing.T)     { ruletest.KernelLocalAndReject(t, kernelRules) }
+func TestKernelRestartAndCleanup(t *testing.T)  { ruletest.KernelRestartAndCleanup(t, kernelRules) }
+func TestKernelEstablishedSurvive(t *testing.T) { ruletest.KernelEstablishedSurvive(t, kernelRules) }
+func TestKernelHairpin(t *testing.T)            { ruletest.KernelHairpin(t, kernelRules) }
+func TestKernelConnections(t *testing.T)        { ruletest.KernelConnections(t, kernelRules) }
 func TestKernelLocalWithHealthCheck(t *testing.T) {
 	ruletest.KernelLocalWithHealthCheck(t, kernelRules)
 }

@@ -6,11 +6,6 @@ import (
 	"testing"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
-
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	"github.com/svcproxy/svcproxy/internal/ruletest"
 	"github.com/svcproxy/svcproxy/service"
@@ -23,7 +18,8 @@ import (
 // The checks both rule-writing paths share (internal/ruletest), on this one:
 // spread, topology hints, affinity, NodePorts, UDP conntrack cleanup (also at
 // a new process's first sync, and for a one-way sender whose endpoints go to
-// zero), loadBalancerSourceRanges (also for the node's own SNATted packets),
+// zero), externalIPs and LoadBalancer IPs (ipMode Proxy not captured),
+// loadBalancerSourceRanges (also for the node's own SNATted packets),
 // the node's own connections and REJECT (nftables also refuses a ClusterIP's
 // other ports), a restart without a gap and Cleanup, established connections
 // that outlive their endpoint, hairpin traffic, the connection counters,
@@ -41,10 +37,13 @@ func TestKernelUDPOneWayToZero(t *testing.T) {
 }
 func TestKernelSourceRanges(t *testing.T)        { ruletest.KernelSourceRanges(t, kernelRules) }
 func TestKernelSourceRangesSNATted(t *testing.T) { ruletest.KernelSourceRangesSNATted(t, kernelRules) }
-func TestKernelRestartAndCleanup(t *testing.T)   { ruletest.KernelRestartAndCleanup(t, kernelRules) }
-func TestKernelEstablishedSurvive(t *testing.T)  { ruletest.KernelEstablishedSurvive(t, kernelRules) }
-func TestKernelHairpin(t *testing.T)             { ruletest.KernelHairpin(t, kernelRules) }
-func TestKernelConnections(t *testing.T)         { ruletest.KernelConnections(t, kernelRules) }
+func TestKernelExternalAndLoadBalancer(t *testing.T) {
+	ruletest.KernelExternalAndLoadBalancer(t, kernelRules)
+}
+func TestKernelRestartAndCleanup(t *testing.T)  { ruletest.KernelRestartAndCleanup(t, kernelRules) }
+func TestKernelEstablishedSurvive(t *testing.T) { ruletest.KernelEstablishedSurvive(t, kernelRules) }
+func TestKernelHairpin(t *testing.T)            { ruletest.KernelHairpin(t, kernelRules) }
+func TestKernelConnections(t *testing.T)        { ruletest.KernelConnections(t, kernelRules) }
 func TestKernelLocalWithHealthCheck(t *testing.T) {
 	ruletest.KernelLocalWithHealthCheck(t, kernelRules)
 }
@@ -66,59 +65,6 @@ func TestKernelLostTableRepaired(t *testing.T) {
 		}})
 	}
 	ruletest.KernelRepaired(t, kernelRules, losses...)
-}
-
-// externalIPs and LoadBalancer IPs: reached from the client through the node;
-// loadBalancerSourceRanges drop what comes from elsewhere, and an ingress IP with
-// ipMode Proxy is not captured at all.
-func TestKernelExternalAndLoadBalancer(t *testing.T) {
-	l := ruletest.NewLab(t, kernelRules)
-	l.ServeTCP(t, 8080)
-	p := l.Proxier(t, ruletest.Options{})
-	lb := func(ranges ...string) *service.Snapshot {
-		obj := &v1.Service{
-			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
-			Spec: v1.ServiceSpec{
-				Type: v1.ServiceTypeLoadBalancer, ClusterIP: "198.18.0.10", ExternalIPs: []string{"198.18.100.1"},
-				Ports:                    []v1.ServicePort{{Name: "p", Port: 80, NodePort: 30080}},
-				LoadBalancerSourceRanges: ranges,
-			},
-			Status: v1.ServiceStatus{LoadBalancer: v1.LoadBalancerStatus{Ingress: []v1.LoadBalancerIngress{
-				{IP: "198.18.200.1"}, {IP: "198.18.200.2", IPMode: ptr.To(v1.LoadBalancerIPModeProxy)},
-			}}},
-		}
-		var eps []discoveryv1.Endpoint
-		for _, e := range l.Endpoints(8080) {
-			eps = append(eps, discoveryv1.Endpoint{Addresses: []string{e.Addr.Addr().String()}, NodeName: ptr.To(st.ThisNode)})
-		}
-		es := &discoveryv1.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: "web-1", Labels: map[string]string{discoveryv1.LabelServiceName: "web"}},
-			AddressType: discoveryv1.AddressTypeIPv4,
-			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("p"), Port: ptr.To[int32](8080), Protocol: ptr.To(v1.ProtocolTCP)}},
-			Endpoints:   eps,
-		}
-		snap := service.Build([]*v1.Service{obj}, []*discoveryv1.EndpointSlice{es}, nil)
-		if errs := snap.Errors(); len(errs) > 0 {
-			t.Fatal(errs)
-		}
-		return snap
-	}
-	l.Sync(t, p, lb("198.19.10.0/24"))
-	for _, dst := range []string{"198.18.100.1:80", "198.18.200.1:80"} {
-		if _, err := offloadtest.Dial(l.Client, dst, 3); err != nil {
-			t.Errorf("%s from inside the source ranges: %v", dst, err)
-		}
-	}
-	if err := l.Client.DialDropped("198.18.200.2:80"); err != nil {
-		t.Error("198.18.200.2 has ipMode Proxy: the node must not DNAT it, yet a backend answered")
-	}
-	l.Sync(t, p, lb("203.0.113.0/24"))
-	if err := l.Client.DialDropped("198.18.200.1:80"); err != nil {
-		t.Error("from outside the source ranges: a backend answered, want the SYN dropped")
-	}
-	if _, err := offloadtest.Dial(l.Client, "198.18.100.1:80", 1); err != nil {
-		t.Errorf("the external IP is not subject to the LoadBalancer's source ranges: %v", err)
-	}
 }
 
 // A partial sync writes only the changed port's objects; the others keep working.
