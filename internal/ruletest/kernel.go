@@ -157,35 +157,6 @@ func KernelUDPOneWayToZero(t *testing.T, path KernelPath, family service.Family)
 	l.CheckUDPOneWayToZero(t, func() offloadtest.Sync { return l.syncer(t, Options{Family: family}) }, family)
 }
 
-// KernelSourceRangesSNATted: kube-proxy's "same node to LB, SNATted" flows
-// on the real kernel: a connection with the LoadBalancer IP as its source is
-// accepted while the source ranges hold the node's IP
-// (offloadtest.Lab.CheckLoadBalancerSNATted).
-func KernelSourceRangesSNATted(t *testing.T, path KernelPath) {
-	l := NewLab(t, path)
-	l.CheckLoadBalancerSNATted(t, l.syncer(t, Options{NodeIP: offloadtest.NodeAddr}))
-}
-
-// KernelSourceRanges: loadBalancerSourceRanges on the real kernel: the client
-// reaches the LoadBalancer IP while its address is in the ranges, and its SYN
-// is dropped when it is not; the ClusterIP is not subject to them.
-func KernelSourceRanges(t *testing.T, path KernelPath) {
-	l := NewLab(t, path)
-	l.ServeTCP(t, 8080)
-	r := l.Proxier(t, Options{})
-	l.Sync(t, r, l.Web(st.WithLoadBalancer("198.18.200.1"), st.WithSourceRanges("198.19.10.0/24")))
-	if _, err := offloadtest.Dial(l.Client, "198.18.200.1:80", 3); err != nil {
-		t.Errorf("from inside the source ranges: %v", err)
-	}
-	l.Sync(t, r, l.Web(st.WithLoadBalancer("198.18.200.1"), st.WithSourceRanges("203.0.113.0/24")))
-	if err := l.Client.DialDropped("198.18.200.1:80"); err != nil {
-		t.Errorf("from outside the source ranges: %v", err)
-	}
-	if _, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 1); err != nil {
-		t.Errorf("the ClusterIP is not subject to the source ranges: %v", err)
-	}
-}
-
 // KernelLocalAndReject: the node itself reaches a ClusterIP (output), and a
 // port without endpoints is refused at once, from the client and from the
 // node; then the path's own refusals (own: where the path refuses more),

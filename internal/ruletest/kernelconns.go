@@ -3,10 +3,8 @@ package ruletest
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
-	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
@@ -75,53 +73,6 @@ func KernelHairpin(t *testing.T, path KernelPath) {
 	// probability ~5e-6.
 	if self == 0 {
 		t.Errorf("no connection of 30 landed on b0 itself: %v", answers)
-	}
-}
-
-// Loss is what another program does to a path's rules in KernelRepaired.
-type Loss struct {
-	Name string
-	Do   func(t *testing.T, l *offloadtest.Lab)
-}
-
-// KernelRepaired: another program damages the path's rules (each loss in
-// turn): the next periodic check (the mode's resync, every SyncPeriod)
-// notices, that sync is full and writes everything again, and traffic to the
-// Service flows once more. The test waits for the repair in the sync record,
-// never for a time.
-func KernelRepaired(t *testing.T, path KernelPath, losses ...Loss) {
-	l := NewLab(t, path)
-	l.ServeTCP(t, 8080)
-	mode, health := path.Mode(t, l.Lab, Options{SyncPeriod: 100 * time.Millisecond})
-	l.RunOnNode(t, mode, l.Web())
-	waitHealth(t, health, "the first sync", func(h kernelsync.Health) bool { return h.FullSyncs == 1 })
-	if _, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 3); err != nil {
-		t.Fatal(err)
-	}
-	for i, loss := range losses {
-		n := health().PartialSyncs // intact: the periodic syncs are partial
-		waitHealth(t, health, "a partial sync", func(h kernelsync.Health) bool { return h.PartialSyncs > n })
-		loss.Do(t, l.Lab)
-		waitHealth(t, health, "the repair after "+loss.Name, func(h kernelsync.Health) bool {
-			return h.Repairs == uint64(i+1) && h.FullSyncs == uint64(i+2)
-		})
-		if _, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 3); err != nil {
-			t.Errorf("after %s and the repair: %v\n%s", loss.Name, err, path.List(t, l.Lab))
-		}
-	}
-}
-
-// waitHealth waits until the sync record satisfies ok: the readiness signal
-// of a sync that the mode makes on its own. It gives up after a minute, which
-// only a broken repair needs (a sync here takes milliseconds).
-func waitHealth(t *testing.T, health func() kernelsync.Health, what string, ok func(kernelsync.Health) bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !ok(health()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("waiting for %s: health %+v", what, health())
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
