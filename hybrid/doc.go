@@ -15,7 +15,7 @@
 // below that rate (never, when DemoteAfter is 0). A Clock drives it, so tests
 // step time by hand.
 //
-// Mode (hybrid.go) carries the Moves out and confirms each with Moved; until
+// Dataplane (hybrid.go) carries the Moves out and confirms each with Moved; until
 // then the Promoter proposes it again. Three orderings make a move seamless,
 // each tested on the kernel Fakes (hybrid_test.go) and on the real kernel:
 //

@@ -17,7 +17,11 @@ import (
 
 // Config configures hybrid mode.
 type Config struct {
-	// Userspace configures the userspace proxier; hybrid sets its Carries.
+	// Node is the node served, by both paths: hybrid sets the userspace
+	// proxier's, and Kernel builds the kernel path for it.
+	dataplane.Node
+	// Userspace configures the userspace proxier; hybrid sets its Node and
+	// its Carries.
 	Userspace userspace.Config
 	// Kernel builds the kernel path, restricted to the ports carried accepts
 	// (it reads hybrid's promoted set, which changes as ports move).
@@ -34,9 +38,9 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Mode is hybrid mode: a dataplane.Interface composing the userspace proxier
-// (portals) and one kernel path.
-type Mode struct {
+// Dataplane is hybrid mode: a dataplane.Interface composing the userspace
+// proxier (portals) and one kernel path.
+type Dataplane struct {
 	cfg      Config
 	log      *slog.Logger
 	us       *userspace.Proxier
@@ -58,7 +62,7 @@ type Mode struct {
 	countErr string // the last failure to read the kernel's counters, logged once
 }
 
-var _ dataplane.Interface = (*Mode)(nil)
+var _ dataplane.Interface = (*Dataplane)(nil)
 
 // SampleEvery is how often hybrid reads the counters: every second (IPVS's own
 // rate estimator samples every 2s), more often when PromoteAfter or
@@ -76,7 +80,10 @@ func SampleEvery(cfg PromoterConfig) time.Duration {
 
 // New builds hybrid mode: the userspace proxier, the Promoter and the kernel
 // path.
-func New(cfg Config) (*Mode, error) {
+func New(cfg Config) (*Dataplane, error) {
+	if err := cfg.Node.Check(); err != nil {
+		return nil, fmt.Errorf("hybrid config: %w", err)
+	}
 	promoter, err := NewPromoter(cfg.Promoter)
 	if err != nil {
 		return nil, err
@@ -90,11 +97,12 @@ func New(cfg Config) (*Mode, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	m := &Mode{cfg: cfg, log: cfg.Logger.With("component", "hybrid"), promoter: promoter, every: cfg.SampleEvery,
+	m := &Dataplane{cfg: cfg, log: cfg.Logger.With("component", "hybrid"), promoter: promoter, every: cfg.SampleEvery,
 		record: dataplane.NewRecord(dataplane.RecordConfig{Mode: dataplane.ModeHybrid, LagBound: cfg.LagBound})}
 	m.inKernel.Store(&dataplane.PortSet{})
 	m.noPortal.Store(&dataplane.PortSet{})
 	uc := cfg.Userspace
+	uc.Node = cfg.Node
 	uc.Carries = func(n service.PortName) bool { return !(*m.noPortal.Load())[n] }
 	m.us = userspace.NewProxier(uc)
 	m.kernel, err = cfg.Kernel(func(n service.PortName) bool { return (*m.inKernel.Load())[n] })
@@ -105,12 +113,12 @@ func New(cfg Config) (*Mode, error) {
 }
 
 // Mode implements dataplane.Interface.
-func (m *Mode) Mode() string { return dataplane.ModeHybrid }
+func (m *Dataplane) Mode() string { return dataplane.ModeHybrid }
 
 // Sync serves snap on both paths: the userspace side first (listeners and
 // portals for every port in userspace), then the kernel path. Ports that are
 // gone are forgotten: if they come back, they start in userspace.
-func (m *Mode) Sync(ctx context.Context, snap *service.Snapshot) error {
+func (m *Dataplane) Sync(ctx context.Context, snap *service.Snapshot) error {
 	m.record.Queued()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -138,7 +146,7 @@ func (m *Mode) Sync(ctx context.Context, snap *service.Snapshot) error {
 // proxier shuts down (portals removed, open connections given their grace);
 // the kernel rules of promoted ports stay, as in the kernel modes, until
 // --cleanup or the next start.
-func (m *Mode) Run(ctx context.Context) error {
+func (m *Dataplane) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	var errU, errK error
 	wg.Go(func() { errU = m.us.Run(ctx) })
@@ -149,7 +157,7 @@ func (m *Mode) Run(ctx context.Context) error {
 }
 
 // sample feeds the Promoter every m.every and carries out its moves.
-func (m *Mode) sample(ctx context.Context) {
+func (m *Dataplane) sample(ctx context.Context) {
 	tick := time.NewTicker(m.every)
 	defer tick.Stop()
 	for {
@@ -164,7 +172,7 @@ func (m *Mode) sample(ctx context.Context) {
 
 // Step takes one sample and makes the moves it calls for (Run calls it every
 // sample period; tests call it with a fake clock in the Promoter).
-func (m *Mode) Step(ctx context.Context) {
+func (m *Dataplane) Step(ctx context.Context) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.snap == nil {
@@ -189,7 +197,7 @@ func (m *Mode) Step(ctx context.Context) {
 // counts returns each port's cumulative new connections on its current path:
 // the userspace counter, or the kernel path's for a promoted port. A promoted
 // port whose kernel counter cannot be read is left out of this sample.
-func (m *Mode) counts(ctx context.Context) map[service.PortName]uint64 {
+func (m *Dataplane) counts(ctx context.Context) map[service.PortName]uint64 {
 	inKernel := *m.inKernel.Load()
 	out := map[service.PortName]uint64{}
 	for name, c := range m.us.Stats() {
@@ -224,7 +232,7 @@ func errString(err error) string {
 
 // promote moves ports to the kernel path: the kernel path first, then the
 // portals go.
-func (m *Mode) promote(ctx context.Context, moves []Move) {
+func (m *Dataplane) promote(ctx context.Context, moves []Move) {
 	names := moveNames(moves)
 	setIn(&m.inKernel, names, true)
 	if err := m.kernel.Sync(ctx, m.snap); err != nil {
@@ -250,7 +258,7 @@ func (m *Mode) promote(ctx context.Context, moves []Move) {
 
 // demote moves ports back to userspace: the portals first, then the kernel
 // path lets them go.
-func (m *Mode) demote(ctx context.Context, moves []Move) {
+func (m *Dataplane) demote(ctx context.Context, moves []Move) {
 	names := moveNames(moves)
 	setIn(&m.noPortal, names, false)
 	if err := m.us.ApplyPortals(); err != nil {

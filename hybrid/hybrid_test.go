@@ -109,20 +109,17 @@ func (r *recorder) take() []state {
 }
 
 // newTestMode builds hybrid mode over the recorder, with the iptables path.
-func newTestMode(t *testing.T, rec *recorder, clock *fakeClock) *Mode {
+func newTestMode(t *testing.T, rec *recorder, clock *fakeClock) *Dataplane {
 	t.Helper()
 	m, err := New(Config{
 		Userspace: userspace.Config{BindAddress: netip.MustParseAddr("127.0.0.1"), IPTables: rec},
 		Kernel: func(carried func(service.PortName) bool) (dataplane.KernelPath, error) {
-			return offloadiptables.NewDataplane(offloadiptables.ProxierConfig{
-				Rules: offloadiptables.Config{
-					NodeName:    "node-a",
-					ClusterCIDR: netip.MustParsePrefix("198.19.1.0/24"),
-					Include:     func(p *service.Port) bool { return carried(p.Name) },
-				},
+			return offloadiptables.New(offloadiptables.Config{
+				Node:             dataplane.Node{NodeName: "node-a", ClusterCIDR: netip.MustParsePrefix("198.19.1.0/24")},
+				Carries:          carried,
 				IPTables:         rec,
 				CountConnections: true,
-			}, 0)
+			})
 		},
 		Promoter:    PromoterConfig{PromoteConnRate: 1, PromoteAfter: time.Second, DemoteAfter: time.Second, Clock: clock},
 		SampleEvery: time.Hour, // the test steps by hand
@@ -141,7 +138,7 @@ func newTestMode(t *testing.T, rec *recorder, clock *fakeClock) *Mode {
 // connect opens n connections to web's userspace listener: what a portal
 // would bring there. The endpoint does not exist; the count is of accepted
 // connections.
-func connect(t *testing.T, m *Mode, n int) {
+func connect(t *testing.T, m *Dataplane, n int) {
 	t.Helper()
 	var port uint16
 	for _, p := range m.us.Status().Ports {
@@ -163,7 +160,7 @@ func connect(t *testing.T, m *Mode, n int) {
 }
 
 // waitOpened waits until the userspace side has counted n connections of web.
-func waitOpened(t *testing.T, m *Mode, n uint64) {
+func waitOpened(t *testing.T, m *Dataplane, n uint64) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -215,12 +212,11 @@ func TestOrdering(t *testing.T) {
 
 	// An earlier process had promoted web: its kernel rules are there, its
 	// portals are gone (they go at shutdown).
-	old, err := offloadiptables.NewProxier(offloadiptables.ProxierConfig{Rules: offloadiptables.Config{NodeName: "node-a"}, IPTables: rec})
+	old, err := offloadiptables.New(offloadiptables.Config{Node: dataplane.Node{NodeName: "node-a"}, IPTables: rec})
 	if err != nil {
 		t.Fatal(err)
 	}
-	old.Update(snap)
-	if err := old.Sync(ctx); err != nil {
+	if err := old.Sync(ctx, snap); err != nil {
 		t.Fatal(err)
 	}
 	rec.take()

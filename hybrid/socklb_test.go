@@ -150,19 +150,12 @@ func TestOrderingSocketLB(t *testing.T) {
 	m, err := New(Config{
 		Userspace: userspace.Config{BindAddress: netip.MustParseAddr("127.0.0.1"), IPTables: rec.ipt},
 		Kernel: func(carried func(service.PortName) bool) (dataplane.KernelPath, error) {
-			include := func(p *service.Port) bool { return carried(p.Name) }
-			beside, err := offloadnftables.NewDataplane(offloadnftables.ProxierConfig{
-				Rules: offloadnftables.Config{NodeName: "node-a", ClusterCIDR: netip.MustParsePrefix("198.19.1.0/24"),
-					Include: include, CountConnections: true},
-				NFT: countersFake{knft.NewFake(offloadnftables.Table)},
-			}, 0)
+			beside, err := offloadnftables.New(offloadnftables.Config{Node: dataplane.Node{NodeName: "node-a", ClusterCIDR: netip.MustParsePrefix("198.19.1.0/24")},
+				Carries: carried, CountConnections: true, NFT: countersFake{knft.NewFake(offloadnftables.Table)}})
 			if err != nil {
 				return nil, err
 			}
-			return socklb.NewDataplane(socklb.DataplaneConfig{
-				Maps:   socklb.Config{LB: rec.lb, NodeName: "node-a", Include: include},
-				Beside: beside,
-			})
+			return socklb.New(socklb.Config{LB: rec.lb, Node: dataplane.Node{NodeName: "node-a"}, Carries: carried, Beside: beside})
 		},
 		Promoter:    PromoterConfig{PromoteConnRate: 1, PromoteAfter: time.Second, DemoteAfter: time.Second, Clock: clock},
 		SampleEvery: time.Hour, // the test steps by hand

@@ -12,7 +12,7 @@ import (
 )
 
 // Healthy implements dataplane.Interface: both paths must be.
-func (m *Mode) Healthy() error {
+func (m *Dataplane) Healthy() error {
 	var errs []error
 	if err := m.us.LastError(); err != nil {
 		errs = append(errs, fmt.Errorf("portals: %w", err))
@@ -27,7 +27,7 @@ func (m *Mode) Healthy() error {
 }
 
 // Lag implements dataplane.Interface: neither path may lag.
-func (m *Mode) Lag() error {
+func (m *Dataplane) Lag() error {
 	var errs []error
 	if err := m.record.Lag(); err != nil {
 		errs = append(errs, fmt.Errorf("userspace: %w", err))
@@ -53,7 +53,7 @@ type Port struct {
 }
 
 // path is the name of a Promoter path for /status and /metrics.
-func (m *Mode) path(p Path) string {
+func (m *Dataplane) path(p Path) string {
 	if p == Kernel {
 		return m.kernel.Mode()
 	}
@@ -61,7 +61,7 @@ func (m *Mode) path(p Path) string {
 }
 
 // Status implements dataplane.Interface.
-func (m *Mode) Status() any {
+func (m *Dataplane) Status() any {
 	var ports []Port
 	for _, st := range m.promoter.Status() {
 		ports = append(ports, Port{Name: st.Name, Path: m.path(st.Path), Since: st.Since, Rate: st.Rate,
@@ -92,7 +92,7 @@ var (
 
 // Describe implements prometheus.Collector: hybrid's own metrics, the userspace
 // ports' counters, and the kernel path's metrics (its sync record among them).
-func (m *Mode) Describe(ch chan<- *prometheus.Desc) {
+func (m *Dataplane) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descPromotions
 	ch <- descDemotions
 	ch <- descPortPath
@@ -101,7 +101,7 @@ func (m *Mode) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector.
-func (m *Mode) Collect(ch chan<- prometheus.Metric) {
+func (m *Dataplane) Collect(ch chan<- prometheus.Metric) {
 	off := m.kernel.Mode()
 	ch <- prometheus.MustNewConstMetric(descPromotions, prometheus.CounterValue, float64(m.promotions.Load()), off)
 	ch <- prometheus.MustNewConstMetric(descDemotions, prometheus.CounterValue, float64(m.demotions.Load()), off)
@@ -114,7 +114,7 @@ func (m *Mode) Collect(ch chan<- prometheus.Metric) {
 
 // Userspace is the userspace proxier hybrid composes (for tests and tools that
 // look at its listeners).
-func (m *Mode) Userspace() *userspace.Proxier { return m.us }
+func (m *Dataplane) Userspace() *userspace.Proxier { return m.us }
 
 // Kernel is the kernel path hybrid composes.
-func (m *Mode) Kernel() dataplane.KernelPath { return m.kernel }
+func (m *Dataplane) Kernel() dataplane.KernelPath { return m.kernel }

@@ -11,7 +11,9 @@
 # Called by `make bench`; 15 minutes on a quiet machine, over an hour on a busy
 # one (filling the API server with 20,000 Services is the API server's CPU).
 #
-#   bench/dns/run.sh                          # SERVICES=2000,20000 DURATION=10s
+#   bench/dns/run.sh                          # SERVICES=2000,20000 DURATION=10s ROUNDS=3
+#                                             # (every server once a round, the order
+#                                             # rotated; ratios: the rounds' mean ± 95%)
 #   SERVICES=500 DURATION=3s bench/dns/run.sh
 #   BASELINE=/tmp/clusterdns.before bench/dns/run.sh   # also an earlier build,
 #                                             # with now/baseline ratios
@@ -28,5 +30,5 @@ cd "$(dirname "$0")/../.."
 command -v dnsperf >/dev/null 2>&1 || { echo "bench/dns: needs dnsperf (Debian package dnsperf)" >&2; exit 1; }
 GO=${GO:-go}
 ./test/kapi/build.sh -coredns >/dev/null
-SVCPROXY_DNS_BENCH=1 SERVICES="${SERVICES:-2000,20000}" DURATION="${DURATION:-10s}" \
+SVCPROXY_DNS_BENCH=1 SERVICES="${SERVICES:-2000,20000}" DURATION="${DURATION:-10s}" ROUNDS="${ROUNDS:-3}" \
 	$GO test -count=1 -run '^TestCompareCoreDNS$' -timeout "${DNS_BENCH_TIMEOUT:-180m}" -v ./bench/dns | grep -v -e '^=== RUN' -e '^--- ' -e '^PASS' -e '^ok '

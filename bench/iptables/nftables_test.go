@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/bench/report"
+	svcdataplane "github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	nftoffload "github.com/svcproxy/svcproxy/offload/nftables"
@@ -24,9 +25,9 @@ import (
 // The nftables dataplane (offload/nftables), measured the same way as the iptables
 // one and next to it: the same Cluster, the same topology, the same `make bench`.
 
-var nftRules = nftoffload.Config{NodeName: "node-a"}
+var nftRules = nftoffload.Config{Node: svcdataplane.Node{NodeName: "node-a"}}
 
-func newNFTProxier(b *testing.B, ns *netnstest.NS) *nftoffload.Proxier {
+func newNFTProxier(b *testing.B, ns *netnstest.NS) *nftoffload.Dataplane {
 	b.Helper()
 	var nft knft.Interface
 	if err := ns.Do(func() (err error) {
@@ -38,21 +39,22 @@ func newNFTProxier(b *testing.B, ns *netnstest.NS) *nftoffload.Proxier {
 	return newNFTProxierOn(b, nft)
 }
 
-func newNFTProxierOn(b *testing.B, nft knft.Interface) *nftoffload.Proxier {
+func newNFTProxierOn(b *testing.B, nft knft.Interface) *nftoffload.Dataplane {
 	b.Helper()
 	// SyncPeriod: an hour, so that no sync of a benchmark also pays for the
-	// periodic check of the table (newProxierOn says why).
-	p, err := nftoffload.NewProxier(nftoffload.ProxierConfig{Rules: nftRules, NFT: nft, SyncPeriod: time.Hour})
+	// periodic check of the table (newDataplaneOn says why).
+	cfg := nftRules
+	cfg.NFT, cfg.SyncPeriod = nft, time.Hour
+	p, err := nftoffload.New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	return p
 }
 
-func nftSync(b *testing.B, ns *netnstest.NS, p *nftoffload.Proxier, snap *service.Snapshot) {
+func nftSync(b *testing.B, ns *netnstest.NS, p *nftoffload.Dataplane, snap *service.Snapshot) {
 	b.Helper()
-	p.Update(snap)
-	if err := ns.Do(func() error { return p.Sync(context.Background()) }); err != nil {
+	if err := ns.Do(func() error { return p.Sync(context.Background(), snap) }); err != nil {
 		b.Fatal(err)
 	}
 }
@@ -158,8 +160,7 @@ func BenchmarkNFTSyncCPU(b *testing.B) {
 			snap := Cluster(n)
 			for b.Loop() {
 				p := newNFTProxierOn(b, discard())
-				p.Update(snap)
-				if err := p.Sync(context.Background()); err != nil {
+				if err := p.Sync(context.Background(), snap); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -168,8 +169,7 @@ func BenchmarkNFTSyncCPU(b *testing.B) {
 		b.Run(fmt.Sprintf("one-service-change/ports=%d", n), func(b *testing.B) {
 			snap := Cluster(n)
 			p := newNFTProxierOn(b, discard())
-			p.Update(snap)
-			if err := p.Sync(context.Background()); err != nil {
+			if err := p.Sync(context.Background(), snap); err != nil {
 				b.Fatal(err)
 			}
 			states := []*service.Snapshot{Replace(snap, n/2, Service(n/2, 1)), snap}
@@ -177,8 +177,7 @@ func BenchmarkNFTSyncCPU(b *testing.B) {
 			start := readCPU()
 			for b.Loop() {
 				i++
-				p.Update(states[i%2])
-				if err := p.Sync(context.Background()); err != nil {
+				if err := p.Sync(context.Background(), states[i%2]); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -314,7 +313,7 @@ func (l *benchLab) connectN(b *testing.B, dst string, n int) time.Duration {
 // for iptables and for nftables. Each row has its own ports (rowPorts).
 func interleavedRows(l *benchLab) []dataplane {
 	flushPrerouting := func(b *testing.B, l *benchLab) { l.node.Run(b, "iptables", "-t", "nat", "-F", "PREROUTING") }
-	var p *nftoffload.Proxier // shared by the two svcproxy nft rows of a round
+	var p *nftoffload.Dataplane // shared by the two svcproxy nft rows of a round
 	rows := []dataplane{
 		{name: "ipt-by-hand", dst: benchVIP, install: handDNAT, remove: flushPrerouting},
 		{name: "ipt-svcproxy-1", dst: benchVIP, install: svcproxyRules(0), remove: cleanup},

@@ -11,13 +11,14 @@ import (
 	"testing"
 	"time"
 
+	svcdataplane "github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	offload "github.com/svcproxy/svcproxy/offload/iptables"
 	"github.com/svcproxy/svcproxy/service"
 )
 
-var rulesConfig = offload.Config{NodeName: "node-a"}
+var rulesConfig = offload.Config{Node: svcdataplane.Node{NodeName: "node-a"}}
 
 // backends are the iptables variants the sync benchmarks run on: the system's
 // iptables-restore (nf_tables on Debian 12) and iptables-legacy. Sizes at which a
@@ -66,27 +67,28 @@ func forEach(b *testing.B, f func(b *testing.B, ns *netnstest.NS, ipt kiptables.
 	}
 }
 
-func newProxier(b *testing.B) *offload.Proxier {
+func newDataplane(b *testing.B) *offload.Dataplane {
 	b.Helper()
-	return newProxierOn(b, backend(b, "nft"))
+	return newDataplaneOn(b, backend(b, "nft"))
 }
 
-func newProxierOn(b *testing.B, ipt kiptables.Interface) *offload.Proxier {
+func newDataplaneOn(b *testing.B, ipt kiptables.Interface) *offload.Dataplane {
 	b.Helper()
 	// SyncPeriod: an hour, so that no sync of a benchmark also pays for the
 	// periodic check of the hooks (a few iptables -C, once per 30 s by
 	// default): the benchmarks measure a change, not the period's upkeep.
-	p, err := offload.NewProxier(offload.ProxierConfig{Rules: rulesConfig, IPTables: ipt, SyncPeriod: time.Hour})
+	cfg := rulesConfig
+	cfg.IPTables, cfg.SyncPeriod = ipt, time.Hour
+	p, err := offload.New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	return p
 }
 
-func sync(b *testing.B, ns *netnstest.NS, p *offload.Proxier, snap *service.Snapshot) {
+func sync(b *testing.B, ns *netnstest.NS, p *offload.Dataplane, snap *service.Snapshot) {
 	b.Helper()
-	p.Update(snap)
-	if err := ns.Do(func() error { return p.Sync(context.Background()) }); err != nil {
+	if err := ns.Do(func() error { return p.Sync(context.Background(), snap) }); err != nil {
 		b.Fatal(err)
 	}
 }
@@ -120,16 +122,16 @@ func mustRender(b *testing.B, snap *service.Snapshot) []byte {
 }
 
 // BenchmarkFullSync is the periodic (or restart) full sync: the rules are in the
-// kernel already, a new Proxier reads them (iptables-save), rewrites every chain
+// kernel already, a new Dataplane reads them (iptables-save), rewrites every chain
 // in one iptables-restore, and ensures its hooks.
 func BenchmarkFullSync(b *testing.B) {
 	forEach(b, func(b *testing.B, ns *netnstest.NS, ipt kiptables.Interface, n int) {
 		snap := Cluster(n)
-		sync(b, ns, newProxierOn(b, ipt), snap) // the first sync into an empty kernel
+		sync(b, ns, newDataplaneOn(b, ipt), snap) // the first sync into an empty kernel
 		b.ResetTimer()
 		for range b.N {
 			b.StopTimer()
-			p := newProxierOn(b, ipt)
+			p := newDataplaneOn(b, ipt)
 			b.StartTimer()
 			sync(b, ns, p, snap)
 		}
@@ -141,7 +143,7 @@ func BenchmarkFullSync(b *testing.B) {
 func BenchmarkOneServiceChange(b *testing.B) {
 	forEach(b, func(b *testing.B, ns *netnstest.NS, ipt kiptables.Interface, n int) {
 		snap := Cluster(n)
-		p := newProxierOn(b, ipt)
+		p := newDataplaneOn(b, ipt)
 		sync(b, ns, p, snap)
 		changed := n / 2
 		b.ResetTimer()
@@ -165,7 +167,7 @@ func BenchmarkOneServiceChange(b *testing.B) {
 func BenchmarkAddService(b *testing.B) {
 	forEach(b, func(b *testing.B, ns *netnstest.NS, ipt kiptables.Interface, n int) {
 		base := Cluster(n)
-		p := newProxierOn(b, ipt)
+		p := newDataplaneOn(b, ipt)
 		sync(b, ns, p, base)
 		b.ResetTimer()
 		for i := range b.N {
@@ -290,9 +292,8 @@ func BenchmarkSyncCPU(b *testing.B) {
 		b.Run(fmt.Sprintf("full/ports=%d", n), func(b *testing.B) {
 			snap := Cluster(n)
 			for b.Loop() {
-				p := newProxierOn(b, discard{})
-				p.Update(snap)
-				if err := p.Sync(context.Background()); err != nil {
+				p := newDataplaneOn(b, discard{})
+				if err := p.Sync(context.Background(), snap); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -300,9 +301,8 @@ func BenchmarkSyncCPU(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("one-service-change/ports=%d", n), func(b *testing.B) {
 			snap := Cluster(n)
-			p := newProxierOn(b, discard{})
-			p.Update(snap)
-			if err := p.Sync(context.Background()); err != nil {
+			p := newDataplaneOn(b, discard{})
+			if err := p.Sync(context.Background(), snap); err != nil {
 				b.Fatal(err)
 			}
 			// Two states that differ in one Service's endpoints, made beforehand.
@@ -310,8 +310,7 @@ func BenchmarkSyncCPU(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				i++
-				p.Update(states[i%2])
-				if err := p.Sync(context.Background()); err != nil {
+				if err := p.Sync(context.Background(), states[i%2]); err != nil {
 					b.Fatal(err)
 				}
 			}

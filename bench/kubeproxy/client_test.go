@@ -26,7 +26,8 @@ import (
 // prints each one's reply as a JSON line, tagged with the request's id.
 //
 //	probe KIND DST [EP]   connect to DST again and again until KIND holds:
-//	                      up (a connection is answered), down (refused),
+//	                      up (a connection is answered), down (refused or
+//	                      dropped),
 //	                      reach (the answer comes from endpoint EP), leave
 //	                      (an answer comes from another endpoint than EP);
 //	                      replies with the start of the attempt that saw it
@@ -66,11 +67,12 @@ type reply struct {
 // probeMax]: a probe that has waited 1 s sees a change within 5 ms of it,
 // while a hundred waiting probes stay far from loading the machine.
 const (
-	probeSpread  = 200
-	probeMin     = time.Millisecond
-	probeMax     = 25 * time.Millisecond
-	probeDial    = 500 * time.Millisecond
-	probeTimeout = 3 * time.Minute
+	probeSpread   = 200
+	probeMin      = time.Millisecond
+	probeMax      = 25 * time.Millisecond
+	probeDial     = time.Second
+	probeInflight = 16
+	probeTimeout  = 3 * time.Minute
 )
 
 // runClient serves requests from in until it closes.
@@ -155,27 +157,63 @@ func slice(r *reply, load func() (int, error), done func()) error {
 	return errors.Join(err, serr)
 }
 
-// probe connects to req.Dst until req.Kind holds, or probeTimeout.
+// probe connects to req.Dst until req.Kind holds, or probeTimeout. An
+// attempt starts every pacing interval while fewer than probeInflight are
+// under way, each with a dial timeout of a second: where a rule drops the
+// connection (kube-proxy's nftables mode drops traffic to a Service
+// address no Service has), the attempts after it need not wait for it.
+// The reply is the start of the earliest attempt that saw the change.
 func probe(req request) (reply, error) {
 	var r reply
 	dial := func() (net.Conn, error) { return net.DialTimeout("tcp4", req.Dst, probeDial) }
+	type outcome struct {
+		at   time.Time
+		ok   bool
+		who  string
+		err  error
+		done bool
+	}
+	results := make(chan outcome, probeInflight)
+	inflight := 0
+	var seen time.Time
+	var last outcome
 	begin := time.Now()
+	next := begin
 	for {
-		at := time.Now()
-		who, err := tcpload.Who(dial)
-		r.Attempts++
-		if errors.Is(err, os.ErrDeadlineExceeded) || isTimeout(err) {
-			r.Timeouts++
+		if seen.IsZero() && inflight < probeInflight && !time.Now().Before(next) {
+			at := time.Now()
+			inflight++
+			r.Attempts++
+			go func() {
+				who, err := tcpload.Who(dial)
+				results <- outcome{at: at, ok: holds(req, who, err), who: who, err: err}
+			}()
+			elapsed := time.Since(begin)
+			next = at.Add(min(max(elapsed/probeSpread, probeMin), probeMax))
 		}
-		if holds(req, who, err) {
-			r.Seen = at.UnixNano()
+		if inflight == 0 && !seen.IsZero() {
+			r.Seen = seen.UnixNano()
 			return r, nil
 		}
-		elapsed := time.Since(begin)
-		if elapsed > probeTimeout {
-			return r, fmt.Errorf("probe %s %s %s: not seen in %s (last: %q, %v)", req.Kind, req.Dst, req.EP, probeTimeout, who, err)
+		if seen.IsZero() && time.Since(begin) > probeTimeout && inflight == 0 {
+			return r, fmt.Errorf("probe %s %s %s: not seen in %s (last: %q, %v)", req.Kind, req.Dst, req.EP, probeTimeout, last.who, last.err)
 		}
-		time.Sleep(min(max(elapsed/probeSpread, probeMin), probeMax))
+		wait := time.Until(next)
+		if !seen.IsZero() || inflight >= probeInflight {
+			wait = time.Hour // only an outcome can move things on
+		}
+		select {
+		case o := <-results:
+			inflight--
+			last = o
+			if isTimeout(o.err) {
+				r.Timeouts++
+			}
+			if o.ok && (seen.IsZero() || o.at.Before(seen)) {
+				seen = o.at
+			}
+		case <-time.After(max(wait, 0)):
+		}
 	}
 }
 
@@ -186,7 +224,10 @@ func holds(req request, who string, err error) bool {
 	case "up":
 		return err == nil
 	case "down":
-		return errors.Is(err, syscall.ECONNREFUSED)
+		// Refused by the backend at the Service address itself, or
+		// dropped: kube-proxy's nftables mode drops what goes to an
+		// address of the service range that no Service has.
+		return errors.Is(err, syscall.ECONNREFUSED) || isTimeout(err)
 	case "reach":
 		return err == nil && hostOf(who) == req.EP
 	case "leave":

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -110,23 +111,48 @@ type procStats struct {
 // clockTick is USER_HZ, the unit of /proc/PID/stat's times: 100 on Linux.
 const clockTick = 100
 
-// readProc reads pid's procStats from /proc.
+// readProc reads pid's procStats from /proc. Its CPU time counts its
+// children's, those it waited for (in its own stat) and those still
+// running (in theirs): a sync's iptables-restore that is still at work is
+// the proxy's work too.
 func readProc(pid int) (procStats, error) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return procStats{}, err
-	}
-	cpu, err := parseStatCPU(string(stat))
-	if err != nil {
-		return procStats{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-	}
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return procStats{}, err
 	}
-	s := procStats{cpu: cpu}
-	s.rss, s.hwm = statusKiB(string(status), "VmRSS:"), statusKiB(string(status), "VmHWM:")
+	s := procStats{rss: statusKiB(string(status), "VmRSS:"), hwm: statusKiB(string(status), "VmHWM:")}
+	for i, p := range descendants(pid) {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			if i == 0 {
+				return procStats{}, err
+			}
+			continue // a child that ended meanwhile: its time is in its parent's now
+		}
+		cpu, err := parseStatCPU(string(stat))
+		if err != nil {
+			return procStats{}, fmt.Errorf("/proc/%d/stat: %w", p, err)
+		}
+		s.cpu += cpu
+	}
 	return s, nil
+}
+
+// descendants is pid and every process below it, pid first.
+func descendants(pid int) []int {
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", out[i]))
+		for _, f := range tasks {
+			b, _ := os.ReadFile(f)
+			for _, s := range strings.Fields(string(b)) {
+				if c, err := strconv.Atoi(s); err == nil && !slices.Contains(out, c) {
+					out = append(out, c)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // parseStatCPU is utime+stime+cutime+cstime of a /proc/PID/stat line, in
@@ -172,26 +198,9 @@ func statusKiB(status, key string) int64 {
 // container's memory would count them.
 func treeRSS(pid int) int64 {
 	var sum int64
-	seen := map[int]bool{}
-	todo := []int{pid}
-	for len(todo) > 0 {
-		p := todo[len(todo)-1]
-		todo = todo[:len(todo)-1]
-		if seen[p] {
-			continue
-		}
-		seen[p] = true
+	for _, p := range descendants(pid) {
 		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p)); err == nil {
 			sum += statusKiB(string(b), "VmRSS:")
-		}
-		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", p))
-		for _, f := range tasks {
-			b, _ := os.ReadFile(f)
-			for _, s := range strings.Fields(string(b)) {
-				if c, err := strconv.Atoi(s); err == nil {
-					todo = append(todo, c)
-				}
-			}
 		}
 	}
 	return sum
@@ -262,6 +271,9 @@ func histogramOf(fams map[string]*dto.MetricFamily, name string) histogram {
 		h.Count += hm.GetSampleCount()
 		h.Sum += hm.GetSampleSum()
 		for i, b := range hm.GetBucket() {
+			if math.IsInf(b.GetUpperBound(), 1) {
+				break // the count is it; JSON has no +Inf
+			}
 			if len(h.Bounds) <= i {
 				h.Bounds = append(h.Bounds, b.GetUpperBound())
 				h.Buckets = append(h.Buckets, 0)

@@ -26,6 +26,7 @@ type settings struct {
 	slices    int           // slices per target and load
 	warmup    time.Duration // hybrid: load before the data path, to promote both Services
 	seed      uint64
+	logDir    string // where the proxies' logs stay (LOG_DIR); empty: a temporary directory
 }
 
 // programs are the binaries compared.
@@ -138,7 +139,11 @@ func runOne(t *testing.T, c *cluster, apiKubeconfig string, bins programs, cgs *
 	if err != nil {
 		t.Fatal(err)
 	}
-	logFile, err := os.Create(filepath.Join(dir, "proxy.log"))
+	logDir := dir
+	if st.logDir != "" {
+		logDir = st.logDir
+	}
+	logFile, err := os.Create(filepath.Join(logDir, fmt.Sprintf("%s-round%d-%s-%s.log", c.sz, round+1, p.program, p.mode)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,6 +239,7 @@ func runOne(t *testing.T, c *cluster, apiKubeconfig string, bins programs, cgs *
 		return fail("%v (%v)", err, exited())
 	}
 	ownBefore := mon.scrapeNow(t)
+	mon.arm()
 	begin := time.Now()
 	res.Changes = runChanges(ctx, t, c, cl, newSchedule(c.sz, st.changes, st.interval, st.seed))
 	for i := range res.Changes {
@@ -461,9 +467,19 @@ type monitor struct {
 
 	mu        sync.Mutex
 	peakTree  int64
+	armed     bool // full syncs are noted from now on
 	fullSyncs []fullSync
 	lastFull  histogram
 	lastAt    time.Time
+}
+
+// arm starts noting full syncs: the periodic ones of the changes, not
+// the first, which a proxy makes once per IP family (kube-proxy runs an
+// IPv6 proxier beside the IPv4 one where the kernel has IPv6).
+func (m *monitor) arm() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.armed = true
 }
 
 // scraped is what the monitor reads of the proxy's metrics.
@@ -498,9 +514,8 @@ const (
 )
 
 // scrape reads the metrics and notes the full sync that ended since the
-// scrape before, if one did (they are seconds apart, full syncs minutes).
-// The first full sync, the cold start's, is not one of the periodic ones
-// and is not noted.
+// scrape before, once armed, if one did (they are seconds apart, full
+// syncs minutes).
 func (m *monitor) scrape() (scraped, error) {
 	at := time.Now()
 	fams, err := scrape(m.http, metricsURL)
@@ -511,7 +526,7 @@ func (m *monitor) scrape() (scraped, error) {
 		full: histogramOf(fams, metricFullSyncs)}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s.full.Count > m.lastFull.Count && m.lastFull.Count > 0 {
+	if s.full.Count > m.lastFull.Count && m.armed {
 		d := s.full.sub(m.lastFull)
 		m.fullSyncs = append(m.fullSyncs, fullSync{After: m.lastAt.Sub(m.start).Seconds(), Before: at.Sub(m.start).Seconds(),
 			Seconds: d.Sum / float64(d.Count)})

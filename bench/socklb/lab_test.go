@@ -22,9 +22,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/svcproxy/svcproxy/bench/tcpload"
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
+	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	nftoffload "github.com/svcproxy/svcproxy/offload/nftables"
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -258,12 +260,11 @@ func (l *lab) installNFT(b *testing.B) {
 		b.Fatal(err)
 	}
 	// SyncPeriod: an hour, so no periodic check of the table runs meanwhile.
-	p, err := nftoffload.NewProxier(nftoffload.ProxierConfig{Rules: nftoffload.Config{NodeName: "node-a"}, NFT: nft, SyncPeriod: time.Hour})
+	p, err := nftoffload.New(nftoffload.Config{Node: dataplane.Node{NodeName: "node-a"}, NFT: nft, Periods: kernelsync.Periods{SyncPeriod: time.Hour}})
 	if err != nil {
 		b.Fatal(err)
 	}
-	p.Update(service.NewSnapshot([]*service.Service{s}, nil))
-	if err := l.nftNode.Do(func() error { return p.Sync(context.Background()) }); err != nil {
+	if err := l.nftNode.Do(func() error { return p.Sync(context.Background(), service.NewSnapshot([]*service.Service{s}, nil)) }); err != nil {
 		b.Fatal(err)
 	}
 }

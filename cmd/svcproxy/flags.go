@@ -4,13 +4,16 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/hybrid"
 	"github.com/svcproxy/svcproxy/kernel/socklb/lifecycle"
+	"github.com/svcproxy/svcproxy/modes"
 	"github.com/svcproxy/svcproxy/service"
 	"github.com/svcproxy/svcproxy/service/watch"
 	"github.com/svcproxy/svcproxy/userspace"
@@ -196,4 +199,16 @@ func (c *Config) clusterCIDR(fam service.Family) netip.Prefix {
 		}
 	}
 	return netip.Prefix{}
+}
+
+// modes is the mode's Config the flags say.
+func (c *Config) modes(log *slog.Logger) modes.Config {
+	return modes.Config{Mode: c.Mode, Offload: c.Offload,
+		Host: dataplane.Host{Name: c.NodeName, IPs: c.NodeIPs, NodePortAddresses: c.NodePortAddresses,
+			ClusterCIDRs: c.ClusterCIDRs, MasqueradeAll: c.MasqueradeAll},
+		Promoter:      hybrid.PromoterConfig{PromoteConnRate: c.PromoteConnRate, PromoteAfter: c.PromoteAfter, DemoteAfter: c.DemoteAfter},
+		IPVSScheduler: c.IPVSScheduler, IPVSStrictARP: c.IPVSStrictARP,
+		SocketLB:       lifecycle.Config{Cgroup: c.SocketLBCgroup, PinPath: c.SocketLBPinPath, PinPathGiven: c.SocketLBPinPathSet, Logger: log},
+		ProxyPortRange: c.ProxyPortRange, UDPIdleTimeout: c.UDPIdleTimeout, UDPMaxSessions: c.UDPMaxSessions,
+		SyncPeriod: c.SyncPeriod, ShutdownGrace: c.ShutdownGrace, Logger: log}
 }

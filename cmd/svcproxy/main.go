@@ -1,7 +1,9 @@
 // Command svcproxy is the node proxy: it watches Services and EndpointSlices
 // (from an API server or a manifests file) and makes their virtual addresses
-// work on this node, in userspace (Go copies the bytes) or in the kernel
-// (iptables DNAT or IPVS).
+// work on this node, in userspace (Go copies the bytes), in the kernel
+// (iptables DNAT, nftables, IPVS, the eBPF socket LB), or both (hybrid mode
+// moves hot service ports to the kernel). It maps its flags to the mode's
+// Config (package modes builds it) and runs the result.
 //
 // It acts on the network namespace it runs in: run it inside the namespace it
 // serves (the lab and the tests do), never casually on a machine you care about.
@@ -17,6 +19,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/modes"
 	"github.com/svcproxy/svcproxy/service"
 	"github.com/svcproxy/svcproxy/service/watch"
 )
@@ -35,7 +39,7 @@ func main() {
 	defer stop()
 
 	if cfg.Cleanup {
-		if err := cleanup(ctx, cfg); err != nil {
+		if err := modes.Cleanup(ctx, cfg.modes(log)); err != nil {
 			log.Error("cleanup incomplete", "err", err)
 			os.Exit(1)
 		}
@@ -73,13 +77,13 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		return err
 	}
 	logModeChoice(cfg, log)
-	dp, err := newDataplane(cfg, log)
+	dp, err := modes.New(cfg.modes(log))
 	if err != nil {
 		return err
 	}
 	log.Info("svcproxy starting", "mode", dp.Mode(), "source", sourceName(cfg))
 	ep := newEndpoints(dp, log.With("component", "http"))
-	changes := newChangeMetrics(w.Changes)
+	changes := dataplane.NewChangeMetrics(w.Changes)
 	ep.registry.MustRegister(changes)
 	own := newOwnListeners(cfg, log)
 	hc := newHealthChecks(cfg, dp, log)
@@ -111,7 +115,7 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	for {
 		select {
 		case snap := <-snaps:
-			changes.took(snap) // handed to the dataplane below: no longer pending
+			changes.Took(snap) // handed to the dataplane below: no longer pending
 			snap = own.filter(snap)
 			ep.health.SetNode(snap.Node())
 			hc.sync(snap)

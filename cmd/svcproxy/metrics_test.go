@@ -77,19 +77,18 @@ func TestMetricsScrape(t *testing.T) {
 			return d
 		}, []string{"svcproxy_userspace_connections_total", "svcproxy_userspace_dial_failures_total"}},
 		{"iptables", func(t *testing.T) dataplane.Interface {
-			d, err := offloadiptables.NewDataplane(offloadiptables.ProxierConfig{IPTables: kiptables.NewFake()}, 0)
+			d, err := offloadiptables.New(offloadiptables.Config{IPTables: kiptables.NewFake()})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return d
 		}, []string{"svcproxy_iptables_syncs_total", "svcproxy_iptables_restore_bytes", "svcproxy_conntrack_deleted_total"}},
 		{"nftables with localhost NodePorts", func(t *testing.T) dataplane.Interface {
-			d, err := offloadnftables.NewDataplane(offloadnftables.ProxierConfig{
-				Rules: offloadnftables.Config{LocalhostNodePorts: true}, NFT: knft.NewFake(offloadnftables.Table)}, 0)
+			d, err := offloadnftables.New(offloadnftables.Config{LocalhostNodePorts: true, NFT: knft.NewFake(offloadnftables.Table)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			l, err := localhost.New(localhost.Config{NFTables: d, Family: service.IPv4, Logger: log})
+			l, err := localhost.New(localhost.Config{Kernel: d, Node: dataplane.Node{Family: service.IPv4}, Logger: log})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,7 +133,7 @@ func TestMetricsScrape(t *testing.T) {
 	}
 }
 
-// Issue 10 point 10: an endpoint that is svcproxy's own listener (healthz on
+// An endpoint that is svcproxy's own listener (healthz on
 // every address, metrics on one) is refused; others pass.
 func TestOwnListeners(t *testing.T) {
 	cfg := &Config{HealthzAddr: "0.0.0.0:10256", MetricsAddr: "198.19.0.1:10249",

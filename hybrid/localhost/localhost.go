@@ -3,6 +3,7 @@ package localhost
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net/netip"
@@ -18,16 +19,15 @@ import (
 
 // Config configures nftables mode with localhost NodePorts.
 type Config struct {
-	// NFTables is nftables mode, its table made with LocalhostNodePorts (it
-	// rejects and counts UDP and SCTP on loopback). Required.
-	NFTables dataplane.Interface
-	// Family is the IP family served: the listeners bind 127.0.0.1 (IPv4,
-	// also when empty) or ::1 (IPv6).
-	Family service.Family
-	// NodeName and ClusterCIDR are the listeners' (userspace.Config): which
-	// endpoints are local, for externalTrafficPolicy Local.
-	NodeName    string
-	ClusterCIDR netip.Prefix
+	// Node is the node served. The listeners bind its Family's loopback
+	// address, 127.0.0.1 (IPv4, also when empty) or ::1 (IPv6); NodeName
+	// says which endpoints are local, for externalTrafficPolicy Local.
+	dataplane.Node
+	// Kernel is the kernel mode beside the listeners: nftables mode, or the
+	// socket LB with nftables beside it, its table made with
+	// LocalhostNodePorts (it rejects and counts UDP and SCTP on loopback).
+	// Required.
+	Kernel dataplane.Interface
 	// ShutdownGrace is how long open connections may finish when Run's
 	// context ends (userspace.Config).
 	ShutdownGrace time.Duration
@@ -46,7 +46,7 @@ type Config struct {
 // counts UDP and SCTP there. A port another socket holds is logged once and
 // retried (userspace.Proxier.Run); the table is served all the same.
 type Dataplane struct {
-	dataplane.Interface // nftables mode
+	dataplane.Interface // the kernel mode: nftables, or socklb
 	p                   *userspace.Proxier
 	log                 *slog.Logger
 
@@ -54,10 +54,13 @@ type Dataplane struct {
 	logged map[string]bool // listener errors logged, while they last
 }
 
-// New puts cfg.Family's localhost listeners beside cfg.NFTables.
+// New puts cfg.Family's localhost listeners beside cfg.Kernel.
 func New(cfg Config) (*Dataplane, error) {
-	if cfg.NFTables == nil {
+	if cfg.Kernel == nil {
 		return nil, errors.New("localhost NodePorts: no nftables mode to serve beside")
+	}
+	if err := cfg.Node.Check(); err != nil {
+		return nil, fmt.Errorf("localhost NodePorts config: %w", err)
 	}
 	loopback := netip.MustParseAddr("127.0.0.1")
 	if cfg.Family == service.IPv6 {
@@ -68,9 +71,9 @@ func New(cfg Config) (*Dataplane, error) {
 	}
 	log := cfg.Logger.With("component", "localhost-nodeports", "ipFamily", string(cfg.Family))
 	return &Dataplane{
-		Interface: cfg.NFTables,
+		Interface: cfg.Kernel,
 		p: userspace.NewProxier(userspace.Config{
-			Node:               dataplane.Node{Family: cfg.Family, NodeName: cfg.NodeName, ClusterCIDR: cfg.ClusterCIDR},
+			Node:               cfg.Node,
 			BindAddress:        loopback,
 			LocalhostNodePorts: true,
 			ShutdownGrace:      cfg.ShutdownGrace,
@@ -99,7 +102,7 @@ func (l *Dataplane) Sync(ctx context.Context, snap *service.Snapshot) error {
 }
 
 // logListenerErrors logs each listener that could not be bound, once while it
-// lasts (the Proxier retries it with backoff).
+// lasts (the userspace Proxier retries it with backoff).
 func (l *Dataplane) logListenerErrors() {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	offloadnftables "github.com/svcproxy/svcproxy/offload/nftables"
 	"github.com/svcproxy/svcproxy/service/servicetest"
@@ -56,14 +57,12 @@ func backend(t *testing.T) string {
 // socket holds is logged once, not an error of Sync, and counted; /status
 // has the table's document and the listeners'.
 func TestLocalhostNodePorts(t *testing.T) {
-	table, err := offloadnftables.NewDataplane(offloadnftables.ProxierConfig{
-		Rules: offloadnftables.Config{NodeName: servicetest.ThisNode, LocalhostNodePorts: true},
-		NFT:   knft.NewFake(offloadnftables.Table)}, 0)
+	table, err := offloadnftables.New(offloadnftables.Config{Node: dataplane.Node{NodeName: servicetest.ThisNode}, LocalhostNodePorts: true, NFT: knft.NewFake(offloadnftables.Table)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var logs strings.Builder
-	l, err := New(Config{NFTables: table, NodeName: servicetest.ThisNode, ShutdownGrace: time.Second,
+	l, err := New(Config{Kernel: table, Node: dataplane.Node{NodeName: servicetest.ThisNode}, ShutdownGrace: time.Second,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -14,20 +14,16 @@ import (
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
-// KernelPath is a rule-writing path on the real kernel: its Proxier in the
+// KernelPath is a rule-writing path on the real kernel: its mode in the
 // node namespace of an offloadtest.Lab, with the node's own conntrack. The
 // Kernel checks below run each path's through it.
 type KernelPath interface {
 	// Require skips t unless it may run the path's rules of family: as
 	// root, with the path's tools.
 	Require(t *testing.T, family service.Family)
-	// New returns a Proxier of o.Family (o's NodeIP, periods and clock) on
-	// l's node, its pods in o.ClusterCIDR, or else offloadtest.ClusterCIDR
-	// (ClusterCIDR6).
+	// New returns the path's mode for o.Family (o's NodeIP, periods and
+	// clock) on l's node, its pods in o.Node(true).ClusterCIDR.
 	New(t *testing.T, l *offloadtest.Lab, o Options) KernelRig
-	// Mode returns the path's mode as New's Proxier, resyncing every
-	// o.SyncPeriod when run (offloadtest.Lab.RunOnNode), and its health.
-	Mode(t *testing.T, l *offloadtest.Lab, o Options) (offloadtest.Dataplane, func() kernelsync.Health)
 	// Cleanup runs the path's Cleanup of family in l's node.
 	Cleanup(t *testing.T, l *offloadtest.Lab, family service.Family)
 	// Ours lists what of the path's own objects l's node holds for family,
@@ -38,10 +34,10 @@ type KernelPath interface {
 	List(t *testing.T, l *offloadtest.Lab) string
 }
 
-// KernelRig is a Proxier on the real kernel.
+// KernelRig is a path's mode on the real kernel: Sync applies a Snapshot,
+// Run resyncs every SyncPeriod (offloadtest.Lab.RunOnNode).
 type KernelRig interface {
-	Update(snap *service.Snapshot)
-	Sync(ctx context.Context) error
+	offloadtest.Dataplane
 	Health() kernelsync.Health
 	Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error)
 }
@@ -70,9 +66,9 @@ func NewDualLab(t *testing.T, path KernelPath) *Lab {
 	return l
 }
 
-// Proxier returns a new Proxier of the path on the node: a new process, as
-// far as the kernel knows.
-func (l *Lab) Proxier(t *testing.T, o Options) KernelRig {
+// Mode returns a new mode of the path on the node: a new process, as far
+// as the kernel knows.
+func (l *Lab) Mode(t *testing.T, o Options) KernelRig {
 	t.Helper()
 	return l.Path.New(t, l.Lab, o)
 }
@@ -80,8 +76,7 @@ func (l *Lab) Proxier(t *testing.T, o Options) KernelRig {
 // Sync applies snap with r inside the node namespace.
 func (l *Lab) Sync(t *testing.T, r KernelRig, snap *service.Snapshot) {
 	t.Helper()
-	r.Update(snap)
-	if err := l.Node.Do(func() error { return r.Sync(context.Background()) }); err != nil {
+	if err := l.Node.Do(func() error { return r.Sync(context.Background(), snap) }); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -95,8 +90,8 @@ func (l *Lab) Syncer(t *testing.T, r KernelRig) offloadtest.Sync {
 	}
 }
 
-// syncer is a new Proxier's Syncer.
-func (l *Lab) syncer(t *testing.T, o Options) offloadtest.Sync { return l.Syncer(t, l.Proxier(t, o)) }
+// syncer is a new mode's Syncer.
+func (l *Lab) syncer(t *testing.T, o Options) offloadtest.Sync { return l.Syncer(t, l.Mode(t, o)) }
 
 // The checks every kernel mode shares (internal/offloadtest), on a path.
 
@@ -140,7 +135,7 @@ func KernelUDPConntrack(t *testing.T, path KernelPath, family service.Family) {
 func KernelFirstSyncUDPConntrack(t *testing.T, path KernelPath) {
 	l := NewLab(t, path)
 	l.FirstSyncMovesUDP(t, func(eps []service.Endpoint) kernelsync.Health {
-		r := l.Proxier(t, Options{})
+		r := l.Mode(t, Options{})
 		l.Sync(t, r, st.Snapshot(st.Service("dns", "198.18.0.53", 53, eps, st.WithProtocol(service.UDP))))
 		return r.Health()
 	})
@@ -164,7 +159,7 @@ func KernelUDPOneWayToZero(t *testing.T, path KernelPath, family service.Family)
 func KernelLocalAndReject(t *testing.T, path KernelPath, own ...Refusal) {
 	l := NewLab(t, path)
 	l.ServeTCP(t, 8080)
-	l.Sync(t, l.Proxier(t, Options{}), st.Snapshot(
+	l.Sync(t, l.Mode(t, Options{}), st.Snapshot(
 		st.Service("web", "198.18.0.10", 80, l.Endpoints(8080)),
 		st.Service("empty", "198.18.0.20", 80, nil),
 	))
@@ -188,13 +183,13 @@ func KernelLocalAndReject(t *testing.T, path KernelPath, own ...Refusal) {
 // Refusal is a connection KernelLocalAndReject expects refused.
 type Refusal struct{ Name, From, Dst string }
 
-// KernelRestartAndCleanup: the rules outlive the Proxier; a new one adopts
+// KernelRestartAndCleanup: the rules outlive the mode; a new one adopts
 // them without a gap in traffic, and Cleanup (run twice: the second finds
 // nothing, and that is fine) leaves nothing of the path's.
 func KernelRestartAndCleanup(t *testing.T, path KernelPath) {
 	l := NewLab(t, path)
 	l.ServeTCP(t, 8080)
-	l.Sync(t, l.Proxier(t, Options{}), l.Web())
+	l.Sync(t, l.Mode(t, Options{}), l.Web())
 	// The old process is gone; traffic flows while a new one takes over.
 	ctx, cancel := context.WithCancel(context.Background())
 	var ok, failed atomic.Int64
@@ -213,7 +208,7 @@ func KernelRestartAndCleanup(t *testing.T, path KernelPath) {
 	for ok.Load() < 5 {
 		time.Sleep(10 * time.Millisecond) // waits for traffic to flow, asserts nothing about time
 	}
-	restarted := l.Proxier(t, Options{})
+	restarted := l.Mode(t, Options{})
 	for range 3 {
 		l.Sync(t, restarted, l.Web(st.WithNodePort(30080)))
 	}
@@ -226,7 +221,7 @@ func KernelRestartAndCleanup(t *testing.T, path KernelPath) {
 		t.Errorf("%d of %d connections failed during the restart", failed.Load(), ok.Load()+failed.Load())
 	}
 	if h := restarted.Health(); h.FullSyncs != 1 || h.PartialSyncs != 2 {
-		t.Errorf("restarted proxier: %+v, want one full sync then partial ones", h)
+		t.Errorf("restarted mode: %+v, want one full sync then partial ones", h)
 	}
 
 	for range 2 {

@@ -15,7 +15,7 @@ import (
 func KernelEstablishedSurvive(t *testing.T, path KernelPath) {
 	l := NewLab(t, path)
 	l.ServeEcho(t, 9090)
-	r := l.Proxier(t, Options{})
+	r := l.Mode(t, Options{})
 	all := func() *service.Snapshot { return st.Snapshot(st.Service("web", "198.18.0.10", 80, l.Endpoints(9090))) }
 	without := func(backend string, change func(eps []service.Endpoint, i int) []service.Endpoint) *service.Snapshot {
 		eps := l.Endpoints(9090)
@@ -54,7 +54,7 @@ func KernelEstablishedSurvive(t *testing.T, path KernelPath) {
 func KernelHairpin(t *testing.T, path KernelPath) {
 	l := NewLab(t, path)
 	l.ServeTCP(t, 8080)
-	l.Sync(t, l.Proxier(t, Options{}), l.Web())
+	l.Sync(t, l.Mode(t, Options{}), l.Web())
 	answers, err := offloadtest.Dial(l.Backends[0], "198.18.0.10:80", 30)
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +82,7 @@ func KernelHairpin(t *testing.T, path KernelPath) {
 func KernelConnections(t *testing.T, path KernelPath) {
 	l := NewLab(t, path)
 	l.ServeTCP(t, 8080)
-	r := l.Proxier(t, Options{CountConnections: true})
+	r := l.Mode(t, Options{CountConnections: true})
 	l.Sync(t, r, l.Web())
 	web := l.Web().Ports()[0].Name
 	count := func() uint64 {

@@ -13,11 +13,12 @@ import (
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
-// KernelDualStack: a dual-stack Service on the real kernel, with a Proxier per family as
-// svcproxy runs them: each ClusterIP spreads over its family's endpoints and
-// keeps the client address, affinity holds per client, the NodePort answers
-// on the node's address of each family (masqueraded), a port without
-// endpoints is refused in both, and Cleanup of each family leaves nothing.
+// KernelDualStack: a dual-stack Service on the real kernel, with a mode per
+// family as svcproxy runs them: each ClusterIP spreads over its family's
+// endpoints and keeps the client address, affinity holds per client, the
+// NodePort answers on the node's address of each family (masqueraded), a
+// port without endpoints is refused in both, and Cleanup of each family
+// leaves nothing.
 func KernelDualStack(t *testing.T, path KernelPath) {
 	l := NewDualLab(t, path)
 	l.ServeTCP(t, 8080)
@@ -43,7 +44,7 @@ func KernelDualStack(t *testing.T, path KernelPath) {
 			func(i int) string { return fmt.Sprintf("2001:db8:19::%x:1", 0x11+i) }},
 	}
 	for _, f := range families {
-		l.Sync(t, l.Proxier(t, Options{Family: f.fam}), snap.Family(f.fam))
+		l.Sync(t, l.Mode(t, Options{Family: f.fam}), snap.Family(f.fam))
 	}
 	for _, f := range families {
 		t.Run(string(f.fam), func(t *testing.T) {

@@ -37,7 +37,7 @@ func KernelSourceRangesSNATted(t *testing.T, path KernelPath) {
 func KernelSourceRanges(t *testing.T, path KernelPath) {
 	l := NewLab(t, path)
 	l.ServeTCP(t, 8080)
-	r := l.Proxier(t, Options{})
+	r := l.Mode(t, Options{})
 	l.Sync(t, r, l.Web(st.WithLoadBalancer("198.18.200.1"), st.WithSourceRanges("198.19.10.0/24")))
 	if _, err := offloadtest.Dial(l.Client, "198.18.200.1:80", 3); err != nil {
 		t.Errorf("from inside the source ranges: %v", err)
@@ -57,7 +57,7 @@ func KernelSourceRanges(t *testing.T, path KernelPath) {
 func KernelExternalAndLoadBalancer(t *testing.T, path KernelPath) {
 	l := NewLab(t, path)
 	l.ServeTCP(t, 8080)
-	p := l.Proxier(t, Options{})
+	p := l.Mode(t, Options{})
 	lb := func(ranges ...string) *service.Snapshot {
 		obj := &v1.Service{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
@@ -114,7 +114,7 @@ func KernelLocalWithHealthCheck(t *testing.T, path KernelPath) {
 	l.ServeTCP(t, 8080)
 	// The client is outside the cluster here, as a load balancer's clients are
 	// (a pod would be sent to any endpoint: kube-proxy's short-circuit).
-	p := l.Proxier(t, Options{ClusterCIDR: netip.MustParsePrefix("198.19.200.0/24")})
+	p := l.Mode(t, Options{ClusterCIDR: netip.MustParsePrefix("198.19.200.0/24")})
 	hc := healthcheck.New(healthcheck.Config{NodeName: st.ThisNode, Addresses: []netip.Addr{netip.MustParseAddr("198.19.10.1")}})
 	t.Cleanup(hc.Close)
 	local := func(node string) *service.Snapshot {

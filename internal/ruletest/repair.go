@@ -69,7 +69,8 @@ type Loss struct {
 func KernelRepaired(t *testing.T, path KernelPath, losses ...Loss) {
 	l := NewLab(t, path)
 	l.ServeTCP(t, 8080)
-	mode, health := path.Mode(t, l.Lab, Options{SyncPeriod: 100 * time.Millisecond})
+	mode := l.Mode(t, Options{SyncPeriod: 100 * time.Millisecond})
+	health := mode.Health
 	l.RunOnNode(t, mode, l.Web())
 	waitHealth(t, health, "the first sync", func(h kernelsync.Health) bool { return h.FullSyncs == 1 })
 	if _, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 3); err != nil {

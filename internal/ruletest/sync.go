@@ -113,39 +113,39 @@ func CheckFullSyncPeriod(t *testing.T, path Path) {
 	}
 }
 
-// CheckNoSyncBeforeUpdate: before the first Update there is nothing to
-// apply, so a new Proxier (a restarted process) leaves what it finds alone.
-func CheckNoSyncBeforeUpdate(t *testing.T, path Path) {
+// CheckNoSyncBeforeSnapshot: before the first Snapshot there is nothing to
+// apply, so a new mode's resync (its periodic one, a restarted process's
+// first) leaves what it finds alone.
+func CheckNoSyncBeforeSnapshot(t *testing.T, path Path) {
 	r := path.New(t, Options{})
 	Sync(t, r, History()[0])
 	before, n0 := r.Dump(), r.Writes()
 	r.Restart(t)
-	if err := r.Sync(context.Background()); err != nil {
+	if err := r.Resync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if r.Writes() != n0 || r.Dump() != before {
-		t.Errorf("a Sync before the first Update changed the kernel:\n%s", r.Dump())
+		t.Errorf("a resync before the first Snapshot changed the kernel:\n%s", r.Dump())
 	}
 	if h := r.Health(); h.Synced {
-		t.Errorf("health %+v: want not synced before the first Update", h)
+		t.Errorf("health %+v: want not synced before the first Snapshot", h)
 	}
 }
 
 // CheckSyncFailure: a failed write is reported in the health, and the next
-// sync is a full one that leaves what a full sync from scratch writes.
+// sync (the resync that retries it) is a full one that leaves what a full sync from scratch writes.
 func CheckSyncFailure(t *testing.T, path Path) {
 	r := path.New(t, Options{})
 	Sync(t, r, History()[0])
 	msg := r.FailNext()
-	r.Update(History()[1])
-	if err := r.Sync(context.Background()); err == nil {
+	if err := r.Sync(context.Background(), History()[1]); err == nil {
 		t.Fatal("sync succeeded with a failing write")
 	}
 	h := r.Health()
 	if h.Healthy || !strings.Contains(h.LastError, msg) || h.Failures != 1 || h.ConsecutiveFailures != 1 || !h.Synced {
 		t.Errorf("after a failure: health %+v, want unhealthy, one failure saying %q", h, msg)
 	}
-	if err := r.Sync(context.Background()); err != nil {
+	if err := r.Resync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	h = r.Health()

@@ -168,9 +168,7 @@ func CheckAffinity(t *testing.T, path Path) {
 func CheckTopologyHints(t *testing.T, path Path) {
 	r := path.New(t, Options{})
 	hinted := func(forNodes bool, node *service.Node) *service.Snapshot {
-		snap := st.Snapshot(st.Service("web", "198.18.0.10", 80, st.HintedEndpoints(forNodes)))
-		snap.SetNode(node)
-		return snap
+		return st.Snapshot(st.Service("web", "198.18.0.10", 80, st.HintedEndpoints(forNodes))).With(service.WithNode(node))
 	}
 	for _, tt := range []struct {
 		name string

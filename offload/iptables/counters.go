@@ -9,24 +9,25 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/service"
 )
 
-// Connections returns, for each of ports that the last sync applied, the new
-// connections (UDP: new flows) its DNAT rules have taken
-// (kernelsync.Proxier.Connections): the packet counters of the DNAT rules in
-// its SVCP-SEP- chains, plus what syncs that rewrote those chains carried over
-// (ProxierConfig.CountConnections). In the nat table only the first packet of
-// a connection is evaluated, so packets are connections.
-func (p *Proxier) Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
-	return p.sync.Connections(ctx, ports, func(ctx context.Context) (func(*portRules) (uint64, bool), error) {
-		dnat, err := p.r.dnatCounts(ctx)
+// Connections implements dataplane.KernelPath: for each of ports that the
+// last sync applied, the new connections (UDP: new flows) its DNAT rules have
+// taken (kernelsync.Ledger.Connections): the packet counters of the DNAT
+// rules in its SVCP-SEP- chains, plus what syncs that rewrote those chains
+// carried over (Config.CountConnections). In the nat table only the first
+// packet of a connection is evaluated, so packets are connections.
+func (d *Dataplane) Connections(ctx context.Context, _ *service.Snapshot, ports dataplane.PortSet) (map[service.PortName]uint64, error) {
+	return d.Ledger.Connections(ctx, ports, func(ctx context.Context) (func(*portRules) (uint64, bool), error) {
+		dnat, err := d.dnatCounts(ctx)
 		if err != nil {
 			return nil, err
 		}
 		return func(pr *portRules) (uint64, bool) {
-			n := p.r.carried[pr.name]
+			n := d.carried[pr.name]
 			for _, c := range pr.chains {
 				n += dnat[c]
 			}
@@ -39,8 +40,8 @@ func (p *Proxier) Connections(ctx context.Context, ports map[service.PortName]bo
 // rewrites or deletes to their ports' carried totals: a declared chain starts
 // again at [0:0]. The packets that arrive between the read and the restore
 // are the only ones not counted.
-func (r *restorer) carryCounts(ctx context.Context, pl *plan, applied map[service.PortName]*portRules) error {
-	if !r.cfg.CountConnections || applied == nil {
+func (d *Dataplane) carryCounts(ctx context.Context, pl *plan, applied map[service.PortName]*portRules) error {
+	if !d.cfg.CountConnections || applied == nil {
 		return nil
 	}
 	touched := map[string]bool{}
@@ -60,11 +61,11 @@ func (r *restorer) carryCounts(ctx context.Context, pl *plan, applied map[servic
 			}
 			if dnat == nil {
 				var err error
-				if dnat, err = r.dnatCounts(ctx); err != nil {
+				if dnat, err = d.dnatCounts(ctx); err != nil {
 					return fmt.Errorf("iptables sync: carrying the connection counters over: %w", err)
 				}
 			}
-			r.carried[name] += dnat[c]
+			d.carried[name] += dnat[c]
 		}
 	}
 	return nil
@@ -72,18 +73,16 @@ func (r *restorer) carryCounts(ctx context.Context, pl *plan, applied map[servic
 
 // forget drops the carried counts of ports the last sync removed: a port that
 // comes back starts at 0.
-func (r *restorer) forget(applied map[service.PortName]*portRules) {
-	for name := range r.carried {
-		if _, ok := applied[name]; !ok {
-			delete(r.carried, name)
-		}
+func (d *Dataplane) forget(removed []*portRules) {
+	for _, pr := range removed {
+		delete(d.carried, pr.name)
 	}
 }
 
-func (r *restorer) dnatCounts(ctx context.Context) (map[string]uint64, error) {
-	cr, ok := r.cfg.IPTables.(kiptables.CounterReader)
+func (d *Dataplane) dnatCounts(ctx context.Context) (map[string]uint64, error) {
+	cr, ok := d.cfg.IPTables.(kiptables.CounterReader)
 	if !ok {
-		return nil, fmt.Errorf("%T cannot read rule counters", r.cfg.IPTables)
+		return nil, fmt.Errorf("%T cannot read rule counters", d.cfg.IPTables)
 	}
 	save, err := cr.SaveCounters(ctx, kiptables.TableNAT)
 	if err != nil {

@@ -17,18 +17,20 @@
 // endpoints of SVCP-SVL-<hash> keeping the client address (Local). A port without
 // endpoints is rejected in the filter table (SVCP-SERVICES, SVCP-EXTERNAL-SERVICES).
 //
-// Proxier keeps the kernel in step with Snapshots: a partial sync rewrites only the
-// chains of changed service ports (kube-proxy KEP-3453), a full sync (FullSyncPeriod,
-// an hour, after the last one ended, after any failure, and when the check made every
-// SyncPeriod finds a hook from a built-in chain gone) rewrites everything and deletes
-// chains that belong to nothing. That bookkeeping, shared with nftables mode, is
-// offload/kernelsync's; this package is the kernelsync.Mode of iptables (proxier.go:
-// Render, Apply, Commit). Dataplane drives it with the lifecycle all kernel modes
-// share (kernelsync.Dataplane over dataplane.Syncer). The rules outlive the process;
-// a new Proxier adopts them at its first Sync (never before the first Snapshot), and
+// Dataplane keeps the kernel in step with Snapshots: a partial sync rewrites only
+// the chains of changed service ports (kube-proxy KEP-3453), a full sync
+// (FullSyncPeriod, an hour, after the last one ended, after any failure, and when
+// the check made every SyncPeriod finds a hook from a built-in chain gone) rewrites
+// everything and deletes chains that belong to nothing. Its sync (sync.go) reads
+// from the top down: kernelsync's Ledger decides full or partial and remembers
+// what was applied, shared with nftables mode; render (render.go, port.go) says
+// what the rules are; write applies them in one restore; the Ledger records the
+// result and cleans stale UDP flows. The lifecycle all kernel modes share
+// (dataplane.Syncer) runs the syncs. The rules outlive the process; a new
+// Dataplane adopts them at its first sync (never before the first Snapshot), and
 // Cleanup removes them.
 //
-// A Proxier serves one IP family (Config.Family): IPv4 rules for iptables, or IPv6
+// A Dataplane serves one IP family (Config.Family): IPv4 rules for iptables, or IPv6
 // rules for ip6tables, rendered by the same code from the same Snapshot with the
 // family's addresses, endpoints, loopback range and masks; the other family's
 // addresses are skipped. A dual-stack node runs one per family, as kube-proxy does

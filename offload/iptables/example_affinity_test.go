@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/offload/iptables"
 )
@@ -43,15 +44,11 @@ func Example_affinity() {
 	ipt := kiptables.NewFake()
 	ipt.Now = func() time.Time { return now }
 	ipt.SetLocalAddrs(netip.MustParseAddr("198.19.0.1"))
-	p, err := iptables.NewProxier(iptables.ProxierConfig{
-		Rules:    iptables.Config{NodeName: "node", ClusterCIDR: netip.MustParsePrefix("198.19.0.0/17")},
-		IPTables: ipt,
-	})
+	p, err := iptables.New(iptables.Config{Node: dataplane.Node{NodeName: "node", ClusterCIDR: netip.MustParsePrefix("198.19.0.0/17")}, IPTables: ipt})
 	if err != nil {
 		panic(err)
 	}
-	p.Update(snapshot(webSticky))
-	if err := p.Sync(context.Background()); err != nil {
+	if err := p.Sync(context.Background(), snapshot(webSticky)); err != nil {
 		panic(err)
 	}
 	connect := func(what string, pick int) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/offload/iptables"
 	"github.com/svcproxy/svcproxy/service"
@@ -46,8 +47,7 @@ func snapshot(manifests string) *service.Snapshot {
 // the service port (and endpoint), as kube-proxy's are.
 func ExampleRender() {
 	rules, err := iptables.Render(iptables.Config{
-		NodeName:    "node",
-		ClusterCIDR: netip.MustParsePrefix("198.19.0.0/17"),
+		Node: dataplane.Node{NodeName: "node", ClusterCIDR: netip.MustParsePrefix("198.19.0.0/17")},
 	}, snapshot(web))
 	if err != nil {
 		panic(err)
@@ -96,15 +96,11 @@ func ExampleRender() {
 func Example_trace() {
 	ipt := kiptables.NewFake()
 	ipt.SetLocalAddrs(netip.MustParseAddr("198.19.0.1")) // the node
-	p, err := iptables.NewProxier(iptables.ProxierConfig{
-		Rules:    iptables.Config{NodeName: "node", ClusterCIDR: netip.MustParsePrefix("198.19.0.0/17")},
-		IPTables: ipt,
-	})
+	p, err := iptables.New(iptables.Config{Node: dataplane.Node{NodeName: "node", ClusterCIDR: netip.MustParsePrefix("198.19.0.0/17")}, IPTables: ipt})
 	if err != nil {
 		panic(err)
 	}
-	p.Update(snapshot(web))
-	if err := p.Sync(context.Background()); err != nil {
+	if err := p.Sync(context.Background(), snapshot(web)); err != nil {
 		panic(err)
 	}
 	for _, pkt := range []kiptables.Packet{

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/ruletest"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/service"
@@ -14,7 +15,7 @@ import (
 
 // The IPv6 side of the test cluster (internal/ruletest): this node at
 // 2001:db8:19::1, pods in 2001:db8:19::1:0/112, services in 2001:db8:18::/112.
-var testConfig6 = Config{Family: service.IPv6, NodeName: st.ThisNode, ClusterCIDR: ruletest.ClusterCIDR(service.IPv6)}
+var testConfig6 = Config{Node: dataplane.Node{Family: service.IPv6, NodeName: st.ThisNode, ClusterCIDR: ruletest.ClusterCIDR(service.IPv6)}}
 
 // One Snapshot, two rule sets: each family renders its own addresses and
 // endpoints only, with its own loopback range and recent mask.
@@ -26,7 +27,7 @@ func TestRenderGoldenFamilies(t *testing.T) {
 	}{
 		{"dual-stack-ipv4", testConfig},
 		{"dual-stack-ipv6", testConfig6},
-		{"dual-stack-ipv6-node-ips", Config{Family: service.IPv6, NodeName: st.ThisNode, NodeIPs: st.Addrs("198.19.0.1", "2001:db8:19::1", "::1")}},
+		{"dual-stack-ipv6-node-ips", Config{Node: dataplane.Node{Family: service.IPv6, NodeName: st.ThisNode, NodePortIPs: st.Addrs("198.19.0.1", "2001:db8:19::1", "::1")}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := Render(tt.cfg, snap)
@@ -48,11 +49,11 @@ func TestRenderGoldenFamilies(t *testing.T) {
 }
 
 func TestRenderFamilyConfig(t *testing.T) {
-	_, err := Render(Config{Family: service.IPv6, ClusterCIDR: netip.MustParsePrefix("198.19.0.0/16")}, st.Snapshot())
+	_, err := Render(Config{Node: dataplane.Node{Family: service.IPv6, ClusterCIDR: netip.MustParsePrefix("198.19.0.0/16")}}, st.Snapshot())
 	if err == nil || !strings.Contains(err.Error(), "ClusterCIDR 198.19.0.0/16: not an IPv6 prefix") {
 		t.Errorf("IPv6 rules with an IPv4 ClusterCIDR: %v", err)
 	}
-	if _, err := Render(Config{Family: "IPv5"}, st.Snapshot()); err == nil {
+	if _, err := Render(Config{Node: dataplane.Node{Family: "IPv5"}}, st.Snapshot()); err == nil {
 		t.Error("Family IPv5: no error")
 	}
 }
@@ -66,7 +67,9 @@ func TestConntrackCleanupIPv6(t *testing.T) { ruletest.CheckConntrackCleanupIPv6
 func TestCleanupIPv6(t *testing.T) {
 	f := kiptables.NewFakeFamily(kiptables.IPv6)
 	empty := f.Dump()
-	p, err := NewProxier(ProxierConfig{Rules: testConfig6, IPTables: f})
+	cfg := testConfig6
+	cfg.IPTables = f
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

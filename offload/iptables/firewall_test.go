@@ -43,7 +43,7 @@ func TestHealthCheckFollowsFirstPort(t *testing.T) {
 	}
 	f := kiptables.NewFake()
 	f.SetLocalAddrs(nodeIP)
-	p := newProxier(t, f, nil)
+	p := newDataplane(t, f, nil)
 	for _, ports := range [][]string{{"p", "q"}, {"q"}} {
 		mustSync(t, p, st.Snapshot(web(ports...)))
 		tr, err := f.Trace(kiptables.Packet{Src: netip.MustParseAddr("198.19.200.7"), Dst: netip.MustParseAddrPort("198.19.0.1:32000"), InIface: "eth0"})

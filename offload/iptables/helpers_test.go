@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/ruletest"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/offload/kernelsync"
@@ -20,12 +21,11 @@ import (
 // The test cluster is servicetest's: this node st.ThisNode at 198.19.0.1, pods
 // in 198.19.1.0/24, services in 198.18.0.0/16.
 var testConfig = Config{
-	NodeName:    st.ThisNode,
-	ClusterCIDR: netip.MustParsePrefix("198.19.1.0/24"),
+	Node: dataplane.Node{NodeName: st.ThisNode, ClusterCIDR: netip.MustParsePrefix("198.19.1.0/24")},
 }
 
 // rules is iptables mode as the tables it shares with nftables mode drive it
-// (internal/ruletest): a Proxier on a Fake that counts packets.
+// (internal/ruletest): a Dataplane on a Fake that counts packets.
 var rules ruletest.Path = rulesPath{}
 
 type rulesPath struct{}
@@ -42,28 +42,32 @@ func (rulesPath) New(t *testing.T, o ruletest.Options) ruletest.Rig {
 	return r
 }
 
-// rig is a Proxier on a countingIPT.
+// rig is a Dataplane on a countingIPT.
 type rig struct {
 	ipt *countingIPT
 	o   ruletest.Options
-	*Proxier
+	*Dataplane
 }
 
 func (r *rig) Restart(t *testing.T) {
 	t.Helper()
-	n := r.o.Node(false)
-	cfg := Config{Family: n.Family, NodeName: n.NodeName, ClusterCIDR: n.ClusterCIDR, NodeIP: n.NodeIP}
-	p, err := NewProxier(ProxierConfig{Rules: cfg, IPTables: r.ipt, Conntrack: r.o.Conntrack, CountConnections: r.o.CountConnections,
-		SyncPeriod: r.o.SyncPeriod, FullSyncPeriod: r.o.FullSyncPeriod, Now: r.o.Now})
+	cfg := Config{Node: r.o.Node(false), CountConnections: r.o.CountConnections, IPTables: r.ipt}
+	cfg.Conntrack, cfg.SyncPeriod, cfg.FullSyncPeriod, cfg.Now = r.o.Conntrack, r.o.SyncPeriod, r.o.FullSyncPeriod, r.o.Now
+	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Proxier = p
+	r.Dataplane = d
 }
 
-func (r *rig) Health() kernelsync.Health { return r.Proxier.Health().Health }
-func (r *rig) Dump() string              { return r.ipt.Dump() }
-func (r *rig) Writes() int               { n, _ := r.ipt.Restores(); return n }
+func (r *rig) Health() kernelsync.Health       { return r.Dataplane.Health().Health }
+func (r *rig) Status() []kernelsync.PortStatus { return r.Ports() }
+func (r *rig) Dump() string                    { return r.ipt.Dump() }
+func (r *rig) Writes() int                     { n, _ := r.ipt.Restores(); return n }
+
+func (r *rig) Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
+	return r.Dataplane.Connections(ctx, nil, ports)
+}
 
 func (r *rig) FailNext() string {
 	r.ipt.mu.Lock()
@@ -74,7 +78,7 @@ func (r *rig) FailNext() string {
 
 // Hit counts n packets on each SVCP-SEP- chain of port's DNAT rules.
 func (r *rig) Hit(t *testing.T, port service.PortName, n uint64) {
-	chains := appliedChains(r.Proxier, port)
+	chains := appliedChains(r.Dataplane, port)
 	r.ipt.mu.Lock()
 	defer r.ipt.mu.Unlock()
 	for _, ch := range chains {
@@ -109,9 +113,13 @@ func trace(tr kiptables.Trace) ruletest.Trace {
 }
 
 // appliedChains are the nat chains of port as the last sync applied them.
-func appliedChains(p *Proxier, port service.PortName) (chains []string) {
-	p.sync.BetweenSyncs(func(applied map[service.PortName]*portRules) { chains = applied[port].chains })
-	return chains
+func appliedChains(d *Dataplane, port service.PortName) []string {
+	for _, ps := range d.Ports() {
+		if ps.Port == port.String() {
+			return ps.Chains
+		}
+	}
+	return nil
 }
 
 // countingIPT is a Fake that counts packets per chain as the kernel does: a

@@ -21,16 +21,17 @@ func ensureHooks(ctx context.Context, ipt kiptables.Interface) error {
 	return nil
 }
 
-// Check implements kernelsync.Mode: every hook, the jump from a built-in chain
-// to ours, is still there (kiptables.HasRule: one chain listing per hook). Another program that
+// check says whether every hook, the jump from a built-in chain to ours, is
+// still there (kiptables.HasRule: one chain listing per hook): the frame
+// kernelsync's Ledger has checked once per SyncPeriod. Another program that
 // flushes the nat or filter table (`iptables -t nat -F`, a firewall reload)
 // takes the hooks with it, and deleting our chains needs their hooks gone
 // first; either way the next sync is full and writes everything again.
 // kube-proxy watches an empty canary chain per table instead
 // (utiliptables.Monitor), which notices a table deleted but not one flushed.
-func (r *restorer) Check(ctx context.Context) error {
+func (d *Dataplane) check(ctx context.Context) error {
 	for _, h := range hooks {
-		ok, err := r.cfg.IPTables.HasRule(ctx, kiptables.Table(h.table), h.chain, h.args...)
+		ok, err := d.cfg.IPTables.HasRule(ctx, kiptables.Table(h.table), h.chain, h.args...)
 		if err != nil {
 			return fmt.Errorf("hook %s/%s -> %s: %w", h.table, h.chain, h.args[len(h.args)-1], err)
 		}

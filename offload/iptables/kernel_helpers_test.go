@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
@@ -16,8 +15,8 @@ import (
 )
 
 // kernelRules is iptables mode on the real kernel, as the checks it shares
-// with nftables mode drive it (internal/ruletest): iptables-restore in the
-// node namespace of an offloadtest.Lab.
+// with nftables mode drive it (internal/ruletest): its Dataplane's
+// iptables-restore in the node namespace of an offloadtest.Lab.
 var kernelRules ruletest.KernelPath = kernelPath{}
 
 type kernelPath struct{}
@@ -46,29 +45,15 @@ func (kernelPath) ipt(t *testing.T, family service.Family) kiptables.Interface {
 	return ipt
 }
 
-func (k kernelPath) proxierConfig(t *testing.T, o ruletest.Options) ProxierConfig {
-	n := o.Node(true)
-	return ProxierConfig{Rules: Config{Family: n.Family, NodeName: n.NodeName, ClusterCIDR: n.ClusterCIDR, NodeIP: n.NodeIP},
-		IPTables: k.ipt(t, o.Family), Conntrack: conntrack.Netlink{}, CountConnections: o.CountConnections,
-		SyncPeriod: o.SyncPeriod, FullSyncPeriod: o.FullSyncPeriod, Now: o.Now}
-}
-
 func (k kernelPath) New(t *testing.T, l *offloadtest.Lab, o ruletest.Options) ruletest.KernelRig {
 	t.Helper()
-	p, err := NewProxier(k.proxierConfig(t, o))
+	cfg := Config{Node: o.Node(true), CountConnections: o.CountConnections, IPTables: k.ipt(t, o.Family)}
+	cfg.Conntrack, cfg.SyncPeriod, cfg.FullSyncPeriod, cfg.Now = conntrack.Netlink{}, o.SyncPeriod, o.FullSyncPeriod, o.Now
+	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return kernelRig{p}
-}
-
-func (k kernelPath) Mode(t *testing.T, l *offloadtest.Lab, o ruletest.Options) (offloadtest.Dataplane, func() kernelsync.Health) {
-	t.Helper()
-	dp, err := NewDataplane(k.proxierConfig(t, o), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dp, func() kernelsync.Health { return dp.p.Health().Health }
+	return kernelRig{d}
 }
 
 func (k kernelPath) Cleanup(t *testing.T, l *offloadtest.Lab, family service.Family) {
@@ -94,7 +79,11 @@ func (kernelPath) List(t *testing.T, l *offloadtest.Lab) string {
 	return l.Node.Run(t, "iptables-save", "-c")
 }
 
-// kernelRig is a Proxier on the real kernel.
-type kernelRig struct{ *Proxier }
+// kernelRig is a Dataplane on the real kernel.
+type kernelRig struct{ *Dataplane }
 
-func (r kernelRig) Health() kernelsync.Health { return r.Proxier.Health().Health }
+func (r kernelRig) Health() kernelsync.Health { return r.Dataplane.Health().Health }
+
+func (r kernelRig) Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
+	return r.Dataplane.Connections(ctx, nil, ports)
+}

@@ -77,15 +77,15 @@ func TestKernelStaleChains(t *testing.T) {
 	l := ruletest.NewLab(t, kernelRules)
 	two := st.Snapshot(st.Service("web", "198.18.0.10", 80, l.Endpoints(8080), st.WithNodePort(30080)),
 		st.Service("api", "198.18.0.20", 80, l.Endpoints(8080), st.WithAffinity(time.Minute)))
-	p := l.Proxier(t, ruletest.Options{})
+	p := l.Mode(t, ruletest.Options{})
 	l.Sync(t, p, two)
 	l.Sync(t, p, l.Web()) // partial: api goes, web loses its NodePort
 	save := l.Node.Run(t, "iptables-save", "-t", "nat")
 	if strings.Contains(save, "default/api") || strings.Contains(save, prefixEXT) {
 		t.Errorf("after a partial sync, stale chains are left:\n%s", save)
 	}
-	l.Sync(t, l.Proxier(t, ruletest.Options{}), two)           // restarted with both
-	l.Sync(t, l.Proxier(t, ruletest.Options{}), st.Snapshot()) // restarted with none: a full sync reads what is there
+	l.Sync(t, l.Mode(t, ruletest.Options{}), two)           // restarted with both
+	l.Sync(t, l.Mode(t, ruletest.Options{}), st.Snapshot()) // restarted with none: a full sync reads what is there
 	save = l.Node.Run(t, "iptables-save", "-t", "nat")
 	for _, prefix := range portChainPrefixes {
 		if strings.Contains(save, prefix) {

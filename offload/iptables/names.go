@@ -66,7 +66,7 @@ func isOurChain(table, name string) bool {
 
 // hashBase is kube-proxy's servicePortChainNameBase: the first 16 characters of the
 // base32 SHA-256 of the port name and the lower-case protocol. Stable across
-// restarts and processes, so a new Proxier finds the chains of the old one.
+// restarts and processes, so a new Dataplane finds the chains of the old one.
 func hashBase(parts ...string) string {
 	h := sha256.Sum256([]byte(strings.Join(parts, "")))
 	return base32.StdEncoding.EncodeToString(h[:])[:16]
@@ -84,7 +84,7 @@ func sepChain(n service.PortName, ep netip.AddrPort) string {
 }
 
 // hook is a jump from a built-in chain to one of ours. Hooks live outside the
-// restore text (a --noflush restore appends, it cannot "ensure"), so Proxier
+// restore text (a --noflush restore appends, it cannot "ensure"), so Dataplane
 // ensures them with EnsureRule and Cleanup deletes them.
 type hook struct {
 	table, chain string // the built-in chain

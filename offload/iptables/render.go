@@ -2,7 +2,6 @@ package iptables
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 	"strconv"
 	"time"
@@ -11,90 +10,10 @@ import (
 	"github.com/svcproxy/svcproxy/service"
 )
 
-// Config is what the rules depend on besides the Snapshot. The zero value renders
-// IPv4 rules for a node with no name, NodePorts on every local address, no
-// masquerade of off-cluster traffic, and the masquerade mark 0x4000.
-type Config struct {
-	// Family is the IP family of the rules: IPv4 (empty) for iptables, IPv6
-	// for ip6tables. The rules name only the family's addresses and endpoints;
-	// a dual-stack node runs one Proxier per family (dataplane.Families), as
-	// kube-proxy runs one proxier per family.
-	Family service.Family
-	// NodeName selects the endpoints of this node for the Local traffic policies.
-	NodeName string
-	// NodeIPs are the addresses NodePorts answer on (kube-proxy's
-	// --nodeport-addresses). Empty: every local address but loopback
-	// (addrtype LOCAL). Loopback addresses are left out: see renderFixed.
-	NodeIPs []netip.Addr
-	// NodeIP is this node's own address of the family (kube-proxy's nodeIP,
-	// detectNodeIPs: the first of the family). A LoadBalancer whose source
-	// ranges hold it also accepts its own IPs as a source (see usesFirewall).
-	// Invalid (zero): unknown, and no such source is accepted, as kube-proxy
-	// does when it falls back to loopback.
-	NodeIP netip.Addr
-	// ClusterCIDR is the pod network (--cluster-cidr). Traffic to a ClusterIP from
-	// outside it is masqueraded; pod traffic to an external destination of a
-	// Local-policy Service goes to every endpoint. Invalid (zero): neither.
-	ClusterCIDR netip.Prefix
-	// MasqueradeAll masquerades every connection to a ClusterIP.
-	MasqueradeAll bool
-	// MasqueradeBit is the fwmark bit that asks SVCP-POSTROUTING for SNAT,
-	// 0-31; 0 means kube-proxy's default, 14 (mark 0x4000).
-	MasqueradeBit int
-	// Include selects the service ports this dataplane serves (hybrid mode
-	// promotes some ports to the kernel). Nil: every port.
-	Include func(*service.Port) bool
-}
-
-func (c *Config) validate() error {
-	if c.MasqueradeBit < 0 || c.MasqueradeBit > 31 {
-		return fmt.Errorf("iptables config: MasqueradeBit %d: not in 0..31", c.MasqueradeBit)
-	}
-	switch c.Family {
-	case "":
-		c.Family = service.IPv4
-	case service.IPv4, service.IPv6:
-	default:
-		return fmt.Errorf("iptables config: Family %q: want IPv4 or IPv6", c.Family)
-	}
-	if c.ClusterCIDR.IsValid() && !c.Family.Has(c.ClusterCIDR.Addr()) {
-		return fmt.Errorf("iptables config: ClusterCIDR %s: not an %s prefix", c.ClusterCIDR, c.Family)
-	}
-	for _, ip := range c.NodeIPs {
-		if !ip.IsValid() {
-			return fmt.Errorf("iptables config: NodeIPs: invalid address")
-		}
-	}
-	if c.NodeIP.IsValid() && !c.Family.Has(c.NodeIP) {
-		return fmt.Errorf("iptables config: NodeIP %s: not an %s address", c.NodeIP, c.Family)
-	}
-	return nil
-}
-
-// nodeIPs are the NodeIPs of the family without loopback ones (see renderFixed);
-// cmd/svcproxy logs the ones it leaves out.
-func (c *Config) nodeIPs() []netip.Addr {
-	var out []netip.Addr
-	for _, a := range c.Family.Addrs(c.NodeIPs) {
-		if !a.IsLoopback() {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-func (c *Config) mark() string {
-	bit := c.MasqueradeBit
-	if bit == 0 {
-		bit = 14 // kube-proxy's --iptables-masquerade-bit default
-	}
-	return fmt.Sprintf("%#08x", uint32(1)<<bit)
-}
-
 // Render returns the iptables-restore text (for --noflush) of every chain and rule
 // the Snapshot needs: the text a full sync applies. It is a pure function.
 // Hooks from the built-in chains (nat PREROUTING -j SVCP-SERVICES, ...) are not in
-// it: they are ensured one by one, see Proxier.
+// it: they are ensured one by one, see Dataplane.
 func Render(cfg Config, snap *service.Snapshot) ([]byte, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -212,18 +131,26 @@ type ruleset struct {
 // change is a port rendered anew: Old is its previous rendering, or nil.
 type change = kernelsync.Change[*portRules]
 
-// render renders snap. A port that renders the same as the one a rendering in
-// prev was made from (service.Port.RendersSameAs) reuses that rendering: a sync
-// after one change renders one port, not 10,000 (kernelsync.RenderPorts).
+// render renders snap: the path's rules, every port as
+// kernelsync.RenderPorts reuses or renders it (renderPort), and the fixed
+// lines of the top chains. A port that renders the same, in the same zone of
+// this node (topology hints), as the one a rendering in prev was made from
+// reuses that rendering: a sync after one change renders one port, not
+// 10,000.
 func render(cfg Config, snap *service.Snapshot, prev map[service.PortName]*portRules) *ruleset {
-	// The endpoints a port sends to depend on this node's zone too (topology
-	// hints, service.Port.Categorize): a new zone renders every port again.
-	zone := snap.Node().Zone()
-	ports := kernelsync.RenderPorts(snap, prev, cfg.Include,
-		func(old *portRules, p *service.Port) bool { return old.port.RendersSameAs(p) && old.zone == zone },
-		func(p *service.Port) *portRules { return renderPort(&cfg, p, snap.Node()) })
+	ports := kernelsync.RenderPorts(snap, prev, cfg.Carries, func(p *service.Port) *portRules { return renderPort(&cfg, p, snap.Node()) })
 	return &ruleset{cfg: cfg, fixed: renderFixed(&cfg), ports: ports.All, changed: ports.Changed, removed: ports.Removed}
 }
+
+// rendered is what rs rendered, as the Ledger records it.
+func (rs *ruleset) rendered() kernelsync.Ports[*portRules] {
+	return kernelsync.Ports[*portRules]{All: rs.ports, Changed: rs.changed, Removed: rs.removed}
+}
+
+// Name, RenderedFrom and Flows implement kernelsync.Port.
+func (pr *portRules) Name() service.PortName                { return pr.name }
+func (pr *portRules) RenderedFrom() (*service.Port, string) { return pr.port, pr.zone }
+func (pr *portRules) Flows() *kernelsync.Flows              { return &pr.flows }
 
 // renderFixed renders the lines of the top chains that do not come from ports.
 // SVCP-SERVICES' NodePort jump is rendered last by ruleset.top.
@@ -243,7 +170,7 @@ func renderFixed(cfg *Config) map[string]map[string][]byte {
 		[]string{"-m", "conntrack", "--ctstate", "RELATED,ESTABLISHED", "-j", "ACCEPT"})...)
 	// The jump to SVCP-NODEPORTS must be the last rule of SVCP-SERVICES: a
 	// ClusterIP or externalIP match must win over "any local address".
-	nodeIPs := cfg.nodeIPs()
+	nodeIPs := cfg.KernelNodePortIPs()
 	c := comment("svcproxy service nodeports; NOTE: this must be the last rule in this chain")
 	if len(nodeIPs) == 0 {
 		// No NodePorts on 127.0.0.0/8 (or ::1): a DNATed packet from loopback could only

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/ruletest"
 	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
@@ -23,12 +24,12 @@ func TestRenderGolden(t *testing.T) {
 		cfg  Config
 		snap *service.Snapshot
 	}{
-		{"clusterip-no-cidr", Config{NodeName: st.ThisNode}, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))},
-		{"masquerade-all", Config{NodeName: st.ThisNode, MasqueradeAll: true, MasqueradeBit: 5},
+		{"clusterip-no-cidr", Config{Node: dataplane.Node{NodeName: st.ThisNode}}, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))},
+		{"masquerade-all", Config{Node: dataplane.Node{NodeName: st.ThisNode, MasqueradeAll: true, MasqueradeBit: 5}},
 			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))},
 		{"udp", testConfig, st.Snapshot(st.Service("dns", "198.18.0.53", 53, st.ThreeEndpoints(), st.WithProtocol(service.UDP)))},
 		{"nodeport", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithNodePort(30080)))},
-		{"nodeport-node-ips", Config{NodeName: st.ThisNode, ClusterCIDR: testConfig.ClusterCIDR, NodeIPs: st.Addrs("198.19.0.1", "2001:db8::1")},
+		{"nodeport-node-ips", Config{Node: dataplane.Node{NodeName: st.ThisNode, ClusterCIDR: testConfig.ClusterCIDR, NodePortIPs: st.Addrs("198.19.0.1", "2001:db8::1")}},
 			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithNodePort(30080)))},
 		{"external-ips", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithExternalIPs("198.18.100.1")))},
 		{"loadbalancer", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(),
@@ -36,12 +37,12 @@ func TestRenderGolden(t *testing.T) {
 		{"loadbalancer-source-ranges", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:2],
 			st.WithNodePort(30080), st.WithLoadBalancer("198.18.200.1"), st.WithSourceRanges("203.0.113.0/25", "198.19.10.0/24")))},
 		// The ranges hold the node's IP, so the LoadBalancer IPs are sources too.
-		{"loadbalancer-source-ranges-node", Config{NodeName: st.ThisNode, ClusterCIDR: testConfig.ClusterCIDR, NodeIP: netip.MustParseAddr("198.19.0.1")},
+		{"loadbalancer-source-ranges-node", Config{Node: dataplane.Node{NodeName: st.ThisNode, ClusterCIDR: testConfig.ClusterCIDR, NodeIP: netip.MustParseAddr("198.19.0.1")}},
 			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1],
 				st.WithLoadBalancer("198.18.200.1", "198.18.200.2"), st.WithSourceRanges("203.0.113.0/25", "198.19.0.0/24")))},
 		{"health-check", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:2],
 			st.WithNodePort(30080), st.WithLoadBalancer("198.18.200.1"), st.WithExternalLocal(), st.WithHealthCheck(32000)))},
-		{"nodeport-loopback", Config{NodeName: st.ThisNode, NodeIPs: st.Addrs("127.0.0.1", "198.19.0.1")},
+		{"nodeport-loopback", Config{Node: dataplane.Node{NodeName: st.ThisNode, NodePortIPs: st.Addrs("127.0.0.1", "198.19.0.1")}},
 			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1], st.WithNodePort(30080)))},
 		{"affinity", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithAffinity(600*time.Second)))},
 		{"affinity-default-timeout", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1], st.WithAffinity(0)))},
@@ -59,7 +60,7 @@ func TestRenderGolden(t *testing.T) {
 			st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithNodePort(30080)),
 			st.Service("api", "198.18.0.20", 443, st.ThreeEndpoints()[:2]),
 		)},
-		{"include", Config{NodeName: st.ThisNode, Include: func(p *service.Port) bool { return p.Name.Name == "api" }}, st.Snapshot(
+		{"include", Config{Node: dataplane.Node{NodeName: st.ThisNode}, Carries: func(n service.PortName) bool { return n.Name == "api" }}, st.Snapshot(
 			st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()),
 			st.Service("api", "198.18.0.20", 443, st.ThreeEndpoints()[:2]),
 		)},
@@ -83,8 +84,8 @@ func TestRenderGolden(t *testing.T) {
 }
 
 func TestRenderInvalidConfig(t *testing.T) {
-	for _, cfg := range []Config{{MasqueradeBit: 32}, {MasqueradeBit: -1}, {NodeIPs: []netip.Addr{{}}},
-		{NodeIP: netip.MustParseAddr("2001:db8:19::1")}, {Family: service.IPv6, NodeIP: netip.MustParseAddr("198.19.0.1")}} {
+	for _, cfg := range []Config{{Node: dataplane.Node{MasqueradeBit: 32}}, {Node: dataplane.Node{MasqueradeBit: -1}}, {Node: dataplane.Node{NodePortIPs: []netip.Addr{{}}}},
+		{Node: dataplane.Node{NodeIP: netip.MustParseAddr("2001:db8:19::1")}}, {Node: dataplane.Node{Family: service.IPv6, NodeIP: netip.MustParseAddr("198.19.0.1")}}} {
 		if _, err := Render(cfg, st.Snapshot()); err == nil {
 			t.Errorf("Render(%+v): no error", cfg)
 		}

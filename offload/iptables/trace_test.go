@@ -19,12 +19,12 @@ func syncedFake(t *testing.T, cfg Config, snap *service.Snapshot) *kiptables.Fak
 	t.Helper()
 	f := kiptables.NewFake()
 	f.SetLocalAddrs(nodeIP)
-	p, err := NewProxier(ProxierConfig{Rules: cfg, IPTables: f})
+	cfg.IPTables = f
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Update(snap)
-	if err := p.Sync(context.Background()); err != nil {
+	if err := p.Sync(context.Background(), snap); err != nil {
 		t.Fatal(err)
 	}
 	return f
@@ -70,7 +70,9 @@ func TestHooksPrepended(t *testing.T) {
 	if err := f.Restore(context.Background(), []byte("*nat\n:SVCP-PORTALS - [0:0]\n-A PREROUTING -j SVCP-PORTALS\nCOMMIT\n")); err != nil {
 		t.Fatal(err)
 	}
-	p, _ := NewProxier(ProxierConfig{Rules: testConfig, IPTables: f})
+	cfg := testConfig
+	cfg.IPTables = f
+	p, _ := New(cfg)
 	mustSync(t, p, service.NewSnapshot(nil, nil))
 	nat, _ := f.Save(context.Background(), kiptables.TableNAT)
 	ours := strings.Index(string(nat), "-A PREROUTING -m comment --comment \"svcproxy service portals\" -j SVCP-SERVICES")

@@ -20,13 +20,13 @@ type Counts[P Port] func(ctx context.Context) (count func(P) (n uint64, ok bool)
 // outlives its chains); what they share is here: the count is read while no
 // sync runs, so no rewrite moves it meanwhile, and the kernel is read once,
 // only when some port of ports is applied.
-func (p *Proxier[P, R]) Connections(ctx context.Context, ports map[service.PortName]bool, read Counts[P]) (map[service.PortName]uint64, error) {
-	p.syncMu.Lock()
-	defer p.syncMu.Unlock()
+func (l *Ledger[P]) Connections(ctx context.Context, ports map[service.PortName]bool, read Counts[P]) (map[service.PortName]uint64, error) {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
 	out := map[service.PortName]uint64{}
 	var count func(P) (uint64, bool)
 	for name := range ports {
-		applied, ok := p.applied[name]
+		applied, ok := l.applied[name]
 		if !ok {
 			continue
 		}

@@ -7,120 +7,64 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	"github.com/svcproxy/svcproxy/service"
 )
 
-// DataplaneConfig names a mode and its own metrics.
-type DataplaneConfig struct {
-	// Mode is the mode's name (dataplane.ModeIPTables): /proxyMode, errors,
-	// and the metrics svcproxy_<mode>_syncs_total{kind="full"|"partial"}.
-	Mode string
-	// SyncsHelp is the help text of svcproxy_<mode>_syncs_total.
-	SyncsHelp string
-	// SizeMetric and SizeHelp name the gauge of Health.Size.
-	SizeMetric, SizeHelp string
-	// FailuresMetric and FailuresHelp name the counter of Health.Failures,
-	// kube-proxy's for the mode (iptables:
-	// kubeproxy_sync_proxy_rules_iptables_restore_failures_total).
-	FailuresMetric, FailuresHelp string
-	// PartialFailuresMetric and PartialFailuresHelp, if set, name the counter
-	// of Health.PartialFailures (iptables:
-	// kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total;
-	// kube-proxy has none in nftables mode).
-	PartialFailuresMetric, PartialFailuresHelp string
-	// LagBound is the Syncer's (0: twice the Proxier's SyncPeriod).
+// Periods are how a rule path's syncs go, the same fields in iptables' and
+// nftables' Configs (each embeds them). Zero durations take kube-proxy's
+// defaults.
+type Periods struct {
+	// Conntrack deletes stale UDP flows; nil: no conntrack cleanup.
+	Conntrack conntrack.Interface
+	// SyncPeriod is how long after a sync the next one comes without a
+	// change, and how often a sync checks that the kernel still holds the
+	// frame of the path's rules, making itself full if not (kube-proxy
+	// --iptables-sync-period, --nftables-sync-period; default 30s; see
+	// Config).
+	SyncPeriod time.Duration
+	// FullSyncPeriod is how long after the end of the last full sync a sync
+	// is full again: it writes every rule and deletes what belongs to nothing
+	// (kube-proxy's proxyutil.FullSyncPeriod; default 1h).
+	FullSyncPeriod time.Duration
+	// LagBound is the Syncer's (0: twice SyncPeriod).
 	LagBound time.Duration
-	// NodeName is the Syncer's: this node.
-	NodeName string
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
 }
 
-// Dataplane is a Proxier driven by the lifecycle every kernel mode shares
-// (dataplane.Syncer): it is a dataplane.Interface but for Status, which the mode
-// adds (with Connections, for hybrid's dataplane.KernelPath).
-type Dataplane struct {
+// Dataplane is what a rule path's Dataplane shares with the other's: the
+// lifecycle every kernel mode has (dataplane.Syncer, which applies each
+// Snapshot with the path's own sync) and the Ledger that sync calls, with the
+// metrics of both. The path embeds it, and adds its Status and, for hybrid
+// mode, its Connections.
+type Dataplane[P Port] struct {
 	*dataplane.Syncer
-	health                                func() Health
-	syncs, size, repairs                  *prometheus.Desc
-	failures, partialFailures             *prometheus.Desc // partialFailures: nil if the mode has none
-	fullDuration, partialDuration, ctTime prometheus.Histogram
+	Ledger *Ledger[P]
 }
 
-// NewDataplane drives p: each Snapshot the Syncer applies is p.Update, then p.Sync.
-func NewDataplane[P Port, R Rendering[P]](p *Proxier[P, R], cfg DataplaneConfig) *Dataplane {
-	return &Dataplane{
-		Syncer: dataplane.NewSyncer(dataplane.SyncerConfig{
-			Mode:     cfg.Mode,
-			Apply:    func(ctx context.Context, snap *service.Snapshot) error { p.Update(snap); return p.Sync(ctx) },
-			Period:   p.cfg.SyncPeriod,
-			LagBound: cfg.LagBound,
-			NodeName: cfg.NodeName,
-			Now:      p.cfg.Now,
-		}),
-		health: p.Health,
-		syncs:  prometheus.NewDesc("svcproxy_"+cfg.Mode+"_syncs_total", cfg.SyncsHelp, []string{"kind"}, nil),
-		size:   prometheus.NewDesc(cfg.SizeMetric, cfg.SizeHelp, nil, nil),
-		repairs: prometheus.NewDesc("svcproxy_"+cfg.Mode+"_repairs_total",
-			"Full syncs forced because the periodic check found the kernel's rules not as svcproxy wrote them "+
-				"(flushed or deleted by another program).", nil, nil),
-		failures:        prometheus.NewDesc(cfg.FailuresMetric, cfg.FailuresHelp, nil, nil),
-		partialFailures: optionalDesc(cfg.PartialFailuresMetric, cfg.PartialFailuresHelp),
-		fullDuration:    p.fullDuration,
-		partialDuration: p.partialDuration,
-		ctTime:          p.conntrackDuration,
+// NewDataplane returns the Syncer and the Ledger of a path: mode names it
+// (dataplane.ModeIPTables), m its own metrics, p its periods; nodeName is
+// this node (the Syncer's record counts the endpoints on it), and sync is
+// the path's sync, the Syncer's Apply.
+func NewDataplane[P Port](mode string, m Metrics, p Periods, nodeName string,
+	sync func(ctx context.Context, snap *service.Snapshot) error) Dataplane[P] {
+	return Dataplane[P]{
+		Syncer: dataplane.NewSyncer(dataplane.SyncerConfig{Mode: mode, Apply: sync, Period: p.SyncPeriod,
+			LagBound: p.LagBound, NodeName: nodeName, Now: p.Now}),
+		Ledger: NewLedger[P](Config{Mode: mode, Metrics: m, Periods: p}),
 	}
 }
 
-func optionalDesc(name, help string) *prometheus.Desc {
-	if name == "" {
-		return nil
-	}
-	return prometheus.NewDesc(name, help, nil, nil)
-}
-
-var (
-	descConntrackDeleted = prometheus.NewDesc("svcproxy_conntrack_deleted_total",
-		"Stale UDP conntrack entries deleted.", nil, nil)
-	descConntrackErrors = prometheus.NewDesc("svcproxy_conntrack_errors_total",
-		"Conntrack cleanups that failed.", nil, nil)
-	// descConntrackReconciled is kube-proxy's name for the same count as
-	// svcproxy_conntrack_deleted_total (pkg/proxy/metrics:
-	// ReconcileConntrackFlowsDeletedEntriesTotal).
-	descConntrackReconciled = prometheus.NewDesc("kubeproxy_conntrack_reconciler_deleted_entries_total",
-		"Cumulative conntrack flows deleted by conntrack reconciler", nil, nil)
-)
-
-// Describe implements prometheus.Collector: the Syncer's metrics and the
-// Proxier's Health.
-func (d *Dataplane) Describe(ch chan<- *prometheus.Desc) {
+// Describe implements prometheus.Collector: the Syncer's record (kube-proxy's
+// sync metrics) and the Ledger's (the path's own).
+func (d Dataplane[P]) Describe(ch chan<- *prometheus.Desc) {
 	d.Syncer.Describe(ch)
-	for _, desc := range []*prometheus.Desc{d.syncs, d.size, d.repairs, descConntrackDeleted, descConntrackErrors,
-		descConntrackReconciled, d.failures} {
-		ch <- desc
-	}
-	if d.partialFailures != nil {
-		ch <- d.partialFailures
-	}
-	for _, h := range []prometheus.Histogram{d.fullDuration, d.partialDuration, d.ctTime} {
-		h.Describe(ch)
-	}
+	d.Ledger.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
-func (d *Dataplane) Collect(ch chan<- prometheus.Metric) {
+func (d Dataplane[P]) Collect(ch chan<- prometheus.Metric) {
 	d.Syncer.Collect(ch)
-	h := d.health()
-	ch <- prometheus.MustNewConstMetric(d.syncs, prometheus.CounterValue, float64(h.FullSyncs), "full")
-	ch <- prometheus.MustNewConstMetric(d.syncs, prometheus.CounterValue, float64(h.PartialSyncs), "partial")
-	ch <- prometheus.MustNewConstMetric(d.size, prometheus.GaugeValue, float64(h.Size))
-	ch <- prometheus.MustNewConstMetric(d.repairs, prometheus.CounterValue, float64(h.Repairs))
-	ch <- prometheus.MustNewConstMetric(descConntrackDeleted, prometheus.CounterValue, float64(h.ConntrackDeleted))
-	ch <- prometheus.MustNewConstMetric(descConntrackErrors, prometheus.CounterValue, float64(h.ConntrackErrors))
-	ch <- prometheus.MustNewConstMetric(descConntrackReconciled, prometheus.CounterValue, float64(h.ConntrackDeleted))
-	ch <- prometheus.MustNewConstMetric(d.failures, prometheus.CounterValue, float64(h.Failures))
-	if d.partialFailures != nil {
-		ch <- prometheus.MustNewConstMetric(d.partialFailures, prometheus.CounterValue, float64(h.PartialFailures))
-	}
-	for _, h := range []prometheus.Histogram{d.fullDuration, d.partialDuration, d.ctTime} {
-		h.Collect(ch)
-	}
+	d.Ledger.Collect(ch)
 }

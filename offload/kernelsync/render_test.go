@@ -25,12 +25,7 @@ func TestRenderPorts(t *testing.T) {
 		if len(p.Service.ClusterIPs) == 0 {
 			return nil // headless: nothing to render
 		}
-		return &port{name: p.Name, flows: Flows{Protocol: "udp", Port: p.Port, Frontends: p.Service.ClusterIPs}}
-	}
-	// same compares every field render reads, as service.Port.RendersSameAs
-	// does for the modes.
-	same := func(old *port, p *service.Port) bool {
-		return old.flows.Port == p.Port && slices.Equal(old.flows.Frontends, p.Service.ClusterIPs)
+		return &port{name: p.Name, from: p, flows: Flows{Protocol: "udp", Port: p.Port, Frontends: p.Service.ClusterIPs}}
 	}
 	name := func(n string) service.PortName {
 		return service.PortName{NamespacedName: service.NamespacedName{Namespace: "default", Name: n}, Port: "p", Protocol: service.UDP}
@@ -39,7 +34,7 @@ func TestRenderPorts(t *testing.T) {
 	first := RenderPorts(service.NewSnapshot([]*service.Service{
 		svc("kept", 53, "198.18.0.1"), svc("changed", 53, "198.18.0.2"),
 		svc("deleted", 53, "198.18.0.3"), svc("headless", 53, "198.18.0.4"),
-	}, nil), nil, nil, same, render)
+	}, nil), nil, nil, render)
 	if len(first.All) != 4 || len(first.Changed) != 4 || len(first.Removed) != 0 {
 		t.Fatalf("first rendering: %d ports, %d changed, %d removed; want 4, 4, 0", len(first.All), len(first.Changed), len(first.Removed))
 	}
@@ -51,7 +46,7 @@ func TestRenderPorts(t *testing.T) {
 	next := RenderPorts(service.NewSnapshot([]*service.Service{
 		svc("kept", 53, "198.18.0.1"), svc("changed", 5353, "198.18.0.2"),
 		svc("headless", 53, ""), svc("new", 53, "198.18.0.5"), svc("skipped", 53, "198.18.0.6"),
-	}, nil), applied, func(p *service.Port) bool { return p.Name.Name != "skipped" }, same, render)
+	}, nil), applied, func(n service.PortName) bool { return n.Name != "skipped" }, render)
 
 	if !slices.Contains(next.All, applied[name("kept")]) {
 		t.Errorf("the unchanged port was rendered again instead of reused")
@@ -77,5 +72,13 @@ func TestRenderPorts(t *testing.T) {
 	}
 	if len(next.All) != 3 {
 		t.Errorf("%d ports rendered, want 3 (kept, changed, new; skipped is not included)", len(next.All))
+	}
+
+	// This node's zone is part of what a port was rendered from (topology
+	// hints): in another zone, the unchanged port is rendered again.
+	zoned := service.NewSnapshot([]*service.Service{svc("kept", 53, "198.18.0.1")}, nil)
+	zoned = zoned.With(service.WithNode(&service.Node{Name: "node-a", Labels: map[string]string{"topology.kubernetes.io/zone": "zone-b"}}))
+	if again := RenderPorts(zoned, applied, nil, render); len(again.Changed) != 1 || again.Changed[0].Old != applied[name("kept")] {
+		t.Errorf("in a new zone: changed %v, want kept rendered again", again.Changed)
 	}
 }

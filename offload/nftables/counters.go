@@ -7,21 +7,22 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/service"
 )
 
-// Connections returns, for each of ports that the last sync applied, the new
-// connections (UDP: new flows) its DNAT rules have taken
-// (kernelsync.Proxier.Connections): the packets of the port's named counter
-// (Config.CountConnections), which only a connection's first packet meets.
-// The counter lives as long as the port: rewriting the port's chains does not
-// reset it; a port removed and added again starts at 0.
-func (p *Proxier) Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
-	if !p.t.cfg.Rules.CountConnections {
+// Connections implements dataplane.KernelPath: for each of ports that the
+// last sync applied, the new connections (UDP: new flows) its DNAT rules have
+// taken (kernelsync.Ledger.Connections): the packets of the port's named
+// counter (Config.CountConnections), which only a connection's first packet
+// meets. The counter lives as long as the port: rewriting the port's chains
+// does not reset it; a port removed and added again starts at 0.
+func (d *Dataplane) Connections(ctx context.Context, _ *service.Snapshot, ports dataplane.PortSet) (map[service.PortName]uint64, error) {
+	if !d.cfg.CountConnections {
 		return map[service.PortName]uint64{}, nil
 	}
-	return p.sync.Connections(ctx, ports, func(ctx context.Context) (func(*portObjects) (uint64, bool), error) {
-		counters, err := p.t.cfg.NFT.ListCounters(ctx)
+	return d.Ledger.Connections(ctx, ports, func(ctx context.Context) (func(*portObjects) (uint64, bool), error) {
+		counters, err := d.cfg.NFT.ListCounters(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("read counters of table %s: %w", Table, err)
 		}
@@ -39,11 +40,11 @@ func (p *Proxier) Connections(ctx context.Context, ports map[service.PortName]bo
 // table has rejected on localhost NodePorts (Config.LocalhostNodePorts): its
 // named counters, as kube-proxy's nftCounterMetricCollector reads them. Nil
 // without LocalhostNodePorts, or before the table exists.
-func (p *Proxier) LocalhostRejected(ctx context.Context) (map[string]uint64, error) {
-	if !p.t.cfg.Rules.LocalhostNodePorts {
+func (d *Dataplane) LocalhostRejected(ctx context.Context) (map[string]uint64, error) {
+	if !d.cfg.LocalhostNodePorts {
 		return nil, nil
 	}
-	counters, err := p.t.cfg.NFT.ListCounters(ctx)
+	counters, err := d.cfg.NFT.ListCounters(ctx)
 	if knftables.IsNotFound(err) {
 		return nil, nil
 	}

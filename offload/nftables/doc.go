@@ -20,19 +20,21 @@
 // ranges go through firewall-ips, and a ClusterIP's ports that no Service has are
 // rejected (cluster-ips).
 //
-// Proxier keeps the kernel in step with Snapshots: a partial sync writes only the
-// chains, sets and map elements of changed service ports; a full sync (every
+// Dataplane keeps the kernel in step with Snapshots: a partial sync writes only
+// the chains, sets and map elements of changed service ports; a full sync (every
 // FullSyncPeriod, an hour, after any failure, and when the check made every
-// SyncPeriod finds the table deleted or flushed) writes the whole table and deletes
-// chains that belong to nothing. That bookkeeping, shared with iptables mode, is
-// offload/kernelsync's; this package is the kernelsync.Mode of nftables
-// (proxier.go: Render, Apply, Commit), and Dataplane drives it with the lifecycle
-// all kernel modes share (kernelsync.Dataplane over dataplane.Syncer). The table
-// outlives the process; a new Proxier adopts it at its first Sync (never before the
-// first Snapshot), and Cleanup deletes it.
+// SyncPeriod finds the table deleted or flushed) writes the whole table and
+// deletes chains that belong to nothing. Its sync (sync.go) reads from the top
+// down: kernelsync's Ledger decides full or partial and remembers what was
+// applied, shared with iptables mode; render (table.go, render.go, plan.go) says
+// what the table's objects are; write applies them in one nft transaction
+// (partial.go for a partial one); the Ledger records the result and cleans stale
+// UDP flows. The lifecycle all kernel modes share (dataplane.Syncer) runs the
+// syncs. The table outlives the process; a new Dataplane adopts it at its first
+// sync (never before the first Snapshot), and Cleanup deletes it.
 //
 // A table is of one IP family (Config.Family), as kube-proxy's are: `ip
 // svcproxy` from the Services' IPv4 addresses and endpoints, `ip6 svcproxy`
 // from their IPv6 ones (ip6 expressions, ipv6_addr sets); a dual-stack node runs
-// one Proxier per family, each over its own table.
+// one Dataplane per family, each over its own table.
 package nftables

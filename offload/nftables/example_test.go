@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	"github.com/svcproxy/svcproxy/offload/nftables"
 	"github.com/svcproxy/svcproxy/service/watch"
@@ -43,15 +44,11 @@ func Example_trace() {
 	}
 	nft := knft.NewFake(nftables.Table)
 	nft.SetLocalAddrs(netip.MustParseAddr("198.19.0.1")) // the node
-	p, err := nftables.NewProxier(nftables.ProxierConfig{
-		Rules: nftables.Config{NodeName: "node", ClusterCIDR: netip.MustParsePrefix("198.19.0.0/17")},
-		NFT:   nft,
-	})
+	p, err := nftables.New(nftables.Config{Node: dataplane.Node{NodeName: "node", ClusterCIDR: netip.MustParsePrefix("198.19.0.0/17")}, NFT: nft})
 	if err != nil {
 		panic(err)
 	}
-	p.Update(snap)
-	if err := p.Sync(context.Background()); err != nil {
+	if err := p.Sync(context.Background(), snap); err != nil {
 		panic(err)
 	}
 	for _, pkt := range []knft.Packet{

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/ruletest"
 	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
@@ -12,7 +13,7 @@ import (
 
 // The IPv6 side of the test cluster (internal/ruletest): this node at
 // 2001:db8:19::1, pods in 2001:db8:19::1:0/112, services in 2001:db8:18::/112.
-var testConfig6 = Config{Family: service.IPv6, NodeName: st.ThisNode, ClusterCIDR: ruletest.ClusterCIDR(service.IPv6)}
+var testConfig6 = Config{Node: dataplane.Node{Family: service.IPv6, NodeName: st.ThisNode, ClusterCIDR: ruletest.ClusterCIDR(service.IPv6)}}
 
 // One Snapshot, two tables: `ip svcproxy` renders the IPv4 addresses and
 // endpoints only, `ip6 svcproxy` the IPv6 ones, with ip6 expressions,
@@ -25,7 +26,7 @@ func TestRenderGoldenFamilies(t *testing.T) {
 	}{
 		{"dual-stack-ipv4", testConfig},
 		{"dual-stack-ipv6", testConfig6},
-		{"dual-stack-ipv6-node-ips", Config{Family: service.IPv6, NodeName: st.ThisNode, NodeIPs: st.Addrs("198.19.0.1", "2001:db8:19::1", "::1")}},
+		{"dual-stack-ipv6-node-ips", Config{Node: dataplane.Node{Family: service.IPv6, NodeName: st.ThisNode, NodePortIPs: st.Addrs("198.19.0.1", "2001:db8:19::1", "::1")}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := Render(tt.cfg, snap)
@@ -62,11 +63,11 @@ func TestTraceIPv6OtherPort(t *testing.T) {
 }
 
 func TestRenderFamilyConfig(t *testing.T) {
-	_, err := Render(Config{Family: service.IPv6, ClusterCIDR: netip.MustParsePrefix("198.19.0.0/16")}, st.Snapshot())
+	_, err := Render(Config{Node: dataplane.Node{Family: service.IPv6, ClusterCIDR: netip.MustParsePrefix("198.19.0.0/16")}}, st.Snapshot())
 	if err == nil || !strings.Contains(err.Error(), "ClusterCIDR 198.19.0.0/16: not an IPv6 prefix") {
 		t.Errorf("an ip6 table with an IPv4 ClusterCIDR: %v", err)
 	}
-	if _, err := Render(Config{Family: "IPv5"}, st.Snapshot()); err == nil {
+	if _, err := Render(Config{Node: dataplane.Node{Family: "IPv5"}}, st.Snapshot()); err == nil {
 		t.Error("Family IPv5: no error")
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/ruletest"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	"github.com/svcproxy/svcproxy/offload/kernelsync"
@@ -18,15 +19,14 @@ import (
 // The test cluster is servicetest's: this node st.ThisNode at 198.19.0.1, pods
 // in 198.19.1.0/24, services in 198.18.0.0/16.
 var testConfig = Config{
-	NodeName:    st.ThisNode,
-	ClusterCIDR: netip.MustParsePrefix("198.19.1.0/24"),
+	Node: dataplane.Node{NodeName: st.ThisNode, ClusterCIDR: netip.MustParsePrefix("198.19.1.0/24")},
 }
 
 // labPort is the port of st.Service("web", ...).
 var labPort = service.PortName{NamespacedName: service.NamespacedName{Namespace: "default", Name: "web"}, Port: "p", Protocol: service.TCP}
 
 // rules is nftables mode as the tables it shares with iptables mode drive it
-// (internal/ruletest): a Proxier on a Fake of the family's table.
+// (internal/ruletest): a Dataplane on a Fake of the family's table.
 var rules ruletest.Path = rulesPath{}
 
 type rulesPath struct{}
@@ -43,30 +43,34 @@ func (rulesPath) New(t *testing.T, o ruletest.Options) ruletest.Rig {
 	return r
 }
 
-// rig is a Proxier on a Fake.
+// rig is a Dataplane on a Fake.
 type rig struct {
 	nft     *knft.Fake
-	failing *failingNFT // nft, as the Proxier writes to it
+	failing *failingNFT // nft, as the Dataplane writes to it
 	o       ruletest.Options
-	*Proxier
+	*Dataplane
 }
 
 func (r *rig) Restart(t *testing.T) {
 	t.Helper()
-	n := r.o.Node(false)
-	cfg := Config{Family: n.Family, NodeName: n.NodeName, ClusterCIDR: n.ClusterCIDR, NodeIP: n.NodeIP, CountConnections: r.o.CountConnections}
-	p, err := NewProxier(ProxierConfig{Rules: cfg, NFT: r.failing, Conntrack: r.o.Conntrack,
-		SyncPeriod: r.o.SyncPeriod, FullSyncPeriod: r.o.FullSyncPeriod, Now: r.o.Now})
+	cfg := Config{Node: r.o.Node(false), CountConnections: r.o.CountConnections, NFT: r.failing}
+	cfg.Conntrack, cfg.SyncPeriod, cfg.FullSyncPeriod, cfg.Now = r.o.Conntrack, r.o.SyncPeriod, r.o.FullSyncPeriod, r.o.Now
+	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Proxier = p
+	r.Dataplane = d
 }
 
-func (r *rig) Health() kernelsync.Health { return r.Proxier.Health().Health }
-func (r *rig) Dump() string              { return r.nft.Dump() }
-func (r *rig) Writes() int               { return r.nft.Runs() }
-func (r *rig) FailNext() string          { r.failing.fail = true; return failedRun }
+func (r *rig) Health() kernelsync.Health       { return r.Dataplane.Health().Health }
+func (r *rig) Status() []kernelsync.PortStatus { return r.Ports() }
+func (r *rig) Dump() string                    { return r.nft.Dump() }
+func (r *rig) Writes() int                     { return r.nft.Runs() }
+func (r *rig) FailNext() string                { r.failing.fail = true; return failedRun }
+
+func (r *rig) Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
+	return r.Dataplane.Connections(ctx, nil, ports)
+}
 
 // failingNFT fails its next Run when fail is set.
 type failingNFT struct {
@@ -88,8 +92,7 @@ func (f *failingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
 // Hit adds n packets per endpoint to port's named counter, which every
 // connection to the port meets once.
 func (r *rig) Hit(t *testing.T, port service.PortName, n uint64) {
-	var po *portObjects
-	r.sync.BetweenSyncs(func(applied map[service.PortName]*portObjects) { po = applied[port] })
+	po := appliedPort(r.Dataplane, port)
 	c := r.nft.Table.Counters[po.counter]
 	if c == nil {
 		t.Fatalf("%s has no counter %q", port, po.counter)
@@ -122,4 +125,16 @@ func packet(p ruletest.Packet) knft.Packet {
 func trace(tr knft.Trace) ruletest.Trace {
 	return ruletest.Trace{Verdict: tr.Verdict, DNAT: tr.DNAT, Masquerade: tr.Masquerade, Delivered: tr.Delivered,
 		Probability: tr.Probability, Result: tr.Result(), Text: tr.String()}
+}
+
+// appliedPort is port's objects as the last sync applied them.
+func appliedPort(d *Dataplane, port service.PortName) *portObjects {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, po := range d.ports {
+		if po.name == port {
+			return po
+		}
+	}
+	return nil
 }

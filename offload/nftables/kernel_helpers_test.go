@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
@@ -16,8 +15,8 @@ import (
 )
 
 // kernelRules is nftables mode on the real kernel, as the checks it shares
-// with iptables mode drive it (internal/ruletest): nft in the node namespace
-// of an offloadtest.Lab.
+// with iptables mode drive it (internal/ruletest): its Dataplane's nft in the
+// node namespace of an offloadtest.Lab.
 var kernelRules ruletest.KernelPath = kernelPath{}
 
 type kernelPath struct{}
@@ -40,29 +39,15 @@ func (kernelPath) nft(t *testing.T, l *offloadtest.Lab, family service.Family) k
 	return nft
 }
 
-func (k kernelPath) proxierConfig(t *testing.T, l *offloadtest.Lab, o ruletest.Options) ProxierConfig {
-	n := o.Node(true)
-	cfg := Config{Family: n.Family, NodeName: n.NodeName, ClusterCIDR: n.ClusterCIDR, NodeIP: n.NodeIP, CountConnections: o.CountConnections}
-	return ProxierConfig{Rules: cfg, NFT: k.nft(t, l, o.Family), Conntrack: conntrack.Netlink{},
-		SyncPeriod: o.SyncPeriod, FullSyncPeriod: o.FullSyncPeriod, Now: o.Now}
-}
-
 func (k kernelPath) New(t *testing.T, l *offloadtest.Lab, o ruletest.Options) ruletest.KernelRig {
 	t.Helper()
-	p, err := NewProxier(k.proxierConfig(t, l, o))
+	cfg := Config{Node: o.Node(true), CountConnections: o.CountConnections, NFT: k.nft(t, l, o.Family)}
+	cfg.Conntrack, cfg.SyncPeriod, cfg.FullSyncPeriod, cfg.Now = conntrack.Netlink{}, o.SyncPeriod, o.FullSyncPeriod, o.Now
+	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return kernelRig{p}
-}
-
-func (k kernelPath) Mode(t *testing.T, l *offloadtest.Lab, o ruletest.Options) (offloadtest.Dataplane, func() kernelsync.Health) {
-	t.Helper()
-	dp, err := NewDataplane(k.proxierConfig(t, l, o), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dp, func() kernelsync.Health { return dp.p.Health().Health }
+	return kernelRig{d}
 }
 
 func (k kernelPath) Cleanup(t *testing.T, l *offloadtest.Lab, family service.Family) {
@@ -84,7 +69,11 @@ func (kernelPath) List(t *testing.T, l *offloadtest.Lab) string {
 	return l.Node.Run(t, "nft", "list", "table", "ip", Table)
 }
 
-// kernelRig is a Proxier on the real kernel.
-type kernelRig struct{ *Proxier }
+// kernelRig is a Dataplane on the real kernel.
+type kernelRig struct{ *Dataplane }
 
-func (r kernelRig) Health() kernelsync.Health { return r.Proxier.Health().Health }
+func (r kernelRig) Health() kernelsync.Health { return r.Dataplane.Health().Health }
+
+func (r kernelRig) Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
+	return r.Dataplane.Connections(ctx, nil, ports)
+}

@@ -71,7 +71,7 @@ func TestKernelLostTableRepaired(t *testing.T) {
 func TestKernelPartialSync(t *testing.T) {
 	l := ruletest.NewLab(t, kernelRules)
 	l.ServeTCP(t, 8080)
-	p := l.Proxier(t, ruletest.Options{})
+	p := l.Mode(t, ruletest.Options{})
 	many := func(webEndpoints []service.Endpoint) *service.Snapshot {
 		svcs := []*service.Service{st.Service("web", "198.18.0.10", 80, webEndpoints)}
 		for i := range 50 {
@@ -134,19 +134,19 @@ func TestKernelStaleChains(t *testing.T) {
 	l := ruletest.NewLab(t, kernelRules)
 	two := st.Snapshot(st.Service("web", "198.18.0.10", 80, l.Endpoints(8080), st.WithNodePort(30080)),
 		st.Service("api", "198.18.0.20", 80, l.Endpoints(8080), st.WithAffinity(time.Minute)))
-	p := l.Proxier(t, ruletest.Options{})
+	p := l.Mode(t, ruletest.Options{})
 	l.Sync(t, p, two)
 	l.Sync(t, p, l.Web()) // partial: api goes, web loses its NodePort
 	table := l.Node.Run(t, "nft", "list", "table", "ip", Table)
 	requireInert(t, table, "default/api") // emptied by the partial sync
 	requireInert(t, table, prefixExternal)
-	l.Sync(t, l.Proxier(t, ruletest.Options{}), l.Web()) // restarted: a full sync deletes them
+	l.Sync(t, l.Mode(t, ruletest.Options{}), l.Web()) // restarted: a full sync deletes them
 	table = l.Node.Run(t, "nft", "list", "table", "ip", Table)
 	if strings.Contains(table, "default/api") || strings.Contains(table, prefixExternal) {
 		t.Errorf("after a full sync, stale objects are left:\n%s", table)
 	}
-	l.Sync(t, l.Proxier(t, ruletest.Options{}), two)           // restarted with both
-	l.Sync(t, l.Proxier(t, ruletest.Options{}), st.Snapshot()) // restarted with none: a full sync reads what is there
+	l.Sync(t, l.Mode(t, ruletest.Options{}), two)           // restarted with both
+	l.Sync(t, l.Mode(t, ruletest.Options{}), st.Snapshot()) // restarted with none: a full sync reads what is there
 	table = l.Node.Run(t, "nft", "list", "table", "ip", Table)
 	for _, prefix := range append(portChainPrefixes, prefixAffinity) {
 		if regexp.MustCompile(prefix + `[A-Z2-7]{8}-`).MatchString(table) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	"github.com/svcproxy/svcproxy/service"
@@ -38,12 +39,11 @@ func checkLocalhostLeftovers(t *testing.T, nft knft.Interface, in func(func() er
 	snap := st.Snapshot(st.Service("dns", "198.18.0.53", 53, st.ThreeEndpoints()[:1], st.WithProtocol(service.UDP), st.WithNodePort(30053)))
 	sync := func(localhost bool) {
 		t.Helper()
-		p, err := NewProxier(ProxierConfig{Rules: Config{NodeName: st.ThisNode, LocalhostNodePorts: localhost}, NFT: nft})
+		p, err := New(Config{Node: dataplane.Node{NodeName: st.ThisNode}, LocalhostNodePorts: localhost, NFT: nft})
 		if err != nil {
 			t.Fatal(err)
 		}
-		p.Update(snap)
-		if err := in(func() error { return p.Sync(context.Background()) }); err != nil {
+		if err := in(func() error { return p.Sync(context.Background(), snap) }); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/ruletest"
 	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
@@ -23,24 +24,24 @@ func TestRenderGolden(t *testing.T) {
 		cfg  Config
 		snap *service.Snapshot
 	}{
-		{"masquerade-all", Config{NodeName: st.ThisNode, MasqueradeAll: true, MasqueradeBit: 5},
+		{"masquerade-all", Config{Node: dataplane.Node{NodeName: st.ThisNode, MasqueradeAll: true, MasqueradeBit: 5}},
 			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1]))},
 		{"udp", testConfig, st.Snapshot(st.Service("dns", "198.18.0.53", 53, st.ThreeEndpoints()[:2], st.WithProtocol(service.UDP)))},
-		{"nodeport-node-ips", Config{NodeName: st.ThisNode, ClusterCIDR: testConfig.ClusterCIDR, NodeIPs: st.Addrs("198.19.0.1", "127.0.0.1", "2001:db8::1")},
+		{"nodeport-node-ips", Config{Node: dataplane.Node{NodeName: st.ThisNode, ClusterCIDR: testConfig.ClusterCIDR, NodePortIPs: st.Addrs("198.19.0.1", "127.0.0.1", "2001:db8::1")}},
 			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1], st.WithNodePort(30080)))},
 		{"loadbalancer", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:2],
 			st.WithNodePort(30080), st.WithExternalIPs("198.18.100.1"), st.WithLoadBalancer("198.18.200.1"), st.WithSourceRanges("203.0.113.0/25", "198.19.10.0/24")))},
 		// The ranges hold the node's IP, so the LoadBalancer IPs are sources too.
-		{"loadbalancer-node-in-ranges", Config{NodeName: st.ThisNode, ClusterCIDR: testConfig.ClusterCIDR, NodeIP: netip.MustParseAddr("198.19.0.1")},
+		{"loadbalancer-node-in-ranges", Config{Node: dataplane.Node{NodeName: st.ThisNode, ClusterCIDR: testConfig.ClusterCIDR, NodeIP: netip.MustParseAddr("198.19.0.1")}},
 			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1],
 				st.WithLoadBalancer("198.18.200.1", "198.18.200.2"), st.WithSourceRanges("203.0.113.0/25", "198.19.0.0/24")))},
 		{"affinity", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:2], st.WithAffinity(600*time.Second)))},
-		{"count-connections", Config{NodeName: st.ThisNode, CountConnections: true},
+		{"count-connections", Config{Node: dataplane.Node{NodeName: st.ThisNode}, CountConnections: true},
 			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:2]))},
 		// KEP-6032: the UDP node port is rejected and counted on loopback
 		// (the TCP one is the listeners'); only the listed addresses take
 		// NodePorts in the kernel, here none (--nodeport-addresses localhost).
-		{"localhost-nodeports", Config{NodeName: st.ThisNode, LocalhostNodePorts: true, NoNodePorts: true}, st.Snapshot(
+		{"localhost-nodeports", Config{Node: dataplane.Node{NodeName: st.ThisNode, NoNodePorts: true}, LocalhostNodePorts: true}, st.Snapshot(
 			st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1], st.WithNodePort(30080)),
 			st.Service("dns", "198.18.0.53", 53, st.ThreeEndpoints()[:1], st.WithProtocol(service.UDP), st.WithNodePort(30053)),
 		)},
@@ -68,8 +69,8 @@ func TestRenderGolden(t *testing.T) {
 }
 
 func TestRenderInvalidConfig(t *testing.T) {
-	for _, cfg := range []Config{{MasqueradeBit: 32}, {MasqueradeBit: -1}, {NodeIPs: []netip.Addr{{}}},
-		{NodeIP: netip.MustParseAddr("2001:db8:19::1")}, {Family: service.IPv6, NodeIP: netip.MustParseAddr("198.19.0.1")}} {
+	for _, cfg := range []Config{{Node: dataplane.Node{MasqueradeBit: 32}}, {Node: dataplane.Node{MasqueradeBit: -1}}, {Node: dataplane.Node{NodePortIPs: []netip.Addr{{}}}},
+		{Node: dataplane.Node{NodeIP: netip.MustParseAddr("2001:db8:19::1")}}, {Node: dataplane.Node{Family: service.IPv6, NodeIP: netip.MustParseAddr("198.19.0.1")}}} {
 		if _, err := Render(cfg, st.Snapshot()); err == nil {
 			t.Errorf("Render(%+v): no error", cfg)
 		}

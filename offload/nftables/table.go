@@ -26,18 +26,25 @@ type ruleset struct {
 // change is a port rendered anew: Old is its previous rendering, or nil.
 type change = kernelsync.Change[*portObjects]
 
-// render renders snap. A port that renders the same as the one a rendering in
-// prev was made from (service.Port.RendersSameAs) reuses that rendering: a sync
-// after one change renders one port, not 10,000 (kernelsync.RenderPorts).
+// render renders snap: the table's objects, every port as
+// kernelsync.RenderPorts reuses or renders it (renderPort). A port that renders
+// the same, in the same zone of this node (topology hints), as the one a
+// rendering in prev was made from reuses that rendering: a sync after one
+// change renders one port, not 10,000.
 func render(cfg Config, snap *service.Snapshot, prev map[service.PortName]*portObjects) *ruleset {
-	// The endpoints a port sends to depend on this node's zone too (topology
-	// hints, service.Port.Categorize): a new zone renders every port again.
-	zone := snap.Node().Zone()
-	ports := kernelsync.RenderPorts(snap, prev, cfg.Include,
-		func(old *portObjects, p *service.Port) bool { return old.port.RendersSameAs(p) && old.zone == zone },
-		func(p *service.Port) *portObjects { return renderPort(&cfg, p, snap.Node()) })
+	ports := kernelsync.RenderPorts(snap, prev, cfg.Carries, func(p *service.Port) *portObjects { return renderPort(&cfg, p, snap.Node()) })
 	return &ruleset{cfg: cfg, ports: ports.All, changed: ports.Changed, removed: ports.Removed}
 }
+
+// rendered is what rs rendered, as the Ledger records it.
+func (rs *ruleset) rendered() kernelsync.Ports[*portObjects] {
+	return kernelsync.Ports[*portObjects]{All: rs.ports, Changed: rs.changed, Removed: rs.removed}
+}
+
+// Name, RenderedFrom and Flows implement kernelsync.Port.
+func (po *portObjects) Name() service.PortName                { return po.name }
+func (po *portObjects) RenderedFrom() (*service.Port, string) { return po.port, po.zone }
+func (po *portObjects) Flows() *kernelsync.Flows              { return &po.flows }
 
 // ipsChanged reports whether the ClusterIPs of the rendered ports may differ from
 // the previous rendering's: a port came, went, or changed its Service's ClusterIPs.

@@ -22,12 +22,12 @@ func syncedFake(t *testing.T, cfg Config, snap *service.Snapshot) *knft.Fake {
 	t.Helper()
 	f := knft.NewFake(Table)
 	f.SetLocalAddrs(nodeIP)
-	p, err := NewProxier(ProxierConfig{Rules: cfg, NFT: f})
+	cfg.NFT = f
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Update(snap)
-	if err := p.Sync(context.Background()); err != nil {
+	if err := p.Sync(context.Background(), snap); err != nil {
 		t.Fatal(err)
 	}
 	return f

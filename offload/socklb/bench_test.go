@@ -14,15 +14,16 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
 	"github.com/svcproxy/svcproxy/service"
 )
 
-// BenchmarkOneServiceChange is issue 31's target: at 10,000 Services, one
-// Service's endpoints change (a pod replaced); the time is Proxier.Sync, from
+// BenchmarkOneServiceChange measures the socket LB's target: at 10,000 Services, one
+// Service's endpoints change (a pod replaced); the time is Maps.Sync, from
 // the Snapshot to the last map update (render the changed port, compare,
-// write one services element and its slots). Against the Fake (the Proxier's
+// write one services element and its slots). Against the Fake (the Maps'
 // own cost) and the real Kernel (root: the maps and programs attached to a
 // cgroup of the benchmark's own). Target: < 5 ms. Run by make bench only.
 func BenchmarkOneServiceChange(b *testing.B) {
@@ -37,7 +38,7 @@ func BenchmarkOneServiceChange(b *testing.B) {
 		b.Run(fmt.Sprintf("%s/services=%d", k.name, n), func(b *testing.B) {
 			ctx := context.Background()
 			lb := k.lb(b)
-			p, err := NewProxier(Config{LB: lb, NodeName: "node-a", CheckPeriod: time.Hour})
+			p, err := NewMaps(Config{LB: lb, Node: dataplane.Node{NodeName: "node-a"}, CheckPeriod: time.Hour})
 			if err != nil {
 				b.Fatal(err)
 			}

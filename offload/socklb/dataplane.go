@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -21,25 +20,8 @@ type Counter interface {
 	Connections(ctx context.Context) (map[ksocklb.Service]uint64, error)
 }
 
-// DataplaneConfig configures a Dataplane.
-type DataplaneConfig struct {
-	// Maps configures the Proxier of the hooks' maps.
-	Maps Config
-	// Beside is the path of every packet the hooks cannot see: NodePorts,
-	// traffic forwarded from other hosts, sockets outside the cgroup, and
-	// the connections the hooks leave alone (a port without endpoints,
-	// which it rejects). svcproxy builds nftables mode there, restricted to
-	// the same ports as Maps.Include. Required.
-	Beside dataplane.KernelPath
-	// SyncPeriod is how long after a sync of the maps the next one comes
-	// without a change (default 30s); LagBound is the maps' Syncer's (0:
-	// twice SyncPeriod).
-	SyncPeriod time.Duration
-	LagBound   time.Duration
-}
-
 // Dataplane is --mode socklb, and hybrid mode's socklb path: the hooks' maps
-// (Proxier) and, beside them, a kernel path for everything else. Each
+// (Maps) and, beside them, a kernel path for everything else. Each
 // Snapshot goes to the path beside first, then to the maps: a port that
 // loses its last endpoint is rejected there before its element stops
 // rewriting connect(), and a port that gains one is DNATed there before the
@@ -52,37 +34,37 @@ type DataplaneConfig struct {
 // maps and programs as kernel/socklb leaves them (pinned, or detached with
 // the process), so connections keep flowing while svcproxy restarts.
 type Dataplane struct {
-	p      *Proxier
+	m      *Maps
 	beside dataplane.KernelPath
 	maps   *dataplane.Syncer
 }
 
 var _ dataplane.KernelPath = (*Dataplane)(nil)
 
-// NewDataplane returns the socklb mode of cfg.
-func NewDataplane(cfg DataplaneConfig) (*Dataplane, error) {
+// New returns the socklb mode of cfg.
+func New(cfg Config) (*Dataplane, error) {
 	if cfg.Beside == nil {
 		return nil, errors.New("socklb dataplane: Beside is nil: the hooks see only local sockets")
 	}
-	p, err := NewProxier(cfg.Maps)
+	m, err := NewMaps(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &Dataplane{p: p, beside: cfg.Beside, maps: dataplane.NewSyncer(dataplane.SyncerConfig{
+	return &Dataplane{m: m, beside: cfg.Beside, maps: dataplane.NewSyncer(dataplane.SyncerConfig{
 		Mode:     dataplane.ModeSocketLB,
-		Apply:    p.Sync,
+		Apply:    m.Sync,
 		Period:   cfg.SyncPeriod,
 		LagBound: cfg.LagBound,
-		NodeName: cfg.Maps.NodeName,
-		Now:      cfg.Maps.Now,
+		NodeName: cfg.NodeName,
+		Now:      cfg.Now,
 	})}, nil
 }
 
 // Mode implements dataplane.Interface.
 func (d *Dataplane) Mode() string { return dataplane.ModeSocketLB }
 
-// Proxier is the maps' Proxier (for tests and tools).
-func (d *Dataplane) Proxier() *Proxier { return d.p }
+// Maps is the mode's maps (for tests and tools).
+func (d *Dataplane) Maps() *Maps { return d.m }
 
 // Sync implements dataplane.Interface: the path beside, then the maps. A
 // failure of one does not keep the other from syncing.
@@ -115,7 +97,7 @@ func (d *Dataplane) Lag() error { return errors.Join(d.beside.Lag(), d.maps.Lag(
 // (service port -> count; an error's text when they cannot be read), and
 // the path beside's own document under its mode's name.
 func (d *Dataplane) Status() any {
-	maps := map[string]any{"health": d.p.Health(), "ports": d.p.Status()}
+	maps := map[string]any{"health": d.m.Health(), "ports": d.m.Status()}
 	translated, counted, err := d.translated(context.Background(), nil)
 	switch {
 	case err != nil:
@@ -173,12 +155,12 @@ func (d *Dataplane) Connections(ctx context.Context, snap *service.Snapshot, por
 // promotes it again; its elements get new IDs), as the path beside's
 // counters do when its rules come back.
 func (d *Dataplane) translated(ctx context.Context, names dataplane.PortSet) (_ map[service.PortName]uint64, counted bool, _ error) {
-	frontends := d.p.Frontends(names)
+	frontends := d.m.Frontends(names)
 	out := make(map[service.PortName]uint64, len(frontends))
 	for name := range frontends {
 		out[name] = 0
 	}
-	c, ok := d.p.cfg.LB.(Counter)
+	c, ok := d.m.cfg.LB.(Counter)
 	if !ok {
 		return out, false, nil
 	}
@@ -220,13 +202,13 @@ func (d *Dataplane) Describe(ch chan<- *prometheus.Desc) {
 	for _, desc := range []*prometheus.Desc{descSyncs, descChecks, descRepairs, descUpdates, descElements, descPortBackends, descPortConnections} {
 		ch <- desc
 	}
-	d.p.duration.Describe(ch)
+	d.m.duration.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
 func (d *Dataplane) Collect(ch chan<- prometheus.Metric) {
 	d.beside.Collect(ch)
-	h := d.p.Health()
+	h := d.m.Health()
 	ch <- prometheus.MustNewConstMetric(descSyncs, prometheus.CounterValue, float64(h.Syncs-h.Failures), "ok")
 	ch <- prometheus.MustNewConstMetric(descSyncs, prometheus.CounterValue, float64(h.Failures), "failed")
 	ch <- prometheus.MustNewConstMetric(descChecks, prometheus.CounterValue, float64(h.Checks))
@@ -234,7 +216,7 @@ func (d *Dataplane) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descUpdates, prometheus.CounterValue, float64(h.Sets), "set")
 	ch <- prometheus.MustNewConstMetric(descUpdates, prometheus.CounterValue, float64(h.Deletes), "delete")
 	ch <- prometheus.MustNewConstMetric(descElements, prometheus.GaugeValue, float64(h.Elements))
-	for _, ps := range d.p.Status() {
+	for _, ps := range d.m.Status() {
 		ch <- prometheus.MustNewConstMetric(descPortBackends, prometheus.GaugeValue, float64(len(ps.Backends)), ps.Port)
 	}
 	// A kernel side that does not count has no such series; one whose
@@ -244,5 +226,5 @@ func (d *Dataplane) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descPortConnections, prometheus.CounterValue, float64(n), name.String())
 		}
 	}
-	d.p.duration.Collect(ch)
+	d.m.duration.Collect(ch)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
 	offloadnftables "github.com/svcproxy/svcproxy/offload/nftables"
@@ -50,14 +51,11 @@ func newFakeModeWith(t *testing.T, snap *service.Snapshot, count bool, wrap func
 	t.Helper()
 	m := &fakeMode{lb: ksocklb.NewFake(), nft: knft.NewFake(offloadnftables.Table)}
 	m.nft.SetLocalAddrs(nodeIP)
-	beside, err := offloadnftables.NewDataplane(offloadnftables.ProxierConfig{
-		Rules: offloadnftables.Config{NodeName: st.ThisNode, ClusterCIDR: netip.MustParsePrefix("198.19.1.0/24"), CountConnections: count},
-		NFT:   countersFake{m.nft},
-	}, 0)
+	beside, err := offloadnftables.New(offloadnftables.Config{Node: dataplane.Node{NodeName: st.ThisNode, ClusterCIDR: netip.MustParsePrefix("198.19.1.0/24")}, CountConnections: count, NFT: countersFake{m.nft}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.dp, err = NewDataplane(DataplaneConfig{Maps: Config{LB: wrap(m.lb), NodeName: st.ThisNode}, Beside: beside})
+	m.dp, err = New(Config{LB: wrap(m.lb), Node: dataplane.Node{NodeName: st.ThisNode}, Beside: beside})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,8 +180,8 @@ func TestDataplaneStatusAndMetrics(t *testing.T) {
 }
 
 func TestDataplaneNeedsBeside(t *testing.T) {
-	if _, err := NewDataplane(DataplaneConfig{Maps: Config{LB: ksocklb.NewFake()}}); err == nil || !strings.Contains(err.Error(), "Beside") {
-		t.Errorf("NewDataplane without a path beside: %v, want an error naming Beside", err)
+	if _, err := New(Config{LB: ksocklb.NewFake()}); err == nil || !strings.Contains(err.Error(), "Beside") {
+		t.Errorf("New without a path beside: %v, want an error naming Beside", err)
 	}
 }
 

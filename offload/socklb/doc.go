@@ -9,7 +9,7 @@
 // packets carry the pod's address from the first SYN, so there is no DNAT, no
 // conntrack NAT entry and no reverse translation on the way back.
 //
-// Proxier renders each Snapshot into those maps' elements, one per ClusterIP
+// Maps renders each Snapshot into those maps' elements, one per ClusterIP
 // (VIP, port, protocol), with the endpoints every other path chooses
 // (service.Port.Categorize: internalTrafficPolicy Local, topology hints, the
 // terminating fallback) and the ClientIP affinity timeout, and writes only the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
 	"github.com/svcproxy/svcproxy/offload/socklb"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
@@ -13,9 +14,9 @@ import (
 // A Service with three endpoints, rendered into the hooks' maps, and a
 // connect() from a pod in the cgroup walked through connect4: the socket is
 // connected to an endpoint, and no packet of it will ever be translated.
-func ExampleProxier() {
+func ExampleMaps() {
 	lb := ksocklb.NewFake()
-	p, err := socklb.NewProxier(socklb.Config{LB: lb, NodeName: st.ThisNode})
+	p, err := socklb.NewMaps(socklb.Config{LB: lb, Node: dataplane.Node{NodeName: st.ThisNode}})
 	if err != nil {
 		panic(err)
 	}

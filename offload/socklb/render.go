@@ -123,8 +123,9 @@ func sameEntry(a, b ksocklb.Entry) bool {
 	return a.AffinityTimeout == b.AffinityTimeout && slices.Equal(a.Backends, b.Backends)
 }
 
-// Name and Flows implement kernelsync.Port, so kernelsync.RenderPorts can
+// Name, RenderedFrom and Flows implement kernelsync.Port, so RenderPorts can
 // reuse unchanged renderings. A rewrite at connect() leaves no conntrack NAT
 // entry behind, so there are no flows to clean up: Flows is empty.
-func (pe *portEntries) Name() service.PortName   { return pe.name }
-func (pe *portEntries) Flows() *kernelsync.Flows { return &kernelsync.Flows{} }
+func (pe *portEntries) Name() service.PortName                { return pe.name }
+func (pe *portEntries) RenderedFrom() (*service.Port, string) { return pe.port, pe.zone }
+func (pe *portEntries) Flows() *kernelsync.Flows              { return &kernelsync.Flows{} }

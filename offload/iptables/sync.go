@@ -1,0 +1,155 @@
+package iptables
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/svcproxy/svcproxy/service"
+)
+
+// rendering is one sync's rendering: the ports, and the top chains it writes.
+type rendering struct {
+	*ruleset
+	top map[string]map[string][]byte
+}
+
+// sync makes the kernel's rules those of snap: the Syncer's Apply, so one
+// sync at a time. The ledger says whether the sync is full and what the last
+// one applied; the rules are rendered against that (render: the ports, and the
+// top chains SVCP-SERVICES and the others every port writes into, anew only
+// when a port came, went or changed its frontends, or when the sync is full)
+// and written in one restore (write); the ledger records what the kernel
+// holds now and cleans the conntrack entries the change left stale.
+func (d *Dataplane) sync(ctx context.Context, snap *service.Snapshot) error {
+	s := d.Ledger.Begin()
+	if s.Check {
+		d.Ledger.Checked(s, d.check(ctx))
+	}
+	rd := &rendering{render(d.cfg, snap, s.Applied), d.top} // the common case: endpoints changed, not frontends
+	if s.Full || sharedChanged(rd.ruleset) {
+		rd.top = rd.tops()
+	}
+	size, err := d.write(ctx, rd, s.Full, s.Applied)
+	if err == nil {
+		d.commit(rd)
+	}
+	return d.Ledger.End(ctx, s, rd.rendered(), size, err)
+}
+
+// commit keeps what the next partial sync compares with, and the status.
+func (d *Dataplane) commit(rd *rendering) {
+	d.top = rd.top
+	d.forget(rd.removed)
+	status := make([]PortStatus, len(rd.ports))
+	for i, pr := range rd.ports {
+		status[i] = pr.status
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.status = status
+}
+
+// write writes rd to the kernel in one restore and returns the size of the
+// restore text: when full, every chain, deleting the port chains the kernel
+// holds that rd has not; otherwise only what differs from applied.
+func (d *Dataplane) write(ctx context.Context, rd *rendering, full bool, applied map[service.PortName]*portRules) (int, error) {
+	var pl *plan
+	if full {
+		// Per-port chains live only in nat: no need to read filter.
+		existing, err := ourChains(ctx, d.cfg.IPTables, tableNAT)
+		if err != nil {
+			return 0, err
+		}
+		want := rd.chains()
+		var stale []string
+		for _, c := range sortedKeys(existing[tableNAT]) {
+			if isPortChain(c) && !want[c] {
+				stale = append(stale, c)
+			}
+		}
+		pl = &plan{top: rd.top, ports: rd.ports, stale: stale}
+	} else {
+		pl = d.partialPlan(rd)
+	}
+	if pl.empty() {
+		return 0, nil
+	}
+	if err := d.carryCounts(ctx, pl, applied); err != nil {
+		return 0, err
+	}
+	text := rd.text(pl)
+	if err := d.cfg.IPTables.Restore(ctx, text); err != nil {
+		return 0, fmt.Errorf("iptables sync (full=%v): %w", full, err)
+	}
+	if full {
+		// After the restore, which creates the chains the hooks jump to. On
+		// a restart they exist and this changes nothing.
+		if err := ensureHooks(ctx, d.cfg.IPTables); err != nil {
+			return 0, err
+		}
+	}
+	return len(text), nil
+}
+
+// partialPlan writes what differs from the last applied state: the chains of
+// changed ports, the top chains whose rules changed, and deletes the chains of
+// removed ports and endpoints. Chain names include the port name, so a chain
+// belongs to one port only, and only changed or removed ports can leave any.
+func (d *Dataplane) partialPlan(rd *rendering) *plan {
+	pl := &plan{top: map[string]map[string][]byte{}}
+	for table, chains := range rd.top {
+		for c, rules := range chains {
+			if !bytes.Equal(d.top[table][c], rules) {
+				if pl.top[table] == nil {
+					pl.top[table] = map[string][]byte{}
+				}
+				pl.top[table][c] = rules
+			}
+		}
+	}
+	for _, c := range rd.changed {
+		if c.Old == nil || !bytes.Equal(c.Old.text, c.Cur.text) || !slices.Equal(c.Old.chains, c.Cur.chains) {
+			pl.ports = append(pl.ports, c.Cur)
+			if c.Old != nil {
+				pl.stale = append(pl.stale, removedChains(c.Old.chains, c.Cur.chains)...)
+			}
+		}
+	}
+	for _, old := range rd.removed {
+		pl.stale = append(pl.stale, old.chains...)
+	}
+	slices.Sort(pl.stale)
+	return pl
+}
+
+// sharedChanged reports whether rs would write the top chains differently than
+// what was applied: a port came, went, or changed its frontend rules. (The order
+// of ports is the Snapshot's, so the same ports come in the same order.)
+func sharedChanged(rs *ruleset) bool {
+	if len(rs.removed) > 0 {
+		return true
+	}
+	for _, c := range rs.changed {
+		if c.Old == nil {
+			return true
+		}
+		for i := range c.Cur.shared {
+			if !bytes.Equal(c.Old.shared[i], c.Cur.shared[i]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func removedChains(old, cur []string) []string {
+	var out []string
+	for _, c := range old {
+		if !slices.Contains(cur, c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}

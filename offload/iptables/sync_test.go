@@ -1,0 +1,196 @@
+package iptables
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/svcproxy/svcproxy/internal/ruletest"
+	"github.com/svcproxy/svcproxy/kernel/conntrack"
+	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
+	"github.com/svcproxy/svcproxy/service"
+	st "github.com/svcproxy/svcproxy/service/servicetest"
+)
+
+func newDataplane(t *testing.T, ipt kiptables.Interface, ct conntrack.Interface) *Dataplane {
+	t.Helper()
+	cfg := testConfig
+	cfg.IPTables, cfg.Conntrack = ipt, ct
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func mustSync(t *testing.T, p *Dataplane, snap *service.Snapshot) {
+	t.Helper()
+	if err := p.Sync(context.Background(), snap); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// freshDump is what a new Dataplane's full sync of snap leaves in an empty kernel.
+func freshDump(t *testing.T, snap *service.Snapshot) string {
+	t.Helper()
+	f := kiptables.NewFake()
+	mustSync(t, newDataplane(t, f, nil), snap)
+	return f.Dump()
+}
+
+// The sync questions both paths answer alike (internal/ruletest): partial
+// syncs along a cluster's history and after a change of any one field of a
+// port leave what a full sync writes; a sync of nothing new writes nothing;
+// a sync is full FullSyncPeriod after the last full one; nothing is synced
+// before the first Snapshot; a failed restore is followed by a full sync; UDP
+// flows that a change leaves stale are deleted.
+func TestPartialSyncConverges(t *testing.T)        { ruletest.CheckPartialSyncs(t, rules, nil) }
+func TestPartialSyncEveryField(t *testing.T)       { ruletest.CheckEveryField(t, rules, nil) }
+func TestPartialSyncNothing(t *testing.T)          { ruletest.CheckNothingChanged(t, rules) }
+func TestFullSyncEveryFullSyncPeriod(t *testing.T) { ruletest.CheckFullSyncPeriod(t, rules) }
+func TestNoSyncBeforeSnapshot(t *testing.T)        { ruletest.CheckNoSyncBeforeSnapshot(t, rules) }
+func TestSyncFailure(t *testing.T)                 { ruletest.CheckSyncFailure(t, rules) }
+func TestConntrackCleanup(t *testing.T)            { ruletest.CheckConntrackCleanup(t, rules) }
+
+// A partial sync writes only what changed: one endpoint leaving rewrites its
+// port's chains and deletes the endpoint's chain; SVCP-SERVICES is untouched.
+func TestPartialSyncText(t *testing.T) {
+	tests := []struct {
+		name     string
+		from, to *service.Snapshot
+	}{
+		{"partial-endpoint-removed", ruletest.History()[0], ruletest.History()[1]},
+		{"partial-service-added", ruletest.History()[1], ruletest.History()[2]},
+		{"partial-no-change", ruletest.History()[2], ruletest.History()[2]},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := kiptables.NewFake()
+			p := newDataplane(t, f, nil)
+			mustSync(t, p, tt.from)
+			n0, _ := f.Restores()
+			mustSync(t, p, tt.to)
+			n, last := f.Restores()
+			if n == n0 {
+				last = []byte("# no restore\n")
+			}
+			checkGolden(t, tt.name, last)
+		})
+	}
+}
+
+// The FullSyncPeriod counts from the end of the last full sync,
+// so a full sync that takes longer than the period is followed by partial
+// syncs, not by another full one.
+func TestFullSyncPeriodFromTheEnd(t *testing.T) {
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	slow := &slowIPT{Fake: kiptables.NewFake(), now: &now}
+	cfg := testConfig
+	cfg.IPTables, cfg.FullSyncPeriod, cfg.Now = slow, time.Minute, func() time.Time { return now }
+	p, _ := New(cfg)
+	slow.took = 90 * time.Second // the first (full) restore takes longer than the period
+	mustSync(t, p, ruletest.History()[0])
+	slow.took = 0
+	now = now.Add(time.Second)
+	mustSync(t, p, ruletest.History()[1])
+	if h := p.Health(); h.FullSyncs != 1 || h.PartialSyncs != 1 {
+		t.Errorf("health %+v: want the sync right after a long full sync to be partial", h)
+	}
+}
+
+// Periodic syncs are partial while the hooks are in place; once per SyncPeriod
+// a sync checks them, and one that finds a hook gone (another program flushed
+// the table) is full and puts everything back (internal/ruletest).
+func TestMissingHookRepaired(t *testing.T) {
+	ruletest.CheckRepaired(t, rules, ruletest.FakeLoss{
+		Name: "hook deleted", Repair: "hook nat/POSTROUTING -> SVCP-POSTROUTING: missing",
+		Do: func(t *testing.T, r ruletest.Rig) {
+			h := hooks[len(hooks)-1] // nat POSTROUTING -> SVCP-POSTROUTING
+			if err := r.(*rig).ipt.DeleteRule(context.Background(), kiptables.Table(h.table), h.chain, h.args...); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+}
+
+// slowIPT is a Fake whose restores take took on a fake clock.
+type slowIPT struct {
+	*kiptables.Fake
+	now  *time.Time
+	took time.Duration
+}
+
+func (s *slowIPT) Restore(ctx context.Context, rules []byte) error {
+	*s.now = s.now.Add(s.took)
+	return s.Fake.Restore(ctx, rules)
+}
+
+// A new process adopts the rules of the old one: its first (full) sync rewrites
+// them in place and deletes the chains that belong to nothing now. Chains of other
+// owners stay.
+func TestAdoptOnRestart(t *testing.T) {
+	f := kiptables.NewFake()
+	ctx := context.Background()
+	if err := f.Restore(ctx, []byte("*nat\n:SVCP-PORTALS - [0:0]\n-A OUTPUT -j SVCP-PORTALS\nCOMMIT\n")); err != nil {
+		t.Fatal(err)
+	}
+	mustSync(t, newDataplane(t, f, nil), ruletest.History()[2]) // the old process
+	restarted := newDataplane(t, f, nil)
+	mustSync(t, restarted, ruletest.History()[5])
+	got := f.Dump()
+	for _, c := range []string{"SVCP-PORTALS"} {
+		if !strings.Contains(got, ":"+c+" ") {
+			t.Errorf("foreign chain %s deleted", c)
+		}
+	}
+	want := freshDump(t, ruletest.History()[5])
+	got = strings.ReplaceAll(strings.ReplaceAll(got, ":SVCP-PORTALS - [0:0]\n", ""), "-A OUTPUT -j SVCP-PORTALS\n", "")
+	if got != want {
+		t.Errorf("after restart:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+func TestCleanup(t *testing.T) {
+	f := kiptables.NewFake()
+	ctx := context.Background()
+	foreign := "*nat\n:SVCP-PORTALS - [0:0]\n-A OUTPUT -j SVCP-PORTALS\nCOMMIT\n"
+	if err := f.Restore(ctx, []byte(foreign)); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.Save(ctx, kiptables.TableFilter) // the kernel has an empty filter table
+	before := f.Dump()
+	mustSync(t, newDataplane(t, f, nil), ruletest.History()[4])
+	for range 2 {
+		if err := Cleanup(ctx, f); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.Dump(); got != before {
+			t.Errorf("after Cleanup:\n%s\nwant:\n%s", got, before)
+		}
+		if got := f.Dump(); strings.Contains(strings.ReplaceAll(got, "SVCP-PORTALS", ""), "SVCP-") {
+			t.Errorf("after Cleanup, rules of ours are left:\n%s", got)
+		}
+	}
+}
+
+func TestStatus(t *testing.T) {
+	p := newDataplane(t, kiptables.NewFake(), nil)
+	mustSync(t, p, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithNodePort(30080), st.WithExternalLocal())))
+	st := p.Ports()
+	if len(st) != 1 || st[0].Port != "default/web:p" || !st[0].HasEndpoints || len(st[0].Chains) != 6 {
+		t.Fatalf("status %+v", st)
+	}
+	var got []string
+	for _, e := range st[0].Endpoints {
+		got = append(got, e.From[:8]+" "+e.Addr+" "+e.Probability)
+	}
+	want := []string{
+		"SVCP-SVC 198.19.1.10:8080 0.3333333333", "SVCP-SVC 198.19.1.11:8080 0.5000000000", "SVCP-SVC 198.19.1.130:8080 1",
+		"SVCP-SVL 198.19.1.10:8080 0.5000000000", "SVCP-SVL 198.19.1.11:8080 1",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("endpoints:\n%q\nwant\n%q", got, want)
+	}
+}
