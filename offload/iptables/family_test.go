@@ -2,11 +2,9 @@ package iptables
 
 import (
 	"context"
-	"net/netip"
 	"strings"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/ruletest"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/service"
@@ -15,46 +13,29 @@ import (
 
 // The IPv6 side of the test cluster (internal/ruletest): this node at
 // 2001:db8:19::1, pods in 2001:db8:19::1:0/112, services in 2001:db8:18::/112.
-var testConfig6 = Config{Node: dataplane.Node{Family: service.IPv6, NodeName: st.ThisNode, ClusterCIDR: ruletest.ClusterCIDR(service.IPv6)}}
+var testConfig6 = Config{Node: ruletest.Options{Family: service.IPv6}.Node(false)}
 
 // One Snapshot, two rule sets: each family renders its own addresses and
 // endpoints only, with its own loopback range and recent mask.
 func TestRenderGoldenFamilies(t *testing.T) {
 	snap := ruletest.FamiliesSnapshot()
-	for _, tt := range []struct {
-		name string
-		cfg  Config
-	}{
-		{"dual-stack-ipv4", testConfig},
-		{"dual-stack-ipv6", testConfig6},
-		{"dual-stack-ipv6-node-ips", Config{Node: dataplane.Node{Family: service.IPv6, NodeName: st.ThisNode, NodePortIPs: st.Addrs("198.19.0.1", "2001:db8:19::1", "::1")}}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := Render(tt.cfg, snap)
+	for _, tt := range ruletest.FamilyRenders() {
+		t.Run(tt.Name, func(t *testing.T) {
+			got, err := Render(Config{Node: tt.Node}, snap)
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkGolden(t, tt.name, got)
+			checkGolden(t, tt.Name, got)
 			// The rules apply to the family's binary (the Fake refuses the
 			// other family's addresses, as ip6tables does).
-			f := kiptables.NewFakeFamily(kiptables.Family(tt.cfg.Family))
-			if tt.cfg.Family == "" {
+			f := kiptables.NewFakeFamily(kiptables.Family(tt.Node.Family))
+			if tt.Node.Family == "" {
 				f = kiptables.NewFake()
 			}
 			if err := f.Restore(context.Background(), got); err != nil {
 				t.Fatal(err)
 			}
 		})
-	}
-}
-
-func TestRenderFamilyConfig(t *testing.T) {
-	_, err := Render(Config{Node: dataplane.Node{Family: service.IPv6, ClusterCIDR: netip.MustParsePrefix("198.19.0.0/16")}}, st.Snapshot())
-	if err == nil || !strings.Contains(err.Error(), "ClusterCIDR 198.19.0.0/16: not an IPv6 prefix") {
-		t.Errorf("IPv6 rules with an IPv4 ClusterCIDR: %v", err)
-	}
-	if _, err := Render(Config{Node: dataplane.Node{Family: "IPv5"}}, st.Snapshot()); err == nil {
-		t.Error("Family IPv5: no error")
 	}
 }
 

@@ -83,13 +83,13 @@ func TestRenderGolden(t *testing.T) {
 	}
 }
 
+// Render refuses a node that is not one, naming the field where it can
+// (internal/ruletest).
 func TestRenderInvalidConfig(t *testing.T) {
-	for _, cfg := range []Config{{Node: dataplane.Node{MasqueradeBit: 32}}, {Node: dataplane.Node{MasqueradeBit: -1}}, {Node: dataplane.Node{NodePortIPs: []netip.Addr{{}}}},
-		{Node: dataplane.Node{NodeIP: netip.MustParseAddr("2001:db8:19::1")}}, {Node: dataplane.Node{Family: service.IPv6, NodeIP: netip.MustParseAddr("198.19.0.1")}}} {
-		if _, err := Render(cfg, st.Snapshot()); err == nil {
-			t.Errorf("Render(%+v): no error", cfg)
-		}
-	}
+	ruletest.CheckInvalidNodes(t, func(n dataplane.Node) error {
+		_, err := Render(Config{Node: n}, st.Snapshot())
+		return err
+	})
 }
 
 // Chain names are part of the contract with a running kernel: a new process must

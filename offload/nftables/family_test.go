@@ -5,42 +5,30 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/ruletest"
 	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
-
-// The IPv6 side of the test cluster (internal/ruletest): this node at
-// 2001:db8:19::1, pods in 2001:db8:19::1:0/112, services in 2001:db8:18::/112.
-var testConfig6 = Config{Node: dataplane.Node{Family: service.IPv6, NodeName: st.ThisNode, ClusterCIDR: ruletest.ClusterCIDR(service.IPv6)}}
 
 // One Snapshot, two tables: `ip svcproxy` renders the IPv4 addresses and
 // endpoints only, `ip6 svcproxy` the IPv6 ones, with ip6 expressions,
 // ipv6_addr sets and ::1 as the loopback NodePorts never answer on.
 func TestRenderGoldenFamilies(t *testing.T) {
 	snap := ruletest.FamiliesSnapshot()
-	for _, tt := range []struct {
-		name string
-		cfg  Config
-	}{
-		{"dual-stack-ipv4", testConfig},
-		{"dual-stack-ipv6", testConfig6},
-		{"dual-stack-ipv6-node-ips", Config{Node: dataplane.Node{Family: service.IPv6, NodeName: st.ThisNode, NodePortIPs: st.Addrs("198.19.0.1", "2001:db8:19::1", "::1")}}},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := Render(tt.cfg, snap)
+	for _, tt := range ruletest.FamilyRenders() {
+		t.Run(tt.Name, func(t *testing.T) {
+			got, err := Render(Config{Node: tt.Node}, snap)
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkGolden(t, tt.name, []byte(got))
+			checkGolden(t, tt.Name, []byte(got))
 			other := " 2001:db8:"
-			if tt.cfg.Family == service.IPv6 {
+			if tt.Node.Family == service.IPv6 {
 				other = " 198.1"
 			}
 			for line := range strings.Lines(got) {
 				if strings.Contains(line, other) {
-					t.Errorf("%s: an address of the other family: %s", tt.name, line)
+					t.Errorf("%s: an address of the other family: %s", tt.Name, line)
 				}
 			}
 		})
@@ -59,15 +47,5 @@ func TestTraceIPv6OtherPort(t *testing.T) {
 	tr, err := r.Trace(ruletest.Packet{Src: ruletest.OutsideIP6, Dst: netip.MustParseAddrPort("[2001:db8:18::10]:81")})
 	if err != nil || tr.Verdict != "REJECT" {
 		t.Errorf("[2001:db8:18::10]:81: %s, %v; want REJECT", tr.Result, err)
-	}
-}
-
-func TestRenderFamilyConfig(t *testing.T) {
-	_, err := Render(Config{Node: dataplane.Node{Family: service.IPv6, ClusterCIDR: netip.MustParsePrefix("198.19.0.0/16")}}, st.Snapshot())
-	if err == nil || !strings.Contains(err.Error(), "ClusterCIDR 198.19.0.0/16: not an IPv6 prefix") {
-		t.Errorf("an ip6 table with an IPv4 ClusterCIDR: %v", err)
-	}
-	if _, err := Render(Config{Node: dataplane.Node{Family: "IPv5"}}, st.Snapshot()); err == nil {
-		t.Error("Family IPv5: no error")
 	}
 }
