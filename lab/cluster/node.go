@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -90,7 +92,7 @@ func planNode(p *topology.Plan, stateDir, cgroupRoot string) *Node {
 // containerd, imports the images, and starts its kubelet.
 func (c *Cluster) startNode(ctx context.Context, n *Node, progs NodePrograms) error {
 	f := n.files()
-	if err := c.writeNodeFiles(n); err != nil {
+	if err := c.writeNodeFiles(n, progs.Runc); err != nil {
 		return err
 	}
 	if err := c.makeNodeMountNS(ctx, n); err != nil {
@@ -148,11 +150,16 @@ func (n *Node) inNode(argv ...string) []string {
 // writeNodeFiles writes the configuration of containerd, the kubelet and
 // CNI, the sysctl files, and makes the directories the node's mount
 // namespace binds, and the cgroup root in every hierarchy.
-func (c *Cluster) writeNodeFiles(n *Node) error {
-	if err := c.writeRuntimeFiles(n, ""); err != nil {
+func (c *Cluster) writeNodeFiles(n *Node, runc string) error {
+	if err := c.writeRuntimeFiles(n, runc); err != nil {
 		return err
 	}
 	f := n.files()
+	for _, d := range []string{filepath.Join(f.usrLib, "upper"), filepath.Join(f.usrLib, "work")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
 	files := map[string]string{
 		f.kubelet: n.kubeletConfig(),
 		filepath.Join(f.cniDir, "10-svclab.conflist"): cniConfig(n.PodCIDR),
@@ -229,7 +236,10 @@ func (c *Cluster) makeNodeMountNS(ctx context.Context, n *Node) error {
 			return err
 		}
 	}
-	cmds := f.mountCommands(c.net.Cgroups().Machine(), n.StateDir)
+	// A kubeadm node has its overlays (kubeadmFiles), /usr/lib's among them.
+	_, err := os.Stat("/lib/modules")
+	noModules := errors.Is(err, fs.ErrNotExist) && !n.Kubeadm
+	cmds := f.mountCommands(c.net.Cgroups().Machine(), n.StateDir, noModules)
 	if n.Kubeadm {
 		cmds = append(cmds, n.kubeadmFiles().overlays()...)
 	}
