@@ -201,7 +201,7 @@ func (c *Cluster) writeKubeadmNodeFiles(n *Node, nodes []*Node, progs KubeadmPro
 		return err
 	}
 	k := n.kubeadmFiles()
-	for _, d := range []string{k.patches, k.etcUpper, k.etcWork, k.libUpper, k.libWork, k.bin} {
+	for _, d := range []string{k.patches, k.etcUpper, k.etcWork, k.bin} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
@@ -371,7 +371,6 @@ type kubeadmFiles struct {
 	// etcUpper and etcWork are the overlay on the node's /etc: kubeadm
 	// writes /etc/kubernetes into etcUpper, never on the machine's disk.
 	etcUpper, etcWork string
-	libUpper, libWork string // the overlay on its /usr/lib
 	bin               string // on kubeadm's PATH: the kubelet
 }
 
@@ -382,24 +381,18 @@ func (n *Node) kubeadmFiles() kubeadmFiles {
 		patches:  filepath.Join(d, "patches"),
 		etcUpper: filepath.Join(d, "etc", "upper"),
 		etcWork:  filepath.Join(d, "etc", "work"),
-		libUpper: filepath.Join(d, "usr-lib", "upper"),
-		libWork:  filepath.Join(d, "usr-lib", "work"),
 		bin:      filepath.Join(d, "bin"),
 	}
 }
 
-// overlays are the mounts of the overlays on a kubeadm node's /etc and
-// /usr/lib: the machine's below, the node's own above. kubeadm writes
-// /etc/kubernetes there, and the node's hosts and resolv.conf are there;
-// kube-proxy's DaemonSet mounts the host's /lib/modules (/usr/lib/modules
-// on Debian), which this machine lacks and which containerd would otherwise
-// make on the machine's disk.
-func (k kubeadmFiles) overlays() [][]string {
-	return [][]string{
-		{"mount", "-t", "overlay", "overlay", "-o", "lowerdir=/etc,upperdir=" + k.etcUpper + ",workdir=" + k.etcWork, "/etc"},
-		{"mount", "-t", "overlay", "overlay", "-o", "lowerdir=/usr/lib,upperdir=" + k.libUpper + ",workdir=" + k.libWork, "/usr/lib"},
-		{"mkdir", "-p", "/usr/lib/modules"},
-	}
+// etcOverlay is the mount of the overlay on a kubeadm node's /etc: the
+// machine's /etc below, the node's own above, where kubeadm writes
+// /etc/kubernetes and where the node's hosts and resolv.conf are. (Its
+// /usr/lib has the overlay every real node has on a machine without
+// /lib/modules: mountCommands.)
+func (k kubeadmFiles) etcOverlay() []string {
+	return []string{"mount", "-t", "overlay", "overlay", "-o",
+		"lowerdir=/etc,upperdir=" + k.etcUpper + ",workdir=" + k.etcWork, "/etc"}
 }
 
 // PodRanges are the nodes' pod ranges, spec.podCIDR by node name, as the

@@ -155,11 +155,6 @@ func (c *Cluster) writeNodeFiles(n *Node, runc string) error {
 		return err
 	}
 	f := n.files()
-	for _, d := range []string{filepath.Join(f.usrLib, "upper"), filepath.Join(f.usrLib, "work")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-	}
 	files := map[string]string{
 		f.kubelet: n.kubeletConfig(),
 		filepath.Join(f.cniDir, "10-svclab.conflist"): cniConfig(n.PodCIDR),
@@ -187,7 +182,8 @@ func (c *Cluster) writeNodeFiles(n *Node, runc string) error {
 // the node's mount namespace binds, and its cgroup root in every hierarchy.
 func (c *Cluster) writeRuntimeFiles(n *Node, runc string) error {
 	f := n.files()
-	for _, d := range []string{f.run, f.varlib, f.varlog, f.cniDir, f.sysctls, filepath.Dir(f.pin)} {
+	for _, d := range []string{f.run, f.varlib, f.varlog, f.cniDir, f.sysctls, filepath.Dir(f.pin),
+		filepath.Join(f.usrLib, "upper"), filepath.Join(f.usrLib, "work")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
@@ -236,12 +232,10 @@ func (c *Cluster) makeNodeMountNS(ctx context.Context, n *Node) error {
 			return err
 		}
 	}
-	// A kubeadm node has its overlays (kubeadmFiles), /usr/lib's among them.
 	_, err := os.Stat("/lib/modules")
-	noModules := errors.Is(err, fs.ErrNotExist) && !n.Kubeadm
-	cmds := f.mountCommands(c.net.Cgroups().Machine(), n.StateDir, noModules)
+	cmds := f.mountCommands(c.net.Cgroups().Machine(), n.StateDir, errors.Is(err, fs.ErrNotExist))
 	if n.Kubeadm {
-		cmds = append(cmds, n.kubeadmFiles().overlays()...)
+		cmds = append(cmds, n.kubeadmFiles().etcOverlay())
 	}
 	for _, argv := range cmds {
 		if err := topology.Run(ctx, n.inNode(argv...)...); err != nil {
