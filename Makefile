@@ -7,7 +7,7 @@ BIN     := bin
 # are cached (docs/conformance.md has the suite's measured time).
 TIMEOUT ?= 40m
 
-.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins conformance-bins cluster-bins conformance image e2e-images bench bench-plots clean
+.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins conformance-bins cluster-bins conformance image e2e-images kubeadm-images bench bench-plots clean
 
 all: build
 
@@ -83,6 +83,14 @@ image: deps
 e2e-images: deps
 	$(GO) run ./images/mkimages -o $(BIN)/e2e-images
 
+## kubeadm-images: the images a cluster made by kubeadm v1.37.2 runs
+## (`kubeadm config images list`: kube-apiserver, kube-controller-manager,
+## kube-scheduler, kube-proxy, coredns, etcd, pause) under kubeadm's names, one
+## archive each in bin/kubeadm-images for `ctr -n k8s.io images import`; their
+## programs from `make cluster-bins` (images, docs/kind.md)
+kubeadm-images: deps cluster-bins
+	$(GO) run ./images/mkimages -kubeadm -o $(BIN)/kubeadm-images
+
 ## test: everything, root-only tests included (they skip without root); then
 ## the userspace shutdown tests again under the race detector, the only way
 ## TestShutdownRacesAccept sees a registration that races Shutdown's wait
@@ -104,7 +112,7 @@ bench: deps build
 	$(GO) test -run '^$$' -bench 'OneServiceChange' -benchtime 500x -count 5 ./offload/socklb/ | \
 		$(GO) run ./bench/fromtest -bench socklb -o docs/benchmarks/socklb.json \
 		-command "go test -run '^$$' -bench 'OneServiceChange' -benchtime 500x -count 5 ./offload/socklb/" \
-		-ratio 'one Service change at 10,000 Services (Proxier.Sync);kernel / Fake, time;OneServiceChange/kernel/services=10000;OneServiceChange/fake/services=10000;ns/op' \
+		-ratio 'one Service change at 10,000 Services (Maps.Sync);kernel / Fake, time;OneServiceChange/kernel/services=10000;OneServiceChange/fake/services=10000;ns/op' \
 		-ratio 'the first sync of all 10,000 Services;kernel / Fake, time;OneServiceChange/kernel/services=10000;OneServiceChange/fake/services=10000;first-sync-ms'
 	$(GO) test -run '^$$' -bench 'DataPath' -benchtime 30x -timeout 30m -v ./bench/socklb/ -args -report $(CURDIR)/docs/benchmarks/socklb-datapath.json
 	$(MAKE) bench-plots

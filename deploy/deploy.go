@@ -7,10 +7,10 @@ import (
 	"path/filepath"
 )
 
-// Files are the kustomize directories rbac, base, kind, lab, realnode and
-// kubeadm, as in the repository.
+// Files are the kustomize directories rbac, base, kind, lab, realnode,
+// kubeadm and coredns, as in the repository.
 //
-//go:embed rbac base kind lab realnode kubeadm
+//go:embed rbac base kind lab realnode kubeadm coredns
 var Files embed.FS
 
 // WriteTo copies Files into dir (dir/rbac, dir/base, ...), where

@@ -107,6 +107,29 @@ func TestApply(t *testing.T) {
 	apply("kind")
 	apply("rbac")
 	apply("kubeadm")
+	apply("coredns")
+	// kubeadm's coredns objects: the Deployment runs clusterdns's image with
+	// kubeadm's arguments, and its ServiceAccount reads what clusterdns
+	// reads through kubeadm's ClusterRole system:coredns.
+	if d, err := c.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{}); err != nil {
+		t.Errorf("deployment kube-system/coredns: %v", err)
+	} else if ctr := d.Spec.Template.Spec.Containers[0]; ctr.Image != image.ClusterDNSRef || strings.Join(ctr.Args, " ") != "-conf /etc/coredns/Corefile" {
+		t.Errorf("deployment coredns: image %q args %q", ctr.Image, ctr.Args)
+	}
+	t.Run("coredns", func(t *testing.T) {
+		c := tokenClient(ctx, t, srv, kubectl, "coredns")
+		opts := metav1.ListOptions{Limit: 1}
+		for what, do := range map[string]func() error{
+			"list services":       func() error { _, err := c.CoreV1().Services("").List(ctx, opts); return err },
+			"list endpointslices": func() error { _, err := c.DiscoveryV1().EndpointSlices("").List(ctx, opts); return err },
+			"list namespaces":     func() error { _, err := c.CoreV1().Namespaces().List(ctx, opts); return err },
+			"list pods":           func() error { _, err := c.CoreV1().Pods("").List(ctx, opts); return err },
+		} {
+			if err := do(); err != nil {
+				t.Errorf("coredns may not %s: %v", what, err)
+			}
+		}
+	})
 	// kubeadm's objects: kube-proxy's ServiceAccount reads what svcproxy
 	// reads through Kubernetes' own ClusterRole system:node-proxier.
 	if ds, err := c.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{}); err != nil {
@@ -152,7 +175,7 @@ func TestApply(t *testing.T) {
 	}
 
 	for _, sa := range []string{"svcproxy", "clusterdns"} {
-		t.Run(sa, func(t *testing.T) { checkRBAC(ctx, t, srv, kubectl, sa, sa == "svcproxy") })
+		t.Run(sa, func(t *testing.T) { checkRBAC(ctx, t, srv, kubectl, sa, sa == "svcproxy", sa == "clusterdns") })
 	}
 }
 
@@ -176,8 +199,9 @@ func tokenClient(ctx context.Context, t *testing.T, srv *kapitest.Server, kubect
 
 // checkRBAC uses the ServiceAccount's own token: it may list and watch what
 // the informers of service/watch read, and nothing else. nodes says whether
-// it reads its Node (svcproxy does, clusterdns does not).
-func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl, sa string, nodes bool) {
+// it reads its Node (svcproxy does, clusterdns does not); dns whether it reads
+// Namespaces and Pods, as CoreDNS does (clusterdns).
+func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl, sa string, nodes, dns bool) {
 	c := tokenClient(ctx, t, srv, kubectl, sa)
 	opts := metav1.ListOptions{Limit: 1}
 	allowed := map[string]func() error{
@@ -196,6 +220,11 @@ func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl,
 	if nodes {
 		allowed["list nodes"], allowed["watch nodes"] = listNodes, watchNodes
 	}
+	listNamespaces := func() error { _, err := c.CoreV1().Namespaces().List(ctx, opts); return err }
+	listPods := func() error { _, err := c.CoreV1().Pods("").List(ctx, opts); return err }
+	if dns {
+		allowed["list namespaces"], allowed["list pods"] = listNamespaces, listPods
+	}
 	for what, do := range allowed {
 		if err := do(); err != nil {
 			t.Errorf("%s may not %s: %v", sa, what, err)
@@ -205,7 +234,6 @@ func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl,
 		"list secrets":    func() error { _, err := c.CoreV1().Secrets("").List(ctx, opts); return err },
 		"list endpoints":  func() error { _, err := c.CoreV1().Endpoints("").List(ctx, opts); return err },
 		"list configmaps": func() error { _, err := c.CoreV1().ConfigMaps("").List(ctx, opts); return err },
-		"list pods":       func() error { _, err := c.CoreV1().Pods("").List(ctx, opts); return err },
 		"get node":        getNode,
 		"delete service kube-dns": func() error {
 			return c.CoreV1().Services("kube-system").Delete(ctx, "kube-dns", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
@@ -213,6 +241,9 @@ func checkRBAC(ctx context.Context, t *testing.T, srv *kapitest.Server, kubectl,
 	}
 	if !nodes {
 		denied["list nodes"], denied["watch nodes"] = listNodes, watchNodes
+	}
+	if !dns {
+		denied["list namespaces"], denied["list pods"] = listNamespaces, listPods
 	}
 	for what, do := range denied {
 		if err := do(); !apierrors.IsForbidden(err) {
@@ -237,6 +268,49 @@ func TestKubeadmOverlay(t *testing.T) {
 				t.Fatalf("kubeadm's DaemonSet runs %v, want registry.k8s.io/kube-proxy:v1.37.2", ctr["image"])
 			}
 			ctr["image"] = image.DefaultRef
+		}
+		if !reflect.DeepEqual(got[i], want[i]) {
+			a, _ := yaml.Marshal(got[i])
+			b, _ := yaml.Marshal(want[i])
+			t.Errorf("object %d differs from kubeadm's beyond the image:\n%s\nkubeadm's (image replaced):\n%s", i, a, b)
+		}
+	}
+}
+
+// TestCoreDNSOverlay: deploy/coredns is kubeadm's own print
+// (testdata/kubeadm-coredns-print.yaml), object for object and field for
+// field, except the Deployment's image and the Service kube-dns, which it
+// leaves to the cluster; its Corefile is kubeadm's default, the one
+// dnsresolve/corefile reads in its tests.
+func TestCoreDNSOverlay(t *testing.T) {
+	var want []map[string]any
+	for _, o := range readObjects(t, "testdata/kubeadm-coredns-print.yaml") {
+		if o["kind"] != "Service" {
+			want = append(want, o)
+		}
+	}
+	got := readObjects(t, "coredns/coredns.yaml")
+	if len(got) != len(want) || len(want) != 5 {
+		t.Fatalf("deploy/coredns has %d objects, kubeadm's print %d without its Service (want 5: Deployment, ConfigMap, ClusterRole, ClusterRoleBinding, ServiceAccount)", len(got), len(want))
+	}
+	for i := range want {
+		switch want[i]["kind"] {
+		case "Deployment":
+			ctr := want[i]["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+			if ctr["image"] != "registry.k8s.io/coredns/coredns:v1.14.6" {
+				t.Fatalf("kubeadm's Deployment runs %v, want registry.k8s.io/coredns/coredns:v1.14.6", ctr["image"])
+			}
+			ctr["image"] = image.ClusterDNSRef
+		case "ConfigMap":
+			corefile, err := os.ReadFile("../dnsresolve/corefile/testdata/kubeadm-v1.37.2.Corefile")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// readObjects splits the file before each "\n---": the block's
+			// last line break goes with it.
+			if got := want[i]["data"].(map[string]any)["Corefile"]; got != strings.TrimSuffix(string(corefile), "\n") {
+				t.Errorf("kubeadm's ConfigMap's Corefile is not dnsresolve/corefile's testdata:\n%q\n%q", got, corefile)
+			}
 		}
 		if !reflect.DeepEqual(got[i], want[i]) {
 			a, _ := yaml.Marshal(got[i])
@@ -273,7 +347,7 @@ func TestKubeadmPrints(t *testing.T) {
 	defer cancel()
 	bins, err := k8sbin.Build(ctx, k8sbin.Config{KubeProxy: true, CachedOnly: true})
 	if errors.Is(err, k8sbin.ErrNotBuilt) || errors.Is(err, k8sbin.ErrUnavailable) {
-		t.Skipf("needs kubeadm v1.37.2 in the cache: ./test/kapi/build.sh -kube-proxy (%v)", err)
+		t.Skipf("needs kubeadm v1.37.2 in the cache: make cluster-bins (%v)", err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -286,5 +360,14 @@ func TestKubeadmPrints(t *testing.T) {
 	want, err := os.ReadFile("testdata/kubeadm-print.yaml")
 	if err != nil || !bytes.Equal(out, want) {
 		t.Errorf("kubeadm prints:\n%s\ntestdata/kubeadm-print.yaml (%v):\n%s", out, err, want)
+	}
+	out, err = exec.CommandContext(ctx, bins.Kubeadm, "init", "phase", "addon", "coredns",
+		"--print-manifest", "--config", "testdata/kubeadm.yaml").Output()
+	if err != nil {
+		t.Fatalf("kubeadm: %v", err)
+	}
+	want, err = os.ReadFile("testdata/kubeadm-coredns-print.yaml")
+	if err != nil || !bytes.Equal(out, want) {
+		t.Errorf("kubeadm prints:\n%s\ntestdata/kubeadm-coredns-print.yaml (%v):\n%s", out, err, want)
 	}
 }

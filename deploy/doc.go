@@ -14,7 +14,10 @@
 //	        kube-proxy ConfigMap with its KubeProxyConfiguration, the
 //	        DaemonSet) with only the image changed to svcproxy's, as kubeadm
 //	        v1.37.2 prints it for a cluster shaped as the real-node lab
+//	coredns/ kubeadm's own coredns addon (ServiceAccount, ClusterRole
+//	        system:coredns, the coredns ConfigMap with kubeadm's Corefile,
+//	        the Deployment) with only the image changed to clusterdns's
 //
-// Files embeds the six directories, so that svclab can apply deploy/lab in
+// Files embeds the seven directories, so that svclab can apply deploy/lab in
 // its lab from a binary that runs anywhere; docs/kind.md walks through kind.
 package deploy

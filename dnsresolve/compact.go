@@ -23,9 +23,13 @@ import (
 func (ix *Index) compact(e entry, qname, lname string, qtype uint16) Result {
 	if e.ptr {
 		if qtype != dns.TypePTR && qtype != dns.TypeANY {
-			return Result{Ns: []dns.RR{ix.soa}}
+			return Result{Ns: []dns.RR{ix.soaOf(lname)}}
 		}
-		return Result{Answer: []dns.RR{&dns.PTR{Hdr: ix.hdr(qname, dns.TypePTR), Ptr: serviceName(e.svc, ix.zone)}}}
+		target := serviceName(e.svc, ix.zone)
+		if e.ep > 0 {
+			target = endpointName(e.svc.Endpoints[e.ep-1]) + "." + target
+		}
+		return Result{Answer: []dns.RR{&dns.PTR{Hdr: ix.hdr(qname, dns.TypePTR), Ptr: target}}}
 	}
 	svc := e.svc
 	var r Result
@@ -98,6 +102,37 @@ func (ix *Index) srvName(qname, lname string, qtype uint16) (r Result, ok bool) 
 		return r, true
 	}
 	return Result{}, false
+}
+
+// endpointName answers a question for <endpoint>.<svc>.<ns>.svc.<zone> when
+// <svc>... is a ClusterIP Service's name held compactly: the A or AAAA of the
+// ready endpoints that <endpoint> names (hostname, or dashed address), as
+// CoreDNS's findServices answers an endpoint of any Service. ok is false for
+// any other name.
+func (ix *Index) endpointName(qname, lname string, qtype uint16) (r Result, ok bool) {
+	i, end := dns.NextLabel(lname, 0)
+	if end {
+		return Result{}, false
+	}
+	e, found := ix.names[lname[i:]]
+	if !found || e.n != nil || e.ptr {
+		return Result{}, false
+	}
+	label := lname[:i-1]
+	svc := e.svc
+	for _, ep := range svc.Endpoints {
+		if (!ep.Ready && !svc.PublishNotReadyAddresses) || endpointName(ep) != label {
+			continue
+		}
+		ok = true
+		if rr := ix.addrRR(qname, ep.Addr.Addr()); qtype == dns.TypeANY || rr.Header().Rrtype == qtype {
+			r.Answer = append(r.Answer, rr)
+		}
+	}
+	if ok && len(r.Answer) == 0 {
+		r.Ns = []dns.RR{ix.soa}
+	}
+	return r, ok
 }
 
 // addrs are the A/AAAA records of svc's ClusterIPs at name.

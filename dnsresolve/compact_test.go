@@ -24,14 +24,23 @@ func TestCompactMatchesNodes(t *testing.T) {
 	clash2 := newService("a", "clash", "198.19.4.1")
 	none := newService("default", "noaddr") // a ClusterIP not allocated yet
 	addPort(none, "http", service.TCP, 80)
-	snap = service.NewSnapshot(append(slices.Clone(snap.Services()), clash, clash2, none), nil)
+	// Endpoints of ClusterIP Services have names and PTRs too; one address
+	// in two Services, one a headless endpoint's as well, one not ready.
+	withEps := newService("default", "api", "198.18.0.30")
+	addPort(withEps, "http", service.TCP, 80,
+		ep("198.19.5.1:8080", "api-0", true), ep("198.19.5.2:8080", "", true),
+		ep("198.19.0.1:8080", "", true), ep("198.19.5.3:8080", "api-2", false))
+	withEps2 := newService("other", "api", "198.18.1.30")
+	addPort(withEps2, "http", service.TCP, 80, ep("198.19.5.1:8080", "api-0", true))
+	snap = service.NewSnapshot(append(slices.Clone(snap.Services()), clash, clash2, none, withEps, withEps2), nil)
 	cfg := IndexConfig{Zone: "cluster.local", TTL: 5, Serial: 1, NSAddrs: []netip.Addr{netip.MustParseAddr("198.18.0.53")}}
 	compact, eager := NewIndex(snap, cfg), newIndex(snap, cfg, true)
 
 	names := map[string]bool{"nope.default.svc.cluster.local.": true, "_http._tcp.nope.default.svc.cluster.local.": true,
 		"_tcp.web.default.svc.cluster.local.": true, "_udp.single.default.svc.cluster.local.": true, "_tcp.single.default.svc.cluster.local.": true,
 		"_x._y.web.default.svc.cluster.local.": true, "_http.web.default.svc.cluster.local.": true,
-		"sub.web.default.svc.cluster.local.": true, "_http._tcp.10.0.18.198.in-addr.arpa.": true}
+		"sub.web.default.svc.cluster.local.": true, "_http._tcp.10.0.18.198.in-addr.arpa.": true,
+		"api-2.api.default.svc.cluster.local.": true, "x.api-0.api.default.svc.cluster.local.": true}
 	for name := range eager.names {
 		names[name] = true
 	}

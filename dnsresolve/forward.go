@@ -41,10 +41,12 @@ type forwarder struct {
 	maxConcurrent int64
 	udp, tcp      *dns.Client
 	cache         *cache
-	metrics       *metrics
+	metrics       *serverMetrics
 	log           *slog.Logger
 	nonce         [8]byte
 	now           func() time.Time
+	opts          ForwardOptions
+	policy        policy
 
 	inflight atomic.Int64 // client queries waiting for an upstream
 	flights  singleflight.Group
@@ -76,6 +78,7 @@ type forwarderConfig struct {
 	maxFails      uint32
 	maxConcurrent int
 	now           func() time.Time
+	opts          ForwardOptions
 }
 
 func newForwarder(addrs []string, cfg forwarderConfig, c *cache, log *slog.Logger) *forwarder {
@@ -88,7 +91,9 @@ func newForwarder(addrs []string, cfg forwarderConfig, c *cache, log *slog.Logge
 		cache:         c,
 		log:           log,
 		now:           cfg.now,
+		opts:          cfg.opts,
 	}
+	f.policy.name = cfg.opts.Policy
 	for _, a := range addrs {
 		f.upstreams = append(f.upstreams, &upstream{addr: a, maxFails: cfg.maxFails})
 	}
@@ -98,16 +103,14 @@ func newForwarder(addrs []string, cfg forwarderConfig, c *cache, log *slog.Logge
 
 // forward answers req from the cache or an upstream. The answer carries req's
 // ID and question and no OPT record: the Server adds its own.
-func (f *forwarder) forward(ctx context.Context, req *dns.Msg) (*dns.Msg, error) {
-	if m := f.cache.get(req); m != nil {
-		f.metrics.cacheHits.Inc()
-		return m, nil
+func (f *forwarder) forward(ctx context.Context, req *dns.Msg) (*dns.Msg, cacheHit, error) {
+	if m, hit := f.cache.get(req); m != nil {
+		return m, hit, nil
 	}
-	f.metrics.cacheMisses.Inc()
 	if f.inflight.Add(1) > f.maxConcurrent {
 		f.inflight.Add(-1)
 		f.metrics.maxConcurrentRejects.Inc()
-		return nil, errMaxConcurrent
+		return nil, cacheMissed, errMaxConcurrent
 	}
 	defer f.inflight.Add(-1)
 
@@ -116,13 +119,13 @@ func (f *forwarder) forward(ctx context.Context, req *dns.Msg) (*dns.Msg, error)
 		return f.resolve(context.WithoutCancel(ctx), req)
 	})
 	if err != nil {
-		return nil, err
+		return nil, cacheMissed, err
 	}
 	resp := v.(*dns.Msg)
 	if shared {
 		resp = resp.Copy() // every waiter rewrites its own ID and question
 	}
-	return reply(req, resp), nil
+	return reply(req, resp), cacheMissed, nil
 }
 
 // resolve asks the upstreams for req, healthy ones first, and caches the answer.
@@ -140,7 +143,7 @@ func (f *forwarder) resolve(ctx context.Context, req *dns.Msg) (*dns.Msg, error)
 			continue
 		}
 		u.fails.Store(0)
-		if resp.Rcode == dns.RcodeServerFailure || resp.Rcode == dns.RcodeRefused {
+		if f.opts.failsOver(resp.Rcode) {
 			last = resp
 			continue
 		}
@@ -148,14 +151,16 @@ func (f *forwarder) resolve(ctx context.Context, req *dns.Msg) (*dns.Msg, error)
 		return resp, nil
 	}
 	if last != nil {
+		f.cache.put(req, last) // a SERVFAIL, when ServfailTTL keeps one
 		return last, nil
 	}
 	return nil, fmt.Errorf("%w: %w", errNoUpstream, errors.Join(errs...))
 }
 
-// order returns the indexes of the upstreams to ask, in configured order: the
-// healthy ones; when none is healthy, every one that does not loop (CoreDNS
-// then picks one at random: an upstream that is down may be back).
+// order returns the indexes of the upstreams to ask, in the policy's order
+// (configured order by default): the healthy ones; when none is healthy,
+// every one that does not loop (CoreDNS then picks one at random: an
+// upstream that is down may be back).
 func (f *forwarder) order() []int {
 	var healthy, all []int
 	for i, u := range f.upstreams {
@@ -168,9 +173,12 @@ func (f *forwarder) order() []int {
 		}
 	}
 	if len(healthy) > 0 {
-		return healthy
+		return f.policy.order(healthy)
 	}
-	return all
+	if len(all) > 0 {
+		f.metrics.healthcheckBroken.Inc() // CoreDNS: every upstream down
+	}
+	return f.policy.order(all)
 }
 
 // failed counts a failed exchange with u; the one that reaches maxFails marks
@@ -204,15 +212,26 @@ func (f *forwarder) exchange(ctx context.Context, q *dns.Msg, addr string) (*dns
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	f.metrics.forwards.Inc()
-	resp, _, err := f.udp.ExchangeContext(ctx, q, addr)
-	if err == nil && resp.Truncated {
-		f.metrics.forwardsTCP.Inc()
+	start, proto := time.Now(), "udp"
+	var resp *dns.Msg
+	var err error
+	if f.opts.ForceTCP {
+		proto = "tcp"
 		resp, _, err = f.tcp.ExchangeContext(ctx, q, addr)
+	} else {
+		resp, _, err = f.udp.ExchangeContext(ctx, q, addr)
+		if err == nil && resp.Truncated {
+			f.metrics.proxyObserve(addr, proto, resp.Rcode, time.Since(start))
+			f.metrics.forwardsTCP.Inc()
+			start, proto = time.Now(), "tcp"
+			resp, _, err = f.tcp.ExchangeContext(ctx, q, addr)
+		}
 	}
 	if err != nil {
 		f.metrics.forwardErrors.Inc()
 		return nil, err
 	}
+	f.metrics.proxyObserve(addr, proto, resp.Rcode, time.Since(start))
 	return resp, nil
 }
 

@@ -80,16 +80,24 @@ func TestMetricsScrape(t *testing.T) {
 		labels map[string]string
 		want   float64
 	}{
-		{"clusterdns_requests_total", map[string]string{"type": "A", "rcode": "NOERROR"}, 1},
-		{"clusterdns_requests_total", map[string]string{"type": "AAAA", "rcode": "NXDOMAIN"}, 1},
-		// Issue 10: 16 in a message with OPT is BADVERS; BADSIG is TSIG's.
-		{"clusterdns_requests_total", map[string]string{"type": "A", "rcode": "BADVERS"}, 1},
-		{"clusterdns_requests_total", map[string]string{"rcode": "BADSIG"}, -1},
-		{"clusterdns_request_duration_seconds", nil, 3},
+		// CoreDNS's names and labels (plugin/metrics/vars): kubeadm's server.
+		{"coredns_dns_requests_total", map[string]string{"server": "dns://:53", "zone": ".", "view": "", "proto": "udp", "family": "1", "type": "A"}, 2},
+		{"coredns_dns_requests_total", map[string]string{"type": "AAAA"}, 1},
+		{"coredns_dns_responses_total", map[string]string{"server": "dns://:53", "zone": ".", "rcode": "NOERROR", "plugin": ""}, 1},
+		{"coredns_dns_responses_total", map[string]string{"rcode": "NXDOMAIN"}, 1},
+		// 16 in a message with OPT is BADVERS; CoreDNS's rcode.ToString
+		// names it BADSIG, TSIG's meaning, and so does its metric.
+		{"coredns_dns_responses_total", map[string]string{"rcode": "BADSIG"}, 1},
+		{"coredns_dns_request_duration_seconds", map[string]string{"server": "dns://:53", "zone": ".", "view": ""}, 3},
+		{"coredns_dns_request_size_bytes", map[string]string{"proto": "udp"}, 3},
+		{"coredns_dns_response_size_bytes", map[string]string{"proto": "udp"}, 3},
+		{"coredns_cache_requests_total", map[string]string{"zones": "."}, 3},
+		{"coredns_cache_misses_total", nil, 3},
+		{"coredns_cache_entries", map[string]string{"type": "success"}, 0},
+		{"coredns_build_info", nil, 1},
 		{"clusterdns_services", nil, float64(s.index.Load().Len())},
 		{"clusterdns_ready", nil, 1},
-		{"clusterdns_cache_hits_total", nil, 0},
-		{"clusterdns_forward_max_concurrent_rejects_total", nil, 0},
+		{"coredns_forward_max_concurrent_rejects_total", nil, 0},
 	}
 	for _, tt := range tests {
 		if got := metricValue(t, s, tt.name, tt.labels); got != tt.want {
@@ -100,8 +108,8 @@ func TestMetricsScrape(t *testing.T) {
 
 func TestRcodeLabel(t *testing.T) {
 	for rc, want := range map[int]string{
-		dns.RcodeSuccess: "NOERROR", dns.RcodeNameError: "NXDOMAIN", dns.RcodeBadVers: "BADVERS",
-		dns.RcodeBadCookie: "BADCOOKIE", 4095: "other", -1: "other",
+		dns.RcodeSuccess: "NOERROR", dns.RcodeNameError: "NXDOMAIN", dns.RcodeBadVers: "BADSIG",
+		dns.RcodeBadCookie: "BADCOOKIE", 4095: "RCODE4095", // CoreDNS's rcode.ToString
 	} {
 		if got := rcodeLabel(rc); got != want {
 			t.Errorf("rcodeLabel(%d) = %q, want %q", rc, got, want)
@@ -155,7 +163,7 @@ func TestForwardMaxConcurrent(t *testing.T) {
 			t.Errorf("waiting query: %v", m)
 		}
 	}
-	if got := metricValue(t, s, "clusterdns_forward_max_concurrent_rejects_total", nil); got != 1 {
+	if got := metricValue(t, s, "coredns_forward_max_concurrent_rejects_total", nil); got != 1 {
 		t.Errorf("rejects = %v, want 1", got)
 	}
 	if m := ask(t, s, question("c.example.", dns.TypeA), true); m.Rcode != dns.RcodeSuccess {
@@ -250,7 +258,7 @@ func TestUpstreamHealth(t *testing.T) {
 	if s.fwd.upstreams[0].healthy() {
 		t.Fatal("marked up by a probe it did not answer")
 	}
-	if got := metricValue(t, s, "clusterdns_forward_healthcheck_failures_total", map[string]string{"upstream": dropper.addr}); got != 1 {
+	if got := metricValue(t, s, "coredns_proxy_healthcheck_failures_total", map[string]string{"proxy_name": "forward", "to": dropper.addr}); got != 1 {
 		t.Errorf("health check failures = %v, want 1", got)
 	}
 	answering.Store(true)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/miekg/dns"
@@ -17,22 +18,33 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	if s.answerEncoded(w, req, start) {
 		return // most answers: kept encoded (wire.go)
 	}
-	resp := s.answer(context.Background(), req)
+	info := query{written: true}
+	resp := s.answer(context.Background(), req, &info)
 	if resp == nil {
 		return // not a question: no answer, so nothing to amplify
 	}
-	_, udp := w.RemoteAddr().(*net.UDPAddr)
+	if s.loadBalance {
+		roundRobin(resp)
+	}
+	remote := w.RemoteAddr()
+	_, udp := remote.(*net.UDPAddr)
 	s.fit(resp, req, udp)
 	if err := w.WriteMsg(resp); err != nil {
-		s.log.Debug("write dns answer", "client", w.RemoteAddr(), "err", err)
+		s.log.Debug("write dns answer", "client", remote, "err", err)
 		return
 	}
 	var q dns.Question
 	if len(req.Question) > 0 {
 		q = req.Question[0]
+		info.inCache = s.cache.enabled(q.Name)
 	}
 	took := time.Since(start)
-	s.metrics.observe(q.Qtype, resp.Rcode, took)
+	info.qtype, info.tcp, info.ip6, info.rcode, info.took = q.Qtype, !udp, isIPv6(remote), resp.Rcode, took
+	if opt := req.IsEdns0(); opt != nil {
+		info.do = opt.Do()
+	}
+	info.reqLen, info.respLen = req.Len(), resp.Len()
+	s.metrics.observe(&info)
 	if s.logQueries {
 		s.log.Info("query", "client", w.RemoteAddr().String(), "name", q.Name, "type", dns.TypeToString[q.Qtype],
 			"rcode", rcodeLabel(resp.Rcode), "duration", took)
@@ -40,7 +52,9 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 }
 
 // answer returns the response to req, or nil when req must not be answered.
-func (s *Server) answer(ctx context.Context, req *dns.Msg) *dns.Msg {
+// It tells info whether an answer was written by a plugin, as CoreDNS would
+// have it (an error answer is not), and whether the cache held it.
+func (s *Server) answer(ctx context.Context, req *dns.Msg, info *query) *dns.Msg {
 	if req.Response {
 		return nil
 	}
@@ -49,8 +63,10 @@ func (s *Server) answer(ctx context.Context, req *dns.Msg) *dns.Msg {
 	m.RecursionAvailable = len(s.fwd.upstreams) > 0
 	switch {
 	case req.Opcode != dns.OpcodeQuery:
+		info.written = false
 		return rcode(m, dns.RcodeNotImplemented)
 	case len(req.Question) != 1:
+		info.written = false
 		return rcode(m, dns.RcodeFormatError)
 	}
 	if opt := req.IsEdns0(); opt != nil && opt.Version() != 0 {
@@ -59,25 +75,28 @@ func (s *Server) answer(ctx context.Context, req *dns.Msg) *dns.Msg {
 	if s.fwd.isLoop(req) {
 		// Our own forwarded query came back: answering stops the loop, and the
 		// forwarder, seeing SERVFAIL, moves on to its next upstream.
+		info.written = false
 		return rcode(m, dns.RcodeServerFailure)
 	}
 
 	q := req.Question[0]
 	if q.Qtype == dns.TypeAXFR || q.Qtype == dns.TypeIXFR {
+		info.written = false
 		return rcode(m, dns.RcodeRefused) // no zone transfers of the cluster
 	}
 	ix := s.index.Load()
 	if q.Qclass != dns.ClassINET && q.Qclass != dns.ClassANY {
 		if s.inZone(q.Name) {
+			info.written = false
 			return rcode(m, dns.RcodeRefused)
 		}
-		return s.forward(ctx, req, m)
+		return s.forward(ctx, req, m, info)
 	}
 	if ix == nil {
-		if s.inZone(q.Name) {
+		if s.inZone(q.Name) || (s.inReverseZone(q.Name) && !s.fallsThrough(q.Name)) {
 			return rcode(m, dns.RcodeServerFailure) // not ready: no Snapshot yet
 		}
-	} else if r, ok := ix.Lookup(q.Name, q.Qtype); ok {
+	} else if r, ok := ix.Lookup(q.Name, q.Qtype); ok && !(r.Rcode == dns.RcodeNameError && s.fallsThrough(q.Name)) {
 		m.Authoritative = true
 		m.Rcode = r.Rcode
 		// Clip: later appends (chasing, OPT) must not write into the Index.
@@ -87,7 +106,7 @@ func (s *Server) answer(ctx context.Context, req *dns.Msg) *dns.Msg {
 		}
 		return m
 	}
-	return s.forward(ctx, req, m)
+	return s.forward(ctx, req, m, info)
 }
 
 // inZone reports whether name is the cluster's zone or under it. Only the
@@ -98,17 +117,65 @@ func (s *Server) inZone(name string) bool {
 	return dns.IsSubDomain(s.zone, dns.CanonicalName(name))
 }
 
+// fallsThrough reports whether a name the Index does not have goes to the
+// upstreams (the kubernetes plugin's fallthrough zones). It allocates nothing
+// for a name in lower case: it is asked on the encoded path's NXDOMAIN.
+func (s *Server) fallsThrough(name string) bool {
+	return inAnyZone(s.fallZones, name)
+}
+
+// inReverseZone reports whether name is in one of the reverse zones the
+// Index answers for.
+func (s *Server) inReverseZone(name string) bool {
+	zones := s.reverseZones
+	if zones == nil {
+		zones = defaultReverseZones
+	}
+	return inAnyZone(zones, name)
+}
+
+// inAnyZone reports whether name (any case, FQDN or not) is one of zones
+// (lower-case FQDNs) or under it.
+func inAnyZone(zones []string, name string) bool {
+	if len(zones) == 0 {
+		return false
+	}
+	lname := strings.ToLower(name) // no copy when it is already
+	if !dns.IsFqdn(lname) {
+		lname += "."
+	}
+	for _, z := range zones {
+		if under(lname, z) {
+			return true
+		}
+	}
+	return false
+}
+
 // forward answers req through the upstreams; m is the reply prepared so far.
-func (s *Server) forward(ctx context.Context, req, m *dns.Msg) *dns.Msg {
+func (s *Server) forward(ctx context.Context, req, m *dns.Msg, info *query) *dns.Msg {
 	if len(s.fwd.upstreams) == 0 {
+		info.written = false
 		return rcode(m, dns.RcodeRefused)
 	}
-	resp, err := s.fwd.forward(ctx, req)
+	if !s.fwd.opts.forwards(req.Question[0].Name) {
+		info.written = false
+		return rcode(m, dns.RcodeServerFailure) // no plugin takes it: CoreDNS's "no next plugin found"
+	}
+	resp, hit, err := s.fwd.forward(ctx, req)
+	info.cacheHit = hit
 	if errors.Is(err, errMaxConcurrent) {
+		info.written = false
 		return rcode(m, dns.RcodeRefused) // as CoreDNS's max_concurrent does
 	}
 	if err != nil {
-		s.log.Debug("forward", "name", req.Question[0].Name, "err", err)
+		q := req.Question[0]
+		if s.logErrors { // CoreDNS's errors plugin: "2 name. A: err"
+			s.log.Error("query failed", "rcode", dns.RcodeServerFailure, "name", q.Name, "type", dns.TypeToString[q.Qtype], "err", err)
+		} else {
+			s.log.Debug("forward", "name", q.Name, "err", err)
+		}
+		info.written = false
 		return rcode(m, dns.RcodeServerFailure)
 	}
 	return resp
@@ -133,7 +200,7 @@ func (s *Server) chase(ctx context.Context, ix *Index, req, m *dns.Msg, target s
 	}
 	sub := new(dns.Msg)
 	sub.SetQuestion(target, q.Qtype)
-	if resp, err := s.fwd.forward(ctx, sub); err == nil && resp.Rcode == dns.RcodeSuccess {
+	if resp, _, err := s.fwd.forward(ctx, sub); err == nil && resp.Rcode == dns.RcodeSuccess {
 		m.Answer = append(m.Answer, resp.Answer...)
 		m.Authoritative = false // part of the answer is not ours
 	}

@@ -77,13 +77,18 @@ func (f *forwarder) checkHealth(ctx context.Context) {
 }
 
 func (f *forwarder) probeHealth(ctx context.Context, u *upstream) {
-	q := new(dns.Msg).SetQuestion(".", dns.TypeNS)
+	domain := "."
+	if f.opts.HealthCheckDomain != "" {
+		domain = dns.Fqdn(f.opts.HealthCheckDomain)
+	}
+	q := new(dns.Msg).SetQuestion(domain, dns.TypeNS)
 	q.Id = dns.Id()
+	q.RecursionDesired = !f.opts.HealthCheckNoRec
 	pctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
 	if _, _, err := f.udp.ExchangeContext(pctx, q, u.addr); err != nil {
 		if ctx.Err() == nil {
-			f.metrics.healthcheckFailures.WithLabelValues(u.addr).Inc()
+			f.metrics.proxyHealthFailures.WithLabelValues("forward", u.addr).Inc()
 		}
 		return
 	}

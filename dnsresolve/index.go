@@ -31,6 +31,15 @@ type IndexConfig struct {
 	// Pods says how names under pod.<zone> are answered; empty means
 	// PodsInsecure (kubeadm's Corefile).
 	Pods PodMode
+	// ReverseZones are the reverse zones the Index is authoritative for
+	// beside Zone, as the kubernetes plugin's zones list them: the PTR
+	// records of ClusterIPs and endpoints in them, NXDOMAIN for their other
+	// names. nil means in-addr.arpa. and ip6.arpa. (kubeadm's Corefile);
+	// empty, none: no PTR record, and reverse names are not the Index's.
+	ReverseZones []string
+	// Namespaces, when not empty, are the only namespaces whose names the
+	// Index has (the kubernetes plugin's namespaces option).
+	Namespaces []string
 }
 
 // Index holds every name one Snapshot produces, keyed by lower-case name, so
@@ -43,12 +52,18 @@ type IndexConfig struct {
 // (compact.go); every other name keeps its records, built ahead (a node).
 type Index struct {
 	zone     string
-	podZone  string // "pod.<zone>", or "" when pod names are disabled
+	podZone  string // "pod.<zone>"
+	pods     PodMode
 	ttl      uint32
 	soa      *dns.SOA
+	reverse  []*dns.SOA // the reverse zones' SOAs, each's owner its zone
 	names    map[string]entry
 	services int
 	snap     *service.Snapshot // the Snapshot indexed, to tell an unchanged one
+
+	// exposed says which namespaces have names (zones.go).
+	exposed namespaceFilter
+	podIPs  service.PodIPs // nil: pods not followed
 
 	wires wires     // answers kept encoded, filled by questions (wire.go)
 	neg   negatives // the zone's NXDOMAIN and NODATA, encoded once
@@ -60,6 +75,10 @@ type entry struct {
 	n   *node
 	svc *service.Service // when n is nil: the name is svc's own, or, with ptr, the reverse name of one of its ClusterIPs
 	ptr bool
+	// ep, when above 0, makes a ptr entry the reverse name of
+	// svc.Endpoints[ep-1] instead (CoreDNS answers PTR for the endpoints
+	// of every Service, not only headless ones).
+	ep int32
 }
 
 // node is one owner name: its records and, for SRV, the A/AAAA of its targets.
@@ -89,9 +108,14 @@ func newIndex(snap *service.Snapshot, cfg IndexConfig, eager bool) *Index {
 	if cfg.Zone == "" {
 		zone = DefaultZone
 	}
-	b := &builder{eager: eager, ix: &Index{zone: zone, ttl: cfg.TTL, names: make(map[string]entry), snap: snap}}
-	if cfg.Pods != PodsDisabled {
-		b.ix.podZone = "pod." + zone
+	b := &builder{eager: eager, ix: &Index{zone: zone, ttl: cfg.TTL, names: make(map[string]entry), snap: snap,
+		podZone: "pod." + zone, pods: cfg.Pods}}
+	if b.ix.pods == "" {
+		b.ix.pods = PodsInsecure
+	}
+	b.ix.exposed = newNamespaceFilter(snap, cfg.Namespaces)
+	if snap != nil {
+		b.ix.podIPs = snap.PodIPs()
 	}
 	if snap != nil {
 		// A ClusterIP Service has two names, its own and its ClusterIP's reverse.
@@ -109,10 +133,16 @@ func newIndex(snap *service.Snapshot, cfg IndexConfig, eager bool) *Index {
 		Expire:  86400,
 		Minttl:  cfg.TTL,
 	}
+	// CoreDNS's plugin.SOA: the SOA's own TTL is the zone's, at most 300s.
+	b.ix.soa.Hdr.Ttl = min(cfg.TTL, 300)
+	b.ix.reverse = reverseSOAs(cfg.ReverseZones, b.ix.soa)
 	b.apex(zone, cfg.NSAddrs)
+	b.namespaces()
 	if snap != nil {
 		for _, svc := range snap.Services() {
-			b.service(svc)
+			if b.ix.exposed.has(svc.Namespace) {
+				b.service(svc)
+			}
 		}
 	}
 	return b.ix
@@ -130,9 +160,10 @@ func (ix *Index) InZone(name string) bool {
 }
 
 // Lookup answers a question for qname (any case) and qtype. ok is false when
-// the name is not the Index's to answer: outside the zone, or a reverse name
-// (in-addr.arpa, ip6.arpa) of no Service or endpoint. The caller forwards those,
-// as CoreDNS's "fallthrough in-addr.arpa ip6.arpa" does.
+// the name is not the Index's to answer: outside its zone and its reverse
+// zones. In them a name it does not have is NXDOMAIN with that zone's SOA;
+// the caller decides whether that falls through to the upstreams instead
+// (CoreDNS's "fallthrough in-addr.arpa ip6.arpa").
 //
 // Record owner names are spelled as in qname: a resolver that randomises the
 // case of its questions (DNS 0x20) finds them as it asked.
@@ -147,10 +178,22 @@ func (ix *Index) Lookup(qname string, qtype uint16) (r Result, ok bool) {
 		if r, ok := ix.srvName(qname, lname, qtype); ok {
 			return r, true
 		}
-		if !dns.IsSubDomain(ix.zone, lname) {
-			return Result{}, false
+		if r, ok := ix.endpointName(qname, lname, qtype); ok {
+			return r, true
 		}
-		if ix.podZone != "" && dns.IsSubDomain(ix.podZone, lname) {
+		if !dns.IsSubDomain(ix.zone, lname) {
+			soa := ix.reverseSOA(lname)
+			switch {
+			case soa == nil:
+				return Result{}, false
+			case lname != soa.Hdr.Name:
+				return Result{Rcode: dns.RcodeNameError, Ns: []dns.RR{soa}}, true
+			case qtype == dns.TypeSOA:
+				return Result{Answer: []dns.RR{soa}}, true
+			}
+			return Result{Ns: []dns.RR{soa}}, true // the apex: NODATA
+		}
+		if dns.IsSubDomain(ix.podZone, lname) {
 			return ix.pod(qname, lname, qtype), true
 		}
 		return Result{Rcode: dns.RcodeNameError, Ns: []dns.RR{ix.soa}}, true
@@ -166,7 +209,7 @@ func (ix *Index) Lookup(qname string, qtype uint16) (r Result, ok bool) {
 		r.Answer = ofType(n.rrs, qtype)
 	}
 	if len(r.Answer) == 0 {
-		r.Ns = []dns.RR{ix.soa}
+		r.Ns = []dns.RR{ix.soaOf(lname)}
 		return r, true
 	}
 	if qtype == dns.TypeSRV || qtype == dns.TypeNS {
@@ -235,17 +278,30 @@ func (b *builder) node(name string) *node {
 		// than any name made before it; a reverse name can be an endpoint's
 		// too): its records are built ahead from now on, beside the others.
 		delete(b.ix.names, name)
-		b.nodes(e.svc, name, e.ptr)
+		b.materialize(e, name)
 		return b.ix.names[name].n
 	}
 	n := &node{}
 	b.ix.names[name] = entry{n: n}
-	if name != b.ix.zone && dns.IsSubDomain(b.ix.zone, name) {
-		if i, end := dns.NextLabel(name, 0); !end {
-			b.node(name[i:])
-		}
-	}
+	b.ancestors(name)
 	return n
+}
+
+// ancestors makes every empty ancestor of name down to the zone exist. A
+// ClusterIP Service's compact entry is an ancestor that exists already (an
+// endpoint's name is below it): it stays compact.
+func (b *builder) ancestors(name string) {
+	for name != b.ix.zone && dns.IsSubDomain(b.ix.zone, name) {
+		i, end := dns.NextLabel(name, 0)
+		if end {
+			return
+		}
+		name = name[i:]
+		if _, ok := b.ix.names[name]; ok {
+			return // it exists, and so do its ancestors
+		}
+		b.ix.names[name] = entry{n: &node{}}
+	}
 }
 
 func (b *builder) add(name string, rr dns.RR) {
@@ -258,12 +314,6 @@ func (b *builder) addr(name string, ip netip.Addr) dns.RR {
 	rr := addrRR(b.hdr(name, dns.TypeA), ip)
 	b.add(name, rr)
 	return rr
-}
-
-// ptr adds the reverse record of ip (in-addr.arpa, or ip6.arpa nibbles) to target.
-func (b *builder) ptr(ip netip.Addr, target string) {
-	rev := reverseName(ip)
-	b.add(rev, &dns.PTR{Hdr: b.hdr(rev, dns.TypePTR), Ptr: target})
 }
 
 // reverseName is the in-addr.arpa name of an IPv4 address, the ip6.arpa

@@ -120,7 +120,7 @@ func TestIndexLookup(t *testing.T) {
 		extra  []string
 	}{
 		{name: "schema version", qname: "dns-version.cluster.local.", qtype: dns.TypeTXT,
-			answer: []string{`dns-version.cluster.local. 5 IN TXT "1.1.0"`}},
+			answer: []string{`dns-version.cluster.local. 28800 IN TXT "1.1.0"`}},
 		{name: "zone SOA", qname: "cluster.local.", qtype: dns.TypeSOA, answer: []string{testSOA}},
 		{name: "clusterIP A", qname: "web.default.svc.cluster.local.", qtype: dns.TypeA,
 			answer: []string{"web.default.svc.cluster.local. 5 IN A 198.18.0.10"}},
@@ -310,10 +310,14 @@ func logAnswer(t *testing.T, qname string, qtype uint16, r Result) {
 
 func TestIndexPodsDisabled(t *testing.T) {
 	ix := NewIndex(testSnapshot(t), IndexConfig{Zone: "cluster.local", TTL: 5, Serial: 1, Pods: PodsDisabled})
-	for _, name := range []string{"198-19-0-9.default.pod.cluster.local.", "default.pod.cluster.local.", "pod.cluster.local."} {
+	for _, name := range []string{"198-19-0-9.default.pod.cluster.local.", "default.pod.cluster.local."} {
 		if r, ok := ix.Lookup(name, dns.TypeA); !ok || r.Rcode != dns.RcodeNameError {
 			t.Errorf("Lookup(%s) = %v %v, want NXDOMAIN", name, r.Rcode, ok)
 		}
+	}
+	// The pod zone's apex exists whatever the mode, as in CoreDNS.
+	if r, ok := ix.Lookup("pod.cluster.local.", dns.TypeA); !ok || r.Rcode != dns.RcodeSuccess || len(r.Answer) > 0 {
+		t.Errorf("Lookup(pod.cluster.local.) = %v %v, want NODATA", r, ok)
 	}
 }
 
@@ -336,12 +340,40 @@ func TestIndexNotOurs(t *testing.T) {
 		"example.org.",
 		"local.",
 		"cluster.local.example.org.",
-		"99.0.18.198.in-addr.arpa.", // a reverse name of no Service: fall through
-		"in-addr.arpa.",
+		"arpa.",
 	} {
 		if r, ok := ix.Lookup(name, dns.TypeA); ok {
 			t.Errorf("Lookup(%s) = %v, want not authoritative", name, r)
 		}
+	}
+}
+
+// TestIndexReverseZones: the reverse zones are the Index's, each with its own
+// SOA; a reverse name of no Service is NXDOMAIN there (whether it falls
+// through to the upstreams is the Server's to say). Without reverse zones,
+// no reverse name is the Index's.
+func TestIndexReverseZones(t *testing.T) {
+	ix := NewIndex(testSnapshot(t), IndexConfig{Zone: "cluster.local", TTL: 5, Serial: 1})
+	r, ok := ix.Lookup("99.0.18.198.in-addr.arpa.", dns.TypePTR)
+	if !ok || r.Rcode != dns.RcodeNameError {
+		t.Fatalf("a reverse name of no Service: %v %v, want NXDOMAIN", r, ok)
+	}
+	assertRRs(t, "authority", r.Ns, []string{"in-addr.arpa. 5 IN SOA ns.dns.in-addr.arpa. hostmaster.in-addr.arpa. 1 7200 1800 86400 5"})
+	r, _ = ix.Lookup("in-addr.arpa.", dns.TypeSOA)
+	assertRRs(t, "answer", r.Answer, []string{"in-addr.arpa. 5 IN SOA ns.dns.in-addr.arpa. hostmaster.in-addr.arpa. 1 7200 1800 86400 5"})
+	r, _ = ix.Lookup("10.0.18.198.in-addr.arpa.", dns.TypePTR)
+	assertRRs(t, "answer", r.Answer, []string{"10.0.18.198.in-addr.arpa. 5 IN PTR web.default.svc.cluster.local."})
+
+	narrow := NewIndex(testSnapshot(t), IndexConfig{Zone: "cluster.local", TTL: 5, Serial: 1, ReverseZones: []string{"18.198.in-addr.arpa"}})
+	if r, ok := narrow.Lookup("1.0.19.198.in-addr.arpa.", dns.TypePTR); ok {
+		t.Errorf("outside the reverse zone 18.198.in-addr.arpa: %v, want not the Index's", r)
+	}
+	r, _ = narrow.Lookup("99.0.18.198.in-addr.arpa.", dns.TypePTR)
+	assertRRs(t, "authority", r.Ns, []string{"18.198.in-addr.arpa. 5 IN SOA ns.dns.18.198.in-addr.arpa. hostmaster.18.198.in-addr.arpa. 1 7200 1800 86400 5"})
+
+	none := NewIndex(testSnapshot(t), IndexConfig{Zone: "cluster.local", TTL: 5, Serial: 1, ReverseZones: []string{}})
+	if r, ok := none.Lookup("10.0.18.198.in-addr.arpa.", dns.TypePTR); ok {
+		t.Errorf("without reverse zones: %v, want not the Index's", r)
 	}
 }
 
@@ -364,7 +396,7 @@ func TestIndexEmpty(t *testing.T) {
 		t.Fatalf("Lookup in an empty zone = %v %v, want NXDOMAIN", r, ok)
 	}
 	r, _ = ix.Lookup("dns-version.cluster.local.", dns.TypeTXT)
-	assertRRs(t, "answer", r.Answer, []string{`dns-version.cluster.local. 5 IN TXT "1.1.0"`})
+	assertRRs(t, "answer", r.Answer, []string{`dns-version.cluster.local. 28800 IN TXT "1.1.0"`})
 }
 
 // assertRRs compares records with the expected ones written in zone-file

@@ -12,6 +12,9 @@ import (
 // This file holds the record forms of the specification, one function each.
 // Every name is built lower-case; Lookup spells answers as the question did.
 
+// schemaVersionTTL is the TTL of dns-version.<zone> (CoreDNS's kubernetes.go).
+const schemaVersionTTL = 28800
+
 // apex adds the zone's own records: the SOA, the NS that the SOA names
 // (ns.dns.<zone>, as CoreDNS's kubernetes plugin calls itself) with that
 // name's addresses, and the dns-version TXT of spec 2.2.
@@ -24,7 +27,10 @@ func (b *builder) apex(zone string, nsAddrs []netip.Addr) {
 		glue = append(glue, b.addr(nsName, ip))
 	}
 	b.node(zone).extra = glue
-	b.add("dns-version."+zone, &dns.TXT{Hdr: b.hdr("dns-version."+zone, dns.TypeTXT), Txt: []string{SchemaVersion}})
+	// CoreDNS gives it a TTL of its own, eight hours, whatever the ttl option.
+	txt := &dns.TXT{Hdr: b.hdr("dns-version."+zone, dns.TypeTXT), Txt: []string{SchemaVersion}}
+	txt.Hdr.Ttl = schemaVersionTTL
+	b.add("dns-version."+zone, txt)
 }
 
 // service adds the records of one Service at <svc>.<ns>.svc.<zone>. The
@@ -59,6 +65,12 @@ func (b *builder) externalName(base, target string) {
 // with every port, as CoreDNS does. The Index keeps the Service at its name
 // and at its reverse names and makes these records when asked (compact.go);
 // a name that something else has too gets them built ahead (nodes).
+//
+// Its ready endpoints have names too, as CoreDNS gives every Service's
+// endpoints: <hostname or dashed address>.<svc>.<ns>.svc.<zone> answers the
+// endpoint's address (made when asked, compact.go's endpointName), and the
+// endpoint's reverse name a PTR to it, when no ClusterIP has that address
+// (CoreDNS's serviceRecordForIP looks at ClusterIPs first).
 func (b *builder) clusterIP(svc *service.Service, base string) {
 	if _, taken := b.ix.names[base]; taken || b.eager {
 		b.nodes(svc, base, false)
@@ -66,13 +78,58 @@ func (b *builder) clusterIP(svc *service.Service, base string) {
 		b.ix.names[base] = entry{svc: svc}
 	}
 	for _, ip := range svc.ClusterIPs {
-		rev := reverseName(ip)
+		rev, ok := b.reverseName(ip)
+		if !ok {
+			continue
+		}
 		if _, taken := b.ix.names[rev]; taken || b.eager {
 			b.nodes(svc, rev, true)
 		} else {
 			b.ix.names[rev] = entry{svc: svc, ptr: true}
 		}
 	}
+	for i, e := range svc.Endpoints {
+		if !e.Ready && !svc.PublishNotReadyAddresses {
+			continue
+		}
+		rev, ok := b.reverseName(e.Addr.Addr())
+		if !ok {
+			continue
+		}
+		en := entry{svc: svc, ptr: true, ep: int32(i + 1)}
+		if _, taken := b.ix.names[rev]; taken || b.eager {
+			b.materialize(en, rev)
+		} else {
+			b.ix.names[rev] = en
+		}
+	}
+}
+
+// materialize builds ahead the records a compact entry e stands for at name.
+func (b *builder) materialize(e entry, name string) {
+	if e.ep > 0 {
+		target := endpointName(e.svc.Endpoints[e.ep-1]) + "." + serviceName(e.svc, b.ix.zone)
+		if !b.hasPTR(name, target) {
+			b.add(name, &dns.PTR{Hdr: b.hdr(name, dns.TypePTR), Ptr: target})
+		}
+		return
+	}
+	b.nodes(e.svc, name, e.ptr)
+}
+
+// hasPTR reports whether name has a PTR record to target already: two
+// EndpointSlices of one Service may both hold an address.
+func (b *builder) hasPTR(name, target string) bool {
+	e, ok := b.ix.names[name]
+	if !ok || e.n == nil {
+		return false
+	}
+	for _, rr := range e.n.rrs {
+		if p, ok := rr.(*dns.PTR); ok && p.Ptr == target {
+			return true
+		}
+	}
+	return false
 }
 
 // nodes builds ahead the records a ClusterIP Service has at name: with ptr,
@@ -83,7 +140,12 @@ func (b *builder) nodes(svc *service.Service, name string, ptr bool) {
 		b.add(name, &dns.PTR{Hdr: b.hdr(name, dns.TypePTR), Ptr: serviceName(svc, b.ix.zone)})
 		return
 	}
-	b.node(name) // exists even without an address yet (NODATA)
+	b.node(name)                      // exists even without an address yet (NODATA)
+	for _, e := range svc.Endpoints { // compact.go's endpointName, built ahead
+		if e.Ready || svc.PublishNotReadyAddresses {
+			b.addr(endpointName(e)+"."+name, e.Addr.Addr())
+		}
+	}
 	var addrs []dns.RR
 	for _, ip := range svc.ClusterIPs {
 		addrs = append(addrs, b.addr(name, ip))
@@ -134,7 +196,9 @@ func (b *builder) headless(svc *service.Service, base string) {
 		b.addr(base, ip)
 		host := endpointName(e) + "." + base
 		hostAddrs[host] = append(hostAddrs[host], b.addr(host, ip))
-		b.ptr(ip, host)
+		if rev, ok := b.reverseName(ip); ok && !b.hasPTR(rev, host) {
+			b.add(rev, &dns.PTR{Hdr: b.hdr(rev, dns.TypePTR), Ptr: host})
+		}
 	}
 	if len(seenIP) == 0 {
 		return
@@ -233,27 +297,35 @@ const (
 	// PodsInsecure answers any such name with the address it spells, without
 	// checking that a pod has it: CoreDNS's "pods insecure", kubeadm's default.
 	PodsInsecure PodMode = "insecure"
-	// PodsDisabled answers NXDOMAIN for every name under pod.<zone>.
+	// PodsVerified answers only when a pod in that namespace has the address
+	// (the Snapshot's PodIPs, from a Pod watch): CoreDNS's "pods verified".
+	PodsVerified PodMode = "verified"
+	// PodsDisabled answers NXDOMAIN for every name under pod.<zone> but the
+	// apex: CoreDNS's "pods disabled", its default.
 	PodsDisabled PodMode = "disabled"
 )
 
-// pod answers a question for a name under pod.<zone> (lname is lower-case)
-// in PodsInsecure mode: "1-2-3-4.ns.pod.<zone>" is 1.2.3.4, "2001-db8--1.ns..."
-// is 2001:db8::1. The pod zone and a namespace in it exist (NODATA); anything
-// that does not spell an address is NXDOMAIN.
+// pod answers a question for a name under pod.<zone> (lname is lower-case),
+// as CoreDNS's kubernetes plugin does (Records, findPods): pod.<zone> itself
+// exists (NODATA); <ns>.pod.<zone> exists when the namespace does and pod
+// names are not disabled; "1-2-3-4.ns.pod.<zone>" is 1.2.3.4 and
+// "2001-db8--1.ns..." 2001:db8::1, with "pods verified" only when a pod in
+// that namespace has the address. Anything else is NXDOMAIN.
 func (ix *Index) pod(qname, lname string, qtype uint16) Result {
 	nodata := Result{Ns: []dns.RR{ix.soa}}
 	nxdomain := Result{Rcode: dns.RcodeNameError, Ns: []dns.RR{ix.soa}}
 	labels := dns.SplitDomainName(strings.TrimSuffix(lname, ix.podZone))
-	switch len(labels) {
-	case 0, 1: // pod.<zone>, <ns>.pod.<zone>
+	if len(labels) == 0 {
 		return nodata
-	case 2:
-	default:
+	}
+	if len(labels) > 2 || ix.pods == PodsDisabled || !ix.exposed.has(labels[len(labels)-1]) {
 		return nxdomain
 	}
+	if len(labels) == 1 {
+		return nodata
+	}
 	ip, ok := podAddr(labels[0])
-	if !ok {
+	if !ok || (ix.pods == PodsVerified && !ix.podIPs.Has(ip, labels[1])) {
 		return nxdomain
 	}
 	rr := addrRR(dns.RR_Header{Name: qname, Class: dns.ClassINET, Ttl: ix.ttl}, ip)

@@ -5,17 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sys/unix"
 
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -52,7 +55,7 @@ type Config struct {
 	// query is answered REFUSED at once. Zero means DefaultMaxConcurrent.
 	MaxConcurrent int
 	// MaxFails is how many exchanges in a row may fail before an upstream is
-	// marked down. Zero means DefaultMaxFails.
+	// marked down. Zero means DefaultMaxFails, negative never.
 	MaxFails int
 	// HealthCheckInterval, LoopCheckInterval and LoopLogInterval are the
 	// periods of the forwarder's background checks; zero means the Default
@@ -60,16 +63,45 @@ type Config struct {
 	HealthCheckInterval time.Duration
 	LoopCheckInterval   time.Duration
 	LoopLogInterval     time.Duration
+	// Forward says how names go upstream beyond the above: CoreDNS's
+	// forward options. Its zero value is clusterdns's flags' forwarding.
+	Forward ForwardOptions
+	// Cache configures the cache of forwarded answers as CoreDNS's cache
+	// plugin's options do. nil: CacheSize entries, kept for their TTL (at
+	// most an hour), NOERROR and NXDOMAIN only.
+	Cache *CacheOptions
+	// LoadBalance shuffles the address records of every answer, as
+	// CoreDNS's loadbalance plugin (round_robin) does.
+	LoadBalance bool
+	// LogErrors logs every query answered SERVFAIL because of an error, at
+	// error level, as CoreDNS's errors plugin does; without it at debug.
+	LogErrors bool
 	// NSAddrs are the addresses of ns.dns.<zone>, the name the zone's NS and
 	// SOA records give for this server (see IndexConfig).
 	NSAddrs []netip.Addr
-	// Pods: PodsInsecure (the default, as kubeadm's Corefile) or PodsDisabled.
+	// Pods: PodsInsecure (the default, as kubeadm's Corefile), PodsVerified
+	// (the Snapshots must carry PodIPs) or PodsDisabled.
 	Pods PodMode
+	// ReverseZones and Namespaces: see IndexConfig.
+	ReverseZones []string
+	Namespaces   []string
+	// Fallthrough are the zones whose names the Index has not (NXDOMAIN) go
+	// to the upstreams instead, as the kubernetes plugin's fallthrough
+	// option says: ["."] for every zone. nil means the reverse zones
+	// (kubeadm's "fallthrough in-addr.arpa ip6.arpa"); empty, none.
+	Fallthrough []string
 	// LogQueries logs one line per query: client, name, type, rcode, duration.
 	LogQueries bool
 	// Registry receives the Server's metrics. If nil, the Server makes its
 	// own; either way HTTPHandler serves it.
 	Registry *prometheus.Registry
+	// Metrics, when not nil, are the process's metrics, registered already
+	// (NewMetrics): Servers made one after another (a reloaded Corefile)
+	// count into the same ones. nil: NewMetrics(Registry).
+	Metrics *Metrics
+	// MetricLabels are the values of CoreDNS's labels; the zero value is
+	// kubeadm's Corefile's.
+	MetricLabels MetricLabels
 	// Logger receives loop detections and serving errors. If nil, nothing is logged.
 	Logger *slog.Logger
 	// Now is the cache's clock. If nil, time.Now is used.
@@ -85,12 +117,18 @@ type Server struct {
 	nsAddrs    []netip.Addr
 	pods       PodMode
 	logQueries bool
-	checks     checkIntervals
-	fwd        *forwarder
-	cache      *cache
-	metrics    *metrics
-	registry   *prometheus.Registry
-	log        *slog.Logger
+
+	loadBalance, logErrors bool
+
+	reverseZones, namespaces []string
+	fallZones                []string // lower-case FQDNs
+
+	checks   checkIntervals
+	fwd      *forwarder
+	cache    *cache
+	metrics  *serverMetrics
+	registry *prometheus.Registry
+	log      *slog.Logger
 
 	index  atomic.Pointer[Index] // nil until the first Update
 	mu     sync.Mutex            // serializes Update
@@ -108,9 +146,16 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	switch cfg.Pods {
-	case "", PodsInsecure, PodsDisabled:
+	case "", PodsInsecure, PodsVerified, PodsDisabled:
 	default:
-		return nil, fmt.Errorf("pods %q: want %q or %q", cfg.Pods, PodsInsecure, PodsDisabled)
+		return nil, fmt.Errorf("pods %q: want %q, %q or %q", cfg.Pods, PodsInsecure, PodsVerified, PodsDisabled)
+	}
+	fall := cfg.Fallthrough
+	if fall == nil {
+		fall = cfg.ReverseZones
+		if fall == nil {
+			fall = defaultReverseZones
+		}
 	}
 	upstreams := make([]string, 0, len(cfg.Upstreams))
 	for _, u := range cfg.Upstreams {
@@ -120,7 +165,14 @@ func New(cfg Config) (*Server, error) {
 		}
 		upstreams = append(upstreams, a)
 	}
+	switch cfg.Forward.Policy {
+	case "", "sequential", "random", "round_robin":
+	default:
+		return nil, fmt.Errorf("forward policy %q: want sequential, random or round_robin", cfg.Forward.Policy)
+	}
 	s := &Server{zone: zone, ttl: cfg.TTL, nsAddrs: cfg.NSAddrs, pods: cfg.Pods, logQueries: cfg.LogQueries,
+		loadBalance: cfg.LoadBalance, logErrors: cfg.LogErrors,
+		reverseZones: canonicalOrNil(cfg.ReverseZones), namespaces: cfg.Namespaces, fallZones: canonical(fall),
 		registry: cfg.Registry, log: cfg.Logger}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -133,26 +185,55 @@ func New(cfg Config) (*Server, error) {
 		loop:    orDefaultDuration(cfg.LoopCheckInterval, DefaultLoopCheckInterval),
 		loopLog: orDefaultDuration(cfg.LoopLogInterval, DefaultLoopLogInterval),
 	}
-	s.cache = newCache(orDefault(cfg.CacheSize, DefaultCacheSize), cfg.Now)
+	copts := cfg.Cache
+	if copts == nil {
+		copts = legacyCache(orDefault(cfg.CacheSize, DefaultCacheSize))
+	}
+	s.cache = newCache(copts, cfg.Now)
 	s.fwd = newForwarder(upstreams, forwarderConfig{
 		timeout:       orDefaultDuration(cfg.UpstreamTimeout, DefaultUpstreamTimeout),
-		maxFails:      uint32(max(1, orDefault(cfg.MaxFails, DefaultMaxFails))),
+		maxFails:      maxFails(cfg.MaxFails),
 		maxConcurrent: max(1, orDefault(cfg.MaxConcurrent, DefaultMaxConcurrent)),
+		opts:          cfg.Forward,
 	}, s.cache, s.log)
-	s.metrics = newMetrics(s.registry, gauges{
-		services: func() int {
-			if ix := s.index.Load(); ix != nil {
-				return ix.Len()
-			}
-			return 0
-		},
-		cacheEntries: s.cache.len,
-		ready:        s.Ready,
-		inflight:     s.fwd.inflight.Load,
-		upstreams:    s.fwd.upstreams,
-	})
+	m := cfg.Metrics
+	if m == nil {
+		m = NewMetrics(s.registry)
+	}
+	s.metrics = newServerMetrics(m, newServerLabels(cfg.MetricLabels))
 	s.fwd.metrics = s.metrics
+	s.cache.onEvict = func(kind int) { s.metrics.cacheEvictions[kind].Inc() }
+	m.current.CompareAndSwap(nil, s) // the first; a later one when it serves
 	return s, nil
+}
+
+// canonicalOrNil is canonical, keeping nil nil (IndexConfig's default).
+func canonicalOrNil(zones []string) []string {
+	if zones == nil {
+		return nil
+	}
+	return canonical(zones)
+}
+
+// canonical is zones as lower-case FQDNs.
+func canonical(zones []string) []string {
+	out := make([]string, len(zones))
+	for i, z := range zones {
+		out[i] = dns.CanonicalName(z)
+	}
+	return out
+}
+
+// maxFails is cfg.MaxFails as the forwarder counts: 0 the default, negative
+// never (CoreDNS's "max_fails 0": an upstream is never marked down).
+func maxFails(n int) uint32 {
+	switch {
+	case n < 0:
+		return math.MaxUint32
+	case n == 0:
+		return DefaultMaxFails
+	}
+	return uint32(n)
 }
 
 func orDefault(v, def int) int {
@@ -181,8 +262,10 @@ func (s *Server) Update(snap *service.Snapshot) bool {
 	}
 	// The SOA serial only grows: seconds since the epoch, or one more.
 	s.serial = max(s.serial+1, uint32(time.Now().Unix()))
-	s.index.Store(NewIndex(snap, IndexConfig{Zone: s.zone, TTL: s.ttl, Serial: s.serial, NSAddrs: s.nsAddrs, Pods: s.pods}))
+	s.index.Store(NewIndex(snap, IndexConfig{Zone: s.zone, TTL: s.ttl, Serial: s.serial, NSAddrs: s.nsAddrs, Pods: s.pods,
+		ReverseZones: s.reverseZones, Namespaces: s.namespaces}))
 	s.metrics.snapshots.Inc()
+	s.metrics.observeProgramming(snap, time.Now())
 	return true
 }
 
@@ -208,6 +291,37 @@ func Listen(addr string) (net.PacketConn, net.Listener, error) {
 	}
 }
 
+// ListenReusePort is Listen with SO_REUSEPORT on both sockets, as CoreDNS
+// listens: a reloaded configuration opens its sockets on the same address
+// while the old ones still answer, and the kernel spreads queries over both
+// until the old ones close. Another process of the same user may share the
+// port too; one of another user may not.
+func ListenReusePort(addr string) (net.PacketConn, net.Listener, error) {
+	lc := net.ListenConfig{Control: ReusePort}
+	pc, err := lc.ListenPacket(context.Background(), "udp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("listen udp %s: %w", addr, err)
+	}
+	ln, err := lc.Listen(context.Background(), "tcp", pc.LocalAddr().String())
+	if err != nil {
+		pc.Close()
+		return nil, nil, fmt.Errorf("listen tcp %s: %w", addr, err)
+	}
+	return pc, ln, nil
+}
+
+// ReusePort sets SO_REUSEPORT on a socket before it is bound: a
+// net.ListenConfig's Control.
+func ReusePort(_, _ string, c syscall.RawConn) error {
+	var serr error
+	if err := c.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
 // Serve answers queries on pc (UDP) and ln (TCP) until ctx is done, then stops
 // reading, waits up to five seconds for queries in flight to be answered, and
 // closes both sockets. Once both serve, it probes the upstreams for loops.
@@ -215,6 +329,7 @@ func (s *Server) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) 
 	if ap, err := netip.ParseAddrPort(pc.LocalAddr().String()); err == nil {
 		s.fwd.markSelf(ap)
 	}
+	s.metrics.current.Store(s) // the gauges are this Server's from now on
 	servers := []*dns.Server{
 		// A query is read into a buffer of the size our OPT advertises
 		// (RFC 6891 6.2.3: a requestor sends no more than that). Each query

@@ -43,6 +43,10 @@ type wire struct {
 	rcode      int
 	an, ns, ar uint16
 	rrs        []byte // answer, authority and additional records, in order
+	// shuffle: a section has two address (or MX) records, which the
+	// loadbalance plugin would reorder: such an answer takes the dns.Msg
+	// path when it is on.
+	shuffle bool
 }
 
 // headerLen is a DNS header's size; the question starts right after it.
@@ -54,7 +58,8 @@ var pointerToQuestion = []byte{0xC0, headerLen}
 // encode packs r's records; those owned by qname (lower-case, as the
 // Index's records are) name it with a pointer to the question.
 func encode(r Result, qname string) (*wire, error) {
-	w := &wire{rcode: r.Rcode, an: uint16(len(r.Answer)), ns: uint16(len(r.Ns)), ar: uint16(len(r.Extra))}
+	w := &wire{rcode: r.Rcode, an: uint16(len(r.Answer)), ns: uint16(len(r.Ns)), ar: uint16(len(r.Extra)),
+		shuffle: shuffles(r.Answer) || shuffles(r.Ns) || shuffles(r.Extra)}
 	for _, section := range [][]dns.RR{r.Answer, r.Ns, r.Extra} {
 		for _, rr := range section {
 			b := make([]byte, dns.Len(rr))
@@ -73,6 +78,21 @@ func encode(r Result, qname string) (*wire, error) {
 		}
 	}
 	return w, nil
+}
+
+// shuffles reports whether roundRobin would reorder a section: two address
+// records, or two MX.
+func shuffles(rrs []dns.RR) bool {
+	addrs, mx := 0, 0
+	for _, rr := range rrs {
+		switch rr.Header().Rrtype {
+		case dns.TypeA, dns.TypeAAAA:
+			addrs++
+		case dns.TypeMX:
+			mx++
+		}
+	}
+	return addrs > 1 || mx > 1
 }
 
 // appendMsg writes the answer to req into dst (its length is where the
@@ -220,11 +240,13 @@ func (ix *Index) wire(qname string, qtype uint16) (w *wire, ok bool, err error) 
 		return w, true, nil
 	}
 	_, named := ix.names[lname]
-	if !named && !strings.HasPrefix(lname, "_") {
+	if !named && !strings.HasPrefix(lname, "_") && !ix.endpointParent(lname) {
 		switch {
 		case !under(lname, ix.zone):
+			// A reverse zone's name of nothing has that zone's SOA (and
+			// may fall through): the dns.Msg path.
 			return nil, false, nil
-		case ix.podZone != "" && under(lname, ix.podZone):
+		case under(lname, ix.podZone):
 			return nil, true, errNotKept
 		}
 		// No such name: the one NXDOMAIN, and nothing kept for a name a
@@ -238,7 +260,7 @@ func (ix *Index) wire(qname string, qtype uint16) (w *wire, ok bool, err error) 
 	if _, chase := soleCNAME(r.Answer); chase && qtype != dns.TypeCNAME && qtype != dns.TypeANY {
 		return nil, true, errNotKept
 	}
-	if len(r.Answer) == 0 && len(r.Extra) == 0 {
+	if len(r.Answer) == 0 && len(r.Extra) == 0 && len(r.Ns) == 1 && r.Ns[0] == ix.soa {
 		w = ix.negative(r.Rcode)
 	} else if w, err = encode(r, lname); err != nil {
 		return nil, true, err
@@ -249,6 +271,18 @@ func (ix *Index) wire(qname string, qtype uint16) (w *wire, ok bool, err error) 
 		ix.wires.put(k, w, ix.maxWires())
 	}
 	return w, true, nil
+}
+
+// endpointParent reports whether lname's parent is a ClusterIP Service's
+// name held compactly: lname may be one of its endpoints' names, which
+// Lookup answers (compact.go's endpointName).
+func (ix *Index) endpointParent(lname string) bool {
+	i, end := dns.NextLabel(lname, 0)
+	if end {
+		return false
+	}
+	e, ok := ix.names[lname[i:]]
+	return ok && e.n == nil && !e.ptr
 }
 
 // under reports whether lname (lower-case, FQDN, no escapes) is zone or a
@@ -293,22 +327,25 @@ func (s *Server) answerEncoded(w dns.ResponseWriter, req *dns.Msg, start time.Ti
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	var b []byte
-	var rcode int
+	info := query{written: true, qtype: q.Qtype, tcp: !udp}
 	enc, ours, err := ix.wire(q.Name, q.Qtype)
 	switch {
 	case err != nil:
 		return false
 	case ours:
+		if (s.loadBalance && enc.shuffle) || (enc.rcode == dns.RcodeNameError && s.fallsThrough(q.Name)) {
+			return false // the dns.Msg path shuffles, or forwards
+		}
 		if b, err = enc.appendMsg((*bp)[:0], req, len(s.fwd.upstreams) > 0); err != nil {
 			return false
 		}
-		rcode = enc.rcode
+		info.rcode = enc.rcode
 	default:
-		var hit bool
-		if b, rcode, hit = s.cache.appendWire((*bp)[:0], req); !hit {
+		var shuffle bool
+		if b, info.rcode, info.cacheHit, shuffle = s.cache.appendWire((*bp)[:0], req); info.cacheHit == cacheMissed ||
+			(s.loadBalance && shuffle) {
 			return false
 		}
-		s.metrics.cacheHits.Inc()
 	}
 	*bp = b[:0]
 	if len(b) > limit {
@@ -318,7 +355,12 @@ func (s *Server) answerEncoded(w dns.ResponseWriter, req *dns.Msg, start time.Ti
 		s.log.Debug("write dns answer", "client", w.RemoteAddr(), "err", err)
 		return true
 	}
-	s.metrics.observe(q.Qtype, rcode, time.Since(start))
+	info.took = time.Since(start)
+	info.ip6 = isIPv6(w.RemoteAddr())
+	info.do = opt != nil && opt.Do()
+	info.inCache = s.cache.enabled(q.Name)
+	info.reqLen, info.respLen = req.Len(), len(b)
+	s.metrics.observe(&info)
 	return true
 }
 

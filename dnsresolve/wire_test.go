@@ -14,7 +14,7 @@ import (
 // slowAnswer is the dns.Msg path's answer to req, as the client decodes it.
 func slowAnswer(t *testing.T, s *Server, req *dns.Msg, udp bool) *dns.Msg {
 	t.Helper()
-	resp := s.answer(context.Background(), req)
+	resp := s.answer(context.Background(), req, &query{})
 	s.fit(resp, req, udp)
 	b, err := resp.Pack()
 	if err != nil {

@@ -28,18 +28,77 @@ const (
 	PauseRef = "registry.k8s.io/pause:3.10.2"
 )
 
-// Config says where the Go programs are. Both must be static.
+// Config says where the Go programs are: files of this machine, each set
+// only for the images that hold it (Spec.Needs).
 type Config struct {
+	// The e2e images' programs, both static.
 	Agnhost string // k8s.io/kubernetes/test/images/agnhost, CGO_ENABLED=0
 	Pause   string // ./images/pause, CGO_ENABLED=0
+	// kubeadm's images' programs (internal/k8sbin): the Kubernetes ones and
+	// etcd as the go command builds them (with the C library, which the
+	// images hold), CoreDNS static.
+	KubeAPIServer         string
+	KubeControllerManager string
+	KubeScheduler         string
+	KubeProxy             string
+	CoreDNS               string
+	Etcd, Etcdctl         string // kubeadm's version, not the API server tests'
+}
+
+// program returns the field of the program named name ("kube-proxy"), or
+// nil for a name no image holds.
+func (c *Config) program(name string) *string {
+	switch name {
+	case "agnhost":
+		return &c.Agnhost
+	case "pause":
+		return &c.Pause
+	case "kube-apiserver":
+		return &c.KubeAPIServer
+	case "kube-controller-manager":
+		return &c.KubeControllerManager
+	case "kube-scheduler":
+		return &c.KubeScheduler
+	case "kube-proxy":
+		return &c.KubeProxy
+	case "coredns":
+		return &c.CoreDNS
+	case "etcd":
+		return &c.Etcd
+	case "etcdctl":
+		return &c.Etcdctl
+	}
+	return nil
+}
+
+// SetProgram says that the program name ("kube-proxy") is the file.
+func (c *Config) SetProgram(name, file string) error {
+	p := c.program(name)
+	if p == nil {
+		return fmt.Errorf("no image holds a program %q", name)
+	}
+	*p = file
+	return nil
+}
+
+// Missing returns the programs s needs that c does not name.
+func (c Config) Missing(s Spec) []string {
+	var missing []string
+	for _, n := range s.Needs {
+		if p := c.program(n); p == nil || *p == "" {
+			missing = append(missing, n)
+		}
+	}
+	return missing
 }
 
 // Spec is one image: its name, its archive's file name, how it is built.
 type Spec struct {
-	Ref  string // the name the e2e tests ask for
+	Ref  string // the name the e2e tests (or kubeadm) ask for
 	File string // "agnhost.tar"
-	// Needs names the Config field the image needs: "agnhost" or "pause".
-	Needs string
+	// Needs names the programs of Config the image holds: "agnhost", "pause",
+	// "kube-proxy", ...
+	Needs []string
 	build func(Config) (v1.Image, error)
 }
 
@@ -55,13 +114,16 @@ func (s Spec) Build(cfg Config) (v1.Image, error) {
 // All are the images, pause first (the node needs it for any pod).
 func All() []Spec {
 	return []Spec{
-		{Ref: PauseRef, File: "pause.tar", Needs: "pause", build: pause},
+		pauseSpec,
 		{Ref: BusyBoxRef, File: "busybox.tar", build: busybox},
 		{Ref: GlibcDNSTestingRef, File: "glibc-dns-testing.tar", build: glibcDNSTesting},
-		{Ref: AgnhostRef, File: "agnhost.tar", Needs: "agnhost", build: agnhost},
-		{Ref: NginxRef, File: "nginx.tar", Needs: "agnhost", build: nginx},
+		{Ref: AgnhostRef, File: "agnhost.tar", Needs: []string{"agnhost"}, build: agnhost},
+		{Ref: NginxRef, File: "nginx.tar", Needs: []string{"agnhost"}, build: nginx},
 	}
 }
+
+// pauseSpec is the e2e tests' pause and kubeadm's: one image.
+var pauseSpec = Spec{Ref: PauseRef, File: "pause.tar", Needs: []string{"pause"}, build: pause}
 
 // pause is build/pause's image: the program alone, run as 65535
 // (build/pause/Dockerfile's USER).

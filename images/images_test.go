@@ -11,9 +11,11 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -37,6 +39,15 @@ var commands = map[string][]string{
 	"agnhost.tar": {"/agnhost", "/agnhost-2", "sh", "dig", "nslookup", "getent", "curl", "wget", "nc",
 		"ip", "ss", "test", "seq", "sleep", "timeout", "hostname", "cat", "dd", "echo"},
 	"nginx.tar": {"/agnhost"},
+	// kubeadm's: what its manifests run, by name through PATH.
+	"kube-apiserver.tar":          {"kube-apiserver"},
+	"kube-controller-manager.tar": {"kube-controller-manager"},
+	"kube-scheduler.tar":          {"kube-scheduler"},
+	"etcd.tar":                    {"etcd", "etcdctl"},
+	"kube-proxy.tar": {"/usr/local/bin/kube-proxy", "iptables", "iptables-save", "iptables-restore",
+		"ip6tables", "ip6tables-save", "ip6tables-restore", "iptables-legacy", "iptables-legacy-restore",
+		"iptables-nft", "nft", "ipset", "conntrack", "modprobe"},
+	"coredns.tar": {"/coredns"},
 }
 
 // versionArgv run in each image's root (chroot): each tool finds its
@@ -51,6 +62,25 @@ var versionArgv = map[string][][]string{
 		{"sh", "-c", "ip -V | grep -q iproute2"}, {"sh", "-c", "wget --version | grep -q 'GNU Wget'"},
 		{"sh", "-c", "nc -h 2>&1 | grep -q OpenBSD"}, {"sh", "-c", "nslookup -version 2>&1 | grep -q Debian"}},
 	"nginx.tar": {{"/agnhost", "test-webserver", "--help"}},
+	"kube-proxy.tar": {{"iptables", "-t", "nat", "-N", "KUBE-TEST"},
+		{"iptables", "-t", "nat", "-A", "KUBE-TEST", "-p", "tcp", "--dport", "80", "-m", "comment", "--comment", "image test", "-j", "DNAT", "--to-destination", "198.19.0.2:8080"},
+		{"ip6tables-save"},
+		{"iptables-legacy-save"}, {"nft", "list", "ruleset"}, {"ipset", "version"}, {"conntrack", "--version"},
+		{"modprobe", "--version"}},
+}
+
+// versions are the --version lines of kubeadm's images' programs: each
+// runs in its image and says the version its name promises (after
+// versionArgv, and split on spaces).
+var versions = map[string][][2]string{
+	"kube-apiserver.tar":          {{"kube-apiserver --version", "Kubernetes v1.37.2"}},
+	"kube-controller-manager.tar": {{"kube-controller-manager --version", "Kubernetes v1.37.2"}},
+	"kube-scheduler.tar":          {{"kube-scheduler --version", "Kubernetes v1.37.2"}},
+	"kube-proxy.tar": {{"kube-proxy --version", "Kubernetes v1.37.2"},
+		// The rule versionArgv wrote, read back: iptables found its extensions.
+		{"iptables-save -t nat", `-A KUBE-TEST -p tcp -m tcp --dport 80 -m comment --comment "image test" -j DNAT --to-destination 198.19.0.2:8080`}},
+	"etcd.tar":    {{"etcd --version", "etcd Version: 3.7.0"}, {"etcdctl version", "etcdctl version: 3.7.0"}},
+	"coredns.tar": {{"/coredns -version", "CoreDNS-1.14.6"}},
 }
 
 var built struct {
@@ -58,12 +88,42 @@ var built struct {
 	dir   string
 	files map[string]string // File -> archive
 	specs map[string]images.Spec
-	skip  string // why the agnhost images are missing
+	skip  map[string]string // File -> why it is not built
 	err   error
 }
 
+// allSpecs are the e2e images and kubeadm's, pause once.
+func allSpecs() []images.Spec {
+	specs := images.All()
+	for _, s := range images.Kubeadm() {
+		if s.File != "pause.tar" {
+			specs = append(specs, s)
+		}
+	}
+	return specs
+}
+
+// programs fills cfg with the programs test/kapi's cache holds.
+func programs(cfg *images.Config) {
+	cached := func(c k8sbin.Config) k8sbin.Binaries {
+		c.CachedOnly = true
+		b, _ := k8sbin.Build(context.Background(), c)
+		return b
+	}
+	cfg.Agnhost = cached(k8sbin.Config{Conformance: true}).Agnhost
+	cfg.KubeAPIServer = cached(k8sbin.Config{}).APIServer
+	cfg.KubeControllerManager = cached(k8sbin.Config{ControlPlane: true}).ControllerManager
+	cfg.KubeScheduler = cached(k8sbin.Config{Node: true}).Scheduler
+	cl := cached(k8sbin.Config{KubeProxy: true})
+	cfg.KubeProxy = cl.KubeProxy
+	cfg.CoreDNS = cached(k8sbin.Config{CoreDNS: true}).CoreDNS
+	etcd := cached(k8sbin.Config{Cluster: true})
+	cfg.Etcd, cfg.Etcdctl = etcd.ClusterEtcd, etcd.ClusterEtcdctl
+}
+
 // archives builds every image once per test binary, as `make e2e-images`
-// does; the agnhost ones only when test/kapi's cache holds agnhost.
+// and `make kubeadm-images` do; those whose programs test/kapi's cache does
+// not hold are skipped.
 func archives(t *testing.T) (map[string]string, map[string]images.Spec) {
 	t.Helper()
 	for _, tool := range []string{"ldd", "/usr/bin/busybox", "/usr/bin/dig", "/usr/bin/host", "/usr/bin/curl", "/usr/bin/wget", "/usr/bin/nc.openbsd", "/usr/bin/ip"} {
@@ -87,18 +147,16 @@ func archives(t *testing.T) (map[string]string, map[string]images.Spec) {
 			return
 		}
 		cfg := images.Config{Pause: bins["pause"]}
-		if b, err := k8sbin.Build(context.Background(), k8sbin.Config{Conformance: true, CachedOnly: true}); err == nil {
-			cfg.Agnhost = b.Agnhost
-		} else {
-			built.skip = err.Error()
-		}
-		built.files, built.specs = map[string]string{}, map[string]images.Spec{}
+		programs(&cfg)
+		built.files, built.specs, built.skip = map[string]string{}, map[string]images.Spec{}, map[string]string{}
 		var specs []images.Spec
-		for _, s := range images.All() {
-			if s.Needs != "agnhost" || cfg.Agnhost != "" {
-				specs = append(specs, s)
-				built.specs[s.File] = s
+		for _, s := range allSpecs() {
+			if missing := cfg.Missing(s); len(missing) > 0 {
+				built.skip[s.File] = strings.Join(missing, ", ")
+				continue
 			}
+			specs = append(specs, s)
+			built.specs[s.File] = s
 		}
 		files, err := images.Write(filepath.Join(built.dir, "out"), cfg, specs)
 		for _, f := range files {
@@ -120,15 +178,19 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// forEach runs fn for every image, in a subtest named by its archive; the
-// agnhost images skip, with advice, when agnhost is not built.
+// forEach runs fn for every image, in a subtest named by its archive; an
+// image whose programs are not built skips, with advice.
 func forEach(t *testing.T, fn func(t *testing.T, spec images.Spec, archive string)) {
 	files, specs := archives(t)
-	for _, s := range images.All() {
+	for _, s := range allSpecs() {
 		t.Run(s.File, func(t *testing.T) {
 			archive, ok := files[s.File]
 			if !ok {
-				t.Skipf("needs agnhost: %s; run `make conformance-bins`", built.skip)
+				target := "make cluster-bins"
+				if slices.Contains(s.Needs, "agnhost") {
+					target = "make conformance-bins"
+				}
+				t.Skipf("needs %s, not built: run `%s`", built.skip[s.File], target)
 			}
 			fn(t, specs[s.File], archive)
 		})
@@ -199,6 +261,17 @@ func TestRun(t *testing.T) {
 			cmd.Env = []string{image.DefaultPath}
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Errorf("chroot %s: %v\n%s", strings.Join(argv, " "), err, out)
+			}
+		}
+		for _, v := range versions[spec.File] {
+			argv := strings.Fields(v[0])
+			cmd := ns.Command(t.Context(), "chroot", append([]string{root}, argv...)...)
+			cmd.Env = []string{image.DefaultPath}
+			out, err := cmd.CombinedOutput()
+			if err != nil || !strings.Contains(string(out), v[1]) {
+				t.Errorf("chroot %s: %v\n%s\nwant %q", v[0], err, out, v[1])
+			} else {
+				t.Logf("%s: %s", v[0], strings.SplitN(strings.TrimSpace(string(out)), "\n", 2)[0])
 			}
 		}
 	})
@@ -319,4 +392,82 @@ func lookPath(files map[string]*tar.Header, cmd string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// TestKubeadmRefs asks the built kubeadm for the images it runs (`kubeadm
+// config images list`) and checks that Kubeadm names each of them, when
+// test/kapi's cache holds kubeadm.
+func TestKubeadmRefs(t *testing.T) {
+	bins, err := k8sbin.Build(context.Background(), k8sbin.Config{KubeProxy: true, CachedOnly: true})
+	if err != nil {
+		t.Skipf("needs kubeadm: %v; run `make cluster-bins`", err)
+	}
+	out, err := exec.Command(bins.Kubeadm, "config", "images", "list", "--kubernetes-version", "v1.37.2").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubeadm config images list: %v\n%s", err, out)
+	}
+	var want []string
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if strings.HasPrefix(line, "registry.k8s.io/") {
+			want = append(want, line)
+		}
+	}
+	var got []string
+	for _, s := range images.Kubeadm() {
+		got = append(got, s.Ref)
+	}
+	slices.Sort(want)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("images.Kubeadm() names\n%s\nkubeadm config images list says\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestCoreDNSAsNonRoot runs the coredns image as its user, nonroot
+// (65532), in a throwaway network namespace: CoreDNS binds port 53 through
+// the file capability the image gives /coredns (a process that is not root
+// holds none otherwise), and answers.
+func TestCoreDNSAsNonRoot(t *testing.T) {
+	netnstest.RequireRoot(t, "chroot", "dig")
+	files, _ := archives(t)
+	archive, ok := files["coredns.tar"]
+	if !ok {
+		t.Skipf("needs CoreDNS, not built: run `make cluster-bins`")
+	}
+	tag, _ := name.NewTag(images.CoreDNSRef)
+	img, err := tarball.ImageFromPath(archive, &tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cf.Config.User != "65532:65532" {
+		t.Errorf("user %q, want 65532:65532 (CoreDNS's nonroot)", cf.Config.User)
+	}
+	root := t.TempDir()
+	if err := image.Unpack(img, root); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(root, 0o755); err != nil { // TempDir is 0700: the user must reach /coredns
+		t.Fatal(err)
+	}
+	corefile := ".:53 {\n    bind 127.0.0.1\n    whoami\n}\n"
+	if err := os.WriteFile(filepath.Join(root, "Corefile"), []byte(corefile), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ns := netnstest.New(t)
+	ns.Start(t, "chroot", "--userspec=65532:65532", root, "/coredns", "-conf", "/Corefile")
+	var out string
+	for range 100 {
+		// whoami answers in the additional section with the asker's address.
+		b, err := ns.Command(t.Context(), "dig", "+time=1", "+tries=1", "@127.0.0.1", "-p", "53", "whoami.example").CombinedOutput()
+		out = string(b)
+		if err == nil && strings.Contains(out, "whoami.example.\t\t0\tIN\tA\t127.0.0.1") {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Errorf("CoreDNS as user 65532 did not answer on 127.0.0.1:53: %s", out)
 }

@@ -1,10 +1,12 @@
 package lab
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"sort"
 
+	"github.com/svcproxy/svcproxy/lab/cluster"
 	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
@@ -20,12 +22,15 @@ func (l *Lab) Hosts() ([]topology.HostRow, error) {
 		return p.HostRows(fmt.Sprintf("svcproxy --mode %s, clusterdns on :53", st.Mode), p.Hosts), nil
 	}
 	client, _ := p.Host("client")
+	if st.Nodes > 0 {
+		return l.kubeadmHosts(client), nil
+	}
 	if st.RealNode {
 		hosts := []topology.Host{client}
 		if outside, ok := p.Host("outside"); ok {
 			hosts = append(hosts, outside)
 		}
-		runs := fmt.Sprintf("etcd, kube-apiserver :6443, kube-controller-manager, kube-scheduler, containerd, kubelet; pods on %s in %s (svclab kubectl get pods -A -o wide)", podBridge, p.PodCIDR)
+		runs := fmt.Sprintf("etcd, kube-apiserver :6443, kube-controller-manager, kube-scheduler, containerd, kubelet; pods on %s in %s (svclab kubectl get pods -A -o wide)", cluster.PodBridge, p.PodCIDR)
 		return p.HostRows(runs, hosts), nil
 	}
 	pods := l.net.AddedHosts()
@@ -46,4 +51,30 @@ func (l *Lab) WriteHosts(w io.Writer) error {
 		return err
 	}
 	return topology.WriteHostRows(w, rows)
+}
+
+// kubeadmHosts are the rows of the kubeadm cluster: the control-plane
+// node, the workers, the client and the outside host, each node with the
+// pod range kube-controller-manager gave it.
+func (l *Lab) kubeadmHosts(client topology.Host) []topology.HostRow {
+	p := l.cfg.Plan
+	ranges := l.cluster.PodRanges(context.Background())
+	pods := func(name string) string {
+		if r, ok := ranges[name]; ok {
+			return fmt.Sprintf("; pods on %s in %s", cluster.PodBridge, r)
+		}
+		return ""
+	}
+	rows := p.HostRows("kubeadm's control plane (etcd, kube-apiserver :6443, kube-controller-manager, kube-scheduler: static pods), containerd, kubelet"+pods(p.Node.Name), nil)
+	for _, h := range l.net.AddedHosts() {
+		if h.Role == topology.RoleNode {
+			rows = append(rows, topology.HostRow{Name: h.Name, Role: h.Role, Namespace: p.Namespace(h.Name),
+				Addr: h.Addr.String(), Addr6: "-", Runs: "containerd, kubelet (kubeadm join)" + pods(h.Name)})
+		}
+	}
+	hosts := []topology.Host{client}
+	if outside, ok := p.Host("outside"); ok {
+		hosts = append(hosts, outside)
+	}
+	return append(rows, p.HostRows("", hosts)[1:]...)
 }

@@ -6,29 +6,19 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/svcproxy/svcproxy/lab/cluster"
+	"github.com/svcproxy/svcproxy/lab/pods"
 	"github.com/svcproxy/svcproxy/lab/topology"
+	"github.com/svcproxy/svcproxy/lab/views"
 )
 
 // DefaultStateDir holds the lab's pid files, logs and manifests while it is up.
 const DefaultStateDir = "/run/svclab"
 
-// Modes svcproxy can run in (its --mode).
-var Modes = []string{"userspace", "iptables", "nftables", "ipvs", "socklb", "hybrid"}
-
-// Addresses of the node's own servers. Health and metrics stay on the node's
-// loopback, as kube-proxy's metrics do; svclab reaches them by entering the
-// node's namespace.
-const (
-	healthzAddr    = "127.0.0.1:10256"
-	metricsAddr    = "127.0.0.1:10249"
-	dnsMetricsAddr = "127.0.0.1:9153"
-	// dnsUpstream is a closed port: the lab has no way out, so names outside
-	// cluster.local fail at once (SERVFAIL) instead of timing out.
-	dnsUpstream = "127.0.0.1:1"
-)
+// DemoTools are the programs the demo runs besides svclab, svcproxy and
+// clusterdns, and that the lab's commands need: ip, iptables-save, dig, curl.
+var DemoTools = []string{"ip", "iptables-save", "dig", "curl"}
 
 // Config says where a Lab keeps things and what it runs. The zero value is the
 // default lab.
@@ -50,12 +40,6 @@ type Config struct {
 	Stdout, Stderr io.Writer
 	// Progress draws a live progress bar during traffic (for terminals).
 	Progress bool
-	// ControlPlane, when not nil, is what Demo runs the lab on; nil is the
-	// file-fed lab.
-	ControlPlane *ControlPlane
-	// DemoOnly, when not "", narrows Demo to the steps whose title contains it
-	// (case-insensitive), between the first (build) and the last (down).
-	DemoOnly string
 }
 
 // Lab is the lab on this machine. Its methods may be called from different
@@ -64,13 +48,16 @@ type Config struct {
 type Lab struct {
 	cfg Config
 
-	// inDemo makes Up record this process as the lab's owner, so that a
-	// concurrent `svclab up` does not pull the lab from under the demo.
-	inDemo bool
-
 	// net is the Plan built on this machine: namespaces, the processes in
 	// them, the state directory.
 	net *topology.Net
+	// pods runs the pods' servers and sends them traffic.
+	pods *pods.Runner
+	// cluster is where Services and pods come from, and the node's
+	// svcproxy and clusterdns.
+	cluster *cluster.Cluster
+	// views read the node's kernel state and show it.
+	views *views.Views
 }
 
 // New returns a Lab with cfg's zero fields filled in.
@@ -104,14 +91,45 @@ func New(cfg Config) (*Lab, error) {
 		cfg.Stderr = os.Stderr
 	}
 	net := topology.New(topology.Config{Plan: cfg.Plan, StateDir: cfg.StateDir, BinDir: cfg.BinDir, Stdout: cfg.Stdout, Stderr: cfg.Stderr})
-	return &Lab{cfg: cfg, net: net}, nil
+	runner := pods.New(pods.Config{Net: net, Self: cfg.Self, Stdout: cfg.Stdout, Progress: cfg.Progress})
+	c := cluster.New(cluster.Config{Net: net, Pods: runner, Self: cfg.Self, Manifests: cfg.Manifests})
+	v := views.New(views.Config{Net: net, Source: c, Stdout: cfg.Stdout})
+	return &Lab{cfg: cfg, net: net, pods: runner, cluster: c, views: v}, nil
 }
 
 // Plan is the lab's topology.
 func (l *Lab) Plan() *topology.Plan { return l.cfg.Plan }
 
-// ManifestsPath is the --services file of svcproxy and clusterdns.
-func (l *Lab) ManifestsPath() string { return filepath.Join(l.cfg.StateDir, "services.yaml") }
+// Stdout is where the lab's commands write (Config.Stdout).
+func (l *Lab) Stdout() io.Writer { return l.cfg.Stdout }
+
+// Net is the Plan built on this machine: its namespaces, the processes in
+// them, the state directory.
+func (l *Lab) Net() *topology.Net { return l.net }
+
+// Pods runs the pods' servers and sends them traffic.
+func (l *Lab) Pods() *pods.Runner { return l.pods }
+
+// Views read the node's kernel state and show it: `svclab rules`, `svclab
+// trace`, `svclab conntrack`, what `svclab web` draws.
+func (l *Lab) Views() *views.Views { return l.views }
+
+// Services is what `svclab web` shows of the lab's Services (see
+// views.Views.Services).
+func (l *Lab) Services(ctx context.Context) (*views.ServicesView, error) {
+	return l.views.Services(ctx)
+}
+
+// TraceReport is `svclab trace` as data, for `svclab web` (see
+// views.Views.TraceReport).
+func (l *Lab) TraceReport(ctx context.Context, opts views.TraceOptions) (*views.TraceReport, error) {
+	return l.views.TraceReport(ctx, opts)
+}
+
+// Cluster is where the lab's Services and pods come from: the manifests
+// file or the control plane, the simulated kubelet or the real nodes; and
+// the node's svcproxy and clusterdns (Cluster.Daemons).
+func (l *Lab) Cluster() *cluster.Cluster { return l.cluster }
 
 // Mode is the mode svcproxy was last started in.
 func (l *Lab) Mode() (string, error) { return l.net.Mode() }
@@ -122,14 +140,12 @@ func (l *Lab) Exec(ctx context.Context, host string, argv []string, stdin io.Rea
 	return l.net.Exec(ctx, host, argv, stdin, stdout, stderr)
 }
 
+// Traffic sends opts.N requests from a lab host and writes who answered
+// (see pods.Runner.Traffic).
+func (l *Lab) Traffic(ctx context.Context, opts pods.TrafficOptions) (*pods.Tally, error) {
+	return l.pods.Traffic(ctx, opts)
+}
+
 // Leftovers lists what the lab left on the machine; empty after Down (see
 // topology.Net.Leftovers).
 func (l *Lab) Leftovers() []string { return l.net.Leftovers() }
-
-// checkMode says whether mode is one svcproxy takes.
-func checkMode(mode string) error {
-	if !validMode(mode) {
-		return fmt.Errorf("mode %q: want one of %s", mode, strings.Join(Modes, ", "))
-	}
-	return nil
-}

@@ -5,14 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
+	"github.com/svcproxy/svcproxy/lab/cluster"
 	"github.com/svcproxy/svcproxy/lab/topology"
 )
-
-// errRealNodeSocketLB refuses --mode socklb on the real node, whose pods are
-// started by containerd, not born in the lab's subtree.
-var errRealNodeSocketLB = errors.New("mode socklb: not on the real node: its pods' processes are in the kubelet's cgroups, not in the lab's cgroup2 subtree, and svcproxy's DaemonSet mounts no cgroup2 to attach to")
 
 // UpOptions say what `svclab up` builds.
 type UpOptions struct {
@@ -22,11 +18,20 @@ type UpOptions struct {
 	// kube-controller-manager in the node, and svcproxy and clusterdns watch
 	// that API server; nil is the file-fed lab, where they read the manifests
 	// file.
-	ControlPlane *ControlPlane
+	ControlPlane *cluster.ControlPlane
 	// RealNode, with ControlPlane, runs a real node beside it: containerd,
 	// the kubelet and kube-scheduler, with svcproxy and clusterdns as pods
 	// of deploy/realnode (their image's), instead of svclab's processes.
-	RealNode *RealNode
+	RealNode *cluster.NodePrograms
+	// Kubeadm runs the cluster kubeadm makes instead (`svclab up --nodes
+	// N`): Nodes nodes, kubeadm's control plane as static pods on the first,
+	// kube-proxy in Mode (iptables, nftables or ipvs) and CoreDNS as its
+	// pods.
+	Kubeadm *cluster.KubeadmPrograms
+	Nodes   int
+	// Demo records this process as the lab's owner, so that a concurrent
+	// `svclab up` does not pull the lab from under `svclab demo`.
+	Demo bool
 }
 
 // Up builds the file-fed lab with svcproxy in mode; see UpWith.
@@ -35,19 +40,23 @@ func (l *Lab) Up(ctx context.Context, mode string) error {
 }
 
 // UpWith builds the lab: it removes what a crashed run left behind, makes
-// the lab's cgroup2 subtree (topology/cgroup.go), creates the namespaces and links of
-// the Plan, writes the pods' resolv.conf, starts a Pod server in each pod (in
-// the pod's cgroup), then clusterdns and svcproxy in the node, and returns
-// once each answers. With a control plane, the pods are the
-// StatefulSets' of cluster.yaml, which the lab's kubelet starts (see
-// upControlPlane).
+// the lab's cgroup2 subtree and bpffs (package topology), records what runs
+// in the state directory, then builds the lab of the source opts names
+// (package cluster): the Plan's namespaces, a Pod server in each pod, then
+// clusterdns and svcproxy in the node, each once it answers. With a control
+// plane, the pods are the StatefulSets' of cluster.yaml, which the lab's
+// kubelet starts (Cluster.UpSimulated); with a real node, svcproxy and
+// clusterdns are its pods (Cluster.UpRealNode).
 func (l *Lab) UpWith(ctx context.Context, opts UpOptions) error {
 	mode := opts.Mode
-	if err := checkMode(mode); err != nil {
+	if err := cluster.CheckMode(mode); err != nil && opts.Kubeadm == nil {
 		return err
 	}
 	if s, err := l.net.ReadState(); err == nil && s.Demo != 0 && s.Demo != os.Getpid() && topology.Alive(s.Demo) {
 		return fmt.Errorf("svclab demo (pid %d) is using the lab; wait for it to end", s.Demo)
+	}
+	if opts.Kubeadm != nil {
+		return l.upWithKubeadm(ctx, opts)
 	}
 	if opts.RealNode != nil {
 		return l.upWithRealNode(ctx, opts)
@@ -60,20 +69,14 @@ func (l *Lab) UpWith(ctx context.Context, opts UpOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := l.Down(ctx); err != nil {
-		return fmt.Errorf("remove the leftovers of an earlier lab: %w", err)
-	}
-	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
-		return err
-	}
-	if err := l.net.Cgroups().MakeSubtree(); err != nil {
+	if err := l.prepare(ctx); err != nil {
 		return err
 	}
 	if err := l.net.BPFFS().Mount(); err != nil {
 		return err
 	}
 	st := topology.State{Mode: mode}
-	if l.inDemo {
+	if opts.Demo {
 		st.Demo = os.Getpid()
 	}
 	if opts.ControlPlane != nil {
@@ -81,82 +84,74 @@ func (l *Lab) UpWith(ctx context.Context, opts UpOptions) error {
 		if err := l.net.WriteState(st); err != nil {
 			return err
 		}
-		return l.upControlPlane(ctx, *opts.ControlPlane, dns, proxy, mode)
+		return l.cluster.UpSimulated(ctx, *opts.ControlPlane, dns, proxy, mode)
 	}
-	if err := os.WriteFile(l.ManifestsPath(), l.cfg.Manifests, 0o644); err != nil {
+	if err := l.cluster.WriteManifests(); err != nil {
 		return err
 	}
 	if err := l.net.WriteState(st); err != nil {
 		return err
 	}
-	p := l.cfg.Plan
-	if err := l.net.Build(ctx, func(topology.Host) bool { return true }); err != nil {
-		return err
-	}
-	for _, h := range p.Pods() {
-		if err := l.startPod(ctx, h); err != nil {
-			return err
-		}
-	}
-	if err := l.startDNS(ctx, dns); err != nil {
-		return err
-	}
-	return l.startProxy(ctx, proxy, mode)
+	return l.cluster.UpFileFed(ctx, dns, proxy, mode)
 }
 
 // upWithRealNode is UpWith for the real-node lab: svcproxy runs as the
 // DaemonSet's pod, in the mode of deploy/realnode's ConfigMap.
 func (l *Lab) upWithRealNode(ctx context.Context, opts UpOptions) error {
 	if opts.Mode == "socklb" {
-		return errRealNodeSocketLB
+		return cluster.ErrRealNodeSocketLB
 	}
 	if opts.ControlPlane == nil {
 		return errors.New("a real node needs the control plane (its programs: make kapi)")
 	}
-	if err := l.Down(ctx); err != nil {
-		return fmt.Errorf("remove the leftovers of an earlier lab: %w", err)
-	}
-	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
-		return err
-	}
-	if err := l.net.Cgroups().MakeSubtree(); err != nil {
+	if err := l.prepare(ctx); err != nil {
 		return err
 	}
 	st := topology.State{Mode: opts.Mode, Kubectl: opts.ControlPlane.Kubectl, RealNode: true}
 	if err := l.net.WriteState(st); err != nil {
 		return err
 	}
-	return l.upRealNode(ctx, *opts.ControlPlane, *opts.RealNode, opts.Mode)
+	return l.cluster.UpRealNode(ctx, *opts.ControlPlane, *opts.RealNode, opts.Mode)
 }
 
-func validMode(m string) bool {
-	for _, v := range Modes {
-		if m == v {
-			return true
-		}
-	}
-	return false
-}
-
-// Down removes everything the lab made: the processes in its namespaces and
-// in its cgroups (the pods' cgroup2 subtree; the real node's containerd, its
-// pods and its mount namespace), the cgroup directories, the namespaces (and
-// with them their links, routes and rules), their /etc/netns files and the
-// state directory. It is safe to run when nothing is up, and it finds what a
-// crashed `svclab up` left: everything has a fixed name.
-func (l *Lab) Down(ctx context.Context) error {
-	// The control-plane lab's kubelet first: it would make pods' namespaces
-	// while the others are removed.
-	if pid, ok := l.net.ReadPid("kubelet", ""); ok {
-		if err := topology.StopPids([]int{pid}, 5*time.Second); err != nil {
-			return err
-		}
-	}
-	// The real node's containerd and pods, which are not all in the lab's
-	// network namespaces; then its mount namespace.
-	if err := l.downRealNode(); err != nil {
+// upWithKubeadm is UpWith for the kubeadm cluster: the real kube-proxy
+// and CoreDNS first, in the mode of kube-proxy's ConfigMap.
+func (l *Lab) upWithKubeadm(ctx context.Context, opts UpOptions) error {
+	if err := cluster.CheckKubeProxyMode(opts.Mode); err != nil {
 		return err
 	}
-	// Then the namespaces and what runs there, the mounts and the files.
+	if err := l.prepare(ctx); err != nil {
+		return err
+	}
+	st := topology.State{Mode: opts.Mode, Kubectl: opts.Kubeadm.Kubectl, RealNode: true, Nodes: opts.Nodes}
+	if err := l.net.WriteState(st); err != nil {
+		return err
+	}
+	return l.cluster.UpKubeadm(ctx, *opts.Kubeadm, opts.Nodes, opts.Mode)
+}
+
+// prepare removes what a crashed run left behind, and makes the state
+// directory and the lab's cgroup2 subtree.
+func (l *Lab) prepare(ctx context.Context) error {
+	if err := l.Down(ctx); err != nil {
+		return fmt.Errorf("remove the leftovers of an earlier lab: %w", err)
+	}
+	if err := os.MkdirAll(l.cfg.StateDir, 0o755); err != nil {
+		return err
+	}
+	return l.net.Cgroups().MakeSubtree()
+}
+
+// Down removes everything the lab made: what the cluster runs outside the
+// lab's namespaces (the kubelets, the real nodes' containerd, their pods and
+// mount namespaces, the lab's cgroups), then the processes in its
+// namespaces, the namespaces (and with them their links, routes and rules),
+// their /etc/netns files and the state directory. It is safe to run when
+// nothing is up, and it finds what a crashed `svclab up` left: everything
+// has a fixed name.
+func (l *Lab) Down(ctx context.Context) error {
+	if err := l.cluster.Down(); err != nil {
+		return err
+	}
 	return l.net.Down(ctx)
 }

@@ -17,6 +17,8 @@ import (
 
 // Config is everything the flags say; run takes it and nothing else.
 type Config struct {
+	// Conf is CoreDNS's -conf: a Corefile that says the rest (corefile.go).
+	Conf             string
 	ServicesFile     string
 	ServicesMaxBytes int64
 	Kubeconfig       string
@@ -41,12 +43,13 @@ type Config struct {
 func parseFlags(args []string) (*Config, error) {
 	c := &Config{}
 	fs := flag.NewFlagSet("clusterdns", flag.ContinueOnError)
+	fs.StringVar(&c.Conf, "conf", "", "serve what this Corefile `FILE` asks, as CoreDNS's -conf (kubeadm's coredns Deployment passes -conf /etc/coredns/Corefile); the flags it covers are refused beside it")
 	fs.StringVar(&c.ServicesFile, "services", "", "Kubernetes manifests `FILE` (Services, EndpointSlices, Endpoints), reloaded when it changes")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "watch the API server of this kubeconfig `FILE`; without --services or --kubeconfig, the in-cluster config")
 	fs.Int64Var(&c.ServicesMaxBytes, "services-max-bytes", watch.DefaultMaxFileBytes, "refuse a --services file larger than this many `BYTES`, keeping the last good state")
 	fs.StringVar(&c.Listen, "listen", ":53", "answer on this UDP and TCP `ADDR`ess")
 	advertise := fs.String("advertise-address", "", "the address(es) of ns.dns.<zone>, the name server the zone's NS and SOA records name, `IP[,IP]` (default: the --listen address, or the host's addresses when it is unspecified)")
-	pods := fs.String("pods", string(dnsresolve.PodsInsecure), "<a-b-c-d>.<namespace>.pod.<zone>: insecure (answer the address the name spells, kubeadm's default) or disabled (NXDOMAIN)")
+	pods := fs.String("pods", string(dnsresolve.PodsInsecure), "<a-b-c-d>.<namespace>.pod.<zone>: insecure (answer the address the name spells, kubeadm's default), verified (only when a pod in that namespace has it) or disabled (NXDOMAIN)")
 	fs.StringVar(&c.Zone, "zone", "cluster.local", "the cluster domain")
 	upstream := fs.String("upstream", "", "forward names outside the zone to these resolvers, `ADDR[,ADDR]` (IP or IP:port), tried in order (default: the nameservers of --resolv-conf)")
 	fs.StringVar(&c.ResolvConf, "resolv-conf", "/etc/resolv.conf", "where the default upstreams come from")
@@ -65,6 +68,13 @@ func parseFlags(args []string) (*Config, error) {
 		return nil, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	var errs []error
+	if c.Conf != "" {
+		fs.Visit(func(f *flag.Flag) {
+			if plugin, covered := corefileCovers[f.Name]; covered {
+				errs = append(errs, fmt.Errorf("--%s and -conf: the Corefile says this (%s); set it there", f.Name, plugin))
+			}
+		})
+	}
 	if c.ServicesFile != "" && c.Kubeconfig != "" {
 		errs = append(errs, errors.New("--services and --kubeconfig: choose one"))
 	}
@@ -92,9 +102,9 @@ func parseFlags(args []string) (*Config, error) {
 		c.Advertise = append(c.Advertise, ip)
 	}
 	switch c.Pods = dnsresolve.PodMode(*pods); c.Pods {
-	case dnsresolve.PodsInsecure, dnsresolve.PodsDisabled:
+	case dnsresolve.PodsInsecure, dnsresolve.PodsVerified, dnsresolve.PodsDisabled:
 	default:
-		errs = append(errs, fmt.Errorf("--pods %q: want insecure or disabled", *pods))
+		errs = append(errs, fmt.Errorf("--pods %q: want insecure, verified or disabled", *pods))
 	}
 	if c.MaxConcurrent < 1 {
 		errs = append(errs, fmt.Errorf("--max-concurrent %d: must be at least 1", c.MaxConcurrent))
@@ -106,6 +116,22 @@ func parseFlags(args []string) (*Config, error) {
 		c.CacheSize = -1 // dnsresolve.Config: negative disables
 	}
 	return c, errors.Join(errs...)
+}
+
+// corefileCovers are the flags a Corefile replaces, and what in it does.
+var corefileCovers = map[string]string{
+	"listen":               "the server block's port and the bind plugin",
+	"zone":                 "the kubernetes plugin's zones",
+	"pods":                 "the kubernetes plugin's pods option",
+	"ttl":                  "the kubernetes plugin's ttl option",
+	"upstream":             "the forward plugin",
+	"resolv-conf":          "the forward plugin: forward . /etc/resolv.conf",
+	"upstream-timeout":     "the forward plugin's read_timeout",
+	"max-concurrent":       "the forward plugin's max_concurrent",
+	"cache-size":           "the cache plugin",
+	"log-queries":          "the log plugin",
+	"metrics-bind-address": "the prometheus plugin",
+	"profiling":            "the pprof plugin",
 }
 
 // nsAddrs are the addresses of ns.dns.<zone>: --advertise-address, else the

@@ -29,7 +29,7 @@ func TestParseFlags(t *testing.T) {
 				Advertise:  []netip.Addr{netip.MustParseAddr("198.18.0.53"), netip.MustParseAddr("2001:db8:18::53")},
 				ResolvConf: "/etc/resolv.conf", Upstreams: []string{"192.0.2.1", "192.0.2.2:5353"}, TTL: 30,
 				UpstreamTimeout: 2 * time.Second, MaxConcurrent: 50, CacheSize: -1, LogQueries: true, Profiling: true, LogLevel: "info"}},
-		{name: "bad pods", args: []string{"--pods", "verified"}, err: `--pods "verified": want insecure or disabled`},
+		{name: "bad pods", args: []string{"--pods", "secure"}, err: `--pods "secure": want insecure, verified or disabled`},
 		{name: "bad advertise", args: []string{"--advertise-address", "ns.example"}, err: `--advertise-address "ns.example": not an IP address`},
 		{name: "bad max-concurrent", args: []string{"--max-concurrent", "0"}, err: "--max-concurrent 0: must be at least 1"},
 		{name: "both sources", args: []string{"--services", "s.yaml", "--kubeconfig", "k"}, err: "--services and --kubeconfig: choose one"},

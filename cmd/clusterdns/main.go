@@ -45,8 +45,14 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := run(ctx, cfg, log); err != nil {
+	serve := run
+	if cfg.Conf != "" {
+		serve = runCorefile
+	}
+	if err := serve(ctx, cfg, log); err != nil {
 		log.Error("clusterdns stopped", "err", err)
+		// Plain too: a Corefile's errors are one a line, as a person reads them.
+		fmt.Fprintln(os.Stderr, "clusterdns:", err)
 		os.Exit(1)
 	}
 	log.Info("clusterdns stopped")
@@ -81,8 +87,9 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	watch.SetClientLogger(log)
 	// Every Service, headless ones and those another proxy carries among
 	// them (no ProxiedOnly): a name resolves whoever proxies it. No Node.
+	// Namespaces, and Pods for "pods verified", as CoreDNS watches them.
 	w, err := watch.New(watch.Config{ServicesFile: cfg.ServicesFile, MaxFileBytes: cfg.ServicesMaxBytes,
-		Kubeconfig: cfg.Kubeconfig, Logger: log})
+		Kubeconfig: cfg.Kubeconfig, Namespaces: true, Pods: cfg.Pods == dnsresolve.PodsVerified, Logger: log})
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/views"
 )
 
 // newFlags is a command's flag set whose -h/--help says what the command
@@ -82,11 +83,11 @@ func cmdRules(ctx context.Context, cfg lab.Config, args []string) error {
 	if err != nil {
 		return err
 	}
-	opts := lab.RulesOptions{Counters: *counters}
+	opts := views.RulesOptions{Counters: *counters}
 	if len(pos) == 1 {
 		opts.Service = pos[0]
 	}
-	_, err = l.RulesWith(ctx, opts)
+	_, err = l.Views().RulesWith(ctx, opts)
 	return err
 }
 
@@ -120,7 +121,7 @@ func cmdTrace(ctx context.Context, cfg lab.Config, args []string) error {
 	if err != nil {
 		return err
 	}
-	return l.Trace(ctx, lab.TraceOptions{From: pos[0], Target: pos[1], Pick: *pick})
+	return l.Views().Trace(ctx, views.TraceOptions{From: pos[0], Target: pos[1], Pick: *pick})
 }
 
 const conntrackAbout = `
@@ -147,9 +148,9 @@ func cmdConntrack(ctx context.Context, cfg lab.Config, args []string) error {
 	if err != nil {
 		return err
 	}
-	opts := lab.ConntrackOptions{Flush: *flush}
+	opts := views.ConntrackOptions{Flush: *flush}
 	if len(pos) == 1 {
 		opts.Service = pos[0]
 	}
-	return l.Conntrack(ctx, opts)
+	return l.Views().Conntrack(ctx, opts)
 }

@@ -33,12 +33,12 @@ func cmdKubelet(ctx context.Context, cfg lab.Config, args []string) error {
 	if err != nil {
 		return err
 	}
-	c, err := l.Client()
+	c, err := l.Cluster().Client()
 	if err != nil {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(cfg.Stderr, nil))
-	return l.NewKubelet(c, log).Run(ctx)
+	return l.Cluster().NewKubelet(c, log).Run(ctx)
 }
 
 // cmdPodServer is a lab pod's server: `svclab pod --name web-0 --tcp 8080 --udp 8080`.

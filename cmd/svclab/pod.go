@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/cluster"
 )
 
 const podAbout = `
@@ -65,59 +67,66 @@ func cmdPodControl(ctx context.Context, cfg lab.Config, args []string) error {
 	}
 	switch {
 	case *kill:
-		if err := l.KillPod(ctx, name); err != nil {
+		if err := l.Pods().Kill(ctx, name); err != nil {
 			return err
 		}
 		fmt.Fprintf(cfg.Stdout, "pod %s: killed; its endpoints stay in the slices, nothing answers there\n", name)
 		return nil
 	case *start:
-		if err := l.StartPod(ctx, name); err != nil {
+		if err := l.Pods().Restart(ctx, name); err != nil {
 			return err
 		}
 		fmt.Fprintf(cfg.Stdout, "pod %s: started\n", name)
 		return nil
 	}
-	cp, err := l.HasControlPlane()
+	return podReadiness(ctx, cfg.Stdout, l, name, *ns, *ready, *terminating)
+}
+
+// podReadiness is `svclab pod NAME --ready=BOOL|--terminating`: through the
+// API server on a control plane, in the manifests file's EndpointSlices in
+// the file-fed lab.
+func podReadiness(ctx context.Context, stdout io.Writer, l *lab.Lab, name, ns, ready string, terminating bool) error {
+	cp, err := l.Cluster().HasControlPlane()
 	if err != nil {
 		return err
 	}
 	if cp {
-		if *terminating {
+		if terminating {
 			return fmt.Errorf("the control-plane lab deletes pods through the API: svclab kubectl delete pod %s", name)
 		}
-		r, err := strconv.ParseBool(*ready)
+		r, err := strconv.ParseBool(ready)
 		if err != nil {
-			return fmt.Errorf("--ready %q: want true or false", *ready)
+			return fmt.Errorf("--ready %q: want true or false", ready)
 		}
-		if err := l.SetReady(ctx, *ns, name, r); err != nil {
+		if err := l.Cluster().SetReady(ctx, ns, name, r); err != nil {
 			return err
 		}
 		status := "False"
 		if r {
 			status = "True"
 		}
-		fmt.Fprintf(cfg.Stdout, "pod %s/%s: Ready=%s\n", *ns, name, status)
+		fmt.Fprintf(stdout, "pod %s/%s: Ready=%s\n", ns, name, status)
 		return nil
 	}
-	var c lab.Conditions
+	var c cluster.Conditions
 	switch {
-	case *terminating:
-		c = lab.Conditions{Serving: true, Terminating: true}
+	case terminating:
+		c = cluster.Conditions{Serving: true, Terminating: true}
 	default:
-		r, err := strconv.ParseBool(*ready)
+		r, err := strconv.ParseBool(ready)
 		if err != nil {
-			return fmt.Errorf("--ready %q: want true or false", *ready)
+			return fmt.Errorf("--ready %q: want true or false", ready)
 		}
-		c = lab.Conditions{Ready: r, Serving: r}
+		c = cluster.Conditions{Ready: r, Serving: r}
 	}
-	n, changed, err := l.SetPodConditions(ctx, name, c)
+	n, changed, err := l.Cluster().SetPodConditions(ctx, name, c)
 	if err != nil {
 		return err
 	}
 	if changed == 0 {
-		fmt.Fprintf(cfg.Stdout, "pod %s: %s already, in %d EndpointSlices\n", name, c, n)
+		fmt.Fprintf(stdout, "pod %s: %s already, in %d EndpointSlices\n", name, c, n)
 		return nil
 	}
-	fmt.Fprintf(cfg.Stdout, "pod %s: %s, in %d EndpointSlices; svcproxy has applied it\n", name, c, n)
+	fmt.Fprintf(stdout, "pod %s: %s, in %d EndpointSlices; svcproxy has applied it\n", name, c, n)
 	return nil
 }

@@ -25,10 +25,19 @@ import (
 // (org.opencontainers.image.ref.name), plus Docker's manifest.json pointing
 // at the same blobs. The file is written next to path and renamed into place.
 func WriteArchive(path string, img v1.Image, ref string) error {
-	tag, err := name.NewTag(ref)
-	if err != nil {
-		return fmt.Errorf("image name %q: %w", ref, err)
-	}
+	return WriteImages(path, Named{Ref: ref, Image: img})
+}
+
+// Named is an image and its name.
+type Named struct {
+	Ref   string
+	Image v1.Image
+}
+
+// WriteImages is WriteArchive for several images in one archive: their
+// blobs once each (images that share a layer store it once), each named in
+// the index and in manifest.json.
+func WriteImages(path string, images ...Named) error {
 	dir, err := os.MkdirTemp("", "svcproxy-image-")
 	if err != nil {
 		return err
@@ -38,13 +47,25 @@ func WriteArchive(path string, img v1.Image, ref string) error {
 	if err != nil {
 		return fmt.Errorf("oci layout: %w", err)
 	}
-	if err := lp.AppendImage(img, layout.WithAnnotations(map[string]string{
-		"io.containerd.image.name":          tag.Name(),
-		"org.opencontainers.image.ref.name": tag.TagStr(),
-	})); err != nil {
-		return fmt.Errorf("oci layout: %w", err)
+	var entries []any
+	for _, n := range images {
+		tag, err := name.NewTag(n.Ref)
+		if err != nil {
+			return fmt.Errorf("image name %q: %w", n.Ref, err)
+		}
+		if err := lp.AppendImage(n.Image, layout.WithAnnotations(map[string]string{
+			"io.containerd.image.name":          tag.Name(),
+			"org.opencontainers.image.ref.name": tag.TagStr(),
+		})); err != nil {
+			return fmt.Errorf("oci layout: %w", err)
+		}
+		entry, err := dockerManifest(n.Image, tag)
+		if err != nil {
+			return err
+		}
+		entries = append(entries, entry)
 	}
-	manifest, err := dockerManifest(img, tag)
+	manifest, err := json.Marshal(entries)
 	if err != nil {
 		return err
 	}
@@ -59,9 +80,9 @@ func WriteArchive(path string, img v1.Image, ref string) error {
 	return os.Rename(tmp, path)
 }
 
-// dockerManifest is `docker save`'s manifest.json for one image whose blobs
-// are in the OCI layout's blobs/ directory.
-func dockerManifest(img v1.Image, tag name.Tag) ([]byte, error) {
+// dockerManifest is `docker save`'s manifest.json entry for one image whose
+// blobs are in the OCI layout's blobs/ directory.
+func dockerManifest(img v1.Image, tag name.Tag) (any, error) {
 	cfg, err := img.ConfigName()
 	if err != nil {
 		return nil, err
@@ -82,7 +103,7 @@ func dockerManifest(img v1.Image, tag name.Tag) ([]byte, error) {
 		}
 		entry.Layers = append(entry.Layers, blobPath(d))
 	}
-	return json.Marshal([]any{entry})
+	return entry, nil
 }
 
 func blobPath(h v1.Hash) string { return "blobs/" + h.Algorithm + "/" + h.Hex }

@@ -102,19 +102,49 @@ func Build(cfg Config) (v1.Image, error) {
 	})
 }
 
+// ClusterDNSRef is the name of the image that starts clusterdns: the
+// svcproxy image's root filesystem (the same layer) with clusterdns as its
+// entrypoint. kubeadm's coredns Deployment gives its container arguments
+// only (-conf /etc/coredns/Corefile), which CoreDNS's image's entrypoint
+// takes; with only its image changed to this one, clusterdns takes them.
+const ClusterDNSRef = "svcproxy.test/clusterdns:dev"
+
+// ClusterDNS is img (Build's, with clusterdns in it) with clusterdns as its
+// entrypoint. It runs as root, as the image's other programs: kubeadm's
+// Deployment drops every capability but NET_BIND_SERVICE, which lets it
+// bind port 53 (CoreDNS's image runs as 65532 with that capability on its
+// binary's file instead).
+func ClusterDNS(img v1.Image) (v1.Image, error) {
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cfg := *cf.Config.DeepCopy()
+	cfg.Entrypoint = []string{path.Join(binDir, "clusterdns")}
+	cfg.Labels = map[string]string{
+		"org.opencontainers.image.title":       "clusterdns",
+		"org.opencontainers.image.description": "clusterdns, svcproxy's cluster DNS, answering to CoreDNS's command line (-conf FILE)",
+	}
+	return mutate.Config(img, cfg)
+}
+
 // DefaultPath is the PATH of the images built here, Debian's (and Docker's).
 const DefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // Image makes the tree one gzip layer of an image with OCI media types,
 // linux/amd64, created at epoch, that runs as cfg says.
 func (r *Root) Image(cfg v1.Config) (v1.Image, error) {
+	level := gzip.BestCompression
+	if r.Fast {
+		level = gzip.BestSpeed
+	}
 	layerTar, err := r.tar()
 	if err != nil {
 		return nil, fmt.Errorf("image: layer: %w", err)
 	}
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layerTar)), nil
-	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressionLevel(gzip.BestCompression))
+	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressionLevel(level))
 	if err != nil {
 		return nil, fmt.Errorf("image: layer: %w", err)
 	}

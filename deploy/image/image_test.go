@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -17,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
+	"sigs.k8s.io/yaml"
 
 	"golang.org/x/sys/unix"
 
@@ -76,7 +78,14 @@ func archive(t *testing.T) string {
 			return
 		}
 		built.archive = filepath.Join(dir, "svcproxy-image.tar")
-		built.err = image.WriteArchive(built.archive, img, image.DefaultRef)
+		// As mkimage writes it: the image under two names, each its entrypoint.
+		dns, err := image.ClusterDNS(img)
+		if err != nil {
+			built.err = err
+			return
+		}
+		built.err = image.WriteImages(built.archive, image.Named{Ref: image.DefaultRef, Image: img},
+			image.Named{Ref: image.ClusterDNSRef, Image: dns})
 	})
 	if built.err != nil {
 		t.Fatal(built.err)
@@ -128,8 +137,8 @@ func TestArchiveOCI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(im.Manifests) != 1 {
-		t.Fatalf("index.json has %d manifests, want 1", len(im.Manifests))
+	if len(im.Manifests) != 2 {
+		t.Fatalf("index.json has %d manifests, want 2 (svcproxy's and clusterdns's)", len(im.Manifests))
 	}
 	desc := im.Manifests[0]
 	if got := desc.Annotations["io.containerd.image.name"]; got != "svcproxy.test/svcproxy:dev" {
@@ -187,6 +196,146 @@ func TestRootFS(t *testing.T) {
 	if !strings.Contains(out, `-A SVCP-TEST -p tcp -m tcp --dport 80 -m comment --comment "image test" -j REDIRECT --to-ports 8080`) {
 		t.Errorf("iptables-save in the image does not show the rule it wrote:\n%s", out)
 	}
+}
+
+// TestClusterDNSImage: the archive's second name is the same root
+// filesystem (the one layer, stored once) with clusterdns as its
+// entrypoint, as docker load reads it.
+func TestClusterDNSImage(t *testing.T) {
+	path := archive(t)
+	layerOf := func(ref string) (v1.Hash, []string) {
+		tag, _ := name.NewTag(ref)
+		img, err := tarball.ImageFromPath(path, &tag)
+		if err != nil {
+			t.Fatalf("%s: %v", ref, err)
+		}
+		if err := validate.Image(img); err != nil {
+			t.Fatalf("validate.Image %s: %v", ref, err)
+		}
+		ls, err := img.Layers()
+		if err != nil || len(ls) != 1 {
+			t.Fatalf("%s: %d layers, %v", ref, len(ls), err)
+		}
+		d, _ := ls[0].Digest()
+		cf, _ := img.ConfigFile()
+		return d, cf.Config.Entrypoint
+	}
+	svc, svcEntry := layerOf(image.DefaultRef)
+	dns, dnsEntry := layerOf(image.ClusterDNSRef)
+	if svc != dns {
+		t.Errorf("layers differ: %s and %s", svc, dns)
+	}
+	if strings.Join(svcEntry, " ") != "/usr/local/bin/svcproxy" || strings.Join(dnsEntry, " ") != "/usr/local/bin/clusterdns" {
+		t.Errorf("entrypoints %q and %q", svcEntry, dnsEntry)
+	}
+}
+
+// TestCoreDNSDeploymentRuns runs clusterdns's image as a container runtime
+// runs kubeadm's coredns Deployment (deploy/coredns): the image's
+// entrypoint with the container's arguments, the coredns ConfigMap's
+// Corefile mounted at /etc/coredns/Corefile, in a network namespace of its
+// own (chroot into the unpacked image). With no API server here, one
+// argument is added, --services, the only difference from a pod. It must
+// answer DNS and its probes on kubeadm's ports.
+func TestCoreDNSDeploymentRuns(t *testing.T) {
+	netnstest.RequireRoot(t, "chroot", "dig", "curl")
+	path := archive(t)
+	tag, _ := name.NewTag(image.ClusterDNSRef)
+	img, err := tarball.ImageFromPath(path, &tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	if err := image.Unpack(img, root); err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep, corefile := kubeadmCoreDNS(t)
+	files := map[string]string{
+		"/etc/coredns/Corefile": corefile,
+		"/etc/resolv.conf":      "nameserver 127.0.0.1\n", // a loop: /ready says so, names in the zone answer
+		"/services.yaml": `apiVersion: v1
+kind: Service
+metadata: {name: kubernetes, namespace: default}
+spec:
+  clusterIP: 198.18.0.1
+  ports: [{name: https, port: 443, protocol: TCP}]
+`,
+	}
+	for p, data := range files {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, p), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ns := netnstest.New(t)
+	argv := append(append([]string{root}, cf.Config.Entrypoint...), dep...)
+	argv = append(argv, "--services", "/services.yaml")
+	ns.Start(t, "chroot", argv...)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, _ := ns.Command(t.Context(), "dig", "@127.0.0.1", "+short", "kubernetes.default.svc.cluster.local").CombinedOutput()
+		if strings.TrimSpace(string(out)) == "198.18.0.1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("chroot %s: no answer within 20s: %q", strings.Join(argv[1:], " "), out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if out := ns.Run(t, "curl", "-s", "http://127.0.0.1:8080/health"); out != "OK" {
+		t.Errorf("/health (the liveness probe's port): %q", out)
+	}
+	if out := ns.Run(t, "curl", "-s", "http://127.0.0.1:9153/metrics"); !strings.Contains(out, "coredns_dns_requests_total") {
+		t.Errorf("/metrics on 9153 has no coredns_dns_requests_total")
+	}
+}
+
+// kubeadmCoreDNS reads deploy/coredns: the Deployment's container arguments
+// and the ConfigMap's Corefile.
+func kubeadmCoreDNS(t *testing.T) (args []string, corefile string) {
+	t.Helper()
+	b, err := os.ReadFile("../coredns/coredns.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		var o struct {
+			Kind string
+			Data map[string]string
+			Spec struct {
+				Template struct {
+					Spec struct {
+						Containers []struct {
+							Command, Args []string
+						}
+					}
+				}
+			}
+		}
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatal(err)
+		}
+		switch o.Kind {
+		case "Deployment":
+			c := o.Spec.Template.Spec.Containers[0]
+			if len(c.Command) > 0 {
+				t.Fatalf("the Deployment sets a command (%q): kubeadm's gives arguments only", c.Command)
+			}
+			args = c.Args
+		case "ConfigMap":
+			corefile = o.Data["Corefile"]
+		}
+	}
+	if len(args) == 0 || corefile == "" {
+		t.Fatal("deploy/coredns: no Deployment arguments or no Corefile")
+	}
+	return args, corefile
 }
 
 func untar(t *testing.T, path, dir string) {

@@ -1,14 +1,21 @@
-// Command mkimages writes the container images Kubernetes' e2e tests run
-// (package images) as archives for `ctr -n k8s.io images import`, one per
-// image (`make e2e-images` runs it from the repository's root):
+// Command mkimages writes container images as archives for `ctr -n k8s.io
+// images import`, one per image (package images): by default those
+// Kubernetes' e2e tests run (`make e2e-images`), with -kubeadm those a
+// cluster made by kubeadm v1.37.2 runs (`make kubeadm-images`). It runs from
+// the repository's root:
 //
 //	go run ./images/mkimages -o bin/e2e-images
-//	bin/e2e-images/pause.tar: registry.k8s.io/pause:3.10.2, 1.1 MB
+//	bin/e2e-images/pause.tar: registry.k8s.io/pause:3.10.2, 0.7 MB
+//	...
+//	go run ./images/mkimages -kubeadm -o bin/kubeadm-images
+//	bin/kubeadm-images/kube-proxy.tar: registry.k8s.io/kube-proxy:v1.37.2, 49.7 MB
 //	...
 //
-// It builds pause (./images/pause) static; agnhost comes from the
-// cache of test/kapi (`make conformance-bins`) unless -agnhost names one.
-// Without agnhost, the images that need it are skipped, and it says so.
+// It builds pause (./images/pause) static; the other programs come from the
+// cache of test/kapi: agnhost (`make conformance-bins`), kubeadm's (`make
+// cluster-bins`), unless -program NAME=FILE names one (agnhost, kube-proxy,
+// coredns, etcd, ...). An image whose programs are not built is skipped, and
+// it says so.
 package main
 
 import (
@@ -25,16 +32,39 @@ import (
 
 func main() {
 	out := flag.String("o", "bin/e2e-images", "write the archives into `DIR`")
-	agnhost := flag.String("agnhost", "", "a static agnhost `FILE`; default: test/kapi's cached one")
+	kubeadm := flag.Bool("kubeadm", false, "kubeadm's images (kube-apiserver, etcd, kube-proxy, coredns, ...) instead of the e2e tests'")
+	agnhost := flag.String("agnhost", "", "a static agnhost `FILE` (the same as -program agnhost=FILE)")
 	only := flag.String("only", "", "comma-separated archive names to write (pause,busybox,...); default: all")
+	programs := map[string]string{}
+	flag.Func("program", "`NAME=FILE`: the program NAME (kube-proxy, coredns, etcd, ...) is FILE, not test/kapi's cached one; repeatable", func(v string) error {
+		name, file, ok := strings.Cut(v, "=")
+		if !ok || name == "" || file == "" {
+			return fmt.Errorf("want NAME=FILE, got %q", v)
+		}
+		programs[name] = file
+		return nil
+	})
 	flag.Parse()
-	if err := run(*out, *agnhost, *only); err != nil {
+	if *agnhost != "" {
+		programs["agnhost"] = *agnhost
+	}
+	if err := run(*out, *kubeadm, programs, *only); err != nil {
 		fmt.Fprintln(os.Stderr, "mkimages:", err)
 		os.Exit(1)
 	}
 }
 
-func run(out, agnhost, only string) error {
+func run(out string, kubeadm bool, programs map[string]string, only string) error {
+	specs := images.All()
+	if kubeadm {
+		specs = images.Kubeadm()
+	}
+	var chosen []images.Spec
+	for _, s := range specs {
+		if only == "" || strings.Contains(","+only+",", ","+strings.TrimSuffix(s.File, ".tar")+",") {
+			chosen = append(chosen, s)
+		}
+	}
 	tmp, err := os.MkdirTemp("", "svcproxy-mkimages-")
 	if err != nil {
 		return err
@@ -44,32 +74,66 @@ func run(out, agnhost, only string) error {
 	if err != nil {
 		return err
 	}
-	cfg := images.Config{Pause: bins["pause"], Agnhost: agnhost}
-	if cfg.Agnhost == "" {
-		b, err := k8sbin.Build(context.Background(), k8sbin.Config{Conformance: true, CachedOnly: true})
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "mkimages: no agnhost (%v): run `make conformance-bins` first, or pass -agnhost\n", err)
+	cfg := images.Config{Pause: bins["pause"]}
+	for name, file := range programs {
+		if err := cfg.SetProgram(name, file); err != nil {
+			return err
 		}
-		cfg.Agnhost = b.Agnhost
 	}
-	var specs []images.Spec
-	for _, s := range images.All() {
-		if only != "" && !strings.Contains(","+only+",", ","+strings.TrimSuffix(s.File, ".tar")+",") {
+	fromCache(&cfg, chosen)
+	var ready []images.Spec
+	for _, s := range chosen {
+		if missing := cfg.Missing(s); len(missing) > 0 {
+			fmt.Fprintf(os.Stderr, "mkimages: skipped %s: it needs %s\n", s.Ref, strings.Join(missing, ", "))
 			continue
 		}
-		if s.Needs == "agnhost" && cfg.Agnhost == "" {
-			fmt.Fprintf(os.Stderr, "mkimages: skipped %s: it needs agnhost\n", s.Ref)
-			continue
-		}
-		specs = append(specs, s)
+		ready = append(ready, s)
 	}
-	files, err := images.Write(out, cfg, specs)
+	files, err := images.Write(out, cfg, ready)
 	for i, f := range files {
 		fi, serr := os.Stat(f)
 		if serr != nil {
 			return serr
 		}
-		fmt.Printf("%s: %s, %.1f MB\n", f, specs[i].Ref, float64(fi.Size())/1e6)
+		fmt.Printf("%s: %s, %.1f MB\n", f, ready[i].Ref, float64(fi.Size())/1e6)
 	}
 	return err
+}
+
+// cached says where test/kapi's cache keeps each program: which set to ask
+// internal/k8sbin for, which field holds it, which make target builds it.
+var cached = map[string]struct {
+	set    k8sbin.Config
+	field  func(k8sbin.Binaries) string
+	target string
+}{
+	"agnhost":                 {k8sbin.Config{Conformance: true}, func(b k8sbin.Binaries) string { return b.Agnhost }, "conformance-bins"},
+	"kube-apiserver":          {k8sbin.Config{}, func(b k8sbin.Binaries) string { return b.APIServer }, "kapi"},
+	"kube-controller-manager": {k8sbin.Config{ControlPlane: true}, func(b k8sbin.Binaries) string { return b.ControllerManager }, "kapi"},
+	"kube-scheduler":          {k8sbin.Config{Node: true}, func(b k8sbin.Binaries) string { return b.Scheduler }, "node-bins"},
+	"kube-proxy":              {k8sbin.Config{KubeProxy: true}, func(b k8sbin.Binaries) string { return b.KubeProxy }, "cluster-bins"},
+	"coredns":                 {k8sbin.Config{CoreDNS: true}, func(b k8sbin.Binaries) string { return b.CoreDNS }, "cluster-bins"},
+	"etcd":                    {k8sbin.Config{Cluster: true}, func(b k8sbin.Binaries) string { return b.ClusterEtcd }, "cluster-bins"},
+	"etcdctl":                 {k8sbin.Config{Cluster: true}, func(b k8sbin.Binaries) string { return b.ClusterEtcdctl }, "cluster-bins"},
+}
+
+// fromCache fills in, from test/kapi's cache, each program the specs need
+// that cfg does not name yet, and says which are not built.
+func fromCache(cfg *images.Config, specs []images.Spec) {
+	for _, s := range specs {
+		for _, name := range cfg.Missing(s) {
+			c, ok := cached[name]
+			if !ok {
+				continue
+			}
+			set := c.set
+			set.CachedOnly = true
+			b, err := k8sbin.Build(context.Background(), set)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "mkimages: no %s (%v): run `make %s` first\n", name, err, c.target)
+				continue
+			}
+			cfg.SetProgram(name, c.field(b))
+		}
+	}
 }

@@ -26,4 +26,8 @@
 //
 //	nat/PREROUTING    -j SVCP-PORTALS
 //	nat/SVCP-PORTALS  -d 198.18.0.10/32 -p tcp -m tcp --dport 80 -j REDIRECT --to-ports 40123  => REDIRECT :40123
+//
+// ParseSave reads iptables-save output back (with -c, each rule's packet counter too):
+// each line's table and chain, each rule's target and options, as the lab shows and
+// counts the rules a kernel holds.
 package iptables

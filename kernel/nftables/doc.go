@@ -28,4 +28,8 @@
 //
 //	nat-prerouting  jump services
 //	services        ip daddr . meta l4proto . th dport vmap @service-ips  => 198.18.0.10 . tcp . 80 : goto service-...
+//
+// ParseListing reads a table as `nft list table` prints it back into a Listing, whose
+// Fake holds the same table: how the lab traces a packet through the rules a kernel
+// holds now.
 package nftables

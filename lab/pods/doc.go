@@ -10,4 +10,9 @@
 // client's resolv.conf) and writes one Event per request; a Tally turns the
 // answers into a table and a bar chart, and a Timeline counts them per
 // second by the path that carried them, userspace or the kernel.
+//
+// A Runner does both in a running lab: it starts a pod's server in the
+// pod's namespace and cgroup (StartServer), kills and restarts it as a
+// crashed container would be (Kill, Restart), and runs the probe in a lab
+// host for `svclab traffic` (Traffic).
 package pods

@@ -170,22 +170,22 @@ func (c *Cgroups) RemoveHost(name string) error {
 	if err != nil {
 		return nil // the subtree is not mounted: nothing was made
 	}
-	killTree(dir)
+	killAll(func() []int { return TreePids(dir) })
 	return rmdirRetry(dir)
 }
 
-// killTree kills every process in cgroup directory dir and below it, and
-// those a dying one forks meanwhile.
-func killTree(dir string) {
+// killAll kills every process pids lists, and those a dying one forks
+// meanwhile: the processes of a cgroup directory and below it, say.
+func killAll(pids func() []int) {
 	for range 10 {
-		pids := TreePids(dir)
-		if len(pids) == 0 {
+		ps := pids()
+		if len(ps) == 0 {
 			return
 		}
-		for _, pid := range pids {
+		for _, pid := range ps {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		for _, pid := range pids {
+		for _, pid := range ps {
 			WaitExit(pid, 5*time.Second)
 		}
 	}
@@ -218,18 +218,7 @@ func (c *Cgroups) pids() []int { return dirsPids(c.Dirs()) }
 // directory goes only once empty of processes and of children), and last
 // the private cgroup2 mount, if the lab made one.
 func (c *Cgroups) Remove() error {
-	for range 10 {
-		pids := c.pids()
-		if len(pids) == 0 {
-			break
-		}
-		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		for _, pid := range pids {
-			WaitExit(pid, 5*time.Second)
-		}
-	}
+	killAll(c.pids)
 	var errs []error
 	for _, d := range c.Dirs() {
 		if err := rmdirRetry(d); err != nil {

@@ -34,11 +34,23 @@ func CgroupMounts(r io.Reader) []CgroupMount {
 }
 
 // Machine are the machine's cgroup hierarchies, as the machine mounts them:
-// the lab's own cgroup2 mount (cgroup.go) left out.
+// the lab's own cgroup2 mount (cgroup.go) left out, and each hierarchy once
+// (machineMounts).
 func (c *Cgroups) Machine() []CgroupMount {
+	return machineMounts(c.mounts(), c.privateCgroup2())
+}
+
+// machineMounts are mounts without the one at private, and without a second
+// mount of a hierarchy already listed: a test that mounts the machine's
+// cgroup2 again in a directory of its own (/tmp/TestX/001) made the real
+// node mount it there too, which the kernel refuses ("cgroup2 already
+// mounted on /sys/fs/cgroup/unified") while the first mount stands.
+func machineMounts(mounts []CgroupMount, private string) []CgroupMount {
 	var out []CgroupMount
-	for _, m := range c.mounts() {
-		if m.Point != c.privateCgroup2() {
+	seen := map[string]bool{}
+	for _, m := range mounts {
+		if m.Point != private && !seen[m.Dev] {
+			seen[m.Dev] = true
 			out = append(out, m)
 		}
 	}

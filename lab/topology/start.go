@@ -153,3 +153,7 @@ func (n *Net) Wait(ctx context.Context, name string, pid int, timeout, every tim
 		}
 	}
 }
+
+// ReadyTimeout bounds how long a lab process may take to start serving
+// (times the slowdown, Patient).
+const ReadyTimeout = 30 * time.Second

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/cluster"
 	"github.com/svcproxy/svcproxy/lab/pods"
 	"github.com/svcproxy/svcproxy/lab/topology"
 )
@@ -97,8 +97,8 @@ func (c Control) args(hosts []topology.HostRow) ([]string, error) {
 		}
 		return []string{"pod", c.Pod, "--" + c.Change}, nil
 	case "mode":
-		if !slices.Contains(lab.Modes, c.Mode) {
-			return nil, fmt.Errorf("mode: mode %q: want one of %s", c.Mode, strings.Join(lab.Modes, ", "))
+		if !slices.Contains(cluster.Modes, c.Mode) {
+			return nil, fmt.Errorf("mode: mode %q: want one of %s", c.Mode, strings.Join(cluster.Modes, ", "))
 		}
 		return []string{"mode", c.Mode}, nil
 	default:

@@ -14,7 +14,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/cluster"
+	"github.com/svcproxy/svcproxy/lab/views"
 )
 
 //go:embed static
@@ -62,7 +63,7 @@ func NewServer(cfg Config) *Server {
 //	/                 the page (static/index.html, app.js, style.css)
 //	GET /api/state    the latest State
 //	GET /api/events   the States as server-sent events ("state")
-//	GET /api/trace    ?from=HOST&service=SERVICE[:PORT]: a lab.TraceReport
+//	GET /api/trace    ?from=HOST&service=SERVICE[:PORT]: a views.TraceReport
 //	POST /api/run     a Control; answers the Command it started
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -137,7 +138,7 @@ func (s *Server) poll(ctx context.Context) {
 	}
 	st.Timeline = s.tl.snapshot()
 	st.Commands = s.recentLocked()
-	st.Modes = lab.Modes
+	st.Modes = cluster.Modes
 	s.publishLocked(st)
 }
 
@@ -196,14 +197,14 @@ func (s *Server) trace(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "trace: want from (a lab host) and service (web, web:http, udp://echo)"})
 		return
 	}
-	rep, err := s.cfg.Lab.TraceReport(r.Context(), lab.TraceOptions{From: from, Target: svc})
+	rep, err := s.cfg.Lab.TraceReport(r.Context(), views.TraceOptions{From: from, Target: svc})
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
 	writeJSON(w, http.StatusOK, struct {
 		Command string `json:"command"`
-		*lab.TraceReport
+		*views.TraceReport
 	}{s.cfg.Prefix + " trace " + from + " " + svc, rep})
 }
 

@@ -14,15 +14,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/svcproxy/svcproxy/lab"
 	"github.com/svcproxy/svcproxy/lab/topology"
+	"github.com/svcproxy/svcproxy/lab/views"
 )
 
 // fakeLab is a lab whose Services the test sets: a hybrid lab whose web
 // port counts connections, first in userspace, then promoted.
 type fakeLab struct {
 	mu   sync.Mutex
-	view lab.ServicesView
+	view views.ServicesView
 	err  error
 }
 
@@ -35,32 +35,32 @@ func (f *fakeLab) Hosts() ([]topology.HostRow, error) {
 	}, nil
 }
 
-func (f *fakeLab) Services(context.Context) (*lab.ServicesView, error) {
+func (f *fakeLab) Services(context.Context) (*views.ServicesView, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
 		return nil, f.err
 	}
 	v := f.view
-	v.Ports = append([]lab.ServicePortView(nil), f.view.Ports...)
+	v.Ports = append([]views.ServicePortView(nil), f.view.Ports...)
 	return &v, nil
 }
 
 func (f *fakeLab) set(path string, userspace, kernel uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.view = lab.ServicesView{Mode: "hybrid", Offload: "iptables", Ports: []lab.ServicePortView{{
+	f.view = views.ServicesView{Mode: "hybrid", Offload: "iptables", Ports: []views.ServicePortView{{
 		Name: "default/web:http", Service: "default/web", Path: path, Userspace: userspace, Kernel: kernel,
-		Endpoints: []lab.EndpointView{{Addr: "198.19.1.10:8080", Pod: "web-0", Ready: true, Serving: true}},
+		Endpoints: []views.EndpointView{{Addr: "198.19.1.10:8080", Pod: "web-0", Ready: true, Serving: true}},
 	}}}
 }
 
-func (f *fakeLab) TraceReport(_ context.Context, opts lab.TraceOptions) (*lab.TraceReport, error) {
+func (f *fakeLab) TraceReport(_ context.Context, opts views.TraceOptions) (*views.TraceReport, error) {
 	if opts.Target != "web" {
 		return nil, errors.New(`service "` + opts.Target + `": no such Service (the lab has web)`)
 	}
-	return &lab.TraceReport{From: opts.From, Src: "198.19.1.2", Dst: "198.18.0.20:80", Proto: "TCP", Port: "default/web:http",
-		Hops:   []lab.TraceHop{{Tracer: "iptables", Table: "nat", Chain: "PREROUTING", Rule: "-j SVCP-SERVICES"}, {Tracer: "iptables", Table: "nat", Chain: "SVCP-SEP-X", Note: "DNAT 198.19.1.10:8080"}},
+	return &views.TraceReport{From: opts.From, Src: "198.19.1.2", Dst: "198.18.0.20:80", Proto: "TCP", Port: "default/web:http",
+		Hops:   []views.TraceHop{{Tracer: "iptables", Table: "nat", Chain: "PREROUTING", Rule: "-j SVCP-SERVICES"}, {Tracer: "iptables", Table: "nat", Chain: "SVCP-SEP-X", Note: "DNAT 198.19.1.10:8080"}},
 		Result: "DNAT 198.19.1.10:8080"}, nil
 }
 
@@ -194,9 +194,9 @@ func TestStateAndPage(t *testing.T) {
 func TestTrace(t *testing.T) {
 	_, _, _, ts := newTestServer(t)
 	var rep struct {
-		Command string         `json:"command"`
-		Hops    []lab.TraceHop `json:"hops"`
-		Result  string         `json:"result"`
+		Command string           `json:"command"`
+		Hops    []views.TraceHop `json:"hops"`
+		Result  string           `json:"result"`
 	}
 	require.Equal(t, http.StatusOK, getJSON(t, ts.URL+"/api/trace?from=client&service=web", &rep))
 	require.Equal(t, "svclab trace client web", rep.Command)

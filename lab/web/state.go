@@ -6,6 +6,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/lab"
 	"github.com/svcproxy/svcproxy/lab/topology"
+	"github.com/svcproxy/svcproxy/lab/views"
 )
 
 // Lab is what the page reads of the lab: *lab.Lab, or a fake in tests
@@ -13,8 +14,8 @@ import (
 // lab's node).
 type Lab interface {
 	Hosts() ([]topology.HostRow, error)
-	Services(ctx context.Context) (*lab.ServicesView, error)
-	TraceReport(ctx context.Context, opts lab.TraceOptions) (*lab.TraceReport, error)
+	Services(ctx context.Context) (*views.ServicesView, error)
+	TraceReport(ctx context.Context, opts views.TraceOptions) (*views.TraceReport, error)
 }
 
 var _ Lab = (*lab.Lab)(nil)
@@ -22,11 +23,11 @@ var _ Lab = (*lab.Lab)(nil)
 // State is the document each server-sent event carries, and GET
 // /api/state answers.
 type State struct {
-	At       time.Time          `json:"at"`
-	Hosts    []topology.HostRow `json:"hosts"`
-	Services *lab.ServicesView  `json:"services"`
-	Timeline Timeline           `json:"timeline"`
-	Commands []Command          `json:"commands"`
+	At       time.Time           `json:"at"`
+	Hosts    []topology.HostRow  `json:"hosts"`
+	Services *views.ServicesView `json:"services"`
+	Timeline Timeline            `json:"timeline"`
+	Commands []Command           `json:"commands"`
 	// Modes are the modes `svclab mode` takes, for the page's control.
 	Modes []string `json:"modes"`
 	// Error is why the last poll read nothing (the lab is down, svcproxy
@@ -65,14 +66,14 @@ const keep = 120
 // timeline turns successive ServicesViews into Samples and Marks.
 type timeline struct {
 	start time.Time
-	last  *lab.ServicesView
+	last  *views.ServicesView
 	lastT float64
 	tl    Timeline
 }
 
 // add takes the view read at t. A counter that went down (svcproxy
 // restarted, the kernel's rules were re-created) starts again from zero.
-func (w *timeline) add(t time.Time, v *lab.ServicesView) {
+func (w *timeline) add(t time.Time, v *views.ServicesView) {
 	now := t.Sub(w.start).Seconds()
 	prev, prevT := w.last, w.lastT
 	w.last, w.lastT = v, now
@@ -82,7 +83,7 @@ func (w *timeline) add(t time.Time, v *lab.ServicesView) {
 	if prev.Mode != v.Mode {
 		w.mark(Mark{T: now, Kind: "mode", From: prev.Mode, To: v.Mode})
 	}
-	before := map[string]lab.ServicePortView{}
+	before := map[string]views.ServicePortView{}
 	for _, p := range prev.Ports {
 		before[p.Name] = p
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// Each tracer a trace's hops can name (lab.TraceHop's Tracer) has a colour
+// Each tracer a trace's hops can name (views.TraceHop's Tracer) has a colour
 // of its own on the page's hops, set in style.css as `.hop.TRACER` (app.js
 // gives each hop the class of its tracer): none left with the plain hop's
 // colour, which is the start of the trace, and no two alike, so that a

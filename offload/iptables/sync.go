@@ -26,9 +26,9 @@ type rendering struct {
 func (d *Dataplane) sync(ctx context.Context, snap *service.Snapshot) error {
 	n := endpointCount(snap, d.cfg.Carries)
 	d.endpoints.Store(int64(n))
-	s := d.ledger.Begin()
+	s := d.Ledger.Begin()
 	if s.Check {
-		d.ledger.Checked(s, d.check(ctx))
+		d.Ledger.Checked(s, d.check(ctx))
 	}
 	cfg := d.cfg
 	cfg.largeCluster = n > largeClusterEndpoints
@@ -40,7 +40,7 @@ func (d *Dataplane) sync(ctx context.Context, snap *service.Snapshot) error {
 	if err == nil {
 		d.commit(rd)
 	}
-	return d.ledger.End(ctx, s, rd.rendered(), size, err)
+	return d.Ledger.End(ctx, s, rd.rendered(), size, err)
 }
 
 // endpointCount is what kube-proxy measures a cluster's size by (its

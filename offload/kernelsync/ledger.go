@@ -38,28 +38,20 @@ type Config struct {
 	Mode string
 	// Metrics names the path's own metrics.
 	Metrics Metrics
-	// Conntrack deletes stale UDP flows; nil: no conntrack cleanup.
-	Conntrack conntrack.Interface
-	// SyncPeriod is how often a sync checks that the kernel still holds the
-	// frame of the path's rules (kube-proxy --iptables-sync-period, the period
-	// of its canary check; default 30s): at most once per SyncPeriod, a sync
-	// that would be partial checks first and is full if the check fails. The
-	// path's Syncer resyncs every SyncPeriod, so the check runs that often.
-	SyncPeriod time.Duration
-	// FullSyncPeriod is how long after the end of the last full sync a sync
-	// is full again although nothing failed (kube-proxy's
-	// proxyutil.FullSyncPeriod; default 1h). Counted from the end, a full
-	// sync that takes longer than FullSyncPeriod does not make every later
-	// sync full.
-	FullSyncPeriod time.Duration
+	// Periods are the path's: conntrack cleanup (nil: none), SyncPeriod (at
+	// most once per SyncPeriod, a sync that would be partial checks the
+	// kernel first and is full if the check fails; the path's Syncer
+	// resyncs every SyncPeriod, so the check runs that often),
+	// FullSyncPeriod (counted from the end of the last full sync: one that
+	// takes longer than FullSyncPeriod does not make every later sync full),
+	// the clock. LagBound is the Syncer's.
+	Periods
 	// LargeCluster, when it is set and says true, skips the periodic full
 	// sync: a failure and a failed check still make the next sync full.
 	// kube-proxy's iptables proxier does the same in a cluster of more than
 	// 1,000 endpoints (largeClusterMode): there a full sync takes seconds,
 	// and every change that arrives meanwhile waits as long.
 	LargeCluster func() bool
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
 }
 
 // Health is a Ledger's sync record, for /status and /metrics.
@@ -166,6 +158,10 @@ func NewLedger[P Port](cfg Config) *Ledger[P] {
 			"ReconcileConntrackFlowsLatency latency in seconds: the stale UDP conntrack cleanup after a sync"),
 	}
 }
+
+// SkipPeriodicFullSyncs sets Config.LargeCluster, before the first sync: a
+// path that made its Ledger with NewDataplane says so after.
+func (l *Ledger[P]) SkipPeriodicFullSyncs(large func() bool) { l.cfg.LargeCluster = large }
 
 // Begin starts a sync: it says whether it is full, whether the kernel is due
 // a check first, and what the last one applied. End ends it.

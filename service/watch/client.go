@@ -52,6 +52,9 @@ type listWatchers struct {
 	// node lists and watches this node's Node object, and no other: nil when
 	// the Watcher follows no Node (Config.NodeName is "").
 	node cache.ListerWatcher
+	// namespaces and pods list and watch every Namespace and every Pod
+	// that has not finished: nil unless Config.Namespaces, Config.Pods.
+	namespaces, pods cache.ListerWatcher
 }
 
 // apiListWatchers connects to the API server of rc: a REST client for core/v1
@@ -80,6 +83,17 @@ func apiListWatchers(rc *rest.Config, sel selection) (listWatchers, error) {
 	if sel.nodeName != "" {
 		lws.node = nodeListWatch(core, sel.nodeName)
 	}
+	if sel.namespaces {
+		// Every Namespace: the options are the reflector's (the modifier may
+		// not be nil: client-go calls it).
+		lws.namespaces = listThenWatch{cache.NewFilteredListWatchFromClient(core, "namespaces", metav1.NamespaceAll, func(*metav1.ListOptions) {})}
+	}
+	if sel.pods {
+		// CoreDNS's podListFunc: the pods that may still have an address.
+		lws.pods = listThenWatch{cache.NewFilteredListWatchFromClient(core, "pods", metav1.NamespaceAll, func(o *metav1.ListOptions) {
+			o.FieldSelector = podsNotFinished
+		})}
+	}
 	return lws, nil
 }
 
@@ -89,6 +103,10 @@ func apiListWatchers(rc *rest.Config, sel selection) (listWatchers, error) {
 // proxy has no business with the other Nodes, and a cluster of 5,000 nodes
 // would otherwise send each of them every Node's status updates. Its LIST
 // is one object: client-go's path decodes it.
+// podsNotFinished is CoreDNS's pod field selector (plugin/kubernetes,
+// podListFunc).
+const podsNotFinished = "status.phase!=Succeeded,status.phase!=Failed,status.phase!=Unknown"
+
 func nodeListWatch(c cache.Getter, name string) cache.ListerWatcher {
 	return listThenWatch{cache.NewFilteredListWatchFromClient(c, "nodes", metav1.NamespaceAll, func(o *metav1.ListOptions) {
 		o.FieldSelector = apifields.OneTermEqualSelector("metadata.name", name).String()

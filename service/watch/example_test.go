@@ -26,7 +26,7 @@ metadata: {name: web}
 	fmt.Println(err)
 	// Output:
 	// 1 object loaded
-	// lab.yaml:8: apps/v1 Deployment default/web: unsupported kind (want v1 Service, discovery.k8s.io/v1 EndpointSlice, v1 Endpoints or v1 Node)
+	// lab.yaml:8: apps/v1 Deployment default/web: unsupported kind (want v1 Service, discovery.k8s.io/v1 EndpointSlice, v1 Endpoints, v1 Node, v1 Namespace or v1 Pod)
 }
 
 // SnapshotOf reads a manifests file once: a Service and the EndpointSlice an

@@ -342,14 +342,13 @@ func (f *fileSource) put(objs []runtime.Object) int {
 	// Counted and stamped before snap is shared: only this goroutine counts.
 	f.counts.services.Add(services)
 	f.counts.endpoints.Add(endpoints)
-	snap.SetChanges(f.counts.load())
-	f.snap = snap
+	f.snap = snap.With(service.WithChanges(f.counts.load()))
 	return max(n, 1) // the first Snapshot is news even when it is empty
 }
 
 // changes counts the Services that differ between two Snapshots (old may be
 // nil), plus one if their validation errors differ, plus one if this node's
-// Node differs: n. Of the Services that differ, it also counts those whose
+// Node differs, plus one if the namespaces or the pods' addresses differ: n. Of the Services that differ, it also counts those whose
 // spec differs (added and removed ones among them) and those whose endpoints
 // differ: the file's Service and endpoint changes, as the informers' events
 // would count them had each changed object been written once.
@@ -382,6 +381,9 @@ func changes(old, cur *service.Snapshot) (n int, services, endpoints uint64) {
 		n++
 	}
 	if !reflect.DeepEqual(old.Node(), cur.Node()) {
+		n++
+	}
+	if !reflect.DeepEqual(old.Namespaces(), cur.Namespaces()) || !reflect.DeepEqual(old.PodIPs(), cur.PodIPs()) {
 		n++
 	}
 	return n, services, endpoints

@@ -125,3 +125,32 @@ func (n *nodeTracker) get() *service.Node {
 	defer n.mu.Unlock()
 	return n.node
 }
+
+// podTracker is the event handler of the Pod informer: a pod's status
+// changes often (conditions, container states) and the Snapshot holds only
+// its address, so an update is a change only when that is.
+type podTracker struct{ changes *changeTracker }
+
+var _ cache.ResourceEventHandler = podTracker{}
+
+func (p podTracker) OnAdd(any, bool) { p.changes.changed() }
+func (p podTracker) OnDelete(any)    { p.changes.changed() }
+
+func (p podTracker) OnUpdate(old, cur any) {
+	o, ok1 := old.(*cachedPod)
+	c, ok2 := cur.(*cachedPod)
+	if !ok1 || !ok2 || o.ip != c.ip || o.has != c.has {
+		p.changes.changed()
+	}
+}
+
+// namespaceTracker is the event handler of the Namespace informer: a
+// Snapshot holds namespaces' names only, so only an add or a delete is a
+// change (an update of labels or status is not).
+type namespaceTracker struct{ changes *changeTracker }
+
+var _ cache.ResourceEventHandler = namespaceTracker{}
+
+func (n namespaceTracker) OnAdd(any, bool)   { n.changes.changed() }
+func (n namespaceTracker) OnDelete(any)      { n.changes.changed() }
+func (n namespaceTracker) OnUpdate(_, _ any) {}

@@ -22,9 +22,10 @@ import (
 
 // ErrUnsupportedKind is wrapped by the DocumentError of a document whose kind is
 // not one of the three that make up Services (v1 Service, discovery.k8s.io/v1
-// EndpointSlice, v1 Endpoints) nor a v1 Node (this node's labels and state).
-// Such a document is skipped; the others still load.
-var ErrUnsupportedKind = errors.New("unsupported kind (want v1 Service, discovery.k8s.io/v1 EndpointSlice, v1 Endpoints or v1 Node)")
+// EndpointSlice, v1 Endpoints), nor a v1 Node (this node's labels and state),
+// nor a v1 Namespace or v1 Pod (what clusterdns reads beside Services, as
+// CoreDNS does). Such a document is skipped; the others still load.
+var ErrUnsupportedKind = errors.New("unsupported kind (want v1 Service, discovery.k8s.io/v1 EndpointSlice, v1 Endpoints, v1 Node, v1 Namespace or v1 Pod)")
 
 // DocumentError is a document (or an item of a List) of a manifests file that
 // did not load. Its text reads "services.yaml:12: v1 Service default/web: ...".
@@ -54,12 +55,15 @@ var supported = map[schema.GroupVersionKind]bool{
 	v1.SchemeGroupVersion.WithKind("Endpoints"):              true,
 	discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"): true,
 	v1.SchemeGroupVersion.WithKind("Node"):                   true,
+	v1.SchemeGroupVersion.WithKind("Namespace"):              true,
+	v1.SchemeGroupVersion.WithKind("Pod"):                    true,
 }
 
 // clusterScoped are the supported kinds that live in no namespace: they get
 // none by default, and are named without one.
 var clusterScoped = map[schema.GroupVersionKind]bool{
-	v1.SchemeGroupVersion.WithKind("Node"): true,
+	v1.SchemeGroupVersion.WithKind("Node"):      true,
+	v1.SchemeGroupVersion.WithKind("Namespace"): true,
 }
 
 // typedLists are the list kinds whose items may omit apiVersion and kind, as
@@ -69,6 +73,8 @@ var typedLists = map[schema.GroupVersionKind]schema.GroupVersionKind{
 	v1.SchemeGroupVersion.WithKind("EndpointsList"):              v1.SchemeGroupVersion.WithKind("Endpoints"),
 	discoveryv1.SchemeGroupVersion.WithKind("EndpointSliceList"): discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice"),
 	v1.SchemeGroupVersion.WithKind("NodeList"):                   v1.SchemeGroupVersion.WithKind("Node"),
+	v1.SchemeGroupVersion.WithKind("NamespaceList"):              v1.SchemeGroupVersion.WithKind("Namespace"),
+	v1.SchemeGroupVersion.WithKind("PodList"):                    v1.SchemeGroupVersion.WithKind("Pod"),
 }
 
 // The manifests are read with encoding/json/v2 (its mirror for Go 1.26,

@@ -155,9 +155,9 @@ func TestLoadManifests(t *testing.T) {
 		errs: []string{"f.yaml:1: v1 Node node-a: metadata.labels.topology.kubernetes.io/zone: cannot unmarshal"},
 	}, {
 		name: "list item error names the item",
-		data: `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Service","metadata":{"name":"a"}},{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}]}`,
+		data: `{"apiVersion":"v1","kind":"List","items":[{"apiVersion":"v1","kind":"Service","metadata":{"name":"a"}},{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"p"}}]}`,
 		want: "Service default/a",
-		errs: []string{"f.yaml:1: items[1]: v1 Pod default/p: unsupported kind"}, usable: true,
+		errs: []string{"f.yaml:1: items[1]: v1 ConfigMap default/p: unsupported kind"}, usable: true,
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

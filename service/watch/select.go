@@ -25,6 +25,9 @@ type selection struct {
 	// proxiedOnly is Config.ProxiedOnly: leave out what a service proxy
 	// does not serve (kube-proxy's selectors, below).
 	proxiedOnly bool
+	// namespaces and pods are Config.Namespaces and Config.Pods: the
+	// Snapshot carries the namespaces, and the pods' addresses.
+	namespaces, pods bool
 }
 
 // kube-proxy's selectors, as ProxyServer.Run (k8s.io/kubernetes v1.37.2,

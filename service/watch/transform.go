@@ -1,6 +1,7 @@
 package watch
 
 import (
+	"net/netip"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -9,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -47,6 +49,18 @@ type cachedNode struct {
 	obj *service.Node
 }
 
+// cachedNamespace is what the Namespace informer keeps of a Namespace: its
+// name (in cacheMeta).
+type cachedNamespace struct{ cacheMeta }
+
+// cachedPod is what the Pod informer keeps of a Pod: the address CoreDNS
+// knows it by (service.PodIP), if it has one.
+type cachedPod struct {
+	cacheMeta
+	ip  netip.Addr
+	has bool
+}
+
 // compact is the informers' transform: a *v1.Service becomes a
 // *cachedService, an *discoveryv1.EndpointSlice a *cachedSlice, a *v1.Node a
 // *cachedNode. Anything else, a tombstone or an object already converted, is
@@ -61,6 +75,11 @@ func compact(obj any) (any, error) {
 		return compactSlice(o), nil
 	case *v1.Node:
 		return &cachedNode{cacheMeta: metaOf(&o.ObjectMeta), obj: service.ConvertNode(o)}, nil
+	case *v1.Namespace:
+		return &cachedNamespace{cacheMeta: metaOf(&o.ObjectMeta)}, nil
+	case *v1.Pod:
+		ip, has := service.PodIP(o)
+		return &cachedPod{cacheMeta: metaOf(&o.ObjectMeta), ip: ip, has: has}, nil
 	}
 	return obj, nil
 }
@@ -83,10 +102,41 @@ func compactSlice(es *discoveryv1.EndpointSlice) *cachedSlice {
 func (*cachedService) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 func (*cachedSlice) GetObjectKind() schema.ObjectKind   { return schema.EmptyObjectKind }
 func (*cachedNode) GetObjectKind() schema.ObjectKind    { return schema.EmptyObjectKind }
+func (*cachedNamespace) GetObjectKind() schema.ObjectKind {
+	return schema.EmptyObjectKind
+}
+func (*cachedPod) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 func (c *cachedService) DeepCopyObject() runtime.Object { d := *c; return &d }
 func (c *cachedSlice) DeepCopyObject() runtime.Object   { d := *c; return &d }
 func (c *cachedNode) DeepCopyObject() runtime.Object    { d := *c; return &d }
+func (c *cachedNamespace) DeepCopyObject() runtime.Object {
+	d := *c
+	return &d
+}
+func (c *cachedPod) DeepCopyObject() runtime.Object { d := *c; return &d }
+
+// namespacesOf is the set of the names a Namespace informer's cache holds.
+func namespacesOf(store cache.Store) service.Namespaces {
+	keys := store.ListKeys()
+	ns := make(service.Namespaces, len(keys))
+	for _, k := range keys {
+		ns[k] = struct{}{} // a cluster-scoped object's key is its name
+	}
+	return ns
+}
+
+// podIPsOf indexes the addresses a Pod informer's cache holds.
+func podIPsOf(store cache.Store) service.PodIPs {
+	items := store.List()
+	pods := make(service.PodIPs, len(items))
+	for _, it := range items {
+		if p, ok := it.(*cachedPod); ok && p.has {
+			pods[p.ip] = append(pods[p.ip], p.namespace)
+		}
+	}
+	return pods
+}
 
 // ours returns the annotations svcproxy reads (nil if none): a Service keeps
 // its annotations, and kubectl apply's last-applied-configuration alone is

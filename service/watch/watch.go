@@ -68,6 +68,14 @@ type Config struct {
 	// clusterdns must not: it serves headless Services, and the names of
 	// Services that another proxy carries.
 	ProxiedOnly bool
+	// Namespaces and Pods are what clusterdns reads beside Services, as
+	// CoreDNS's kubernetes plugin does: every Snapshot carries the names of
+	// the cluster's namespaces (service.Snapshot.Namespaces), and with Pods
+	// the addresses of its pods (Snapshot.PodIPs, for "pods verified").
+	// From the API server, an informer each; from a manifests file, its
+	// Namespace and Pod documents (and every object's namespace). A pod's
+	// update that keeps its address publishes nothing new.
+	Namespaces, Pods bool
 
 	// Logger receives parse errors of the file, validation errors of objects
 	// (each distinct error once) and source events. nil means slog.Default().
@@ -119,7 +127,7 @@ func newWatcher(cfg Config, lw *listWatchers) (*Watcher, error) {
 	if cfg.ResyncPeriod < cfg.MinSyncPeriod {
 		return nil, fmt.Errorf("resync period %v is shorter than min sync period %v", cfg.ResyncPeriod, cfg.MinSyncPeriod)
 	}
-	sel := selection{nodeName: cfg.NodeName, proxiedOnly: cfg.ProxiedOnly}
+	sel := selection{nodeName: cfg.NodeName, proxiedOnly: cfg.ProxiedOnly, namespaces: cfg.Namespaces, pods: cfg.Pods}
 	w := &Watcher{cfg: cfg, log: cfg.Logger, tracker: newChangeTracker(), reported: make(map[string]bool)}
 	if w.log == nil {
 		w.log = slog.Default()
@@ -269,6 +277,22 @@ func (w *Watcher) Run(ctx context.Context) error {
 		synced = append(synced, nodeSynced)
 	}
 
+	var nsInf, podInf cache.SharedIndexInformer
+	if w.api.namespaces != nil {
+		var synced1 cache.DoneChecker
+		if nsInf, synced1, err = newInformer(w.api.namespaces, &v1.Namespace{}, namespaceTracker{w.tracker}); err != nil {
+			return err
+		}
+		synced = append(synced, synced1)
+	}
+	if w.api.pods != nil {
+		var synced1 cache.DoneChecker
+		if podInf, synced1, err = newInformer(w.api.pods, &v1.Pod{}, podTracker{w.tracker}); err != nil {
+			return err
+		}
+		synced = append(synced, synced1)
+	}
+
 	w.log.Info("waiting for informers to sync", "source", w.source)
 	// WaitFor wakes when all are done; WaitForCacheSync would poll every 100 ms.
 	if !cache.WaitFor(ctx, "", synced...) {
@@ -281,17 +305,21 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.loop(ctx, func() *service.Snapshot {
 		// Read before the caches: the Snapshot holds at least these changes.
 		services, endpoints := w.tracker.counts.load()
-		snap := join(svcInf.GetStore(), sliceInf.GetStore())
-		snap.SetNode(node.get())
-		snap.SetChanges(services, endpoints)
-		return snap
+		opts := []service.SnapshotOption{service.WithNode(node.get()), service.WithChanges(services, endpoints)}
+		if nsInf != nil {
+			opts = append(opts, service.WithNamespaces(namespacesOf(nsInf.GetStore())))
+		}
+		if podInf != nil {
+			opts = append(opts, service.WithPodIPs(podIPsOf(podInf.GetStore())))
+		}
+		return join(svcInf.GetStore(), sliceInf.GetStore(), opts...)
 	})
 	return nil
 }
 
 // join is the Snapshot of the informers' caches, which hold converted
 // objects only (see compact).
-func join(services, slices cache.Store) *service.Snapshot {
+func join(services, slices cache.Store, opts ...service.SnapshotOption) *service.Snapshot {
 	items := services.List()
 	svcs := make([]*service.ServiceObject, 0, len(items))
 	for _, it := range items {
@@ -306,7 +334,7 @@ func join(services, slices cache.Store) *service.Snapshot {
 			ess = append(ess, c.obj)
 		}
 	}
-	return service.Join(svcs, ess, nil)
+	return service.Join(svcs, ess, nil, opts...)
 }
 
 // noIndexes: the caches are only ever listed whole (a Snapshot is built from

@@ -178,7 +178,7 @@ func TestMaxConcurrent(t *testing.T) {
 		t.Errorf("a third concurrent query: want REFUSED:\n%s", out)
 	}
 	wg.Wait()
-	if m := l.metric(t, "clusterdns_forward_max_concurrent_rejects_total"); m != "clusterdns_forward_max_concurrent_rejects_total 1" {
+	if m := l.metric(t, "coredns_forward_max_concurrent_rejects_total"); m != "coredns_forward_max_concurrent_rejects_total 1" {
 		t.Errorf("rejects metric: %q", m)
 	}
 }

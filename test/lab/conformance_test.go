@@ -12,6 +12,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/kapitest"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/cluster"
 )
 
 // conformanceMode is the one mode `make test` runs Kubernetes' conformance
@@ -38,7 +39,7 @@ var summaryLine = regexp.MustCompile(`(?m)^([0-9]+) passed, ([0-9]+) failed, ([0
 // says so. It fails on any failed e2e test, and on a skipped one: none of the
 // focused tests needs more than the lab's one node.
 func TestConformance(t *testing.T) {
-	netnstest.RequireRoot(t, append(lab.DemoTools, lab.RealNodeTools...)...)
+	netnstest.RequireRoot(t, append(lab.DemoTools, cluster.NodeTools...)...)
 	bins := kapitest.ConformanceBinaries(t) // skips, with advice, without `make conformance-bins`
 	bin := build(t)
 	buildImages(t, bin, images.Config{Agnhost: bins.Agnhost}, images.All())

@@ -13,6 +13,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/kapitest"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/pods"
 )
 
 // followTimeout bounds how long the lab may take to follow a change: the
@@ -47,19 +48,19 @@ func (c *cpLab) answers(target string, n int) ([]string, int) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tally, err := c.l.Traffic(ctx, lab.TrafficOptions{Target: target, N: n})
+	tally, err := c.l.Traffic(ctx, pods.TrafficOptions{Target: target, N: n})
 	if err != nil && tally == nil {
 		c.t.Fatalf("traffic %s: %v", target, err)
 	}
 	if tally == nil {
 		return nil, n
 	}
-	var pods []string
+	var names []string
 	for _, p := range tally.Pods {
-		pods = append(pods, p.Pod)
+		names = append(names, p.Pod)
 	}
-	sort.Strings(pods)
-	return pods, tally.Failed
+	sort.Strings(names)
+	return names, tally.Failed
 }
 
 // dig returns the addresses a name resolves to from the client, sorted:
@@ -87,19 +88,20 @@ func (c *cpLab) eventually(what string, cond func() (bool, string)) time.Duratio
 	}
 }
 
-// servedBy is a condition: every request to target answered, by exactly pods.
-func (c *cpLab) servedBy(target string, n int, pods ...string) func() (bool, string) {
+// servedBy is a condition: every request to target answered, by exactly the
+// pods want.
+func (c *cpLab) servedBy(target string, n int, want ...string) func() (bool, string) {
 	return func() (bool, string) {
 		got, failed := c.answers(target, n)
-		return failed == 0 && slices.Equal(got, pods), fmt.Sprintf("answers from %v, %d failed", got, failed)
+		return failed == 0 && slices.Equal(got, want), fmt.Sprintf("answers from %v, %d failed", got, failed)
 	}
 }
 
 // servedBy6 is servedBy over IPv6: target's name resolved to its AAAA.
-func (c *cpLab) servedBy6(target string, n int, pods ...string) func() (bool, string) {
+func (c *cpLab) servedBy6(target string, n int, want ...string) func() (bool, string) {
 	return func() (bool, string) {
-		got, _, failed := c.tally(lab.TrafficOptions{Target: target, N: n, IPv6: true})
-		return failed == 0 && slices.Equal(got, pods), fmt.Sprintf("answers from %v, %d failed", got, failed)
+		got, _, failed := c.tally(pods.TrafficOptions{Target: target, N: n, IPv6: true})
+		return failed == 0 && slices.Equal(got, want), fmt.Sprintf("answers from %v, %d failed", got, failed)
 	}
 }
 
@@ -220,7 +222,7 @@ func checkLabRBAC(c *cpLab) {
 	as := func(user string, args ...string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		out, _ := svclab(ctx, c.bin, append([]string{"kubectl", "--kubeconfig", c.l.KubeconfigPath(user)}, args...)...)
+		out, _ := svclab(ctx, c.bin, append([]string{"kubectl", "--kubeconfig", c.l.Cluster().KubeconfigPath(user)}, args...)...)
 		return strings.TrimSpace(out)
 	}
 	for _, user := range []string{"svcproxy", "clusterdns"} {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/pods"
 )
 
 // TestDualStackLab builds the file-fed lab, which is dual-stack, and checks
@@ -85,7 +86,7 @@ func TestDualStackLab(t *testing.T) {
 			} {
 				// The kernel paths pick at random: in 30 requests each of
 				// three pods answers but for a chance of 3·(2/3)^30, 1 in 65,000.
-				pods, saw, failed := c.tally(lab.TrafficOptions{Target: tc.target, IPv6: tc.ipv6, From: tc.from, N: 30})
+				pods, saw, failed := c.tally(pods.TrafficOptions{Target: tc.target, IPv6: tc.ipv6, From: tc.from, N: 30})
 				sawOK := !tc.saw.IsValid() || slices.Equal(saw, []netip.Addr{tc.saw})
 				if failed > 0 || !slices.Equal(pods, web) || !sawOK {
 					t.Errorf("%s (ipv6 %t) from %s: answers from %v, pods saw %v, %d failed; want %v, who saw %s",
@@ -95,7 +96,7 @@ func TestDualStackLab(t *testing.T) {
 			// web is SingleStack IPv4: no IPv6 ClusterIP to resolve.
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			if _, err := l.Traffic(ctx, lab.TrafficOptions{Target: "web", IPv6: true, N: 1}); err == nil || !strings.Contains(err.Error(), "resolve web (ip6)") {
+			if _, err := l.Traffic(ctx, pods.TrafficOptions{Target: "web", IPv6: true, N: 1}); err == nil || !strings.Contains(err.Error(), "resolve web (ip6)") {
 				t.Errorf("traffic --ipv6 web: %v, want a failed lookup", err)
 			}
 		})
@@ -104,7 +105,7 @@ func TestDualStackLab(t *testing.T) {
 
 // tally sends the requests of opts and returns which pods answered and the
 // client addresses they saw, both sorted, and how many requests failed.
-func (c *cpLab) tally(opts lab.TrafficOptions) ([]string, []netip.Addr, int) {
+func (c *cpLab) tally(opts pods.TrafficOptions) ([]string, []netip.Addr, int) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -112,15 +113,15 @@ func (c *cpLab) tally(opts lab.TrafficOptions) ([]string, []netip.Addr, int) {
 	if tally == nil {
 		c.t.Fatalf("traffic %s: %v", opts.Target, err)
 	}
-	var pods []string
+	var names []string
 	for _, p := range tally.Pods {
-		pods = append(pods, p.Pod)
+		names = append(names, p.Pod)
 	}
-	sort.Strings(pods)
+	sort.Strings(names)
 	saw := tally.Sources()
 	slices.SortFunc(saw, func(a, b netip.Addr) int { return a.Compare(b) })
 	if err != nil && tally.Failed == 0 {
 		c.t.Fatalf("traffic %s: %v", opts.Target, err)
 	}
-	return pods, saw, tally.Failed
+	return names, saw, tally.Failed
 }

@@ -85,7 +85,7 @@ func runImage(c *cpLab) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := c.l.StopProxy(ctx); err != nil {
+	if err := c.l.Cluster().Daemons().StopProxy(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// A container as a runtime makes one, in the node's network namespace: a

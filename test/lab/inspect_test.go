@@ -13,6 +13,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/pods"
 )
 
 // TestInspect drives `svclab rules`, `svclab trace` and `svclab conntrack`
@@ -204,25 +205,25 @@ func inspectUserspace(c *cpLab) {
 
 // sawFrom sends n requests to target from lab host from and returns which
 // pods answered and which client addresses they saw, each sorted.
-func (c *cpLab) sawFrom(from, target string, n int) (pods, sources []string) {
+func (c *cpLab) sawFrom(from, target string, n int) (names, sources []string) {
 	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	tally, err := c.l.Traffic(ctx, lab.TrafficOptions{Target: target, N: n, From: from})
+	tally, err := c.l.Traffic(ctx, pods.TrafficOptions{Target: target, N: n, From: from})
 	if err != nil {
 		c.t.Fatalf("traffic --from %s %s: %v", from, target, err)
 	}
 	for _, p := range tally.Pods {
-		pods = append(pods, p.Pod)
+		names = append(names, p.Pod)
 		for _, a := range p.Sources {
 			if !slices.Contains(sources, a.String()) {
 				sources = append(sources, a.String())
 			}
 		}
 	}
-	slices.Sort(pods)
+	slices.Sort(names)
 	slices.Sort(sources)
-	return pods, sources
+	return names, sources
 }
 
 // fromOutside: the outside host is beyond the cluster's range, so its
@@ -339,7 +340,7 @@ func promotionTimeline(c *cpLab) {
 			t.Errorf("second %d: %d requests failed during the promotion", r[0], r[3])
 		}
 	}
-	status, err := c.l.NodeGet(t.Context(), "/status")
+	status, err := c.l.Cluster().Daemons().NodeGet(t.Context(), "/status")
 	if err != nil || !strings.Contains(status, "default/web:http") {
 		t.Fatalf("svcproxy /status: %v\n%s", err, status)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/internal/nsenter"
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/cluster"
 )
 
 // TestRealNode brings up the lab with a real node (svclab up --kubelet):
@@ -40,7 +41,7 @@ import (
 // processes. It logs the time to Ready and the kubelet's and containerd's
 // resident memory.
 func TestRealNode(t *testing.T) {
-	netnstest.RequireRoot(t, append(lab.DemoTools, lab.RealNodeTools...)...)
+	netnstest.RequireRoot(t, append(lab.DemoTools, cluster.NodeTools...)...)
 	kapitest.NodeBinaries(t) // skips, with advice, when `make node-bins` has not built them
 	bin := build(t)
 	buildImages(t, bin, images.Config{}, images.All()[:1])
@@ -63,7 +64,7 @@ func TestRealNode(t *testing.T) {
 	c.svclab("kubectl", "wait", "--for=condition=Ready", "pod/probe", "--timeout=2m")
 	var pod corev1.Pod
 	getJSON(c, &pod, "get", "pod", "probe")
-	netns, err := l.PodNetNS(string(pod.UID))
+	netns, err := l.Cluster().PodNetNS(string(pod.UID))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/pods"
 )
 
 // svclab up --mode socklb runs svcproxy's socket LB attached at the lab's
@@ -54,9 +55,9 @@ func TestModeSocketLB(t *testing.T) {
 	}
 
 	c.svclab("conntrack", "--flush")
-	pods, sources, failed := c.tally(lab.TrafficOptions{Target: "web", N: 30})
-	if failed != 0 || !slices.Equal(pods, []string{"web-0", "web-1", "web-2"}) {
-		t.Errorf("30 connections to web from the client: pods %v, %d failed; want web-0, web-1 and web-2, none failed", pods, failed)
+	names, sources, failed := c.tally(pods.TrafficOptions{Target: "web", N: 30})
+	if failed != 0 || !slices.Equal(names, []string{"web-0", "web-1", "web-2"}) {
+		t.Errorf("30 connections to web from the client: pods %v, %d failed; want web-0, web-1 and web-2, none failed", names, failed)
 	}
 	if !slices.Equal(sources, []netip.Addr{client.Addr}) {
 		t.Errorf("the pods saw %v, want the client's own address %s", sources, client.Addr)
@@ -66,14 +67,14 @@ func TestModeSocketLB(t *testing.T) {
 	}
 	// UDP (sendmsg/recvmsg: the answers must come from the Service address,
 	// or the probe's socket would not take them) and IPv6 (connect6).
-	for _, opts := range []lab.TrafficOptions{
+	for _, opts := range []pods.TrafficOptions{
 		{Target: "udp://echo:7", N: 30},
 		{Target: "web-dual", N: 30, IPv6: true},
 		{Target: "udp://web-dual:7", N: 30, IPv6: true},
 	} {
-		pods, _, failed := c.tally(opts)
-		if failed != 0 || !slices.Equal(pods, []string{"web-0", "web-1", "web-2"}) {
-			t.Errorf("30 requests to %s (IPv6 %v): pods %v, %d failed; want web-0, web-1 and web-2, none failed", opts.Target, opts.IPv6, pods, failed)
+		names, _, failed := c.tally(opts)
+		if failed != 0 || !slices.Equal(names, []string{"web-0", "web-1", "web-2"}) {
+			t.Errorf("30 requests to %s (IPv6 %v): pods %v, %d failed; want web-0, web-1 and web-2, none failed", opts.Target, opts.IPv6, names, failed)
 		}
 	}
 	if n := c.conntrackTo("198.18.0.30") + c.conntrackTo("2001:db8:18::24"); n != 0 {
@@ -101,7 +102,7 @@ func TestModeSocketLB(t *testing.T) {
 		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		tally, err := l.Traffic(ctx, lab.TrafficOptions{Target: "web", N: 60, Rate: 20})
+		tally, err := l.Traffic(ctx, pods.TrafficOptions{Target: "web", N: 60, Rate: 20})
 		if err != nil && tally == nil {
 			t.Errorf("traffic: %v", err)
 			return
@@ -182,7 +183,7 @@ func TestHybridSocketLB(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		tally, err := l.Traffic(ctx, lab.TrafficOptions{Target: "web", N: n, Rate: rate, Hold: hold})
+		tally, err := l.Traffic(ctx, pods.TrafficOptions{Target: "web", N: n, Rate: rate, Hold: hold})
 		if tally == nil {
 			t.Fatalf("traffic: %v", err)
 		}

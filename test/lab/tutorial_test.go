@@ -16,6 +16,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/tutorial"
 	"github.com/svcproxy/svcproxy/kernel/ipvs"
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/cluster"
 )
 
 // tutorials is where the course lives, from this package's directory.
@@ -60,7 +61,7 @@ func TestTutorials(t *testing.T) {
 				case "kubelet":
 					// A real node: its programs (or a skip naming
 					// `make node-bins`) and its images next to svclab.
-					netnstest.RequireRoot(t, lab.RealNodeTools...)
+					netnstest.RequireRoot(t, cluster.NodeTools...)
 					kapitest.NodeBinaries(t)
 					buildImages(t, bin, images.Config{}, images.All()[:1])
 				}

@@ -19,6 +19,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/lab"
 	"github.com/svcproxy/svcproxy/lab/topology"
+	"github.com/svcproxy/svcproxy/lab/views"
 )
 
 // Where TestWebPage leaves its picture of the page (paths from test/lab,
@@ -71,7 +72,7 @@ func TestWebPage(t *testing.T) {
 	if web == nil || web.Path != "userspace" || len(web.Endpoints) != 3 {
 		t.Fatalf("/api/state: default/web:http is %+v, want 3 endpoints in userspace before any traffic", web)
 	}
-	var rep lab.TraceReport
+	var rep views.TraceReport
 	if code := getJSONURL(t, url+"api/trace?from=client&service=web", &rep); code != http.StatusOK || len(rep.Hops) == 0 {
 		t.Fatalf("/api/trace: %d %+v, want hops", code, rep)
 	}
@@ -213,12 +214,12 @@ func startWeb(t *testing.T, bin string) string {
 
 // webState is what the test reads of /api/state.
 type webState struct {
-	Hosts    []topology.HostRow `json:"hosts"`
-	Services *lab.ServicesView  `json:"services"`
-	Error    string             `json:"error"`
+	Hosts    []topology.HostRow  `json:"hosts"`
+	Services *views.ServicesView `json:"services"`
+	Error    string              `json:"error"`
 }
 
-func (s *webState) port(name string) *lab.ServicePortView {
+func (s *webState) port(name string) *views.ServicePortView {
 	if s.Services == nil {
 		return nil
 	}

@@ -6,7 +6,9 @@
 //
 // It builds svcproxy and clusterdns static (CGO_ENABLED=0) and puts them, with
 // the netfilter tools of this machine's Debian packages, on an empty base;
-// see package image.
+// see package image. The archive holds two names for that root filesystem:
+// svcproxy.test/svcproxy:dev starts svcproxy, svcproxy.test/clusterdns:dev
+// clusterdns (image.ClusterDNS), for kubeadm's coredns Deployment.
 package main
 
 import (
@@ -47,10 +49,17 @@ func run(out, ref string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	if err := image.WriteArchive(out, img, ref); err != nil {
+	dns, err := image.ClusterDNS(img)
+	if err != nil {
 		return err
 	}
-	return report(out, img, ref)
+	if err := image.WriteImages(out, image.Named{Ref: ref, Image: img}, image.Named{Ref: image.ClusterDNSRef, Image: dns}); err != nil {
+		return err
+	}
+	if err := report(out, img, ref); err != nil {
+		return err
+	}
+	return report(out, dns, image.ClusterDNSRef)
 }
 
 // report says what was written: the name, the digest and the sizes.

@@ -1,0 +1,246 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/svcproxy/svcproxy/lab/topology"
+)
+
+// Node is one real node of the lab: a network namespace, and a mount
+// namespace of its own where its containerd and its kubelet run, with the
+// lab's directories as /run, /var/lib and /var/log. Everything that makes
+// one node unlike another is a field here (its name and address, its pod
+// range, its directory, its processes' names), so that a cluster can have
+// several; Nodes makes the one the lab runs today, the Plan's node.
+type Node struct {
+	// Name is the Node's name (the kubelet's --hostname-override) and its
+	// host's in the Plan.
+	Name string
+	// Addr is the node's address on its links to the lab's hosts: the
+	// kubelet's --node-ip, where the API server reaches it.
+	Addr netip.Addr
+	// Namespace is the node's network namespace.
+	Namespace string
+	// PodCIDR is where its pods get their addresses (the bridge CNI's
+	// host-local range); its first address is the node's, on PodBridge.
+	PodCIDR netip.Prefix
+	// DNS is the cluster DNS Service's address, the kubelet's clusterDNS.
+	DNS netip.Addr
+	// Dir holds what the node keeps: its configuration, the /run,
+	// /var/lib and /var/log of its mount namespace, the namespace's pin.
+	Dir string
+	// StateDir is the lab's state directory, bound back into the node's
+	// /run when it lives there, so that the node sees it where it is.
+	StateDir string
+	// Containerd and Kubelet are its processes' names among the lab's:
+	// their pid files and logs in the state directory.
+	Containerd, Kubelet string
+	// CgroupRoot is its kubelet's cgroupRoot, a directory of that name in
+	// every cgroup hierarchy, where its pods' cgroups go and where Down
+	// finds their processes.
+	CgroupRoot string
+	// Kubeadm says kubeadm makes the node (`svclab up --nodes N`): its
+	// kubelet's configuration is kubeadm's, and its /etc is an overlay of
+	// its own, where kubeadm writes /etc/kubernetes. ControlPlane says it
+	// runs kubeadm's control plane as static pods (kubeadm init, not join).
+	Kubeadm, ControlPlane bool
+}
+
+// Nodes are the lab's real nodes: the kubeadm cluster's when the lab runs
+// one (its node count is in the state), else the Plan's node, whose files
+// are in the state directory's "node", whose processes are "containerd"
+// and "kubelet", under the lab's cgroup root.
+func (c *Cluster) Nodes() []*Node {
+	if st, err := c.net.ReadState(); err == nil && st.Nodes > 0 {
+		return kubeadmNodes(c.net.Plan(), c.net.StateDir(), c.net.Cgroups().Name(), st.Nodes)
+	}
+	return []*Node{planNode(c.net.Plan(), c.net.StateDir(), c.net.Cgroups().Name())}
+}
+
+// everyNode is every node a lab may have run, whatever the state says:
+// the names are fixed, so Down finds what a crashed `svclab up` left.
+func (c *Cluster) everyNode() []*Node {
+	p, dir, root := c.net.Plan(), c.net.StateDir(), c.net.Cgroups().Name()
+	return append([]*Node{planNode(p, dir, root)}, kubeadmNodes(p, dir, root, MaxNodes)[1:]...)
+}
+
+// planNode is the Node of the Plan's node.
+func planNode(p *topology.Plan, stateDir, cgroupRoot string) *Node {
+	return &Node{
+		Name:       p.Node.Name,
+		Addr:       p.Node.Addr,
+		Namespace:  p.Namespace(p.Node.Name),
+		PodCIDR:    p.PodCIDR,
+		DNS:        p.DNS,
+		Dir:        filepath.Join(stateDir, "node"),
+		StateDir:   stateDir,
+		Containerd: "containerd",
+		Kubelet:    "kubelet",
+		CgroupRoot: cgroupRoot,
+	}
+}
+
+// startNode writes n's files, makes its mount namespace, starts its
+// containerd, imports the images, and starts its kubelet.
+func (c *Cluster) startNode(ctx context.Context, n *Node, progs NodePrograms) error {
+	f := n.files()
+	if err := c.writeNodeFiles(n, progs.Runc); err != nil {
+		return err
+	}
+	if err := c.makeNodeMountNS(ctx, n); err != nil {
+		return err
+	}
+	// Pods behind the bridge answer Services' clients over it; only with
+	// br_netfilter do those replies pass the node's conntrack, which undoes
+	// the DNAT (per network namespace on this kernel).
+	if err := topology.Run(ctx, "ip", "netns", "exec", n.Namespace, "sysctl", "-qw",
+		"net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1"); err != nil {
+		return err
+	}
+	if err := c.startContainerd(ctx, n, progs.Images); err != nil {
+		return err
+	}
+	_, _, err := c.net.Start(n.Kubelet, "", n.inNode(progs.Kubelet,
+		"--config="+f.kubelet,
+		"--kubeconfig="+f.kubeconfig,
+		"--hostname-override="+n.Name,
+		// The node's address is on its links to the lab's hosts; the API
+		// server reaches the kubelet there (--kubelet-preferred-address-types).
+		"--node-ip="+n.Addr.String(),
+	), false)
+	return err
+}
+
+// startContainerd starts n's containerd, waits for it to answer, and
+// imports the image archives.
+func (c *Cluster) startContainerd(ctx context.Context, n *Node, images []string) error {
+	f := n.files()
+	ctrd, _, err := c.net.Start(n.Containerd, "", n.inNode(containerdBin, "--config", f.containerd), false)
+	if err != nil {
+		return err
+	}
+	sock := filepath.Join(f.run, strings.TrimPrefix(containerdSocket, "/run/"))
+	if err := c.net.Wait(ctx, n.Containerd, ctrd.Process.Pid, ControlPlaneTimeout, 200*time.Millisecond, func(context.Context) error {
+		return topology.Run(ctx, n.inNode(ctrBin, "--address", containerdSocket, "version")...)
+	}); err != nil {
+		return fmt.Errorf("%w (socket %s)", err, sock)
+	}
+	for _, img := range images {
+		if err := topology.Run(ctx, n.inNode(ctrBin, "--address", containerdSocket, "-n", "k8s.io", "images", "import", "--all-platforms", img)...); err != nil {
+			return fmt.Errorf("import %s: %w", img, err)
+		}
+	}
+	return nil
+}
+
+// inNode is argv run in the node: its network namespace and its mount
+// namespace.
+func (n *Node) inNode(argv ...string) []string {
+	return append([]string{"nsenter", "--mount=" + n.files().pin, "--net=" + filepath.Join(topology.NetnsDir, n.Namespace), "--"}, argv...)
+}
+
+// writeNodeFiles writes the configuration of containerd, the kubelet and
+// CNI, the sysctl files, and makes the directories the node's mount
+// namespace binds, and the cgroup root in every hierarchy.
+func (c *Cluster) writeNodeFiles(n *Node, runc string) error {
+	if err := c.writeRuntimeFiles(n, runc); err != nil {
+		return err
+	}
+	f := n.files()
+	files := map[string]string{
+		f.kubelet: n.kubeletConfig(),
+		filepath.Join(f.cniDir, "10-svclab.conflist"): cniConfig(n.PodCIDR),
+	}
+	for path, body := range files {
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	caPEM, err := os.ReadFile(filepath.Join(c.pkiDir(), "ca.crt"))
+	if err != nil {
+		return err
+	}
+	tok, err := os.ReadFile(filepath.Join(c.pkiDir(), n.Name+".token"))
+	if err != nil {
+		return err
+	}
+	user := "system:node:" + n.Name
+	return writeKubeconfig(f.kubeconfig, apiserverURL, caPEM, user, strings.TrimSpace(string(tok)))
+}
+
+// writeRuntimeFiles writes what every real node has, the kubeadm
+// cluster's too: containerd's configuration (runc is its runc, "" for the
+// one on PATH), the node's resolv.conf, the sysctl files; the directories
+// the node's mount namespace binds, and its cgroup root in every hierarchy.
+func (c *Cluster) writeRuntimeFiles(n *Node, runc string) error {
+	f := n.files()
+	for _, d := range []string{f.run, f.varlib, f.varlog, f.cniDir, f.sysctls, filepath.Dir(f.pin),
+		filepath.Join(f.usrLib, "upper"), filepath.Join(f.usrLib, "work")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if rel, ok := underRun(c.net.StateDir()); ok {
+		if err := os.MkdirAll(filepath.Join(f.run, rel), 0o755); err != nil {
+			return err
+		}
+	}
+	files := map[string]string{
+		f.containerd: f.containerdConfig(runc),
+		f.resolvConf: n.resolvConf(),
+	}
+	for _, s := range kubeletSysctls {
+		files[filepath.Join(f.sysctls, strings.ReplaceAll(s.name, "/", "."))] = s.value + "\n"
+	}
+	for path, body := range files {
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, m := range c.net.Cgroups().Machine() {
+		if err := os.MkdirAll(filepath.Join(m.Point, n.CgroupRoot), 0o755); err != nil {
+			return fmt.Errorf("cgroup root: %w", err)
+		}
+	}
+	return nil
+}
+
+// makeNodeMountNS makes the node's mount namespace and keeps it with a bind
+// mount (the pin), as `ip netns add` keeps a network namespace: the pin's
+// directory is a private mount of its own, or the kernel would refuse to
+// keep a namespace there. Then the mounts of mountCommands, inside it.
+func (c *Cluster) makeNodeMountNS(ctx context.Context, n *Node) error {
+	f := n.files()
+	dir := filepath.Dir(f.pin)
+	if err := os.WriteFile(f.pin, nil, 0o644); err != nil {
+		return err
+	}
+	for _, argv := range [][]string{
+		{"mount", "--bind", dir, dir},
+		{"mount", "--make-private", dir},
+		{"unshare", "--mount=" + f.pin, "--propagation", "private", "true"},
+	} {
+		if err := topology.Run(ctx, argv...); err != nil {
+			return err
+		}
+	}
+	_, err := os.Stat("/lib/modules")
+	cmds := f.mountCommands(c.net.Cgroups().Machine(), n.StateDir, errors.Is(err, fs.ErrNotExist))
+	if n.Kubeadm {
+		cmds = append(cmds, n.kubeadmFiles().etcOverlay())
+	}
+	for _, argv := range cmds {
+		if err := topology.Run(ctx, n.inNode(argv...)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
