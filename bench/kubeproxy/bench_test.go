@@ -52,7 +52,7 @@ const defaultSizes = "1000x10,10000x3,5000x50,40000x3"
 // FULL_SYNC (both proxies' full-sync period, 60s; 0: their own hour),
 // MIN_SYNC (both proxies' minimum sync period, kube-proxy's default 1s),
 // IPTABLES (the iptables backend of both: auto, nft or legacy; run_test.go),
-// SLICE (0.5s) and SLICES (3) of data-path load, KUBE_PROXY and SVCPROXY
+// SLICE (0.5s) and SLICES (4) of data-path load, KUBE_PROXY and SVCPROXY
 // (binaries to use instead of the built ones), LOG_DIR (keep the proxies'
 // logs there), PROFILE_DIR (profile both, Go's pprof and perf: run_test.go).
 func TestCompareKubeProxy(t *testing.T) {
@@ -124,7 +124,7 @@ func TestCompareKubeProxy(t *testing.T) {
 
 // readSettings reads the knobs of TestCompareKubeProxy's environment.
 func readSettings() (settings, error) {
-	st := settings{changes: 200, fullSync: time.Minute, minSync: defaultMinSyncPeriod, dataSlice: 500 * time.Millisecond, slices: 3,
+	st := settings{changes: 200, fullSync: time.Minute, minSync: defaultMinSyncPeriod, dataSlice: 500 * time.Millisecond, slices: 4,
 		warmup: 8 * time.Second, seed: 40, logDir: os.Getenv("LOG_DIR"), profileDir: os.Getenv("PROFILE_DIR"),
 		iptables: cmp.Or(os.Getenv("IPTABLES"), "auto")}
 	var errs []string

@@ -50,10 +50,20 @@ var metrics = []metric{
 	{"peak RSS", func(r runResult) float64 { return float64(r.PeakRSSKiB) }},
 	{"peak RSS with children", func(r runResult) float64 { return float64(r.PeakTreeRSSKiB) }},
 	{"steady RSS", func(r runResult) float64 { return float64(r.SteadyRSSKiB) }},
-	{"new connections/s, first Service", func(r runResult) float64 { return r.ConnPerSec["first"] }},
-	{"new connections/s, last Service", func(r runResult) float64 { return r.ConnPerSec["last"] }},
-	{"keep-alive requests/s, first Service", func(r runResult) float64 { return r.ReqPerSec["first"] }},
-	{"keep-alive requests/s, last Service", func(r runResult) float64 { return r.ReqPerSec["last"] }},
+	{"new connections/s, first Service / direct", func(r runResult) float64 { return overDirect(r.ConnPerSec, "first") }},
+	{"new connections/s, last Service / direct", func(r runResult) float64 { return overDirect(r.ConnPerSec, "last") }},
+	{"keep-alive requests/s, first Service / direct", func(r runResult) float64 { return overDirect(r.ReqPerSec, "first") }},
+	{"keep-alive requests/s, last Service / direct", func(r runResult) float64 { return overDirect(r.ReqPerSec, "last") }},
+}
+
+// overDirect is target's rate over direct's in the same run (0 when either
+// was not measured): a rate with the machine's load of the moment taken
+// out, as a run of one proxy and a run of the other are minutes apart.
+func overDirect(rates map[string]float64, target string) float64 {
+	if rates[target] <= 0 || rates["direct"] <= 0 {
+		return 0
+	}
+	return rates[target] / rates["direct"]
 }
 
 func meanFullSync(r runResult) float64 {
@@ -193,6 +203,8 @@ func format(name string, v float64) string {
 		return "–"
 	case strings.Contains(name, "RSS"):
 		return fmt.Sprintf("%.1f MiB", v/1024)
+	case strings.HasSuffix(name, "/ direct"):
+		return fmt.Sprintf("%.3f", v)
 	case strings.Contains(name, "/s"):
 		return fmt.Sprintf("%.0f", v)
 	case strings.HasSuffix(name, "(s)"):

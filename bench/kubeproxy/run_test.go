@@ -80,7 +80,11 @@ type runResult struct {
 	SteadyRSSKiB   int64 `json:"steady_rss_kib"`
 	PeakTreeRSSKiB int64 `json:"peak_tree_rss_kib"`
 
-	// Data path, per target ("first", "last"): rates over the slices.
+	// Data path, per target ("first", "last", and "direct", the backend
+	// past the node): rates over the slices. A target's rate over
+	// direct's, measured in the same slices, is what the report compares:
+	// the machine's load at the moment, which moves between runs minutes
+	// apart, divides out.
 	ConnPerSec map[string]float64 `json:"conn_per_s"`
 	ReqPerSec  map[string]float64 `json:"req_per_s"`
 	SynRetrans int64              `json:"syn_retrans"`
@@ -381,17 +385,19 @@ func proxyCommand(topo *topology, p proxy, bins programs, st settings, dir, cgro
 }
 
 // dataPath measures new connections/s and keep-alive requests/s to the
-// first and the last Service, in slices that alternate between them.
-// Hybrid first gets load on both for st.warmup, so that both are promoted
-// to its kernel path, as a busy Service would be.
+// first and the last Service, and straight to the backend past the node
+// (direct), in slices that alternate between them. Hybrid first gets load on
+// both Services for st.warmup, so that both are promoted to its kernel
+// path, as a busy Service would be.
 func dataPath(cl *client, sz size, p proxy, st settings, res *runResult) error {
 	targets := []struct{ name, dst string }{
 		{"first", netip.AddrPortFrom(clusterIP(0), servicePort).String()},
 		{"last", netip.AddrPortFrom(clusterIP(sz.services-1), servicePort).String()},
+		{"direct", netip.AddrPortFrom(directBackend.Addr(), targetPort).String()},
 	}
 	if p.mode == "hybrid" && st.warmup > 0 {
 		var chans []<-chan reply
-		for _, tg := range targets {
+		for _, tg := range targets[:2] {
 			ch, err := cl.send(request{Op: "conn", Dst: tg.dst, For: st.warmup})
 			if err != nil {
 				return err
