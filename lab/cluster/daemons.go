@@ -316,5 +316,12 @@ func (d *Daemons) SetModeWith(ctx context.Context, opts ModeOptions) error {
 	if err := d.net.WriteState(st); err != nil {
 		return err
 	}
-	return d.startProxy(ctx, bin, mode)
+	if err := d.startProxy(ctx, bin, mode); err != nil {
+		return err
+	}
+	if st.Kubectl != "" {
+		// The control-plane lab's ConfigMap says what runs (labconfigmap.go).
+		return d.c.syncLabConfigMap(ctx, mode, opts.Offload)
+	}
+	return nil
 }

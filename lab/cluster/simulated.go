@@ -39,6 +39,13 @@ func (c *Cluster) UpSimulated(ctx context.Context, cp ControlPlane, dns, proxy, 
 	if err := c.applyDeploy(ctx, "lab"); err != nil {
 		return err
 	}
+	st, err := c.net.ReadState()
+	if err != nil {
+		return err
+	}
+	if err := c.syncLabConfigMap(ctx, mode, st.Offload); err != nil {
+		return err
+	}
 	if _, err := c.KubectlOut(ctx, strings.NewReader(string(Objects)), "apply", "--server-side", "-f", "-"); err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/svcproxy/svcproxy/internal/kapitest"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/lab"
@@ -150,6 +152,7 @@ func TestControlPlane(t *testing.T) {
 			if mode != "userspace" {
 				c.svclab("mode", mode)
 			}
+			checkLabConfigMap(c, mode)
 			followCluster(c)
 		})
 	}
@@ -248,5 +251,23 @@ func checkLabRBAC(c *cpLab) {
 		if got := as(user, "get", "secrets", "-n", "kube-system"); !strings.Contains(got, "Forbidden") {
 			c.t.Errorf("%s: kubectl get secrets: %q, want Forbidden", user, got)
 		}
+	}
+}
+
+// checkLabConfigMap checks that the ConfigMap kube-system/svcproxy, which
+// a learner of kube-proxy's lessons reads first, says what svcproxy runs
+// with, and that nothing reads it.
+func checkLabConfigMap(c *cpLab, mode string) {
+	c.t.Helper()
+	var cm corev1.ConfigMap
+	getJSON(c, &cm, "-n", "kube-system", "get", "configmap", "svcproxy")
+	want := map[string]string{"mode": mode, "offload": "nftables", "cluster-cidr": "198.19.0.0/17,2001:db8:19::/104"}
+	for k, v := range want {
+		if cm.Data[k] != v {
+			c.t.Errorf("configmap kube-system/svcproxy: %s is %q; svcproxy runs with %q", k, cm.Data[k], v)
+		}
+	}
+	if note := cm.Annotations["svclab.svcproxy.io/not-read"]; !strings.Contains(note, "Nothing reads this ConfigMap") {
+		c.t.Errorf("configmap kube-system/svcproxy: no annotation says that nothing reads it: %v", cm.Annotations)
 	}
 }
