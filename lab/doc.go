@@ -20,6 +20,8 @@
 //	demo      the narrated walk of `make lab`, each step's words a text
 //	          file beside the code that runs it
 //	web       the live page of `svclab web`
+//	exercise  the tutorials' exercises, checked on the lab as svcproxy
+//	          reports it (`svclab check NN`)
 //
 // Lab composes them for cmd/svclab: UpWith makes the lab's cgroups and
 // bpffs and records what runs, then builds the lab of the source it is given

@@ -87,6 +87,8 @@ commands:
                                         their path, endpoints and counters, hybrid's timeline,
                                         a traced packet, controls; on loopback only
                                         (127.0.0.1:8088) unless ADDR says otherwise
+  check NN                              check tutorial NN's exercise on the lab as it is now:
+                                        ok, or what is missing and a hint (exit status 1)
   down                                  remove every namespace, process and file of the lab
   demo [--control-plane=auto|true|false] [--only WORD]
                                         up, a narrated walk through the lab, down; on a
@@ -99,7 +101,7 @@ global flags:
   --kapi DIR    the control plane's programs, and the real node's kubelet and
                 kube-scheduler (default: make kapi's cache)
 
-svclab COMMAND --help says more about pod, rules, trace and conntrack. Every command
+svclab COMMAND --help says more about pod, rules, trace, conntrack and check. Every command
 needs root. svcproxy and clusterdns are looked for next to svclab, then on PATH
 (go build -o bin/ ./cmd/... builds all three).
 `
@@ -207,6 +209,7 @@ var commands = map[string]command{
 	"demo":      {root: true, run: cmdDemo},
 	"kubectl":   {root: true, run: cmdKubectl},
 	"web":       {root: true, run: cmdWeb},
+	"check":     {root: true, run: cmdCheck},
 	// `svclab pod NAME --ready=BOOL` by users; `svclab pod --name NAME ...`,
 	// a pod's server, by svclab itself inside lab hosts.
 	"pod": {run: cmdPod},

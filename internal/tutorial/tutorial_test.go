@@ -188,3 +188,26 @@ func TestPlaceholderIsALowerCaseWord(t *testing.T) {
 		t.Error("other flags in angle brackets matched: they are text, not a value that varies")
 	}
 }
+
+// An exercise's solution follows its `svclab check NN  # fails`, hidden
+// from the reader in comments; anywhere else it is an error.
+func TestParseSolution(t *testing.T) {
+	md := "```sh\nsvclab check 03   # fails: not done yet\n```\n\n```text\nnot yet: ...\n```\n\n<!-- solution: svclab pod web-1 --ready=false -->\n<!-- solution: svclab traffic web -->\n"
+	tut, err := Parse(strings.NewReader(md))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := tut.Commands[0]
+	if !c.Fails || len(c.Solution) != 2 || c.Solution[0] != "svclab pod web-1 --ready=false" || c.Solution[1] != "svclab traffic web" {
+		t.Errorf("parsed %+v, want a failing check with two solution commands", c)
+	}
+	for _, bad := range []string{
+		"<!-- solution: svclab pod web-1 --ready=false -->\n",
+		"```sh\nsvclab traffic web\n```\n<!-- solution: svclab pod web-1 --ready=false -->\n",
+		"```sh\nsvclab check 03\n```\n<!-- solution: svclab pod web-1 --ready=false -->\n",
+	} {
+		if _, err := Parse(strings.NewReader(bad)); err == nil {
+			t.Errorf("Parse(%q): no error", bad)
+		}
+	}
+}

@@ -111,6 +111,28 @@ func runTutorial(t *testing.T, bin, file string, tut *tutorial.Tutorial) {
 		if m, missing := tutorial.Check(c.Expect, out); missing {
 			t.Errorf("%s:%d: %s: output lacks %q (only <marked> parts and \"...\" may differ); the closest line it printed: %q", file, c.Line, c.Text, m.Want, m.Closest)
 		}
+		if len(c.Solution) > 0 {
+			doExercise(t, bin, file, c)
+		}
+	}
+}
+
+// doExercise does an exercise the way its solution says, after its check
+// failed on the lab where it was not done, and checks again: now it must
+// pass and say "ok".
+func doExercise(t *testing.T, bin, file string, c tutorial.Command) {
+	t.Helper()
+	for _, s := range c.Solution {
+		out, err := shell(bin, s)
+		t.Logf("%s:%d: solution: $ %s\n%s", filepath.Base(file), c.Line, s, out)
+		if err != nil {
+			t.Fatalf("%s:%d: the exercise's solution %s: %v", file, c.Line, s, err)
+		}
+	}
+	out, err := shell(bin, c.Text)
+	t.Logf("%s:%d: after the solution: $ %s\n%s", filepath.Base(file), c.Line, c.Text, out)
+	if err != nil || !strings.Contains(out, "\nok: ") {
+		t.Errorf("%s:%d: %s after the exercise's solution: %v; want it to pass, saying ok:\n%s", file, c.Line, c.Text, err, out)
 	}
 }
 
