@@ -33,12 +33,28 @@ func CgroupMounts(r io.Reader) []CgroupMount {
 	return out
 }
 
-// Machine are the machine's cgroup hierarchies, as the machine mounts them:
-// the lab's own cgroup2 mount (cgroup.go) left out.
+// Machine are the machine's cgroup hierarchies, each where the machine
+// first mounts it: the lab's own cgroup2 mount (cgroup.go) left out, and so
+// is another mount of a hierarchy already listed (a test's cgroup2 mount in
+// /tmp, say), which a node's mount namespace has no use for and could not
+// mount again.
 func (c *Cgroups) Machine() []CgroupMount {
 	var out []CgroupMount
-	for _, m := range c.mounts() {
+	for _, m := range firstOfEach(c.mounts()) {
 		if m.Point != c.privateCgroup2() {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// firstOfEach keeps the first mount of each hierarchy (superblock).
+func firstOfEach(mounts []CgroupMount) []CgroupMount {
+	seen := map[string]bool{}
+	var out []CgroupMount
+	for _, m := range mounts {
+		if !seen[m.Dev] {
+			seen[m.Dev] = true
 			out = append(out, m)
 		}
 	}

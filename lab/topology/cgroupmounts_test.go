@@ -20,3 +20,16 @@ func TestCgroupMounts(t *testing.T) {
 		{"cgroup2", "rw", "/sys/fs/cgroup/unified", "/", "0:38"},
 	}, CgroupMounts(strings.NewReader(mountinfo)))
 }
+
+// A hierarchy mounted twice (a test's cgroup2 mount in /tmp) is listed once,
+// where the machine mounts it first.
+func TestFirstOfEach(t *testing.T) {
+	const mountinfo = `32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+90 1 0:38 / /tmp/TestX/002 rw,relatime - cgroup2 cgroup2 rw
+`
+	require.Equal(t, []CgroupMount{
+		{"cgroup", "rw,cpu", "/sys/fs/cgroup/cpu", "/", "0:29"},
+		{"cgroup2", "rw", "/sys/fs/cgroup/unified", "/", "0:38"},
+	}, firstOfEach(CgroupMounts(strings.NewReader(mountinfo))))
+}
