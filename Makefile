@@ -112,7 +112,7 @@ bench: deps build
 	$(GO) test -run '^$$' -bench 'OneServiceChange' -benchtime 500x -count 5 ./offload/socklb/ | \
 		$(GO) run ./bench/fromtest -bench socklb -o docs/benchmarks/socklb.json \
 		-command "go test -run '^$$' -bench 'OneServiceChange' -benchtime 500x -count 5 ./offload/socklb/" \
-		-ratio 'one Service change at 10,000 Services (Proxier.Sync);kernel / Fake, time;OneServiceChange/kernel/services=10000;OneServiceChange/fake/services=10000;ns/op' \
+		-ratio 'one Service change at 10,000 Services (Maps.Sync);kernel / Fake, time;OneServiceChange/kernel/services=10000;OneServiceChange/fake/services=10000;ns/op' \
 		-ratio 'the first sync of all 10,000 Services;kernel / Fake, time;OneServiceChange/kernel/services=10000;OneServiceChange/fake/services=10000;first-sync-ms'
 	$(GO) test -run '^$$' -bench 'DataPath' -benchtime 30x -timeout 30m -v ./bench/socklb/ -args -report $(CURDIR)/docs/benchmarks/socklb-datapath.json
 	$(MAKE) bench-plots

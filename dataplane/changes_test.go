@@ -18,9 +18,7 @@ func TestChangeMetrics(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(c)
 	stamped := func(s, e uint64) *service.Snapshot {
-		snap := service.NewSnapshot(nil, nil)
-		snap.SetChanges(s, e)
-		return snap
+		return service.NewSnapshot(nil, nil, service.WithChanges(s, e))
 	}
 
 	steps := []struct {

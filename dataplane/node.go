@@ -113,6 +113,7 @@ type Host struct {
 	NodePortAddresses NodePortAddresses // --nodeport-addresses
 	ClusterCIDRs      []netip.Prefix    // --cluster-cidr, at most one per family
 	MasqueradeAll     bool              // --masquerade-all
+	MasqueradeBit     int               // the file's masqueradeBit; 0: 14
 }
 
 // Node is h seen by family fam, with what --nodeport-addresses says of fam
@@ -125,7 +126,7 @@ func (h Host) Node(fam service.Family) (node Node, ports NodePorts, err error) {
 	}
 	ports = h.NodePortAddresses.ForFamily(fam, h.IPs, local)
 	node = Node{Family: fam, NodeName: h.Name, NodeIP: h.PrimaryIP(fam), NodePortIPs: ports.Addrs,
-		NoNodePorts: !ports.All && len(ports.Addrs) == 0, MasqueradeAll: h.MasqueradeAll}
+		NoNodePorts: !ports.All && len(ports.Addrs) == 0, MasqueradeAll: h.MasqueradeAll, MasqueradeBit: h.MasqueradeBit}
 	for _, p := range h.ClusterCIDRs {
 		if fam.Has(p.Addr()) {
 			node.ClusterCIDR = p

@@ -79,7 +79,7 @@ func TestSyncerRun(t *testing.T) {
 	}
 }
 
-// Issue 10 point 9: /healthz reports what is applied: a Snapshot that waits
+// /healthz reports what is applied: a Snapshot that waits
 // longer than the bound makes the mode unhealthy, however well earlier syncs
 // went.
 func TestRecordLag(t *testing.T) {
@@ -107,7 +107,7 @@ func TestRecordLag(t *testing.T) {
 	}
 }
 
-// Issue 32 point 3: Lag, what /livez answers, is kube-proxy's
+// Lag, what /livez answers, is kube-proxy's
 // ProxyHealthServer.Health: nothing waits before the first Snapshot, and a
 // failed sync counts only once its Snapshot has waited past the bound; the
 // other conditions of Healthy (/healthz) do not touch it.

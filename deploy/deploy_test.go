@@ -347,7 +347,7 @@ func TestKubeadmPrints(t *testing.T) {
 	defer cancel()
 	bins, err := k8sbin.Build(ctx, k8sbin.Config{KubeProxy: true, CachedOnly: true})
 	if errors.Is(err, k8sbin.ErrNotBuilt) || errors.Is(err, k8sbin.ErrUnavailable) {
-		t.Skipf("needs kubeadm v1.37.2 in the cache: ./test/kapi/build.sh -kube-proxy (%v)", err)
+		t.Skipf("needs kubeadm v1.37.2 in the cache: make cluster-bins (%v)", err)
 	}
 	if err != nil {
 		t.Fatal(err)

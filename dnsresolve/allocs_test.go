@@ -12,7 +12,7 @@ import (
 // The allocations of one answered query, measured at the handler: what
 // ServeDNS costs beyond what miekg/dns's server spends on the message
 // itself (reading the datagram, unpacking the question, the writer). The
-// kinds are the issue's: a Service's A, its AAAA (NODATA: the Service has
+// kinds are what a pod's queries are made of: a Service's A, its AAAA (NODATA: the Service has
 // no IPv6 address), its SRV, a name of the zone that does not exist
 // (NXDOMAIN: a pod's search path makes most questions such), and a name
 // outside the zone that the forwarder's cache answers.

@@ -166,3 +166,13 @@ func jsonField(t reflect.Type, name string) (reflect.StructField, bool) {
 	}
 	return reflect.StructField{}, false
 }
+
+// Encode is cfg as YAML, with its apiVersion and kind, as kube-proxy's
+// --write-config-to writes it (the scheme's YAML serializer).
+func Encode(cfg *v1alpha1.KubeProxyConfiguration) ([]byte, error) {
+	info, ok := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), runtime.ContentTypeYAML)
+	if !ok {
+		return nil, fmt.Errorf("no %s serializer", runtime.ContentTypeYAML)
+	}
+	return runtime.Encode(codecs.EncoderForVersion(info.Serializer, v1alpha1.SchemeGroupVersion), cfg)
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/kube-proxy/config/v1alpha1"
 )
@@ -30,11 +31,16 @@ import (
 // Flags that are no field of the file (--config, --write-config-to,
 // --cleanup, --init-only, --master) keep their meaning either way.
 type Flags struct {
+	// ModeDefaulted, after Complete: the mode was given neither by the file
+	// nor by --proxy-mode, and is kube-proxy's default, iptables.
+	ModeDefaulted bool
+
 	ConfigFile    string // --config
 	WriteConfigTo string // --write-config-to
 	Cleanup       bool   // --cleanup
 	InitOnly      bool   // --init-only
 	Master        string // --master: the API server's URL, over the kubeconfig's
+	Version       bool   // --version: print the version and exit
 
 	cfg              v1alpha1.KubeProxyConfiguration
 	hostnameOverride string
@@ -45,7 +51,8 @@ type Flags struct {
 	masqueradeAll    bool
 	mode             string
 
-	fs *flag.FlagSet
+	fs    *flag.FlagSet
+	names map[string]bool // the flags AddFlags registered
 }
 
 // loggingFlags are the flags Complete copies over a --config file's
@@ -54,16 +61,19 @@ var loggingFlags = []string{"logging-format", "log-flush-frequency", "v", "vmodu
 	"log-text-split-stream", "log-text-info-buffer-size", "log-json-split-stream", "log-json-info-buffer-size"}
 
 // otherFlags are kube-proxy's flags that set no field of the file.
-var otherFlags = []string{"config", "write-config-to", "cleanup", "init-only", "master", "hostname-override"}
+var otherFlags = []string{"config", "write-config-to", "cleanup", "init-only", "master", "hostname-override", "version"}
 
 // AddFlags registers kube-proxy's flags on fs, with kube-proxy's defaults.
 func AddFlags(fs *flag.FlagSet) *Flags {
-	f := &Flags{fs: fs, healthzPort: healthzPort, metricsPort: metricsPort}
+	f := &Flags{fs: fs, healthzPort: healthzPort, metricsPort: metricsPort, names: map[string]bool{}}
+	before := map[string]bool{}
+	fs.VisitAll(func(fl *flag.Flag) { before[fl.Name] = true })
 	Default(&f.cfg)
 	c := &f.cfg
 	fs.StringVar(&f.ConfigFile, "config", "", "The path to the configuration `FILE`, a KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1).")
 	fs.StringVar(&f.WriteConfigTo, "write-config-to", "", "If set, write the configuration in force to this `FILE` and exit.")
 	fs.BoolVar(&f.Cleanup, "cleanup", false, "If true cleanup iptables and ipvs rules and exit.")
+	fs.BoolVar(&f.Version, "version", false, "Print version information and quit.")
 	fs.BoolVar(&f.InitOnly, "init-only", false, "If true, perform any initialization steps that must be done with full root privileges, and then exit.")
 	fs.Var(gateValue{&c.FeatureGates}, "feature-gates", "A set of key=value pairs that describe feature gates for alpha/experimental features. This parameter is ignored if a config file is specified by --config.")
 	fs.StringVar(&c.ClientConnection.Kubeconfig, "kubeconfig", "", "Path to kubeconfig `FILE` with authorization information (the master location can be overridden by the master flag).")
@@ -118,6 +128,7 @@ func AddFlags(fs *flag.FlagSet) *Flags {
 	fs.IntVar(&f.healthzPort, "healthz-port", healthzPort, "DEPRECATED: use --healthz-bind-address. The port to bind the health check server. Use 0 to disable.")
 	fs.IntVar(&f.metricsPort, "metrics-port", metricsPort, "DEPRECATED: use --metrics-bind-address. The port to bind the metrics server. Use 0 to disable.")
 	addLoggingFlags(fs, &c.Logging)
+	fs.VisitAll(func(fl *flag.Flag) { f.names[fl.Name] = !before[fl.Name] })
 	return f
 }
 
@@ -151,12 +162,12 @@ func (f *Flags) Complete() (cfg *v1alpha1.KubeProxyConfiguration, ignoredFlags [
 		}
 		copyLogging(&cfg.Logging, &f.cfg.Logging, given)
 		for _, name := range slices.Sorted(maps.Keys(given)) {
-			if !slices.Contains(loggingFlags, name) && !slices.Contains(otherFlags, name) && f.fs.Lookup(name) != nil {
+			if f.names[name] && !slices.Contains(loggingFlags, name) && !slices.Contains(otherFlags, name) {
 				ignoredFlags = append(ignoredFlags, "--"+name)
 			}
 		}
 	}
-	PlatformDefaults(cfg)
+	f.ModeDefaulted = PlatformDefaults(cfg)
 	// processHostnameOverrideFlag: the flag wins over the file.
 	if f.hostnameOverride != "" {
 		name := strings.TrimSpace(f.hostnameOverride)
@@ -175,35 +186,45 @@ func (f *Flags) fromFlags(given map[string]bool) *v1alpha1.KubeProxyConfiguratio
 	cfg := f.cfg.DeepCopy()
 	cfg.Mode = v1alpha1.ProxyMode(f.mode)
 	// The sync periods and masqueradeAll are one setting each in kube-proxy's
-	// internal configuration, written back to the mode's section.
-	sync, minSync := &cfg.IPTables.SyncPeriod, &cfg.IPTables.MinSyncPeriod
-	masq := &cfg.IPTables.MasqueradeAll
-	if cfg.Mode == ModeNFTables {
-		sync, minSync, masq = &cfg.NFTables.SyncPeriod, &cfg.NFTables.MinSyncPeriod, &cfg.NFTables.MasqueradeAll
+	// internal configuration, written back to the mode's section. Before the
+	// flags, that section has the defaults the internal configuration took
+	// from the iptables section (the mode was not known yet when it was
+	// made): ipvs.minSyncPeriod is 1s here, not 0. svcproxy's own modes
+	// (hybrid, userspace, socklb) read whichever section their kernel path
+	// reads (Options.Section), so the flags go to all three.
+	type section struct {
+		sync, minSync *metav1.Duration
+		masq          *bool
 	}
+	ipt := section{&cfg.IPTables.SyncPeriod, &cfg.IPTables.MinSyncPeriod, &cfg.IPTables.MasqueradeAll}
+	ipvs := section{&cfg.IPVS.SyncPeriod, &cfg.IPVS.MinSyncPeriod, ipt.masq} // ipvs masquerades with iptables' setting
+	nft := section{&cfg.NFTables.SyncPeriod, &cfg.NFTables.MinSyncPeriod, &cfg.NFTables.MasqueradeAll}
+	var sections []section
+	switch cfg.Mode {
+	case ModeNFTables:
+		sections = []section{nft}
+	case ModeIPVS:
+		sections = []section{ipvs}
+	case "", ModeIPTables:
+		sections = []section{ipt}
+	default:
+		sections = []section{ipt, ipvs, nft}
+	}
+	syncFlag, minFlag := "iptables-sync-period", "iptables-min-sync-period"
 	if cfg.Mode == ModeIPVS {
-		sync, minSync = &cfg.IPVS.SyncPeriod, &cfg.IPVS.MinSyncPeriod
+		syncFlag, minFlag = "ipvs-sync-period", "ipvs-min-sync-period"
 	}
-	// Before the flags, the mode's section has the defaults kube-proxy's
-	// internal configuration took from the iptables section (the mode was
-	// not known yet when it was made): ipvs.minSyncPeriod is 1s here, not 0.
-	*sync, *minSync = cfg.IPTables.SyncPeriod, cfg.IPTables.MinSyncPeriod
-	if cfg.Mode == ModeIPVS {
-		if given["ipvs-sync-period"] {
-			sync.Duration = *f.syncPeriods["ipvs-sync-period"]
+	base := cfg.IPTables
+	for _, s := range sections {
+		*s.sync, *s.minSync = base.SyncPeriod, base.MinSyncPeriod
+		if given[syncFlag] {
+			s.sync.Duration = *f.syncPeriods[syncFlag]
 		}
-		if given["ipvs-min-sync-period"] {
-			minSync.Duration = *f.syncPeriods["ipvs-min-sync-period"]
+		if given[minFlag] {
+			s.minSync.Duration = *f.syncPeriods[minFlag]
 		}
-	} else {
-		if given["iptables-sync-period"] {
-			sync.Duration = *f.syncPeriods["iptables-sync-period"]
-		}
-		if given["iptables-min-sync-period"] {
-			minSync.Duration = *f.syncPeriods["iptables-min-sync-period"]
-		}
+		*s.masq = f.masqueradeAll
 	}
-	*masq = f.masqueradeAll
 	if given["cluster-cidr"] {
 		cfg.ClusterCIDR = f.clusterCIDRs
 	}

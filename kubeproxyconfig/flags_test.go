@@ -115,3 +115,18 @@ func TestFlagsRefuse(t *testing.T) {
 		}
 	}
 }
+
+// svcproxy's own modes read the section of their kernel path: the flags
+// reach all three.
+func TestFlagsSvcproxyModes(t *testing.T) {
+	cfg, _ := complete(t, "--proxy-mode=hybrid", "--iptables-sync-period=7s", "--iptables-min-sync-period=2s", "--masquerade-all")
+	o, err := Map(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kernel := range []string{"iptables", "ipvs", "nftables", "socklb"} {
+		if s := o.Section(kernel); s.SyncPeriod != 7*time.Second || s.MinSyncPeriod != 2*time.Second || !s.MasqueradeAll {
+			t.Errorf("hybrid over %s: %+v, want 7s, 2s, masquerade all", kernel, s)
+		}
+	}
+}

@@ -24,6 +24,11 @@ const (
 	ModeHybrid    = "hybrid"
 )
 
+// DefaultedModeWarning is what kube-proxy 1.37 logs (at error level) when its
+// mode was not given and defaulted to iptables (createProxier,
+// cmd/kube-proxy/app/server_linux.go), word for word.
+const DefaultedModeWarning = "No kube-proxy mode specified: defaulting to 'iptables'. Note that in Kubernetes 1.40 the default mode will switch to 'nftables'. If you wish to continue using 'iptables' mode, you must explicitly specify 'mode: iptables' in the kube-proxy config file, or '--proxy-mode iptables' on the kube-proxy command line."
+
 // Options are svcproxy's settings as a KubeProxyConfiguration gives them:
 // what cmd/svcproxy's flags would otherwise say. Fields whose name says a
 // flag take that flag's meaning (docs/operations.md).

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"sort"
@@ -21,6 +22,9 @@ func (l *Lab) Hosts() ([]topology.HostRow, error) {
 		return p.HostRows(fmt.Sprintf("svcproxy --mode %s, clusterdns on :53", st.Mode), p.Hosts), nil
 	}
 	client, _ := p.Host("client")
+	if st.Nodes > 0 {
+		return l.kubeadmHosts(client), nil
+	}
 	if st.RealNode {
 		hosts := []topology.Host{client}
 		if outside, ok := p.Host("outside"); ok {
@@ -47,4 +51,30 @@ func (l *Lab) WriteHosts(w io.Writer) error {
 		return err
 	}
 	return topology.WriteHostRows(w, rows)
+}
+
+// kubeadmHosts are the rows of the kubeadm cluster: the control-plane
+// node, the workers, the client and the outside host, each node with the
+// pod range kube-controller-manager gave it.
+func (l *Lab) kubeadmHosts(client topology.Host) []topology.HostRow {
+	p := l.cfg.Plan
+	ranges := l.cluster.PodRanges(context.Background())
+	pods := func(name string) string {
+		if r, ok := ranges[name]; ok {
+			return fmt.Sprintf("; pods on %s in %s", cluster.PodBridge, r)
+		}
+		return ""
+	}
+	rows := p.HostRows("kubeadm's control plane (etcd, kube-apiserver :6443, kube-controller-manager, kube-scheduler: static pods), containerd, kubelet"+pods(p.Node.Name), nil)
+	for _, h := range l.net.AddedHosts() {
+		if h.Role == topology.RoleNode {
+			rows = append(rows, topology.HostRow{Name: h.Name, Role: h.Role, Namespace: p.Namespace(h.Name),
+				Addr: h.Addr.String(), Addr6: "-", Runs: "containerd, kubelet (kubeadm join)" + pods(h.Name)})
+		}
+	}
+	hosts := []topology.Host{client}
+	if outside, ok := p.Host("outside"); ok {
+		hosts = append(hosts, outside)
+	}
+	return append(rows, p.HostRows("", hosts)[1:]...)
 }

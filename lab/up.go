@@ -23,6 +23,12 @@ type UpOptions struct {
 	// the kubelet and kube-scheduler, with svcproxy and clusterdns as pods
 	// of deploy/realnode (their image's), instead of svclab's processes.
 	RealNode *cluster.NodePrograms
+	// Kubeadm runs the cluster kubeadm makes instead (`svclab up --nodes
+	// N`): Nodes nodes, kubeadm's control plane as static pods on the first,
+	// kube-proxy in Mode (iptables, nftables or ipvs) and CoreDNS as its
+	// pods.
+	Kubeadm *cluster.KubeadmPrograms
+	Nodes   int
 	// Demo records this process as the lab's owner, so that a concurrent
 	// `svclab up` does not pull the lab from under `svclab demo`.
 	Demo bool
@@ -43,11 +49,14 @@ func (l *Lab) Up(ctx context.Context, mode string) error {
 // clusterdns are its pods (Cluster.UpRealNode).
 func (l *Lab) UpWith(ctx context.Context, opts UpOptions) error {
 	mode := opts.Mode
-	if err := cluster.CheckMode(mode); err != nil {
+	if err := cluster.CheckMode(mode); err != nil && opts.Kubeadm == nil {
 		return err
 	}
 	if s, err := l.net.ReadState(); err == nil && s.Demo != 0 && s.Demo != os.Getpid() && topology.Alive(s.Demo) {
 		return fmt.Errorf("svclab demo (pid %d) is using the lab; wait for it to end", s.Demo)
+	}
+	if opts.Kubeadm != nil {
+		return l.upWithKubeadm(ctx, opts)
 	}
 	if opts.RealNode != nil {
 		return l.upWithRealNode(ctx, opts)
@@ -103,6 +112,22 @@ func (l *Lab) upWithRealNode(ctx context.Context, opts UpOptions) error {
 		return err
 	}
 	return l.cluster.UpRealNode(ctx, *opts.ControlPlane, *opts.RealNode, opts.Mode)
+}
+
+// upWithKubeadm is UpWith for the kubeadm cluster: the real kube-proxy
+// and CoreDNS first, in the mode of kube-proxy's ConfigMap.
+func (l *Lab) upWithKubeadm(ctx context.Context, opts UpOptions) error {
+	if err := cluster.CheckKubeProxyMode(opts.Mode); err != nil {
+		return err
+	}
+	if err := l.prepare(ctx); err != nil {
+		return err
+	}
+	st := topology.State{Mode: opts.Mode, Kubectl: opts.Kubeadm.Kubectl, RealNode: true, Nodes: opts.Nodes}
+	if err := l.net.WriteState(st); err != nil {
+		return err
+	}
+	return l.cluster.UpKubeadm(ctx, *opts.Kubeadm, opts.Nodes, opts.Mode)
 }
 
 // prepare removes what a crashed run left behind, and makes the state

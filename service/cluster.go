@@ -52,14 +52,12 @@ func PodIP(pod *v1.Pod) (netip.Addr, bool) {
 // Config.Namespaces).
 func (s *Snapshot) Namespaces() Namespaces { return s.namespaces }
 
-// SetNamespaces records the namespaces in s. Like SetNode, it belongs to
-// building s: call it before s is shared.
-func (s *Snapshot) SetNamespaces(n Namespaces) { s.namespaces = n }
+// WithNamespaces records the cluster's namespaces in the Snapshot.
+func WithNamespaces(n Namespaces) SnapshotOption { return func(s *Snapshot) { s.namespaces = n } }
 
 // PodIPs returns the pods' addresses as the source last saw them, or nil
 // when the source does not follow pods (service/watch's Config.Pods).
 func (s *Snapshot) PodIPs() PodIPs { return s.pods }
 
-// SetPodIPs records the pods' addresses in s. Like SetNode, it belongs to
-// building s: call it before s is shared.
-func (s *Snapshot) SetPodIPs(p PodIPs) { s.pods = p }
+// WithPodIPs records the pods' addresses in the Snapshot.
+func WithPodIPs(p PodIPs) SnapshotOption { return func(s *Snapshot) { s.pods = p } }

@@ -20,7 +20,8 @@ import (
 // its v1.Endpoints object. A slice port is matched to a service port by name, as
 // kube-proxy does: a named targetPort may resolve to a different number in each
 // slice (pods of two versions may name different container ports "http").
-func Build(services []*v1.Service, slices []*discoveryv1.EndpointSlice, endpoints []*v1.Endpoints) *Snapshot {
+// opts give the Snapshot what it carries besides (WithNode, WithChanges).
+func Build(services []*v1.Service, slices []*discoveryv1.EndpointSlice, endpoints []*v1.Endpoints, opts ...SnapshotOption) *Snapshot {
 	svcs := make([]*ServiceObject, len(services))
 	for i, obj := range services {
 		svcs[i] = ConvertService(obj)
@@ -29,7 +30,7 @@ func Build(services []*v1.Service, slices []*discoveryv1.EndpointSlice, endpoint
 	for i, es := range slices {
 		ess[i] = ConvertSlice(es)
 	}
-	return Join(svcs, ess, endpoints)
+	return Join(svcs, ess, endpoints, opts...)
 }
 
 // convertService validates one Service and converts it, without endpoints.

@@ -122,9 +122,7 @@ func (s *Snapshot) familyView(f Family) *Snapshot {
 			out = append(out, v)
 		}
 	}
-	view := NewSnapshot(out, s.errs)
-	view.node, view.changes = s.node, s.changes
-	return view
+	return NewSnapshot(out, s.errs, WithNode(s.node), WithChanges(s.Changes()))
 }
 
 // serviceView is svc as family f's dataplane sees it, or nil when svc has no

@@ -129,7 +129,5 @@ func RefuseEndpoints(snap *Snapshot, refuse func(Endpoint) string) (*Snapshot, [
 	if len(errs) == 0 {
 		return snap, nil
 	}
-	guarded := NewSnapshot(out, append(slices.Clone(snap.Errors()), errs...))
-	guarded.node, guarded.changes = snap.node, snap.changes
-	return guarded, errs
+	return NewSnapshot(out, append(slices.Clone(snap.Errors()), errs...), WithNode(snap.node), WithChanges(snap.Changes())), errs
 }

@@ -19,7 +19,7 @@ func errorStrings(errs []error) string {
 	return b.String()
 }
 
-// Issue 10 point 7: two Services on one ClusterIP: the later one is refused
+// Two Services on one ClusterIP: the later one is refused
 // with a named error, as the API server's allocator would, whatever order the
 // listers give.
 func TestBuildDuplicateClusterIP(t *testing.T) {
@@ -48,7 +48,7 @@ func TestBuildDuplicateClusterIP(t *testing.T) {
 	}
 }
 
-// Issue 10 points 5 and 10: an endpoint that leads back into the proxy (a
+// An endpoint that leads back into the proxy (a
 // service address) or into the node (loopback, link-local) is refused with an
 // error naming the object and field; the Service keeps its other endpoints.
 func TestBuildRefusesEndpointsIntoTheProxy(t *testing.T) {

@@ -53,9 +53,8 @@ func (n *Node) Zone() string {
 // this node's name.
 func (s *Snapshot) Node() *Node { return s.node }
 
-// SetNode records this node's Node object in s. Like NewSnapshot's arguments,
-// it belongs to building s: call it before s is shared.
-func (s *Snapshot) SetNode(n *Node) { s.node = n }
+// WithNode makes n, this node's Node object, the Snapshot's Node.
+func WithNode(n *Node) SnapshotOption { return func(s *Snapshot) { s.node = n } }
 
 // changeCounts are a source's Service and EndpointSlice changes, cumulative.
 type changeCounts struct{ services, endpoints uint64 }
@@ -70,8 +69,8 @@ func (s *Snapshot) Changes() (services, endpoints uint64) {
 	return s.changes.services, s.changes.endpoints
 }
 
-// SetChanges records the source's change counts in s. Like SetNode, it
-// belongs to building s: call it before s is shared.
-func (s *Snapshot) SetChanges(services, endpoints uint64) {
-	s.changes = changeCounts{services, endpoints}
+// WithChanges records the source's cumulative Service and EndpointSlice
+// change counts that the Snapshot includes (Changes).
+func WithChanges(services, endpoints uint64) SnapshotOption {
+	return func(s *Snapshot) { s.changes = changeCounts{services, endpoints} }
 }

@@ -44,7 +44,7 @@ func TestSnapshotNodeSurvivesViews(t *testing.T) {
 		t.Fatal("a new Snapshot has a Node")
 	}
 	n := &Node{Name: "n1"}
-	snap.SetNode(n)
+	snap = snap.With(WithNode(n))
 	for _, f := range []Family{IPv4, IPv6} {
 		if got := snap.Family(f).Node(); got != n {
 			t.Errorf("Family(%v).Node() = %v, want the Snapshot's", f, got)

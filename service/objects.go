@@ -140,7 +140,7 @@ func (o *SliceObject) port(p *Port) (uint16, bool) {
 // objects. Neither services nor slices are modified; the Snapshot may share
 // what they hold (a Service without endpoints, a slice's endpoints), which
 // is safe because both are immutable (TestJoinKeepsObjects).
-func Join(services []*ServiceObject, slices []*SliceObject, endpoints []*v1.Endpoints) *Snapshot {
+func Join(services []*ServiceObject, slices []*SliceObject, endpoints []*v1.Endpoints, opts ...SnapshotOption) *Snapshot {
 	var errs []error
 
 	slicesBySvc := make(map[NamespacedName][]*SliceObject)
@@ -189,7 +189,7 @@ func Join(services []*ServiceObject, slices []*SliceObject, endpoints []*v1.Endp
 			errs = append(errs, attachEndpoints(out[i], ep, vips.refuse)...)
 		}
 	}
-	return NewSnapshot(out, errs)
+	return NewSnapshot(out, errs, opts...)
 }
 
 // byCreation orders Services as the API server's ClusterIP allocator saw them:

@@ -8,7 +8,9 @@ import (
 
 // Snapshot is the state of every valid Service at one moment. It is immutable:
 // neither the Snapshot nor anything reached from it may be modified, so it can be
-// shared between goroutines without locks. A newer state is a new Snapshot.
+// shared between goroutines without locks. A newer state is a new Snapshot; what
+// it carries besides its Services (this node's Node, the source's change counts)
+// is given when it is built (SnapshotOption), or to a new one (With).
 type Snapshot struct {
 	services []*Service // sorted by namespace/name
 	ports    []*Port    // sorted by PortName
@@ -26,16 +28,16 @@ type Snapshot struct {
 	// errs are the objects Build skipped, each naming its object and field.
 	errs []error
 
-	// node is this node's Node object, nil when unknown (SetNode).
+	// node is this node's Node object, nil when unknown (WithNode).
 	node *Node
 
 	// namespaces and pods are what a DNS server reads beside Services, nil
-	// when the source does not follow them (SetNamespaces, SetPodIPs).
+	// when the source does not follow them (WithNamespaces, WithPodIPs).
 	namespaces Namespaces
 	pods       PodIPs
 
 	// changes are the source's cumulative change counts this Snapshot
-	// includes (SetChanges).
+	// includes (WithChanges).
 	changes changeCounts
 
 	// views are the per-family views (Family), IPv4 and IPv6, made on first use.
@@ -45,10 +47,19 @@ type Snapshot struct {
 	}
 }
 
+// SnapshotOption gives a Snapshot what it carries besides its Services: this
+// node's Node (WithNode), the source's change counts (WithChanges), the
+// namespaces and pods a DNS server reads (WithNamespaces, WithPodIPs). Options
+// are applied while the Snapshot is built, never after.
+type SnapshotOption func(*Snapshot)
+
 // NewSnapshot indexes services (which it then owns) into a Snapshot. errs are
 // the validation errors of objects that were skipped, kept for reporting.
-func NewSnapshot(services []*Service, errs []error) *Snapshot {
+func NewSnapshot(services []*Service, errs []error, opts ...SnapshotOption) *Snapshot {
 	s := &Snapshot{errs: errs}
+	for _, o := range opts {
+		o(s)
+	}
 	s.services = slices.Clone(services)
 	slices.SortFunc(s.services, func(a, b *Service) int {
 		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
@@ -62,6 +73,18 @@ func NewSnapshot(services []*Service, errs []error) *Snapshot {
 		s.ports = append(s.ports, svc.Ports...)
 	}
 	return s
+}
+
+// With returns a Snapshot of the same Services as s, with opts applied: the
+// Node or the change counts a source learns after it built s. s itself is not
+// changed; the two share what is immutable (the Services, their order).
+func (s *Snapshot) With(opts ...SnapshotOption) *Snapshot {
+	c := &Snapshot{services: s.services, ports: s.ports, errs: s.errs, node: s.node, changes: s.changes,
+		namespaces: s.namespaces, pods: s.pods}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
 }
 
 // index makes the lookup maps, once.

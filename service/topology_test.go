@@ -523,7 +523,7 @@ func TestCategorizeFromObjects(t *testing.T) {
 			if errs := snap.Errors(); len(errs) > 0 {
 				t.Fatal(errs)
 			}
-			snap.SetNode(node)
+			snap = snap.With(WithNode(node))
 			p := snap.Ports()[0]
 			if got := p.Service.TrafficDistribution; got != ptr.Deref(tc.dist, "") {
 				t.Errorf("TrafficDistribution = %q, want %q", got, ptr.Deref(tc.dist, ""))

@@ -276,7 +276,7 @@ func TestShutdownWhileAccepting(t *testing.T) {
 // zero races the Wait that Shutdown began. Without -race that registration
 // passed 6,000 rounds (its harm, a dial that beats the cancel and leaves a
 // connection nobody resets, is rare), so `make test` runs this test again
-// with -race. Issue 10, point 14.
+// with -race.
 func TestShutdownRacesAccept(t *testing.T) {
 	rounds := 200
 	if testing.Short() {

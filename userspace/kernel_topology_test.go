@@ -29,7 +29,7 @@ func TestKernelTopology(t *testing.T) {
 		if forNodes {
 			eps[0].ForNodes, eps[1].ForNodes = []string{"node-a"}, []string{"node"}
 		}
-		snap.SetNode(node)
+		snap = snap.With(service.WithNode(node))
 		return snap
 	}
 	zoneB := &service.Node{Name: "node", Labels: map[string]string{v1.LabelTopologyZone: "zone-b"}}

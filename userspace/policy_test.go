@@ -111,7 +111,7 @@ func TestTopologyHints(t *testing.T) {
 			eps[0].ForNodes, eps[1].ForNodes = []string{"node-a"}, []string{"node-b"}
 		}
 		if zone != "" {
-			snap.SetNode(&service.Node{Name: "node-a", Labels: map[string]string{"topology.kubernetes.io/zone": zone}})
+			snap = snap.With(service.WithNode(&service.Node{Name: "node-a", Labels: map[string]string{"topology.kubernetes.io/zone": zone}}))
 		}
 		return snap
 	}

@@ -62,7 +62,7 @@ func (h hook) args() []string {
 
 // hooks are appended (not prepended): the offload chains are prepended, so that a
 // promoted port's kernel path is met before its portal (docs/architecture.md,
-// "Paths and promotion").
+// "Hybrid: one path per port at a time").
 var hooks = []hook{
 	{iptables.TableFilter, "INPUT", ChainListeners},
 	{iptables.TableFilter, "INPUT", ChainReject},

@@ -167,7 +167,7 @@ func handDNAT(b *testing.B, l *benchLab, dp dataplane) {
 func svcproxyRules(others int) func(*testing.B, *benchLab, dataplane) {
 	return func(b *testing.B, l *benchLab, dp dataplane) {
 		svcs := Cluster(others).Services()
-		sync(b, l.node, newProxier(b), service.NewSnapshot(append(svcs, benchService(l, dp)), nil))
+		sync(b, l.node, newDataplane(b), service.NewSnapshot(append(svcs, benchService(l, dp)), nil))
 	}
 }
 

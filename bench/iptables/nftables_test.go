@@ -42,7 +42,7 @@ func newNFTProxier(b *testing.B, ns *netnstest.NS) *nftoffload.Dataplane {
 func newNFTProxierOn(b *testing.B, nft knft.Interface) *nftoffload.Dataplane {
 	b.Helper()
 	// SyncPeriod: an hour, so that no sync of a benchmark also pays for the
-	// periodic check of the table (newProxierOn says why).
+	// periodic check of the table (newDataplaneOn says why).
 	cfg := nftRules
 	cfg.NFT, cfg.SyncPeriod = nft, time.Hour
 	p, err := nftoffload.New(cfg)

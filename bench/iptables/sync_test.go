@@ -67,12 +67,12 @@ func forEach(b *testing.B, f func(b *testing.B, ns *netnstest.NS, ipt kiptables.
 	}
 }
 
-func newProxier(b *testing.B) *offload.Dataplane {
+func newDataplane(b *testing.B) *offload.Dataplane {
 	b.Helper()
-	return newProxierOn(b, backend(b, "nft"))
+	return newDataplaneOn(b, backend(b, "nft"))
 }
 
-func newProxierOn(b *testing.B, ipt kiptables.Interface) *offload.Dataplane {
+func newDataplaneOn(b *testing.B, ipt kiptables.Interface) *offload.Dataplane {
 	b.Helper()
 	// SyncPeriod: an hour, so that no sync of a benchmark also pays for the
 	// periodic check of the hooks (a few iptables -C, once per 30 s by
@@ -122,16 +122,16 @@ func mustRender(b *testing.B, snap *service.Snapshot) []byte {
 }
 
 // BenchmarkFullSync is the periodic (or restart) full sync: the rules are in the
-// kernel already, a new Proxier reads them (iptables-save), rewrites every chain
+// kernel already, a new Dataplane reads them (iptables-save), rewrites every chain
 // in one iptables-restore, and ensures its hooks.
 func BenchmarkFullSync(b *testing.B) {
 	forEach(b, func(b *testing.B, ns *netnstest.NS, ipt kiptables.Interface, n int) {
 		snap := Cluster(n)
-		sync(b, ns, newProxierOn(b, ipt), snap) // the first sync into an empty kernel
+		sync(b, ns, newDataplaneOn(b, ipt), snap) // the first sync into an empty kernel
 		b.ResetTimer()
 		for range b.N {
 			b.StopTimer()
-			p := newProxierOn(b, ipt)
+			p := newDataplaneOn(b, ipt)
 			b.StartTimer()
 			sync(b, ns, p, snap)
 		}
@@ -143,7 +143,7 @@ func BenchmarkFullSync(b *testing.B) {
 func BenchmarkOneServiceChange(b *testing.B) {
 	forEach(b, func(b *testing.B, ns *netnstest.NS, ipt kiptables.Interface, n int) {
 		snap := Cluster(n)
-		p := newProxierOn(b, ipt)
+		p := newDataplaneOn(b, ipt)
 		sync(b, ns, p, snap)
 		changed := n / 2
 		b.ResetTimer()
@@ -167,7 +167,7 @@ func BenchmarkOneServiceChange(b *testing.B) {
 func BenchmarkAddService(b *testing.B) {
 	forEach(b, func(b *testing.B, ns *netnstest.NS, ipt kiptables.Interface, n int) {
 		base := Cluster(n)
-		p := newProxierOn(b, ipt)
+		p := newDataplaneOn(b, ipt)
 		sync(b, ns, p, base)
 		b.ResetTimer()
 		for i := range b.N {
@@ -292,7 +292,7 @@ func BenchmarkSyncCPU(b *testing.B) {
 		b.Run(fmt.Sprintf("full/ports=%d", n), func(b *testing.B) {
 			snap := Cluster(n)
 			for b.Loop() {
-				p := newProxierOn(b, discard{})
+				p := newDataplaneOn(b, discard{})
 				if err := p.Sync(context.Background(), snap); err != nil {
 					b.Fatal(err)
 				}
@@ -301,7 +301,7 @@ func BenchmarkSyncCPU(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("one-service-change/ports=%d", n), func(b *testing.B) {
 			snap := Cluster(n)
-			p := newProxierOn(b, discard{})
+			p := newDataplaneOn(b, discard{})
 			if err := p.Sync(context.Background(), snap); err != nil {
 				b.Fatal(err)
 			}

@@ -7,7 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"unicode"
+
+	"github.com/svcproxy/svcproxy/internal/doccheck"
 )
 
 // The reference and the plots it shows, from this package's directory.
@@ -16,32 +17,10 @@ const (
 	plotsDir  = "../../docs/benchmarks"
 )
 
-// imageLink is a Markdown image: ![alt](path); link is any Markdown link or
-// image, its target without a #fragment.
-var (
-	imageLink = regexp.MustCompile(`!\[[^\]]*\]\(([^)\s]+)\)`)
-	link      = regexp.MustCompile(`\]\(([^)#\s]*)(#[^)\s]*)?\)`)
-)
+// imageLink is a Markdown image: ![alt](path).
+var imageLink = regexp.MustCompile(`!\[[^\]]*\]\(([^)\s]+)\)`)
 
-// heading is a Markdown heading's text.
-var heading = regexp.MustCompile(`(?m)^#{1,6} +(.+?) *$`)
-
-// slug is a heading's anchor as GitHub makes it: lower case, letters,
-// digits, '-' and '_' kept, spaces made '-', the rest dropped.
-func slug(h string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(h) {
-		switch {
-		case unicode.IsLetter(r), unicode.IsDigit(r), r == '-', r == '_':
-			b.WriteRune(r)
-		case r == ' ':
-			b.WriteRune('-')
-		}
-	}
-	return b.String()
-}
-
-// maxReferenceLines is the reference's length limit (issue 30): a reader who
+// maxReferenceLines is the reference's length limit: a reader who
 // wants today's figures must not have to dig; the rounds' journals, one file
 // per subject in docs/benchmarks/, hold the rest.
 const maxReferenceLines = 600
@@ -58,22 +37,18 @@ func TestReferenceLinks(t *testing.T) {
 	if n := bytes.Count(doc, []byte("\n")); n > maxReferenceLines {
 		t.Errorf("%s has %d lines, more than %d: move rounds to its journals in %s", reference, n, maxReferenceLines, plotsDir)
 	}
-	sections := map[string]bool{}
-	for _, m := range heading.FindAllStringSubmatch(string(doc), -1) {
-		sections[slug(m[1])] = true
-	}
+	sections := doccheck.Anchors(string(doc))
 	linked := map[string]bool{}
-	for _, m := range link.FindAllStringSubmatch(string(doc), -1) {
-		target := m[1]
-		if target == "" && m[2] != "" && !sections[m[2][1:]] {
-			t.Errorf("%s links to %s, which is none of its sections", reference, m[2])
+	for _, l := range doccheck.Links(string(doc)) {
+		if l.Target == "" && l.Fragment != "" && !sections[l.Fragment] {
+			t.Errorf("%s links to #%s, which is none of its sections", reference, l.Fragment)
 		}
-		if target == "" || strings.Contains(target, "://") {
+		if l.Target == "" || !l.Relative() {
 			continue // a section of this page, or a web page
 		}
-		file := filepath.Clean(filepath.Join(filepath.Dir(reference), target))
+		file := filepath.Clean(filepath.Join(filepath.Dir(reference), l.Target))
 		if _, err := os.Stat(file); err != nil {
-			t.Errorf("%s links to %s: %v", reference, target, err)
+			t.Errorf("%s links to %s: %v", reference, l.Target, err)
 		}
 		linked[file] = true
 	}

@@ -2,7 +2,7 @@
 // real kernel against the two ends it sits between: a pod connecting
 // straight to another pod (no Service, no translation: the physical limit)
 // and the same Service through nftables DNAT (offload/nftables,
-// kube-proxy's layout). Issue 31's targets: new connections/s through the
+// kube-proxy's layout). The targets: new connections/s through the
 // socket LB >= 0.98x direct, keep-alive requests/s >= 0.99x direct. A
 // fourth row goes straight to the pod from the socket LB's cgroup: the
 // hooks run and translate nothing, as for every connection a pod makes to
@@ -51,5 +51,5 @@
 //
 //	go test -run '^$' -bench DataPath -benchtime 30x ./bench/socklb/ -args -report $PWD/docs/benchmarks/socklb-datapath.json
 //
-// Figures and how to read them: docs/benchmarks.md ("Socket LB: the data path (issue 31)").
+// Figures and how to read them: docs/benchmarks.md ("Socket LB: the data path").
 package socklb

@@ -26,6 +26,7 @@ import (
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
+	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	nftoffload "github.com/svcproxy/svcproxy/offload/nftables"
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -259,7 +260,7 @@ func (l *lab) installNFT(b *testing.B) {
 		b.Fatal(err)
 	}
 	// SyncPeriod: an hour, so no periodic check of the table runs meanwhile.
-	p, err := nftoffload.New(nftoffload.Config{Node: dataplane.Node{NodeName: "node-a"}, NFT: nft, SyncPeriod: time.Hour})
+	p, err := nftoffload.New(nftoffload.Config{Node: dataplane.Node{NodeName: "node-a"}, NFT: nft, Periods: kernelsync.Periods{SyncPeriod: time.Hour}})
 	if err != nil {
 		b.Fatal(err)
 	}

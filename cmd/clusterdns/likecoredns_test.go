@@ -99,6 +99,20 @@ current-context: none
 	}
 	ours := startCorefile(t, sp, ourPath, "--services", services)
 
+	// CoreDNS's loop plugin asks its own server a HINFO question once it
+	// listens (trying every second for 30 s): wait until it is counted, so
+	// that both servers have had the same questions before the scrape.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if slices.ContainsFunc(series(scrapeFamilies(t, cp.metrics)["coredns_dns_requests_total"]), func(s string) bool {
+			return strings.Contains(s, "type=other")
+		}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CoreDNS's loop probe never counted:\n%s", out.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	ours.ask(t, "probe.example.", dns.TypeTXT) // as CoreDNS was asked
 	// CoreDNS's loop plugin asks itself a HINFO question for a random name
 	// at start, which its metrics count; clusterdns probes its upstreams

@@ -82,12 +82,13 @@ func scrapeFamilies(t *testing.T, port int) map[string]*dto.MetricFamily {
 	return fams
 }
 
-// checkDocMetrics finds every documented metric (those apiOnly only when
-// withAPI) with exactly its documented labels.
-func checkDocMetrics(t *testing.T, fams map[string]*dto.MetricFamily, withAPI bool) {
+// checkDocMetrics finds every documented metric that an API server source
+// makes (apiOnly) or that any source makes (!apiOnly), with exactly its
+// documented labels.
+func checkDocMetrics(t *testing.T, fams map[string]*dto.MetricFamily, apiOnly bool) {
 	t.Helper()
 	for _, m := range docMetrics(t) {
-		if m.apiOnly && !withAPI {
+		if m.apiOnly != apiOnly {
 			continue
 		}
 		f := fams[m.name]
@@ -265,6 +266,9 @@ func TestCorefileMetricsScrapeAPIServer(t *testing.T) {
 	}
 	fams := scrapeFamilies(t, p.metrics)
 	checkDocMetrics(t, fams, true)
+	if fams["coredns_kubernetes_dns_programming_duration_seconds"] == nil {
+		t.Error("no coredns_kubernetes_dns_programming_duration_seconds for the slice created with a trigger time")
+	}
 }
 
 // deadUDP is a loopback UDP address where nothing listens.

@@ -31,6 +31,17 @@ commands:
                                         kubelet and kube-scheduler in the node, svcproxy (the
                                         DaemonSet, in MODE) and clusterdns as pods of
                                         deploy/realnode, from the images of make image
+  up --nodes N [--mode MODE]            a cluster of N nodes (1 to 3) made by kubeadm v1.37.2:
+                                        the control plane on node, workers worker1 and worker2,
+                                        kube-proxy (in MODE: iptables, the default, nftables)
+                                        and CoreDNS as its pods (make cluster-bins
+                                        kubeadm-images image; docs/kubeadm.md)
+  use svcproxy|kube-proxy|clusterdns|coredns
+                                        on the kubeadm cluster, make svcproxy or kube-proxy
+                                        serve Services (the image of the DaemonSet
+                                        kube-proxy), clusterdns or coredns DNS (the image of
+                                        the Deployment coredns), as an operator would; the
+                                        pods roll
   kubectl ARGS...                       kubectl against the control-plane lab's API server
   pod NAME --kill|--start|--ready=true|--ready=false|--terminating [-n NAMESPACE]
                                         change one pod: --kill stops its server (a crash; it
@@ -191,6 +202,7 @@ var commands = map[string]command{
 	"trace":     {root: true, run: cmdTrace},
 	"conntrack": {root: true, run: cmdConntrack},
 	"mode":      {root: true, run: cmdMode},
+	"use":       {root: true, run: cmdUse},
 	"down":      {root: true, run: cmdDown},
 	"demo":      {root: true, run: cmdDemo},
 	"kubectl":   {root: true, run: cmdKubectl},
@@ -210,6 +222,13 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// flagSet says whether the flag name was given.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // parse parses a command's flags and wants exactly want positional arguments.
@@ -244,6 +263,7 @@ func cmdUp(ctx context.Context, cfg lab.Config, args []string) error {
 	mode := fs.String("mode", "userspace", "svcproxy's `MODE`: userspace, iptables, nftables, ipvs, socklb or hybrid")
 	withCP := fs.Bool("control-plane", false, "run etcd, kube-apiserver and kube-controller-manager in the node")
 	withKubelet := fs.Bool("kubelet", false, "also run a real node: containerd, the kubelet and kube-scheduler, with svcproxy and clusterdns as pods (implies --control-plane)")
+	nodes := fs.Int("nodes", 0, "a cluster of `N` nodes (1 to 3) made by kubeadm: a control-plane node and workers, kube-proxy (in --mode, default iptables) and CoreDNS as pods")
 	if err := parse(fs, args, 0); err != nil {
 		return err
 	}
@@ -252,6 +272,23 @@ func cmdUp(ctx context.Context, cfg lab.Config, args []string) error {
 		return err
 	}
 	opts := lab.UpOptions{Mode: *mode}
+	if *nodes != 0 {
+		if *withCP || *withKubelet {
+			return errors.New("--nodes makes its own control plane and nodes: not with --control-plane or --kubelet")
+		}
+		if !flagSet(fs, "mode") {
+			opts.Mode = "iptables" // kube-proxy's, as kubeadm writes it
+		}
+		progs, err := cluster.FindKubeadmPrograms(*kapiDir, imageDir(cfg), imageDir(cfg))
+		if err != nil {
+			return err
+		}
+		opts.Kubeadm, opts.Nodes = &progs, *nodes
+		if err := l.UpWith(ctx, opts); err != nil {
+			return err
+		}
+		return l.WriteHosts(cfg.Stdout)
+	}
 	if *withCP || *withKubelet {
 		cp, err := cluster.FindControlPlane(*kapiDir)
 		if err != nil {
@@ -313,6 +350,26 @@ func cmdTraffic(ctx context.Context, cfg lab.Config, args []string) error {
 	return nil
 }
 
+func cmdUse(ctx context.Context, cfg lab.Config, args []string) error {
+	fs := flag.NewFlagSet("svclab use", flag.ContinueOnError)
+	if err := parse(fs, args, 1); err != nil {
+		return err
+	}
+	l, err := lab.New(cfg)
+	if err != nil {
+		return err
+	}
+	if err := l.Cluster().Use(ctx, fs.Arg(0)); err != nil {
+		return err
+	}
+	proxy, dns, err := l.Cluster().Serving(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cfg.Stdout, "Services: %s (DaemonSet kube-system/kube-proxy); DNS: %s (Deployment kube-system/coredns)\n", proxy, dns)
+	return nil
+}
+
 func cmdMode(ctx context.Context, cfg lab.Config, args []string) error {
 	fs := flag.NewFlagSet("svclab mode", flag.ContinueOnError)
 	sched := fs.String("ipvs-scheduler", "", "svcproxy's --ipvs-scheduler `NAME`: rr (default), wrr, lc, wlc, sh, dh, sed, nq")
@@ -328,6 +385,11 @@ func cmdMode(ctx context.Context, cfg lab.Config, args []string) error {
 	}
 	if err := l.Cluster().Daemons().SetModeWith(ctx, cluster.ModeOptions{Mode: args[0], IPVSScheduler: *sched, Offload: *offload, DemoteAfter: *demote}); err != nil {
 		return err
+	}
+	if proxy, _, err := l.Cluster().Serving(ctx); err == nil && proxy != "" {
+		// The kubeadm cluster: the ConfigMap, then new pods on every node.
+		fmt.Fprintf(cfg.Stdout, "%s runs in %s mode on every node (configmap kube-system/kube-proxy, its pods deleted and made anew)\n", proxy, args[0])
+		return nil
 	}
 	// Ask what really runs: --mode ipvs on a kernel without IPVS runs iptables.
 	running, err := l.Cluster().Daemons().NodeGet(ctx, "/proxyMode")

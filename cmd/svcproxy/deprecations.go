@@ -4,6 +4,7 @@ import (
 	"log/slog"
 
 	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/kubeproxyconfig"
 )
 
 // ipvsDeprecation is kube-proxy's own warning, word for word
@@ -17,9 +18,11 @@ const ipvsDeprecation = "The ipvs proxier has been deprecated and will be disabl
 //
 //   - a mode that was defaulted, not chosen: kube-proxy warns that its default
 //     (iptables) becomes nftables in Kubernetes 1.40 and asks for an explicit
-//     mode. svcproxy's default is hybrid, its own choice, so the line names the
-//     modes it defaulted to and kube-proxy's default beside them: a node that
-//     moves from kube-proxy to svcproxy without --mode changes its dataplane.
+//     mode. From kube-proxy's file (--config) svcproxy defaults as kube-proxy,
+//     to iptables, and logs kube-proxy's sentence. From its flags svcproxy's
+//     default is hybrid, its own choice, so the line names the modes it
+//     defaulted to and kube-proxy's default beside them: a node that moves
+//     from kube-proxy to svcproxy without --mode changes its dataplane.
 //   - IPVS, as --mode or as hybrid's --offload: kube-proxy's deprecation
 //     warning. It is logged for the choice, also when the kernel lacks IPVS and
 //     the fallback to iptables follows (kube-proxy has no fallback: it stops).
@@ -28,7 +31,10 @@ const ipvsDeprecation = "The ipvs proxier has been deprecated and will be disabl
 // a Node Event; svcproxy logs a warning and records no Event (it writes nothing
 // to the API server).
 func logModeChoice(cfg *Config, log *slog.Logger) {
-	if cfg.ModeDefaulted {
+	if cfg.ModeDefaulted && cfg.ConfigFile != "" {
+		// kube-proxy's file with an empty mode: kube-proxy's default and words.
+		log.Warn(kubeproxyconfig.DefaultedModeWarning, "mode", cfg.Mode)
+	} else if cfg.ModeDefaulted {
 		log.Warn("No svcproxy mode specified: defaulting to '"+cfg.Mode+"', which offloads hot service ports to '"+cfg.Offload+
 			"'. kube-proxy defaults to 'iptables', and to 'nftables' from Kubernetes 1.40. To keep a mode across upgrades and proxies, give --mode explicitly.",
 			"mode", cfg.Mode, "offload", cfg.Offload)

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"syscall"
 	"testing"
+
+	"github.com/svcproxy/svcproxy/modes"
 )
 
 // TestHelperSvcproxy is not a test: TestIPVSFallback runs the test binary as
@@ -37,7 +39,7 @@ func TestHelperSvcproxy(t *testing.T) {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if cfg.Cleanup {
-		if err := cleanup(ctx, cfg); err != nil {
+		if err := modes.Cleanup(ctx, cfg.modes(slog.New(slog.DiscardHandler))); err != nil {
 			fmt.Fprintln(os.Stderr, "svcproxy: cleanup:", err)
 			os.Exit(1)
 		}

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -90,9 +92,24 @@ func (e *endpoints) status(w http.ResponseWriter, _ *http.Request) {
 	_ = enc.Encode(e.dp.Status())
 }
 
+// servers are the addresses and the options of the two HTTP servers.
+type servers struct {
+	HealthzAddr, MetricsAddr string
+	// Configz, when not nil, answers /configz on the metrics address.
+	Configz http.Handler
+	// Profiling serves Go's /debug/pprof/ on the metrics address.
+	Profiling bool
+	// HardFail: a server that cannot listen ends serve with the error.
+	// Otherwise, as kube-proxy without bindAddressHardFail (serveHealthz,
+	// serveMetrics: wait.Until every 5 s), the failure is logged and the
+	// listen retried every retryEvery while the other server serves.
+	HardFail   bool
+	retryEvery time.Duration
+}
+
 // serve runs the two HTTP servers until ctx ends. An address of "" or "0"
 // turns a server off, as kube-proxy allows.
-func (e *endpoints) serve(ctx context.Context, healthzAddr, metricsAddr string) error {
+func (e *endpoints) serve(ctx context.Context, s servers) error {
 	health := http.NewServeMux()
 	health.HandleFunc("/healthz", e.health.ServeHealthz)
 	health.HandleFunc("/livez", e.health.ServeLivez)
@@ -102,23 +119,52 @@ func (e *endpoints) serve(ctx context.Context, healthzAddr, metricsAddr string) 
 	metrics.HandleFunc("/status", e.status)
 	metrics.HandleFunc("/healthz", e.health.ServeHealthz)
 	metrics.HandleFunc("/livez", e.health.ServeLivez)
+	if s.Configz != nil {
+		metrics.Handle("/configz", s.Configz)
+	}
+	if s.Profiling {
+		// kube-proxy's enableProfiling: net/http/pprof's handlers on the
+		// metrics server (routes.Profiling).
+		metrics.HandleFunc("/debug/pprof/", pprof.Index)
+		metrics.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		metrics.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		metrics.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		metrics.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	if s.retryEvery == 0 {
+		s.retryEvery = 5 * time.Second
+	}
 
 	errc := make(chan error, 2)
-	var servers []*http.Server
-	for _, s := range []struct {
+	var mu sync.Mutex
+	var running []*http.Server
+	var listeners sync.WaitGroup
+	for _, srv := range []struct {
 		addr string
 		mux  *http.ServeMux
-	}{{healthzAddr, health}, {metricsAddr, metrics}} {
-		if s.addr == "" || s.addr == "0" {
+	}{{s.HealthzAddr, health}, {s.MetricsAddr, metrics}} {
+		if srv.addr == "" || srv.addr == "0" {
 			continue
 		}
-		ln, err := net.Listen("tcp", s.addr)
-		if err != nil {
-			return fmt.Errorf("listen %s: %w", s.addr, err)
+		ln, err := net.Listen("tcp", srv.addr)
+		if err != nil && s.HardFail {
+			return fmt.Errorf("listen %s: %w", srv.addr, err)
 		}
-		srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 5 * time.Second}
-		servers = append(servers, srv)
-		go func() { errc <- srv.Serve(ln) }()
+		hs := &http.Server{Handler: srv.mux, ReadHeaderTimeout: 5 * time.Second}
+		mu.Lock()
+		running = append(running, hs)
+		mu.Unlock()
+		if err != nil {
+			// Retried until it listens or ctx ends (named: retryListen).
+			e.log.Error("cannot listen, retrying (bindAddressHardFail is off)", "addr", srv.addr, "err", err, "every", s.retryEvery)
+			listeners.Add(1)
+			go func() {
+				defer listeners.Done()
+				e.retryListen(ctx, srv.addr, s.retryEvery, hs, errc)
+			}()
+			continue
+		}
+		go func() { errc <- hs.Serve(ln) }()
 		e.log.Info("serving", "addr", ln.Addr().String())
 	}
 	select {
@@ -130,8 +176,33 @@ func (e *endpoints) serve(ctx context.Context, healthzAddr, metricsAddr string) 
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	for _, srv := range servers {
-		_ = srv.Shutdown(sctx)
+	mu.Lock()
+	for _, hs := range running {
+		_ = hs.Shutdown(sctx)
 	}
+	mu.Unlock()
+	listeners.Wait()
 	return nil
+}
+
+// retryListen listens on addr every interval until it succeeds, then serves
+// hs there; it returns when ctx ends.
+func (e *endpoints) retryListen(ctx context.Context, addr string, every time.Duration, hs *http.Server, errc chan<- error) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			e.log.Debug("still cannot listen", "addr", addr, "err", err)
+			continue
+		}
+		e.log.Info("serving", "addr", ln.Addr().String())
+		go func() { errc <- hs.Serve(ln) }()
+		return
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -75,6 +76,14 @@ func TestIPVSFallback(t *testing.T) {
 // readiness signal: both HTTP servers listening.
 func startHelper(t *testing.T, ns *netnstest.NS, args ...string) []string {
 	t.Helper()
+	lines, _ := startHelperStop(t, ns, args...)
+	return lines
+}
+
+// startHelperStop is startHelper, and a function that stops the process
+// (SIGTERM) and waits for it, for a test that starts another after it.
+func startHelperStop(t *testing.T, ns *netnstest.NS, args ...string) (lines []string, stop func()) {
+	t.Helper()
 	file := filepath.Join(t.TempDir(), "services.yaml")
 	if err := os.WriteFile(file, []byte(fallbackManifests), 0o644); err != nil {
 		t.Fatal(err)
@@ -91,7 +100,6 @@ func startHelper(t *testing.T, ns *netnstest.NS, args ...string) []string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	var lines []string
 	sc := bufio.NewScanner(logs)
 	for serving := 0; serving < 2 && sc.Scan(); {
 		lines = append(lines, sc.Text())
@@ -99,9 +107,17 @@ func startHelper(t *testing.T, ns *netnstest.NS, args ...string) []string {
 			serving++
 		}
 	}
-	go io.Copy(io.Discard, logs) // keep the pipe drained until the process ends
+	drained := make(chan struct{})
+	go func() { // keep the pipe drained until the process ends
+		io.Copy(io.Discard, logs)
+		close(drained)
+	}()
 	t.Logf("svcproxy log:\n%s", strings.Join(lines, "\n"))
-	return lines
+	return lines, func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		<-drained
+		cmd.Wait()
+	}
 }
 
 // fallbackGet makes one GET inside ns: the socket is made on the namespace's thread

@@ -7,12 +7,13 @@ import (
 	"net/netip"
 	"strconv"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	offloadipvs "github.com/svcproxy/svcproxy/offload/ipvs"
 	"github.com/svcproxy/svcproxy/service"
 )
 
 // ownListeners refuses endpoints that are svcproxy's own /healthz and
-// /metrics listeners (issue: an endpoint at the node's 10249 served the
+// /metrics listeners (else an endpoint at the node's 10249 would serve the
 // localhost-only /status to any pod through a ClusterIP). Loopback and
 // link-local endpoints are refused by package service already, as the API
 // server refuses them; the node's own addresses only this process knows.
@@ -43,7 +44,7 @@ func newOwnListeners(cfg *Config, log *slog.Logger) *ownListeners {
 			o.addrs[netip.AddrPortFrom(ip.Unmap(), uint16(n))] = l.what
 		}
 	}
-	if ips, err := cfg.host().Addrs(offloadipvs.DefaultInterface); err == nil {
+	if ips, err := (dataplane.Host{IPs: cfg.NodeIPs}).Addrs(offloadipvs.DefaultInterface); err == nil {
 		for _, ip := range ips {
 			o.nodeIPs[ip] = true
 		}

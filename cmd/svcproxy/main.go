@@ -1,7 +1,9 @@
 // Command svcproxy is the node proxy: it watches Services and EndpointSlices
 // (from an API server or a manifests file) and makes their virtual addresses
-// work on this node, in userspace (Go copies the bytes) or in the kernel
-// (iptables DNAT or IPVS).
+// work on this node, in userspace (Go copies the bytes), in the kernel
+// (iptables DNAT, nftables, IPVS, the eBPF socket LB), or both (hybrid mode
+// moves hot service ports to the kernel). It maps its flags to the mode's
+// Config (package modes builds it) and runs the result.
 //
 // It acts on the network namespace it runs in: run it inside the namespace it
 // serves (the lab and the tests do), never casually on a machine you care about.
@@ -18,12 +20,13 @@ import (
 	"syscall"
 
 	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/kubeproxyconfig"
+	"github.com/svcproxy/svcproxy/modes"
 	"github.com/svcproxy/svcproxy/service"
 	"github.com/svcproxy/svcproxy/service/watch"
 )
 
 func main() {
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	cfg, err := parseFlags(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
@@ -32,11 +35,30 @@ func main() {
 		fmt.Fprintln(os.Stderr, "svcproxy:", err)
 		os.Exit(2)
 	}
+	log := newLogger(cfg, os.Stderr)
+	switch {
+	case cfg.Version:
+		fmt.Println(version())
+		return
+	case cfg.WriteConfigTo != "":
+		if err := writeConfig(cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "svcproxy:", err)
+			os.Exit(1)
+		}
+		log.Info("wrote the configuration", "file", cfg.WriteConfigTo)
+		return
+	case cfg.InitOnly:
+		// kube-proxy's --init-only sets what needs full privileges (its
+		// conntrack sysctls) before a run with CAP_NET_ADMIN alone; svcproxy
+		// sets none of those.
+		log.Info("--init-only: svcproxy has nothing to set up before it runs")
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 
 	if cfg.Cleanup {
-		if err := cleanup(ctx, cfg); err != nil {
+		if err := modes.Cleanup(ctx, cfg.modes(log)); err != nil {
 			log.Error("cleanup incomplete", "err", err)
 			os.Exit(1)
 		}
@@ -53,8 +75,13 @@ func main() {
 // the chosen mode, and the HTTP endpoints report on it.
 func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	watch.SetClientLogger(log) // client-go's own log lines, through slog
+	logConfig(cfg, log)
+	applyOOMScoreAdj(cfg, log)
 	w, err := watch.New(watch.Config{
 		Kubeconfig:    cfg.Kubeconfig,
+		Master:        cfg.Master,
+		QPS:           cfg.QPS,
+		Burst:         cfg.Burst,
 		ServicesFile:  cfg.ServicesFile,
 		MaxFileBytes:  cfg.ServicesMaxBytes,
 		MinSyncPeriod: cfg.MinSyncPeriod,
@@ -74,7 +101,10 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		return err
 	}
 	logModeChoice(cfg, log)
-	dp, err := newDataplane(cfg, log)
+	if cfg.ConfigFile != "" {
+		modes.CleanupOthers(ctx, cfg.modes(log))
+	}
+	dp, err := modes.New(cfg.modes(log))
 	if err != nil {
 		return err
 	}
@@ -97,7 +127,9 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		done <- struct{}{}
 	}()
 	go func() {
-		if err := ep.serve(ctx, cfg.HealthzAddr, cfg.MetricsAddr); err != nil {
+		srv := servers{HealthzAddr: cfg.HealthzAddr, MetricsAddr: cfg.MetricsAddr,
+			Configz: kubeproxyconfig.Configz(cfg.KubeProxy), Profiling: cfg.EnableProfiling, HardFail: cfg.BindAddressHardFail}
+		if err := ep.serve(ctx, srv); err != nil {
 			cancel(fmt.Errorf("http: %w", err))
 		}
 		done <- struct{}{}

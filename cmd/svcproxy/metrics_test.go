@@ -133,7 +133,7 @@ func TestMetricsScrape(t *testing.T) {
 	}
 }
 
-// Issue 10 point 10: an endpoint that is svcproxy's own listener (healthz on
+// An endpoint that is svcproxy's own listener (healthz on
 // every address, metrics on one) is refused; others pass.
 func TestOwnListeners(t *testing.T) {
 	cfg := &Config{HealthzAddr: "0.0.0.0:10256", MetricsAddr: "198.19.0.1:10249",

@@ -164,7 +164,7 @@ next:
 	return 0, false
 }
 
-// Issue 32 point 4: a running svcproxy serves every kube-proxy metric that
+// A running svcproxy serves every kube-proxy metric that
 // kubeProxyMetrics (and so docs/operations.md) says it exports, in each mode
 // this kernel has (ipvs and hybrid/ipvs run in test/vm's VM), with the
 // labels kube-proxy gives them; /healthz and /livez are counted as they answer.
@@ -272,8 +272,8 @@ func parseHealth(t *testing.T, body string) healthBody {
 	return h
 }
 
-// Issue 32 point 3, through a real svcproxy fed by a manifests file with this
-// node's Node document: /healthz answers 503 while the Node is being deleted
+// kube-proxy's node eligibility, through a real svcproxy fed by a manifests
+// file with this node's Node document: /healthz answers 503 while the Node is being deleted
 // or carries the cluster autoscaler's taint (nodeEligible false, the rules
 // still healthy), /livez 200 all the while, and both answers are counted.
 func TestHealthzNodeEligible(t *testing.T) {

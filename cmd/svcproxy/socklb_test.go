@@ -20,12 +20,12 @@ func TestSocketLBFlags(t *testing.T) {
 	if cfg.Mode != modeSocketLB || cfg.SocketLBCgroup != dir {
 		t.Fatalf("--mode socklb --socklb-cgroup %s: mode %q, cgroup %q", dir, cfg.Mode, cfg.SocketLBCgroup)
 	}
-	_, err = lifecycle.Open(cfg.socketLB(slog.New(slog.DiscardHandler)))
+	_, err = lifecycle.Open(cfg.modes(slog.New(slog.DiscardHandler)).SocketLB)
 	if err == nil || !strings.Contains(err.Error(), "--socklb-cgroup "+dir+": not a cgroup v2 directory") {
 		t.Errorf("lifecycle.Open on %s: %v, want an error naming the flag and saying it is not cgroup v2", dir, err)
 	}
 	cfg.SocketLBCgroup = dir + "/missing"
-	if _, err := lifecycle.Open(cfg.socketLB(slog.New(slog.DiscardHandler))); err == nil || !strings.Contains(err.Error(), "--socklb-cgroup "+dir+"/missing") {
+	if _, err := lifecycle.Open(cfg.modes(slog.New(slog.DiscardHandler)).SocketLB); err == nil || !strings.Contains(err.Error(), "--socklb-cgroup "+dir+"/missing") {
 		t.Errorf("lifecycle.Open on a missing directory: %v, want an error naming it", err)
 	}
 }

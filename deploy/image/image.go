@@ -134,13 +134,17 @@ const DefaultPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 // Image makes the tree one gzip layer of an image with OCI media types,
 // linux/amd64, created at epoch, that runs as cfg says.
 func (r *Root) Image(cfg v1.Config) (v1.Image, error) {
+	level := gzip.BestCompression
+	if r.Fast {
+		level = gzip.BestSpeed
+	}
 	layerTar, err := r.tar()
 	if err != nil {
 		return nil, fmt.Errorf("image: layer: %w", err)
 	}
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layerTar)), nil
-	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressionLevel(gzip.BestCompression))
+	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressionLevel(level))
 	if err != nil {
 		return nil, fmt.Errorf("image: layer: %w", err)
 	}

@@ -102,7 +102,7 @@ func (l *Dataplane) Sync(ctx context.Context, snap *service.Snapshot) error {
 }
 
 // logListenerErrors logs each listener that could not be bound, once while it
-// lasts (the Proxier retries it with backoff).
+// lasts (the userspace Proxier retries it with backoff).
 func (l *Dataplane) logListenerErrors() {
 	l.mu.Lock()
 	defer l.mu.Unlock()

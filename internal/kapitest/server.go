@@ -232,6 +232,9 @@ func (s *Server) apiserverArgs() []string {
 		"--cert-dir=" + filepath.Join(s.dir, "certs"),
 		"--token-auth-file=" + c.tokenFile,
 		"--authorization-mode=RBAC",
+		// As kubeadm's API server: kube-proxy's DaemonSet (deploy/kubeadm)
+		// is privileged, and would be refused otherwise.
+		"--allow-privileged=true",
 		"--service-account-key-file=" + c.saKeyFile,
 		"--service-account-signing-key-file=" + c.saKeyFile,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
@@ -243,6 +246,9 @@ func (s *Server) apiserverArgs() []string {
 		// One client per test: flow control only costs start time.
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",
+		// As kubeadm's API server: kube-proxy's DaemonSet (deploy/kubeadm)
+		// is privileged, and the default refuses it.
+		"--allow-privileged=true",
 	}
 }
 

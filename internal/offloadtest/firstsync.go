@@ -12,7 +12,7 @@ import (
 // FirstSyncMovesUDP is the real-kernel check of a kernel mode's first-sync
 // conntrack cleanup: a UDP flow that a process before it left pointing
 // elsewhere is moved to a current endpoint by the first sync of a new process,
-// as kube-proxy's reconciliation does. fresh makes a new Proxier (a new
+// as kube-proxy's reconciliation does. fresh makes a new Dataplane (a new
 // process, as far as conntrack cleanup knows), runs its first sync, on Node,
 // of a UDP Service 198.18.0.53:53 with eps (endpoints on port 5353, which
 // ServeUDP serves), and returns its Health. Two flows are checked:

@@ -12,11 +12,11 @@ import (
 
 // The checks below are what every kernel mode must do, whatever its rules
 // look like: each mode's tests run them on a Lab of their own, with sync
-// applying a Snapshot to the node's kernel through that mode's Proxier (in
-// the node namespace) and returning the Proxier's Health after it. They use
+// applying a Snapshot to the node's kernel through that mode's Dataplane (in
+// the node namespace) and returning the Dataplane's Health after it. They use
 // the Service Web.
 
-// Sync applies a Snapshot with a kernel mode's Proxier on the Lab's node and
+// Sync applies a Snapshot with a kernel mode's Dataplane on the Lab's node and
 // returns its Health.
 type Sync func(snap *service.Snapshot) kernelsync.Health
 
@@ -102,8 +102,8 @@ func (l *Lab) CheckNodePort(t *testing.T, sync Sync) {
 
 // CheckUDPConntrack: a UDP flow keeps its endpoint while the endpoint lives;
 // when the endpoint is removed, the conntrack cleanup moves it to a live one
-// (kubernetes #19029), and Health counts the entries deleted. fam is the
-// family of the Proxier sync uses: for IPv6 the Service is dual-stack and the
+// (kubernetes/kubernetes#19029), and Health counts the entries deleted. fam is the
+// family of the Dataplane sync uses: for IPv6 the Service is dual-stack and the
 // flow goes to its IPv6 ClusterIP (the Lab needs AddIPv6), through the IPv6
 // conntrack table.
 func (l *Lab) CheckUDPConntrack(t *testing.T, sync Sync, fam service.Family) {

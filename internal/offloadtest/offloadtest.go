@@ -2,7 +2,7 @@
 // (offload/iptables, offload/nftables): a node namespace routing between a
 // client namespace and three backend namespaces over veth pairs (no bridge, so
 // no br_netfilter trap), backends that say who answered and whom they saw, and
-// the clients that ask them. Each mode's tests put their own Proxier on Node.
+// the clients that ask them. Each mode's tests put their own Dataplane on Node.
 //
 //	client 198.19.10.2 --- 198.19.10.1 [node] 198.19.1x.1 --- 198.19.1x.2 backend x (x = 1..3)
 //

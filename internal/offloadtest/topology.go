@@ -26,7 +26,7 @@ func (l *Lab) HintedWeb(dist string, node *service.Node) *service.Snapshot {
 			e.ForNodes, e.ForZones = []string{where[i].node}, []string{where[i].zone}
 		}
 	}
-	snap.SetNode(node)
+	snap = snap.With(service.WithNode(node))
 	return snap
 }
 

@@ -26,12 +26,12 @@ import (
 // socket is refused) instead of the old endpoint (kubernetes#139628, fixed in
 // kube-proxy by kubernetes#139629). Twice:
 //
-//   - live: the Proxier that served the endpoints syncs the port without
+//   - live: the Dataplane that served the endpoints syncs the port without
 //     them (a partial sync, for the modes that have them);
-//   - restart: a new Proxier's first sync finds the port without endpoints
+//   - restart: a new Dataplane's first sync finds the port without endpoints
 //     and the entry an earlier process left.
 //
-// proxier makes a new Proxier (a new process, as far as conntrack cleanup
+// proxier makes a new Dataplane (a new process, as far as conntrack cleanup
 // knows) and returns its Sync. fam is as for CheckUDPConntrack. The backend
 // still runs throughout, so only the entry decides where the datagrams go.
 func (l *Lab) CheckUDPOneWayToZero(t *testing.T, proxier func() Sync, fam service.Family) {

@@ -3,7 +3,7 @@
 // A UDP "connection" through a Service is a conntrack entry that remembers the DNAT
 // decision: as long as the client keeps sending, its packets follow the entry, not the
 // rules. When the endpoint goes away the entry still points at it and the client is
-// blackholed (kubernetes #19029, #48370), so the dataplane deletes such entries when
+// blackholed (kubernetes/kubernetes#19029, kubernetes/kubernetes#48370), so the dataplane deletes such entries when
 // it removes an endpoint or when a Service gets its first endpoints (a Filter), and
 // after a full sync reconciles the whole table with what it serves (Stale): an entry
 // to a Service's frontend whose reply does not come from one of its endpoints goes.

@@ -5,7 +5,7 @@ import (
 )
 
 // The programs are written with cilium/ebpf's asm package, one Go value per
-// instruction, each with a comment (docs/architecture.md says why asm rather
+// instruction, each with a comment (docs/design.md says why asm rather
 // than C). This file holds what they share: the context's layout, the stack's
 // layout, and the instruction sequences the programs repeat. Each program is
 // in a file of its own (connect.go, with affinity.go; reverse.go), its C

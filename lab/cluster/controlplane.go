@@ -174,6 +174,9 @@ func (c *Cluster) apiserverArgs(pk *pki) []string {
 	return []string{
 		"--bind-address=0.0.0.0", // of the node's namespace
 		"--secure-port=" + strconv.Itoa(apiserverPort),
+		// As kubeadm's API server: kube-proxy's DaemonSet (deploy/kubeadm)
+		// is privileged, and would be refused otherwise.
+		"--allow-privileged=true",
 		// The Service kubernetes gets this address as its endpoint.
 		"--advertise-address=" + p.Node.Addr.String(),
 		"--etcd-servers=" + etcdClientURL,

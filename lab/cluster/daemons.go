@@ -275,6 +275,16 @@ func (d *Daemons) SetModeWith(ctx context.Context, opts ModeOptions) error {
 	if err != nil {
 		return err
 	}
+	if st.Nodes > 0 {
+		if opts.Offload != "" || opts.DemoteAfter != 0 || opts.IPVSScheduler != "" {
+			return errors.New("--offload, --demote-after, --ipvs-scheduler: not on the kubeadm cluster; edit the kube-proxy ConfigMap (svclab kubectl -n kube-system edit configmap kube-proxy)")
+		}
+		if err := d.c.setKubeadmMode(ctx, mode); err != nil {
+			return err
+		}
+		st.Mode = mode
+		return d.net.WriteState(st)
+	}
 	if st.RealNode {
 		if mode == "socklb" || opts.Offload == "socklb" {
 			return ErrRealNodeSocketLB

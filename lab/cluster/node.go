@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -45,13 +47,29 @@ type Node struct {
 	// every cgroup hierarchy, where its pods' cgroups go and where Down
 	// finds their processes.
 	CgroupRoot string
+	// Kubeadm says kubeadm makes the node (`svclab up --nodes N`): its
+	// kubelet's configuration is kubeadm's, and its /etc is an overlay of
+	// its own, where kubeadm writes /etc/kubernetes. ControlPlane says it
+	// runs kubeadm's control plane as static pods (kubeadm init, not join).
+	Kubeadm, ControlPlane bool
 }
 
-// Nodes are the lab's real nodes: the Plan's node, whose files are in the
-// state directory's "node", whose processes are "containerd" and
-// "kubelet", under the lab's cgroup root.
+// Nodes are the lab's real nodes: the kubeadm cluster's when the lab runs
+// one (its node count is in the state), else the Plan's node, whose files
+// are in the state directory's "node", whose processes are "containerd"
+// and "kubelet", under the lab's cgroup root.
 func (c *Cluster) Nodes() []*Node {
+	if st, err := c.net.ReadState(); err == nil && st.Nodes > 0 {
+		return kubeadmNodes(c.net.Plan(), c.net.StateDir(), c.net.Cgroups().Name(), st.Nodes)
+	}
 	return []*Node{planNode(c.net.Plan(), c.net.StateDir(), c.net.Cgroups().Name())}
+}
+
+// everyNode is every node a lab may have run, whatever the state says:
+// the names are fixed, so Down finds what a crashed `svclab up` left.
+func (c *Cluster) everyNode() []*Node {
+	p, dir, root := c.net.Plan(), c.net.StateDir(), c.net.Cgroups().Name()
+	return append([]*Node{planNode(p, dir, root)}, kubeadmNodes(p, dir, root, MaxNodes)[1:]...)
 }
 
 // planNode is the Node of the Plan's node.
@@ -74,7 +92,7 @@ func planNode(p *topology.Plan, stateDir, cgroupRoot string) *Node {
 // containerd, imports the images, and starts its kubelet.
 func (c *Cluster) startNode(ctx context.Context, n *Node, progs NodePrograms) error {
 	f := n.files()
-	if err := c.writeNodeFiles(n); err != nil {
+	if err := c.writeNodeFiles(n, progs.Runc); err != nil {
 		return err
 	}
 	if err := c.makeNodeMountNS(ctx, n); err != nil {
@@ -87,6 +105,24 @@ func (c *Cluster) startNode(ctx context.Context, n *Node, progs NodePrograms) er
 		"net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1"); err != nil {
 		return err
 	}
+	if err := c.startContainerd(ctx, n, progs.Images); err != nil {
+		return err
+	}
+	_, _, err := c.net.Start(n.Kubelet, "", n.inNode(progs.Kubelet,
+		"--config="+f.kubelet,
+		"--kubeconfig="+f.kubeconfig,
+		"--hostname-override="+n.Name,
+		// The node's address is on its links to the lab's hosts; the API
+		// server reaches the kubelet there (--kubelet-preferred-address-types).
+		"--node-ip="+n.Addr.String(),
+	), false)
+	return err
+}
+
+// startContainerd starts n's containerd, waits for it to answer, and
+// imports the image archives.
+func (c *Cluster) startContainerd(ctx context.Context, n *Node, images []string) error {
+	f := n.files()
 	ctrd, _, err := c.net.Start(n.Containerd, "", n.inNode(containerdBin, "--config", f.containerd), false)
 	if err != nil {
 		return err
@@ -97,20 +133,12 @@ func (c *Cluster) startNode(ctx context.Context, n *Node, progs NodePrograms) er
 	}); err != nil {
 		return fmt.Errorf("%w (socket %s)", err, sock)
 	}
-	for _, img := range progs.Images {
+	for _, img := range images {
 		if err := topology.Run(ctx, n.inNode(ctrBin, "--address", containerdSocket, "-n", "k8s.io", "images", "import", "--all-platforms", img)...); err != nil {
 			return fmt.Errorf("import %s: %w", img, err)
 		}
 	}
-	_, _, err = c.net.Start(n.Kubelet, "", n.inNode(progs.Kubelet,
-		"--config="+f.kubelet,
-		"--kubeconfig="+f.kubeconfig,
-		"--hostname-override="+n.Name,
-		// The node's address is on its links to the lab's hosts; the API
-		// server reaches the kubelet there (--kubelet-preferred-address-types).
-		"--node-ip="+n.Addr.String(),
-	), false)
-	return err
+	return nil
 }
 
 // inNode is argv run in the node: its network namespace and its mount
@@ -122,26 +150,14 @@ func (n *Node) inNode(argv ...string) []string {
 // writeNodeFiles writes the configuration of containerd, the kubelet and
 // CNI, the sysctl files, and makes the directories the node's mount
 // namespace binds, and the cgroup root in every hierarchy.
-func (c *Cluster) writeNodeFiles(n *Node) error {
+func (c *Cluster) writeNodeFiles(n *Node, runc string) error {
+	if err := c.writeRuntimeFiles(n, runc); err != nil {
+		return err
+	}
 	f := n.files()
-	for _, d := range []string{f.run, f.varlib, f.varlog, f.cniDir, f.sysctls, filepath.Dir(f.pin)} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-	}
-	if rel, ok := underRun(c.net.StateDir()); ok {
-		if err := os.MkdirAll(filepath.Join(f.run, rel), 0o755); err != nil {
-			return err
-		}
-	}
 	files := map[string]string{
-		f.containerd: f.containerdConfig(),
-		f.kubelet:    n.kubeletConfig(),
-		f.resolvConf: n.resolvConf(),
+		f.kubelet: n.kubeletConfig(),
 		filepath.Join(f.cniDir, "10-svclab.conflist"): cniConfig(n.PodCIDR),
-	}
-	for _, s := range kubeletSysctls {
-		files[filepath.Join(f.sysctls, strings.ReplaceAll(s.name, "/", "."))] = s.value + "\n"
 	}
 	for path, body := range files {
 		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
@@ -157,8 +173,37 @@ func (c *Cluster) writeNodeFiles(n *Node) error {
 		return err
 	}
 	user := "system:node:" + n.Name
-	if err := writeKubeconfig(f.kubeconfig, apiserverURL, caPEM, user, strings.TrimSpace(string(tok))); err != nil {
-		return err
+	return writeKubeconfig(f.kubeconfig, apiserverURL, caPEM, user, strings.TrimSpace(string(tok)))
+}
+
+// writeRuntimeFiles writes what every real node has, the kubeadm
+// cluster's too: containerd's configuration (runc is its runc, "" for the
+// one on PATH), the node's resolv.conf, the sysctl files; the directories
+// the node's mount namespace binds, and its cgroup root in every hierarchy.
+func (c *Cluster) writeRuntimeFiles(n *Node, runc string) error {
+	f := n.files()
+	for _, d := range []string{f.run, f.varlib, f.varlog, f.cniDir, f.sysctls, filepath.Dir(f.pin),
+		filepath.Join(f.usrLib, "upper"), filepath.Join(f.usrLib, "work")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if rel, ok := underRun(c.net.StateDir()); ok {
+		if err := os.MkdirAll(filepath.Join(f.run, rel), 0o755); err != nil {
+			return err
+		}
+	}
+	files := map[string]string{
+		f.containerd: f.containerdConfig(runc),
+		f.resolvConf: n.resolvConf(),
+	}
+	for _, s := range kubeletSysctls {
+		files[filepath.Join(f.sysctls, strings.ReplaceAll(s.name, "/", "."))] = s.value + "\n"
+	}
+	for path, body := range files {
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			return err
+		}
 	}
 	for _, m := range c.net.Cgroups().Machine() {
 		if err := os.MkdirAll(filepath.Join(m.Point, n.CgroupRoot), 0o755); err != nil {
@@ -187,7 +232,12 @@ func (c *Cluster) makeNodeMountNS(ctx context.Context, n *Node) error {
 			return err
 		}
 	}
-	for _, argv := range f.mountCommands(c.net.Cgroups().Machine(), n.StateDir) {
+	_, err := os.Stat("/lib/modules")
+	cmds := f.mountCommands(c.net.Cgroups().Machine(), n.StateDir, errors.Is(err, fs.ErrNotExist))
+	if n.Kubeadm {
+		cmds = append(cmds, n.kubeadmFiles().etcOverlay())
+	}
+	for _, argv := range cmds {
 		if err := topology.Run(ctx, n.inNode(argv...)...); err != nil {
 			return err
 		}

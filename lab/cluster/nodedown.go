@@ -21,7 +21,7 @@ import (
 // the shims in the node's, are topology.Net.Down's.
 func (c *Cluster) Down() error {
 	kubelets := []string{"kubelet"}
-	for _, n := range c.Nodes() {
+	for _, n := range c.everyNode() {
 		if !slices.Contains(kubelets, n.Kubelet) {
 			kubelets = append(kubelets, n.Kubelet)
 		}
@@ -34,13 +34,13 @@ func (c *Cluster) Down() error {
 		}
 	}
 	var errs []error
-	for _, n := range c.Nodes() {
+	for _, n := range c.everyNode() {
 		if pid, ok := c.net.ReadPid(n.Containerd, ""); ok {
 			errs = append(errs, topology.StopPids([]int{pid}, 5*time.Second))
 		}
 	}
 	errs = append(errs, c.net.Cgroups().Remove())
-	for _, n := range c.Nodes() {
+	for _, n := range c.everyNode() {
 		errs = append(errs, n.unpin())
 	}
 	return errors.Join(errs...)

@@ -25,6 +25,9 @@ type nodeFiles struct {
 	kubeconfig, resolvConf string
 	cniDir                 string // containerd's conf_dir
 	sysctls                string // files bound over /proc/sys entries
+	// usrLib holds the upper and work directories of the overlay on /usr/lib
+	// (mountCommands: /lib/modules).
+	usrLib string
 }
 
 func (n *Node) files() nodeFiles {
@@ -41,6 +44,7 @@ func (n *Node) files() nodeFiles {
 		resolvConf: filepath.Join(d, "resolv.conf"),
 		cniDir:     filepath.Join(d, "cni"),
 		sysctls:    filepath.Join(d, "sysctl"),
+		usrLib:     filepath.Join(d, "usr-lib"),
 	}
 }
 
@@ -68,8 +72,12 @@ var kubeletSysctls = []struct{ name, value string }{
 // netns exec` gives one; nsenter does not) with the machine's cgroup
 // hierarchies mounted again in it, the sysctl files, the lab's /var/lib,
 // /var/log and resolv.conf, and last the lab's /run, with the state
-// directory bound back where it was when it lives in /run.
-func (f nodeFiles) mountCommands(cgroups []topology.CgroupMount, stateDir string) [][]string {
+// directory bound back where it was when it lives in /run. On a machine
+// without /lib/modules (noModules), /usr/lib gets an overlay of the lab's
+// with an empty modules directory in it: kube-proxy's DaemonSet, as
+// kubeadm writes it, mounts the host's /lib/modules, and containerd would
+// otherwise make that directory on the machine's own disk.
+func (f nodeFiles) mountCommands(cgroups []topology.CgroupMount, stateDir string, noModules bool) [][]string {
 	cmds := [][]string{
 		{"mount", "-t", "sysfs", "sysfs", "/sys"},
 		{"mount", "-t", "tmpfs", "-o", "mode=755", "cgroup", "/sys/fs/cgroup"},
@@ -81,6 +89,12 @@ func (f nodeFiles) mountCommands(cgroups []topology.CgroupMount, stateDir string
 	}
 	for _, s := range kubeletSysctls {
 		cmds = append(cmds, []string{"mount", "--bind", filepath.Join(f.sysctls, strings.ReplaceAll(s.name, "/", ".")), "/proc/sys/" + s.name})
+	}
+	if noModules {
+		upper, work := filepath.Join(f.usrLib, "upper"), filepath.Join(f.usrLib, "work")
+		cmds = append(cmds,
+			[]string{"mount", "-t", "overlay", "overlay", "-o", "lowerdir=/usr/lib,upperdir=" + upper + ",workdir=" + work, "/usr/lib"},
+			[]string{"mkdir", "-p", "/usr/lib/modules"})
 	}
 	cmds = append(cmds,
 		[]string{"mount", "--bind", f.varlib, "/var/lib"},
@@ -101,7 +115,14 @@ func underRun(dir string) (string, bool) {
 // containerdConfig is containerd's configuration: every path in the
 // node's mount namespace, the CRI plugin on overlayfs with runc and the
 // cgroupfs driver, and what this machine needs (see docs/kind.md).
-func (f nodeFiles) containerdConfig() string {
+// runc is the runc containerd runs, "" for its own (the first on PATH).
+func (f nodeFiles) containerdConfig(runc string) string {
+	binary := ""
+	if runc != "" {
+		// runc-capbound: a privileged container (kube-proxy's DaemonSet)
+		// gets the capabilities this machine can give (docs/kind.md).
+		binary = fmt.Sprintf("\n        BinaryName = %q", runc)
+	}
 	return fmt.Sprintf(`# written by svclab: containerd of the lab's real node
 version = 2
 root = "/var/lib/containerd"
@@ -131,11 +152,11 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         # The kubelet's cgroupDriver is cgroupfs: the machine has no systemd.
-        SystemdCgroup = false
+        SystemdCgroup = false%[5]s
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %[3]q
     conf_dir = %[4]q
-`, containerdSocket, images.PauseRef, cniBinDir, f.cniDir)
+`, containerdSocket, images.PauseRef, cniBinDir, f.cniDir, binary)
 }
 
 // cniConfig is the pods' network: a bridge in the node's namespace holding

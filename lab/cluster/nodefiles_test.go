@@ -27,13 +27,15 @@ func TestMountCommands(t *testing.T) {
 	} {
 		t.Run(tt.stateDir, func(t *testing.T) {
 			n := planNode(topology.DefaultPlan(), tt.stateDir, topology.CgroupRoot)
-			cmds := n.files().mountCommands(cgroups, tt.stateDir)
+			cmds := n.files().mountCommands(cgroups, tt.stateDir, true)
 			var text []string
 			for _, c := range cmds {
 				text = append(text, strings.Join(c, " "))
 			}
 			all := strings.Join(text, "\n")
 			require.Contains(t, all, "mount -t cgroup -o rw,cpu cgroup /sys/fs/cgroup/cpu")
+			// No /lib/modules on the machine: the node's own, in an overlay.
+			require.Contains(t, all, "mount -t overlay overlay -o lowerdir=/usr/lib,upperdir="+tt.stateDir+"/node/usr-lib/upper,workdir="+tt.stateDir+"/node/usr-lib/work /usr/lib\nmkdir -p /usr/lib/modules\n")
 			for _, s := range kubeletSysctls {
 				require.Contains(t, all, " /proc/sys/"+s.name+"\n", s.name)
 			}
@@ -76,7 +78,7 @@ func TestNodeConfigs(t *testing.T) {
 	require.Equal(t, "198.19.64.0/24", cni.Plugins[0].IPAM.Ranges[0][0].Subnet)
 	require.Equal(t, "198.19.64.1", cni.Plugins[0].IPAM.Ranges[0][0].Gateway)
 
-	ctrd := n.files().containerdConfig()
+	ctrd := n.files().containerdConfig("/opt/bin/runc-capbound")
 	for _, want := range []string{
 		`sandbox_image = "` + images.PauseRef + `"`,
 		"restrict_oom_score_adj = true",
@@ -84,6 +86,7 @@ func TestNodeConfigs(t *testing.T) {
 		`snapshotter = "overlayfs"`,
 		`conf_dir = "/run/svclab/node/cni"`,
 		`"io.containerd.internal.v1.opt"`,
+		`BinaryName = "/opt/bin/runc-capbound"`,
 	} {
 		require.Contains(t, ctrd, want)
 	}

@@ -24,6 +24,11 @@ import (
 // of Debian's packages (scripts/install-deps.sh).
 type NodePrograms struct {
 	Kubelet, Scheduler string
+	// Runc is the runc the node's containerd runs: runc-capbound beside the
+	// images when it is there (`go build -o bin/ ./cmd/...` builds it), so
+	// that a privileged pod starts on a machine that withholds a capability
+	// (docs/kind.md); "" is the machine's runc.
+	Runc string
 	// Images are image archives, imported with `ctr images import`:
 	// svcproxy's (`make image`: bin/svcproxy-image.tar) and those of `make
 	// e2e-images` (bin/e2e-images/*.tar), the pause image among them.
@@ -71,6 +76,9 @@ func FindNodePrograms(dir, imageDir string) (NodePrograms, error) {
 		return NodePrograms{}, fmt.Errorf("real node: the pause image: %w; build it with `make e2e-images`", err)
 	}
 	others, _ := filepath.Glob(filepath.Join(imageDir, "e2e-images", "*.tar"))
+	if capbound := filepath.Join(imageDir, "runc-capbound"); isFile(capbound) {
+		progs.Runc = capbound
+	}
 	progs.Images = []string{svcproxy, pause}
 	for _, f := range others {
 		if f != pause {
@@ -260,4 +268,9 @@ func (c *Cluster) setRealNodeMode(ctx context.Context, mode string) error {
 		_, err := c.daemons.NodeGet(ctx, "/proxyMode")
 		return err
 	})
+}
+
+func isFile(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
 }

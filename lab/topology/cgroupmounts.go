@@ -33,27 +33,23 @@ func CgroupMounts(r io.Reader) []CgroupMount {
 	return out
 }
 
-// Machine are the machine's cgroup hierarchies, each where the machine
-// first mounts it: the lab's own cgroup2 mount (cgroup.go) left out, and so
-// is another mount of a hierarchy already listed (a test's cgroup2 mount in
-// /tmp, say), which a node's mount namespace has no use for and could not
-// mount again.
+// Machine are the machine's cgroup hierarchies, as the machine mounts them:
+// the lab's own cgroup2 mount (cgroup.go) left out, and each hierarchy once
+// (machineMounts).
 func (c *Cgroups) Machine() []CgroupMount {
-	var out []CgroupMount
-	for _, m := range firstOfEach(c.mounts()) {
-		if m.Point != c.privateCgroup2() {
-			out = append(out, m)
-		}
-	}
-	return out
+	return machineMounts(c.mounts(), c.privateCgroup2())
 }
 
-// firstOfEach keeps the first mount of each hierarchy (superblock).
-func firstOfEach(mounts []CgroupMount) []CgroupMount {
-	seen := map[string]bool{}
+// machineMounts are mounts without the one at private, and without a second
+// mount of a hierarchy already listed: a test that mounts the machine's
+// cgroup2 again in a directory of its own (/tmp/TestX/001) made the real
+// node mount it there too, which the kernel refuses ("cgroup2 already
+// mounted on /sys/fs/cgroup/unified") while the first mount stands.
+func machineMounts(mounts []CgroupMount, private string) []CgroupMount {
 	var out []CgroupMount
+	seen := map[string]bool{}
 	for _, m := range mounts {
-		if !seen[m.Dev] {
+		if m.Point != private && !seen[m.Dev] {
 			seen[m.Dev] = true
 			out = append(out, m)
 		}

@@ -93,6 +93,13 @@ func (n *Net) AddHost(ctx context.Context, h Host) error {
 	if err := n.writeResolvConf(h); err != nil {
 		return err
 	}
+	return n.RecordHost(h)
+}
+
+// RecordHost records h, a host beyond the Plan that the caller made (a
+// worker node of the kubeadm cluster), in the state directory, so that other
+// svclab commands (exec, traffic's table) know it.
+func (n *Net) RecordHost(h Host) error {
 	b, err := json.Marshal(h)
 	if err != nil {
 		return err

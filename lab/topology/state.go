@@ -19,6 +19,10 @@ type State struct {
 	// RealNode is set when a real kubelet runs the lab's pods (svclab up
 	// --kubelet): svcproxy and clusterdns are its pods.
 	RealNode bool `json:"realNode,omitempty"`
+	// Nodes is the number of nodes of the cluster kubeadm made (svclab up
+	// --nodes N), 0 for none: the control plane is kubeadm's, and
+	// kube-proxy and CoreDNS (or svcproxy and clusterdns) run as its pods.
+	Nodes int `json:"nodes,omitempty"`
 	// Demo is the pid of a `svclab demo` that owns the lab, 0 for none.
 	Demo int `json:"demo,omitempty"`
 	// IPVSScheduler is svcproxy's --ipvs-scheduler, "" for its default (rr).

@@ -3,11 +3,10 @@ package iptables
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/svcproxy/svcproxy/dataplane"
-	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
+	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -34,20 +33,17 @@ type Config struct {
 	// IPTables is the family's iptables (kernel/iptables.New, or a Fake).
 	// Required by New.
 	IPTables kiptables.Interface
-	// Conntrack deletes stale UDP flows; nil: no conntrack cleanup.
-	Conntrack conntrack.Interface
-	// SyncPeriod is how long after a sync the next one comes without a
-	// change, and how often a sync checks that the hooks from the built-in
-	// chains are still there, making itself full if not (kube-proxy
-	// --iptables-sync-period, the period of its canary check; default 30s;
-	// kernelsync.Config). FullSyncPeriod is how long after the end of the
-	// last full sync a sync is full again: it rewrites every chain and
-	// deletes those that belong to nothing (kube-proxy's
-	// proxyutil.FullSyncPeriod; default 1h). LagBound is the Syncer's (0:
-	// twice SyncPeriod).
-	SyncPeriod, FullSyncPeriod, LagBound time.Duration
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Periods are the syncs': conntrack cleanup, how often a sync comes and
+	// checks the hooks from the built-in chains (kube-proxy
+	// --iptables-sync-period, the period of its canary check), how often it
+	// is full, the clock.
+	kernelsync.Periods
+
+	// largeCluster is set per sync, never by a caller: the Snapshot has
+	// more than largeClusterEndpoints endpoints, and the endpoints' rules
+	// go without comments (renderPort) and the ClusterIP jumps by block
+	// (ruleset.blocks).
+	largeCluster bool
 }
 
 func (c *Config) validate() error {

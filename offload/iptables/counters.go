@@ -21,7 +21,7 @@ import (
 // carried over (Config.CountConnections). In the nat table only the first
 // packet of a connection is evaluated, so packets are connections.
 func (d *Dataplane) Connections(ctx context.Context, _ *service.Snapshot, ports dataplane.PortSet) (map[service.PortName]uint64, error) {
-	return d.ledger.Connections(ctx, ports, func(ctx context.Context) (func(*portRules) (uint64, bool), error) {
+	return d.Ledger.Connections(ctx, ports, func(ctx context.Context) (func(*portRules) (uint64, bool), error) {
 		dnat, err := d.dnatCounts(ctx)
 		if err != nil {
 			return nil, err

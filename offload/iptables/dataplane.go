@@ -3,8 +3,7 @@ package iptables
 import (
 	"slices"
 	"sync"
-
-	"github.com/prometheus/client_golang/prometheus"
+	"sync/atomic"
 
 	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/offload/kernelsync"
@@ -21,19 +20,25 @@ import (
 // traffic keeps flowing while svcproxy restarts, and the next process adopts
 // them at its first sync.
 type Dataplane struct {
-	*dataplane.Syncer
-	cfg    Config
-	ledger *kernelsync.Ledger[*portRules]
+	kernelsync.Dataplane[*portRules] // the Syncer, the Ledger, their metrics
+	cfg                              Config
 
 	// The syncs' (the ledger holds them): the top chains as last applied,
 	// and per port the DNAT packets of its chains that a sync rewrote or
 	// deleted (CountConnections).
 	top     map[string]map[string][]byte
 	carried map[service.PortName]uint64
+	// endpoints of the ports of the latest Snapshot this path writes: the
+	// size that makes a cluster large (largeClusterEndpoints).
+	endpoints atomic.Int64
 
 	mu     sync.Mutex // guards status
 	status []PortStatus
 }
+
+// largeClusterEndpoints is kube-proxy's largeClusterEndpointsThreshold:
+// above it no periodic full sync (kernelsync.Config.LargeCluster).
+const largeClusterEndpoints = 1000
 
 var _ dataplane.KernelPath = (*Dataplane)(nil)
 
@@ -53,29 +58,24 @@ func New(cfg Config) (*Dataplane, error) {
 		return nil, err
 	}
 	d := &Dataplane{cfg: cfg, carried: map[service.PortName]uint64{}}
-	d.ledger = kernelsync.NewLedger[*portRules](kernelsync.Config{
-		Mode: dataplane.ModeIPTables,
-		Metrics: kernelsync.Metrics{
-			SyncsHelp:  "Successful iptables syncs, by kind: full (every chain rewritten) or partial (only the changed ports').",
-			SizeMetric: "svcproxy_iptables_restore_bytes",
-			SizeHelp:   "Size of the last iptables-restore input.",
-			// kube-proxy's names (pkg/proxy/metrics); a sync fails when its
-			// iptables-restore does.
-			FailuresMetric:        "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
-			FailuresHelp:          "Cumulative proxy iptables restore failures",
-			PartialFailuresMetric: "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total",
-			PartialFailuresHelp:   "Cumulative proxy iptables partial restore failures (each followed by a full restore)",
-		},
-		Conntrack: cfg.Conntrack, SyncPeriod: cfg.SyncPeriod, FullSyncPeriod: cfg.FullSyncPeriod, Now: cfg.Now,
-	})
-	d.Syncer = dataplane.NewSyncer(dataplane.SyncerConfig{Mode: dataplane.ModeIPTables, Apply: d.sync,
-		Period: cfg.SyncPeriod, LagBound: cfg.LagBound, NodeName: cfg.NodeName, Now: cfg.Now})
+	d.Dataplane = kernelsync.NewDataplane[*portRules](dataplane.ModeIPTables, kernelsync.Metrics{
+		SyncsHelp:  "Successful iptables syncs, by kind: full (every chain rewritten) or partial (only the changed ports').",
+		SizeMetric: "svcproxy_iptables_restore_bytes",
+		SizeHelp:   "Size of the last iptables-restore input.",
+		// kube-proxy's names (pkg/proxy/metrics); a sync fails when its
+		// iptables-restore does.
+		FailuresMetric:        "kubeproxy_sync_proxy_rules_iptables_restore_failures_total",
+		FailuresHelp:          "Cumulative proxy iptables restore failures",
+		PartialFailuresMetric: "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total",
+		PartialFailuresHelp:   "Cumulative proxy iptables partial restore failures (each followed by a full restore)",
+	}, cfg.Periods, cfg.NodeName, d.sync)
+	d.Ledger.SkipPeriodicFullSyncs(func() bool { return d.endpoints.Load() > largeClusterEndpoints })
 	return d, nil
 }
 
 // Health returns the sync record.
 func (d *Dataplane) Health() Health {
-	h := d.ledger.Health()
+	h := d.Ledger.Health()
 	return Health{Health: h, RestoreBytes: h.Size}
 }
 
@@ -90,17 +90,4 @@ func (d *Dataplane) Ports() []PortStatus {
 // chains and endpoint shares.
 func (d *Dataplane) Status() any {
 	return map[string]any{"mode": dataplane.ModeIPTables, "health": d.Health(), "ports": d.Ports()}
-}
-
-// Describe implements prometheus.Collector: the Syncer's record and the
-// ledger's sync metrics.
-func (d *Dataplane) Describe(ch chan<- *prometheus.Desc) {
-	d.Syncer.Describe(ch)
-	d.ledger.Describe(ch)
-}
-
-// Collect implements prometheus.Collector.
-func (d *Dataplane) Collect(ch chan<- prometheus.Metric) {
-	d.Syncer.Collect(ch)
-	d.ledger.Collect(ch)
 }

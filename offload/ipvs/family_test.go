@@ -111,7 +111,7 @@ func TestFamiliesShareIPVS(t *testing.T) {
 func TestNewConfigFamily(t *testing.T) {
 	_, err := New(Config{Node: dataplane.Node{Family: service.IPv6, ClusterCIDR: clusterCIDR}, IPVS: kipvs.NewFake(), Links: link.NewFake()})
 	if err == nil || !strings.Contains(err.Error(), "ClusterCIDR 198.19.0.0/16: not an IPv6 prefix") {
-		t.Errorf("IPv6 Proxier with an IPv4 cluster CIDR: %v", err)
+		t.Errorf("IPv6 Dataplane with an IPv4 cluster CIDR: %v", err)
 	}
 }
 

@@ -368,7 +368,7 @@ func TestConnections(t *testing.T) {
 	}
 }
 
-// Issue 10 points 2 and 4: a virtual server that is no longer wanted (its
+// A virtual server that is no longer wanted (its
 // Service deleted, or hybrid mode demoted its port) drains: its real servers
 // get weight 0, and it and its address stay until the last connection ends
 // (or the grace period passes). Deleting it at once would drop its

@@ -26,7 +26,7 @@ func TestTopologyHints(t *testing.T) {
 		}
 		snap := service.NewSnapshot([]*service.Service{svc}, nil)
 		if zone != "" {
-			snap.SetNode(&service.Node{Name: "node-a", Labels: map[string]string{"topology.kubernetes.io/zone": zone}})
+			snap = snap.With(service.WithNode(&service.Node{Name: "node-a", Labels: map[string]string{"topology.kubernetes.io/zone": zone}}))
 		}
 		return snap
 	}

@@ -123,7 +123,7 @@ func TestLedgerSyncs(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	m := &mode{}
 	ct := conntrack.NewFake()
-	p := newPath(Config{Conntrack: ct, SyncPeriod: time.Minute, FullSyncPeriod: time.Minute, Now: func() time.Time { return now }}, m)
+	p := newPath(Config{Periods: Periods{Conntrack: ct, SyncPeriod: time.Minute, FullSyncPeriod: time.Minute, Now: func() time.Time { return now }}}, m)
 	ctx := context.Background()
 	if err := p.Sync(ctx); err != nil || len(m.writes) != 0 || p.Health().Synced {
 		t.Fatalf("before the first Update: err %v, writes %v, health %+v", err, m.writes, p.Health())
@@ -186,45 +186,6 @@ func TestLedgerSyncs(t *testing.T) {
 	}
 }
 
-// StaleEntries: one selection per family, of the UDP ports; a port without
-// endpoints selects every entry to its frontends (kubernetes#139629), but not
-// to its node port, which would select every entry to that port number.
-func TestStaleEntries(t *testing.T) {
-	mk := func(fam conntrack.Family, proto, vip string, nodePort uint16, eps ...string) *port {
-		o := Flows{Family: fam, Protocol: proto, Port: 53, NodePort: nodePort, Frontends: []netip.Addr{netip.MustParseAddr(vip)}}
-		for _, e := range eps {
-			o.Endpoints = append(o.Endpoints, netip.MustParseAddr(e))
-		}
-		o.HasEndpoints = len(eps) > 0
-		return &port{flows: o}
-	}
-	ports := map[service.PortName]*port{
-		{Port: "v4"}:   mk(conntrack.IPv4, "udp", "198.18.0.53", 30053, "198.19.1.2"),
-		{Port: "v6"}:   mk(conntrack.IPv6, "udp", "2001:db8:18::53", 30053, "2001:db8:19::2"),
-		{Port: "tcp"}:  mk(conntrack.IPv4, "tcp", "198.18.0.54", 0, "198.19.1.2"),
-		{Port: "none"}: mk(conntrack.IPv4, "udp", "198.18.0.55", 30055),
-	}
-	// Endpoints, but none these rules lead to (a Local policy without
-	// local endpoints): left out.
-	elsewhere := mk(conntrack.IPv4, "udp", "198.18.0.56", 30056)
-	elsewhere.flows.HasEndpoints = true
-	ports[service.PortName{Port: "elsewhere"}] = elsewhere
-	got := StaleEntries(ports)
-	if len(got) != 2 || got[0].Family != conntrack.IPv4 || got[1].Family != conntrack.IPv6 {
-		t.Fatalf("StaleEntries: %v, want IPv4 then IPv6", got)
-	}
-	v4, v6 := got[0], got[1]
-	if len(v4.Frontends) != 2 || len(v4.NodePorts) != 1 || !slices.Equal(v4.NodePorts[30053], []netip.Addr{netip.MustParseAddr("198.19.1.2")}) {
-		t.Errorf("IPv4: %+v, want the UDP ports' frontends, and the node port of the one with endpoints", v4)
-	}
-	if eps, ok := v4.Frontends[netip.MustParseAddrPort("198.18.0.55:53")]; !ok || len(eps) != 0 {
-		t.Errorf("IPv4: %+v, want 198.18.0.55:53 without endpoints", v4)
-	}
-	if eps := v6.Frontends[netip.MustParseAddrPort("[2001:db8:18::53]:53")]; !slices.Equal(eps, []netip.Addr{netip.MustParseAddr("2001:db8:19::2")}) {
-		t.Errorf("IPv6: %+v", v6)
-	}
-}
-
 // A UDP port whose endpoints went to zero: a partial sync deletes its
 // entries to the endpoint that left; and a new process, whose first sync
 // knows nothing of what came before, deletes every entry to its frontends
@@ -249,7 +210,7 @@ func TestLedgerEndpointsToZero(t *testing.T) {
 
 	t.Run("partial sync", func(t *testing.T) {
 		ct := conntrack.NewFake()
-		p := newPath(Config{Conntrack: ct}, &mode{})
+		p := newPath(Config{Periods: Periods{Conntrack: ct}}, &mode{})
 		sync(t, p, udpService("198.19.1.2:53"))
 		ct.Add(toGone, tcp)
 		sync(t, p, udpService())
@@ -262,7 +223,7 @@ func TestLedgerEndpointsToZero(t *testing.T) {
 	})
 	t.Run("first sync", func(t *testing.T) {
 		ct := conntrack.NewFake(toGone, neverNATed, tcp)
-		p := newPath(Config{Conntrack: ct}, &mode{})
+		p := newPath(Config{Periods: Periods{Conntrack: ct}}, &mode{})
 		sync(t, p, udpService())
 		if got, want := ct.Flows(), []conntrack.Flow{tcp}; !slices.Equal(got, want) {
 			t.Errorf("flows left %v, want %v (the UDP entries of a port without endpoints stayed)", got, want)
@@ -316,7 +277,7 @@ func TestLedgerRetriesConntrack(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ct := &failing{Fake: conntrack.NewFake()}
 			m := &mode{}
-			p := newPath(Config{Conntrack: ct}, m)
+			p := newPath(Config{Periods: Periods{Conntrack: ct}}, m)
 			sync := func(snap *service.Snapshot) {
 				t.Helper()
 				p.Update(snap)
@@ -349,42 +310,6 @@ func TestLedgerRetriesConntrack(t *testing.T) {
 	}
 }
 
-func TestStaleFlows(t *testing.T) {
-	vip, ep1, ep2 := netip.MustParseAddr("198.18.0.53"), netip.MustParseAddr("198.19.1.2"), netip.MustParseAddr("198.19.1.3")
-	mk := func(proto string, eps ...netip.Addr) *port {
-		return &port{flows: Flows{Protocol: proto, Port: 53, NodePort: 30053, Frontends: []netip.Addr{vip}, Endpoints: eps, HasEndpoints: len(eps) > 0}}
-	}
-	for _, tt := range []struct {
-		name    string
-		changed []Change[*port]
-		removed []*port
-		want    []conntrack.Filter
-	}{
-		{"an endpoint leaves", []Change[*port]{{Old: mk("udp", ep1, ep2), Cur: mk("udp", ep1)}}, nil, []conntrack.Filter{
-			{Protocol: "udp", OrigDstPort: 30053, DstNAT: ep2},
-			{Protocol: "udp", OrigDst: vip, OrigDstPort: 53, DstNAT: ep2}}},
-		{"first endpoints", []Change[*port]{{Old: mk("udp"), Cur: mk("udp", ep1)}}, nil, []conntrack.Filter{
-			{Protocol: "udp", OrigDstPort: 30053},
-			{Protocol: "udp", OrigDst: vip, OrigDstPort: 53}}},
-		{"a new port with endpoints", []Change[*port]{{Cur: mk("udp", ep1)}}, nil, []conntrack.Filter{
-			{Protocol: "udp", OrigDstPort: 30053},
-			{Protocol: "udp", OrigDst: vip, OrigDstPort: 53}}},
-		{"the last endpoint leaves", []Change[*port]{{Old: mk("udp", ep1), Cur: mk("udp")}}, nil, []conntrack.Filter{
-			{Protocol: "udp", OrigDstPort: 30053, DstNAT: ep1},
-			{Protocol: "udp", OrigDst: vip, OrigDstPort: 53, DstNAT: ep1}}},
-		{"a port removed", nil, []*port{mk("udp", ep1)}, []conntrack.Filter{
-			{Protocol: "udp", OrigDstPort: 30053, DstNAT: ep1},
-			{Protocol: "udp", OrigDst: vip, OrigDstPort: 53, DstNAT: ep1}}},
-		{"TCP: nothing", []Change[*port]{{Old: mk("tcp", ep1, ep2), Cur: mk("tcp")}}, []*port{mk("tcp", ep1)}, nil},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := StaleFlows(tt.changed, tt.removed); !slices.Equal(got, tt.want) {
-				t.Errorf("StaleFlows = %v\nwant %v", got, tt.want)
-			}
-		})
-	}
-}
-
 // Periodic syncs stay partial (kube-proxy: a full sync only hourly or after an
 // error) while the kernel check passes; the check runs at most once per
 // SyncPeriod, and a failed one makes that sync full: the repair of a table
@@ -392,7 +317,7 @@ func TestStaleFlows(t *testing.T) {
 func TestLedgerCheckRepairs(t *testing.T) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	m := &mode{}
-	p := newPath(Config{SyncPeriod: 30 * time.Second, Now: func() time.Time { return now }}, m)
+	p := newPath(Config{Periods: Periods{SyncPeriod: 30 * time.Second, Now: func() time.Time { return now }}}, m)
 	ctx := context.Background()
 	p.Update(udpService("198.19.1.2:53"))
 	step := func(advance time.Duration) {
@@ -426,5 +351,28 @@ func TestLedgerCheckRepairs(t *testing.T) {
 	step(time.Second)
 	if want := []string{"partial", "full"}; !slices.Equal(m.writes[6:], want) {
 		t.Errorf("59m59s and 1h after the last full sync: %v, want %v", m.writes[6:], want)
+	}
+}
+
+// In a large cluster (Config.LargeCluster) the period makes no sync full; a
+// failure still does.
+func TestLedgerLargeCluster(t *testing.T) {
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := &mode{}
+	p := newPath(Config{Periods: Periods{FullSyncPeriod: time.Minute, Now: func() time.Time { return now }}, LargeCluster: func() bool { return true }}, m)
+	ctx := context.Background()
+	step := func(advance time.Duration) {
+		now = now.Add(advance)
+		p.Update(udpService("198.19.1.2:53"))
+		_ = p.Sync(ctx)
+	}
+	step(0)
+	step(2 * time.Minute) // past the period: partial all the same
+	m.fail = true
+	step(time.Second)
+	m.fail = false
+	step(time.Second)                                                               // after the failure: full
+	if want := []string{"full", "partial", "full"}; !slices.Equal(m.writes, want) { // the failed write is not one
+		t.Errorf("syncs %v, want %v", m.writes, want)
 	}
 }

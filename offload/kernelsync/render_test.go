@@ -77,7 +77,7 @@ func TestRenderPorts(t *testing.T) {
 	// This node's zone is part of what a port was rendered from (topology
 	// hints): in another zone, the unchanged port is rendered again.
 	zoned := service.NewSnapshot([]*service.Service{svc("kept", 53, "198.18.0.1")}, nil)
-	zoned.SetNode(&service.Node{Name: "node-a", Labels: map[string]string{"topology.kubernetes.io/zone": "zone-b"}})
+	zoned = zoned.With(service.WithNode(&service.Node{Name: "node-a", Labels: map[string]string{"topology.kubernetes.io/zone": "zone-b"}}))
 	if again := RenderPorts(zoned, applied, nil, render); len(again.Changed) != 1 || again.Changed[0].Old != applied[name("kept")] {
 		t.Errorf("in a new zone: changed %v, want kept rendered again", again.Changed)
 	}

@@ -4,13 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"time"
 
 	"sigs.k8s.io/knftables"
 
 	"github.com/svcproxy/svcproxy/dataplane"
-	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
+	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -44,19 +43,11 @@ type Config struct {
 	// NFT is the table's kernel side: kernel/nftables.NewFamily(TableFamily(Family),
 	// Table), or a Fake. Required by New.
 	NFT knft.Interface
-	// Conntrack deletes stale UDP flows; nil: no conntrack cleanup.
-	Conntrack conntrack.Interface
-	// SyncPeriod is how long after a sync the next one comes without a
-	// change, and how often a sync checks that the table is still as the
-	// last full sync wrote it (its base chains' rules), making itself full if
-	// not (kube-proxy --nftables-sync-period; default 30s; kernelsync.Config).
-	// FullSyncPeriod is how long after the end of the last full sync a sync
-	// is full again: it writes the whole table and deletes what belongs to
-	// nothing (kube-proxy's proxyutil.FullSyncPeriod; default 1h). LagBound
-	// is the Syncer's (0: twice SyncPeriod).
-	SyncPeriod, FullSyncPeriod, LagBound time.Duration
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Periods are the syncs': conntrack cleanup, how often a sync comes and
+	// checks that the table is as the last full sync wrote it (its base
+	// chains' rules; kube-proxy --nftables-sync-period), how often it is
+	// full, the clock.
+	kernelsync.Periods
 }
 
 func (c *Config) validate() error {

@@ -21,7 +21,7 @@ func (d *Dataplane) Connections(ctx context.Context, _ *service.Snapshot, ports 
 	if !d.cfg.CountConnections {
 		return map[service.PortName]uint64{}, nil
 	}
-	return d.ledger.Connections(ctx, ports, func(ctx context.Context) (func(*portObjects) (uint64, bool), error) {
+	return d.Ledger.Connections(ctx, ports, func(ctx context.Context) (func(*portObjects) (uint64, bool), error) {
 		counters, err := d.cfg.NFT.ListCounters(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("read counters of table %s: %w", Table, err)

@@ -22,10 +22,9 @@ import (
 // table stays: traffic keeps flowing while svcproxy restarts, and the next
 // process adopts it at its first sync.
 type Dataplane struct {
-	*dataplane.Syncer
-	cfg        Config
-	ledger     *kernelsync.Ledger[*portObjects]
-	clusterIPs []string // the cluster-ips set as last applied; the syncs' (the ledger holds them)
+	kernelsync.Dataplane[*portObjects] // the Syncer, the Ledger, their metrics
+	cfg                                Config
+	clusterIPs                         []string // the cluster-ips set as last applied; the syncs' (the Ledger holds them)
 
 	mu    sync.Mutex     // guards ports
 	ports []*portObjects // as last applied; each is immutable
@@ -50,27 +49,21 @@ func New(cfg Config) (*Dataplane, error) {
 		return nil, err
 	}
 	d := &Dataplane{cfg: cfg}
-	d.ledger = kernelsync.NewLedger[*portObjects](kernelsync.Config{
-		Mode: dataplane.ModeNFTables,
-		Metrics: kernelsync.Metrics{
-			SyncsHelp:  "Successful nftables syncs, by kind: full (the whole table written) or partial (only the changed ports' objects).",
-			SizeMetric: "svcproxy_nftables_transaction_operations",
-			SizeHelp:   "Commands in the last nft transaction.",
-			// kube-proxy's name (pkg/proxy/metrics); a sync fails when its nft
-			// transaction does.
-			FailuresMetric: "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
-			FailuresHelp:   "Cumulative proxy nftables sync failures",
-		},
-		Conntrack: cfg.Conntrack, SyncPeriod: cfg.SyncPeriod, FullSyncPeriod: cfg.FullSyncPeriod, Now: cfg.Now,
-	})
-	d.Syncer = dataplane.NewSyncer(dataplane.SyncerConfig{Mode: dataplane.ModeNFTables, Apply: d.sync,
-		Period: cfg.SyncPeriod, LagBound: cfg.LagBound, NodeName: cfg.NodeName, Now: cfg.Now})
+	d.Dataplane = kernelsync.NewDataplane[*portObjects](dataplane.ModeNFTables, kernelsync.Metrics{
+		SyncsHelp:  "Successful nftables syncs, by kind: full (the whole table written) or partial (only the changed ports' objects).",
+		SizeMetric: "svcproxy_nftables_transaction_operations",
+		SizeHelp:   "Commands in the last nft transaction.",
+		// kube-proxy's name (pkg/proxy/metrics); a sync fails when its nft
+		// transaction does.
+		FailuresMetric: "kubeproxy_sync_proxy_rules_nftables_sync_failures_total",
+		FailuresHelp:   "Cumulative proxy nftables sync failures",
+	}, cfg.Periods, cfg.NodeName, d.sync)
 	return d, nil
 }
 
 // Health returns the sync record.
 func (d *Dataplane) Health() Health {
-	h := d.ledger.Health()
+	h := d.Ledger.Health()
 	return Health{Health: h, Operations: h.Size}
 }
 
@@ -103,11 +96,10 @@ var localhostRejectedDesc = prometheus.NewDesc("kubeproxy_nftables_localhost_nod
 	[]string{"protocol"}, nil)
 
 // Describe implements prometheus.Collector: the Syncer's record, the
-// ledger's sync metrics, and with Config.LocalhostNodePorts the localhost
+// Ledger's sync metrics, and with Config.LocalhostNodePorts the localhost
 // rejections.
 func (d *Dataplane) Describe(ch chan<- *prometheus.Desc) {
-	d.Syncer.Describe(ch)
-	d.ledger.Describe(ch)
+	d.Dataplane.Describe(ch)
 	if d.cfg.LocalhostNodePorts {
 		ch <- localhostRejectedDesc
 	}
@@ -117,8 +109,7 @@ func (d *Dataplane) Describe(ch chan<- *prometheus.Desc) {
 // kernel at each scrape, bounded as kube-proxy bounds it (2s); a failed read
 // leaves them out of that scrape.
 func (d *Dataplane) Collect(ch chan<- prometheus.Metric) {
-	d.Syncer.Collect(ch)
-	d.ledger.Collect(ch)
+	d.Dataplane.Collect(ch)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	rejected, err := d.LocalhostRejected(ctx)

@@ -213,7 +213,7 @@ func renderExternalChain(cfg *Config, pp *portPlan, b *chainBuilder) {
 // kube-proxy spreads with one rule, `numgen random mod N vmap { 0 : goto A, ... }`:
 // an anonymous verdict map per service port. The kernel's loop check walks every
 // verdict map of the table for each jump it validates, so with 10,000 such maps a
-// full sync takes minutes (measured: docs/architecture.md). svcproxy writes one rule
+// full sync takes minutes (docs/benchmarks/nftables.md). svcproxy writes one rule
 // per endpoint instead, as iptables mode does: endpoint i of n is taken with
 // `numgen random mod (n-i) == 0`, 1/n, 1/(n-1), ..., and the last one always, which
 // gives each endpoint 1/n of new connections and leaves the table with a handful of

@@ -20,9 +20,9 @@ import (
 // records what the kernel holds now and cleans the conntrack entries the
 // change left stale.
 func (d *Dataplane) sync(ctx context.Context, snap *service.Snapshot) error {
-	s := d.ledger.Begin()
+	s := d.Ledger.Begin()
 	if s.Check {
-		d.ledger.Checked(s, d.check(ctx))
+		d.Ledger.Checked(s, d.check(ctx))
 	}
 	rs := render(d.cfg, snap, s.Applied)
 	if s.Full || rs.ipsChanged() {
@@ -37,7 +37,7 @@ func (d *Dataplane) sync(ctx context.Context, snap *service.Snapshot) error {
 		d.ports = rs.ports
 		d.mu.Unlock()
 	}
-	return d.ledger.End(ctx, s, rs.rendered(), size, err)
+	return d.Ledger.End(ctx, s, rs.rendered(), size, err)
 }
 
 // write writes rs to the kernel in one transaction and returns its number of

@@ -20,10 +20,10 @@ import (
 	"github.com/svcproxy/svcproxy/service"
 )
 
-// BenchmarkOneServiceChange is issue 31's target: at 10,000 Services, one
-// Service's endpoints change (a pod replaced); the time is Proxier.Sync, from
+// BenchmarkOneServiceChange measures the socket LB's target: at 10,000 Services, one
+// Service's endpoints change (a pod replaced); the time is Maps.Sync, from
 // the Snapshot to the last map update (render the changed port, compare,
-// write one services element and its slots). Against the Fake (the Proxier's
+// write one services element and its slots). Against the Fake (the Maps'
 // own cost) and the real Kernel (root: the maps and programs attached to a
 // cgroup of the benchmark's own). Target: < 5 ms. Run by make bench only.
 func BenchmarkOneServiceChange(b *testing.B) {

@@ -81,11 +81,11 @@ func reach(lb *ksocklb.Fake, proto ksocklb.Protocol, dst string, n int) []string
 	return out
 }
 
-// TestProxierConnect renders a cluster into the maps and follows connect()
+// TestMapsConnect renders a cluster into the maps and follows connect()
 // calls through them: where does a socket in the cgroup that connects to a
 // ClusterIP end up? Each row is one Service; the endpoints are chosen by
 // service.Port.Categorize, as on every other path.
-func TestProxierConnect(t *testing.T) {
+func TestMapsConnect(t *testing.T) {
 	three := []string{"198.19.1.10:8080", "198.19.1.11:8080", "198.19.1.130:8080"}
 	tests := []struct {
 		name string
@@ -122,7 +122,7 @@ func TestProxierConnect(t *testing.T) {
 			lb := ksocklb.NewFake()
 			p := newMaps(t, Config{LB: lb})
 			snap := st.Snapshot(tt.svc)
-			snap.SetNode(tt.node)
+			snap = snap.With(service.WithNode(tt.node))
 			mustSync(t, p, snap)
 			if got := reach(lb, ksocklb.TCP, tt.dst, 3); tt.svc.Ports[0].Protocol == service.TCP && !slices.Equal(got, tt.want) {
 				_, tr := lb.Connect(ksocklb.Client{}, ksocklb.TCP, ap(tt.dst))
@@ -143,10 +143,10 @@ func dualEndpoints() []service.Endpoint {
 	}
 }
 
-// TestProxierFamilies: a dual-stack node runs one Proxier per family over
+// TestMapsFamilies: a dual-stack node runs one Maps per family over
 // one set of maps (the hooks are per cgroup, not per family); each writes and
 // deletes only its own family's elements.
-func TestProxierFamilies(t *testing.T) {
+func TestMapsFamilies(t *testing.T) {
 	lb := ksocklb.NewFake()
 	p4 := newMaps(t, Config{LB: lb, Node: dataplane.Node{Family: service.IPv4}})
 	p6 := newMaps(t, Config{LB: lb, Node: dataplane.Node{Family: service.IPv6}})
@@ -160,22 +160,22 @@ func TestProxierFamilies(t *testing.T) {
 	if got, want := reach(lb, ksocklb.TCP, "198.18.0.16:80", 2), []string{"198.19.1.10:8080", "198.19.1.11:8080"}; !slices.Equal(got, want) {
 		t.Errorf("connect4 to the IPv4 ClusterIP reaches %v, want %v", got, want)
 	}
-	// The IPv6 Proxier's first sync read the maps, IPv4 element included,
+	// The IPv6 Maps' first sync read the maps, IPv4 element included,
 	// and left it: another family's element is not its to delete.
 	mustSync(t, p6, st.Snapshot())
 	if got, want := reach(lb, ksocklb.TCP, "[2001:db8:18::16]:80", 1), []string{"[2001:db8:18::16]:80"}; !slices.Equal(got, want) {
-		t.Errorf("after the IPv6 Proxier synced no Service, connect6 reaches %v, want %v (untouched)", got, want)
+		t.Errorf("after the IPv6 Maps synced no Service, connect6 reaches %v, want %v (untouched)", got, want)
 	}
 	if got, want := reach(lb, ksocklb.TCP, "198.18.0.16:80", 1), []string{"198.19.1.10:8080"}; !slices.Equal(got, want) {
-		t.Errorf("after the IPv6 Proxier synced no Service, connect4 reaches %v, want %v (IPv4 untouched)", got, want)
+		t.Errorf("after the IPv6 Maps synced no Service, connect4 reaches %v, want %v (IPv4 untouched)", got, want)
 	}
 }
 
-// TestProxierPerElement: a sync writes only the elements that changed,
+// TestMapsPerElement: a sync writes only the elements that changed,
 // never the whole map: one SetService for a Service whose endpoints changed,
 // one DeleteService for a Service gone, nothing for a Snapshot equal to the
 // last.
-func TestProxierPerElement(t *testing.T) {
+func TestMapsPerElement(t *testing.T) {
 	lb := newRecordingLB()
 	p := newMaps(t, Config{LB: lb})
 	web := st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints())
@@ -221,10 +221,10 @@ func TestProxierPerElement(t *testing.T) {
 	}
 }
 
-// TestProxierAdopt: a Proxier that starts over maps a previous svcproxy left
+// TestMapsAdopt: Maps that starts over maps a previous svcproxy left
 // (pinned in bpffs) writes only what changed meanwhile: an unchanged Service
 // keeps its element, a changed one is set, one gone is deleted.
-func TestProxierAdopt(t *testing.T) {
+func TestMapsAdopt(t *testing.T) {
 	lb := newRecordingLB()
 	web := st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints())
 	old := newMaps(t, Config{LB: lb})
@@ -236,14 +236,14 @@ func TestProxierAdopt(t *testing.T) {
 	mustSync(t, p, st.Snapshot(web, st.Service("api", "198.18.0.12", 80, st.ThreeEndpoints()[1:2])))
 	want := []string{"delete 198.18.0.11:80/TCP", "set 198.18.0.12:80/TCP [198.19.1.11:8080]"} // in the order of their keys
 	if got := lb.take(); !slices.Equal(got, want) {
-		t.Errorf("the new Proxier's first sync wrote\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+		t.Errorf("the new Maps' first sync wrote\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 }
 
-// TestProxierRepair: another program deletes an element and changes one;
+// TestMapsRepair: another program deletes an element and changes one;
 // the next sync after Config.CheckPeriod reads the maps, puts both back and
 // counts one repair. Before the period, a sync trusts what it wrote.
-func TestProxierRepair(t *testing.T) {
+func TestMapsRepair(t *testing.T) {
 	ctx := context.Background()
 	lb := ksocklb.NewFake()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -301,9 +301,9 @@ func TestMapsCarries(t *testing.T) {
 	}
 }
 
-// TestProxierStatus: /status shows each port on path "socklb" with its
+// TestMapsStatus: /status shows each port on path "socklb" with its
 // frontends, backends and affinity.
-func TestProxierStatus(t *testing.T) {
+func TestMapsStatus(t *testing.T) {
 	p := newMaps(t, Config{LB: ksocklb.NewFake()})
 	mustSync(t, p, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:2], st.WithAffinity(time.Minute))))
 	got := p.Status()
@@ -328,11 +328,11 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
-// TestProxierEveryField: a sync keeps a port's elements while
+// TestMapsEveryField: a sync keeps a port's elements while
 // service.Port.RendersSameAs says the port renders the same; after a change
 // of any one field of a port (servicetest.Variants), the maps and the status
-// must be what a new Proxier's first sync writes.
-func TestProxierEveryField(t *testing.T) {
+// must be what new Maps' first sync writes.
+func TestMapsEveryField(t *testing.T) {
 	st.CheckPartialSyncs(t, func(t *testing.T) st.Path {
 		fp := &fakePath{lb: ksocklb.NewFake()}
 		fp.Restart(t)
@@ -340,7 +340,7 @@ func TestProxierEveryField(t *testing.T) {
 	}, nil)
 }
 
-// fakePath is a Proxier on a Fake, as servicetest's checks drive it.
+// fakePath is Maps on a Fake, as servicetest's checks drive it.
 type fakePath struct {
 	lb *ksocklb.Fake
 	p  *Maps

@@ -87,7 +87,7 @@ func VariantBase() *service.Snapshot {
 		s.Endpoints = append(s.Endpoints, e)
 	}
 	snap := Snapshot(s)
-	snap.SetNode(InZone("zone-a"))
+	snap = snap.With(service.WithNode(InZone("zone-a")))
 	return snap
 }
 
@@ -176,9 +176,7 @@ func varied(path []string) (*service.Snapshot, *service.Port) {
 		v = v.FieldByName(name)
 	}
 	v.Set(change(v))
-	snap := service.NewSnapshot(base.Services(), nil)
-	snap.SetNode(base.Node())
-	return snap, p
+	return service.NewSnapshot(base.Services(), nil, service.WithNode(base.Node())), p
 }
 
 // alternatives are the values change gives a field of an enumerated type: the

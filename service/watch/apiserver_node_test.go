@@ -103,8 +103,7 @@ func apiNode(n *service.Node) string {
 }
 
 // TestAPIServerTopology follows this node's zone from its Node through to the
-// endpoints a PreferSameZone Service sends this node's traffic to (issue 32,
-// item 1): the slice's forZones hints arrive through the EndpointSlice
+// endpoints a PreferSameZone Service sends this node's traffic to: the slice's forZones hints arrive through the EndpointSlice
 // informer, the zone through the Node informer, and Port.Categorize joins
 // them. Moving the node to the other zone moves its traffic; a node without a
 // zone label ignores zone hints (kube-proxy's topologyModeFromHints).

@@ -20,7 +20,7 @@ func changesAre(services, endpoints uint64) func(*service.Snapshot) bool {
 	}
 }
 
-// Issue 32 point 4: the Watcher counts every informer event of Services and
+// The Watcher counts every informer event of Services and
 // of EndpointSlices, as kube-proxy's ServiceChangeTracker.Update and
 // EndpointsChangeTracker.EndpointSliceUpdate count them (the initial list's
 // adds among them), and each Snapshot carries the counts it includes.

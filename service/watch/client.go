@@ -84,7 +84,9 @@ func apiListWatchers(rc *rest.Config, sel selection) (listWatchers, error) {
 		lws.node = nodeListWatch(core, sel.nodeName)
 	}
 	if sel.namespaces {
-		lws.namespaces = listThenWatch{cache.NewFilteredListWatchFromClient(core, "namespaces", metav1.NamespaceAll, nil)}
+		// Every Namespace: the options are the reflector's (the modifier may
+		// not be nil: client-go calls it).
+		lws.namespaces = listThenWatch{cache.NewFilteredListWatchFromClient(core, "namespaces", metav1.NamespaceAll, func(*metav1.ListOptions) {})}
 	}
 	if sel.pods {
 		// CoreDNS's podListFunc: the pods that may still have an address.

@@ -33,6 +33,12 @@ func TestAPIServerNamespacesAndPods(t *testing.T) {
 		return err
 	}, func(s *service.Snapshot) bool { return s.Namespaces().Has("team-a") })
 	f.step(t, "a pod in team-a gets 198.19.0.7", func(ctx context.Context) error {
+		// No controller makes the namespace's default ServiceAccount, which
+		// admission wants a pod to have.
+		if _, err := core.ServiceAccounts("team-a").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}},
+			metav1.CreateOptions{}); err != nil {
+			return err
+		}
 		pod, err := core.Pods("team-a").Create(ctx, &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: "web-0"},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "web"}}},

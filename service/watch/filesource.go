@@ -342,8 +342,7 @@ func (f *fileSource) put(objs []runtime.Object) int {
 	// Counted and stamped before snap is shared: only this goroutine counts.
 	f.counts.services.Add(services)
 	f.counts.endpoints.Add(endpoints)
-	snap.SetChanges(f.counts.load())
-	f.snap = snap
+	f.snap = snap.With(service.WithChanges(f.counts.load()))
 	return max(n, 1) // the first Snapshot is news even when it is empty
 }
 

@@ -80,13 +80,12 @@ func build(objs []runtime.Object, sel selection) *service.Snapshot {
 			}
 		}
 	}
-	snap := service.Build(svcs, slices, endpoints)
-	snap.SetNode(node)
+	opts := []service.SnapshotOption{service.WithNode(node)}
 	if sel.namespaces {
-		snap.SetNamespaces(namespaces)
+		opts = append(opts, service.WithNamespaces(namespaces))
 	}
 	if sel.pods {
-		snap.SetPodIPs(pods)
+		opts = append(opts, service.WithPodIPs(pods))
 	}
-	return snap
+	return service.Build(svcs, slices, endpoints, opts...)
 }

@@ -305,23 +305,21 @@ func (w *Watcher) Run(ctx context.Context) error {
 	w.loop(ctx, func() *service.Snapshot {
 		// Read before the caches: the Snapshot holds at least these changes.
 		services, endpoints := w.tracker.counts.load()
-		snap := join(svcInf.GetStore(), sliceInf.GetStore())
-		snap.SetNode(node.get())
-		snap.SetChanges(services, endpoints)
+		opts := []service.SnapshotOption{service.WithNode(node.get()), service.WithChanges(services, endpoints)}
 		if nsInf != nil {
-			snap.SetNamespaces(namespacesOf(nsInf.GetStore()))
+			opts = append(opts, service.WithNamespaces(namespacesOf(nsInf.GetStore())))
 		}
 		if podInf != nil {
-			snap.SetPodIPs(podIPsOf(podInf.GetStore()))
+			opts = append(opts, service.WithPodIPs(podIPsOf(podInf.GetStore())))
 		}
-		return snap
+		return join(svcInf.GetStore(), sliceInf.GetStore(), opts...)
 	})
 	return nil
 }
 
 // join is the Snapshot of the informers' caches, which hold converted
 // objects only (see compact).
-func join(services, slices cache.Store) *service.Snapshot {
+func join(services, slices cache.Store, opts ...service.SnapshotOption) *service.Snapshot {
 	items := services.List()
 	svcs := make([]*service.ServiceObject, 0, len(items))
 	for _, it := range items {
@@ -336,7 +334,7 @@ func join(services, slices cache.Store) *service.Snapshot {
 			ess = append(ess, c.obj)
 		}
 	}
-	return service.Join(svcs, ess, nil)
+	return service.Join(svcs, ess, nil, opts...)
 }
 
 // noIndexes: the caches are only ever listed whole (a Snapshot is built from

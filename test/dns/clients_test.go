@@ -31,7 +31,7 @@ func TestDig(t *testing.T) {
 			want: []string{"0 50 5432 db-0.db.default.svc.cluster.local.", "0 50 5432 db-1.db.default.svc.cluster.local."}},
 		{name: "ExternalName, chased upstream", args: []string{"+short", "ext.default.svc.cluster.local"},
 			want: []string{"upstream.test.", "192.0.2.7"}},
-		// Issue 16: the specification's rows and kubeadm's Corefile.
+		// The DNS specification's rows, and what kubeadm's Corefile adds.
 		{name: "ExternalName with a trailing dot, chased in the zone", args: []string{"+short", "abs.default.svc.cluster.local"},
 			want: []string{"web.default.svc.cluster.local.", "198.18.0.10"}},
 		{name: "no hostname: dashed IPv4 name", args: []string{"+short", "198-19-2-1.anon.default.svc.cluster.local"}, want: []string{"198.19.2.1"}},

@@ -65,7 +65,7 @@ func TestSvcproxyHybridIPVS(t *testing.T) {
 	onIPVS.Close()
 	report("demotion", trickle)
 
-	// Restarts while web is on IPVS (issue 10, point 1): the new process
+	// Restarts while web is on IPVS: the new process
 	// starts every port in userspace, its portal before the virtual server
 	// drains, and the loop makes web hot again before the next signal.
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {

@@ -136,8 +136,8 @@ func serveUDP(t *testing.T, ns *netNS, addr netip.AddrPort) (stop func()) {
 // TestSvcproxyRestartIPVS restarts svcproxy --mode ipvs (SIGTERM, then
 // SIGKILL) under a connection loop, then stops it: the virtual servers outlive
 // the process and a new one syncs nothing before its first Snapshot, so no
-// connection fails, and a UDP flow keeps its conntrack entry (issue 10,
-// point 1: the new process's first sync must not be an empty one).
+// connection fails, and a UDP flow keeps its conntrack entry (the new
+// process's first sync must not be an empty one).
 func TestSvcproxyRestartIPVS(t *testing.T) {
 	if _, err := os.Stat(svcproxyBin); err != nil {
 		t.Skipf("needs %s (test/vm puts it in the guest): %v", svcproxyBin, err)

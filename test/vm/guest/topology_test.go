@@ -39,7 +39,7 @@ func TestOffloadTopology(t *testing.T) {
 				}
 			}
 		}
-		snap.SetNode(node)
+		snap = snap.With(service.WithNode(node))
 		return snap
 	}
 	zoneB := &service.Node{Name: "node-a", Labels: map[string]string{v1.LabelTopologyZone: "zone-b"}}

@@ -1,8 +1,9 @@
-package main
+package modes
 
 import (
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/hybrid"
@@ -17,18 +18,58 @@ import (
 	"github.com/svcproxy/svcproxy/kernel/socklb/lifecycle"
 	offloadiptables "github.com/svcproxy/svcproxy/offload/iptables"
 	offloadipvs "github.com/svcproxy/svcproxy/offload/ipvs"
+	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	offloadnftables "github.com/svcproxy/svcproxy/offload/nftables"
 	"github.com/svcproxy/svcproxy/offload/socklb"
 	"github.com/svcproxy/svcproxy/service"
 	"github.com/svcproxy/svcproxy/userspace"
 )
 
-// newDataplane builds the dataplane of cfg.Mode in the current network
-// namespace: Config in, one dataplane.Interface out. It is one dataplane per
-// IP family the node serves (dataplane.Families: IPv4, and IPv6 where the
-// namespace has it), as kube-proxy runs one proxier per family; each is the
-// New of its mode's package, given a Config mapped from the flags.
-func newDataplane(cfg *Config, log *slog.Logger) (dataplane.Interface, error) {
+// Config is the mode to build and everything its paths are told: what
+// svcproxy's flags (or a KubeProxyConfiguration) say. Errors name the flags.
+type Config struct {
+	// Mode is --mode: userspace, iptables, nftables, ipvs, socklb or
+	// hybrid; Offload is hybrid's kernel path (--offload).
+	Mode, Offload string
+	// Host is the node, in both families: each family's paths get
+	// Host.Node.
+	Host dataplane.Host
+	// Promoter is hybrid's (--promote-conn-rate, --promote-after,
+	// --demote-after).
+	Promoter hybrid.PromoterConfig
+	// IPVSScheduler and IPVSStrictARP are IPVS mode's (--ipvs-scheduler,
+	// --ipvs-strict-arp).
+	IPVSScheduler string
+	IPVSStrictARP bool
+	// SocketLB is where the node's socket LB lives (--socklb-cgroup,
+	// --socklb-pin-path).
+	SocketLB lifecycle.Config
+	// ProxyPortRange, UDPIdleTimeout and UDPMaxSessions are the userspace
+	// proxier's (--proxy-port-range, --udp-idle-timeout, --udp-max-sessions).
+	ProxyPortRange string
+	UDPIdleTimeout time.Duration
+	UDPMaxSessions int
+	// SyncPeriod is every path's --sync-period; ShutdownGrace is how long
+	// the userspace listeners let open connections finish (--shutdown-grace).
+	SyncPeriod, ShutdownGrace time.Duration
+	// FullSyncPeriod is the rule paths' --full-sync-period (0: their
+	// default, kube-proxy's hour).
+	FullSyncPeriod time.Duration
+	// Logger gets what is not an error: fallbacks, what a mode leaves out.
+	// Nil: slog.Default().
+	Logger *slog.Logger
+}
+
+// New builds the dataplane of cfg.Mode in the current network namespace:
+// Config in, one dataplane.Interface out. It is one dataplane per IP family
+// the node serves (dataplane.Families: IPv4, and IPv6 where the namespace has
+// it), as kube-proxy runs one proxier per family; each is the New of its
+// mode's package, given a Config mapped from cfg.
+func New(cfg Config) (dataplane.Interface, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	log := cfg.Logger
 	mode, kernel := cfg.Mode, kernelMode(cfg.Mode, false, log)
 	if mode == dataplane.ModeHybrid {
 		kernel = kernelMode(cfg.Offload, true, log)
@@ -36,7 +77,7 @@ func newDataplane(cfg *Config, log *slog.Logger) (dataplane.Interface, error) {
 		mode = kernel
 	}
 	if kernel == dataplane.ModeIPTables || kernel == dataplane.ModeNFTables || kernel == dataplane.ModeSocketLB {
-		warnLoopbackNodeIPs(cfg, log)
+		warnLoopbackNodeIPs(cfg.Host, log)
 	}
 	// The socket LB's programs and maps are one per node (per cgroup), shared
 	// by both families' dataplanes; pinned, they outlive the process. A mode
@@ -48,15 +89,15 @@ func newDataplane(cfg *Config, log *slog.Logger) (dataplane.Interface, error) {
 			return nil, fmt.Errorf("--mode socklb: the nftables path beside the socket LB needs nft: %w", err)
 		}
 		var err error
-		if lb, err = lifecycle.Open(cfg.socketLB(log)); err != nil {
+		if lb, err = lifecycle.Open(cfg.SocketLB); err != nil {
 			return nil, err
 		}
 	} else {
-		lifecycle.RemoveLeftover(cfg.socketLB(log), mode)
+		lifecycle.RemoveLeftover(cfg.SocketLB, mode)
 	}
 	var dps [2]dataplane.Interface
 	for _, fam := range servedFamilies(mode, log) {
-		dp, err := newFamily(cfg, fam, lb, log).build(mode, kernel)
+		dp, err := newFamily(&cfg, fam, lb).build(mode, kernel)
 		if err != nil {
 			if lb != nil {
 				lb.Close()
@@ -87,9 +128,9 @@ func kernelMode(mode string, hybrid bool, log *slog.Logger) string {
 	return mode
 }
 
-// family is what the paths of one IP family are built from: the flags, the
-// node as the family sees it, the family's iptables (portals, masquerade
-// rules), and the node's socket LB where the mode runs it.
+// family is what the paths of one IP family are built from: cfg, the node
+// as the family sees it, the family's iptables (portals, masquerade rules),
+// and the node's socket LB where the mode runs it.
 type family struct {
 	cfg   *Config
 	log   *slog.Logger
@@ -100,9 +141,9 @@ type family struct {
 	err   error
 }
 
-func newFamily(cfg *Config, fam service.Family, lb *ksocklb.Kernel, log *slog.Logger) *family {
-	f := &family{cfg: cfg, log: log, lb: lb}
-	f.node, f.ports, f.err = cfg.host().Node(fam)
+func newFamily(cfg *Config, fam service.Family, lb *ksocklb.Kernel) *family {
+	f := &family{cfg: cfg, log: cfg.Logger, lb: lb}
+	f.node, f.ports, f.err = cfg.Host.Node(fam)
 	if f.err == nil {
 		f.ipt, f.err = kiptables.New(kiptables.Config{Family: kiptables.Family(fam)})
 	}
@@ -132,7 +173,7 @@ func (f *family) build(mode, kernel string) (dataplane.Interface, error) {
 			Kernel: func(carries func(service.PortName) bool) (dataplane.KernelPath, error) {
 				return f.kernelPath(kernel, carries)
 			},
-			Promoter: hybrid.PromoterConfig{PromoteConnRate: f.cfg.PromoteConnRate, PromoteAfter: f.cfg.PromoteAfter, DemoteAfter: f.cfg.DemoteAfter},
+			Promoter: f.cfg.Promoter,
 			Logger:   f.log.With("ipFamily", string(f.node.Family)),
 		})
 		if err != nil {
@@ -164,10 +205,11 @@ func (f *family) userspace() (userspace.Config, error) {
 func (f *family) kernelPath(mode string, carries func(service.PortName) bool) (dataplane.KernelPath, error) {
 	f.warnNodePorts(mode)
 	node, count := f.node, carries != nil
+	periods := kernelsync.Periods{Conntrack: conntrack.Netlink{}, SyncPeriod: f.cfg.SyncPeriod, FullSyncPeriod: f.cfg.FullSyncPeriod}
 	switch mode {
 	case dataplane.ModeIPTables:
 		return offloadiptables.New(offloadiptables.Config{Node: node, Carries: carries, CountConnections: count,
-			IPTables: f.ipt, Conntrack: conntrack.Netlink{}, SyncPeriod: f.cfg.SyncPeriod})
+			IPTables: f.ipt, Periods: periods})
 	case dataplane.ModeNFTables:
 		nft, err := knft.NewFamily(offloadnftables.TableFamily(node.Family), offloadnftables.Table)
 		if err != nil {
@@ -177,7 +219,7 @@ func (f *family) kernelPath(mode string, carries func(service.PortName) bool) (d
 		// there the userspace NodePort listeners, bound to every address,
 		// answer on loopback already.
 		return offloadnftables.New(offloadnftables.Config{Node: node, Carries: carries, CountConnections: count,
-			LocalhostNodePorts: f.ports.Loopback && carries == nil, NFT: nft, Conntrack: conntrack.Netlink{}, SyncPeriod: f.cfg.SyncPeriod})
+			LocalhostNodePorts: f.ports.Loopback && carries == nil, NFT: nft, Periods: periods})
 	case dataplane.ModeSocketLB:
 		beside, err := f.kernelPath(dataplane.ModeNFTables, carries)
 		if err != nil {
@@ -239,22 +281,11 @@ func (f *family) warnNodePorts(mode string) {
 
 // warnLoopbackNodeIPs says, once, that the kernel paths give a loopback --node-ip
 // no NodePort rule, and why (docs/operations.md).
-func warnLoopbackNodeIPs(cfg *Config, log *slog.Logger) {
-	for _, a := range cfg.NodeIPs {
+func warnLoopbackNodeIPs(h dataplane.Host, log *slog.Logger) {
+	for _, a := range h.IPs {
 		if a.Unmap().IsLoopback() {
 			log.Warn("--node-ip: no NodePorts on a loopback address: a DNATed packet from 127.0.0.0/8 needs route_localnet, which svcproxy never sets (CVE-2020-8558); use the node's own address",
 				"addr", a.String())
 		}
 	}
-}
-
-// host is what the flags say of this node, in both families.
-func (c *Config) host() dataplane.Host {
-	return dataplane.Host{Name: c.NodeName, IPs: c.NodeIPs, NodePortAddresses: c.NodePortAddresses,
-		ClusterCIDRs: c.ClusterCIDRs, MasqueradeAll: c.MasqueradeAll}
-}
-
-// socketLB is where the flags put the node's socket LB.
-func (c *Config) socketLB(log *slog.Logger) lifecycle.Config {
-	return lifecycle.Config{Cgroup: c.SocketLBCgroup, PinPath: c.SocketLBPinPath, PinPathGiven: c.SocketLBPinPathSet, Logger: log}
 }

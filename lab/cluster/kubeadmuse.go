@@ -1,0 +1,193 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/svcproxy/svcproxy/deploy/image"
+	"github.com/svcproxy/svcproxy/images"
+	"github.com/svcproxy/svcproxy/lab/topology"
+)
+
+// What serves Services and DNS on the kubeadm cluster, and how `svclab
+// use` changes it: as an operator would, through the API server, by the
+// image of kubeadm's own kube-proxy DaemonSet and coredns Deployment. Their
+// commands, arguments, ConfigMaps and RBAC stay kubeadm's: svcproxy reads
+// kube-proxy's command line and KubeProxyConfiguration, clusterdns reads
+// CoreDNS's -conf and Corefile.
+
+// The two choices of each, and the image each means.
+var (
+	proxyImages = map[string]string{"kube-proxy": images.KubeProxyRef, "svcproxy": image.DefaultRef}
+	dnsImages   = map[string]string{"coredns": images.CoreDNSRef, "clusterdns": image.ClusterDNSRef}
+)
+
+// Use makes what (svcproxy or kube-proxy, clusterdns or coredns) serve on
+// the kubeadm cluster: `kubectl set image` on kube-proxy's DaemonSet or
+// coredns's Deployment, then `kubectl rollout status`, each pod replaced
+// in turn as a rolling update does. Services keep answering meanwhile on
+// every node but the one whose pod is being replaced (a DaemonSet's
+// rolling update stops the old pod before it starts the new one).
+func (c *Cluster) Use(ctx context.Context, what string) error {
+	st, err := c.net.ReadState()
+	if err != nil {
+		return err
+	}
+	if st.Nodes == 0 {
+		return errors.New("svclab use: the lab runs no kubeadm cluster (svclab up --nodes N)")
+	}
+	kind, name, container := "daemonset", "kube-proxy", "kube-proxy"
+	ref, ok := proxyImages[what]
+	if !ok {
+		kind, name, container = "deployment", "coredns", "coredns"
+		if ref, ok = dnsImages[what]; !ok {
+			return fmt.Errorf("svclab use %q: want svcproxy or kube-proxy (Services), clusterdns or coredns (DNS)", what)
+		}
+	}
+	if what == "kube-proxy" && !slices.Contains(KubeProxyModes, st.Mode) {
+		return fmt.Errorf("svclab use kube-proxy: kube-proxy's ConfigMap says mode %q, which is svcproxy's own; kube-proxy would not start (svclab mode iptables first)", st.Mode)
+	}
+	for _, args := range [][]string{
+		{"-n", "kube-system", "set", "image", kind + "/" + name, container + "=" + ref},
+		{"-n", "kube-system", "rollout", "status", kind + "/" + name, "--timeout=" + kubeadmTimeout.String()},
+	} {
+		if _, err := c.KubectlOut(ctx, nil, args...); err != nil {
+			return err
+		}
+	}
+	if kind == "daemonset" {
+		return c.waitProxyMode(ctx, st.Mode)
+	}
+	return nil
+}
+
+// Serving says which of each serves now, by the images of kube-proxy's
+// DaemonSet and coredns's Deployment: "svcproxy" or "kube-proxy",
+// "clusterdns" or "coredns" ("" where it cannot tell).
+func (c *Cluster) Serving(ctx context.Context) (proxy, dns string, err error) {
+	client, err := c.Client()
+	if err != nil {
+		return "", "", err
+	}
+	ds, err := client.AppsV1().DaemonSets("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
+	if err != nil {
+		return "", "", err
+	}
+	dep, err := client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+	if err != nil {
+		return "", "", err
+	}
+	return which(proxyImages, ds.Spec.Template.Spec.Containers[0].Image), which(dnsImages, dep.Spec.Template.Spec.Containers[0].Image), nil
+}
+
+func which(choices map[string]string, ref string) string {
+	for name, r := range choices {
+		if r == ref {
+			return name
+		}
+	}
+	return ""
+}
+
+// modeLine is the mode line of kube-proxy's config.conf, as kubeadm writes
+// it (a KubeProxyConfiguration in YAML: one top-level "mode:").
+var modeLine = regexp.MustCompile(`(?m)^mode: *.*$`)
+
+// setKubeadmMode changes the proxy's mode as kubeadm's users do: the mode
+// in the kube-proxy ConfigMap's config.conf, then `kubectl delete pods -l
+// k8s-app=kube-proxy`; the DaemonSet makes new pods, which read the new
+// mode. kube-proxy takes iptables, nftables and ipvs; svcproxy its own
+// modes too.
+func (c *Cluster) setKubeadmMode(ctx context.Context, mode string) error {
+	proxy, _, err := c.Serving(ctx)
+	if err != nil {
+		return err
+	}
+	if proxy != "svcproxy" && !slices.Contains(KubeProxyModes, mode) {
+		return fmt.Errorf("mode %s: svcproxy's own mode, and kube-proxy serves (svclab use svcproxy first)", mode)
+	}
+	client, err := c.Client()
+	if err != nil {
+		return err
+	}
+	cms := client.CoreV1().ConfigMaps("kube-system")
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cm, err := cms.Get(ctx, "kube-proxy", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		conf := cm.Data["config.conf"]
+		if !modeLine.MatchString(conf) {
+			return errors.New("configmap kube-system/kube-proxy: config.conf has no mode line")
+		}
+		cm.Data["config.conf"] = modeLine.ReplaceAllString(conf, "mode: "+mode)
+		_, err = cms.Update(ctx, cm, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := c.KubectlOut(ctx, nil, "-n", "kube-system", "delete", "pods", "-l", "k8s-app=kube-proxy"); err != nil {
+		return err
+	}
+	if _, err := c.KubectlOut(ctx, nil, "-n", "kube-system", "rollout", "status", "daemonset/kube-proxy", "--timeout="+kubeadmTimeout.String()); err != nil {
+		return err
+	}
+	return c.waitProxyMode(ctx, mode)
+}
+
+// waitProxyMode waits until the proxy on every node answers /proxyMode
+// with mode.
+func (c *Cluster) waitProxyMode(ctx context.Context, mode string) error {
+	return c.poll(ctx, "the proxy on every node in mode "+mode, kubeadmTimeout, func() error {
+		for _, n := range c.Nodes() {
+			got, err := n.MetricsGet(ctx, "/proxyMode")
+			if err != nil {
+				return fmt.Errorf("node %s: %w", n.Name, err)
+			}
+			if strings.TrimSpace(got) != mode {
+				return fmt.Errorf("node %s: /proxyMode says %q", n.Name, strings.TrimSpace(got))
+			}
+		}
+		return nil
+	})
+}
+
+// MetricsGet fetches path from the metrics server of the proxy on n
+// (kube-proxy's or svcproxy's, both at MetricsAddr), from inside n.
+func (n *Node) MetricsGet(ctx context.Context, path string) (string, error) {
+	client := &http.Client{
+		Timeout: topology.Patient(2 * time.Second),
+		Transport: &http.Transport{
+			DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return topology.DialIn(ctx, n.Namespace, network, addr)
+			},
+		},
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+MetricsAddr+path, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return string(b), fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return string(b), err
+}
