@@ -85,7 +85,8 @@ func (c *Cluster) KubeconfigPath(user string) string {
 	return filepath.Join(c.net.StateDir(), user+".kubeconfig")
 }
 
-func (c *Cluster) pkiDir() string { return filepath.Join(c.net.StateDir(), "pki") }
+// pkiDir holds the lab's control plane's keys, in the state directory.
+func pkiDir(stateDir string) string { return filepath.Join(stateDir, "pki") }
 
 // HasControlPlane says whether the lab runs a control plane (svclab up
 // --control-plane): pods' readiness then goes through the API server.

@@ -106,7 +106,7 @@ func (c *Cluster) makePKI() (*pki, error) {
 	for _, n := range c.Nodes() {
 		nodes = append(nodes, n.Name)
 	}
-	pk, err := writePKI(c.pkiDir(), ips, names, nodes)
+	pk, err := writePKI(pkiDir(c.net.StateDir()), ips, names, nodes)
 	if err != nil {
 		return nil, fmt.Errorf("control plane pki: %w", err)
 	}

@@ -182,14 +182,7 @@ func (c *Cluster) prepareKubeadmNode(ctx context.Context, n *Node, nodes []*Node
 	if err := c.writeKubeadmNodeFiles(n, nodes, progs); err != nil {
 		return err
 	}
-	if err := c.makeNodeMountNS(ctx, n); err != nil {
-		return err
-	}
-	if err := topology.Run(ctx, "ip", "netns", "exec", n.Namespace, "sysctl", "-qw",
-		"net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1"); err != nil {
-		return err
-	}
-	return c.startContainerd(ctx, n, progs.Images)
+	return n.prepare(ctx, c.net, progs.Images)
 }
 
 // writeKubeadmNodeFiles writes what a kubeadm node has beyond any real
@@ -197,7 +190,7 @@ func (c *Cluster) prepareKubeadmNode(ctx context.Context, n *Node, nodes []*Node
 // and resolv.conf; kubeadm writes /etc/kubernetes there), and a directory
 // on PATH holding the kubelet, where kubeadm's preflight asks its version.
 func (c *Cluster) writeKubeadmNodeFiles(n *Node, nodes []*Node, progs KubeadmPrograms) error {
-	if err := c.writeRuntimeFiles(n, progs.Runc); err != nil {
+	if err := n.writeRuntimeFiles(c.net, progs.Runc); err != nil {
 		return err
 	}
 	k := n.kubeadmFiles()

@@ -49,7 +49,7 @@ func (c *Cluster) UpSimulated(ctx context.Context, cp ControlPlane, dns, proxy, 
 	if _, _, err := c.net.Start("kubelet", "", []string{c.self, "--state", c.net.StateDir(), "kubelet"}, false); err != nil {
 		return err
 	}
-	caPEM, err := os.ReadFile(filepath.Join(c.pkiDir(), "ca.crt"))
+	caPEM, err := os.ReadFile(filepath.Join(pkiDir(c.net.StateDir()), "ca.crt"))
 	if err != nil {
 		return err
 	}
