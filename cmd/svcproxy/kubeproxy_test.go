@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -254,6 +256,36 @@ func TestKubeProxyConfigModeSwitch(t *testing.T) {
 	run("iptables")
 	if nftTable() {
 		t.Error("switched back to iptables: nftables mode's table is still there")
+	}
+}
+
+// A write to the --config file ends svcproxy, as it ends kube-proxy
+// (Options.eventHandler): exit status 1, kube-proxy's words in the log, and
+// the next start reads the new file.
+func TestKubeProxyConfigFileWritten(t *testing.T) {
+	netnstest.RequireRoot(t, "iptables-restore", "iptables-save")
+	ns := netnstest.New(t)
+	file := writeKubeProxyConfig(t, "mode: iptables\nclusterCIDR: 198.19.0.0/16\n")
+	lines, _, exited := startHelperProcess(t, ns, "--config", file, "--hostname-override", "node-a")
+	if !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, `msg="Using iptables Proxier"`) }) {
+		t.Errorf("the log lacks kube-proxy's line for its mode, Using iptables Proxier")
+	}
+	waitHealthy(t, ns)
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte(strings.Replace(string(b), "mode: iptables", "mode: nftables", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := exited()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("svcproxy after its file was written: %v, want exit status 1", err)
+	}
+	log := strings.Join(rest, "\n")
+	if !strings.Contains(log, kubeproxyconfig.ErrFileUpdated.Error()) {
+		t.Errorf("the log after the write lacks %q:\n%s", kubeproxyconfig.ErrFileUpdated, log)
 	}
 }
 
