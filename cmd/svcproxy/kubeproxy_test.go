@@ -86,6 +86,18 @@ func TestParseFlagsKubeProxyConfig(t *testing.T) {
 	}
 }
 
+// kube-proxy's command line as component-base's pflag reads it: an
+// underscore in a flag's name is a dash, -v4 is -v=4.
+func TestParseFlagsKubeProxySpelling(t *testing.T) {
+	cfg, err := parseFlags([]string{"--config=../../kubeproxyconfig/testdata/kubeadm/config.conf", "--hostname_override=Node-A", "-v4", "--udp_max_sessions", "9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NodeName != "node-a" || cfg.Verbosity != 4 || cfg.UDPMaxSessions != 9 {
+		t.Errorf("node name %q verbosity %d udp-max-sessions %d, want node-a, 4, 9", cfg.NodeName, cfg.Verbosity, cfg.UDPMaxSessions)
+	}
+}
+
 // Without --config, kube-proxy's flags say what svcproxy's would, and
 // svcproxy's defaults stand where nothing is given.
 func TestParseFlagsKubeProxyFlags(t *testing.T) {
