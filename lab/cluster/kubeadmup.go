@@ -131,7 +131,7 @@ func (c *Cluster) UpKubeadm(ctx context.Context, progs KubeadmPrograms, count in
 		Endpoint: nodes[0].Addr, ServiceSubnet: p.ServiceCIDR, PodSubnet: kubeadmPodSubnet,
 		NodeMask: kubeadmNodeMask, Token: token, ProxyMode: proxyMode,
 	}
-	if err := eachNode(nodes, func(n *Node) error { return c.prepareKubeadmNode(ctx, n, nodes, progs) }); err != nil {
+	if err := eachNode(nodes, func(n *Node) error { return n.prepareKubeadm(ctx, c.net, nodes, progs) }); err != nil {
 		return err
 	}
 	if err := c.kubeadm(ctx, nodes[0], progs, "init", nodes[0].initConfig(kc)); err != nil {
@@ -175,29 +175,22 @@ func eachNode(nodes []*Node, fn func(*Node) error) error {
 	return errors.Join(errs...)
 }
 
-// prepareKubeadmNode makes what kubeadm expects of a node before it runs
+// prepareKubeadm makes what kubeadm expects of a node before it runs
 // there: the node's files, its mount namespace, br_netfilter, containerd
 // with every image imported, the kubelet on PATH.
-func (c *Cluster) prepareKubeadmNode(ctx context.Context, n *Node, nodes []*Node, progs KubeadmPrograms) error {
-	if err := c.writeKubeadmNodeFiles(n, nodes, progs); err != nil {
+func (n *Node) prepareKubeadm(ctx context.Context, net *topology.Net, nodes []*Node, progs KubeadmPrograms) error {
+	if err := n.writeKubeadmFiles(net, nodes, progs); err != nil {
 		return err
 	}
-	if err := c.makeNodeMountNS(ctx, n); err != nil {
-		return err
-	}
-	if err := topology.Run(ctx, "ip", "netns", "exec", n.Namespace, "sysctl", "-qw",
-		"net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1"); err != nil {
-		return err
-	}
-	return c.startContainerd(ctx, n, progs.Images)
+	return n.prepare(ctx, net, progs.Images)
 }
 
-// writeKubeadmNodeFiles writes what a kubeadm node has beyond any real
+// writeKubeadmFiles writes what a kubeadm node has beyond any real
 // node's files: the kubelet patch, the upper layer of its /etc (its hosts
 // and resolv.conf; kubeadm writes /etc/kubernetes there), and a directory
 // on PATH holding the kubelet, where kubeadm's preflight asks its version.
-func (c *Cluster) writeKubeadmNodeFiles(n *Node, nodes []*Node, progs KubeadmPrograms) error {
-	if err := c.writeRuntimeFiles(n, progs.Runc); err != nil {
+func (n *Node) writeKubeadmFiles(net *topology.Net, nodes []*Node, progs KubeadmPrograms) error {
+	if err := n.writeRuntimeFiles(net, progs.Runc); err != nil {
 		return err
 	}
 	k := n.kubeadmFiles()
