@@ -191,6 +191,38 @@ func TestKubeProxyConfigRun(t *testing.T) {
 	waitHealthy(t, ns)
 }
 
+// The servers listen where kube-proxy's file says, not where the flags
+// beside it say: an address without a port gets kube-proxy's (10256).
+func TestKubeProxyConfigAddresses(t *testing.T) {
+	netnstest.RequireRoot(t, "iptables-restore", "iptables-save")
+	ns := netnstest.New(t)
+	file := writeKubeProxyConfig(t, "mode: iptables\nhealthzBindAddress: 127.0.0.2\nmetricsBindAddress: 127.0.0.3:10250\n")
+	startHelper(t, ns, "--config", file)
+	for _, get := range []struct{ addr, path, want string }{
+		{"127.0.0.2:10256", "/livez", ""},
+		{"127.0.0.3:10250", "/metrics", "svcproxy_healthy"},
+		{"127.0.0.3:10250", "/configz", `"healthzBindAddress":"127.0.0.2:10256"`},
+		{"127.0.0.3:10250", "/proxyMode", "iptables"},
+	} {
+		body, err := fallbackGet(ns, get.addr, get.path)
+		if err != nil || !strings.Contains(body, get.want) {
+			t.Errorf("GET %s%s: %v, want a body with %q:\n%.300s", get.addr, get.path, err, get.want, body)
+		}
+	}
+	// /healthz, once the first sync is done.
+	deadline := time.Now().Add(30 * time.Second)
+	for _, err := fallbackGet(ns, "127.0.0.2:10256", "/healthz"); err != nil; _, err = fallbackGet(ns, "127.0.0.2:10256", "/healthz") {
+		if time.Now().After(deadline) {
+			t.Fatalf("GET 127.0.0.2:10256/healthz: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// The flags startHelper gives beside --config are ignored.
+	if _, err := fallbackGet(ns, "127.0.0.1:10249", "/metrics"); err == nil {
+		t.Error("something serves 127.0.0.1:10249, the ignored --metrics-bind-address")
+	}
+}
+
 // mode: ipvs in kube-proxy's file, on a kernel without IPVS: kube-proxy's
 // deprecation warning, then the fallback to iptables, saying why.
 func TestKubeProxyConfigIPVSFallback(t *testing.T) {
