@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"testing"
 
 	"github.com/miekg/dns"
 
 	"github.com/svcproxy/svcproxy/dnsresolve"
+	"github.com/svcproxy/svcproxy/internal/exampletest"
 	"github.com/svcproxy/svcproxy/service/watch"
 )
 
@@ -174,3 +176,11 @@ func ExampleServer_ndots() {
 	// web.default.svc.cluster.local.:
 	//   1. web.default.svc.cluster.local. NOERROR
 }
+
+// TestExampleServer logs what ExampleServer prints: go test -v shows a test's log, never an
+// Example's output (internal/exampletest).
+func TestExampleServer(t *testing.T) { exampletest.Log(t, ExampleServer) }
+
+// TestExampleServer_ndots logs what ExampleServer_ndots prints: go test -v shows a test's log, never an
+// Example's output (internal/exampletest).
+func TestExampleServer_ndots(t *testing.T) { exampletest.Log(t, ExampleServer_ndots) }

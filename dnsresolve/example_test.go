@@ -3,10 +3,12 @@ package dnsresolve_test
 import (
 	"fmt"
 	"net/netip"
+	"testing"
 
 	"github.com/miekg/dns"
 
 	"github.com/svcproxy/svcproxy/dnsresolve"
+	"github.com/svcproxy/svcproxy/internal/exampletest"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -50,3 +52,7 @@ func ExampleIndex_Lookup() {
 	//   10.0.18.198.in-addr.arpa.	5	IN	PTR	web.default.svc.cluster.local.
 	// NXDOMAIN
 }
+
+// TestExampleIndex_Lookup logs what ExampleIndex_Lookup prints: go test -v shows a test's log, never an
+// Example's output (internal/exampletest).
+func TestExampleIndex_Lookup(t *testing.T) { exampletest.Log(t, ExampleIndex_Lookup) }

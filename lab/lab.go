@@ -137,6 +137,12 @@ func (l *Lab) TraceReport(ctx context.Context, opts views.TraceOptions) (*views.
 	return l.views.TraceReport(ctx, opts)
 }
 
+// ConntrackReport is `svclab conntrack` as data, for `svclab web` (see
+// views.Views.ConntrackReport).
+func (l *Lab) ConntrackReport(ctx context.Context, opts views.ConntrackOptions) (*views.ConntrackView, error) {
+	return l.views.ConntrackReport(ctx, opts)
+}
+
 // Cluster is where the lab's Services and pods come from: the manifests
 // file or the control plane, the simulated kubelet or the real nodes; and
 // the node's svcproxy and clusterdns (Cluster.Daemons).

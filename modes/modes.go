@@ -52,6 +52,9 @@ type Config struct {
 	// SyncPeriod is every path's --sync-period; ShutdownGrace is how long
 	// the userspace listeners let open connections finish (--shutdown-grace).
 	SyncPeriod, ShutdownGrace time.Duration
+	// FullSyncPeriod is the rule paths' --full-sync-period (0: their
+	// default, kube-proxy's hour).
+	FullSyncPeriod time.Duration
 	// Logger gets what is not an error: fallbacks, what a mode leaves out.
 	// Nil: slog.Default().
 	Logger *slog.Logger
@@ -202,7 +205,7 @@ func (f *family) userspace() (userspace.Config, error) {
 func (f *family) kernelPath(mode string, carries func(service.PortName) bool) (dataplane.KernelPath, error) {
 	f.warnNodePorts(mode)
 	node, count := f.node, carries != nil
-	periods := kernelsync.Periods{Conntrack: conntrack.Netlink{}, SyncPeriod: f.cfg.SyncPeriod}
+	periods := kernelsync.Periods{Conntrack: conntrack.Netlink{}, SyncPeriod: f.cfg.SyncPeriod, FullSyncPeriod: f.cfg.FullSyncPeriod}
 	switch mode {
 	case dataplane.ModeIPTables:
 		return offloadiptables.New(offloadiptables.Config{Node: node, Carries: carries, CountConnections: count,

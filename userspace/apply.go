@@ -18,8 +18,14 @@ type portalState struct {
 }
 
 // applyPortals renders the portals of the served ports and applies them in one
-// restore, then makes sure our chains are hooked. It does nothing when the text
-// has not changed since the last successful restore.
+// restore. It does nothing when the text has not changed since the last
+// successful restore. The first restore, the one after a failure and the
+// periodic one of Run (resync, which forgets what was applied) also make sure
+// our chains are hooked from the built-in chains; the others leave that out:
+// a restore of our chains (--noflush) does not touch the hooks, and checking
+// the seven of them is seven iptables processes, each of which reads the whole
+// table on the nf_tables backend (bench/kubeproxy: hybrid's syncs at 1,000
+// Services spent most of their time there).
 func (p *Proxier) applyPortals(ctx context.Context) error {
 	ipt := p.cfg.IPTables
 	if ipt == nil {
@@ -29,7 +35,8 @@ func (p *Proxier) applyPortals(ctx context.Context) error {
 	if p.portals.err == nil && bytes.Equal(rules, p.portals.applied) {
 		return nil
 	}
-	err := p.cfg.NetNS(func() error { return apply(ctx, ipt, rules) })
+	hook := p.portals.applied == nil || p.portals.err != nil
+	err := p.cfg.NetNS(func() error { return apply(ctx, ipt, rules, hook) })
 	if err != nil {
 		p.portals.failures++
 		p.portals.err = err
@@ -57,11 +64,14 @@ func (p *Proxier) ApplyPortals() error {
 	return err
 }
 
-// apply restores rules, then ensures the hooks: the chains must exist before a
-// rule can jump to them.
-func apply(ctx context.Context, ipt iptables.Interface, rules []byte) error {
+// apply restores rules, then, with hook, ensures the hooks: the chains must
+// exist before a rule can jump to them.
+func apply(ctx context.Context, ipt iptables.Interface, rules []byte, hook bool) error {
 	if err := ipt.Restore(ctx, rules); err != nil {
 		return fmt.Errorf("portals: %w", err)
+	}
+	if !hook {
+		return nil
 	}
 	for _, h := range hooks {
 		if _, err := ipt.EnsureRule(ctx, iptables.Append, h.table, h.chain, h.args()...); err != nil {

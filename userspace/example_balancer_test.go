@@ -3,8 +3,10 @@ package userspace_test
 import (
 	"fmt"
 	"net/netip"
+	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/internal/exampletest"
 	"github.com/svcproxy/svcproxy/service"
 	"github.com/svcproxy/svcproxy/service/watch"
 	"github.com/svcproxy/svcproxy/userspace"
@@ -96,3 +98,7 @@ func ExampleBalancer() {
 	//   bob   -> 198.19.1.11:8080
 	//   alice, 10 minutes later -> 198.19.1.12:8080 (round-robin again)
 }
+
+// TestExampleBalancer logs what ExampleBalancer prints: go test -v shows a test's log, never an
+// Example's output (internal/exampletest).
+func TestExampleBalancer(t *testing.T) { exampletest.Log(t, ExampleBalancer) }

@@ -88,11 +88,11 @@ func loadPortals(t *testing.T) *iptables.Fake {
 	t.Helper()
 	ipt := iptables.NewFake()
 	ipt.SetLocalAddrs(addrs("198.19.0.1", "127.0.0.1")...)
-	if err := apply(context.Background(), ipt, Render(service.IPv4, testPortals)); err != nil {
+	if err := apply(context.Background(), ipt, Render(service.IPv4, testPortals), true); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
 	// A second apply changes nothing: hooks are not duplicated.
-	if err := apply(context.Background(), ipt, Render(service.IPv4, testPortals)); err != nil {
+	if err := apply(context.Background(), ipt, Render(service.IPv4, testPortals), true); err != nil {
 		t.Fatalf("apply again: %v", err)
 	}
 	return ipt
@@ -174,7 +174,7 @@ func TestPortalsIPv6(t *testing.T) {
 	checkGolden(t, "portals-ipv6.golden", text)
 	ipt := iptables.NewFakeFamily(iptables.IPv6)
 	ipt.SetLocalAddrs(addrs("2001:db8:19::1", "::1")...)
-	if err := apply(context.Background(), ipt, text); err != nil {
+	if err := apply(context.Background(), ipt, text, true); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
 	client, node := netip.MustParseAddr("2001:db8:19::2:2"), netip.MustParseAddr("2001:db8:19::1")

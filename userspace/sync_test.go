@@ -98,3 +98,43 @@ func TestRestoreFailureIsRetried(t *testing.T) {
 		t.Errorf("Run: %v", err)
 	}
 }
+
+// ensureCounter counts EnsureRule calls: the hook checks.
+type ensureCounter struct {
+	*iptables.Fake
+	ensures atomic.Int32
+}
+
+func (e *ensureCounter) EnsureRule(ctx context.Context, pos iptables.Position, t iptables.Table, chain string, args ...string) (bool, error) {
+	e.ensures.Add(1)
+	return e.Fake.EnsureRule(ctx, pos, t, chain, args...)
+}
+
+// The hooks are checked at the first restore and at the periodic one (which
+// puts back a hook another program removed), not at every restore a change
+// makes: a restore of our chains leaves them alone, and each check is an
+// iptables process reading the whole table on the nf_tables backend.
+func TestHooksCheckedPeriodically(t *testing.T) {
+	ipt := &ensureCounter{Fake: iptables.NewFake()}
+	be := startTCPBackend(t, direct, "a", "127.0.0.1:0", sayName)
+	p := startProxier(t, Config{IPTables: ipt})
+	mustSync(t, p, snapshotOf(t, webSpec(service.Affinity{}, be.addr.String())))
+	first := ipt.ensures.Load()
+	if first != int32(len(hooks)) {
+		t.Fatalf("first restore: %d hook checks, want %d", first, len(hooks))
+	}
+	mustSync(t, p, snapshotOf(t, webSpec(service.Affinity{}))) // no endpoints: REJECT instead
+	if n := ipt.ensures.Load(); n != first {
+		t.Errorf("a change's restore checked the hooks %d times, want none", n-first)
+	}
+	h := hooks[len(hooks)-1]
+	if err := ipt.DeleteRule(context.Background(), h.table, h.chain, h.args()...); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.resync(true); err != nil { // Run's periodic resync
+		t.Fatal(err)
+	}
+	if ok, err := ipt.HasRule(context.Background(), h.table, h.chain, h.args()...); err != nil || !ok {
+		t.Errorf("the periodic resync did not put back the hook %s -> %s (%v)", h.chain, h.jump, err)
+	}
+}

@@ -50,9 +50,11 @@ const defaultSizes = "1000x10,10000x3,5000x50,40000x3"
 // ("svcproxy nftables,kube-proxy nftables"; default all), CHANGES (200),
 // INTERVAL between changes (the changes outlast one full-sync period),
 // FULL_SYNC (both proxies' full-sync period, 60s; 0: their own hour),
-// SLICE (0.5s) and SLICES (3) of data-path load, KUBE_PROXY and SVCPROXY
+// MIN_SYNC (both proxies' minimum sync period, kube-proxy's default 1s),
+// IPTABLES (the iptables backend of both: auto, nft or legacy; run_test.go),
+// SLICE (0.5s) and SLICES (4) of data-path load, KUBE_PROXY and SVCPROXY
 // (binaries to use instead of the built ones), LOG_DIR (keep the proxies'
-// logs there).
+// logs there), PROFILE_DIR (profile both, Go's pprof and perf: run_test.go).
 func TestCompareKubeProxy(t *testing.T) {
 	if os.Getenv(benchEnv) == "" {
 		t.Skipf("a benchmark of an hour or more: make bench-kubeproxy (%s=1)", benchEnv)
@@ -122,8 +124,9 @@ func TestCompareKubeProxy(t *testing.T) {
 
 // readSettings reads the knobs of TestCompareKubeProxy's environment.
 func readSettings() (settings, error) {
-	st := settings{changes: 200, fullSync: time.Minute, dataSlice: 500 * time.Millisecond, slices: 3,
-		warmup: 8 * time.Second, seed: 40, logDir: os.Getenv("LOG_DIR")}
+	st := settings{changes: 200, fullSync: time.Minute, minSync: defaultMinSyncPeriod, dataSlice: 500 * time.Millisecond, slices: 4,
+		warmup: 8 * time.Second, seed: 40, logDir: os.Getenv("LOG_DIR"), profileDir: os.Getenv("PROFILE_DIR"),
+		iptables: cmp.Or(os.Getenv("IPTABLES"), "auto")}
 	var errs []string
 	duration := func(key string, into *time.Duration) {
 		if v := os.Getenv(key); v != "" {
@@ -146,8 +149,12 @@ func readSettings() (settings, error) {
 	count("CHANGES", &st.changes)
 	count("SLICES", &st.slices)
 	duration("FULL_SYNC", &st.fullSync)
+	duration("MIN_SYNC", &st.minSync)
 	duration("SLICE", &st.dataSlice)
 	duration("INTERVAL", &st.interval)
+	if st.iptables != "auto" && st.iptables != "nft" && st.iptables != "legacy" {
+		errs = append(errs, fmt.Sprintf("IPTABLES %q: want auto, nft or legacy", st.iptables))
+	}
 	if st.changes%4 != 0 {
 		errs = append(errs, fmt.Sprintf("CHANGES %d: want a multiple of 4 (four kinds, in pairs)", st.changes))
 	}
@@ -213,6 +220,7 @@ func findPrograms(t *testing.T, st settings, root string) programs {
 	}
 	help, _ := exec.Command(p.svcproxy, "--help").CombinedOutput()
 	p.fullSyncFlag = strings.Contains(string(help), "-full-sync-period")
+	p.profilingFlag = strings.Contains(string(help), "-profiling")
 	if !p.fullSyncFlag && st.fullSync > 0 {
 		t.Logf("svcproxy %s has no --full-sync-period: its full syncs keep their hour", p.svcproxy)
 	}
@@ -263,7 +271,7 @@ func moduleRoot(t *testing.T) string {
 // commandLine is the command that reproduces a size's run.
 func commandLine(sz size, rounds int) string {
 	var env []string
-	for _, k := range []string{"ROUNDS", "PROXIES", "CHANGES", "INTERVAL", "FULL_SYNC", "SLICE", "SLICES"} {
+	for _, k := range []string{"ROUNDS", "PROXIES", "CHANGES", "INTERVAL", "FULL_SYNC", "MIN_SYNC", "IPTABLES", "SLICE", "SLICES"} {
 		if v := os.Getenv(k); v != "" {
 			env = append(env, fmt.Sprintf("%s=%q", k, v))
 		}

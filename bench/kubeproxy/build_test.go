@@ -4,8 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,9 +21,12 @@ import (
 // shortens it. The benchmark shortens both proxies' equally, so a run of
 // minutes holds a periodic full sync: svcproxy's with --full-sync-period,
 // kube-proxy's in a build of its own, v1.37.2 from the same module as
-// internal/k8sbin's, with that one constant changed by a go build -overlay
-// (the file patched in a temporary directory; nothing of Kubernetes' source
-// is kept in this repository). It is cached beside the other programs.
+// internal/k8sbin's with that one constant changed. Go refuses an overlay
+// of a file in the module cache, so the build sees k8s.io/kubernetes
+// through a replace directive, in a temporary directory whose files are
+// links to the module cache's but for the one patched (nothing of
+// Kubernetes' source is kept in this repository). The binary is cached
+// beside the other programs.
 
 // fullSyncConst is the line the overlay replaces.
 const fullSyncConst = "FullSyncPeriod = 1 * time.Hour"
@@ -79,13 +82,30 @@ func kubeProxyFullSync(ctx context.Context, root string, period time.Duration, s
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
-	overlay := filepath.Join(tmp, "overlay.json")
-	if err := os.WriteFile(filepath.Join(tmp, "utils.go"), []byte(patched), 0o644); err != nil {
+	work, err := os.MkdirTemp("", "svcp-kube-proxy-build-")
+	if err != nil {
 		return "", err
 	}
-	ov, _ := json.Marshal(map[string]any{"Replace": map[string]string{file: filepath.Join(tmp, "utils.go")}})
-	if err := os.WriteFile(overlay, ov, 0o644); err != nil {
+	defer os.RemoveAll(work)
+	k8s := filepath.Join(work, "kubernetes")
+	if err := linkTree(src, k8s, map[string][]byte{filepath.Join("pkg", "proxy", "util", "utils.go"): []byte(patched)}); err != nil {
 		return "", err
+	}
+	mod := filepath.Join(work, "module")
+	if err := os.Mkdir(mod, 0o755); err != nil {
+		return "", err
+	}
+	for _, f := range []string{"go.mod", "go.sum", "tools.go"} {
+		b, err := os.ReadFile(filepath.Join(modDir, f))
+		if err != nil {
+			return "", err
+		}
+		if f == "go.mod" {
+			b = append(b, []byte("\nreplace k8s.io/kubernetes => ../kubernetes\n")...)
+		}
+		if err := os.WriteFile(filepath.Join(mod, f), b, 0o644); err != nil {
+			return "", err
+		}
 	}
 	// As internal/k8sbin builds kube-proxy: -trimpath, the release's
 	// version stamped (hack/lib/version.sh), so /version says v1.37.2.
@@ -95,17 +115,38 @@ func kubeProxyFullSync(ctx context.Context, root string, period time.Duration, s
 	ldflags := fmt.Sprintf("-X %[1]s.gitVersion=%[2]s -X %[1]s.gitMajor=%[3]s -X %[1]s.gitMinor=%[4]s -X %[1]s.gitTreeState=clean",
 		pkg, version, major, minor)
 	fmt.Fprintf(os.Stderr, "bench/kubeproxy: building kube-proxy %s with FullSyncPeriod %s (minutes when cold)\n", version, period)
-	if _, err := goOutput(ctx, modDir, env, "build", "-overlay", overlay, "-trimpath", "-ldflags", ldflags,
+	if _, err := goOutput(ctx, mod, env, "build", "-trimpath", "-ldflags", ldflags,
 		"-o", filepath.Join(tmp, "kube-proxy"), "k8s.io/kubernetes/cmd/kube-proxy"); err != nil {
-		return "", err
-	}
-	if err := os.Remove(overlay); err != nil {
 		return "", err
 	}
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return "", err
 	}
 	return bin, os.Rename(tmp, dir)
+}
+
+// linkTree makes dst a tree of directories like src's whose files are
+// symbolic links to src's, but for those of replace (by path under src),
+// which are written with the content given.
+func linkTree(src, dst string, replace map[string][]byte) error {
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(to, 0o755)
+		case replace[rel] != nil:
+			return os.WriteFile(to, replace[rel], 0o644)
+		default:
+			return os.Symlink(path, to)
+		}
+	})
 }
 
 func goOutput(ctx context.Context, dir string, env []string, args ...string) (string, error) {

@@ -5,6 +5,8 @@ import (
 	"math"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -123,7 +125,7 @@ func TestSchedule(t *testing.T) {
 // TestKubeProxyConfig: health and metrics bind inside the node's
 // namespace, conntrack's machine-wide sizing is left alone.
 func TestKubeProxyConfig(t *testing.T) {
-	b, err := kubeProxyConfig("nftables", "/k/kubeconfig")
+	b, err := kubeProxyConfig("nftables", "/k/kubeconfig", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,10 +143,13 @@ func TestKubeProxyConfig(t *testing.T) {
 	if ct["maxPerCore"] != float64(0) || ct["min"] != float64(0) || ct["tcpEstablishedTimeout"] != "0s" {
 		t.Errorf("conntrack %v: want maxPerCore 0, min 0 and the timeouts 0s (left alone)", ct)
 	}
+	if cfg["nftables"].(map[string]any)["minSyncPeriod"] != "1s" {
+		t.Errorf("nftables %v", cfg["nftables"])
+	}
 	if cfg["clientConnection"].(map[string]any)["kubeconfig"] != "/k/kubeconfig" {
 		t.Errorf("clientConnection %v", cfg["clientConnection"])
 	}
-	args := strings.Join(svcproxyArgs("socklb", "/k", "/cg", time.Minute), " ")
+	args := strings.Join(svcproxyArgs("socklb", "/k", "/cg", time.Second, time.Minute), " ")
 	for _, want := range []string{"--mode socklb", "--socklb-cgroup /cg", "--socklb-pin-path ", "--full-sync-period 1m0s",
 		"--healthz-bind-address 0.0.0.0:10256", "--cluster-cidr 198.19.0.0/16"} {
 		if !strings.Contains(args, want) {
@@ -155,9 +160,9 @@ func TestKubeProxyConfig(t *testing.T) {
 
 func TestProcParsing(t *testing.T) {
 	stat := "1234 (kube proxy) S 1 1234 1234 0 -1 4194560 100 0 0 0 150 50 20 30 20 0 12 0 100 0 0"
-	cpu, err := parseStatCPU(stat)
-	if err != nil || math.Abs(cpu-2.5) > 1e-9 {
-		t.Errorf("parseStatCPU = %v, %v; want 2.5 s (250 ticks)", cpu, err)
+	own, children, err := parseStatCPU(stat)
+	if err != nil || math.Abs(own-2) > 1e-9 || math.Abs(children-0.5) > 1e-9 {
+		t.Errorf("parseStatCPU = %v, %v, %v; want 2 s own (200 ticks), 0.5 s of children", own, children, err)
 	}
 	status := "Name:\tx\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\n"
 	if statusKiB(status, "VmRSS:") != 1024 || statusKiB(status, "VmHWM:") != 2048 {
@@ -255,5 +260,47 @@ func TestProbe(t *testing.T) {
 	if holds(request{Kind: "down"}, "", errors.New("reset")) || !holds(request{Kind: "down"}, "", syscall.ECONNREFUSED) ||
 		holds(request{Kind: "down"}, "198.19.0.1:8080", nil) {
 		t.Error("down holds for a refusal or a timeout only")
+	}
+}
+
+func TestLinkTree(t *testing.T) {
+	src, dst := t.TempDir(), filepath.Join(t.TempDir(), "copy")
+	for _, f := range []string{"a/b/x.go", "a/y.go", "z.go"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(src, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(src, f), []byte(f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := linkTree(src, dst, map[string][]byte{"a/y.go": []byte("patched")}); err != nil {
+		t.Fatal(err)
+	}
+	for f, want := range map[string]string{"a/b/x.go": "a/b/x.go", "a/y.go": "patched", "z.go": "z.go"} {
+		b, err := os.ReadFile(filepath.Join(dst, f))
+		if err != nil || string(b) != want {
+			t.Errorf("%s: %q, %v; want %q", f, b, err, want)
+		}
+	}
+	if fi, err := os.Lstat(filepath.Join(dst, "z.go")); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("z.go is not a link: %v %v", fi, err)
+	}
+}
+
+func TestIPTablesBackend(t *testing.T) {
+	for _, tc := range []struct {
+		setting string
+		sz      size
+		want    string
+	}{
+		{"auto", size{1000, 10}, "nft"},
+		{"auto", size{10000, 3}, "legacy"},
+		{"", size{5000, 50}, "legacy"},
+		{"nft", size{40000, 3}, "nft"},
+		{"legacy", size{1000, 10}, "legacy"},
+	} {
+		if got := iptablesBackend(tc.setting, tc.sz); got != tc.want {
+			t.Errorf("iptablesBackend(%q, %s) = %s, want %s", tc.setting, tc.sz, got, tc.want)
+		}
 	}
 }

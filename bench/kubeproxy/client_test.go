@@ -25,7 +25,8 @@ import (
 // a change is written while the probe of the one before still waits), and
 // prints each one's reply as a JSON line, tagged with the request's id.
 //
-//	probe KIND DST [EP]   connect to DST again and again until KIND holds:
+//	probe KIND DST [EP]   connect to DST again and again until KIND holds
+//	                      (or For, 3 minutes without):
 //	                      up (a connection is answered), down (refused or
 //	                      dropped),
 //	                      reach (the answer comes from endpoint EP), leave
@@ -48,6 +49,14 @@ type request struct {
 	Workers int           `json:"workers,omitempty"` // keepalive
 }
 
+// probeLimit is how long a probe waits: For, or probeTimeout.
+func (r request) probeLimit() time.Duration {
+	if r.For > 0 {
+		return r.For
+	}
+	return probeTimeout
+}
+
 // reply is the client's answer to one request.
 type reply struct {
 	ID  int    `json:"id"`
@@ -64,11 +73,14 @@ type reply struct {
 }
 
 // Probe pacing: an attempt every elapsed/probeSpread, within [probeMin,
-// probeMax]: a probe that has waited 1 s sees a change within 5 ms of it,
-// while a hundred waiting probes stay far from loading the machine.
+// probeMax]: a probe sees a change within 1% of the time it waited (2 ms
+// at least), about 260 attempts for a change seen after a second. Every
+// attempt is a connection through the proxy's rules, or through hybrid's
+// userspace proxy, whose CPU it then is: a denser probe would measure
+// itself.
 const (
-	probeSpread   = 200
-	probeMin      = time.Millisecond
+	probeSpread   = 100
+	probeMin      = 2 * time.Millisecond
 	probeMax      = 25 * time.Millisecond
 	probeDial     = time.Second
 	probeInflight = 16
@@ -157,7 +169,7 @@ func slice(r *reply, load func() (int, error), done func()) error {
 	return errors.Join(err, serr)
 }
 
-// probe connects to req.Dst until req.Kind holds, or probeTimeout. An
+// probe connects to req.Dst until req.Kind holds, or req.probeLimit(). An
 // attempt starts every pacing interval while fewer than probeInflight are
 // under way, each with a dial timeout of a second: where a rule drops the
 // connection (kube-proxy's nftables mode drops traffic to a Service
@@ -195,8 +207,8 @@ func probe(req request) (reply, error) {
 			r.Seen = seen.UnixNano()
 			return r, nil
 		}
-		if seen.IsZero() && time.Since(begin) > probeTimeout && inflight == 0 {
-			return r, fmt.Errorf("probe %s %s %s: not seen in %s (last: %q, %v)", req.Kind, req.Dst, req.EP, probeTimeout, last.who, last.err)
+		if seen.IsZero() && time.Since(begin) > req.probeLimit() && inflight == 0 {
+			return r, fmt.Errorf("probe %s %s %s: not seen in %s (last: %q, %v)", req.Kind, req.Dst, req.EP, req.probeLimit(), last.who, last.err)
 		}
 		wait := time.Until(next)
 		if !seen.IsZero() || inflight >= probeInflight {

@@ -54,5 +54,7 @@
 //	SIZES=1000x10 ROUNDS=5 make bench-kubeproxy           # one size
 //	PROXIES='svcproxy nftables,kube-proxy nftables' SIZES=10000x3 make bench-kubeproxy
 //
-// Figures and how to read them: docs/benchmarks.md ("kube-proxy, side by side").
+// Figures and how to read them: docs/benchmarks.md ("svcproxy beside
+// kube-proxy"); every run so far, with what each found:
+// docs/benchmarks/kubeproxy.md.
 package kubeproxy

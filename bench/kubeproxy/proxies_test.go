@@ -49,10 +49,10 @@ const (
 	metricsAddr = "127.0.0.1:10249"
 	healthzURL  = "http://127.0.0.1:10256/healthz"
 	metricsURL  = "http://127.0.0.1:10249/metrics"
-	// minSyncPeriod and syncPeriod are kube-proxy's defaults, given to
-	// both.
-	minSyncPeriod = time.Second
-	syncPeriod    = 30 * time.Second
+	// defaultMinSyncPeriod and syncPeriod are kube-proxy's defaults,
+	// given to both (MIN_SYNC changes the first for both).
+	defaultMinSyncPeriod = time.Second
+	syncPeriod           = 30 * time.Second
 )
 
 // kubeProxyConfig is the KubeProxyConfiguration kube-proxy runs with: its
@@ -62,8 +62,8 @@ const (
 // default would raise nf_conntrack_max and the nf_conntrack module's
 // hashsize, which are the machine's, not the namespace's), and so are its
 // timeouts (0: leave as is).
-func kubeProxyConfig(mode, kubeconfig string) ([]byte, error) {
-	period := map[string]any{"minSyncPeriod": minSyncPeriod.String(), "syncPeriod": syncPeriod.String()}
+func kubeProxyConfig(mode, kubeconfig string, minSync time.Duration) ([]byte, error) {
+	period := map[string]any{"minSyncPeriod": minSync.String(), "syncPeriod": syncPeriod.String()}
 	return yaml.Marshal(map[string]any{
 		"apiVersion":         "kubeproxy.config.k8s.io/v1alpha1",
 		"kind":               "KubeProxyConfiguration",
@@ -85,11 +85,11 @@ func kubeProxyConfig(mode, kubeconfig string) ([]byte, error) {
 // svcproxyArgs are svcproxy's flags for mode: the same addresses, periods
 // and cluster CIDR as kube-proxy's configuration. cgroup is the socket LB's
 // cgroup (socklb only); fullSync, when not zero, its full-sync period.
-func svcproxyArgs(mode, kubeconfig, cgroup string, fullSync time.Duration) []string {
+func svcproxyArgs(mode, kubeconfig, cgroup string, minSync, fullSync time.Duration) []string {
 	args := []string{"--kubeconfig", kubeconfig, "--mode", mode, "--hostname-override", nodeName,
 		"--healthz-bind-address", healthzAddr, "--metrics-bind-address", metricsAddr,
 		"--cluster-cidr", clusterCIDR.String(),
-		"--min-sync-period", minSyncPeriod.String(), "--sync-period", syncPeriod.String()}
+		"--min-sync-period", minSync.String(), "--sync-period", syncPeriod.String()}
 	if mode == "socklb" {
 		// Nothing pinned in the machine's bpffs: the programs go with
 		// the process.
@@ -104,7 +104,8 @@ func svcproxyArgs(mode, kubeconfig, cgroup string, fullSync time.Duration) []str
 // procStats are a process's CPU time (its own and its waited-for
 // children's: iptables-restore, nft) and memory.
 type procStats struct {
-	cpu      float64 // seconds, user and system
+	cpu      float64 // seconds, user and system, with the children's
+	ownCPU   float64 // seconds, the process's own threads only
 	rss, hwm int64   // KiB: resident now, and its peak (VmHWM)
 }
 
@@ -129,11 +130,14 @@ func readProc(pid int) (procStats, error) {
 			}
 			continue // a child that ended meanwhile: its time is in its parent's now
 		}
-		cpu, err := parseStatCPU(string(stat))
+		own, children, err := parseStatCPU(string(stat))
 		if err != nil {
 			return procStats{}, fmt.Errorf("/proc/%d/stat: %w", p, err)
 		}
-		s.cpu += cpu
+		s.cpu += own + children
+		if i == 0 {
+			s.ownCPU = own
+		}
 	}
 	return s, nil
 }
@@ -155,28 +159,27 @@ func descendants(pid int) []int {
 	return out
 }
 
-// parseStatCPU is utime+stime+cutime+cstime of a /proc/PID/stat line, in
-// seconds. The fields after the command's name (which may hold spaces and
+// parseStatCPU reads a /proc/PID/stat line: the process's own CPU
+// (utime+stime) and its waited-for children's (cutime+cstime), in seconds.
+// The fields after the command's name (which may hold spaces and
 // parentheses) count from its last ')'.
-func parseStatCPU(stat string) (float64, error) {
+func parseStatCPU(stat string) (own, children float64, err error) {
 	i := strings.LastIndexByte(stat, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("no command name in %q", stat)
+		return 0, 0, fmt.Errorf("no command name in %q", stat)
 	}
 	f := strings.Fields(stat[i+1:])
 	// f[0] is field 3 (state); utime..cstime are fields 14..17.
 	if len(f) < 15 {
-		return 0, fmt.Errorf("%d fields after the name", len(f))
+		return 0, 0, fmt.Errorf("%d fields after the name", len(f))
 	}
-	var ticks int64
-	for _, s := range f[11:15] {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			return 0, err
+	var ticks [4]int64
+	for j, s := range f[11:15] {
+		if ticks[j], err = strconv.ParseInt(s, 10, 64); err != nil {
+			return 0, 0, err
 		}
-		ticks += v
 	}
-	return float64(ticks) / clockTick, nil
+	return float64(ticks[0]+ticks[1]) / clockTick, float64(ticks[2]+ticks[3]) / clockTick, nil
 }
 
 // statusKiB reads a "Key:  123 kB" line of /proc/PID/status.

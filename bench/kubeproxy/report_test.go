@@ -40,18 +40,30 @@ var metrics = []metric{
 	{"programming latency p90 (s)", func(r runResult) float64 { return r.P90 }},
 	{"programming latency p99 (s)", func(r runResult) float64 { return r.P99 }},
 	{"p99 of changes during a full sync (s)", func(r runResult) float64 { return r.P99Full }},
+	{"p99 of the other changes (s)", func(r runResult) float64 { return r.P99Rest }},
 	{"own histogram p99 (s)", func(r runResult) float64 { return r.OwnP99 }},
 	{"periodic full sync (s)", meanFullSync},
 	{"CPU seconds, whole run", func(r runResult) float64 { return r.CPUSeconds }},
+	{"CPU seconds, the proxy process alone", func(r runResult) float64 { return r.CPUOwnSeconds }},
 	{"CPU seconds, cold start", func(r runResult) float64 { return r.CPUColdSeconds }},
 	{"CPU seconds, the changes", func(r runResult) float64 { return r.CPUChangesSeconds }},
 	{"peak RSS", func(r runResult) float64 { return float64(r.PeakRSSKiB) }},
 	{"peak RSS with children", func(r runResult) float64 { return float64(r.PeakTreeRSSKiB) }},
 	{"steady RSS", func(r runResult) float64 { return float64(r.SteadyRSSKiB) }},
-	{"new connections/s, first Service", func(r runResult) float64 { return r.ConnPerSec["first"] }},
-	{"new connections/s, last Service", func(r runResult) float64 { return r.ConnPerSec["last"] }},
-	{"keep-alive requests/s, first Service", func(r runResult) float64 { return r.ReqPerSec["first"] }},
-	{"keep-alive requests/s, last Service", func(r runResult) float64 { return r.ReqPerSec["last"] }},
+	{"new connections/s, first Service / direct", func(r runResult) float64 { return overDirect(r.ConnPerSec, "first") }},
+	{"new connections/s, last Service / direct", func(r runResult) float64 { return overDirect(r.ConnPerSec, "last") }},
+	{"keep-alive requests/s, first Service / direct", func(r runResult) float64 { return overDirect(r.ReqPerSec, "first") }},
+	{"keep-alive requests/s, last Service / direct", func(r runResult) float64 { return overDirect(r.ReqPerSec, "last") }},
+}
+
+// overDirect is target's rate over direct's in the same run (0 when either
+// was not measured): a rate with the machine's load of the moment taken
+// out, as a run of one proxy and a run of the other are minutes apart.
+func overDirect(rates map[string]float64, target string) float64 {
+	if rates[target] <= 0 || rates["direct"] <= 0 {
+		return 0
+	}
+	return rates[target] / rates["direct"]
 }
 
 func meanFullSync(r runResult) float64 {
@@ -88,8 +100,12 @@ func newReport(sz size, results []runResult, st settings, bins programs) report.
 		rows = append(rows, row)
 	}
 	r.Rows = rows
+	legacy := slices.ContainsFunc(results, func(r runResult) bool { return r.IPTables == "legacy" })
 	for _, pr := range pairings {
 		g := report.Group{Name: fmt.Sprintf("%s / %s, %s", pr.num, pr.den, sz.label())}
+		if legacy && (usesIPTables(pr.num) || usesIPTables(pr.den)) {
+			g.Name += " (iptables-legacy)"
+		}
 		for _, m := range metrics {
 			mean, ci := report.MeanCI(roundRatios(results, pr, m))
 			if mean > 0 {
@@ -102,6 +118,10 @@ func newReport(sz size, results []runResult, st settings, bins programs) report.
 	}
 	return r
 }
+
+// usesIPTables: the proxy's rules (iptables mode) or portals (hybrid) are
+// iptables'.
+func usesIPTables(p proxy) bool { return p.mode == "iptables" || p.mode == "hybrid" }
 
 // roundRatios is m's num / den in each round where both ran without error.
 func roundRatios(results []runResult, pr pairing, m metric) []float64 {
@@ -141,7 +161,11 @@ func printTables(w io.Writer, sz size, r report.Report, results []runResult) {
 			ps = append(ps, p)
 		}
 	}
-	fmt.Fprintf(w, "\n%s, medians of the rounds (%s)\n\n| |", sz.label(), r.Command)
+	backend := "nft"
+	for _, x := range results {
+		backend = x.IPTables
+	}
+	fmt.Fprintf(w, "\n%s, medians of the rounds, iptables backend %s (%s)\n\n| |", sz.label(), backend, r.Command)
 	for _, p := range ps {
 		fmt.Fprintf(w, " %s |", p)
 	}
@@ -179,6 +203,8 @@ func format(name string, v float64) string {
 		return "–"
 	case strings.Contains(name, "RSS"):
 		return fmt.Sprintf("%.1f MiB", v/1024)
+	case strings.HasSuffix(name, "/ direct"):
+		return fmt.Sprintf("%.3f", v)
 	case strings.Contains(name, "/s"):
 		return fmt.Sprintf("%.0f", v)
 	case strings.HasSuffix(name, "(s)"):

@@ -3,6 +3,7 @@ package kubeproxy
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/netip"
@@ -22,19 +23,31 @@ type settings struct {
 	changes   int           // per run, a multiple of 4
 	interval  time.Duration // between changes
 	fullSync  time.Duration // both proxies' full-sync period; 0: their own (an hour)
+	minSync   time.Duration // both proxies' minimum sync period (kube-proxy's default, 1s)
 	dataSlice time.Duration // one slice of data-path load
 	slices    int           // slices per target and load
 	warmup    time.Duration // hybrid: load before the data path, to promote both Services
 	seed      uint64
-	logDir    string // where the proxies' logs stay (LOG_DIR); empty: a temporary directory
+	// iptables is the backend the proxies' iptables commands use
+	// (IPTABLES): "nft", "legacy", or "auto", legacy above
+	// nftIPTablesLimit endpoints (iptablesBackend).
+	iptables string
+	logDir   string // where the proxies' logs stay (LOG_DIR); empty: a temporary directory
+	// profileDir (PROFILE_DIR): where each run's profiles go: the proxy's
+	// Go CPU profile over its first 30 s and over the changes, its heap
+	// after them, and, where perf runs, the whole machine's CPU over the
+	// changes; empty: none.
+	profileDir string
 }
 
 // programs are the binaries compared.
 type programs struct {
 	kubeProxy string // kube-proxy v1.37.2 (with fullSync's period when set)
 	svcproxy  string
-	// fullSyncFlag: svcproxy has --full-sync-period (it is given then).
-	fullSyncFlag bool
+	// fullSyncFlag: svcproxy has --full-sync-period (it is given then);
+	// profilingFlag: it has --profiling (given always, as kube-proxy's
+	// enableProfiling is: it costs nothing until a profile is asked for).
+	fullSyncFlag, profilingFlag bool
 }
 
 // runResult is one proxy's run at one size in one round.
@@ -43,6 +56,9 @@ type runResult struct {
 	Proxy string `json:"proxy"`
 	Mode  string `json:"mode"`
 	Round int    `json:"round"`
+	// IPTables is the iptables backend the run's iptables commands used
+	// (iptables mode's rules, hybrid's portals, kube-proxy's cleanup).
+	IPTables string `json:"iptables"`
 
 	// Cold start: from process start to the last Service's rule working
 	// (a probe connection answered through it), and to /healthz 200.
@@ -54,6 +70,9 @@ type runResult struct {
 	CPUColdSeconds    float64 `json:"cpu_cold_s"`
 	CPUChangesSeconds float64 `json:"cpu_changes_s"`
 	CPUSeconds        float64 `json:"cpu_s"`
+	// The proxy process's own CPU over the whole run: the rest of
+	// CPUSeconds is its children's (iptables-restore, nft).
+	CPUOwnSeconds float64 `json:"cpu_own_s"`
 	// Memory, KiB: the proxy's peak (VmHWM), its resident memory at the
 	// end (steady), and the peak of it and its children together, sampled
 	// every 250 ms.
@@ -61,7 +80,11 @@ type runResult struct {
 	SteadyRSSKiB   int64 `json:"steady_rss_kib"`
 	PeakTreeRSSKiB int64 `json:"peak_tree_rss_kib"`
 
-	// Data path, per target ("first", "last"): rates over the slices.
+	// Data path, per target ("first", "last", and "direct", the backend
+	// past the node): rates over the slices. A target's rate over
+	// direct's, measured in the same slices, is what the report compares:
+	// the machine's load at the moment, which moves between runs minutes
+	// apart, divides out.
 	ConnPerSec map[string]float64 `json:"conn_per_s"`
 	ReqPerSec  map[string]float64 `json:"req_per_s"`
 	SynRetrans int64              `json:"syn_retrans"`
@@ -117,7 +140,8 @@ const coldLimit = 20 * time.Minute
 
 // runOne runs p at the size of c once, in namespaces of its own.
 func runOne(t *testing.T, c *cluster, apiKubeconfig string, bins programs, cgs *cgroups, p proxy, st settings, round int) runResult {
-	res := runResult{Size: c.sz.String(), Proxy: p.program, Mode: p.mode, Round: round}
+	backend := iptablesBackend(st.iptables, c.sz)
+	res := runResult{Size: c.sz.String(), Proxy: p.program, Mode: p.mode, Round: round, IPTables: backend}
 	topo := newTopology(t, apiKubeconfig)
 	dir := t.TempDir()
 
@@ -138,6 +162,9 @@ func runOne(t *testing.T, c *cluster, apiKubeconfig string, bins programs, cgs *
 	cmd, err := proxyCommand(topo, p, bins, st, dir, cgroup)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if backend == "legacy" {
+		cmd.Env = append(os.Environ(), "PATH="+legacyIPTables(t)+":"+os.Getenv("PATH"))
 	}
 	logDir := dir
 	if st.logDir != "" {
@@ -171,11 +198,17 @@ func runOne(t *testing.T, c *cluster, apiKubeconfig string, bins programs, cgs *
 	})
 	pid := cmd.Process.Pid
 	since := func(at time.Time) float64 { return at.Sub(start).Seconds() }
+	name := fmt.Sprintf("%s-round%d-%s-%s", c.sz, round+1, p.program, p.mode)
+	var profiles sync.WaitGroup
+	defer profiles.Wait()
 
 	hc := topo.nodeHTTP()
 	defer hc.CloseIdleConnections()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	if st.profileDir != "" {
+		profiles.Go(func() { profile(t, hc, filepath.Join(st.profileDir, name+"-cold.pprof"), 30*time.Second, start) })
+	}
 	mon := &monitor{pid: pid, http: hc, start: start}
 	var monWG sync.WaitGroup
 	monWG.Go(func() { mon.run(ctx) })
@@ -209,7 +242,7 @@ func runOne(t *testing.T, c *cluster, apiKubeconfig string, bins programs, cgs *
 		close(healthzAt)
 	}()
 	last := netip.AddrPortFrom(clusterIP(c.sz.services-1), servicePort).String()
-	up, err := cl.do(request{Op: "probe", Kind: "up", Dst: last})
+	up, err := cl.do(request{Op: "probe", Kind: "up", Dst: last, For: coldLimit})
 	if err != nil {
 		return fail("cold start, the last Service %s: %v (%v)", last, err, exited())
 	}
@@ -239,6 +272,11 @@ func runOne(t *testing.T, c *cluster, apiKubeconfig string, bins programs, cgs *
 		return fail("%v (%v)", err, exited())
 	}
 	ownBefore := mon.scrapeNow(t)
+	if st.profileDir != "" {
+		d := time.Duration(st.changes) * st.interval
+		profiles.Go(func() { profile(t, hc, filepath.Join(st.profileDir, name+"-changes.pprof"), d, time.Now()) })
+		profiles.Go(func() { perfRecord(t, filepath.Join(st.profileDir, name+"-changes.perf"), d) })
+	}
 	mon.arm()
 	begin := time.Now()
 	res.Changes = runChanges(ctx, t, c, cl, newSchedule(c.sz, st.changes, st.interval, st.seed))
@@ -249,9 +287,12 @@ func runOne(t *testing.T, c *cluster, apiKubeconfig string, bins programs, cgs *
 	if err != nil {
 		return fail("%v (%v)", err, exited())
 	}
+	if st.profileDir != "" {
+		heapProfile(t, hc, filepath.Join(st.profileDir, name+"-heap.pprof"))
+	}
 	ownAfter := mon.scrapeNow(t)
 	res.CPUChangesSeconds = after.cpu - before.cpu
-	res.CPUSeconds, res.SteadyRSSKiB, res.PeakRSSKiB = after.cpu, after.rss, after.hwm
+	res.CPUSeconds, res.CPUOwnSeconds, res.SteadyRSSKiB, res.PeakRSSKiB = after.cpu, after.ownCPU, after.rss, after.hwm
 	res.OwnProgramming = ownAfter.programming.sub(ownBefore.programming)
 	res.OwnP50, res.OwnP90, res.OwnP99 = res.OwnProgramming.quantile(0.5), res.OwnProgramming.quantile(0.9), res.OwnProgramming.quantile(0.99)
 	res.Syncs = ownAfter.syncs
@@ -280,10 +321,49 @@ func runOne(t *testing.T, c *cluster, apiKubeconfig string, bins programs, cgs *
 	return res
 }
 
+// nftIPTablesLimit is the size beyond which "auto" runs the iptables
+// commands on the legacy backend: iptables-nft 1.8.9's --noflush restore
+// grows about cubically with its input (docs/architecture.md), and at
+// 10,000 Services of 3 endpoints neither proxy's first sync ended within
+// the 3 minutes the first full run gave it, where at 10,000 endpoints
+// both took 6 to 12 s. Both proxies always get the same backend.
+const nftIPTablesLimit = 10000
+
+// iptablesBackend is the backend of a run at sz: setting, or for "auto"
+// (and "") nft up to nftIPTablesLimit endpoints and legacy beyond.
+func iptablesBackend(setting string, sz size) string {
+	if setting == "nft" || setting == "legacy" {
+		return setting
+	}
+	if sz.services*sz.endpoints > nftIPTablesLimit {
+		return "legacy"
+	}
+	return "nft"
+}
+
+// legacyIPTables returns a directory whose iptables, iptables-restore,
+// iptables-save and their ip6tables twins are iptables-legacy's (Debian's
+// xtables-legacy-multi, which acts as the name it is called by): first on
+// a proxy's PATH, it makes every iptables command of the proxy a legacy one.
+func legacyIPTables(t *testing.T) string {
+	t.Helper()
+	multi, err := exec.LookPath("xtables-legacy-multi")
+	if err != nil {
+		t.Skipf("IPTABLES=legacy needs xtables-legacy-multi (Debian's iptables): %v", err)
+	}
+	dir := t.TempDir()
+	for _, name := range []string{"iptables", "iptables-restore", "iptables-save", "ip6tables", "ip6tables-restore", "ip6tables-save"} {
+		if err := os.Symlink(multi, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
 // proxyCommand is p's command in the node's namespace.
 func proxyCommand(topo *topology, p proxy, bins programs, st settings, dir, cgroup string) (*exec.Cmd, error) {
 	if p.program == kubeProxy {
-		cfg, err := kubeProxyConfig(p.mode, topo.kubeconfig)
+		cfg, err := kubeProxyConfig(p.mode, topo.kubeconfig, st.minSync)
 		if err != nil {
 			return nil, err
 		}
@@ -297,21 +377,27 @@ func proxyCommand(topo *topology, p proxy, bins programs, st settings, dir, cgro
 	if bins.fullSyncFlag {
 		full = st.fullSync
 	}
-	return topo.node.Command(context.Background(), bins.svcproxy, svcproxyArgs(p.mode, topo.kubeconfig, cgroup, full)...), nil
+	args := svcproxyArgs(p.mode, topo.kubeconfig, cgroup, st.minSync, full)
+	if bins.profilingFlag {
+		args = append(args, "--profiling") // as kube-proxy's enableProfiling
+	}
+	return topo.node.Command(context.Background(), bins.svcproxy, args...), nil
 }
 
 // dataPath measures new connections/s and keep-alive requests/s to the
-// first and the last Service, in slices that alternate between them.
-// Hybrid first gets load on both for st.warmup, so that both are promoted
-// to its kernel path, as a busy Service would be.
+// first and the last Service, and straight to the backend past the node
+// (direct), in slices that alternate between them. Hybrid first gets load on
+// both Services for st.warmup, so that both are promoted to its kernel
+// path, as a busy Service would be.
 func dataPath(cl *client, sz size, p proxy, st settings, res *runResult) error {
 	targets := []struct{ name, dst string }{
 		{"first", netip.AddrPortFrom(clusterIP(0), servicePort).String()},
 		{"last", netip.AddrPortFrom(clusterIP(sz.services-1), servicePort).String()},
+		{"direct", netip.AddrPortFrom(directBackend.Addr(), targetPort).String()},
 	}
 	if p.mode == "hybrid" && st.warmup > 0 {
 		var chans []<-chan reply
-		for _, tg := range targets {
+		for _, tg := range targets[:2] {
 			ch, err := cl.send(request{Op: "conn", Dst: tg.dst, For: st.warmup})
 			if err != nil {
 				return err
@@ -545,6 +631,65 @@ func (m *monitor) scrapeNow(t *testing.T) scraped {
 		t.Errorf("scrape %s: %v", metricsURL, err)
 	}
 	return s
+}
+
+// profile asks the proxy for a Go CPU profile of d (/debug/pprof/profile,
+// which both serve on their metrics address) as soon as it serves one,
+// waiting from start at most a minute, and writes it to file.
+func profile(t *testing.T, hc *http.Client, file string, d time.Duration, start time.Time) {
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", metricsAddr, int(d.Seconds()))
+	c := &http.Client{Transport: hc.Transport, Timeout: d + time.Minute}
+	for time.Since(start) < time.Minute {
+		resp, err := c.Get(url)
+		if err != nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil && resp.StatusCode == http.StatusOK {
+			if err := os.WriteFile(file, b, 0o644); err != nil {
+				t.Error(err)
+			}
+			return
+		}
+		t.Logf("profile %s: %s %v", url, resp.Status, err)
+		return
+	}
+	t.Logf("profile %s: no answer within a minute", url)
+}
+
+// heapProfile writes the proxy's heap profile (/debug/pprof/heap) to file:
+// what its steady RSS holds.
+func heapProfile(t *testing.T, hc *http.Client, file string) {
+	resp, err := hc.Get(fmt.Sprintf("http://%s/debug/pprof/heap", metricsAddr))
+	if err != nil {
+		t.Logf("heap profile: %v", err)
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Logf("heap profile: %s %v", resp.Status, err)
+		return
+	}
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		t.Error(err)
+	}
+}
+
+// perfRecord records the whole machine's CPU for d with perf (sampled at
+// 99 Hz, with call graphs) into file, when perf is installed: the
+// iptables-restore and nft processes and the kernel's work are not in a Go
+// profile. perf report --sort comm,dso reads it.
+func perfRecord(t *testing.T, file string, d time.Duration) {
+	if _, err := exec.LookPath("perf"); err != nil {
+		return
+	}
+	out, err := exec.Command("perf", "record", "-a", "-g", "-F", "99", "-o", file, "--", "sleep", fmt.Sprint(int(d.Seconds()))).CombinedOutput()
+	if err != nil {
+		t.Logf("perf record: %v: %s", err, out)
+	}
 }
 
 func tail(b []byte, n int) string {

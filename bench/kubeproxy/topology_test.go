@@ -29,9 +29,13 @@ var (
 	clientPod      = netip.MustParsePrefix("198.19.200.2/24")
 	nodeBackSide   = netip.MustParsePrefix("198.19.201.1/24")
 	backendSide    = netip.MustParsePrefix("198.19.201.2/24")
-	podCIDR        = netip.MustParsePrefix("198.19.0.0/17")
-	serviceCIDR    = netip.MustParsePrefix("198.18.0.0/16")
-	clusterCIDR    = netip.MustParsePrefix("198.19.0.0/16")
+	// The direct link: the client to the backend, past the node, the
+	// data path's reference for the machine's load at the moment.
+	directClient  = netip.MustParsePrefix("198.19.202.2/24")
+	directBackend = netip.MustParsePrefix("198.19.202.1/24")
+	podCIDR       = netip.MustParsePrefix("198.19.0.0/17")
+	serviceCIDR   = netip.MustParsePrefix("198.18.0.0/16")
+	clusterCIDR   = netip.MustParsePrefix("198.19.0.0/16")
 )
 
 // relayAddr is where the proxies find the API server, inside the node.
@@ -52,7 +56,9 @@ type topology struct {
 // backend at the Service address itself, where nothing listens on port 80:
 // refused at once, so a probe never waits for a timeout. The backend
 // answers on port 8080 at every pod address (a local route for the whole
-// range, "AnyIP"), and tells the client which address it reached.
+// range, "AnyIP"), and tells the client which address it reached. A second
+// link joins the client and the backend past the node: the data path's
+// reference, the same load without the proxy's namespace.
 func newTopology(t testing.TB, apiKubeconfig string) *topology {
 	t.Helper()
 	topo := &topology{node: netnstest.New(t), client: netnstest.New(t), backend: netnstest.New(t)}
@@ -65,6 +71,7 @@ func newTopology(t testing.TB, apiKubeconfig string) *topology {
 	node.Sysctl(t, "net.ipv4.conf.default.send_redirects", "0")
 	netnstest.Veth(t, node, "to-client", nodeClientSide, client, "eth0", clientPod)
 	netnstest.Veth(t, node, "to-backend", nodeBackSide, backend, "eth0", backendSide)
+	netnstest.Veth(t, client, "direct", directClient, backend, "direct", directBackend)
 	client.Run(t, "ip", "route", "add", "default", "via", nodeClientSide.Addr().String())
 	backend.Run(t, "ip", "route", "add", "default", "via", nodeBackSide.Addr().String())
 	for _, p := range []netip.Prefix{podCIDR, serviceCIDR} {

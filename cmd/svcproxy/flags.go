@@ -89,6 +89,7 @@ type Config struct {
 	UDPMaxSessions int
 	MinSyncPeriod  time.Duration
 	SyncPeriod     time.Duration
+	FullSyncPeriod time.Duration
 	ShutdownGrace  time.Duration
 
 	// NodePortAddresses is --nodeport-addresses: which node addresses
@@ -161,6 +162,7 @@ func parseFlags(args []string) (*Config, error) {
 	fs.IntVar(&c.UDPMaxSessions, "udp-max-sessions", userspace.DefaultUDPMaxSessions, "userspace: UDP sessions (client addresses) per listener; a new client beyond them ends the session idle longest")
 	minSync := fs.Duration("min-sync-period", time.Second, "at most one sync per this interval")
 	sync := fs.Duration("sync-period", 30*time.Second, "at least one sync per this interval (iptables, nftables: partial, after checking that the rules are still in place)")
+	fs.DurationVar(&c.FullSyncPeriod, "full-sync-period", time.Hour, "iptables, nftables: a full sync this long after the end of the last one (kube-proxy's fixed proxyutil.FullSyncPeriod; benchmarks shorten it)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "userspace: on SIGTERM, how long open connections may finish before they are closed")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -347,5 +349,5 @@ func (c *Config) modes(log *slog.Logger) modes.Config {
 		IPVSScheduler: c.IPVSScheduler, IPVSStrictARP: c.IPVSStrictARP,
 		SocketLB:       lifecycle.Config{Cgroup: c.SocketLBCgroup, PinPath: c.SocketLBPinPath, PinPathGiven: c.SocketLBPinPathSet, Logger: log},
 		ProxyPortRange: c.ProxyPortRange, UDPIdleTimeout: c.UDPIdleTimeout, UDPMaxSessions: c.UDPMaxSessions,
-		SyncPeriod: c.SyncPeriod, ShutdownGrace: c.ShutdownGrace, Logger: log}
+		SyncPeriod: c.SyncPeriod, FullSyncPeriod: c.FullSyncPeriod, ShutdownGrace: c.ShutdownGrace, Logger: log}
 }

@@ -18,9 +18,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
+	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
 // The test cluster's addresses.
@@ -42,47 +45,82 @@ func ClusterCIDR(family service.Family) netip.Prefix {
 	return netip.MustParsePrefix("198.19.1.0/24")
 }
 
-// Path makes a rule-writing path's Proxier on a new Fake.
+// Path makes a rule-writing path's mode on a new Fake.
 type Path interface {
-	// New returns a Rig: a Proxier of this node (st.ThisNode, its pods in
+	// New returns a Rig: a mode of this node (st.ThisNode, its pods in
 	// ClusterCIDR of the family) as o says, on a new, empty Fake of o's
 	// family on which the node's address (NodeIP or NodeIP6) is local.
 	New(t *testing.T, o Options) Rig
 }
 
-// Options are what a table sets of a Rig; the zero value is an IPv4 Proxier
+// Options are what a table sets of a Rig; the zero value is an IPv4 mode
 // with kube-proxy's defaults.
 type Options struct {
 	Family service.Family
 	// NodeIP is the node's own IP, which source ranges may hold
 	// (service.FirewallSources); invalid: unknown.
 	NodeIP netip.Addr
+	// ClusterCIDR is the pod network; invalid: the test cluster's
+	// (ClusterCIDR, or offloadtest's on the real kernel).
+	ClusterCIDR netip.Prefix
 	// CountConnections makes the rules count each port's new connections
 	// (Rig.Connections).
 	CountConnections bool
-	// FullSyncPeriod, SyncPeriod, Now and Conntrack are the Proxier's.
+	// FullSyncPeriod, SyncPeriod, Now and Conntrack are the mode's
+	// (kernelsync.Periods).
 	FullSyncPeriod, SyncPeriod time.Duration
 	Now                        func() time.Time
 	Conntrack                  conntrack.Interface
 }
 
-// Rig is a path's Proxier on its Fake.
+// Node is the node o describes: st.ThisNode of o.Family, its own IP o.NodeIP,
+// its pods in o.ClusterCIDR, or else in the test cluster's (ClusterCIDR) on
+// a Fake and in offloadtest's lab's on the real kernel (onKernel).
+func (o Options) Node(onKernel bool) dataplane.Node {
+	cidr := ClusterCIDR(o.Family)
+	switch {
+	case o.ClusterCIDR.IsValid():
+		cidr = o.ClusterCIDR
+	case onKernel && o.Family == service.IPv6:
+		cidr = offloadtest.ClusterCIDR6
+	case onKernel:
+		cidr = offloadtest.ClusterCIDR
+	}
+	return dataplane.Node{Family: o.Family, NodeName: st.ThisNode, NodeIP: o.NodeIP, ClusterCIDR: cidr}
+}
+
+// Traces converts a tracer's answer with convert, for Rig.TraceAll.
+func Traces[T any](trs []T, err error, convert func(T) Trace) ([]Trace, error) {
+	out := make([]Trace, len(trs))
+	for i, tr := range trs {
+		out[i] = convert(tr)
+	}
+	return out, err
+}
+
+// Rig is a path's mode on its Fake.
 type Rig interface {
-	// Update and Sync are the Proxier's.
-	Update(snap *service.Snapshot)
-	Sync(ctx context.Context) error
-	// Restart replaces the Proxier with a new one over the same Fake, with
-	// the same Options, as a new process does: its first sync is full.
+	// Sync applies snap; Resync applies the last Snapshot again (the mode's
+	// periodic resync), and nothing before the first.
+	Sync(ctx context.Context, snap *service.Snapshot) error
+	Resync(ctx context.Context) error
+	// Restart replaces the mode with a new one over the same Fake, with the
+	// same Options, as a new process does: its first sync is full.
 	Restart(t *testing.T)
 	Health() kernelsync.Health
 	Status() []kernelsync.PortStatus
-	// Connections is the Proxier's count of new connections per port.
+	// Connections is the mode's count of new connections per port.
 	Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error)
 	// Hit counts n new connections to each endpoint of port in the Fake's
 	// counters, as the kernel counts packets through the rules.
 	Hit(t *testing.T, port service.PortName, n uint64)
 	// Dump is the Fake's state as text: what the kernel holds.
 	Dump() string
+	// Writes is how many times the mode wrote to the Fake (restores,
+	// transactions).
+	Writes() int
+	// FailNext makes the next write fail, and returns what its error says.
+	FailNext() string
 	// Trace and TraceAll send p through the Fake's rules (the Fake's
 	// tracer): the one way its Pick takes, or every way it may take.
 	Trace(p Packet) (Trace, error)
@@ -115,11 +153,10 @@ type Trace struct {
 
 func (tr Trace) String() string { return tr.Text }
 
-// Sync updates r with snap and syncs it, failing t on an error.
+// Sync applies snap with r, failing t on an error.
 func Sync(t *testing.T, r Rig, snap *service.Snapshot) {
 	t.Helper()
-	r.Update(snap)
-	if err := r.Sync(context.Background()); err != nil {
+	if err := r.Sync(context.Background(), snap); err != nil {
 		t.Fatal(err)
 	}
 }

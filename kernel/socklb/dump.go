@@ -173,7 +173,7 @@ func OpenPinned(pinPath string) (_ *Pinned, err error) {
 	for _, m := range []struct {
 		name string
 		to   **ebpf.Map
-	}{{svcSpec.Name, &p.m.services}, {beSpec.Name, &p.m.backends}, {revSpec.Name, &p.m.revnat}, {affSpec.Name, &p.m.affinity}} {
+	}{{svcSpec.Name, &p.m.services}, {beSpec.Name, &p.m.backends}, {revSpec.Name, &p.m.revnat}, {affSpec.Name, &p.m.affinity}, {countsSpec(1).Name, &p.m.counts}} {
 		path := filepath.Join(pinPath, m.name)
 		if *m.to, err = ebpf.LoadPinnedMap(path, &ebpf.LoadPinOptions{ReadOnly: true}); err != nil {
 			return nil, fmt.Errorf("socklb: open pinned map %s: %w", path, err)
@@ -184,6 +184,35 @@ func OpenPinned(pinPath string) (_ *Pinned, err error) {
 
 // Dump reads the pinned maps.
 func (p *Pinned) Dump(_ context.Context) (Dump, error) { return dumpMaps(&p.m) }
+
+// Connections returns how many connect()s (and unconnected UDP datagrams)
+// the programs translated for each Service, from the pinned counts map, as
+// Kernel.Connections does from its own: what `svclab web` shows as the
+// kernel's count in socklb mode.
+func (p *Pinned) Connections(ctx context.Context) (map[Service]uint64, error) {
+	d, err := p.Dump(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[Service]uint64, len(d.Services))
+	var perCPU []uint64
+	for _, s := range d.Services {
+		err := p.m.counts.Lookup(&s.ID, &perCPU)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			out[s.Service] = 0
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("socklb: service %s: id %d: read the counts map: %w", s.Service, s.ID, err)
+		}
+		var sum uint64
+		for _, n := range perCPU {
+			sum += n
+		}
+		out[s.Service] = sum
+	}
+	return out, nil
+}
 
 // Close closes the maps (the pins stay).
 func (p *Pinned) Close() error { return p.m.close() }

@@ -93,9 +93,16 @@ func TestKernelPinRestart(t *testing.T) {
 	must(t, err)
 	pinned, err := p.Dump(ctx)
 	must(t, err)
+	pinnedCounts, err := p.Connections(ctx)
+	must(t, err)
 	must(t, p.Close())
 	own, err := k2.Dump(ctx)
 	must(t, err)
+	ownCounts, err := k2.Connections(ctx)
+	must(t, err)
+	if pinnedCounts[web] == 0 || pinnedCounts[web] != ownCounts[web] {
+		t.Errorf("the pinned counts map read from outside says %d connect()s to %s, the Kernel %d: want the same, more than 0", pinnedCounts[web], web, ownCounts[web])
+	}
 	if len(pinned.Services) != 1 || !slices.Equal(pinned.Services[0].Backends, own.Services[0].Backends) || len(pinned.RevNAT) == 0 {
 		t.Errorf("the pinned maps read from outside:\n%s\nwant the Kernel's Service and revnat entries:\n%s", pinned, own)
 	}

@@ -63,7 +63,7 @@ func (c *Cluster) SetPodConditions(ctx context.Context, name string, cond Condit
 	if changed == 0 {
 		return n, 0, nil // svcproxy would see the same Snapshot and not sync
 	}
-	synced, err := c.daemons.syncState(ctx)
+	synced, err := c.daemons.syncStateWhenUp(ctx)
 	if err != nil {
 		return 0, 0, fmt.Errorf("svcproxy's metrics: %w", err)
 	}

@@ -44,7 +44,14 @@ type familySync struct {
 	queued  time.Time // the last Snapshot handed over
 	synced  time.Time // the end of the last successful sync
 	applied uint64    // Snapshots applied so far
+	// process is when the svcproxy that answered started
+	// (process_start_time_seconds): two reads with different ones are of
+	// two processes, whose counts are not comparable.
+	process float64
 }
+
+// metricProcessStart is client_golang's process collector's start time.
+const metricProcessStart = "process_start_time_seconds"
 
 // metricSynced is the end of the last successful sync.
 const metricSynced = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
@@ -55,18 +62,29 @@ const metricSynced = "kubeproxy_sync_proxy_rules_last_timestamp_seconds"
 // Snapshot over, so a handover stamped earlier than the line is an older one.
 const reloadedLine = `msg="services file reloaded"`
 
-// reloadedAfter returns when svcproxy last logged reading the manifests
-// file, if that was at or after since. Snapshots handed over before then
-// (svcproxy also hands over unchanged ones, as kube-proxy resyncs) cannot
-// hold the change.
-func (d *Daemons) reloadedAfter(since time.Time) (time.Time, bool) {
+// startingLine is what svcproxy logs when it starts, before it reads the
+// manifests file for the first time: a svcproxy that logged it after the
+// file was written (`svclab mode` restarted it) read the changed file.
+const startingLine = `msg="svcproxy starting"`
+
+// readAfter returns when svcproxy last logged reading the manifests file
+// (a reload, or its start), if that was at or after since. Snapshots handed
+// over before then (svcproxy also hands over unchanged ones, as kube-proxy
+// resyncs) cannot hold the change.
+func (d *Daemons) readAfter(since time.Time) (time.Time, bool) {
 	b, err := os.ReadFile(d.net.LogPath("svcproxy"))
 	if err != nil {
 		return time.Time{}, false
 	}
+	return lastLogged(string(b), since)
+}
+
+// lastLogged is the time of the last reload or start line of log at or
+// after since.
+func lastLogged(log string, since time.Time) (time.Time, bool) {
 	var last time.Time
-	for _, line := range strings.Split(string(b), "\n") {
-		if !strings.Contains(line, reloadedLine) || !strings.HasPrefix(line, "time=") {
+	for _, line := range strings.Split(log, "\n") {
+		if !(strings.Contains(line, reloadedLine) || strings.Contains(line, startingLine)) || !strings.HasPrefix(line, "time=") {
 			continue
 		}
 		stamp, _, _ := strings.Cut(strings.TrimPrefix(line, "time="), " ")
@@ -75,6 +93,25 @@ func (d *Daemons) reloadedAfter(since time.Time) (time.Time, bool) {
 		}
 	}
 	return last, !last.IsZero()
+}
+
+// syncStateWhenUp is syncState once svcproxy answers: while `svclab mode`
+// restarts it (from another terminal, or a control of `svclab web`), its
+// /metrics do not answer for a moment. It gives up after applyTimeout.
+func (d *Daemons) syncStateWhenUp(ctx context.Context) (syncState, error) {
+	ctx, cancel := context.WithTimeout(ctx, applyTimeout)
+	defer cancel()
+	for {
+		st, err := d.syncState(ctx)
+		if err == nil {
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("svcproxy's metrics did not answer within %s: %w", applyTimeout, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func (d *Daemons) syncState(ctx context.Context) (syncState, error) {
@@ -96,7 +133,17 @@ func parseSyncState(text string) (syncState, error) {
 	if q == nil || a == nil || y == nil {
 		return nil, fmt.Errorf("/metrics has no %s, %s or %s", metricQueued, metricApplied, metricSynced)
 	}
+	var process float64
+	if ps := fams[metricProcessStart]; ps != nil && len(ps.GetMetric()) > 0 {
+		process = ps.GetMetric()[0].GetGauge().GetValue()
+	}
 	st := syncState{}
+	defer func() {
+		for fam, f := range st {
+			f.process = process
+			st[fam] = f
+		}
+	}()
 	for _, m := range q.GetMetric() {
 		f := st[family(m)]
 		f.queued = unixSeconds(m.GetGauge().GetValue())
@@ -131,10 +178,15 @@ func family(m *dto.Metric) string {
 }
 
 // appliedAfter says whether every family of st has applied a Snapshot handed
-// over at or after reloaded, more Snapshots than before counted.
-func (st syncState) appliedAfter(reloaded time.Time, before syncState) bool {
+// over at or after read, more Snapshots than before counted. A svcproxy
+// that restarted since before (`svclab mode`) counts from zero again.
+func (st syncState) appliedAfter(read time.Time, before syncState) bool {
 	for fam, f := range st {
-		if f.queued.Before(reloaded) || f.synced.Before(f.queued) || f.applied <= before[fam].applied {
+		base := before[fam].applied
+		if f.process != before[fam].process {
+			base = 0
+		}
+		if f.queued.Before(read) || f.synced.Before(f.queued) || f.applied <= base {
 			return false
 		}
 	}
@@ -142,11 +194,15 @@ func (st syncState) appliedAfter(reloaded time.Time, before syncState) bool {
 }
 
 // WaitApplied returns once svcproxy has read the manifests file written at
-// since (its log says so), has been handed a Snapshot after that read, has
-// finished a sync after that handover, and has applied more Snapshots than
-// before counted (its /metrics read before the write), in every IP family. A
-// change that svcproxy already holds (the same Snapshot) never arrives: call
-// it only for a change of what svcproxy serves.
+// since (its log says so: a reload, or its start), has been handed a
+// Snapshot after that read, has finished a sync after that handover, and
+// has applied more Snapshots than before counted (its /metrics read before
+// the write; from zero when svcproxy has restarted since), in every IP
+// family. A svcproxy that stops and starts in the middle (`svclab mode`
+// from another terminal) is waited for: its /metrics do not answer for a
+// moment, and the svcproxy that starts reads the file anew. A change that
+// svcproxy already holds (the same Snapshot) never arrives: call it only
+// for a change of what svcproxy serves.
 func (d *Daemons) WaitApplied(ctx context.Context, since time.Time, before syncState) error {
 	ctx, cancel := context.WithTimeout(ctx, applyTimeout)
 	defer cancel()
@@ -162,7 +218,7 @@ func (d *Daemons) WaitApplied(ctx context.Context, since time.Time, before syncS
 		if ctx.Err() == nil {
 			err = nowErr // a read cut short by the deadline says nothing
 		}
-		reloaded, ok := d.reloadedAfter(since)
+		reloaded, ok := d.readAfter(since)
 		if nowErr == nil && ok && st.appliedAfter(reloaded, before) {
 			return nil
 		}
@@ -182,7 +238,7 @@ func waitedFor(since, reloaded time.Time, ok bool, st, before syncState, err err
 	if ok {
 		fmt.Fprintf(&b, "file read at %s", stamp(reloaded))
 	} else {
-		fmt.Fprintf(&b, "no %s line since the write at %s", reloadedLine, stamp(since))
+		fmt.Fprintf(&b, "no %s or %s line since the write at %s", reloadedLine, startingLine, stamp(since))
 	}
 	for _, fam := range slices.Sorted(maps.Keys(st)) {
 		f := st[fam]

@@ -25,6 +25,29 @@ type ConntrackOptions struct {
 	Flush bool
 }
 
+// ConntrackView is the node's conntrack entries of the lab's traffic,
+// explained: what `svclab conntrack` prints, as data for `svclab web`.
+type ConntrackView struct {
+	// Service is the Service's one-line description when the entries are
+	// one Service's, "" for all of the lab's.
+	Service string `json:"service,omitempty"`
+	Mode    string `json:"mode"`
+	// Entries are newest first.
+	Entries []ConntrackEntry `json:"entries"`
+}
+
+// ConntrackEntry is one connection as the kernel tracks it.
+type ConntrackEntry struct {
+	Proto string    `json:"proto"`
+	State string    `json:"state"` // "TIME_WAIT"; "-" for UDP
+	Sent  [2]string `json:"sent"`  // source, destination of what the opener sent
+	Reply [2]string `json:"reply"` // source, destination of the reply the kernel expects
+	// Timeout is how many seconds the kernel keeps the entry.
+	Timeout int `json:"timeout"`
+	// Means says what the difference between Sent and Reply means.
+	Means string `json:"means"`
+}
+
 // Conntrack writes the node's conntrack entries, explained: what the client
 // sent, what the kernel expects back, and what that means (DNAT to a pod, a
 // REDIRECT to svcproxy, svcproxy's own connection to a pod, a masquerade).
@@ -37,51 +60,26 @@ func (v *Views) Conntrack(ctx context.Context, opts ConntrackOptions) error {
 		fmt.Fprintln(w, "the node's conntrack table is empty")
 		return nil
 	}
-	snap, err := v.src.Snapshot(ctx)
+	cv, err := v.ConntrackReport(ctx, opts)
 	if err != nil {
 		return err
 	}
-	var svc *service.Service
-	if opts.Service != "" {
-		if svc, err = FindService(snap, opts.Service); err != nil {
-			return err
-		}
+	if cv.Service != "" {
+		fmt.Fprintf(w, "# %s\n", cv.Service)
 	}
-	out, err := v.net.NodeOutput(ctx, "conntrack", "-L")
-	if err != nil {
-		return err
-	}
-	local, err := v.nodeAddrs(ctx)
-	if err != nil {
-		return err
-	}
-	mode, _ := v.net.Mode()
-	// In socklb mode a pod's connection to a Service is one to the pod
-	// itself: keep the entries to an endpoint from any lab host.
-	direct := mode == "socklb"
-	flows := v.relevant(kconntrack.ParseList(out), snap, svc, local, direct)
-	// Newest first: of two entries in one state, the newer has more time left.
-	sort.SliceStable(flows, func(i, j int) bool { return flows[i].Timeout > flows[j].Timeout })
-	if svc != nil {
-		fmt.Fprintf(w, "# %s\n", describeService(svc))
-	}
-	entries := fmt.Sprintf("%d entries", len(flows))
-	if len(flows) == 1 {
+	entries := fmt.Sprintf("%d entries", len(cv.Entries))
+	if len(cv.Entries) == 1 {
 		entries = "1 entry"
 	}
-	fmt.Fprintf(w, "# svcproxy runs %s mode; %s, newest first\n\n", mode, entries)
-	if len(flows) == 0 {
+	fmt.Fprintf(w, "# svcproxy runs %s mode; %s, newest first\n\n", cv.Mode, entries)
+	if len(cv.Entries) == 0 {
 		fmt.Fprintln(w, "(no entries: send some traffic first, svclab traffic or svclab exec client -- curl -s web)")
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PROTO\tSTATE\tSENT (src -> dst)\tREPLY EXPECTED (src -> dst)\tMEANS")
-	for _, f := range flows {
-		state := f.State
-		if state == "" {
-			state = "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s -> %s\t%s -> %s\t%s\n", f.Protocol, state, f.Orig[0], f.Orig[1], f.Reply[0], f.Reply[1], v.means(f, snap, local, direct))
+	for _, e := range cv.Entries {
+		fmt.Fprintf(tw, "%s\t%s\t%s -> %s\t%s -> %s\t%s\n", e.Proto, e.State, e.Sent[0], e.Sent[1], e.Reply[0], e.Reply[1], e.Means)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -92,6 +90,51 @@ REPLY's source differ, the kernel rewrote the destination (DNAT or REDIRECT) and
 rewrites every packet of the connection the same way; where SENT's source and
 REPLY's destination differ, it rewrote the source too (MASQUERADE).`)
 	return nil
+}
+
+// ConntrackReport reads the node's conntrack entries of the lab's traffic
+// (opts.Service's only, when set), newest first, each explained.
+func (v *Views) ConntrackReport(ctx context.Context, opts ConntrackOptions) (*ConntrackView, error) {
+	snap, err := v.src.Snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var svc *service.Service
+	if opts.Service != "" {
+		if svc, err = FindService(snap, opts.Service); err != nil {
+			return nil, err
+		}
+	}
+	out, err := v.net.NodeOutput(ctx, "conntrack", "-L")
+	if err != nil {
+		return nil, err
+	}
+	local, err := v.nodeAddrs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	mode, _ := v.net.Mode()
+	// In socklb mode a pod's connection to a Service is one to the pod
+	// itself: keep the entries to an endpoint from any lab host.
+	direct := mode == "socklb"
+	flows := v.relevant(kconntrack.ParseList(out), snap, svc, local, direct)
+	// Newest first: of two entries in one state, the newer has more time left.
+	sort.SliceStable(flows, func(i, j int) bool { return flows[i].Timeout > flows[j].Timeout })
+	cv := &ConntrackView{Mode: mode, Entries: []ConntrackEntry{}}
+	if svc != nil {
+		cv.Service = describeService(svc)
+	}
+	for _, f := range flows {
+		state := f.State
+		if state == "" {
+			state = "-"
+		}
+		cv.Entries = append(cv.Entries, ConntrackEntry{Proto: f.Protocol, State: state, Timeout: f.Timeout,
+			Sent:  [2]string{f.Orig[0].String(), f.Orig[1].String()},
+			Reply: [2]string{f.Reply[0].String(), f.Reply[1].String()},
+			Means: v.means(f, snap, local, direct)})
+	}
+	return cv, nil
 }
 
 // relevant keeps the entries of the lab's traffic: to a Service's addresses

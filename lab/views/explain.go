@@ -34,14 +34,8 @@ func (v *Views) explainTo(w io.Writer, pkt tracePacket, port *service.Port, wk w
 		}
 		para(w, text+"):")
 		if port != nil {
-			// The proxier's choice for ClusterIP traffic (service.Port.Categorize).
-			eps := port.Categorize(v.net.Plan().Node.Name, pkt.node)
-			pick := eps.Cluster
-			if port.Service.InternalPolicyLocal {
-				pick = eps.Local
-			}
-			for _, ep := range pick {
-				fmt.Fprintf(w, "  %s%s\n", ep.Addr, v.nameSuffix(ep.Addr.Addr()))
+			for _, ep := range v.userspaceEndpoints(pkt, port) {
+				fmt.Fprintf(w, "  %s%s\n", ep, v.nameSuffix(ep.Addr()))
 			}
 		}
 		para(w, fmt.Sprintf("The pod sees the node (%s) as its client. svclab conntrack shows the two connections.", node))

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/netip"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/svcproxy/svcproxy/service"
@@ -69,13 +70,65 @@ func filterIPVS(out string, vips []string) string {
 
 var ipvsVSRE = regexp.MustCompile(`^(TCP|UDP)\s+(\S+)\s+(\S+)`)
 
+// ipvsServer is a virtual server as `ipvsadm -ln` lists it: the hop
+// `svclab trace` shows, and its real servers with their weights.
+type ipvsServer struct {
+	hop       TraceHop
+	scheduler string
+	real      []netip.AddrPort
+	weights   []int
+}
+
+// pick is the real server --pick N follows: the Nth, in the table's order
+// (rr's order, when nothing has been scheduled yet).
+func (vs ipvsServer) pick(n int) (netip.AddrPort, bool) {
+	if len(vs.real) == 0 {
+		return netip.AddrPort{}, false
+	}
+	return vs.real[n%len(vs.real)], true
+}
+
+// ways are the real servers a new connection may go to, with their share:
+// even for rr, by weight for wrr; the other schedulers decide by the
+// servers' load or a hash of the address, which a trace cannot know, so
+// their shares are left at 0.
+func (vs ipvsServer) ways(nameSuffix func(netip.Addr) string) []TraceWay {
+	total := 0
+	for _, w := range vs.weights {
+		total += w
+	}
+	var out []TraceWay
+	for i, rs := range vs.real {
+		way := TraceWay{Result: "IPVS sends it to " + rs.String() + nameSuffix(rs.Addr())}
+		switch {
+		case vs.scheduler == "rr":
+			way.P = 1 / float64(len(vs.real))
+		case vs.scheduler == "wrr" && total > 0:
+			way.P = float64(vs.weights[i]) / float64(total)
+		}
+		out = append(out, way)
+	}
+	return out
+}
+
+// choice says how the scheduler chooses, for TraceReport.Choice.
+func (vs ipvsServer) choice() string {
+	switch vs.scheduler {
+	case "rr":
+		return "IPVS rr: each real server in turn"
+	case "wrr":
+		return "IPVS wrr: in turn, by weight"
+	}
+	return "IPVS " + vs.scheduler + ": by the servers' connections or a hash of the addresses, not in a fixed share"
+}
+
 // traceIPVS says what IPVS does with a packet the rules delivered to the
 // node: the virtual server for its destination and the real servers its
 // scheduler picks from. It reports whether IPVS has one.
-func (v *Views) traceIPVS(ctx context.Context, w io.Writer, pkt tracePacket) (TraceHop, bool) {
+func (v *Views) traceIPVS(ctx context.Context, w io.Writer, pkt tracePacket) (ipvsServer, bool) {
 	out, err := v.net.NodeOutput(ctx, "ipvsadm", "-ln")
 	if err != nil {
-		return TraceHop{}, false // no IPVS: nothing more happens to the packet
+		return ipvsServer{}, false // no IPVS: nothing more happens to the packet
 	}
 	var vs, rss []string
 	in := false
@@ -92,9 +145,9 @@ func (v *Views) traceIPVS(ctx context.Context, w io.Writer, pkt tracePacket) (Tr
 		}
 	}
 	if vs == nil {
-		return TraceHop{}, false
+		return ipvsServer{}, false
 	}
-	hop := TraceHop{Tracer: "IPVS", Chain: "INPUT", Rule: fmt.Sprintf("virtual server %s %s, scheduler %s", vs[0], vs[1], vs[2])}
+	srv := ipvsServer{scheduler: vs[2], hop: TraceHop{Tracer: "IPVS", Chain: "INPUT", Rule: fmt.Sprintf("virtual server %s %s, scheduler %s", vs[0], vs[1], vs[2])}}
 	fmt.Fprintln(w)
 	para(w, fmt.Sprintf("The destination is local (on svcp-ipvs0), so the packet reaches INPUT, where IPVS has a virtual server for it: %s %s, scheduler %s. It picks one real server:", vs[0], vs[1], vs[2]))
 	for _, rs := range rss {
@@ -104,10 +157,17 @@ func (v *Views) traceIPVS(ctx context.Context, w io.Writer, pkt tracePacket) (Tr
 			if n := v.net.HostName(ap.Addr()); n != "" {
 				name = " (" + n + ")"
 			}
+			weight := 1
+			if len(f) > 2 {
+				if n, err := strconv.Atoi(f[2]); err == nil {
+					weight = n
+				}
+			}
+			srv.real, srv.weights = append(srv.real, ap), append(srv.weights, weight)
 		}
 		fmt.Fprintf(w, "  -> %s%s  %s\n", f[0], name, strings.Join(f[1:], " "))
-		hop.Note += " -> " + f[0] + name
+		srv.hop.Note += " -> " + f[0] + name
 	}
-	hop.Note = "real servers:" + hop.Note
-	return hop, true
+	srv.hop.Note = "real servers:" + srv.hop.Note
+	return srv, true
 }

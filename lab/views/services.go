@@ -55,6 +55,41 @@ type ServicesView struct {
 	// Offload is hybrid's kernel path ("" in the other modes).
 	Offload string            `json:"offload,omitempty"`
 	Ports   []ServicePortView `json:"ports"`
+	// KernelCounts says what the kernel counts are in this mode, and where
+	// the kernel counts nothing the page can read, that and why: a 0 there
+	// is no measurement.
+	KernelCounts string `json:"kernelCounts"`
+	// KernelCounted is false where the kernel column cannot count.
+	KernelCounted bool `json:"kernelCounted"`
+}
+
+// kernelCounts says what the kernel column counts in mode (and hybrid's
+// offload), and whether it counts at all.
+func kernelCounts(mode, offload string) (string, bool) {
+	if mode == "hybrid" {
+		switch offload {
+		case "", "nftables":
+			return "hybrid promotes to nftables: a promoted port's named counter (connections-...) counts its new connections; a port in userspace counts in the userspace column.", true
+		case "iptables":
+			return "hybrid promotes to iptables: a promoted port's SVCP-SEP- DNAT rules count its new connections; a port in userspace counts in the userspace column.", true
+		case "socklb":
+			return "hybrid promotes to the socket LB: its counts map counts the connect()s it rewrote for a promoted port; a port in userspace counts in the userspace column.", true
+		}
+		return "hybrid promotes to IPVS, which keeps its counts in its own table (ipvsadm -Ln --stats, in svclab rules --counters): the page does not read it, so a promoted port's kernel count stays 0.", false
+	}
+	switch mode {
+	case "userspace":
+		return "userspace mode: the kernel only REDIRECTs each connection to svcproxy, which counts it (the userspace column); no kernel path counts.", false
+	case "iptables":
+		return "each SVCP-SEP- chain's DNAT rule counts its packets (iptables-save -c): nat rules see one packet per new connection.", true
+	case "nftables":
+		return "plain nftables mode puts no counter in its rules, so the kernel cannot count here and the kernel column stays 0 (hybrid mode gives each promoted port a named counter).", false
+	case "ipvs":
+		return "IPVS keeps its counts in its own table (ipvsadm -Ln --stats, in svclab rules --counters): the page does not read it, so the kernel column stays 0.", false
+	case "socklb":
+		return "the socket LB's counts map counts the connect()s (and unconnected UDP datagrams) its program rewrote; a socket outside the lab's cgroup goes through nftables, which counts nothing.", true
+	}
+	return "", false
 }
 
 // proxyStatus is what ServicesView reads of svcproxy's /status: the
@@ -88,6 +123,9 @@ func (v *Views) Services(ctx context.Context) (*ServicesView, error) {
 	if err != nil {
 		return nil, err
 	}
+	if mode, _ := v.net.Mode(); mode == "socklb" || mode == "hybrid" {
+		v.addSocketLBCounts(ctx, snap, kc)
+	}
 	return v.servicesView(snap, []byte(body), kc)
 }
 
@@ -100,6 +138,7 @@ func (v *Views) servicesView(snap *service.Snapshot, status []byte, kc *KernelCo
 	}
 	names := v.net.Names()
 	view := &ServicesView{Mode: st.mode, Offload: st.offload}
+	view.KernelCounts, view.KernelCounted = kernelCounts(st.mode, st.offload)
 	for _, s := range snap.Services() {
 		if s.Headless || s.ExternalName != "" {
 			continue // nothing to proxy

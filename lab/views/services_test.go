@@ -132,3 +132,20 @@ func TestServicesViewDualStack(t *testing.T) {
 	require.Equal(t, "userspace 0 0", got["default/web-dual:http"])
 	require.Equal(t, "userspace 1 0", got["kube-system/kube-dns:dns/UDP"])
 }
+
+// Every mode says what the kernel column counts, and the modes where the
+// kernel counts nothing the page reads say so rather than show a 0 as if
+// it were measured.
+func TestKernelCounts(t *testing.T) {
+	for _, tt := range []struct {
+		mode, offload string
+		counted       bool
+	}{
+		{"userspace", "", false}, {"iptables", "", true}, {"nftables", "", false}, {"ipvs", "", false}, {"socklb", "", true},
+		{"hybrid", "", true}, {"hybrid", "nftables", true}, {"hybrid", "iptables", true}, {"hybrid", "socklb", true}, {"hybrid", "ipvs", false},
+	} {
+		note, counted := kernelCounts(tt.mode, tt.offload)
+		require.NotEmpty(t, note, "%s %s", tt.mode, tt.offload)
+		require.Equal(t, tt.counted, counted, "%s %s: %s", tt.mode, tt.offload, note)
+	}
+}

@@ -133,3 +133,28 @@ func (v *Views) hostCookies() map[uint64]string {
 	}
 	return out
 }
+
+// addSocketLBCounts adds the socket LB's counts (the connect()s its program
+// rewrote, per Service) to kc under their ports' names, when its maps are
+// pinned: in socklb mode, and in hybrid mode promoting to it. Without pins
+// nothing is added.
+func (v *Views) addSocketLBCounts(ctx context.Context, snap *service.Snapshot, kc *KernelCounters) {
+	p, err := ksocklb.OpenPinned(v.net.BPFFS().SocketLBPinPath())
+	if err != nil {
+		return // no socket LB runs
+	}
+	defer p.Close()
+	counts, err := p.Connections(ctx)
+	if err != nil {
+		return
+	}
+	for svc, n := range counts {
+		proto := service.TCP
+		if svc.Protocol == ksocklb.UDP {
+			proto = service.UDP
+		}
+		if port, ok := snap.PortByVIP(service.VIP{Protocol: proto, Addr: netip.AddrPortFrom(svc.VIP, svc.Port)}); ok {
+			kc.Ports[port.Name.String()] += n
+		}
+	}
+}

@@ -79,6 +79,12 @@ func (v *Views) traceSocketLB(ctx context.Context, w io.Writer, pkt tracePacket,
 		}
 	}
 	rep.Ways = v.writeWays(w, ways)
+	if len(ways) > 1 {
+		rep.Choice = "random slot: the program picks a backend with bpf_get_prandom_u32"
+	}
+	in := v.pathInput(pkt, walk{})
+	in.socket, in.socketBy = to, "the socket LB's cgroup "+tr.Hook+" program"
+	rep.Path = buildPath(in)
 	rep.Result = fmt.Sprintf("The socket is connected to %s%s itself: every packet, the first on, carries the pod's address, so no rule of the node rewrites it and conntrack records no NAT; the pod sees %s, and getpeername() in %s still says %s (getpeername%s).",
 		to, v.nameSuffix(to.Addr()), v.net.WithName(pkt.src), h.Name, pkt.dst, strings.TrimPrefix(tr.Hook, "connect"))
 	fmt.Fprintln(w)

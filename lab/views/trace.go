@@ -53,7 +53,7 @@ func (v *Views) TraceReport(ctx context.Context, opts TraceOptions) (*TraceRepor
 	var text strings.Builder
 	w := io.MultiWriter(v.stdout, &text)
 	rep := &TraceReport{From: pkt.fromName, Src: pkt.src.String(), Dst: pkt.dst.String(), Proto: strings.ToUpper(pkt.proto),
-		Mode: mode, InIface: pkt.inIface, Local: pkt.local}
+		Mode: mode, InIface: pkt.inIface, Local: pkt.local, Pick: opts.Pick}
 	defer func() { rep.Text = text.String() }()
 	if port != nil {
 		rep.Port = port.Name.String()
@@ -108,19 +108,36 @@ func (v *Views) walkRules(ctx context.Context, w io.Writer, pkt tracePacket, por
 		if err != nil {
 			return err
 		}
-		rep.Ways = v.writeWays(w, all)
+		rep.Ways, rep.Choice = v.writeWays(w, all), ""
+		if len(rep.Ways) > 1 {
+			rep.Choice = "random"
+		}
 		if !wk.final {
 			fmt.Fprintf(w, "\nNo DNAT in nftables: the packet goes on to iptables' nat table.\n\n")
 			continue
 		}
+		in := v.pathInput(pkt, wk)
 		if wk.redirect == 0 && !wk.dnat.IsValid() && wk.verdict == "ACCEPT" && wk.delivered && port != nil {
-			if hop, ok := v.traceIPVS(ctx, w, pkt); ok {
-				rep.Hops = append(rep.Hops, hop)
+			if vs, ok := v.traceIPVS(ctx, w, pkt); ok {
+				rep.Hops = append(rep.Hops, vs.hop)
 				rep.Result = v.ipvsResult(w, pkt, wk)
+				rep.Ways, rep.Choice = vs.ways(v.nameSuffix), vs.choice()
+				if rs, ok := vs.pick(pick); ok {
+					in.dnat, in.dnatWhat, in.dnatBy = rs, "IPVS", vs.hop.Rule
+				}
+				rep.Path = buildPath(in)
 				return nil
 			}
 		}
+		if wk.redirect != 0 && port != nil {
+			eps := v.userspaceEndpoints(pkt, port)
+			rep.Ways, rep.Choice = v.roundRobinWays(eps, port), "round-robin"
+			if len(eps) > 0 {
+				in.upstream = eps[pick%len(eps)]
+			}
+		}
 		rep.Result = v.explain(w, pkt, port, wk)
+		rep.Path = buildPath(in)
 		return nil
 	}
 	return errors.New("no rules to trace the packet through")
@@ -153,6 +170,63 @@ func (v *Views) writeWays(w io.Writer, ways []wayResult) []TraceWay {
 		}
 		fmt.Fprintf(w, "  %d  %-40s p=%.3f\n", i, r, way.p)
 		out[i].Result = r
+	}
+	return out
+}
+
+// pathInput is what the packet's picture is drawn from: the packet, and
+// what the walk's rules did to it (the rule that did each rewrite is the
+// hop whose note names it).
+func (v *Views) pathInput(pkt tracePacket, wk walk) pathInput {
+	node := v.net.Plan().Node
+	in := pathInput{proto: pkt.proto, from: pkt.fromName, src: pkt.src, dst: pkt.dst, local: pkt.local,
+		node: node.Name, nodeAddr: node.Addr, name: v.net.HostName,
+		dnat: wk.dnat, dnatWhat: "DNAT", masq: wk.masq, redirect: wk.redirect, verdict: wk.verdict, deliver: wk.delivered}
+	if pkt.src.Is6() && node.Addr6.IsValid() {
+		in.nodeAddr = node.Addr6
+	}
+	for _, h := range wk.hops {
+		by := strings.TrimSpace(h.Tracer + " " + h.Table + " " + h.Chain)
+		switch {
+		case strings.Contains(h.Note, "DNAT "):
+			in.dnatBy = by
+		case strings.Contains(h.Note, "REDIRECT"):
+			in.redirBy = by
+		}
+		if strings.Contains(h.Note, "MASQUERADE") {
+			in.masqBy = by
+		}
+	}
+	return in
+}
+
+// userspaceEndpoints are the endpoints svcproxy's userspace proxy picks
+// from for pkt, in its order: the proxier's choice for ClusterIP traffic
+// (service.Port.Categorize).
+func (v *Views) userspaceEndpoints(pkt tracePacket, port *service.Port) []netip.AddrPort {
+	eps := port.Categorize(v.net.Plan().Node.Name, pkt.node)
+	pick := eps.Cluster
+	if port.Service.InternalPolicyLocal {
+		pick = eps.Local
+	}
+	var out []netip.AddrPort
+	for _, ep := range pick {
+		out = append(out, ep.Addr)
+	}
+	return out
+}
+
+// roundRobinWays are the userspace proxy's choices: each endpoint in turn,
+// so each gets an equal share of new connections; with ClientIP affinity a
+// client keeps the one it got first.
+func (v *Views) roundRobinWays(eps []netip.AddrPort, port *service.Port) []TraceWay {
+	var out []TraceWay
+	for _, ep := range eps {
+		r := "svcproxy connects to " + ep.String() + v.nameSuffix(ep.Addr())
+		if port.Service.Affinity.ClientIP {
+			r += " (then keeps this client there: ClientIP affinity)"
+		}
+		out = append(out, TraceWay{Result: r, P: 1 / float64(len(eps))})
 	}
 	return out
 }

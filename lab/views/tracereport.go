@@ -19,8 +19,20 @@ type TraceReport struct {
 	// Hops are the rules that sent the packet on, one per step of the
 	// tracers (nftables, then iptables), and IPVS's virtual server.
 	Hops []TraceHop `json:"hops"`
-	// Ways are every way the random choices can go, with their chances.
+	// Ways are every way the choices on the packet's path can go, with
+	// their chances: the rules' random choices, the userspace proxy's or
+	// IPVS's endpoints in turn, the socket LB's random slot. --pick N
+	// (TraceOptions.Pick) follows way N.
 	Ways []TraceWay `json:"ways"`
+	// Choice says who chooses among the Ways and how: "random" (the rules),
+	// "round-robin" (svcproxy's userspace proxy), "IPVS rr: ...", "random
+	// slot" (the socket LB); "" when there is one way.
+	Choice string `json:"choice"`
+	// Pick is the way the trace followed (TraceOptions.Pick).
+	Pick int `json:"pick"`
+	// Path is the packet's way drawn: host by host, its addresses after
+	// each rewrite, the replies and the conntrack entries.
+	Path PacketPath `json:"path"`
 	// Result says in words what happens to the connection and what the pod
 	// sees.
 	Result string `json:"result"`

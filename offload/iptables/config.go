@@ -38,6 +38,12 @@ type Config struct {
 	// --iptables-sync-period, the period of its canary check), how often it
 	// is full, the clock.
 	kernelsync.Periods
+
+	// largeCluster is set per sync, never by a caller: the Snapshot has
+	// more than largeClusterEndpoints endpoints, and the endpoints' rules
+	// go without comments (renderPort) and the ClusterIP jumps by block
+	// (ruleset.blocks).
+	largeCluster bool
 }
 
 func (c *Config) validate() error {

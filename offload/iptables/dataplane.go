@@ -3,6 +3,7 @@ package iptables
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/offload/kernelsync"
@@ -27,10 +28,17 @@ type Dataplane struct {
 	// deleted (CountConnections).
 	top     map[string]map[string][]byte
 	carried map[service.PortName]uint64
+	// endpoints of the ports of the latest Snapshot this path writes: the
+	// size that makes a cluster large (largeClusterEndpoints).
+	endpoints atomic.Int64
 
 	mu     sync.Mutex // guards status
 	status []PortStatus
 }
+
+// largeClusterEndpoints is kube-proxy's largeClusterEndpointsThreshold:
+// above it no periodic full sync (kernelsync.Config.LargeCluster).
+const largeClusterEndpoints = 1000
 
 var _ dataplane.KernelPath = (*Dataplane)(nil)
 
@@ -61,6 +69,7 @@ func New(cfg Config) (*Dataplane, error) {
 		PartialFailuresMetric: "kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total",
 		PartialFailuresHelp:   "Cumulative proxy iptables partial restore failures (each followed by a full restore)",
 	}, cfg.Periods, cfg.NodeName, d.sync)
+	d.Ledger.SkipPeriodicFullSyncs(func() bool { return d.endpoints.Load() > largeClusterEndpoints })
 	return d, nil
 }
 

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/internal/exampletest"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/offload/iptables"
 )
@@ -80,3 +82,7 @@ func Example_affinity() {
 	// after 11 quiet minutes, random pick 0: DNAT 198.19.1.10:8080
 	//   SVCP-SEP-7RK3ZMUNCISJTK6S  => DNAT 198.19.1.10:8080; recent SVCP-SEP-7RK3ZMUNCISJTK6S: set 198.19.1.2
 }
+
+// TestExample_affinity logs what Example_affinity prints: go test -v shows a test's log, never an
+// Example's output (internal/exampletest).
+func TestExample_affinity(t *testing.T) { exampletest.Log(t, Example_affinity) }

@@ -3,6 +3,7 @@ package iptables
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -35,53 +36,52 @@ func (rulesPath) New(t *testing.T, o ruletest.Options) ruletest.Rig {
 		f, local = kiptables.NewFakeFamily(kiptables.IPv6), ruletest.NodeIP6
 	}
 	f.SetLocalAddrs(local)
+	f.Now = o.Now // the clock of the recent lists (ClientIP affinity)
 	r := &rig{ipt: &countingIPT{Fake: f, counts: map[string]uint64{}}, o: o}
 	r.Restart(t)
 	return r
 }
 
-// rig is a Dataplane on a countingIPT, as the shared tables drive it: Update
-// hands a Snapshot over, Sync applies it (the Syncer's Sync) if there is one.
+// rig is a Dataplane on a countingIPT.
 type rig struct {
-	ipt  *countingIPT
-	o    ruletest.Options
-	d    *Dataplane
-	snap *service.Snapshot
+	ipt *countingIPT
+	o   ruletest.Options
+	*Dataplane
 }
 
 func (r *rig) Restart(t *testing.T) {
 	t.Helper()
-	cfg := Config{Node: dataplane.Node{Family: r.o.Family, NodeName: st.ThisNode, ClusterCIDR: ruletest.ClusterCIDR(r.o.Family), NodeIP: r.o.NodeIP}}
-	cfg.IPTables, cfg.Conntrack, cfg.CountConnections, cfg.SyncPeriod, cfg.FullSyncPeriod, cfg.Now = r.ipt, r.o.Conntrack, r.o.CountConnections, r.o.SyncPeriod, r.o.FullSyncPeriod, r.o.Now
+	cfg := Config{Node: r.o.Node(false), CountConnections: r.o.CountConnections, IPTables: r.ipt}
+	cfg.Conntrack, cfg.SyncPeriod, cfg.FullSyncPeriod, cfg.Now = r.o.Conntrack, r.o.SyncPeriod, r.o.FullSyncPeriod, r.o.Now
 	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.d, r.snap = d, nil
+	r.Dataplane = d
 }
 
-func (r *rig) Update(snap *service.Snapshot) { r.snap = snap }
-
-func (r *rig) Sync(ctx context.Context) error {
-	if r.snap == nil {
-		return nil
-	}
-	return r.d.Sync(ctx, r.snap)
-}
-
-func (r *rig) Health() kernelsync.Health       { return r.d.Health().Health }
-func (r *rig) Status() []kernelsync.PortStatus { return r.d.Ports() }
+func (r *rig) Health() kernelsync.Health       { return r.Dataplane.Health().Health }
+func (r *rig) Status() []kernelsync.PortStatus { return r.Ports() }
 func (r *rig) Dump() string                    { return r.ipt.Dump() }
+func (r *rig) Writes() int                     { n, _ := r.ipt.Restores(); return n }
 
 func (r *rig) Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
-	return r.d.Connections(ctx, nil, ports)
+	return r.Dataplane.Connections(ctx, nil, ports)
+}
+
+func (r *rig) FailNext() string {
+	r.ipt.mu.Lock()
+	defer r.ipt.mu.Unlock()
+	r.ipt.fail++
+	return failedRestore
 }
 
 // Hit counts n packets on each SVCP-SEP- chain of port's DNAT rules.
 func (r *rig) Hit(t *testing.T, port service.PortName, n uint64) {
+	chains := appliedChains(r.Dataplane, port)
 	r.ipt.mu.Lock()
 	defer r.ipt.mu.Unlock()
-	for _, ch := range appliedChains(r.d, port) {
+	for _, ch := range chains {
 		if ch[:9] == "SVCP-SEP-" {
 			r.ipt.counts[ch] += n
 		}
@@ -95,11 +95,7 @@ func (r *rig) Trace(p ruletest.Packet) (ruletest.Trace, error) {
 
 func (r *rig) TraceAll(p ruletest.Packet) ([]ruletest.Trace, error) {
 	trs, err := r.ipt.TraceAll(packet(p))
-	out := make([]ruletest.Trace, len(trs))
-	for i, tr := range trs {
-		out[i] = trace(tr)
-	}
-	return out, err
+	return ruletest.Traces(trs, err, trace)
 }
 
 // packet is p for the tracer: a packet from outside arrives on eth0.
@@ -128,16 +124,30 @@ func appliedChains(d *Dataplane, port service.PortName) []string {
 
 // countingIPT is a Fake that counts packets per chain as the kernel does: a
 // chain's DNAT rules show the packets added with rig.Hit, and a restore that
-// declares a chain (":NAME - [0:0]") starts its counters again at 0.
+// declares a chain (":NAME - [0:0]") starts its counters again at 0. Its
+// next fail restores fail (rig.FailNext).
 type countingIPT struct {
 	*kiptables.Fake
 	mu     sync.Mutex
 	counts map[string]uint64
+	fail   int
 }
+
+// failedRestore is what a restore of countingIPT says when it fails.
+const failedRestore = "iptables-restore: line 7 failed"
 
 var declared = regexp.MustCompile(`(?m)^:(SVCP-[A-Z]+-[A-Z0-9]+) - \[0:0\]$`)
 
 func (c *countingIPT) Restore(ctx context.Context, rules []byte) error {
+	c.mu.Lock()
+	fail := c.fail > 0
+	if fail {
+		c.fail--
+	}
+	c.mu.Unlock()
+	if fail {
+		return errors.New(failedRestore)
+	}
 	if err := c.Fake.Restore(ctx, rules); err != nil {
 		return err
 	}

@@ -1,165 +1,20 @@
 package iptables
 
 import (
-	"context"
-	"errors"
-	"fmt"
-	"net/netip"
-	"strings"
-	"syscall"
 	"testing"
-	"time"
 
-	"github.com/svcproxy/svcproxy/internal/offloadtest"
-	"github.com/svcproxy/svcproxy/kernel/conntrack"
-	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
+	"github.com/svcproxy/svcproxy/internal/ruletest"
 	"github.com/svcproxy/svcproxy/service"
-	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
-// newDualLab is newLab's topology with an IPv6 address next to every IPv4 one
-// (offloadtest.Lab.AddIPv6).
-func newDualLab(t *testing.T) *lab {
-	t.Helper()
-	netnstestRequireIP6tables(t)
-	l := newLab(t)
-	l.AddIPv6(t)
-	return l
-}
-
-func netnstestRequireIP6tables(t *testing.T) {
-	t.Helper()
-	netnstestRequireConntrack(t)
-	if _, err := kiptables.New(kiptables.Config{Family: kiptables.IPv6}); err != nil {
-		t.Skipf("needs ip6tables: %v", err)
-	}
-}
-
-// familyDataplane is one family's Dataplane on the node's real ip(6)tables.
-func (l *lab) familyDataplane(t *testing.T, fam service.Family) (*Dataplane, kiptables.Interface) {
-	t.Helper()
-	ipt, err := kiptables.New(kiptables.Config{Family: kiptables.Family(fam)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := l.cfg
-	cfg.Family = fam
-	if fam == service.IPv6 {
-		cfg.ClusterCIDR = offloadtest.ClusterCIDR6
-	}
-	cfg.IPTables, cfg.Conntrack = ipt, conntrack.Netlink{}
-	p, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p, ipt
-}
-
-// A dual-stack Service on the real kernel, with a Dataplane per family as
-// svcproxy runs them: each ClusterIP spreads over its family's endpoints and
-// keeps the client address, affinity holds per client, the NodePort answers
-// on the node's address of each family (masqueraded), a port without
-// endpoints is refused in both, and Cleanup of each family leaves nothing.
-func TestKernelDualStack(t *testing.T) {
-	l := newDualLab(t)
-	l.ServeTCP(t, 8080)
-	eps := append(l.Endpoints(8080), l.Endpoints6(8080)...)
-	dual := func(name, v4, v6 string, opts ...st.Opt) *service.Service {
-		return st.Service(name, v4, 80, eps, append([]st.Opt{st.WithDualStack(v6)}, opts...)...)
-	}
-	empty := st.Service("empty", "198.18.0.30", 80, nil, st.WithDualStack("2001:db8:18::30"), st.WithNodePort(30081))
-	snap := st.Snapshot(dual("web", "198.18.0.10", "2001:db8:18::10", st.WithNodePort(30080)),
-		dual("sticky", "198.18.0.11", "2001:db8:18::11", st.WithAffinity(time.Minute)), empty)
-
-	families := []struct {
-		fam                service.Family
-		client, node       netip.Addr
-		web, sticky, empty netip.Addr
-		nodeOnBackend      func(i int) string
-	}{
-		{service.IPv4, offloadtest.ClientAddr, netip.MustParseAddr("198.19.10.1"), netip.MustParseAddr("198.18.0.10"),
-			netip.MustParseAddr("198.18.0.11"), netip.MustParseAddr("198.18.0.30"),
-			func(i int) string { return fmt.Sprintf("198.19.%d.1", 11+i) }},
-		{service.IPv6, offloadtest.ClientAddr6, netip.MustParseAddr("2001:db8:19::10:1"), netip.MustParseAddr("2001:db8:18::10"),
-			netip.MustParseAddr("2001:db8:18::11"), netip.MustParseAddr("2001:db8:18::30"),
-			func(i int) string { return fmt.Sprintf("2001:db8:19::%x:1", 0x11+i) }},
-	}
-	ipts := map[service.Family]kiptables.Interface{}
-	for _, f := range families {
-		p, ipt := l.familyDataplane(t, f.fam)
-		ipts[f.fam] = ipt
-		l.sync(t, p, snap.Family(f.fam))
-	}
-	for _, f := range families {
-		t.Run(string(f.fam), func(t *testing.T) {
-			answers, err := offloadtest.Dial(l.Client, offloadtest.HostPort(f.web, 80), 30)
-			if err != nil {
-				t.Fatal(err)
-			}
-			count := map[string]int{}
-			for _, a := range answers {
-				count[a.Backend]++
-				if a.Client != f.client.String() {
-					t.Errorf("%s saw client %s, want %s", a.Backend, a.Client, f.client)
-				}
-			}
-			// Binomial(30, 1/3) below 2: probability ~1e-4 per backend.
-			for _, b := range []string{"b0", "b1", "b2"} {
-				if count[b] < 2 {
-					t.Errorf("ClusterIP %s: backend %s got %d of 30: %v", f.web, b, count[b], count)
-				}
-			}
-			sticky, err := offloadtest.Dial(l.Client, offloadtest.HostPort(f.sticky, 80), 10)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, a := range sticky[1:] {
-				if a.Backend != sticky[0].Backend {
-					t.Errorf("affinity on %s: first %s, then %s", f.sticky, sticky[0].Backend, a.Backend)
-				}
-			}
-			np, err := offloadtest.Dial(l.Client, offloadtest.HostPort(f.node, 30080), 6)
-			if err != nil {
-				t.Fatalf("NodePort on %s: %v", f.node, err)
-			}
-			for _, a := range np {
-				if want := f.nodeOnBackend(int(a.Backend[1] - '0')); a.Client != want {
-					t.Errorf("NodePort on %s: %s saw %s, want the node's %s (masqueraded)", f.node, a.Backend, a.Client, want)
-				}
-			}
-			for _, dst := range []string{offloadtest.HostPort(f.empty, 80), offloadtest.HostPort(f.node, 30081)} {
-				if _, err := offloadtest.Dial(l.Client, dst, 1); !errors.Is(err, syscall.ECONNREFUSED) {
-					t.Errorf("%s without endpoints: %v, want connection refused (REJECT)", dst, err)
-				}
-			}
-		})
-	}
-
-	for _, f := range families {
-		if err := l.Node.Do(func() error { return Cleanup(context.Background(), ipts[f.fam]) }); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, save := range []string{"iptables-save", "ip6tables-save"} {
-		if out := l.Node.Run(t, save); strings.Contains(out, "SVCP") {
-			t.Errorf("after Cleanup, %s:\n%s", save, out)
-		}
-	}
-}
-
-// An IPv6 UDP flow keeps its endpoint, and moves when the endpoint leaves:
-// the IPv6 conntrack table is cleaned like the IPv4 one.
+// The IPv6 checks both rule-writing paths share (internal/ruletest): a
+// dual-stack Service with a Proxier per family, a UDP flow that moves when its
+// endpoint leaves, and a one-way sender whose endpoints go to zero refused,
+// in the IPv6 conntrack table.
+func TestKernelDualStack(t *testing.T) { ruletest.KernelDualStack(t, kernelRules) }
 func TestKernelUDPConntrackIPv6(t *testing.T) {
-	l := newDualLab(t)
-	p, _ := l.familyDataplane(t, service.IPv6)
-	l.CheckUDPConntrack(t, l.syncer(t, p), service.IPv6)
+	ruletest.KernelUDPConntrack(t, kernelRules, service.IPv6)
 }
-
-// The one-way sender of TestKernelUDPOneWayToZero, over IPv6.
 func TestKernelUDPOneWayToZeroIPv6(t *testing.T) {
-	l := newDualLab(t)
-	l.CheckUDPOneWayToZero(t, func() offloadtest.Sync {
-		p, _ := l.familyDataplane(t, service.IPv6)
-		return l.syncer(t, p)
-	}, service.IPv6)
+	ruletest.KernelUDPOneWayToZero(t, kernelRules, service.IPv6)
 }

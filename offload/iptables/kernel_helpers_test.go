@@ -2,65 +2,88 @@ package iptables
 
 import (
 	"context"
+	"strings"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
+	"github.com/svcproxy/svcproxy/internal/ruletest"
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
-	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
-// lab is offloadtest's lab (a node namespace routing between a client and three
-// backends), with iptables mode's rules config for a Dataplane on its node.
-type lab struct {
-	*offloadtest.Lab
-	cfg Config
-}
+// kernelRules is iptables mode on the real kernel, as the checks it shares
+// with nftables mode drive it (internal/ruletest): its Dataplane's
+// iptables-restore in the node namespace of an offloadtest.Lab.
+var kernelRules ruletest.KernelPath = kernelPath{}
 
-func newLab(t *testing.T) *lab {
+type kernelPath struct{}
+
+func (kernelPath) Require(t *testing.T, family service.Family) {
 	t.Helper()
 	netnstest.RequireRoot(t, "iptables", "iptables-restore", "iptables-save", "sysctl")
-	return &lab{Lab: offloadtest.New(t, st.ThisNode), cfg: Config{Node: dataplane.Node{NodeName: st.ThisNode, ClusterCIDR: offloadtest.ClusterCIDR}}}
+	if family == service.IPv6 {
+		if _, err := kiptables.New(kiptables.Config{Family: kiptables.IPv6}); err != nil {
+			t.Skipf("needs ip6tables: %v", err)
+		}
+	}
 }
 
-// dataplane returns a Dataplane on the node's real iptables and conntrack.
-func (l *lab) dataplane(t *testing.T) *Dataplane {
+// ipt is the node's iptables (ip6tables) of family.
+func (kernelPath) ipt(t *testing.T, family service.Family) kiptables.Interface {
 	t.Helper()
-	ipt, err := kiptables.New(kiptables.Config{})
+	cfg := kiptables.Config{}
+	if family != "" {
+		cfg.Family = kiptables.Family(family)
+	}
+	ipt, err := kiptables.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := l.cfg
-	cfg.IPTables, cfg.Conntrack = ipt, conntrack.Netlink{}
-	p, err := New(cfg)
+	return ipt
+}
+
+func (k kernelPath) New(t *testing.T, l *offloadtest.Lab, o ruletest.Options) ruletest.KernelRig {
+	t.Helper()
+	cfg := Config{Node: o.Node(true), CountConnections: o.CountConnections, IPTables: k.ipt(t, o.Family)}
+	cfg.Conntrack, cfg.SyncPeriod, cfg.FullSyncPeriod, cfg.Now = conntrack.Netlink{}, o.SyncPeriod, o.FullSyncPeriod, o.Now
+	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return kernelRig{d}
 }
 
-// syncer is the offloadtest.Sync of p: each call applies a Snapshot with it
-// in the node namespace and returns its Health.
-func (l *lab) syncer(t *testing.T, p *Dataplane) offloadtest.Sync {
-	return func(snap *service.Snapshot) kernelsync.Health {
-		l.sync(t, p, snap)
-		return p.Health().Health
-	}
-}
-
-// sync applies snap with p inside the node namespace.
-func (l *lab) sync(t *testing.T, p *Dataplane, snap *service.Snapshot) {
+func (k kernelPath) Cleanup(t *testing.T, l *offloadtest.Lab, family service.Family) {
 	t.Helper()
-	if err := l.Node.Do(func() error { return p.Sync(context.Background(), snap) }); err != nil {
+	ipt := k.ipt(t, family)
+	if err := l.Node.Do(func() error { return Cleanup(context.Background(), ipt) }); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func netnstestRequireConntrack(t *testing.T) {
-	t.Helper()
-	netnstest.RequireRoot(t)
+func (kernelPath) Ours(t *testing.T, l *offloadtest.Lab, family service.Family) string {
+	save := "iptables-save"
+	if family == service.IPv6 {
+		save = "ip6tables-save"
+	}
+	if out := l.Node.Run(t, save); strings.Contains(out, "SVCP") {
+		return out
+	}
+	return ""
+}
+
+func (kernelPath) List(t *testing.T, l *offloadtest.Lab) string {
+	return l.Node.Run(t, "iptables-save", "-c")
+}
+
+// kernelRig is a Dataplane on the real kernel.
+type kernelRig struct{ *Dataplane }
+
+func (r kernelRig) Health() kernelsync.Health { return r.Dataplane.Health().Health }
+
+func (r kernelRig) Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
+	return r.Dataplane.Connections(ctx, nil, ports)
 }

@@ -38,6 +38,23 @@ const (
 
 var portChainPrefixes = []string{prefixSVC, prefixSVL, prefixEXT, prefixFW, prefixSEP}
 
+// prefixCIP names a ClusterIP block chain of a large cluster (clusterIPBlock):
+// the ClusterIP jumps of the ports whose ClusterIP is in one /24 (IPv6: /120),
+// which SVCP-SERVICES reaches by one rule matching the block.
+const prefixCIP = "SVCP-CIP-"
+
+// clusterIPBlock is the block of ip (/24, or /120 for IPv6) and the name of
+// its chain: kube-proxy's hash of the block, so the name is the same in every
+// process.
+func clusterIPBlock(ip netip.Addr) (netip.Prefix, string) {
+	bits := 24
+	if ip.Is6() {
+		bits = 120
+	}
+	b, _ := ip.Prefix(bits) // bits is within the address's length
+	return b, prefixCIP + hashBase(b.String())
+}
+
 // isPortChain reports whether a chain name is one of our per-port chains.
 func isPortChain(name string) bool {
 	for _, p := range portChainPrefixes {
@@ -61,7 +78,7 @@ func isOurChain(table, name string) bool {
 			return true
 		}
 	}
-	return table == tableNAT && isPortChain(name)
+	return table == tableNAT && (isPortChain(name) || strings.HasPrefix(name, prefixCIP))
 }
 
 // hashBase is kube-proxy's servicePortChainNameBase: the first 16 characters of the

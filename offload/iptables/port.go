@@ -26,6 +26,20 @@ type portPlan struct {
 	kernelsync.Policy                  // which chains, where traffic goes
 	internalChain       string         // ClusterIP traffic: SVCP-SVC- or SVCP-SVL-
 	externalPolicyChain string         // external traffic: SVCP-SVC- or SVCP-SVL-
+	terse               bool           // a large cluster: the endpoints' rules without comments
+}
+
+// endpointComment adds the comment of an endpoint's rule to l, unless the
+// cluster is large: kube-proxy leaves these out above 1,000 endpoints
+// (appendServiceCommentLocked, largeClusterMode). They are three rules of
+// every endpoint, tens of bytes each for iptables-restore to parse and the
+// kernel to keep, and with the endpoint's chain name in the rule they say
+// nothing a reader cannot find.
+func (pp *portPlan) endpointComment(l *lines, s string) *lines {
+	if pp.terse {
+		return l
+	}
+	return l.comment(s)
 }
 
 // planPort plans p on this node; node is its Node object (nil: unknown), whose
@@ -46,6 +60,7 @@ func planPort(cfg *Config, p *service.Port, node *service.Node) *portPlan {
 		sourceRanges: fam.Prefixes(svc.LoadBalancerSourceRanges),
 		cluster:      eps.Cluster,
 		local:        eps.Local,
+		terse:        cfg.largeCluster,
 	}
 	if len(pp.clusterIPs) == 0 {
 		return nil // headless, ExternalName or of the other family only: nothing for these rules
@@ -90,7 +105,8 @@ func renderPort(cfg *Config, p *service.Port, node *service.Node) *portRules {
 	if pp == nil {
 		return nil
 	}
-	pr := &portRules{port: p, zone: node.Zone(), name: p.Name, status: PortStatus{Port: pp.name, Protocol: string(p.Protocol)}}
+	pr := &portRules{port: p, zone: node.Zone(), name: p.Name, large: cfg.largeCluster,
+		status: PortStatus{Port: pp.name, Protocol: string(p.Protocol)}}
 	var sh [numShared]lines
 	// A port has at most 3 policy chains plus one chain per endpoint.
 	own := make(map[string]*lines, 3+len(p.Endpoints))
@@ -111,7 +127,7 @@ func renderPort(cfg *Config, p *service.Port, node *service.Node) *portRules {
 			chain(c.name)
 		}
 	}
-	renderFrontends(cfg, pp, &sh, chain)
+	pr.cips = renderFrontends(cfg, pp, &sh, chain)
 	if pp.UsesExtChain {
 		renderExternalChain(cfg, pp, chain(pp.extChain))
 	}
@@ -155,16 +171,26 @@ func renderPort(cfg *Config, p *service.Port, node *service.Node) *portRules {
 }
 
 // renderFrontends writes the rules that catch a port's destinations: ClusterIPs,
-// externalIPs, LoadBalancer IPs and the NodePort, or reject them in filter.
-func renderFrontends(cfg *Config, pp *portPlan, sh *[numShared]lines, chain func(string) *lines) {
+// externalIPs, LoadBalancer IPs and the NodePort, or reject them in filter. In
+// a large cluster the ClusterIP jumps go to their blocks' chains: it returns
+// them.
+func renderFrontends(cfg *Config, pp *portPlan, sh *[numShared]lines, chain func(string) *lines) []cipRule {
 	target, why := pp.filterTarget()
+	var cips []cipRule
 	for _, ip := range pp.clusterIPs {
 		dst := ip.String()
 		if !pp.HasInternal {
 			pp.match(sh[filterServices].rule(chainServices).comment(why), dst, pp.port).w("-j", target).end()
 			continue
 		}
-		pp.match(sh[natServices].rule(chainServices).comment(pp.name+" cluster IP"), dst, pp.port).w("-j", pp.internalChain).end()
+		if cfg.largeCluster {
+			block, name := clusterIPBlock(ip)
+			var l lines
+			pp.match(l.rule(name).comment(pp.name+" cluster IP"), dst, pp.port).w("-j", pp.internalChain).end()
+			cips = append(cips, cipRule{block: block, chain: name, line: l.b})
+		} else {
+			pp.match(sh[natServices].rule(chainServices).comment(pp.name+" cluster IP"), dst, pp.port).w("-j", pp.internalChain).end()
+		}
 		// Masquerade ClusterIP traffic from outside the pod network: someone
 		// routing the service range to this node may get a reply from an
 		// endpoint on another node otherwise (kube-proxy's IfNotLocal rule).
@@ -207,7 +233,7 @@ func renderFrontends(cfg *Config, pp *portPlan, sh *[numShared]lines, chain func
 			w("-m", "tcp", "-p", "tcp", "--dport", strconv.Itoa(int(hc)), "-m", "addrtype", "--dst-type", "LOCAL", "-j", "ACCEPT").end()
 	}
 	if pp.p.NodePort == 0 {
-		return
+		return cips
 	}
 	np := strconv.Itoa(int(pp.p.NodePort))
 	if pp.HasEndpoints {
@@ -217,6 +243,7 @@ func renderFrontends(cfg *Config, pp *portPlan, sh *[numShared]lines, chain func
 		pp.match(sh[filterExternal].rule(chainExternalServices).comment(why).w("-m", "addrtype", "--dst-type", "LOCAL"), "", np).
 			w("-j", target).end()
 	}
+	return cips
 }
 
 // renderExternalChain writes SVCP-EXT-: where NodePort, externalIP and LoadBalancer
@@ -260,7 +287,7 @@ func renderSpread(pp *portPlan, chainName string, l *lines, eps []service.Endpoi
 	if aff.ClientIP {
 		secs := affinitySeconds(aff)
 		for i := range eps {
-			l.rule(chainName).comment(pp.name+" -> "+addrs[i]).
+			pp.endpointComment(l.rule(chainName), pp.name+" -> "+addrs[i]).
 				w("-m", "recent", "--name", names[i], "--mask", allOnes(pp.family), "--rsource",
 					"--rcheck", "--seconds", secs, "--reap", "-j", names[i]).end()
 		}
@@ -268,7 +295,7 @@ func renderSpread(pp *portPlan, chainName string, l *lines, eps []service.Endpoi
 	status := make([]EndpointStatus, len(eps))
 	n := len(eps)
 	for i, e := range eps {
-		l.rule(chainName).comment(pp.name + " -> " + addrs[i])
+		pp.endpointComment(l.rule(chainName), pp.name+" -> "+addrs[i])
 		prob := "1"
 		if i < n-1 {
 			prob = probability(n - i)
@@ -293,8 +320,8 @@ func renderEndpointChains(pp *portPlan, seps map[netip.AddrPort]string, chain fu
 	for _, a := range addrs {
 		name := seps[a]
 		l := chain(name)
-		l.rule(name).comment(pp.name).w("-s", a.Addr().Unmap().String(), "-j", chainMarkMasq).end()
-		l.rule(name).comment(pp.name)
+		pp.endpointComment(l.rule(name), pp.name).w("-s", a.Addr().Unmap().String(), "-j", chainMarkMasq).end()
+		pp.endpointComment(l.rule(name), pp.name)
 		if pp.p.Service.Affinity.ClientIP {
 			l.w("-m", "recent", "--name", name, "--mask", allOnes(pp.family), "--rsource", "--set")
 		}

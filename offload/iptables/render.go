@@ -2,6 +2,7 @@ package iptables
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"time"
@@ -44,10 +45,23 @@ type portRules struct {
 	zone   string        // and this node's zone then: topology hints depend on it
 	name   service.PortName
 	shared [numShared][]byte // lines for the shared chains
-	chains []string          // its own nat chains, in declaration order
-	text   []byte            // the "-A" lines of its own chains
+	// In a large cluster (Config.largeCluster, which large records) its
+	// ClusterIP jumps go to the block chains of the ClusterIPs instead of
+	// SVCP-SERVICES: one cipRule each.
+	cips   []cipRule
+	large  bool
+	chains []string // its own nat chains, in declaration order
+	text   []byte   // the "-A" lines of its own chains
 	status PortStatus
 	flows  kernelsync.Flows // for conntrack cleanup
+}
+
+// cipRule is a port's ClusterIP jump in a large cluster: the line, in the
+// chain of the ClusterIP's block.
+type cipRule struct {
+	block netip.Prefix
+	chain string
+	line  []byte
 }
 
 // lines builds restore text a line at a time.
@@ -138,8 +152,37 @@ type change = kernelsync.Change[*portRules]
 // reuses that rendering: a sync after one change renders one port, not
 // 10,000.
 func render(cfg Config, snap *service.Snapshot, prev map[service.PortName]*portRules) *ruleset {
+	prev = otherMode(prev, cfg.largeCluster)
 	ports := kernelsync.RenderPorts(snap, prev, cfg.Carries, func(p *service.Port) *portRules { return renderPort(&cfg, p, snap.Node()) })
 	return &ruleset{cfg: cfg, fixed: renderFixed(&cfg), ports: ports.All, changed: ports.Changed, removed: ports.Removed}
+}
+
+// otherMode returns prev with every rendering made in the other mode (a
+// cluster that became large, or small) marked as rendered from nothing, so
+// that RenderPorts renders its port anew, keeping it as the port's Old (and
+// still finding the ports that left): its ClusterIP jump is in the other
+// place. prev itself when every rendering is of mode large.
+func otherMode(prev map[service.PortName]*portRules, large bool) map[service.PortName]*portRules {
+	mixed := false
+	for _, pr := range prev {
+		if pr.large != large {
+			mixed = true
+			break
+		}
+	}
+	if !mixed {
+		return prev
+	}
+	out := make(map[service.PortName]*portRules, len(prev))
+	for name, pr := range prev {
+		if pr.large != large {
+			stale := *pr
+			stale.port = &service.Port{} // renders the same as no port
+			pr = &stale
+		}
+		out[name] = pr
+	}
+	return out
 }
 
 // rendered is what rs rendered, as the Ledger records it.

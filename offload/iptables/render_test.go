@@ -1,50 +1,29 @@
 package iptables
 
 import (
-	"flag"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/internal/ruletest"
 	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
-
-// checkGolden compares got with testdata/<name>.golden (or rewrites it with -update).
+// checkGolden compares got with testdata/<name>.golden (or rewrites it with
+// -update).
 func checkGolden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	t.Logf("%s, as iptables-restore reads it:\n%s", path, got)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if string(got) != string(want) {
-		t.Errorf("%s: rules differ from the golden file (go test -update rewrites it)\n--- got:\n%s\n--- want:\n%s", path, got, want)
-	}
+	ruletest.CheckGolden(t, name, "as iptables-restore reads it", got)
 }
 
 func TestRenderGolden(t *testing.T) {
-	noEndpoints := []service.Endpoint(nil)
-	remoteOnly := []service.Endpoint{st.Endpoint("198.19.1.130:8080", "node-b")}
 	tests := []struct {
 		name string
 		cfg  Config
 		snap *service.Snapshot
 	}{
-		{"empty", testConfig, st.Snapshot()},
-		{"clusterip", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))},
 		{"clusterip-no-cidr", Config{Node: dataplane.Node{NodeName: st.ThisNode}}, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))},
 		{"masquerade-all", Config{Node: dataplane.Node{NodeName: st.ThisNode, MasqueradeAll: true, MasqueradeBit: 5}},
 			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))},
@@ -67,14 +46,7 @@ func TestRenderGolden(t *testing.T) {
 			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1], st.WithNodePort(30080)))},
 		{"affinity", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithAffinity(600*time.Second)))},
 		{"affinity-default-timeout", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1], st.WithAffinity(0)))},
-		{"no-endpoints", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, noEndpoints,
-			st.WithNodePort(30080), st.WithExternalIPs("198.18.100.1"), st.WithLoadBalancer("198.18.200.1")))},
-		{"external-local", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(),
-			st.WithNodePort(30080), st.WithExternalLocal()))},
-		{"external-local-none-here", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, remoteOnly,
-			st.WithNodePort(30080), st.WithExternalIPs("198.18.100.1"), st.WithExternalLocal()))},
 		{"internal-local", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(), st.WithInternalLocal()))},
-		{"internal-local-none-here", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, remoteOnly, st.WithInternalLocal()))},
 		{"terminating-fallback", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, []service.Endpoint{
 			st.Terminating(st.Endpoint("198.19.1.10:8080", st.ThisNode)), st.Terminating(st.Endpoint("198.19.1.11:8080", "node-b"))}))},
 		{"terminating-ignored", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, []service.Endpoint{
@@ -93,6 +65,13 @@ func TestRenderGolden(t *testing.T) {
 			st.Service("api", "198.18.0.20", 443, st.ThreeEndpoints()[:2]),
 		)},
 	}
+	for _, c := range ruletest.RenderCases() {
+		tests = append(tests, struct {
+			name string
+			cfg  Config
+			snap *service.Snapshot
+		}{c.Name, testConfig, c.Snap})
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := Render(tt.cfg, tt.snap)
@@ -104,13 +83,13 @@ func TestRenderGolden(t *testing.T) {
 	}
 }
 
+// Render refuses a node that is not one, naming the field where it can
+// (internal/ruletest).
 func TestRenderInvalidConfig(t *testing.T) {
-	for _, cfg := range []Config{{Node: dataplane.Node{MasqueradeBit: 32}}, {Node: dataplane.Node{MasqueradeBit: -1}}, {Node: dataplane.Node{NodePortIPs: []netip.Addr{{}}}},
-		{Node: dataplane.Node{NodeIP: netip.MustParseAddr("2001:db8:19::1")}}, {Node: dataplane.Node{Family: service.IPv6, NodeIP: netip.MustParseAddr("198.19.0.1")}}} {
-		if _, err := Render(cfg, st.Snapshot()); err == nil {
-			t.Errorf("Render(%+v): no error", cfg)
-		}
-	}
+	ruletest.CheckInvalidNodes(t, func(n dataplane.Node) error {
+		_, err := Render(Config{Node: n}, st.Snapshot())
+		return err
+	})
 }
 
 // Chain names are part of the contract with a running kernel: a new process must

@@ -2,7 +2,10 @@ package iptables
 
 import (
 	"bytes"
+	"fmt"
+	"net/netip"
 	"slices"
+	"strings"
 )
 
 // plan says which chains one restore transaction writes. A chain that is declared
@@ -28,7 +31,8 @@ func (rs *ruleset) fullPlan(stale []string) *plan {
 	return &plan{top: rs.tops(), ports: rs.ports, stale: stale}
 }
 
-// tops returns the rules of every top chain.
+// tops returns the rules of every top chain, and in a large cluster those of
+// the ClusterIP block chains, which SVCP-SERVICES begins by jumping to.
 func (rs *ruleset) tops() map[string]map[string][]byte {
 	m := map[string]map[string][]byte{}
 	for table, chains := range topChains {
@@ -37,7 +41,51 @@ func (rs *ruleset) tops() map[string]map[string][]byte {
 			m[table][c] = rs.topLines(table, c)
 		}
 	}
+	if dispatch := rs.blocks(m[tableNAT]); len(dispatch) > 0 {
+		m[tableNAT][chainServices] = append(dispatch, m[tableNAT][chainServices]...)
+	}
 	return m
+}
+
+// blocks adds the ClusterIP block chains of the ports to nat (a large
+// cluster's) and returns SVCP-SERVICES' jumps to them, one per block in
+// address order: a packet for a ClusterIP walks the blocks' jumps and one
+// block's ClusterIPs (at most 256), not every Service's, as in kube-proxy's
+// KUBE-SERVICES, where the last of 40,000 Services is the 40,000th rule. A
+// packet whose ClusterIP has no rule in its block comes back and goes on
+// (externalIPs, NodePorts): as before.
+func (rs *ruleset) blocks(nat map[string][]byte) []byte {
+	type block struct {
+		prefix netip.Prefix
+		chain  string
+	}
+	var order []block
+	for _, pr := range rs.ports {
+		for _, r := range pr.cips {
+			if _, ok := nat[r.chain]; !ok {
+				order = append(order, block{r.block, r.chain})
+			}
+			nat[r.chain] = append(nat[r.chain], r.line...)
+		}
+	}
+	slices.SortFunc(order, func(a, b block) int { return a.prefix.Addr().Compare(b.prefix.Addr()) })
+	var b []byte
+	for _, bl := range order {
+		b = fmt.Appendf(b, "-A %s -m comment --comment \"%s cluster IPs\" -d %s -j %s\n", chainServices, bl.prefix, bl.prefix, bl.chain)
+	}
+	return b
+}
+
+// blockChains are the ClusterIP block chains of a table's top chains, sorted.
+func blockChains(top map[string][]byte) []string {
+	var out []string
+	for c := range top {
+		if strings.HasPrefix(c, prefixCIP) {
+			out = append(out, c)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // topLines returns the rules of one top chain: the ports' lines, then the fixed
@@ -82,6 +130,7 @@ func (rs *ruleset) text(p *plan) []byte {
 				top = append(top, c)
 			}
 		}
+		top = append(top, blockChains(p.top[table])...)
 		nat := table == tableNAT
 		if len(top) == 0 && (!nat || (len(p.ports) == 0 && len(p.stale) == 0)) {
 			continue

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/svcproxy/svcproxy/service"
 )
@@ -23,11 +24,15 @@ type rendering struct {
 // and written in one restore (write); the ledger records what the kernel
 // holds now and cleans the conntrack entries the change left stale.
 func (d *Dataplane) sync(ctx context.Context, snap *service.Snapshot) error {
+	n := endpointCount(snap, d.cfg.Carries)
+	d.endpoints.Store(int64(n))
 	s := d.Ledger.Begin()
 	if s.Check {
 		d.Ledger.Checked(s, d.check(ctx))
 	}
-	rd := &rendering{render(d.cfg, snap, s.Applied), d.top} // the common case: endpoints changed, not frontends
+	cfg := d.cfg
+	cfg.largeCluster = n > largeClusterEndpoints
+	rd := &rendering{render(cfg, snap, s.Applied), d.top} // the common case: endpoints changed, not frontends
 	if s.Full || sharedChanged(rd.ruleset) {
 		rd.top = rd.tops()
 	}
@@ -36,6 +41,19 @@ func (d *Dataplane) sync(ctx context.Context, snap *service.Snapshot) error {
 		d.commit(rd)
 	}
 	return d.Ledger.End(ctx, s, rd.rendered(), size, err)
+}
+
+// endpointCount is what kube-proxy measures a cluster's size by (its
+// syncProxyRules' totalEndpoints): the endpoints of every service port, of
+// those carries accepts when it is not nil.
+func endpointCount(snap *service.Snapshot, carries func(service.PortName) bool) int {
+	n := 0
+	for _, p := range snap.Ports() {
+		if carries == nil || carries(p.Name) {
+			n += len(p.Endpoints)
+		}
+	}
+	return n
 }
 
 // commit keeps what the next partial sync compares with, and the status.
@@ -65,7 +83,8 @@ func (d *Dataplane) write(ctx context.Context, rd *rendering, full bool, applied
 		want := rd.chains()
 		var stale []string
 		for _, c := range sortedKeys(existing[tableNAT]) {
-			if isPortChain(c) && !want[c] {
+			_, block := rd.top[tableNAT][c]
+			if (isPortChain(c) && !want[c]) || (strings.HasPrefix(c, prefixCIP) && !block) {
 				stale = append(stale, c)
 			}
 		}
@@ -109,6 +128,13 @@ func (d *Dataplane) partialPlan(rd *rendering) *plan {
 			}
 		}
 	}
+	// A ClusterIP block left with no ClusterIP: SVCP-SERVICES no longer
+	// jumps to it (it was rewritten with the blocks).
+	for _, c := range blockChains(d.top[tableNAT]) {
+		if _, ok := rd.top[tableNAT][c]; !ok {
+			pl.stale = append(pl.stale, c)
+		}
+	}
 	for _, c := range rd.changed {
 		if c.Old == nil || !bytes.Equal(c.Old.text, c.Cur.text) || !slices.Equal(c.Old.chains, c.Cur.chains) {
 			pl.ports = append(pl.ports, c.Cur)
@@ -139,6 +165,9 @@ func sharedChanged(rs *ruleset) bool {
 			if !bytes.Equal(c.Old.shared[i], c.Cur.shared[i]) {
 				return true
 			}
+		}
+		if !slices.EqualFunc(c.Old.cips, c.Cur.cips, func(a, b cipRule) bool { return a.chain == b.chain && bytes.Equal(a.line, b.line) }) {
+			return true
 		}
 	}
 	return false

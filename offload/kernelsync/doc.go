@@ -14,8 +14,10 @@
 //
 //   - a sync is full (write everything, delete the port objects the kernel holds
 //     that belong to nothing) at the first sync, after any failure, once
-//     FullSyncPeriod (1h) has passed since the end of the last full one, and
-//     when the periodic check of the kernel fails; otherwise it is partial
+//     FullSyncPeriod (1h) has passed since the end of the last full one (not
+//     in a large cluster, where the path says so: iptables above 1,000
+//     endpoints, as kube-proxy's largeClusterMode), and when the periodic
+//     check of the kernel fails; otherwise it is partial
 //     (write only the ports that changed: kube-proxy KEP-3453), periodic
 //     resyncs included, as in kube-proxy;
 //   - at most once per SyncPeriod (30s), before a sync that would be partial,

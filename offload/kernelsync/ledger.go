@@ -46,6 +46,12 @@ type Config struct {
 	// takes longer than FullSyncPeriod does not make every later sync full),
 	// the clock. LagBound is the Syncer's.
 	Periods
+	// LargeCluster, when it is set and says true, skips the periodic full
+	// sync: a failure and a failed check still make the next sync full.
+	// kube-proxy's iptables proxier does the same in a cluster of more than
+	// 1,000 endpoints (largeClusterMode): there a full sync takes seconds,
+	// and every change that arrives meanwhile waits as long.
+	LargeCluster func() bool
 }
 
 // Health is a Ledger's sync record, for /status and /metrics.
@@ -118,7 +124,8 @@ type Sync[P Port] struct {
 	// Full: the path writes everything and deletes the port objects the
 	// kernel holds that belong to nothing; otherwise only what differs from
 	// Applied. It is full at the first sync, after a failure, FullSyncPeriod
-	// after the end of the last full one, and when a check fails (Checked).
+	// after the end of the last full one (but in a large cluster:
+	// Config.LargeCluster), and when a check fails (Checked).
 	Full bool
 	// Check: the sync would be partial, and SyncPeriod has passed since the
 	// kernel was last checked: the path checks that the kernel still holds
@@ -152,12 +159,17 @@ func NewLedger[P Port](cfg Config) *Ledger[P] {
 	}
 }
 
+// SkipPeriodicFullSyncs sets Config.LargeCluster, before the first sync: a
+// path that made its Ledger with NewDataplane says so after.
+func (l *Ledger[P]) SkipPeriodicFullSyncs(large func() bool) { l.cfg.LargeCluster = large }
+
 // Begin starts a sync: it says whether it is full, whether the kernel is due
 // a check first, and what the last one applied. End ends it.
 func (l *Ledger[P]) Begin() *Sync[P] {
 	l.syncMu.Lock()
 	s := &Sync[P]{start: l.cfg.Now(), Applied: l.applied}
-	s.Full = l.applied == nil || l.needFull || s.start.Sub(l.lastFull) >= l.cfg.FullSyncPeriod
+	periodic := s.start.Sub(l.lastFull) >= l.cfg.FullSyncPeriod && (l.cfg.LargeCluster == nil || !l.cfg.LargeCluster())
+	s.Full = l.applied == nil || l.needFull || periodic
 	s.Check = !s.Full && s.start.Sub(l.checked) >= l.cfg.SyncPeriod
 	return s
 }

@@ -353,3 +353,26 @@ func TestLedgerCheckRepairs(t *testing.T) {
 		t.Errorf("59m59s and 1h after the last full sync: %v, want %v", m.writes[6:], want)
 	}
 }
+
+// In a large cluster (Config.LargeCluster) the period makes no sync full; a
+// failure still does.
+func TestLedgerLargeCluster(t *testing.T) {
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := &mode{}
+	p := newPath(Config{Periods: Periods{FullSyncPeriod: time.Minute, Now: func() time.Time { return now }}, LargeCluster: func() bool { return true }}, m)
+	ctx := context.Background()
+	step := func(advance time.Duration) {
+		now = now.Add(advance)
+		p.Update(udpService("198.19.1.2:53"))
+		_ = p.Sync(ctx)
+	}
+	step(0)
+	step(2 * time.Minute) // past the period: partial all the same
+	m.fail = true
+	step(time.Second)
+	m.fail = false
+	step(time.Second)                                                               // after the failure: full
+	if want := []string{"full", "partial", "full"}; !slices.Equal(m.writes, want) { // the failed write is not one
+		t.Errorf("syncs %v, want %v", m.writes, want)
+	}
+}

@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"testing"
 
@@ -36,53 +37,62 @@ func (rulesPath) New(t *testing.T, o ruletest.Options) ruletest.Rig {
 		f, local = knft.NewFakeFamily(TableFamily(service.IPv6), Table), ruletest.NodeIP6
 	}
 	f.SetLocalAddrs(local)
-	r := &rig{nft: f, o: o}
+	f.Now = o.Now // the clock of the dynamic sets (ClientIP affinity)
+	r := &rig{nft: f, failing: &failingNFT{Fake: f}, o: o}
 	r.Restart(t)
 	return r
 }
 
-// rig is a Dataplane on a Fake, as the shared tables drive it: Update hands
-// a Snapshot over, Sync applies it (the Syncer's Sync) if there is one.
+// rig is a Dataplane on a Fake.
 type rig struct {
-	nft  *knft.Fake
-	o    ruletest.Options
-	d    *Dataplane
-	snap *service.Snapshot
+	nft     *knft.Fake
+	failing *failingNFT // nft, as the Dataplane writes to it
+	o       ruletest.Options
+	*Dataplane
 }
 
 func (r *rig) Restart(t *testing.T) {
 	t.Helper()
-	cfg := Config{Node: dataplane.Node{Family: r.o.Family, NodeName: st.ThisNode, ClusterCIDR: ruletest.ClusterCIDR(r.o.Family), NodeIP: r.o.NodeIP},
-		CountConnections: r.o.CountConnections}
-	cfg.NFT, cfg.Conntrack, cfg.SyncPeriod, cfg.FullSyncPeriod, cfg.Now = r.nft, r.o.Conntrack, r.o.SyncPeriod, r.o.FullSyncPeriod, r.o.Now
+	cfg := Config{Node: r.o.Node(false), CountConnections: r.o.CountConnections, NFT: r.failing}
+	cfg.Conntrack, cfg.SyncPeriod, cfg.FullSyncPeriod, cfg.Now = r.o.Conntrack, r.o.SyncPeriod, r.o.FullSyncPeriod, r.o.Now
 	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.d, r.snap = d, nil
+	r.Dataplane = d
 }
 
-func (r *rig) Update(snap *service.Snapshot) { r.snap = snap }
-
-func (r *rig) Sync(ctx context.Context) error {
-	if r.snap == nil {
-		return nil
-	}
-	return r.d.Sync(ctx, r.snap)
-}
-
-func (r *rig) Health() kernelsync.Health       { return r.d.Health().Health }
-func (r *rig) Status() []kernelsync.PortStatus { return r.d.Ports() }
+func (r *rig) Health() kernelsync.Health       { return r.Dataplane.Health().Health }
+func (r *rig) Status() []kernelsync.PortStatus { return r.Ports() }
 func (r *rig) Dump() string                    { return r.nft.Dump() }
+func (r *rig) Writes() int                     { return r.nft.Runs() }
+func (r *rig) FailNext() string                { r.failing.fail = true; return failedRun }
 
 func (r *rig) Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
-	return r.d.Connections(ctx, nil, ports)
+	return r.Dataplane.Connections(ctx, nil, ports)
+}
+
+// failingNFT fails its next Run when fail is set.
+type failingNFT struct {
+	*knft.Fake
+	fail bool
+}
+
+// failedRun is what a failed Run of failingNFT says.
+const failedRun = "nft: Could not process rule: No buffer space available"
+
+func (f *failingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
+	if f.fail {
+		f.fail = false
+		return errors.New(failedRun)
+	}
+	return f.Fake.Run(ctx, tx)
 }
 
 // Hit adds n packets per endpoint to port's named counter, which every
 // connection to the port meets once.
 func (r *rig) Hit(t *testing.T, port service.PortName, n uint64) {
-	po := appliedPort(r.d, port)
+	po := appliedPort(r.Dataplane, port)
 	c := r.nft.Table.Counters[po.counter]
 	if c == nil {
 		t.Fatalf("%s has no counter %q", port, po.counter)
@@ -105,11 +115,7 @@ func (r *rig) Trace(p ruletest.Packet) (ruletest.Trace, error) {
 
 func (r *rig) TraceAll(p ruletest.Packet) ([]ruletest.Trace, error) {
 	trs, err := r.nft.TraceAll(packet(p))
-	out := make([]ruletest.Trace, len(trs))
-	for i, tr := range trs {
-		out[i] = trace(tr)
-	}
-	return out, err
+	return ruletest.Traces(trs, err, trace)
 }
 
 func packet(p ruletest.Packet) knft.Packet {

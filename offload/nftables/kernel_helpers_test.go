@@ -2,37 +2,36 @@ package nftables
 
 import (
 	"context"
+	"strings"
 	"testing"
 
-	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
+	"github.com/svcproxy/svcproxy/internal/ruletest"
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
-	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
-// lab is offloadtest's lab (a node namespace routing between a client and three
-// backends), with nftables mode's rules config for a Dataplane on its node.
-type lab struct {
-	*offloadtest.Lab
-	cfg Config
-}
+// kernelRules is nftables mode on the real kernel, as the checks it shares
+// with iptables mode drive it (internal/ruletest): its Dataplane's nft in the
+// node namespace of an offloadtest.Lab.
+var kernelRules ruletest.KernelPath = kernelPath{}
 
-func newLab(t *testing.T) *lab {
+type kernelPath struct{}
+
+func (kernelPath) Require(t *testing.T, _ service.Family) {
 	t.Helper()
 	netnstest.RequireRoot(t, "nft", "sysctl")
-	return &lab{Lab: offloadtest.New(t, st.ThisNode), cfg: Config{Node: dataplane.Node{NodeName: st.ThisNode, ClusterCIDR: offloadtest.ClusterCIDR}}}
 }
 
-// nft returns the node's real nftables table.
-func (l *lab) nft(t *testing.T) knft.Interface {
+// nft is the node's table of family.
+func (kernelPath) nft(t *testing.T, l *offloadtest.Lab, family service.Family) knft.Interface {
 	t.Helper()
 	var nft knft.Interface
 	if err := l.Node.Do(func() (err error) {
-		nft, err = knft.New(Table)
+		nft, err = knft.NewFamily(TableFamily(family), Table)
 		return err
 	}); err != nil {
 		t.Fatal(err)
@@ -40,36 +39,41 @@ func (l *lab) nft(t *testing.T) knft.Interface {
 	return nft
 }
 
-// dataplane returns a Dataplane on the node's real nftables and conntrack.
-func (l *lab) dataplane(t *testing.T) *Dataplane {
+func (k kernelPath) New(t *testing.T, l *offloadtest.Lab, o ruletest.Options) ruletest.KernelRig {
 	t.Helper()
-	cfg := l.cfg
-	cfg.NFT, cfg.Conntrack = l.nft(t), conntrack.Netlink{}
-	p, err := New(cfg)
+	cfg := Config{Node: o.Node(true), CountConnections: o.CountConnections, NFT: k.nft(t, l, o.Family)}
+	cfg.Conntrack, cfg.SyncPeriod, cfg.FullSyncPeriod, cfg.Now = conntrack.Netlink{}, o.SyncPeriod, o.FullSyncPeriod, o.Now
+	d, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return kernelRig{d}
 }
 
-// syncer is the offloadtest.Sync of p: each call applies a Snapshot with it
-// in the node namespace and returns its Health.
-func (l *lab) syncer(t *testing.T, p *Dataplane) offloadtest.Sync {
-	return func(snap *service.Snapshot) kernelsync.Health {
-		l.sync(t, p, snap)
-		return p.Health().Health
-	}
-}
-
-// sync applies snap with p inside the node namespace.
-func (l *lab) sync(t *testing.T, p *Dataplane, snap *service.Snapshot) {
+func (k kernelPath) Cleanup(t *testing.T, l *offloadtest.Lab, family service.Family) {
 	t.Helper()
-	if err := l.Node.Do(func() error { return p.Sync(context.Background(), snap) }); err != nil {
+	nft := k.nft(t, l, family)
+	if err := l.Node.Do(func() error { return Cleanup(context.Background(), nft) }); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func netnstestRequireConntrack(t *testing.T) {
-	t.Helper()
-	netnstest.RequireRoot(t, "conntrack")
+func (kernelPath) Ours(t *testing.T, l *offloadtest.Lab, family service.Family) string {
+	if out := l.Node.Run(t, "nft", "list", "tables"); strings.Contains(out, string(TableFamily(family))+" "+Table) {
+		return out
+	}
+	return ""
+}
+
+func (kernelPath) List(t *testing.T, l *offloadtest.Lab) string {
+	return l.Node.Run(t, "nft", "list", "table", "ip", Table)
+}
+
+// kernelRig is a Dataplane on the real kernel.
+type kernelRig struct{ *Dataplane }
+
+func (r kernelRig) Health() kernelsync.Health { return r.Dataplane.Health().Health }
+
+func (r kernelRig) Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
+	return r.Dataplane.Connections(ctx, nil, ports)
 }

@@ -1,49 +1,29 @@
 package nftables
 
 import (
-	"flag"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/internal/ruletest"
 	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/*.golden from the current output")
-
-// checkGolden compares got with testdata/<name>.golden (or rewrites it with -update).
+// checkGolden compares got with testdata/<name>.golden (or rewrites it with
+// -update).
 func checkGolden(t *testing.T, name string, got []byte) {
 	t.Helper()
-	path := filepath.Join("testdata", name+".golden")
-	t.Logf("%s, the transaction as nft -f reads it:\n%s", path, got)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if string(got) != string(want) {
-		t.Errorf("%s: transaction differs from the golden file (go test -update rewrites it)\n--- got:\n%s\n--- want:\n%s", path, got, want)
-	}
+	ruletest.CheckGolden(t, name, "the transaction as nft -f reads it", got)
 }
 
 func TestRenderGolden(t *testing.T) {
-	remoteOnly := []service.Endpoint{st.Endpoint("198.19.1.130:8080", "node-b")}
 	tests := []struct {
 		name string
 		cfg  Config
 		snap *service.Snapshot
 	}{
-		{"empty", testConfig, st.Snapshot()},
-		{"clusterip", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))},
 		{"masquerade-all", Config{Node: dataplane.Node{NodeName: st.ThisNode, MasqueradeAll: true, MasqueradeBit: 5}},
 			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1]))},
 		{"udp", testConfig, st.Snapshot(st.Service("dns", "198.18.0.53", 53, st.ThreeEndpoints()[:2], st.WithProtocol(service.UDP)))},
@@ -56,13 +36,6 @@ func TestRenderGolden(t *testing.T) {
 			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1],
 				st.WithLoadBalancer("198.18.200.1", "198.18.200.2"), st.WithSourceRanges("203.0.113.0/25", "198.19.0.0/24")))},
 		{"affinity", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:2], st.WithAffinity(600*time.Second)))},
-		{"no-endpoints", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, nil,
-			st.WithNodePort(30080), st.WithExternalIPs("198.18.100.1"), st.WithLoadBalancer("198.18.200.1")))},
-		{"external-local", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints(),
-			st.WithNodePort(30080), st.WithExternalLocal()))},
-		{"external-local-none-here", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, remoteOnly,
-			st.WithNodePort(30080), st.WithExternalIPs("198.18.100.1"), st.WithExternalLocal()))},
-		{"internal-local-none-here", testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, remoteOnly, st.WithInternalLocal()))},
 		{"count-connections", Config{Node: dataplane.Node{NodeName: st.ThisNode}, CountConnections: true},
 			st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:2]))},
 		// KEP-6032: the UDP node port is rejected and counted on loopback
@@ -77,6 +50,13 @@ func TestRenderGolden(t *testing.T) {
 			st.Service("v6only", "2001:db8::10", 80, st.ThreeEndpoints()),
 		)},
 	}
+	for _, c := range ruletest.RenderCases() {
+		tests = append(tests, struct {
+			name string
+			cfg  Config
+			snap *service.Snapshot
+		}{c.Name, testConfig, c.Snap})
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := Render(tt.cfg, tt.snap)
@@ -88,13 +68,13 @@ func TestRenderGolden(t *testing.T) {
 	}
 }
 
+// Render refuses a node that is not one, naming the field where it can
+// (internal/ruletest).
 func TestRenderInvalidConfig(t *testing.T) {
-	for _, cfg := range []Config{{Node: dataplane.Node{MasqueradeBit: 32}}, {Node: dataplane.Node{MasqueradeBit: -1}}, {Node: dataplane.Node{NodePortIPs: []netip.Addr{{}}}},
-		{Node: dataplane.Node{NodeIP: netip.MustParseAddr("2001:db8:19::1")}}, {Node: dataplane.Node{Family: service.IPv6, NodeIP: netip.MustParseAddr("198.19.0.1")}}} {
-		if _, err := Render(cfg, st.Snapshot()); err == nil {
-			t.Errorf("Render(%+v): no error", cfg)
-		}
-	}
+	ruletest.CheckInvalidNodes(t, func(n dataplane.Node) error {
+		_, err := Render(Config{Node: n}, st.Snapshot())
+		return err
+	})
 }
 
 // Chain names are part of the contract with a running kernel: a new process must

@@ -2,14 +2,13 @@ package nftables
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"sigs.k8s.io/knftables"
 
+	"github.com/svcproxy/svcproxy/internal/ruletest"
 	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
@@ -114,6 +113,30 @@ func TestPartialSyncGolden(t *testing.T) {
 	}
 }
 
+// The sync questions both paths answer alike (internal/ruletest): partial
+// syncs along a cluster's history and after a change of any one field of a
+// port leave what a full sync writes, but for what a partial sync leaves for
+// the next full one to delete (leftovers); a sync of nothing new writes
+// nothing; a sync is full FullSyncPeriod after the last full one; nothing is
+// synced before the first Snapshot; a failed transaction is followed by a full
+// sync; UDP flows that a change leaves stale are deleted.
+func TestPartialSyncConverges(t *testing.T)        { ruletest.CheckPartialSyncs(t, rules, partialLeftovers) }
+func TestPartialSyncEveryField(t *testing.T)       { ruletest.CheckEveryField(t, rules, partialLeftovers) }
+func TestPartialSyncNothing(t *testing.T)          { ruletest.CheckNothingChanged(t, rules) }
+func TestFullSyncEveryFullSyncPeriod(t *testing.T) { ruletest.CheckFullSyncPeriod(t, rules) }
+func TestNoSyncBeforeSnapshot(t *testing.T)        { ruletest.CheckNoSyncBeforeSnapshot(t, rules) }
+func TestSyncFailure(t *testing.T)                 { ruletest.CheckSyncFailure(t, rules) }
+func TestConntrackCleanup(t *testing.T)            { ruletest.CheckConntrackCleanup(t, rules) }
+
+// partialLeftovers is the ruletest.Compare of nftables: what a partial sync
+// left is what a full sync writes, and only inert leftovers beside.
+func partialLeftovers(t *testing.T, partial, full string) {
+	t.Helper()
+	if leftovers(t, partial, full); t.Failed() {
+		t.Logf("after the partial sync:\n%s\nwant (a full sync):\n%s", partial, full)
+	}
+}
+
 // leftovers checks that got (after a partial sync) is want (after a full sync) plus
 // only what a partial sync leaves for the next full sync to delete: empty port
 // chains, affinity sets and counters that nothing names, and hairpin elements of
@@ -165,61 +188,6 @@ func leftovers(t *testing.T, got, want string) []string {
 	return extra
 }
 
-// A sync with nothing changed sends nothing.
-func TestPartialSyncNothing(t *testing.T) {
-	f := knft.NewFake(Table)
-	cfg := testConfig
-	cfg.NFT = f
-	p, _ := New(cfg)
-	snap := st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))
-	for range 3 {
-		if err := p.Sync(context.Background(), snap); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if f.Runs() != 1 {
-		t.Errorf("%d transactions for one state, want 1", f.Runs())
-	}
-}
-
-// failingNFT fails its next Run.
-type failingNFT struct {
-	*knft.Fake
-	fail bool
-}
-
-func (f *failingNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
-	if f.fail {
-		f.fail = false
-		return errors.New("nft: Could not process rule: No buffer space available")
-	}
-	return f.Fake.Run(ctx, tx)
-}
-
-// After a failed sync the next one is full, and the health says what happened.
-func TestFailureThenFullSync(t *testing.T) {
-	f := &failingNFT{Fake: knft.NewFake(Table)}
-	cfg := testConfig
-	cfg.NFT = f
-	p, _ := New(cfg)
-	if err := p.Sync(context.Background(), st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))); err != nil {
-		t.Fatal(err)
-	}
-	f.fail = true
-	if err := p.Sync(context.Background(), st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1]))); err == nil {
-		t.Fatal("no error from a failed transaction")
-	}
-	if h := p.Health(); h.Healthy || h.ConsecutiveFailures != 1 || !strings.Contains(h.LastError, "No buffer space") {
-		t.Errorf("health after a failure: %+v", h)
-	}
-	if err := p.Resync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if h := p.Health(); !h.Healthy || h.FullSyncs != 2 {
-		t.Errorf("health after the retry: %+v, want a second full sync", h)
-	}
-}
-
 // Cleanup deletes the table, and finds nothing to do the second time.
 func TestCleanup(t *testing.T) {
 	f := syncedFake(t, testConfig, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints())))
@@ -236,112 +204,30 @@ func TestCleanup(t *testing.T) {
 // Periodic syncs are partial while the table is as the last full sync left it;
 // once per SyncPeriod a sync counts the base chains' rules, and one that finds
 // the table flushed (rules gone, chains and maps left) or deleted is full and
-// writes it all again.
+// writes it all again (internal/ruletest).
 func TestLostTableRepaired(t *testing.T) {
-	for _, tt := range []struct {
-		name string
-		lose func(tx *knftables.Transaction)
-		want string // in Health.LastRepair
-	}{
-		{"flushed", func(tx *knftables.Transaction) { tx.Flush(&knftables.Table{}) }, "chain filter-prerouting holds 0 rules, want 1"},
-		{"deleted", func(tx *knftables.Transaction) { tx.Delete(&knftables.Table{}) }, "no such table"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			f := knft.NewFake(Table)
-			now := time.Unix(0, 0)
-			cfg := testConfig
-			cfg.NFT, cfg.SyncPeriod, cfg.Now = f, 30*time.Second, func() time.Time { return now }
-			p, err := New(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sync := func(advance time.Duration) Health {
-				t.Helper()
-				now = now.Add(advance)
-				if err := p.Resync(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-				return p.Health()
-			}
-			if err := p.Sync(context.Background(), st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))); err != nil {
-				t.Fatal(err)
-			}
-			want := f.Dump()
-			if h := sync(30 * time.Second); h.PartialSyncs != 1 || h.Repairs != 0 {
-				t.Fatalf("health %+v: want the periodic sync partial, no repair", h)
-			}
+	lose := func(change func(tx *knftables.Transaction)) func(t *testing.T, r ruletest.Rig) {
+		return func(t *testing.T, r ruletest.Rig) {
+			f := r.(*rig).nft
 			tx := f.NewTransaction()
-			tt.lose(tx)
+			change(tx)
 			if err := f.Run(context.Background(), tx); err != nil {
 				t.Fatal(err)
 			}
-			h := sync(30 * time.Second)
-			if h.FullSyncs != 2 || h.Repairs != 1 || !strings.Contains(h.LastRepair, tt.want) {
-				t.Errorf("health %+v: want a full sync repairing the table, LastRepair saying %q", h, tt.want)
-			}
+		}
+	}
+	ruletest.CheckRepaired(t, rules,
+		ruletest.FakeLoss{Name: "flushed", Do: lose(func(tx *knftables.Transaction) { tx.Flush(&knftables.Table{}) }),
+			Repair: "chain filter-prerouting holds 0 rules, want 1",
 			// The table line aside: knftables' Fake drops the table's comment
 			// on `flush table`, and `add table` leaves an existing table as it is.
-			_, got, _ := strings.Cut(f.Dump(), "\n")
-			if _, want, _ := strings.Cut(want, "\n"); got != want {
-				t.Errorf("after the repair:\n%s\nwant:\n%s", got, want)
-			}
-		})
-	}
-}
-
-// A partial sync keeps a port's objects while service.Port.RendersSameAs
-// says the port renders the same: after a change of any one field of a port
-// (servicetest.Variants), the table is what a full sync writes, but for what
-// a partial sync leaves for the next full one to delete (leftovers), and the
-// status is the same.
-func TestPartialSyncEveryField(t *testing.T) {
-	st.CheckPartialSyncs(t, newFakePath, func(t *testing.T, partial, full string) {
-		gotTable, gotStatus, _ := strings.Cut(partial, statusMark)
-		wantTable, wantStatus, _ := strings.Cut(full, statusMark)
-		if leftovers(t, gotTable, wantTable); t.Failed() {
-			t.Logf("after the partial sync:\n%s\nwant (a full sync):\n%s", gotTable, wantTable)
-		}
-		if gotStatus != wantStatus {
-			t.Errorf("status after the partial sync:\n%s\nwant (a full sync):\n%s", gotStatus, wantStatus)
-		}
-	})
-}
-
-// fakePath is a Dataplane on a Fake, as servicetest's checks drive it.
-type fakePath struct {
-	f *knft.Fake
-	p *Dataplane
-}
-
-func newFakePath(t *testing.T) st.Path {
-	fp := &fakePath{f: knft.NewFake(Table)}
-	fp.Restart(t)
-	return fp
-}
-
-func (fp *fakePath) Restart(t *testing.T) {
-	cfg := testConfig
-	cfg.NFT = fp.f
-	p, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fp.p = p
-}
-
-func (fp *fakePath) Sync(t *testing.T, snap *service.Snapshot) {
-	if err := fp.p.Sync(context.Background(), snap); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// statusMark parts the table from the status in State.
-const statusMark = "\n--- status:\n"
-
-func (fp *fakePath) State(t *testing.T) string {
-	status, err := json.MarshalIndent(fp.p.Ports(), "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fp.f.Dump() + statusMark + string(status)
+			Compare: func(t *testing.T, got, want string) {
+				_, got, _ = strings.Cut(got, "\n")
+				if _, want, _ := strings.Cut(want, "\n"); got != want {
+					t.Errorf("after the repair:\n%s\nwant:\n%s", got, want)
+				}
+			}},
+		ruletest.FakeLoss{Name: "deleted", Do: lose(func(tx *knftables.Transaction) { tx.Delete(&knftables.Table{}) }),
+			Repair: "no such table"},
+	)
 }

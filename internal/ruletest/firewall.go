@@ -1,36 +1,59 @@
-package nftables
+package ruletest
 
 import (
 	"net/netip"
 	"testing"
 
-	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
-// kube-proxy's TestLoadBalancer (pkg/proxy/nftables/proxier_test.go, v1.37.2),
-// its flows in this cluster's addresses: two LoadBalancer IPs, source ranges of
-// which one holds this node's IP. kube-proxy's "same node to LB, SNATted" flows
-// are the packets a load balancer sends back with its own IP as the source; they
-// are accepted because the node is (service.FirewallSources). With the node
-// outside the ranges, or its IP unknown, they are dropped like any other source.
-// offload/iptables has the same table.
-func TestTraceLoadBalancer(t *testing.T) {
+// CheckSourceRanges: loadBalancerSourceRanges let only the allowed sources
+// reach the LoadBalancer IP; the rest keep it as their destination and are
+// dropped. The ClusterIP and the NodePort are not subject to the ranges (as
+// in kube-proxy).
+func CheckSourceRanges(t *testing.T, path Path) {
+	r := path.New(t, Options{})
+	Sync(t, r, st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1],
+		st.WithNodePort(30080), st.WithLoadBalancer("198.18.200.1"), st.WithSourceRanges("198.19.200.0/24"))))
+	from := func(src, dst string) Packet { return From(netip.MustParseAddr(src), dst, 0) }
+	for _, tt := range []TraceCase{
+		{"allowed source to the LB IP", from("198.19.200.7", "198.18.200.1:80"), "DNAT 198.19.1.10:8080, MASQUERADE"},
+		{"other source to the LB IP", from("198.19.201.7", "198.18.200.1:80"), "DROP"},
+		{"other source to the ClusterIP", from("198.19.201.7", "198.18.0.10:80"), "DNAT 198.19.1.10:8080, MASQUERADE"},
+		{"other source to the NodePort", from("198.19.201.7", "198.19.0.1:30080"), "DNAT 198.19.1.10:8080, MASQUERADE"},
+	} {
+		tr, err := r.Trace(tt.Packet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr.Result != tt.Want {
+			t.Errorf("%s: %q, want %q\n%s", tt.Name, tr.Result, tt.Want, tr)
+		}
+	}
+}
+
+// CheckLoadBalancer is kube-proxy's TestLoadBalancer (pkg/proxy/iptables and
+// pkg/proxy/nftables proxier_test.go, v1.37.2), its flows in this cluster's
+// addresses: two LoadBalancer IPs, source ranges of which one holds this
+// node's IP. kube-proxy's "same node to LB, SNATted" flows are the packets a
+// load balancer sends back with its own IP as the source; they are accepted
+// because the node is (service.FirewallSources). With the node outside the
+// ranges, or its IP unknown, they are dropped like any other source.
+func CheckLoadBalancer(t *testing.T, path Path) {
 	const lb1, lb2 = "198.18.200.1", "198.18.200.2"
 	svc := func(ranges ...string) *service.Snapshot {
 		return st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()[:1],
 			st.WithNodePort(30080), st.WithLoadBalancer(lb1, lb2), st.WithSourceRanges(ranges...)))
 	}
-	withNodeIP := testConfig
-	withNodeIP.NodeIP = nodeIP
+	withNodeIP := Options{NodeIP: NodeIP}
 	const ep, dropped = "DNAT 198.19.1.10:8080", "DROP"
 	const epMasq = ep + ", MASQUERADE"
 	for _, tt := range []struct {
 		name string
-		cfg  Config
+		o    Options
 		snap *service.Snapshot
-		src  string // "node": generated on this node, from nodeIP
+		src  string // "node": generated on this node, from NodeIP
 		dst  string
 		want string
 	}{
@@ -49,20 +72,21 @@ func TestTraceLoadBalancer(t *testing.T) {
 		{"same node to LB2, SNATted to LB2 (implicitly allowed)", withNodeIP, svc("198.19.0.0/24", "203.0.113.0/25"), lb2, lb2 + ":80", epMasq},
 		{"LB1 to LB2, SNATted (implicitly allowed)", withNodeIP, svc("198.19.0.0/24", "203.0.113.0/25"), lb1, lb2 + ":80", epMasq},
 		{"node outside the ranges: SNATted to LB1 is dropped", withNodeIP, svc("203.0.113.0/25"), lb1, lb1 + ":80", dropped},
-		{"node IP unknown: SNATted to LB1 is dropped", testConfig, svc("198.19.0.0/24", "203.0.113.0/25"), lb1, lb1 + ":80", dropped},
+		{"node IP unknown: SNATted to LB1 is dropped", Options{}, svc("198.19.0.0/24", "203.0.113.0/25"), lb1, lb1 + ":80", dropped},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			f := syncedFake(t, tt.cfg, tt.snap)
-			pkt := knft.Packet{Src: nodeIP, Dst: netip.MustParseAddrPort(tt.dst), Local: true}
+			r := path.New(t, tt.o)
+			Sync(t, r, tt.snap)
+			pkt := Local(tt.dst)
 			if tt.src != "node" {
-				pkt = knft.Packet{Src: netip.MustParseAddr(tt.src), Dst: pkt.Dst}
+				pkt = From(netip.MustParseAddr(tt.src), tt.dst, 0)
 			}
-			tr, err := f.Trace(pkt)
+			tr, err := r.Trace(pkt)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := tr.Result(); got != tt.want {
-				t.Errorf("%q, want %q\n%s", got, tt.want, tr)
+			if tr.Result != tt.want {
+				t.Errorf("%q, want %q\n%s", tr.Result, tt.want, tr)
 			}
 		})
 	}
