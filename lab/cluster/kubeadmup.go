@@ -388,10 +388,18 @@ func (k kubeadmFiles) etcOverlay() []string {
 		"lowerdir=/etc,upperdir=" + k.etcUpper + ",workdir=" + k.etcWork, "/etc"}
 }
 
-// PodRanges are the nodes' pod ranges, spec.podCIDR by node name, as the
-// API server has them; empty when it cannot be asked.
-func (c *Cluster) PodRanges(ctx context.Context) map[string]string {
-	out := map[string]string{}
+// NodeView is what the lab shows of one node of the kubeadm cluster: its
+// pod range and the pods on it.
+type NodeView struct {
+	PodCIDR string
+	// Pods are "NAMESPACE/NAME" of the pods bound to it, sorted.
+	Pods []string
+}
+
+// NodeViews are the nodes as the API server has them, by name: each one's
+// spec.podCIDR and pods. Empty when it cannot be asked.
+func (c *Cluster) NodeViews(ctx context.Context) map[string]NodeView {
+	out := map[string]NodeView{}
 	client, err := c.Client()
 	if err != nil {
 		return out
@@ -403,9 +411,21 @@ func (c *Cluster) PodRanges(ctx context.Context) map[string]string {
 		return out
 	}
 	for _, n := range nodes.Items {
-		if n.Spec.PodCIDR != "" {
-			out[n.Name] = n.Spec.PodCIDR
+		out[n.Name] = NodeView{PodCIDR: n.Spec.PodCIDR}
+	}
+	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return out
+	}
+	for _, p := range pods.Items {
+		if v, ok := out[p.Spec.NodeName]; ok {
+			v.Pods = append(v.Pods, p.Namespace+"/"+p.Name)
+			out[p.Spec.NodeName] = v
 		}
+	}
+	for name, v := range out {
+		slices.Sort(v.Pods)
+		out[name] = v
 	}
 	return out
 }
