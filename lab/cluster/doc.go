@@ -24,7 +24,8 @@
 //	               that control plane, a real node instead: containerd, the
 //	               kubelet and kube-scheduler, with svcproxy and clusterdns
 //	               as pods of deploy/realnode (Cluster.UpRealNode).
-//	kubeadm        kubeadm.go, kubeadmnet.go, kubeadmup.go, kubeadmuse.go:
+//	kubeadm        kubeadm*.go (its configuration, programs, network,
+//	               start and `svclab use`):
 //	               kubeadm makes the cluster on several real nodes, with
 //	               its own control plane, kube-proxy and CoreDNS
 //	               (Cluster.UpKubeadm); `svclab use` puts svcproxy or
