@@ -36,13 +36,29 @@ func TestTraceIPVS(t *testing.T) {
 	srv := v.writeIPVS(&w, vs, reals)
 
 	require.Equal(t, "virtual server TCP 198.18.0.20:80, scheduler wrr", srv.hop.Rule)
-	require.Equal(t, "real servers: -> 198.19.1.10:8080 (web-0) -> 198.19.1.11:8080 (web-1) -> 198.19.1.12:8080 (web-2)", srv.hop.Note)
-	require.Contains(t, w.String(), "  -> 198.19.1.10:8080 (web-0)  Masq 1 0 0\n  -> 198.19.1.11:8080 (web-1)  Masq 2 2 1\n")
+	// The kernel's order is rr's; the Fake's is its own: the trace keeps
+	// whichever order it is given.
+	names := map[string]string{"198.19.1.10:8080": "web-0", "198.19.1.11:8080": "web-1", "198.19.1.12:8080": "web-2"}
+	weights := map[string]int{"198.19.1.10:8080": 1, "198.19.1.11:8080": 2, "198.19.1.12:8080": 3}
+	require.Len(t, reals, 3)
+	note := "real servers:"
+	for i, rs := range reals {
+		a := rs.Addr.String()
+		note += " -> " + a + " (" + names[a] + ")"
+		require.Equal(t, rs.Addr, srv.real[i])
+		require.Equal(t, weights[a], srv.weights[i])
+	}
+	require.Equal(t, note, srv.hop.Note)
+	require.Contains(t, w.String(), "  -> 198.19.1.10:8080 (web-0)  Masq 1 0 0\n")
+	require.Contains(t, w.String(), "  -> 198.19.1.11:8080 (web-1)  Masq 2 2 1\n")
 	rs, _ := srv.pick(4)
-	require.Equal(t, "198.19.1.11:8080", rs.String())
-	ways := srv.ways(v.nameSuffix)
-	require.Len(t, ways, 3)
-	require.InDelta(t, 3.0/6, ways[2].P, 1e-9)
+	require.Equal(t, srv.real[1], rs)
+	total := 0.0
+	for i, way := range srv.ways(v.nameSuffix) {
+		require.InDelta(t, float64(srv.weights[i])/6, way.P, 1e-9)
+		total += way.P
+	}
+	require.InDelta(t, 1, total, 1e-9)
 
 	pkt.proto = "udp"
 	_, _, ok, err = findIPVS(ctx, f, pkt)
