@@ -144,7 +144,7 @@ func (v *Views) traceIPVS(ctx context.Context, w io.Writer, pkt tracePacket) (ip
 	if err != nil || !found {
 		return ipvsServer{}, false // no IPVS, or no virtual server: nothing more happens to the packet
 	}
-	return v.writeIPVS(w, vs, reals), true
+	return writeIPVS(w, vs, reals, v.net.HostName), true
 }
 
 // findIPVS finds the virtual server of pkt's destination in ipvs, and its
@@ -164,16 +164,16 @@ func findIPVS(ctx context.Context, ipvs kipvs.Interface, pkt tracePacket) (kipvs
 }
 
 // writeIPVS writes what IPVS does with the packet, each real server as
-// `ipvsadm -ln` lists it and named, and returns the virtual server as the
-// trace keeps it.
-func (v *Views) writeIPVS(w io.Writer, vs kipvs.VirtualServer, reals []kipvs.RealServer) ipvsServer {
+// `ipvsadm -ln` lists it and named by hostName, and returns the virtual
+// server as the trace keeps it.
+func writeIPVS(w io.Writer, vs kipvs.VirtualServer, reals []kipvs.RealServer, hostName func(netip.Addr) string) ipvsServer {
 	srv := ipvsServer{scheduler: vs.Scheduler, hop: TraceHop{Tracer: "IPVS", Chain: "INPUT",
 		Rule: fmt.Sprintf("virtual server %s %s, scheduler %s", vs.Protocol, vs.Addr, vs.Scheduler)}}
 	fmt.Fprintln(w)
 	para(w, fmt.Sprintf("The destination is local (on svcp-ipvs0), so the packet reaches INPUT, where IPVS has a virtual server for it: %s %s, scheduler %s. It picks one real server:", vs.Protocol, vs.Addr, vs.Scheduler))
 	for _, rs := range reals {
 		name := ""
-		if n := v.net.HostName(rs.Addr.Addr()); n != "" {
+		if n := hostName(rs.Addr.Addr()); n != "" {
 			name = " (" + n + ")"
 		}
 		srv.real, srv.weights = append(srv.real, rs.Addr), append(srv.weights, rs.Weight)

@@ -33,7 +33,7 @@ func TestTraceIPVS(t *testing.T) {
 	require.True(t, ok)
 	v := New(Config{Net: topology.New(topology.Config{Plan: topology.DefaultPlan(), StateDir: t.TempDir()})})
 	var w strings.Builder
-	srv := v.writeIPVS(&w, vs, reals)
+	srv := writeIPVS(&w, vs, reals, v.net.HostName)
 
 	require.Equal(t, "virtual server TCP 198.18.0.20:80, scheduler wrr", srv.hop.Rule)
 	// The kernel's order is rr's; the Fake's is its own: the trace keeps
