@@ -67,7 +67,7 @@ type Options struct {
 	// (Rig.Connections).
 	CountConnections bool
 	// FullSyncPeriod, SyncPeriod, Now and Conntrack are the mode's
-	// (kernelsync.Periods).
+	// (Periods).
 	FullSyncPeriod, SyncPeriod time.Duration
 	Now                        func() time.Time
 	Conntrack                  conntrack.Interface
@@ -87,6 +87,16 @@ func (o Options) Node(onKernel bool) dataplane.Node {
 		cidr = offloadtest.ClusterCIDR
 	}
 	return dataplane.Node{Family: o.Family, NodeName: st.ThisNode, NodeIP: o.NodeIP, ClusterCIDR: cidr}
+}
+
+// Periods are o's periods, clock and conntrack for the mode's Config: on
+// the real kernel (onKernel) the node's conntrack, whatever o says.
+func (o Options) Periods(onKernel bool) kernelsync.Periods {
+	p := kernelsync.Periods{Conntrack: o.Conntrack, SyncPeriod: o.SyncPeriod, FullSyncPeriod: o.FullSyncPeriod, Now: o.Now}
+	if onKernel {
+		p.Conntrack = conntrack.Netlink{}
+	}
+	return p
 }
 
 // Traces converts a tracer's answer with convert, for Rig.TraceAll.
