@@ -118,9 +118,11 @@ type Rig interface {
 	// same Options, as a new process does: its first sync is full.
 	Restart(t *testing.T)
 	Health() kernelsync.Health
-	Status() []kernelsync.PortStatus
-	// Connections is the mode's count of new connections per port.
-	Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error)
+	// Ports is each port's status as the last sync applied it.
+	Ports() []kernelsync.PortStatus
+	// Connections is the mode's count of new connections per port
+	// (dataplane.KernelPath's; neither path reads the Snapshot: nil).
+	Connections(ctx context.Context, snap *service.Snapshot, ports dataplane.PortSet) (map[service.PortName]uint64, error)
 	// Hit counts n new connections to each endpoint of port in the Fake's
 	// counters, as the kernel counts packets through the rules.
 	Hit(t *testing.T, port service.PortName, n uint64)

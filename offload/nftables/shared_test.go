@@ -86,15 +86,10 @@ func (r *rig) Restart(t *testing.T) {
 	r.Dataplane = d
 }
 
-func (r *rig) Health() kernelsync.Health       { return r.Dataplane.Health().Health }
-func (r *rig) Status() []kernelsync.PortStatus { return r.Ports() }
-func (r *rig) Dump() string                    { return r.nft.Dump() }
-func (r *rig) Writes() int                     { return r.nft.Runs() }
-func (r *rig) FailNext() string                { r.failing.fail = true; return failedRun }
-
-func (r *rig) Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
-	return r.Dataplane.Connections(ctx, nil, ports)
-}
+func (r *rig) Health() kernelsync.Health { return r.Dataplane.Health().Health }
+func (r *rig) Dump() string              { return r.nft.Dump() }
+func (r *rig) Writes() int               { return r.nft.Runs() }
+func (r *rig) FailNext() string          { r.failing.fail = true; return failedRun }
 
 // failingNFT fails its next Run when fail is set.
 type failingNFT struct {
@@ -220,7 +215,3 @@ func (kernelPath) List(t *testing.T, l *offloadtest.Lab) string {
 type kernelRig struct{ *Dataplane }
 
 func (r kernelRig) Health() kernelsync.Health { return r.Dataplane.Health().Health }
-
-func (r kernelRig) Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
-	return r.Dataplane.Connections(ctx, nil, ports)
-}
