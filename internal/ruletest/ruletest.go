@@ -1,11 +1,13 @@
 // Package ruletest holds the test tables that the two rule-writing kernel
 // paths, offload/iptables and offload/nftables, share: where a packet goes
 // (kube-proxy's tracePacket questions), what partial syncs, failures and
-// restarts leave, what the connection counters say. Each path runs them
-// through its own Fake and that Fake's packet tracer (kernel/iptables,
-// kernel/nftables) by implementing Path, and keeps in its own tests only what
-// is its own: golden rule texts, the rules' names, what one path does and the
-// other does not.
+// restarts leave, what the connection counters say, and on the real kernel
+// what real packets do. Run and RunKernel (suite.go) hold the list of them;
+// each path calls them once (its TestShared and TestKernelShared) with its
+// own Fake and that Fake's packet tracer (kernel/iptables, kernel/nftables)
+// behind Path, and its own mode in offloadtest's namespaces behind
+// KernelPath. Its other tests are its own: golden texts of what only it
+// renders, the rules' names, what one path does and the other does not.
 //
 // The cluster is servicetest's: this node st.ThisNode at 198.19.0.1 (IPv6:
 // 2001:db8:19::1), pods in 198.19.1.0/24 (2001:db8:19::1:0/112), Services in
