@@ -76,8 +76,9 @@ func (d *Dataplane) commit(rd *rendering) {
 func (d *Dataplane) write(ctx context.Context, rd *rendering, full bool, applied map[service.PortName]*portRules) (int, error) {
 	var pl *plan
 	if full {
-		// Per-port chains live only in nat: no need to read filter.
-		existing, err := ourChains(ctx, d.cfg.IPTables, tableNAT)
+		// Per-port chains live only in nat; filter's tell which hooks
+		// can be there (missingHooks).
+		existing, err := ourChains(ctx, d.cfg.IPTables, tableNAT, tableFilter)
 		if err != nil {
 			return 0, err
 		}
@@ -89,7 +90,11 @@ func (d *Dataplane) write(ctx context.Context, rd *rendering, full bool, applied
 				stale = append(stale, c)
 			}
 		}
-		pl = &plan{top: rd.top, ports: rd.ports, stale: stale}
+		missing, err := missingHooks(ctx, d.cfg.IPTables, existing)
+		if err != nil {
+			return 0, err
+		}
+		pl = &plan{top: rd.top, ports: rd.ports, stale: stale, hooks: missing}
 	} else {
 		pl = d.partialPlan(rd)
 	}
@@ -102,13 +107,6 @@ func (d *Dataplane) write(ctx context.Context, rd *rendering, full bool, applied
 	text := rd.text(pl)
 	if err := d.cfg.IPTables.Restore(ctx, text); err != nil {
 		return 0, fmt.Errorf("iptables sync (full=%v): %w", full, err)
-	}
-	if full {
-		// After the restore, which creates the chains the hooks jump to. On
-		// a restart they exist and this changes nothing.
-		if err := ensureHooks(ctx, d.cfg.IPTables); err != nil {
-			return 0, err
-		}
 	}
 	return len(text), nil
 }
