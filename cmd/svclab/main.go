@@ -63,17 +63,22 @@ commands:
                                         TARGET: web, web.default.svc.cluster.local,
                                         198.18.0.20:80, udp://echo:7, 198.19.0.1:30080,
                                         [2001:db8:18::24]:80
-  rules [SERVICE] [--counters]          svcproxy's iptables and ip6tables chains, nftables
+  rules [SERVICE] [--counters] [--node NODE]
+                                        svcproxy's iptables and ip6tables chains, nftables
                                         tables and IPVS table in the node (socklb mode: the
                                         socket LB's maps too), hashed chains
-                                        named in a legend; with SERVICE only that Service's;
-                                        --counters: the packets each rule matched
-  trace FROM SERVICE[:PORT] [--pick N]  walk the first packet of a connection from lab host
+                                        named in a legend, and the real kube-proxy's where it
+                                        runs; with SERVICE only that Service's;
+                                        --counters: the packets each rule matched; --node: a
+                                        worker of the kubeadm cluster
+  trace FROM SERVICE[:PORT] [--pick N] [--node NODE]
+                                        walk the first packet of a connection from lab host
                                         FROM through the node's live rules: chain, rule,
                                         DNAT or REDIRECT, masquerade (socklb mode: from a pod
                                         or the client, connect() through the socket LB's
                                         program first); --pick N follows the Nth random choice
-  conntrack [SERVICE] [--flush]         the node's conntrack entries, explained; --flush
+  conntrack [SERVICE] [--flush] [--node NODE]
+                                        the node's conntrack entries, explained; --flush
                                         empties the table
   mode [--ipvs-scheduler S] [--offload P] [--demote-after D] MODE
                                         restart svcproxy in MODE: userspace, iptables,

@@ -8,10 +8,10 @@
 // control-plane lab runs etcd, kube-apiserver and kube-controller-manager
 // in the node, with a PKI of its own (controlplane.go, pki.go); kubectl
 // applies the same Services, two StatefulSets (Objects) and deploy/lab's
-// RBAC; a simulated Kubelet plays the kubelet and the scheduler, starting a
-// pod namespace for each Pod and reporting it Ready through the API, so
-// that the real EndpointSlice controller writes the slices
-// (Cluster.UpSimulated). The real-node lab runs real nodes beside that
+// RBAC; a SimulatedKubelet (simkubelet*.go) plays the kubelet and the
+// scheduler, starting a pod namespace for each Pod and reporting it Ready
+// through the API, so that the real EndpointSlice controller writes the
+// slices (Cluster.UpSimulated). The real-node lab runs real nodes beside that
 // control plane instead (Cluster.UpRealNode): containerd, the kubelet and
 // kube-scheduler, with svcproxy and clusterdns as pods of deploy/realnode.
 //

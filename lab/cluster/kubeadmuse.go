@@ -141,16 +141,43 @@ func (c *Cluster) setKubeadmMode(ctx context.Context, mode string) error {
 	if _, err := c.KubectlOut(ctx, nil, "-n", "kube-system", "delete", "pods", "-l", "k8s-app=kube-proxy"); err != nil {
 		return err
 	}
-	if _, err := c.KubectlOut(ctx, nil, "-n", "kube-system", "rollout", "status", "daemonset/kube-proxy", "--timeout="+kubeadmTimeout.String()); err != nil {
-		return err
-	}
 	return c.waitProxyMode(ctx, mode)
 }
 
+// crashedProxy says which proxy pod has exited since it started, and the
+// end of what it said: a proxy that refuses its configuration (kube-proxy
+// in ipvs mode on a kernel without IPVS) exits, and the kubelet restarts it
+// in a loop. "" for none.
+func (c *Cluster) crashedProxy(ctx context.Context) string {
+	client, err := c.Client()
+	if err != nil {
+		return ""
+	}
+	pods, err := client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-proxy"})
+	if err != nil {
+		return ""
+	}
+	for _, p := range pods.Items {
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.RestartCount == 0 && cs.LastTerminationState.Terminated == nil {
+				continue
+			}
+			logs, _ := c.KubectlOut(ctx, nil, "-n", "kube-system", "logs", p.Name, "--previous", "--tail=3")
+			return fmt.Sprintf("pod %s on %s exited (restarted %d times); its last words:\n%s", p.Name, p.Spec.NodeName, cs.RestartCount, strings.TrimSpace(logs))
+		}
+	}
+	return ""
+}
+
 // waitProxyMode waits until the proxy on every node answers /proxyMode
-// with mode.
+// with mode, and gives up at once when a proxy pod exits.
 func (c *Cluster) waitProxyMode(ctx context.Context, mode string) error {
-	return c.poll(ctx, "the proxy on every node in mode "+mode, kubeadmTimeout, func() error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	err := c.poll(ctx, "the proxy on every node in mode "+mode, kubeadmTimeout, func() error {
+		if why := c.crashedProxy(ctx); why != "" {
+			cancel(errors.New(why))
+		}
 		for _, n := range c.Nodes() {
 			got, err := n.MetricsGet(ctx, "/proxyMode")
 			if err != nil {
@@ -162,6 +189,10 @@ func (c *Cluster) waitProxyMode(ctx context.Context, mode string) error {
 		}
 		return nil
 	})
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return fmt.Errorf("the proxy in mode %s: %w", mode, cause)
+	}
+	return err
 }
 
 // MetricsGet fetches path from the metrics server of the proxy on n

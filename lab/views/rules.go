@@ -117,7 +117,7 @@ func (v *Views) RulesWith(ctx context.Context, opts RulesOptions) (string, error
 		fmt.Fprintf(&b, "# %s\n\n", describeService(svc))
 	}
 	for _, part := range []func(context.Context, *strings.Builder, *service.Service, bool) error{
-		v.iptablesRules, v.socketLBRules, v.nftablesRules, v.ipvsRules,
+		v.iptablesRules, v.socketLBRules, v.nftablesRules, v.ipvsRules, v.kubeProxyRules,
 	} {
 		if err := part(ctx, &b, svc, opts.Counters); err != nil {
 			return "", err
