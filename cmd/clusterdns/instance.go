@@ -133,6 +133,12 @@ func (d *daemon) newInstance(ctx context.Context, conf *corefile.Config, prev *i
 // synced (a Snapshot is indexed) and, here, while no upstream loops; 503
 // with the names of the plugins not ready otherwise, and "Shutting down"
 // once the process is stopping.
+//
+// Its monitor option changes nothing here: the kubernetes plugin, the one
+// plugin with a readiness, never goes back once synced, so asking it
+// again (continuously) or not (until-ready) answers the same; a loop
+// stands for CoreDNS's loop plugin ending the process, and is said in
+// either mode.
 func (inst *instance) serveReady(w http.ResponseWriter, _ *http.Request) {
 	if inst.stopping.Load() {
 		w.WriteHeader(http.StatusServiceUnavailable)
