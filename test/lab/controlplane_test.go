@@ -236,13 +236,18 @@ func checkLabRBAC(c *cpLab) {
 		}
 		// svcproxy watches its own Node (traffic distribution, /healthz),
 		// through an informer, which lists and watches but never gets.
-		nodes := "no"
+		// clusterdns watches Namespaces and Pods, as CoreDNS does (a name in
+		// a namespace that does not exist, "pods verified").
+		nodes, dns := "no", "no"
 		if user == "svcproxy" {
 			nodes = "yes"
+		} else {
+			dns = "yes"
 		}
 		for _, v := range []struct{ verb, res, want string }{
 			{"list", "secrets", "no"}, {"watch", "endpoints", "no"}, {"list", "nodes", nodes}, {"watch", "nodes", nodes},
-			{"get", "nodes", "no"}, {"list", "pods", "no"}, {"create", "services", "no"}, {"delete", "endpointslices.discovery.k8s.io", "no"},
+			{"get", "nodes", "no"}, {"list", "pods", dns}, {"watch", "namespaces", dns}, {"get", "pods", "no"},
+			{"create", "services", "no"}, {"delete", "endpointslices.discovery.k8s.io", "no"},
 		} {
 			if got := as(user, "auth", "can-i", v.verb, v.res, "-A"); got != v.want {
 				c.t.Errorf("%s: can-i %s %s = %q, want %s", user, v.verb, v.res, got, v.want)
