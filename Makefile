@@ -63,13 +63,22 @@ cluster-bins:
 	@./test/kapi/build.sh -node -cluster || [ $$? -eq 2 ]
 
 ## conformance: Kubernetes' own Service and DNS conformance tests (e2e.test
-## v1.37.2) against svcproxy and clusterdns on the lab's real node, in each
-## mode of MODE (default all four, one after the other: MODE=iptables runs
-## one); each mode ends with "N passed, N failed, N skipped" and brings the node
-## down, and several end with the sum (root; docs/conformance.md)
-MODE ?= userspace iptables nftables hybrid
-conformance: deps build conformance-bins image e2e-images
-	MODE="$(MODE)" ./scripts/conformance.sh
+## v1.37.2) against svcproxy and clusterdns, in each mode of MODE, one after the
+## other; each mode ends with "N passed, N failed, N skipped", the wall time
+## and the largest RSS of the kubelets, containerds, kube-apiserver and etcd,
+## and brings the lab down, and several end with the sum (root;
+## docs/conformance.md). NODES=1 (default): on the lab's real node, MODE by
+## default userspace iptables nftables hybrid. NODES=3: on the kubeadm cluster,
+## MODE by default kube-proxy-iptables kube-proxy-nftables (the real kube-proxy
+## and CoreDNS), then svcproxy's iptables nftables hybrid userspace
+NODES ?= 1
+MODE ?=
+CONFORMANCE_NEEDS := deps build conformance-bins image e2e-images
+ifneq ($(NODES),1)
+CONFORMANCE_NEEDS += cluster-bins kubeadm-images
+endif
+conformance: $(CONFORMANCE_NEEDS)
+	NODES="$(NODES)" MODE="$(MODE)" ./scripts/conformance.sh
 
 ## image: the container image for kind (docs/kind.md), built without a Docker
 ## daemon: bin/svcproxy-image.tar, for `kind load image-archive` or `docker load`

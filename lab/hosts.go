@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 
 	"github.com/svcproxy/svcproxy/lab/cluster"
 	"github.com/svcproxy/svcproxy/lab/topology"
@@ -55,15 +56,20 @@ func (l *Lab) WriteHosts(w io.Writer) error {
 
 // kubeadmHosts are the rows of the kubeadm cluster: the control-plane
 // node, the workers, the client and the outside host, each node with the
-// pod range kube-controller-manager gave it.
+// pod range kube-controller-manager gave it and the pods bound to it.
 func (l *Lab) kubeadmHosts(client topology.Host) []topology.HostRow {
 	p := l.cfg.Plan
-	ranges := l.cluster.PodRanges(context.Background())
+	views := l.cluster.NodeViews(context.Background())
 	pods := func(name string) string {
-		if r, ok := ranges[name]; ok {
-			return fmt.Sprintf("; pods on %s in %s", cluster.PodBridge, r)
+		v, ok := views[name]
+		if !ok {
+			return ""
 		}
-		return ""
+		s := fmt.Sprintf("; pods on %s in %s", cluster.PodBridge, v.PodCIDR)
+		if len(v.Pods) > 0 {
+			s += ": " + strings.Join(v.Pods, ", ")
+		}
+		return s
 	}
 	rows := p.HostRows("kubeadm's control plane (etcd, kube-apiserver :6443, kube-controller-manager, kube-scheduler: static pods), containerd, kubelet"+pods(p.Node.Name), nil)
 	for _, h := range l.net.AddedHosts() {

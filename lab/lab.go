@@ -28,6 +28,10 @@ type Config struct {
 	// Manifests are written to the state directory for svcproxy and clusterdns;
 	// nil is the embedded manifests.yaml.
 	Manifests []byte
+	// Node is the node the views look at (svclab rules, trace, conntrack
+	// --node): "" is the Plan's node; on the kubeadm cluster, a worker's
+	// name ("worker1").
+	Node string
 	// StateDir holds pid files, logs and the manifests; "" is DefaultStateDir.
 	StateDir string
 	// BinDir is where svcproxy and clusterdns are looked for first; "" is the
@@ -67,6 +71,13 @@ func New(cfg Config) (*Lab, error) {
 	}
 	if err := cfg.Plan.Validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Node != "" && cfg.Node != cfg.Plan.Node.Name {
+		p, err := planOnNode(cfg.Plan, cfg.StateDir, cfg.Node)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Plan = p
 	}
 	if cfg.Manifests == nil {
 		cfg.Manifests = cluster.Manifests
@@ -155,3 +166,19 @@ func (l *Lab) Traffic(ctx context.Context, opts pods.TrafficOptions) (*pods.Tall
 // Leftovers lists what the lab left on the machine; empty after Down (see
 // topology.Net.Leftovers).
 func (l *Lab) Leftovers() []string { return l.net.Leftovers() }
+
+// planOnNode is p with the lab's node n (a worker of the kubeadm cluster,
+// recorded in the state directory) as its node: what runs "in the node"
+// (the views' iptables-save, nft, conntrack) runs there.
+func planOnNode(p *topology.Plan, stateDir, n string) (*topology.Plan, error) {
+	if stateDir == "" {
+		stateDir = DefaultStateDir
+	}
+	h, ok := topology.New(topology.Config{Plan: p, StateDir: stateDir}).Host(n)
+	if !ok || h.Role != topology.RoleNode {
+		return nil, fmt.Errorf("node %q: no such node in the lab (svclab up --nodes 3 makes %s, worker1 and worker2)", n, p.Node.Name)
+	}
+	on := *p
+	on.Node = h
+	return &on, nil
+}

@@ -1,23 +1,36 @@
 #!/bin/sh
 # make conformance: Kubernetes' own Service and DNS conformance tests (e2e.test
-# v1.37.2) against svcproxy and clusterdns on the lab's real node (svclab up
-# --kubelet), in each mode of MODE (default all four: userspace, iptables,
-# nftables and hybrid, one after the other). For each it brings the node up, runs
-# e2e.test in the node's network namespace (the admin kubeconfig names the API
-# server at 127.0.0.1:6443 there), prints the e2e summary as a line
-# "N passed, N failed, N skipped", and always brings the node down.
-# The whole e2e output goes to bin/conformance-$MODE.log. docs/conformance.md
-# says what runs, what is skipped and why, and the figures of the last run.
+# v1.37.2) against svcproxy and clusterdns, in each mode of MODE, one after the
+# other. NODES=1 (the default) runs them on the lab's real node (svclab up
+# --kubelet), MODE by default userspace, iptables, nftables and hybrid.
+# NODES=2 or 3 runs them on the cluster kubeadm makes (svclab up --nodes N):
+# MODE kube-proxy-iptables and kube-proxy-nftables are the baseline, the real
+# kube-proxy and CoreDNS; any other mode is svcproxy's (svclab use svcproxy,
+# svclab use clusterdns, svclab mode MODE); by default the two baselines,
+# then iptables, nftables, hybrid and userspace. For each mode it brings the
+# lab up, runs e2e.test in the (control-plane) node's network namespace (the
+# admin kubeconfig names the API server there), prints the e2e summary as a
+# line "N passed, N failed, N skipped", and always brings the lab down.
+# The whole e2e output goes to bin/conformance-$MODE.log (with NODES above 1,
+# bin/conformance-N-nodes-$MODE.log). docs/conformance.md says what runs, what
+# is skipped and why, and the figures of the last run.
 #
-# Needs root, `make build image conformance-bins e2e-images` (the Makefile's
-# conformance target runs them first). Exit status: e2e.test's (0: no failure).
+# Needs root, `make build image conformance-bins e2e-images` (and with NODES
+# above 1 `make cluster-bins kubeadm-images`; the Makefile's conformance target
+# runs them first). Exit status: e2e.test's (0: no failure).
 set -eu
 cd "$(dirname "$0")/.."
 
-MODE=${MODE:-userspace iptables nftables hybrid}
-E2E_TIMEOUT=${E2E_TIMEOUT:-1500}
+NODES=${NODES:-1}
+if [ "$NODES" = 1 ]; then
+	MODE=${MODE:-userspace iptables nftables hybrid}
+else
+	MODE=${MODE:-kube-proxy-iptables kube-proxy-nftables iptables nftables hybrid userspace}
+fi
+# The kubeadm cluster runs 16 more tests, several of them [Serial].
+E2E_TIMEOUT=${E2E_TIMEOUT:-$([ "$NODES" = 1 ] && echo 1500 || echo 2700)}
 BIN=${BIN:-$(pwd)/bin}
-export BIN E2E_TIMEOUT
+export BIN E2E_TIMEOUT NODES
 
 # What runs: the Service, DNS, EndpointSlice and pod networking conformance
 # tests of sig-network, and every other "[sig-network] Services should" test
@@ -25,14 +38,22 @@ export BIN E2E_TIMEOUT
 # traffic policies, no endpoints, hairpin, ...). FOCUS, a Ginkgo regular
 # expression, narrows it to one test while a failure is fixed.
 FOCUS=${FOCUS:-'\[sig-network\].*(Services|DNS|EndpointSlice|Networking).*\[Conformance\]|\[sig-network\] Services should'}
-# What is skipped: the tests that need more than the lab's one node (they
-# would skip themselves at run time), a component run as a pod that this lab
+# What is skipped: on one node, the tests that need more than one node (they
+# would skip themselves at run time), a component run as a pod that that lab
 # runs as a process, or a privileged pod that enters the machine's own mount
-# namespace. Each is listed with its reason in docs/conformance.md; a
-# skip is added only here, beside the docs.
-SKIP=${SKIP-'should preserve source pod IP for traffic thru service cluster IP|PublishNotReadyAddresses is (true|false)|should respect internalTrafficPolicy=Local|should support externalTrafficPolicy=Local for type=NodePort|should fail health check node port if there are only terminating endpoints|should fallback to (local )?terminating endpoints when there are no ready endpoints|HealthCheckNodePort correctly when ExternalTrafficPolicy changes|should work after restarting (kube-proxy|apiserver)|should allow creating a basic SCTP service'}
+# namespace; on the kubeadm cluster only the last. Each is listed with its
+# reason in docs/conformance.md; a skip is added only here, beside the docs.
+if [ "$NODES" = 1 ]; then
+	SKIP=${SKIP-'should preserve source pod IP for traffic thru service cluster IP|PublishNotReadyAddresses is (true|false)|should respect internalTrafficPolicy=Local|should support externalTrafficPolicy=Local for type=NodePort|should fail health check node port if there are only terminating endpoints|should fallback to (local )?terminating endpoints when there are no ready endpoints|HealthCheckNodePort correctly when ExternalTrafficPolicy changes|should work after restarting (kube-proxy|apiserver)|should allow creating a basic SCTP service'}
+else
+	SKIP=${SKIP-'should allow creating a basic SCTP service'}
+fi
 
-eval "$(./test/kapi/build.sh -node -conformance)"
+if [ "$NODES" = 1 ]; then
+	eval "$(./test/kapi/build.sh -node -conformance)"
+else
+	eval "$(./test/kapi/build.sh -node -conformance -cluster)"
+fi
 if [ ! -x "${E2E_TEST:-}" ] || [ ! -x "${KUBECTL:-}" ]; then
 	echo "conformance: e2e.test or kubectl is not built: run make conformance-bins" >&2
 	exit 1
@@ -56,9 +77,11 @@ case "$MODE" in *" "*)
 	export SVCLAB_LOCK_HELD=1 FOCUS SKIP
 	total_p=0 total_f=0 total_s=0 rc=0
 	for m in $MODE; do
-		{ MODE=$m sh "$0"; echo $? >"$BIN/conformance-$m.rc"; } 2>&1 | tee "$BIN/conformance-$m.out"
-		[ "$(cat "$BIN/conformance-$m.rc")" = 0 ] || rc=1
-		set -- $(sed -n -E 's/^([0-9]+) passed, ([0-9]+) failed, ([0-9]+) skipped$/\1 \2 \3/p' "$BIN/conformance-$m.out")
+		out=$BIN/conformance-$m
+		[ "$NODES" = 1 ] || out=$BIN/conformance-$NODES-nodes-$m
+		{ MODE=$m sh "$0"; echo $? >"$out.rc"; } 2>&1 | tee "$out.out"
+		[ "$(cat "$out.rc")" = 0 ] || rc=1
+		set -- $(sed -n -E 's/^([0-9]+) passed, ([0-9]+) failed, ([0-9]+) skipped$/\1 \2 \3/p' "$out.out")
 		if [ $# -ne 3 ]; then
 			echo "conformance: mode $m ended without a summary" >&2
 			rc=1
@@ -72,6 +95,7 @@ case "$MODE" in *" "*)
 esac
 
 LOG=$BIN/conformance-$MODE.log
+[ "$NODES" = 1 ] || LOG=$BIN/conformance-$NODES-nodes-$MODE.log
 trap '"$BIN/svclab" --bin "$BIN" down' EXIT
 trap 'exit 130' INT TERM
 
@@ -82,21 +106,44 @@ focused=$("$E2E_TEST" --provider=local --ginkgo.dry-run --ginkgo.no-color \
 	--ginkgo.focus="$FOCUS" 2>/dev/null | sed -n -E 's/^Ran ([0-9]+) of .*/\1/p' | tail -1)
 
 start=$(date +%s)
-"$BIN/svclab" --bin "$BIN" up --kubelet --mode "$MODE"
+svclab() { "$BIN/svclab" --bin "$BIN" "$@"; }
+if [ "$NODES" = 1 ]; then
+	svclab up --kubelet --mode "$MODE"
+else
+	case "$MODE" in
+	kube-proxy-*) svclab up --nodes "$NODES" --mode "${MODE#kube-proxy-}" ;;
+	*)
+		svclab up --nodes "$NODES"
+		svclab use svcproxy
+		svclab use clusterdns
+		svclab mode "$MODE"
+		;;
+	esac
+fi
 
 set -- --provider=local --kubeconfig=/run/svclab/admin.kubeconfig \
 	--kubectl-path="$KUBECTL" --ginkgo.v --ginkgo.no-color --ginkgo.focus="$FOCUS"
 [ -n "$SKIP" ] && set -- "$@" --ginkgo.skip="$SKIP"
-echo "conformance: e2e.test in svclab-node, mode $MODE, log $LOG"
-# The node's own cost while the tests run: the largest resident set of the
-# kubelet and of containerd, sampled every 5 seconds.
-rss_max() { # name file: keeps in file the largest RSS (KiB) of the process name seen
-	r=$(ps -o rss= -C "$1" | sort -n | tail -1)
-	[ -n "$r" ] && [ "$r" -gt "$(cat "$2" 2>/dev/null || echo 0)" ] && echo "$r" >"$2"
+echo "conformance: e2e.test in svclab-node, mode $MODE, $NODES node(s), log $LOG"
+# The nodes' own cost while the tests run: the largest resident set of each
+# kubelet and containerd (by their pid files), and of kube-apiserver and etcd
+# (by name: on the kubeadm cluster they are static pods), sampled every 5 s.
+rss_max() { # file pid...: keeps in file the largest RSS (KiB) of the pids seen
+	f=$1
+	shift
+	[ $# -gt 0 ] || return 0
+	r=$(ps -o rss= -p "$(echo "$@" | tr ' ' ,)" 2>/dev/null | sort -n | tail -1)
+	[ -n "$r" ] && [ "$r" -gt "$(cat "$f" 2>/dev/null || echo 0)" ] && echo "$r" >"$f"
 	return 0
 }
-rm -f "$BIN/rss-kubelet" "$BIN/rss-containerd"
-(while :; do rss_max kubelet "$BIN/rss-kubelet"; rss_max containerd "$BIN/rss-containerd"; sleep 5; done) &
+daemons="kubelet containerd"
+[ "$NODES" = 1 ] || for w in $(seq 1 $((NODES - 1))); do daemons="$daemons kubelet-worker$w containerd-worker$w"; done
+for d in $daemons kube-apiserver etcd; do rm -f "$BIN/rss-$d"; done
+(while :; do
+	for d in $daemons; do rss_max "$BIN/rss-$d" $(cat "/run/svclab/$d.pid" 2>/dev/null); done
+	for d in kube-apiserver etcd; do rss_max "$BIN/rss-$d" $(pgrep -x "$d"); done
+	sleep 5
+done) &
 sampler=$!
 rc=0
 timeout "$E2E_TIMEOUT" ip netns exec svclab-node \
@@ -115,7 +162,9 @@ fi
 passed=$(echo "$line" | sed -E 's/.*-- ([0-9]+) Passed.*/\1/')
 failed=$(echo "$line" | sed -E 's/.*\| ([0-9]+) Failed.*/\1/')
 echo "$passed passed, $failed failed, $((focused - passed - failed)) skipped"
-echo "conformance: mode $MODE, $(($(date +%s) - start)) s with the node's start;" \
-	"largest RSS while the tests ran: kubelet $(($(cat "$BIN/rss-kubelet" 2>/dev/null || echo 0) / 1024)) MiB," \
-	"containerd $(($(cat "$BIN/rss-containerd" 2>/dev/null || echo 0) / 1024)) MiB"
+mib() { echo "$(($(cat "$BIN/rss-$1" 2>/dev/null || echo 0) / 1024)) MiB"; }
+rsses=""
+for d in $daemons kube-apiserver etcd; do rsses="$rsses, $d $(mib "$d")"; done
+echo "conformance: mode $MODE, $NODES node(s), $(($(date +%s) - start)) s with the lab's start;" \
+	"largest RSS while the tests ran: ${rsses#, }"
 exit "$rc"

@@ -10,6 +10,9 @@ import (
 	"github.com/svcproxy/svcproxy/lab/views"
 )
 
+// nodeUsage is the --node flag of rules, trace and conntrack.
+const nodeUsage = "the `NODE` whose kernel to read: on the kubeadm cluster (svclab up --nodes N), worker1 or worker2 (default: node)"
+
 // newFlags is a command's flag set whose -h/--help says what the command
 // does, its synopsis, and every flag.
 func newFlags(cfg lab.Config, synopsis, about string) *flag.FlagSet {
@@ -72,6 +75,7 @@ count (in the nat table: new connections) and IPVS's per-server counters.`
 func cmdRules(ctx context.Context, cfg lab.Config, args []string) error {
 	fs := newFlags(cfg, "svclab rules [SERVICE] [--counters]", rulesAbout)
 	counters := fs.Bool("counters", false, "show the packets each rule matched, and IPVS's connection counters")
+	fs.StringVar(&cfg.Node, "node", "", nodeUsage)
 	pos, err := parseAnyOrder(fs, args)
 	if err != nil {
 		return err
@@ -110,6 +114,7 @@ probability; --pick N prints way N in full.`
 func cmdTrace(ctx context.Context, cfg lab.Config, args []string) error {
 	fs := newFlags(cfg, "svclab trace FROM SERVICE[:PORT] [--pick N]", traceAbout)
 	pick := fs.Int("pick", 0, "follow way `N` of the random choices in full (0: the first endpoint)")
+	fs.StringVar(&cfg.Node, "node", "", nodeUsage)
 	pos, err := parseAnyOrder(fs, args)
 	if err != nil {
 		return err
@@ -137,6 +142,7 @@ SERVICE ("web", "kube-system/kube-dns") narrows the list to that Service.
 func cmdConntrack(ctx context.Context, cfg lab.Config, args []string) error {
 	fs := newFlags(cfg, "svclab conntrack [SERVICE] [--flush]", conntrackAbout)
 	flush := fs.Bool("flush", false, "delete every entry of the node's conntrack table, and show nothing")
+	fs.StringVar(&cfg.Node, "node", "", nodeUsage)
 	pos, err := parseAnyOrder(fs, args)
 	if err != nil {
 		return err

@@ -27,7 +27,7 @@ type built struct {
 	took time.Duration
 }
 
-var binaries, controlPlane, node, conformance built
+var binaries, controlPlane, node, conformance, clusterBins built
 
 // Binaries finds kube-apiserver and etcd, cached outside the repository keyed
 // by their versions ($XDG_CACHE_HOME or ~/.cache, under svcproxy/kapi/<versions>/).
@@ -65,6 +65,15 @@ func NodeBinaries(t testing.TB) k8sbin.Binaries {
 func ConformanceBinaries(t testing.TB) k8sbin.Binaries {
 	t.Helper()
 	return find(t, &conformance, k8sbin.Config{ControlPlane: true, Node: true, Conformance: true}, "make conformance-bins")
+}
+
+// ClusterBinaries is NodeBinaries with what a kubeadm cluster adds
+// (Binaries.Kubeadm, KubeProxy, CoreDNS, ClusterEtcd and ClusterEtcdctl).
+// `make test` does not build them: without them the test skips and names
+// `make cluster-bins`.
+func ClusterBinaries(t testing.TB) k8sbin.Binaries {
+	t.Helper()
+	return find(t, &clusterBins, k8sbin.Config{ControlPlane: true, Node: true, Cluster: true}, "make cluster-bins")
 }
 
 // find builds (or finds) what cfg asks for; advice names the make target that

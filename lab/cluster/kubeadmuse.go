@@ -4,20 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/svcproxy/svcproxy/deploy/image"
 	"github.com/svcproxy/svcproxy/images"
-	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // What serves Services and DNS on the kubeadm cluster, and how `svclab
@@ -35,7 +30,8 @@ var (
 
 // Use makes what (svcproxy or kube-proxy, clusterdns or coredns) serve on
 // the kubeadm cluster: `kubectl set image` on kube-proxy's DaemonSet or
-// coredns's Deployment, then `kubectl rollout status`, each pod replaced
+// coredns's Deployment, then waits as `kubectl rollout status` does (and
+// fails at once when a new pod cannot start), each pod replaced
 // in turn as a rolling update does. Services keep answering meanwhile on
 // every node but the one whose pod is being replaced (a DaemonSet's
 // rolling update stops the old pod before it starts the new one).
@@ -47,10 +43,10 @@ func (c *Cluster) Use(ctx context.Context, what string) error {
 	if st.Nodes == 0 {
 		return errors.New("svclab use: the lab runs no kubeadm cluster (svclab up --nodes N)")
 	}
-	kind, name, container := "daemonset", "kube-proxy", "kube-proxy"
+	kind, name, container, selector := "daemonset", "kube-proxy", "kube-proxy", "k8s-app=kube-proxy"
 	ref, ok := proxyImages[what]
 	if !ok {
-		kind, name, container = "deployment", "coredns", "coredns"
+		kind, name, container, selector = "deployment", "coredns", "coredns", "k8s-app=kube-dns"
 		if ref, ok = dnsImages[what]; !ok {
 			return fmt.Errorf("svclab use %q: want svcproxy or kube-proxy (Services), clusterdns or coredns (DNS)", what)
 		}
@@ -58,13 +54,11 @@ func (c *Cluster) Use(ctx context.Context, what string) error {
 	if what == "kube-proxy" && !slices.Contains(KubeProxyModes, st.Mode) {
 		return fmt.Errorf("svclab use kube-proxy: kube-proxy's ConfigMap says mode %q, which is svcproxy's own; kube-proxy would not start (svclab mode iptables first)", st.Mode)
 	}
-	for _, args := range [][]string{
-		{"-n", "kube-system", "set", "image", kind + "/" + name, container + "=" + ref},
-		{"-n", "kube-system", "rollout", "status", kind + "/" + name, "--timeout=" + kubeadmTimeout.String()},
-	} {
-		if _, err := c.KubectlOut(ctx, nil, args...); err != nil {
-			return err
-		}
+	if _, err := c.KubectlOut(ctx, nil, "-n", "kube-system", "set", "image", kind+"/"+name, container+"="+ref); err != nil {
+		return err
+	}
+	if err := c.waitRollout(ctx, kind+"/"+name, selector); err != nil {
+		return err
 	}
 	if kind == "daemonset" {
 		return c.waitProxyMode(ctx, st.Mode)
@@ -141,16 +135,76 @@ func (c *Cluster) setKubeadmMode(ctx context.Context, mode string) error {
 	if _, err := c.KubectlOut(ctx, nil, "-n", "kube-system", "delete", "pods", "-l", "k8s-app=kube-proxy"); err != nil {
 		return err
 	}
-	if _, err := c.KubectlOut(ctx, nil, "-n", "kube-system", "rollout", "status", "daemonset/kube-proxy", "--timeout="+kubeadmTimeout.String()); err != nil {
-		return err
-	}
 	return c.waitProxyMode(ctx, mode)
 }
 
+// failingPod says which pod of kube-system matching selector will not
+// serve by itself, and why: one that has exited since it started, with the
+// end of what it said (kube-proxy in ipvs mode on a kernel without IPVS
+// exits, and the kubelet restarts it in a loop), or one whose image the
+// node does not have (nothing is pulled here). "" for none.
+func (c *Cluster) failingPod(ctx context.Context, selector string) string {
+	client, err := c.Client()
+	if err != nil {
+		return ""
+	}
+	pods, err := client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return ""
+	}
+	for _, p := range pods.Items {
+		for _, cs := range p.Status.ContainerStatuses {
+			if w := cs.State.Waiting; w != nil && slices.Contains(imageFailures, w.Reason) {
+				return fmt.Sprintf("pod %s on %s: %s: %s", p.Name, p.Spec.NodeName, w.Reason, w.Message)
+			}
+			if cs.RestartCount == 0 && cs.LastTerminationState.Terminated == nil {
+				continue
+			}
+			logs, _ := c.KubectlOut(ctx, nil, "-n", "kube-system", "logs", p.Name, "--previous", "--tail=3")
+			return fmt.Sprintf("pod %s on %s exited (restarted %d times); its last words:\n%s", p.Name, p.Spec.NodeName, cs.RestartCount, strings.TrimSpace(logs))
+		}
+	}
+	return ""
+}
+
+// imageFailures are the reasons a container waits for an image that will
+// not come.
+var imageFailures = []string{"ErrImageNeverPull", "ErrImagePull", "ImagePullBackOff", "InvalidImageName"}
+
+// waitRollout waits until workload (kind/name in kube-system) has rolled
+// out, as `kubectl rollout status` does, and gives up at once when one of
+// its pods (selector) fails.
+func (c *Cluster) waitRollout(ctx context.Context, workload, selector string) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	err := c.poll(ctx, workload+" rolled out", kubeadmTimeout, func() error {
+		if why := c.failingPod(ctx, selector); why != "" {
+			cancel(errors.New(why))
+		}
+		out, err := c.KubectlOut(ctx, nil, "-n", "kube-system", "rollout", "status", workload, "--watch=false")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(out, "successfully rolled out") {
+			return errors.New(strings.TrimSpace(out))
+		}
+		return nil
+	})
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return fmt.Errorf("%s: %w", workload, cause)
+	}
+	return err
+}
+
 // waitProxyMode waits until the proxy on every node answers /proxyMode
-// with mode.
+// with mode, and gives up at once when a proxy pod exits.
 func (c *Cluster) waitProxyMode(ctx context.Context, mode string) error {
-	return c.poll(ctx, "the proxy on every node in mode "+mode, kubeadmTimeout, func() error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	err := c.poll(ctx, "the proxy on every node in mode "+mode, kubeadmTimeout, func() error {
+		if why := c.failingPod(ctx, "k8s-app=kube-proxy"); why != "" {
+			cancel(errors.New(why))
+		}
 		for _, n := range c.Nodes() {
 			got, err := n.MetricsGet(ctx, "/proxyMode")
 			if err != nil {
@@ -162,32 +216,14 @@ func (c *Cluster) waitProxyMode(ctx context.Context, mode string) error {
 		}
 		return nil
 	})
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return fmt.Errorf("the proxy in mode %s: %w", mode, cause)
+	}
+	return err
 }
 
 // MetricsGet fetches path from the metrics server of the proxy on n
 // (kube-proxy's or svcproxy's, both at MetricsAddr), from inside n.
 func (n *Node) MetricsGet(ctx context.Context, path string) (string, error) {
-	client := &http.Client{
-		Timeout: topology.Patient(2 * time.Second),
-		Transport: &http.Transport{
-			DisableKeepAlives: true,
-			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				return topology.DialIn(ctx, n.Namespace, network, addr)
-			},
-		},
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+MetricsAddr+path, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return string(b), fmt.Errorf("GET %s: %s", path, resp.Status)
-	}
-	return string(b), err
+	return metricsGet(ctx, httpIn(n.Namespace), path)
 }

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
@@ -131,7 +133,7 @@ func Cleanup(ctx context.Context, ipt kiptables.Interface) error {
 	}
 	var b []byte
 	for _, table := range []string{tableFilter, tableNAT} {
-		b = append(b, kiptables.DeleteChains(kiptables.Table(table), sortedKeys(chains[table])...)...)
+		b = append(b, kiptables.DeleteChains(kiptables.Table(table), slices.Sorted(maps.Keys(chains[table]))...)...)
 	}
 	if len(b) > 0 {
 		if err := ipt.Restore(ctx, b); err != nil {

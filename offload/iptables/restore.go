@@ -220,12 +220,3 @@ func (rs *ruleset) chains() map[string]bool {
 	}
 	return m
 }
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -86,7 +87,7 @@ func (d *Dataplane) write(ctx context.Context, rd *rendering, full bool, applied
 		existing = ours[tableNAT]
 		want := rd.chains()
 		var stale []string
-		for _, c := range sortedKeys(existing) {
+		for _, c := range slices.Sorted(maps.Keys(existing)) {
 			_, block := rd.top[tableNAT][c]
 			if (isPortChain(c) && !want[c]) || (strings.HasPrefix(c, prefixCIP) && !block) {
 				stale = append(stale, c)

@@ -41,20 +41,6 @@ func freshDump(t *testing.T, snap *service.Snapshot) string {
 	return f.Dump()
 }
 
-// The sync questions both paths answer alike (internal/ruletest): partial
-// syncs along a cluster's history and after a change of any one field of a
-// port leave what a full sync writes; a sync of nothing new writes nothing;
-// a sync is full FullSyncPeriod after the last full one; nothing is synced
-// before the first Snapshot; a failed restore is followed by a full sync; UDP
-// flows that a change leaves stale are deleted.
-func TestPartialSyncConverges(t *testing.T)        { ruletest.CheckPartialSyncs(t, rules, nil) }
-func TestPartialSyncEveryField(t *testing.T)       { ruletest.CheckEveryField(t, rules, nil) }
-func TestPartialSyncNothing(t *testing.T)          { ruletest.CheckNothingChanged(t, rules) }
-func TestFullSyncEveryFullSyncPeriod(t *testing.T) { ruletest.CheckFullSyncPeriod(t, rules) }
-func TestNoSyncBeforeSnapshot(t *testing.T)        { ruletest.CheckNoSyncBeforeSnapshot(t, rules) }
-func TestSyncFailure(t *testing.T)                 { ruletest.CheckSyncFailure(t, rules) }
-func TestConntrackCleanup(t *testing.T)            { ruletest.CheckConntrackCleanup(t, rules) }
-
 // A partial sync writes only what changed: one endpoint leaving rewrites its
 // port's chains and deletes the endpoint's chain; SVCP-SERVICES is untouched.
 func TestPartialSyncText(t *testing.T) {

@@ -48,6 +48,7 @@ func TestConformance(t *testing.T) {
 	cmd := exec.Command("sh", "../../scripts/conformance.sh")
 	cmd.Env = append(os.Environ(),
 		"MODE="+conformanceMode,
+		"NODES=1",
 		"BIN="+bin,
 		"FOCUS="+conformanceFocus,
 		"SVCLAB_LOCK_HELD=1", // TestMain holds /run/lock/svclab-test.lock

@@ -46,11 +46,12 @@ func lockLab() (unlock func()) {
 	return func() { f.Close() }
 }
 
-// build compiles svclab, svcproxy and clusterdns into one directory, as
-// `go build -o bin/ ./cmd/...` does (once per test binary), and returns it.
+// build compiles svclab, svcproxy, clusterdns and runc-capbound into one
+// directory, as `go build -o bin/ ./cmd/...` does (once per test binary),
+// and returns it.
 func build(t *testing.T) string {
 	t.Helper()
-	return testbin.Build(t, "./cmd/svclab", "./cmd/svcproxy", "./cmd/clusterdns")
+	return testbin.Build(t, "./cmd/svclab", "./cmd/svcproxy", "./cmd/clusterdns", "./cmd/runc-capbound")
 }
 
 // requireClean fails the test for anything of the lab left on the machine:

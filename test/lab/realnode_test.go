@@ -129,7 +129,8 @@ func TestRealNode(t *testing.T) {
 	})
 }
 
-// buildImages writes into dir the archive `make image` writes and those of
+// buildImages writes into dir the archive `make image` writes (svcproxy's
+// image and clusterdns's, for kubeadm's coredns Deployment) and those of
 // `make e2e-images` for specs (their programs from cfg; the pause program is
 // built here): the node imports them.
 func buildImages(t *testing.T, dir string, cfg images.Config, specs []images.Spec) {
@@ -143,7 +144,12 @@ func buildImages(t *testing.T, dir string, cfg images.Config, specs []images.Spe
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := image.WriteArchive(filepath.Join(dir, "svcproxy-image.tar"), img, image.DefaultRef); err != nil {
+	dns, err := image.ClusterDNS(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := image.WriteImages(filepath.Join(dir, "svcproxy-image.tar"),
+		image.Named{Ref: image.DefaultRef, Image: img}, image.Named{Ref: image.ClusterDNSRef, Image: dns}); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Pause = bins["pause"]
