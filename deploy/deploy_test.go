@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -78,7 +79,10 @@ func TestFiles(t *testing.T) {
 // (kubectl apply --server-side -k: the server validates each object,
 // field by field, pod templates included), then checks what it holds and
 // that the ServiceAccounts' tokens may do what svcproxy and clusterdns do
-// and nothing more.
+// and nothing more. The API server admits privileged pods, as kubeadm's
+// does: kubeadm's kube-proxy DaemonSet (deploy/kubeadm) is privileged and
+// stays so with svcproxy's image, while svcproxy's own (deploy/base) asks
+// only for NET_ADMIN and NET_RAW.
 func TestApply(t *testing.T) {
 	srv := kapitest.Start(t)
 	kubectl := kapitest.ControlPlaneBinaries(t).Kubectl
@@ -136,6 +140,11 @@ func TestApply(t *testing.T) {
 		t.Errorf("daemonset kube-system/kube-proxy: %v", err)
 	} else if ctr := ds.Spec.Template.Spec.Containers[0]; ctr.Image != image.DefaultRef || ctr.Command[0] != "/usr/local/bin/kube-proxy" {
 		t.Errorf("daemonset kube-proxy: image %q command %q", ctr.Image, ctr.Command)
+	} else if sc := ctr.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
+		// kubeadm's DaemonSet is privileged, and the overlay keeps it so
+		// (only the image changes): the API server admits it because it
+		// runs with --allow-privileged=true, as kubeadm's does.
+		t.Errorf("daemonset kube-proxy: securityContext %+v, want kubeadm's privileged: true", sc)
 	}
 	t.Run("kube-proxy", func(t *testing.T) {
 		c := tokenClient(ctx, t, srv, kubectl, "kube-proxy")
@@ -155,6 +164,16 @@ func TestApply(t *testing.T) {
 		t.Errorf("daemonset kube-system/svcproxy: %v", err)
 	} else if spec := ds.Spec.Template.Spec; !spec.HostNetwork || spec.ServiceAccountName != "svcproxy" || len(spec.Tolerations) == 0 {
 		t.Errorf("daemonset svcproxy: hostNetwork %v, serviceAccountName %q, tolerations %v", spec.HostNetwork, spec.ServiceAccountName, spec.Tolerations)
+	} else {
+		// svcproxy's own DaemonSet is not privileged: it asks for the two
+		// capabilities its modes use (kind.md says what IPVS adds).
+		for _, ctr := range append(spec.InitContainers, spec.Containers...) {
+			sc := ctr.SecurityContext
+			if sc == nil || (sc.Privileged != nil && *sc.Privileged) || sc.Capabilities == nil ||
+				fmt.Sprint(sc.Capabilities.Add) != "[NET_ADMIN NET_RAW]" {
+				t.Errorf("daemonset svcproxy: container %s: securityContext %+v, want capabilities NET_ADMIN and NET_RAW, not privileged", ctr.Name, sc)
+			}
+		}
 	}
 	if _, err := c.AppsV1().Deployments("kube-system").Get(ctx, "clusterdns", metav1.GetOptions{}); err != nil {
 		t.Errorf("deployment kube-system/clusterdns: %v", err)

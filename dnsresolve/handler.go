@@ -29,26 +29,27 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	remote := w.RemoteAddr()
 	_, udp := remote.(*net.UDPAddr)
 	s.fit(resp, req, udp)
+	var q dns.Question
+	if len(req.Question) > 0 {
+		q = req.Question[0]
+	}
+	if s.logQueries {
+		// Before the answer leaves: whoever reads the log once the client
+		// has its answer (a lab's step) finds the line there.
+		s.log.Info("query", "client", remote.String(), "name", q.Name, "type", dns.TypeToString[q.Qtype],
+			"rcode", rcodeLabel(resp.Rcode), "duration", time.Since(start))
+	}
 	if err := w.WriteMsg(resp); err != nil {
 		s.log.Debug("write dns answer", "client", remote, "err", err)
 		return
 	}
-	var q dns.Question
-	if len(req.Question) > 0 {
-		q = req.Question[0]
-		info.inCache = s.cache.enabled(q.Name)
-	}
-	took := time.Since(start)
-	info.qtype, info.tcp, info.ip6, info.rcode, info.took = q.Qtype, !udp, isIPv6(remote), resp.Rcode, took
+	info.inCache = q.Name != "" && s.cache.enabled(q.Name)
+	info.qtype, info.tcp, info.ip6, info.rcode, info.took = q.Qtype, !udp, isIPv6(remote), resp.Rcode, time.Since(start)
 	if opt := req.IsEdns0(); opt != nil {
 		info.do = opt.Do()
 	}
 	info.reqLen, info.respLen = req.Len(), resp.Len()
 	s.metrics.observe(&info)
-	if s.logQueries {
-		s.log.Info("query", "client", w.RemoteAddr().String(), "name", q.Name, "type", dns.TypeToString[q.Qtype],
-			"rcode", rcodeLabel(resp.Rcode), "duration", took)
-	}
 }
 
 // answer returns the response to req, or nil when req must not be answered.

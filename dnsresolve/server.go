@@ -292,10 +292,11 @@ func Listen(addr string) (net.PacketConn, net.Listener, error) {
 }
 
 // ListenReusePort is Listen with SO_REUSEPORT on both sockets, as CoreDNS
-// listens: a reloaded configuration opens its sockets on the same address
-// while the old ones still answer, and the kernel spreads queries over both
-// until the old ones close. Another process of the same user may share the
-// port too; one of another user may not.
+// listens: another process of the same user may open the same address (a
+// new clusterdns beside the old one), and the kernel spreads queries over
+// both; one of another user may not. A query waiting in a socket's queue
+// when it closes is lost, so a reload keeps its sockets instead (see
+// cmd/clusterdns).
 func ListenReusePort(addr string) (net.PacketConn, net.Listener, error) {
 	lc := net.ListenConfig{Control: ReusePort}
 	pc, err := lc.ListenPacket(context.Background(), "udp", addr)
@@ -325,21 +326,33 @@ func ReusePort(_, _ string, c syscall.RawConn) error {
 // Serve answers queries on pc (UDP) and ln (TCP) until ctx is done, then stops
 // reading, waits up to five seconds for queries in flight to be answered, and
 // closes both sockets. Once both serve, it probes the upstreams for loops.
+//
+// Stopping leaves in the sockets' queues what it has not read: datagrams
+// and connections not accepted yet. Another Server reading the same sockets
+// (cmd/clusterdns hands them to the next configuration on a reload) answers
+// those; a TCP connection this one accepted gets the answer to the query
+// it sent first (see drainListener).
 func (s *Server) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) error {
 	if ap, err := netip.ParseAddrPort(pc.LocalAddr().String()); err == nil {
 		s.fwd.markSelf(ap)
 	}
 	s.metrics.current.Store(s) // the gauges are this Server's from now on
+	tcp := &dns.Server{Listener: ln, Net: "tcp"}
+	drain := newDrainListener(ln)
+	if drain != nil {
+		tcp.Listener = drain
+	}
 	servers := []*dns.Server{
 		// A query is read into a buffer of the size our OPT advertises
 		// (RFC 6891 6.2.3: a requestor sends no more than that). Each query
 		// in flight holds one, and miekg/dns keeps them in a sync.Pool:
 		// with 64 KiB buffers a burst of 100 queries held 6.5 MiB.
 		{PacketConn: pc, Net: "udp", UDPSize: serverUDPSize},
-		{Listener: ln, Net: "tcp"},
+		tcp,
 	}
 	errc := make(chan error, len(servers))
 	started := make(chan struct{}, len(servers))
+	tcpDone := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, srv := range servers {
 		srv.Handler = s
@@ -347,7 +360,12 @@ func (s *Server) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) 
 		srv.MsgInvalidFunc = func([]byte, error) { s.metrics.invalid.Inc() }
 		srv.NotifyStartedFunc = func() { started <- struct{}{} }
 		wg.Add(1)
-		go runDNSServer(&wg, srv, errc)
+		go func() {
+			if srv == tcp {
+				defer close(tcpDone)
+			}
+			runDNSServer(&wg, srv, errc)
+		}()
 	}
 
 	var err error
@@ -371,6 +389,14 @@ func (s *Server) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) 
 
 	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 	defer cancel()
+	if drain != nil {
+		// The TCP server returns once its connections have answered.
+		drain.drain()
+		select {
+		case <-tcpDone:
+		case <-sctx.Done():
+		}
+	}
 	for _, srv := range servers {
 		_ = srv.ShutdownContext(sctx) // "server not started" when it failed to
 	}

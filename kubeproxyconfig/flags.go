@@ -430,3 +430,52 @@ func (v quantityValue) String() string {
 }
 
 func (v quantityValue) Set(s string) error { return v.p.Set(s) }
+
+// NormalizeArgs rewrites args, before fs.Parse, into what Go's flag package
+// reads as kube-proxy's pflag command line reads them:
+//
+//   - an underscore in a flag's name is a dash (--hostname_override), as
+//     component-base's cli.Run makes it for kube-proxy
+//     (cliflag.WordSepNormalizeFunc);
+//   - -v4, pflag's shorthand with its value attached, is -v=4.
+//
+// A value given as the argument after its flag (--config my_file) is left
+// as it is, and so is everything after "--".
+func NormalizeArgs(fs *flag.FlagSet, args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
+			out = append(out, args[i:]...)
+			break
+		}
+		dashes := "-"
+		if strings.HasPrefix(a, "--") {
+			dashes = "--"
+		}
+		name, value, hasValue := strings.Cut(strings.TrimPrefix(a, dashes), "=")
+		name = strings.ReplaceAll(name, "_", "-")
+		if dashes == "-" && !hasValue && len(name) > 1 && name[0] == 'v' && fs.Lookup(name) == nil {
+			if _, err := strconv.ParseUint(name[1:], 10, 32); err == nil {
+				name, value, hasValue = "v", name[1:], true
+			}
+		}
+		if hasValue {
+			out = append(out, dashes+name+"="+value)
+			continue
+		}
+		out = append(out, dashes+name)
+		// A flag that takes a value and has none attached takes the next
+		// argument, whatever it looks like.
+		if fl := fs.Lookup(name); fl != nil && !isBoolFlag(fl) && i+1 < len(args) {
+			i++
+			out = append(out, args[i])
+		}
+	}
+	return out
+}
+
+func isBoolFlag(fl *flag.Flag) bool {
+	b, ok := fl.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}

@@ -130,3 +130,25 @@ func TestFlagsSvcproxyModes(t *testing.T) {
 		}
 	}
 }
+
+// kube-proxy's command line as pflag and component-base read it: an
+// underscore in a flag's name is a dash, -v4 is -v=4, and values are left
+// alone, also one that looks like a flag.
+func TestNormalizeArgs(t *testing.T) {
+	fs := flag.NewFlagSet("kube-proxy", flag.ContinueOnError)
+	f := AddFlags(fs)
+	args := []string{"--hostname_override=Node-A", "-v4", "--config", "/var/lib/kube_proxy/config.conf",
+		"--oom-score-adj", "-998", "--masquerade_all", "--cleanup", "--", "--x_y"}
+	got := NormalizeArgs(fs, args)
+	want := []string{"--hostname-override=Node-A", "-v=4", "--config", "/var/lib/kube_proxy/config.conf",
+		"--oom-score-adj", "-998", "--masquerade-all", "--cleanup", "--", "--x_y"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("NormalizeArgs(%q):\n%q, want\n%q", args, got, want)
+	}
+	if err := fs.Parse(got[:len(got)-2]); err != nil {
+		t.Fatal(err)
+	}
+	if f.hostnameOverride != "Node-A" || f.cfg.Logging.Verbosity != 4 || f.ConfigFile != "/var/lib/kube_proxy/config.conf" || *f.cfg.OOMScoreAdj != -998 || !f.masqueradeAll {
+		t.Errorf("parsed: hostname %q v %d config %q oom %d masqueradeAll %v", f.hostnameOverride, f.cfg.Logging.Verbosity, f.ConfigFile, *f.cfg.OOMScoreAdj, f.masqueradeAll)
+	}
+}

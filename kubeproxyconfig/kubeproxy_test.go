@@ -6,9 +6,12 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -58,7 +61,9 @@ func TestKubeProxyDefaults(t *testing.T) {
 			f := AddFlags(fs)
 			// kube-proxy was given --write-config-to too, which turns
 			// --healthz-port and --metrics-port off (Options.Complete).
-			if err := fs.Parse(append(args, "--write-config-to=out.yaml")); err != nil {
+			// The arguments are spelt as for pflag (spelling.args):
+			// NormalizeArgs reads them as cmd/svcproxy does.
+			if err := fs.Parse(NormalizeArgs(fs, append(args, "--write-config-to=out.yaml"))); err != nil {
 				t.Fatal(err)
 			}
 			cfg, _, err := f.Complete()
@@ -166,3 +171,48 @@ func TestKubeProxyWritesTestdata(t *testing.T) {
 }
 
 var update = flag.Bool("update", false, "rewrite testdata/kube-proxy's files from the real kube-proxy")
+
+// TestKubeProxyHelp runs the real kube-proxy v1.37.2's --help (when
+// internal/k8sbin has it cached) and checks that AddFlags registers every
+// flag it documents, and none it does not but its two deprecated ones.
+func TestKubeProxyHelp(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bins, err := k8sbin.Build(ctx, k8sbin.Config{KubeProxy: true, CachedOnly: true})
+	if errors.Is(err, k8sbin.ErrNotBuilt) || errors.Is(err, k8sbin.ErrUnavailable) {
+		t.Skipf("needs kube-proxy v1.37.2 in the cache: make cluster-bins (%v)", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, bins.KubeProxy, "--help").Output()
+	if err != nil {
+		t.Fatalf("kube-proxy --help: %v", err)
+	}
+	// pflag's usage lines: "      --config string   ..." or "  -v, --v Level ...".
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+(?:-[a-z], )?--([a-z0-9-]+)`).FindAllStringSubmatch(string(out), -1) {
+		documented[m[1]] = true
+	}
+	delete(documented, "help") // Go's flag package answers -h and --help by itself
+	if len(documented) < 50 {
+		t.Fatalf("only %d flags found in kube-proxy --help:\n%s", len(documented), out)
+	}
+	fs := flag.NewFlagSet("kube-proxy", flag.ContinueOnError)
+	AddFlags(fs)
+	registered := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { registered[f.Name] = true })
+	for _, name := range slices.Sorted(maps.Keys(documented)) {
+		if !registered[name] {
+			t.Errorf("kube-proxy documents --%s; AddFlags does not register it", name)
+		}
+	}
+	// pflag leaves deprecated flags out of the help, and kube-proxy marks
+	// these two so; they still work.
+	documented["healthz-port"], documented["metrics-port"] = true, true
+	for _, name := range slices.Sorted(maps.Keys(registered)) {
+		if !documented[name] {
+			t.Errorf("AddFlags registers --%s; kube-proxy v1.37.2 does not document it", name)
+		}
+	}
+}

@@ -13,17 +13,20 @@
 //	cluster   where Services and pods come from: the manifests file, or
 //	          the control plane (etcd, kube-apiserver,
 //	          kube-controller-manager, its PKI) with the simulated kubelet
-//	          or real nodes (containerd, kubelet); the node's svcproxy and
-//	          clusterdns (Daemons)
+//	          or a real node (containerd, kubelet), or kubeadm's cluster of
+//	          several real nodes; the node's svcproxy and clusterdns
+//	          (Daemons)
 //	views     the node's kernel state shown: rules, a packet traced
 //	          through them, conntrack, counters, the socket LB's maps
 //	demo      the narrated walk of `make lab`, each step's words a text
 //	          file beside the code that runs it
 //	web       the live page of `svclab web`
+//	exercise  the tutorials' exercises, checked on the lab as svcproxy
+//	          reports it (`svclab check NN`)
 //
 // Lab composes them for cmd/svclab: UpWith makes the lab's cgroups and
 // bpffs and records what runs, then builds the lab of the source it is given
-// (Cluster.UpFileFed, UpSimulated or UpRealNode), and returns once each
+// (Cluster.UpFileFed, UpSimulated, UpRealNode or UpKubeadm), and returns once each
 // program answers; Down removes every namespace, process, mount and file
 // it made. Lab keeps nothing itself: everything one svclab command leaves
 // for the next (pid files, logs, the manifests file, the control plane's

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/svcproxy/svcproxy/internal/netnstest"
 )
 
 // settings are one invocation's knobs (bench_test.go reads them).
@@ -150,6 +152,7 @@ func runOne(t *testing.T, c *cluster, apiKubeconfig string, bins programs, cgs *
 	if p.mode == "socklb" {
 		var cgDir *os.File
 		cgroup, cgDir = cgs.make(t)
+		cgroup = netnstest.HostPath(cgroup) // as svcproxy in the node's namespace reaches it
 		clientCmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cgDir.Fd())}
 	}
 	cl := startClient(t, clientCmd)

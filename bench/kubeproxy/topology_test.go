@@ -13,7 +13,6 @@ import (
 	"sync"
 	"testing"
 
-	"golang.org/x/sys/unix"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/svcproxy/svcproxy/bench/tcpload"
@@ -162,27 +161,19 @@ func relayConn(ctx context.Context, c net.Conn, upstream string) {
 	<-done
 }
 
-// cgroups is a cgroup2 mount of the benchmark's own, for the socket LB:
-// svcproxy attaches its programs to one cgroup of it, where the client is
-// born (clone3 CLONE_INTO_CGROUP).
+// cgroups are the benchmark's cgroups, for the socket LB: svcproxy
+// attaches its programs to one of them, where the client is born (clone3
+// CLONE_INTO_CGROUP). They are made in the machine's cgroup2 mount
+// (netnstest.Cgroup2), named svcp-kpbench-*, so the benchmark adds no
+// mount a lab coming up beside it would see.
 type cgroups struct {
 	mount string
 }
 
-// newCgroups mounts cgroup2 on a new directory (one more view of the
-// machine's v2 hierarchy), unmounted at t's cleanup.
+// newCgroups finds the cgroup2 mount the benchmark's cgroups go in.
 func newCgroups(t testing.TB) *cgroups {
 	t.Helper()
-	dir := t.TempDir()
-	if err := unix.Mount("none", dir, "cgroup2", 0, ""); err != nil {
-		t.Skipf("mount -t cgroup2 refused: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount cgroup2 at %s: %v", dir, err)
-		}
-	})
-	return &cgroups{mount: dir}
+	return &cgroups{mount: netnstest.Cgroup2(t)}
 }
 
 // make makes a new cgroup, removed at t's cleanup (after what ran in it),

@@ -89,7 +89,7 @@ func newLab(b *testing.B) *lab {
 	}
 	l.installNFT(b)
 
-	root := mountFS(b, "cgroup2")
+	root := netnstest.Cgroup2(b) // the machine's: no second mount a lab would see
 	base := newCgroup(b, root, "svcp-socklb-bench-"+randomHex())
 	l.lb, l.plain = newCgroup(b, base.path, "lb"), newCgroup(b, base.path, "plain")
 
@@ -136,10 +136,9 @@ func serve(b *testing.B, ns *netnstest.NS, port int) {
 	go tcpload.Serve(ln)
 }
 
-// mountFS mounts a filesystem of the benchmark's own (fstype "cgroup2" or
-// "bpf") on a new directory and unmounts it at cleanup. A cgroup2 mount is
-// one more view of the machine's one v2 hierarchy; a bpf mount is a new,
-// empty bpffs whose pins go with it.
+// mountFS mounts a filesystem of the benchmark's own (fstype "bpf": a new,
+// empty bpffs whose pins go with it) on a new directory and unmounts it at
+// cleanup.
 func mountFS(b *testing.B, fstype string) string {
 	b.Helper()
 	dir := b.TempDir()

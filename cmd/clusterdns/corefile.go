@@ -179,7 +179,7 @@ func (d *daemon) reload(ctx context.Context, data []byte, digest [64]byte) bool 
 	}
 	old := d.cur
 	d.cur = next
-	old.stop(d.log, 0)
+	old.stop(d.log, false, 0)
 	d.logRunning(digest)
 	d.log.Info("Reloading complete")
 	return true
@@ -193,7 +193,7 @@ func (d *daemon) shutdown() {
 	if h := d.cur.conf.Health; h != nil {
 		lameduck = h.Lameduck
 	}
-	d.cur.stop(d.log, lameduck)
+	d.cur.stop(d.log, true, lameduck)
 }
 
 // pump hands every Snapshot of the watch to the instance that serves.
@@ -322,7 +322,7 @@ func (d *daemon) start(ctx context.Context, conf *corefile.Config) (*instance, e
 	if err := d.ensureWatch(ctx, key); err != nil {
 		return nil, err
 	}
-	inst, err := d.newInstance(ctx, conf)
+	inst, err := d.newInstance(ctx, conf, d.cur)
 	if err != nil {
 		return nil, err
 	}

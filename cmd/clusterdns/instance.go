@@ -22,8 +22,13 @@ import (
 
 // instance is one version of the Corefile serving: its Server on its DNS
 // sockets, and the HTTP servers of its health, ready, prometheus and pprof
-// plugins. Every socket has SO_REUSEPORT, as CoreDNS's: the next instance
-// binds the same addresses before this one lets go.
+// plugins.
+//
+// The next instance, a reloaded Corefile's, takes over the sockets of this
+// one whose addresses it keeps, as CoreDNS's reload hands its listeners to
+// the new servers: the same kernel sockets under new descriptors, so a
+// query waiting in a socket's queue when this instance stops is read by the
+// next one. Sockets opened anew get SO_REUSEPORT, as CoreDNS's do.
 type instance struct {
 	conf     *corefile.Config
 	srv      *dnsresolve.Server
@@ -31,14 +36,20 @@ type instance struct {
 	wg       sync.WaitGroup     // the goroutines below
 	https    []*http.Server
 	stopping atomic.Bool // /ready: "Shutting down"
-	healthOK atomic.Bool // the health plugin's self-check runs
+
+	// The sockets, for the next instance to take over; the goroutines
+	// above close them.
+	pc      net.PacketConn
+	ln      net.Listener
+	httpLns map[string]net.Listener // by the address the Corefile gives
 }
 
-// newInstance opens what conf asks and starts serving; on an error it
-// closes what it opened.
-func (d *daemon) newInstance(ctx context.Context, conf *corefile.Config) (inst *instance, err error) {
+// newInstance opens what conf asks and starts serving; the sockets of prev
+// (nil at start) on the addresses conf keeps are taken over, not opened
+// anew. On an error it closes what it opened and leaves prev's alone.
+func (d *daemon) newInstance(ctx context.Context, conf *corefile.Config, prev *instance) (inst *instance, err error) {
 	cfg := d.serverConfig(conf)
-	pc, ln, err := dnsresolve.ListenReusePort(conf.Listen)
+	pc, ln, err := listenDNS(conf.Listen, prev)
 	if err != nil {
 		return nil, err
 	}
@@ -49,7 +60,7 @@ func (d *daemon) newInstance(ctx context.Context, conf *corefile.Config) (inst *
 		ln.Close()
 		return nil, err
 	}
-	inst = &instance{conf: conf, srv: srv}
+	inst = &instance{conf: conf, srv: srv, pc: pc, ln: ln, httpLns: map[string]net.Listener{}}
 	var listeners []net.Listener
 	defer func() {
 		if err != nil {
@@ -90,11 +101,12 @@ func (d *daemon) newInstance(ctx context.Context, conf *corefile.Config) (inst *
 		eps = append(eps, endpoint{p.Addr, mux})
 	}
 	for _, ep := range eps {
-		l, err := listenTCPReusePort(ep.addr)
+		l, err := listenHTTP(ep.addr, prev)
 		if err != nil {
 			return nil, err
 		}
 		listeners = append(listeners, l)
+		inst.httpLns[ep.addr] = l
 	}
 
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -121,6 +133,12 @@ func (d *daemon) newInstance(ctx context.Context, conf *corefile.Config) (inst *
 // synced (a Snapshot is indexed) and, here, while no upstream loops; 503
 // with the names of the plugins not ready otherwise, and "Shutting down"
 // once the process is stopping.
+//
+// Its monitor option changes nothing here: the kubernetes plugin, the one
+// plugin with a readiness, never goes back once synced, so asking it
+// again (continuously) or not (until-ready) answers the same; a loop
+// stands for CoreDNS's loop plugin ending the process, and is said in
+// either mode.
 func (inst *instance) serveReady(w http.ResponseWriter, _ *http.Request) {
 	if inst.stopping.Load() {
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -186,14 +204,19 @@ func (d *daemon) checkHealth(ctx context.Context, addr string) {
 	}
 }
 
-// stop ends the instance: /ready answers "Shutting down" at once, DNS and
-// the rest go on for lameduck, then the DNS Server finishes the queries in
-// flight (up to five seconds) and the HTTP servers close.
-func (inst *instance) stop(log *slog.Logger, lameduck time.Duration) {
-	inst.stopping.Store(true)
-	if lameduck > 0 {
-		log.Info("Going into lameduck mode", "for", lameduck)
-		time.Sleep(lameduck)
+// stop ends the instance. When the process stops (final), /ready answers
+// "Shutting down" at once and DNS and the rest go on for lameduck; then the
+// DNS Server stops reading, finishes the queries in flight (up to five
+// seconds) and the HTTP servers close. A reload's old instance stops
+// without either: the next instance already reads the same sockets, and
+// its /ready answers for the process.
+func (inst *instance) stop(log *slog.Logger, final bool, lameduck time.Duration) {
+	if final {
+		inst.stopping.Store(true)
+		if lameduck > 0 {
+			log.Info("Going into lameduck mode", "for", lameduck)
+			time.Sleep(lameduck)
+		}
 	}
 	inst.cancel()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -204,14 +227,56 @@ func (inst *instance) stop(log *slog.Logger, lameduck time.Duration) {
 	inst.wg.Wait()
 }
 
-// listenTCPReusePort listens on addr with SO_REUSEPORT.
-func listenTCPReusePort(addr string) (net.Listener, error) {
+// listenDNS opens the DNS sockets on addr, or takes over prev's when prev
+// listens there.
+func listenDNS(addr string, prev *instance) (net.PacketConn, net.Listener, error) {
+	if prev == nil || prev.conf.Listen != addr {
+		return dnsresolve.ListenReusePort(addr)
+	}
+	pc, err := takeOver(prev.pc.(*net.UDPConn), net.FilePacketConn)
+	if err != nil {
+		return nil, nil, fmt.Errorf("take over udp %s: %w", addr, err)
+	}
+	ln, err := takeOver(prev.ln.(*net.TCPListener), net.FileListener)
+	if err != nil {
+		pc.Close()
+		return nil, nil, fmt.Errorf("take over tcp %s: %w", addr, err)
+	}
+	return pc, ln, nil
+}
+
+// listenHTTP listens on addr with SO_REUSEPORT, or takes over prev's
+// listener on addr.
+func listenHTTP(addr string, prev *instance) (net.Listener, error) {
+	if prev != nil {
+		if l, ok := prev.httpLns[addr]; ok {
+			nl, err := takeOver(l.(*net.TCPListener), net.FileListener)
+			if err != nil {
+				return nil, fmt.Errorf("take over %s: %w", addr, err)
+			}
+			return nl, nil
+		}
+	}
 	lc := net.ListenConfig{Control: dnsresolve.ReusePort}
 	l, err := lc.Listen(context.Background(), "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", addr, err)
 	}
 	return l, nil
+}
+
+// takeOver returns a socket of its own on the kernel socket s has: a
+// duplicated descriptor (the same queue of datagrams or connections), which
+// stays open when s is closed. It is what Caddy, which CoreDNS runs on, does
+// with a listener on a graceful restart.
+func takeOver[S interface{ File() (*os.File, error) }, T any](s S, fromFile func(*os.File) (T, error)) (T, error) {
+	f, err := s.File()
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	defer f.Close() // fromFile has a descriptor of its own
+	return fromFile(f)
 }
 
 // serveHTTPListener serves hs on l until hs is shut down.

@@ -160,6 +160,7 @@ func TestCorefileMetricsScrape(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	checkDocMetrics(t, fams, false)
+	checkLikeCoreDNS(t, fams)
 
 	value := func(name string, labels map[string]string) float64 {
 		t.Helper()
@@ -209,6 +210,53 @@ func TestCorefileMetricsScrape(t *testing.T) {
 	}
 	if names := pluginNames(fams); !slices.Equal(names, []string{"cache", "errors", "forward", "kubernetes", "loadbalance", "loop", "prometheus"}) {
 		t.Errorf("coredns_plugin_enabled names %v, want kubeadm's chain", names)
+	}
+}
+
+// coreDNSNotExported are CoreDNS v1.14.6's families clusterdns does not
+// have, as docs/operations.md lists them: what a refused option or plugin
+// counts, and what the hosts and local plugins register whatever the
+// Corefile says.
+var coreDNSNotExported = strings.Fields("coredns_proxy_conn_cache_hits_total coredns_cache_prefetch_total " +
+	"coredns_cache_served_stale_total coredns_cache_drops_total coredns_hosts_reload_timestamp_seconds " +
+	"coredns_hosts_entries coredns_local_localhost_requests_total")
+
+// coreDNSNotRecorded are CoreDNS v1.14.6's families that clusterdns has and
+// the recording of CoreDNS (coreDNSMetricsFile) lacks, because nothing
+// made them there; each with where CoreDNS defines it.
+var coreDNSNotRecorded = map[string]string{
+	"coredns_cache_evictions_total":                       "plugin/cache/metrics.go: an entry pushed out of a full cache",
+	"coredns_dns_do_requests_total":                       "plugin/metrics/vars/vars.go: a query with DO",
+	"coredns_proxy_healthcheck_failures_total":            "plugin/pkg/proxy/metrics.go: a failed probe of an upstream",
+	"coredns_kubernetes_dns_programming_duration_seconds": "plugin/kubernetes/object/metrics.go: an EndpointSlice from an API server",
+	"coredns_reload_version_info":                         "plugin/reload/metrics.go: set once a changed Corefile was read",
+}
+
+// checkLikeCoreDNS holds clusterdns's coredns_* families to CoreDNS's own,
+// as coreDNSMetricsFile recorded them from the real CoreDNS v1.14.6 on the
+// same Corefile: each of CoreDNS's is here (or documented as not
+// exported) with its type and label names, and each coredns_* family here
+// is CoreDNS's.
+func checkLikeCoreDNS(t *testing.T, fams map[string]*dto.MetricFamily) {
+	t.Helper()
+	recorded := coreDNSMetrics(t)
+	if len(recorded) < 20 {
+		t.Fatalf("%s: %d families", coreDNSMetricsFile, len(recorded))
+	}
+	for name, rf := range recorded {
+		f := fams[name]
+		switch {
+		case f == nil && !slices.Contains(coreDNSNotExported, name):
+			t.Errorf("%s: CoreDNS v1.14.6 exports it, clusterdns does not", name)
+		case f != nil && (f.GetType() != rf.GetType() || !slices.Equal(labelNames(f), labelNames(rf))):
+			t.Errorf("%s: %v %v, CoreDNS v1.14.6's %v %v", name, f.GetType(), labelNames(f), rf.GetType(), labelNames(rf))
+		}
+	}
+	for name := range fams {
+		if strings.HasPrefix(name, "coredns_") && recorded[name] == nil && coreDNSNotRecorded[name] == "" &&
+			!strings.HasPrefix(name, "coredns_kubernetes_rest_client_") {
+			t.Errorf("%s: a coredns_ name CoreDNS v1.14.6 does not export", name)
+		}
 	}
 }
 

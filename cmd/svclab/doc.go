@@ -19,6 +19,8 @@
 //	                                 promotes to P (--offload socklb: to the socket LB)
 //	svclab kubectl ARGS...           kubectl against the control-plane lab's API server
 //	svclab pod NAME --ready=BOOL     a control-plane lab pod's Ready condition
+//	svclab check NN                  check tutorial NN's exercise on the lab as it is
+//	                                 (lab/exercise): ok, or what is missing and a hint
 //	svclab down                      remove everything the lab made
 //	svclab demo                      up, a narrated walk, down (what `make lab` runs)
 //

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/cluster"
 	"github.com/svcproxy/svcproxy/lab/pods"
 )
 
@@ -38,7 +39,7 @@ func cmdKubelet(ctx context.Context, cfg lab.Config, args []string) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(cfg.Stderr, nil))
-	return l.Cluster().NewKubelet(c, log).Run(ctx)
+	return cluster.NewSimulatedKubelet(cluster.SimulatedKubeletConfig{Net: l.Net(), Pods: l.Pods(), Client: c, Log: log}).Run(ctx)
 }
 
 // cmdPodServer is a lab pod's server: `svclab pod --name web-0 --tcp 8080 --udp 8080`.

@@ -164,7 +164,7 @@ func parseFlags(args []string) (*Config, error) {
 	sync := fs.Duration("sync-period", 30*time.Second, "at least one sync per this interval (iptables, nftables: partial, after checking that the rules are still in place)")
 	fs.DurationVar(&c.FullSyncPeriod, "full-sync-period", time.Hour, "iptables, nftables: a full sync this long after the end of the last one (kube-proxy's fixed proxyutil.FullSyncPeriod; benchmarks shorten it)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "userspace: on SIGTERM, how long open connections may finish before they are closed")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(kubeproxyconfig.NormalizeArgs(fs, args)); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {

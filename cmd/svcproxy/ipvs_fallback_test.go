@@ -84,6 +84,14 @@ func startHelper(t *testing.T, ns *netnstest.NS, args ...string) []string {
 // (SIGTERM) and waits for it, for a test that starts another after it.
 func startHelperStop(t *testing.T, ns *netnstest.NS, args ...string) (lines []string, stop func()) {
 	t.Helper()
+	lines, stop, _ = startHelperProcess(t, ns, args...)
+	return lines, stop
+}
+
+// startHelperProcess is startHelperStop, and a function that waits for the
+// process to end by itself, returning the rest of its log and how it ended.
+func startHelperProcess(t *testing.T, ns *netnstest.NS, args ...string) (lines []string, stop func(), exited func() ([]string, error)) {
+	t.Helper()
 	file := filepath.Join(t.TempDir(), "services.yaml")
 	if err := os.WriteFile(file, []byte(fallbackManifests), 0o644); err != nil {
 		t.Fatal(err)
@@ -108,16 +116,23 @@ func startHelperStop(t *testing.T, ns *netnstest.NS, args ...string) (lines []st
 		}
 	}
 	drained := make(chan struct{})
+	var rest []string
 	go func() { // keep the pipe drained until the process ends
+		for sc.Scan() {
+			rest = append(rest, sc.Text())
+		}
 		io.Copy(io.Discard, logs)
 		close(drained)
 	}()
 	t.Logf("svcproxy log:\n%s", strings.Join(lines, "\n"))
 	return lines, func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		<-drained
-		cmd.Wait()
-	}
+			cmd.Process.Signal(syscall.SIGTERM)
+			<-drained
+			cmd.Wait()
+		}, func() ([]string, error) {
+			<-drained
+			return rest, cmd.Wait()
+		}
 }
 
 // fallbackGet makes one GET inside ns: the socket is made on the namespace's thread

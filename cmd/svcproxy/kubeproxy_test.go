@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -81,6 +83,18 @@ func TestParseFlagsKubeProxyConfig(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"--config", bad}); err == nil || !strings.Contains(err.Error(), bad+`: ipvs.scheduler: "mh"`) {
 		t.Errorf("--config with ipvs.scheduler mh: %v", err)
+	}
+}
+
+// kube-proxy's command line as component-base's pflag reads it: an
+// underscore in a flag's name is a dash, -v4 is -v=4.
+func TestParseFlagsKubeProxySpelling(t *testing.T) {
+	cfg, err := parseFlags([]string{"--config=../../kubeproxyconfig/testdata/kubeadm/config.conf", "--hostname_override=Node-A", "-v4", "--udp_max_sessions", "9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NodeName != "node-a" || cfg.Verbosity != 4 || cfg.UDPMaxSessions != 9 {
+		t.Errorf("node name %q verbosity %d udp-max-sessions %d, want node-a, 4, 9", cfg.NodeName, cfg.Verbosity, cfg.UDPMaxSessions)
 	}
 }
 
@@ -177,6 +191,38 @@ func TestKubeProxyConfigRun(t *testing.T) {
 	waitHealthy(t, ns)
 }
 
+// The servers listen where kube-proxy's file says, not where the flags
+// beside it say: an address without a port gets kube-proxy's (10256).
+func TestKubeProxyConfigAddresses(t *testing.T) {
+	netnstest.RequireRoot(t, "iptables-restore", "iptables-save")
+	ns := netnstest.New(t)
+	file := writeKubeProxyConfig(t, "mode: iptables\nhealthzBindAddress: 127.0.0.2\nmetricsBindAddress: 127.0.0.3:10250\n")
+	startHelper(t, ns, "--config", file)
+	for _, get := range []struct{ addr, path, want string }{
+		{"127.0.0.2:10256", "/livez", ""},
+		{"127.0.0.3:10250", "/metrics", "svcproxy_healthy"},
+		{"127.0.0.3:10250", "/configz", `"healthzBindAddress":"127.0.0.2:10256"`},
+		{"127.0.0.3:10250", "/proxyMode", "iptables"},
+	} {
+		body, err := fallbackGet(ns, get.addr, get.path)
+		if err != nil || !strings.Contains(body, get.want) {
+			t.Errorf("GET %s%s: %v, want a body with %q:\n%.300s", get.addr, get.path, err, get.want, body)
+		}
+	}
+	// /healthz, once the first sync is done.
+	deadline := time.Now().Add(30 * time.Second)
+	for _, err := fallbackGet(ns, "127.0.0.2:10256", "/healthz"); err != nil; _, err = fallbackGet(ns, "127.0.0.2:10256", "/healthz") {
+		if time.Now().After(deadline) {
+			t.Fatalf("GET 127.0.0.2:10256/healthz: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// The flags startHelper gives beside --config are ignored.
+	if _, err := fallbackGet(ns, "127.0.0.1:10249", "/metrics"); err == nil {
+		t.Error("something serves 127.0.0.1:10249, the ignored --metrics-bind-address")
+	}
+}
+
 // mode: ipvs in kube-proxy's file, on a kernel without IPVS: kube-proxy's
 // deprecation warning, then the fallback to iptables, saying why.
 func TestKubeProxyConfigIPVSFallback(t *testing.T) {
@@ -254,6 +300,36 @@ func TestKubeProxyConfigModeSwitch(t *testing.T) {
 	run("iptables")
 	if nftTable() {
 		t.Error("switched back to iptables: nftables mode's table is still there")
+	}
+}
+
+// A write to the --config file ends svcproxy, as it ends kube-proxy
+// (Options.eventHandler): exit status 1, kube-proxy's words in the log, and
+// the next start reads the new file.
+func TestKubeProxyConfigFileWritten(t *testing.T) {
+	netnstest.RequireRoot(t, "iptables-restore", "iptables-save")
+	ns := netnstest.New(t)
+	file := writeKubeProxyConfig(t, "mode: iptables\nclusterCIDR: 198.19.0.0/16\n")
+	lines, _, exited := startHelperProcess(t, ns, "--config", file, "--hostname-override", "node-a")
+	if !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, `msg="Using iptables Proxier"`) }) {
+		t.Errorf("the log lacks kube-proxy's line for its mode, Using iptables Proxier")
+	}
+	waitHealthy(t, ns)
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte(strings.Replace(string(b), "mode: iptables", "mode: nftables", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rest, err := exited()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("svcproxy after its file was written: %v, want exit status 1", err)
+	}
+	log := strings.Join(rest, "\n")
+	if !strings.Contains(log, kubeproxyconfig.ErrFileUpdated.Error()) {
+		t.Errorf("the log after the write lacks %q:\n%s", kubeproxyconfig.ErrFileUpdated, log)
 	}
 }
 

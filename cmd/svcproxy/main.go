@@ -100,14 +100,27 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	var fileWatch *kubeproxyconfig.FileWatch
+	if cfg.ConfigFile != "" {
+		// As kube-proxy: a write to the file ends the process (Wait below).
+		if fileWatch, err = kubeproxyconfig.WatchFile(cfg.ConfigFile); err != nil {
+			return err
+		}
+	}
 	logModeChoice(cfg, log)
 	if cfg.ConfigFile != "" {
 		modes.CleanupOthers(ctx, cfg.modes(log))
 	}
 	dp, err := modes.New(cfg.modes(log))
 	if err != nil {
+		if fileWatch != nil {
+			fileWatch.Close()
+		}
 		return err
 	}
+	// kube-proxy's own line for its mode (createProxier), which courses
+	// grep a pod's log for, then svcproxy's.
+	log.Info("Using " + dp.Mode() + " Proxier")
 	log.Info("svcproxy starting", "mode", dp.Mode(), "source", sourceName(cfg))
 	ep := newEndpoints(dp, log.With("component", "http"))
 	changes := dataplane.NewChangeMetrics(w.Changes)
@@ -119,7 +132,17 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	snaps := w.Subscribe()
-	done := make(chan struct{}, 3)
+	workers := 3
+	done := make(chan struct{}, 4)
+	if fileWatch != nil {
+		workers++
+		go func() { // kube-proxy's runLoop: the file changed, so stop
+			if err := fileWatch.Wait(ctx); err != nil {
+				cancel(err)
+			}
+			done <- struct{}{}
+		}()
+	}
 	go func() { // named by its job: the source of Snapshots
 		if err := w.Run(ctx); err != nil && ctx.Err() == nil {
 			cancel(fmt.Errorf("watch: %w", err))
@@ -152,7 +175,7 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 				ep.markSynced()
 			}
 		case <-ctx.Done():
-			for range 3 {
+			for range workers {
 				<-done
 			}
 			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {

@@ -192,29 +192,20 @@ func replaceFile(t *testing.T, path, content string) {
 	}
 }
 
-// testCgroup is a cgroup v2 directory made by a test under a cgroup2 mount of
-// its own, both removed at its end.
+// testCgroup is a cgroup v2 directory made by a test, removed at its end.
 type testCgroup struct {
 	path string
 	dir  *os.File // open, for CLONE_INTO_CGROUP and queries
 }
 
-// newTestCgroup mounts cgroup2 on a directory of the test's (the machine's
-// own hierarchy, seen through a mount the test owns) and makes a child
-// there. Nothing runs in it but the test's clients. Cleanups run last in,
-// first out: svcproxy (started later) has stopped and its programs are
-// detached before the child is removed and the mount goes.
+// newTestCgroup makes a child of the machine's cgroup2 mount
+// (netnstest.Cgroup2: no mount of the test's own, which a lab coming up
+// beside it would see). Nothing runs in it but the test's clients.
+// Cleanups run last in, first out: svcproxy (started later) has stopped and
+// its programs are detached before the child is removed.
 func newTestCgroup(t *testing.T) *testCgroup {
 	t.Helper()
-	mnt := t.TempDir()
-	if err := unix.Mount("none", mnt, "cgroup2", 0, ""); err != nil {
-		t.Skipf("mount -t cgroup2 refused: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(mnt, 0); err != nil {
-			t.Errorf("unmount cgroup2 at %s: %v", mnt, err)
-		}
-	})
+	mnt := netnstest.Cgroup2(t)
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	path := filepath.Join(mnt, "svcp-socklb-"+hex.EncodeToString(b[:]))

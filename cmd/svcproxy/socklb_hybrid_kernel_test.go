@@ -46,7 +46,7 @@ func TestHybridSocketLB(t *testing.T) {
 	pin := filepath.Join(newTestBPFFS(t), "svcproxy")
 	logs, stop := startSvcproxyStoppable(t, lab.Node, "--mode", "hybrid", "--offload", "socklb",
 		"--promote-conn-rate", "10", "--promote-after", "1s", "--demote-after", "2s",
-		"--socklb-cgroup", cg.path, "--socklb-pin-path", pin,
+		"--socklb-cgroup", netnstest.HostPath(cg.path), "--socklb-pin-path", pin,
 		"--services", file, "--hostname-override", "node-a", "--cluster-cidr", "198.19.8.0/21,2001:db8:19::/64",
 		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249")
 	const vip = "198.18.0.10:80"

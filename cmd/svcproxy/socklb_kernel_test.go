@@ -137,7 +137,7 @@ func TestSocketLBMode(t *testing.T) {
 		t.Fatal(err)
 	}
 	pin := filepath.Join(newTestBPFFS(t), "svcproxy")
-	args := []string{"--mode", "socklb", "--socklb-cgroup", cg.path, "--socklb-pin-path", pin,
+	args := []string{"--mode", "socklb", "--socklb-cgroup", netnstest.HostPath(cg.path), "--socklb-pin-path", pin,
 		"--services", file, "--hostname-override", "node-a", "--cluster-cidr", "198.19.8.0/21,2001:db8:19::/64",
 		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}
 	logs, stop := startSvcproxyStoppable(t, lab.Node, args...)

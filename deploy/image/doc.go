@@ -7,9 +7,10 @@
 // Root, the file tree an image's one layer is made of, is exported: the
 // images of Kubernetes' e2e tests (images) are put together with it.
 //
-// ClusterDNS is the same image with clusterdns as its entrypoint, for
-// kubeadm's coredns Deployment, which gives arguments only; WriteImages puts
-// both names in one archive, their layer once.
+// ClusterDNS is the same image with clusterdns as its entrypoint, under
+// CoreDNS's image's name for it, /coredns, for kubeadm's coredns
+// Deployment, which gives arguments only; WriteImages puts both names in
+// one archive, their layer once.
 //
 // WriteArchive writes the image as a tar file that is at once an OCI image
 // layout (index.json, blobs/) and a `docker save` archive (manifest.json with

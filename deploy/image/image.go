@@ -33,6 +33,11 @@ const binDir = "/usr/local/bin"
 // /usr/local/bin/kube-proxy, the command of kubeadm's kube-proxy DaemonSet.
 const KubeProxyName = "kube-proxy"
 
+// CoreDNSPath is clusterdns's second name in the image, /coredns: the
+// program of CoreDNS's image (registry.k8s.io/coredns/coredns), its
+// entrypoint, and the entrypoint of the image ClusterDNS makes.
+const CoreDNSPath = "/coredns"
+
 // epoch is every file's time and the image's creation time, so that the same
 // inputs give the same image digest.
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -88,6 +93,12 @@ func Build(cfg Config) (v1.Image, error) {
 		root.AddSymlink(path.Join(binDir, KubeProxyName), "svcproxy")
 		names = append(names, KubeProxyName+" (svcproxy)")
 	}
+	// CoreDNS's image runs /coredns (its entrypoint); a Deployment that
+	// names it as its command starts clusterdns with only its image changed.
+	if _, ok := cfg.Binaries["clusterdns"]; ok {
+		root.AddSymlink(CoreDNSPath, strings.TrimPrefix(path.Join(binDir, "clusterdns"), "/"))
+		names = append(names, CoreDNSPath+" (clusterdns)")
+	}
 	sort.Strings(names)
 	if err := root.AddNetfilter(cfg.Tools); err != nil {
 		return nil, fmt.Errorf("image: %w", err)
@@ -104,9 +115,11 @@ func Build(cfg Config) (v1.Image, error) {
 
 // ClusterDNSRef is the name of the image that starts clusterdns: the
 // svcproxy image's root filesystem (the same layer) with clusterdns as its
-// entrypoint. kubeadm's coredns Deployment gives its container arguments
-// only (-conf /etc/coredns/Corefile), which CoreDNS's image's entrypoint
-// takes; with only its image changed to this one, clusterdns takes them.
+// entrypoint, under CoreDNS's image's name for it, /coredns. kubeadm's
+// coredns Deployment gives its container arguments only (-conf
+// /etc/coredns/Corefile), which CoreDNS's image's entrypoint takes; with
+// only its image changed to this one, clusterdns takes them, and a
+// Deployment whose command is /coredns starts it too.
 const ClusterDNSRef = "svcproxy.test/clusterdns:dev"
 
 // ClusterDNS is img (Build's, with clusterdns in it) with clusterdns as its
@@ -120,7 +133,7 @@ func ClusterDNS(img v1.Image) (v1.Image, error) {
 		return nil, err
 	}
 	cfg := *cf.Config.DeepCopy()
-	cfg.Entrypoint = []string{path.Join(binDir, "clusterdns")}
+	cfg.Entrypoint = []string{CoreDNSPath}
 	cfg.Labels = map[string]string{
 		"org.opencontainers.image.title":       "clusterdns",
 		"org.opencontainers.image.description": "clusterdns, svcproxy's cluster DNS, answering to CoreDNS's command line (-conf FILE)",

@@ -176,6 +176,7 @@ func TestRootFS(t *testing.T) {
 		{"/usr/local/bin/svcproxy", "--help"},
 		{"/usr/local/bin/kube-proxy", "--help"}, // kubeadm's DaemonSet's command
 		{"/usr/local/bin/clusterdns", "--help"},
+		{"/coredns", "--help"}, // CoreDNS's image's entrypoint
 		{"iptables", "-t", "nat", "-N", "SVCP-TEST"},
 		{"iptables", "-t", "nat", "-A", "SVCP-TEST", "-p", "tcp", "--dport", "80", "-m", "comment", "--comment", "image test", "-j", "REDIRECT", "--to-ports", "8080"},
 		{"iptables-legacy", "-t", "filter", "-L"},
@@ -225,7 +226,7 @@ func TestClusterDNSImage(t *testing.T) {
 	if svc != dns {
 		t.Errorf("layers differ: %s and %s", svc, dns)
 	}
-	if strings.Join(svcEntry, " ") != "/usr/local/bin/svcproxy" || strings.Join(dnsEntry, " ") != "/usr/local/bin/clusterdns" {
+	if strings.Join(svcEntry, " ") != "/usr/local/bin/svcproxy" || strings.Join(dnsEntry, " ") != "/coredns" {
 		t.Errorf("entrypoints %q and %q", svcEntry, dnsEntry)
 	}
 }

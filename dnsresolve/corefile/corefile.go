@@ -62,7 +62,9 @@ type Health struct {
 
 // Ready is the ready plugin: GET /ready on Addr answers 200 once every plugin
 // that has a readiness is ready (kubernetes: the first Snapshot indexed).
-type Ready struct{ Addr string }
+// Monitor is its monitor option, "until-ready" (CoreDNS's default: once
+// ready, the plugins are not asked again) or "continuously".
+type Ready struct{ Addr, Monitor string }
 
 // Prometheus is the prometheus plugin: /metrics on Addr.
 type Prometheus struct{ Addr string }

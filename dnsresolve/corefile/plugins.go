@@ -173,12 +173,23 @@ func (p *parser) ready(d *caddyfile.Dispenser) {
 			continue
 		}
 		addr, ok := p.httpAddr(d, "ready", ":8181")
+		r := &Ready{Addr: addr, Monitor: "until-ready"}
 		for d.NextBlock() {
-			p.unknownOption(d, "ready", false)
-			ok = false
+			if d.Val() != "monitor" {
+				p.unknownOption(d, "ready", false)
+				ok = false
+				continue
+			}
+			switch args := d.RemainingArgs(); {
+			case len(args) == 1 && (args[0] == "until-ready" || args[0] == "continuously"):
+				r.Monitor = args[0]
+			default:
+				p.fail(d.Line(), "ready", "monitor", "takes until-ready or continuously, not %q", strings.Join(args, " "))
+				ok = false
+			}
 		}
 		if ok {
-			p.cfg.Ready = &Ready{Addr: addr}
+			p.cfg.Ready = r
 		}
 	}
 }
@@ -252,7 +263,7 @@ func (p *parser) loadbalance(d *caddyfile.Dispenser) {
 			p.fail(line, "loadbalance", args[0], "unknown policy; write \"loadbalance\" (round_robin)")
 		}
 		for d.NextBlock() {
-			p.unknownOption(d, "loadbalance", true)
+			p.unknownOption(d, "loadbalance", d.Val() == "prefer")
 		}
 	}
 }

@@ -23,6 +23,17 @@ func markdownFiles(t *testing.T) []string {
 // directories (.git) and the build's output (bin).
 func walk(t *testing.T, ext string) []string {
 	t.Helper()
+	out := walkFunc(t, func(rel string) bool { return strings.HasSuffix(rel, ext) })
+	if len(out) == 0 {
+		t.Fatalf("no %s files under %s", ext, root)
+	}
+	return out
+}
+
+// walkFunc lists the files of root, relative to it, for which keep is
+// true, leaving out hidden directories (.git) and the build's output (bin).
+func walkFunc(t *testing.T, keep func(rel string) bool) []string {
+	t.Helper()
 	var out []string
 	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -35,16 +46,13 @@ func walk(t *testing.T, ext string) []string {
 			}
 			return nil
 		}
-		if strings.HasSuffix(path, ext) {
+		if keep(rel) {
 			out = append(out, rel)
 		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if len(out) == 0 {
-		t.Fatalf("no %s files under %s", ext, root)
 	}
 	return out
 }
@@ -131,9 +139,10 @@ func isProduct(file string) bool {
 		!strings.Contains(file, "/testdata/")
 }
 
-// TestNoIssueCitations: no Markdown page and no Go comment cites an issue
-// number (citationRe says what counts): a reader has no tracker to open, so a doc
-// says the thing itself. A thread of another project's public tracker
+// TestNoIssueCitations: no Markdown page, no Go comment and no other text a
+// reader meets (the demo's prose, scripts, the Makefile, manifests: textFile)
+// cites an issue number (citationRe says what counts): a reader has no
+// tracker to open, so a doc says the thing itself. A thread of another project's public tracker
 // ("kubernetes/kubernetes#129128") is a reference anyone can open, and
 // allowed.
 func TestNoIssueCitations(t *testing.T) {
@@ -147,4 +156,29 @@ func TestNoIssueCitations(t *testing.T) {
 			t.Errorf("%s:%d: a comment cites %q: say the thing itself", file, c.Line, c.Text)
 		}
 	}
+	files := append(walkFunc(t, textFile), ".ci/run")
+	for _, file := range files {
+		for _, c := range Citations(read(t, file)) {
+			t.Errorf("%s:%d: cites %q: say the thing itself", file, c.Line, c.Text)
+		}
+	}
+	t.Logf("%d other text files checked", len(files))
+}
+
+// textFile says whether a file (relative to root) is text a reader meets
+// besides Markdown and Go: prose, scripts, the Makefile, manifests and
+// configuration, but not test data (golden files, fuzz corpora).
+func textFile(rel string) bool {
+	if strings.Contains(filepath.ToSlash(rel), "testdata/") {
+		return false
+	}
+	switch filepath.Ext(rel) {
+	case ".txt", ".sh", ".yaml", ".conf":
+		return true
+	}
+	switch filepath.Base(rel) {
+	case "Makefile", "Corefile":
+		return true
+	}
+	return false
 }

@@ -115,3 +115,21 @@ func TestDeclared(t *testing.T) {
 		t.Error("a method is declared by its bare name")
 	}
 }
+
+func TestTable(t *testing.T) {
+	md := "# Page\n## The rooms\nSome text.\n\n" +
+		"| room | holds |\n|---|---|\n| `service` | the domain |\n| `kernel/...`, `bench/...` | the kernel |\n\n" +
+		"| second | table |\n|---|---|\n| `no` | never read |\n" +
+		"## Next\n| `nor` | this |\n"
+	got := Table(md, "The rooms")
+	want := [][]string{{"`service`", "the domain"}, {"`kernel/...`, `bench/...`", "the kernel"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Table = %q, want %q", got, want)
+	}
+	if got := CodeSpans(got[1][0]); !reflect.DeepEqual(got, []string{"kernel/...", "bench/..."}) {
+		t.Errorf("CodeSpans = %q", got)
+	}
+	if got := Table(md, "No such heading"); got != nil {
+		t.Errorf("Table of a missing heading = %q, want nil", got)
+	}
+}

@@ -99,3 +99,57 @@ func Slug(heading string) string {
 	}
 	return b.String()
 }
+
+// Table returns the rows of the first table under the heading whose text is
+// heading (at any level), each row its cells with the spaces around them
+// trimmed; the header row and the line under it are left out. It returns nil
+// when there is no such heading or no table before the next heading.
+func Table(md, heading string) [][]string {
+	var (
+		rows            [][]string
+		in, done, table bool
+	)
+	lines(md, func(_ int, line string) {
+		if done {
+			return
+		}
+		if m := headingRe.FindStringSubmatch(line); m != nil {
+			if in {
+				done = true
+			}
+			in = m[1] == heading
+			return
+		}
+		if !in {
+			return
+		}
+		trimmed := strings.TrimSpace(line)
+		if !strings.HasPrefix(trimmed, "|") {
+			done = done || table // the table ended
+			return
+		}
+		if !table { // the header row
+			table = true
+			return
+		}
+		if strings.Trim(trimmed, "|-: ") == "" { // the line under the header
+			return
+		}
+		var cells []string
+		for _, c := range strings.Split(strings.Trim(trimmed, "|"), "|") {
+			cells = append(cells, strings.TrimSpace(c))
+		}
+		rows = append(rows, cells)
+	})
+	return rows
+}
+
+// CodeSpans returns the text of the inline code spans of s, without their
+// backquotes: "`hybrid`, `kernel/...`" gives "hybrid" and "kernel/...".
+func CodeSpans(s string) []string {
+	var out []string
+	for _, m := range codeSpan.FindAllString(s, -1) {
+		out = append(out, strings.Trim(m, "`"))
+	}
+	return out
+}

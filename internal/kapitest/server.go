@@ -246,9 +246,6 @@ func (s *Server) apiserverArgs() []string {
 		// One client per test: flow control only costs start time.
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",
-		// As kubeadm's API server: kube-proxy's DaemonSet (deploy/kubeadm)
-		// is privileged, and the default refuses it.
-		"--allow-privileged=true",
 	}
 }
 

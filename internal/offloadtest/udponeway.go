@@ -31,10 +31,10 @@ import (
 //   - restart: a new Dataplane's first sync finds the port without endpoints
 //     and the entry an earlier process left.
 //
-// proxier makes a new Dataplane (a new process, as far as conntrack cleanup
+// newMode makes a new Dataplane (a new process, as far as conntrack cleanup
 // knows) and returns its Sync. fam is as for CheckUDPConntrack. The backend
 // still runs throughout, so only the entry decides where the datagrams go.
-func (l *Lab) CheckUDPOneWayToZero(t *testing.T, proxier func() Sync, fam service.Family) {
+func (l *Lab) CheckUDPOneWayToZero(t *testing.T, newMode func() Sync, fam service.Family) {
 	t.Helper()
 	sink := l.ServeUDPSink(t, 5353)
 	endpoints, vip, opts := l.Endpoints, netip.MustParseAddrPort("198.18.0.53:53"), []st.Opt{st.WithProtocol(service.UDP)}
@@ -82,12 +82,12 @@ func (l *Lab) CheckUDPOneWayToZero(t *testing.T, proxier func() Sync, fam servic
 		}
 	}
 
-	live := proxier()
+	live := newMode()
 	h := live(dns(endpoints(5353)))
 	toZero("live", h.ConntrackDeleted, func() kernelsync.Health { return live(dns(nil)) })
 
 	live(dns(endpoints(5353)))
-	toZero("restart", 0, func() kernelsync.Health { return proxier()(dns(nil)) })
+	toZero("restart", 0, func() kernelsync.Health { return newMode()(dns(nil)) })
 }
 
 // UDPSink counts, in each backend, the datagrams a port receives, and answers

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
@@ -36,12 +37,12 @@ func CheckConnections(t *testing.T, path Path) {
 	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	r := path.New(t, Options{CountConnections: true, FullSyncPeriod: time.Minute, Now: func() time.Time { return now }})
 	web := History()[0].Ports()[1] // default/web:p (api sorts first)
-	ports := map[service.PortName]bool{web.Name: true}
+	ports := dataplane.PortSet{web.Name: true}
 	Sync(t, r, History()[0])
 	r.Hit(t, web.Name, 5) // 5 connections to each of its three endpoints
 	count := func(what string) uint64 {
 		t.Helper()
-		got, err := r.Connections(context.Background(), ports)
+		got, err := r.Connections(context.Background(), nil, ports)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,7 +68,7 @@ func CheckConnections(t *testing.T, path Path) {
 	if n := count("after an endpoint left"); n != 18 {
 		t.Errorf("after a partial sync that removed an endpoint: %d, want 18 (its count kept)", n)
 	}
-	if got, err := r.Connections(context.Background(), map[service.PortName]bool{{Port: "none"}: true}); err != nil || len(got) != 0 {
+	if got, err := r.Connections(context.Background(), nil, dataplane.PortSet{{Port: "none"}: true}); err != nil || len(got) != 0 {
 		t.Errorf("connections of a port no sync applied: %v, %v; want none", got, err)
 	}
 }

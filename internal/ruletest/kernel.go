@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
@@ -39,7 +40,7 @@ type KernelPath interface {
 type KernelRig interface {
 	offloadtest.Dataplane
 	Health() kernelsync.Health
-	Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error)
+	Connections(ctx context.Context, snap *service.Snapshot, ports dataplane.PortSet) (map[service.PortName]uint64, error)
 }
 
 // Lab is offloadtest's lab (a node namespace routing between a client and

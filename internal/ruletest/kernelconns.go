@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
@@ -89,7 +90,7 @@ func KernelConnections(t *testing.T, path KernelPath) {
 		t.Helper()
 		var got map[service.PortName]uint64
 		if err := l.Node.Do(func() (err error) {
-			got, err = r.Connections(context.Background(), map[service.PortName]bool{web: true})
+			got, err = r.Connections(context.Background(), nil, dataplane.PortSet{web: true})
 			return err
 		}); err != nil {
 			t.Fatal(err)

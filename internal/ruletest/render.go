@@ -37,19 +37,21 @@ func CheckGolden(t *testing.T, name, what string, got []byte) {
 	}
 }
 
-// RenderCase is a Snapshot whose rules each path keeps as a golden file,
-// rendered for the test cluster's node.
-type RenderCase struct {
-	Name string // the golden file's
-	Snap *service.Snapshot
-}
+// Renderer renders snap for node as a path writes it: iptables-restore text,
+// an nft transaction.
+type Renderer func(node dataplane.Node, snap *service.Snapshot) ([]byte, error)
 
-// RenderCases are the Snapshots both paths render for their golden files:
-// none, a ClusterIP, a port without endpoints, traffic policies Local with
-// and without a local endpoint. Each path's TestRenderGolden adds its own.
-func RenderCases() []RenderCase {
+// CheckRenderGolden renders, for the test cluster's node, the Snapshots both
+// paths keep golden files of: none, a ClusterIP, a port without endpoints,
+// traffic policies Local with and without a local endpoint. Each is
+// compared with the path's testdata/<name>.golden (CheckGolden; rendered
+// says what the text is). Each path's TestRenderGolden renders its own.
+func CheckRenderGolden(t *testing.T, render Renderer, rendered string) {
 	remoteOnly := []service.Endpoint{st.Endpoint("198.19.1.130:8080", "node-b")}
-	return []RenderCase{
+	for _, c := range []struct {
+		name string // the golden file's
+		snap *service.Snapshot
+	}{
 		{"empty", st.Snapshot()},
 		{"clusterip", st.Snapshot(st.Service("web", "198.18.0.10", 80, st.ThreeEndpoints()))},
 		{"no-endpoints", st.Snapshot(st.Service("web", "198.18.0.10", 80, nil,
@@ -59,6 +61,14 @@ func RenderCases() []RenderCase {
 		{"external-local-none-here", st.Snapshot(st.Service("web", "198.18.0.10", 80, remoteOnly,
 			st.WithNodePort(30080), st.WithExternalIPs("198.18.100.1"), st.WithExternalLocal()))},
 		{"internal-local-none-here", st.Snapshot(st.Service("web", "198.18.0.10", 80, remoteOnly, st.WithInternalLocal()))},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := render(Options{}.Node(false), c.snap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			CheckGolden(t, c.name, rendered, got)
+		})
 	}
 }
 
@@ -82,19 +92,48 @@ func FamilyRenders() []FamilyRender {
 	}
 }
 
-// CheckInvalidNodes: render, a path's rendering of an empty Snapshot for a
-// node, refuses every node that is not one: a masquerade bit out of 0..31,
-// an invalid NodePort address, a node IP or a pod network of the other
-// family (saying which field), an unknown family.
-func CheckInvalidNodes(t *testing.T, render func(dataplane.Node) error) {
+// CheckFamiliesGolden renders FamiliesSnapshot for each of FamilyRenders,
+// compares it with the path's golden file of that name, and checks that it
+// names only addresses of the node's family.
+func CheckFamiliesGolden(t *testing.T, render Renderer, rendered string) {
+	snap := FamiliesSnapshot()
+	for _, tt := range FamilyRenders() {
+		t.Run(tt.Name, func(t *testing.T) {
+			got, err := render(tt.Node, snap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			CheckGolden(t, tt.Name, rendered, got)
+			other := " 2001:db8:"
+			if tt.Node.Family == service.IPv6 {
+				other = " 198.1"
+			}
+			for line := range strings.Lines(string(got)) {
+				if strings.Contains(line, other) {
+					t.Errorf("an address of the other family: %s", line)
+				}
+			}
+		})
+	}
+}
+
+// CheckInvalidNodes: render refuses, for an empty Snapshot, every node that
+// is not one: a masquerade bit out of 0..31, an invalid NodePort address, a
+// node IP or a pod network of the other family (saying which field), an
+// unknown family.
+func CheckInvalidNodes(t *testing.T, render Renderer) {
+	refused := func(n dataplane.Node) error {
+		_, err := render(n, st.Snapshot())
+		return err
+	}
 	for _, n := range []dataplane.Node{{MasqueradeBit: 32}, {MasqueradeBit: -1}, {NodePortIPs: []netip.Addr{{}}},
 		{NodeIP: netip.MustParseAddr("2001:db8:19::1")}, {Family: service.IPv6, NodeIP: netip.MustParseAddr("198.19.0.1")},
 		{Family: "IPv5"}} {
-		if err := render(n); err == nil {
+		if err := refused(n); err == nil {
 			t.Errorf("node %+v: no error", n)
 		}
 	}
-	err := render(dataplane.Node{Family: service.IPv6, ClusterCIDR: netip.MustParsePrefix("198.19.0.0/16")})
+	err := refused(dataplane.Node{Family: service.IPv6, ClusterCIDR: netip.MustParsePrefix("198.19.0.0/16")})
 	if err == nil || !strings.Contains(err.Error(), "ClusterCIDR 198.19.0.0/16: not an IPv6 prefix") {
 		t.Errorf("IPv6 rules with an IPv4 ClusterCIDR: %v", err)
 	}

@@ -1,11 +1,13 @@
 // Package ruletest holds the test tables that the two rule-writing kernel
 // paths, offload/iptables and offload/nftables, share: where a packet goes
 // (kube-proxy's tracePacket questions), what partial syncs, failures and
-// restarts leave, what the connection counters say. Each path runs them
-// through its own Fake and that Fake's packet tracer (kernel/iptables,
-// kernel/nftables) by implementing Path, and keeps in its own tests only what
-// is its own: golden rule texts, the rules' names, what one path does and the
-// other does not.
+// restarts leave, what the connection counters say, and on the real kernel
+// what real packets do. Run and RunKernel (suite.go) hold the list of them;
+// each path calls them once (its TestShared and TestKernelShared) with its
+// own Fake and that Fake's packet tracer (kernel/iptables, kernel/nftables)
+// behind Path, and its own mode in offloadtest's namespaces behind
+// KernelPath. Its other tests are its own: golden texts of what only it
+// renders, the rules' names, what one path does and the other does not.
 //
 // The cluster is servicetest's: this node st.ThisNode at 198.19.0.1 (IPv6:
 // 2001:db8:19::1), pods in 198.19.1.0/24 (2001:db8:19::1:0/112), Services in
@@ -67,7 +69,7 @@ type Options struct {
 	// (Rig.Connections).
 	CountConnections bool
 	// FullSyncPeriod, SyncPeriod, Now and Conntrack are the mode's
-	// (kernelsync.Periods).
+	// (Periods).
 	FullSyncPeriod, SyncPeriod time.Duration
 	Now                        func() time.Time
 	Conntrack                  conntrack.Interface
@@ -89,6 +91,16 @@ func (o Options) Node(onKernel bool) dataplane.Node {
 	return dataplane.Node{Family: o.Family, NodeName: st.ThisNode, NodeIP: o.NodeIP, ClusterCIDR: cidr}
 }
 
+// Periods are o's periods, clock and conntrack for the mode's Config: on
+// the real kernel (onKernel) the node's conntrack, whatever o says.
+func (o Options) Periods(onKernel bool) kernelsync.Periods {
+	p := kernelsync.Periods{Conntrack: o.Conntrack, SyncPeriod: o.SyncPeriod, FullSyncPeriod: o.FullSyncPeriod, Now: o.Now}
+	if onKernel {
+		p.Conntrack = conntrack.Netlink{}
+	}
+	return p
+}
+
 // Traces converts a tracer's answer with convert, for Rig.TraceAll.
 func Traces[T any](trs []T, err error, convert func(T) Trace) ([]Trace, error) {
 	out := make([]Trace, len(trs))
@@ -108,9 +120,11 @@ type Rig interface {
 	// same Options, as a new process does: its first sync is full.
 	Restart(t *testing.T)
 	Health() kernelsync.Health
-	Status() []kernelsync.PortStatus
-	// Connections is the mode's count of new connections per port.
-	Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error)
+	// Ports is each port's status as the last sync applied it.
+	Ports() []kernelsync.PortStatus
+	// Connections is the mode's count of new connections per port
+	// (dataplane.KernelPath's; neither path reads the Snapshot: nil).
+	Connections(ctx context.Context, snap *service.Snapshot, ports dataplane.PortSet) (map[service.PortName]uint64, error)
 	// Hit counts n new connections to each endpoint of port in the Fake's
 	// counters, as the kernel counts packets through the rules.
 	Hit(t *testing.T, port service.PortName, n uint64)

@@ -77,7 +77,7 @@ type variantPath struct{ Rig }
 func (v *variantPath) Sync(t *testing.T, snap *service.Snapshot) { Sync(t, v.Rig, snap) }
 
 func (v *variantPath) State(t *testing.T) string {
-	status, err := json.MarshalIndent(v.Status(), "", "  ")
+	status, err := json.MarshalIndent(v.Ports(), "", "  ")
 	if err != nil {
 		t.Fatal(err)
 	}

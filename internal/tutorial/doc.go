@@ -13,9 +13,11 @@
 //     the comment, the reader sees it, and the runner checks both the exit
 //     status and the output;
 //   - a ```text block is output the command just before it must print: its
-//     lines must appear in the command's output, in order, with numbers and
-//     the lengths of bars free to differ (Normalize); a "..." line stands for
-//     any lines, "..." within a line for any text there;
+//     lines must appear in the command's output, in order and exactly, but
+//     for what the block marks as varying (match.go): a <word> in angle
+//     brackets stands for a value a run may change (<port>, <n>, <time>),
+//     a "..." line for any lines, "..." within a line for any text there;
+//     blanks and the lengths of bars are free;
 //   - a line "<!-- needs: ipvs -->" (outside blocks) names what the
 //     tutorial's kernel must have; a runner without it skips the tutorial and
 //     says where it runs instead.

@@ -19,6 +19,12 @@ type Command struct {
 	// comment "# fails" (or "# fails: why"), which the reader sees and sh
 	// ignores. A refused connection is a lesson too.
 	Fails bool
+	// Solution is, for an exercise's `svclab check NN  # fails`, the
+	// commands that do the exercise, from "<!-- solution: CMD -->" lines
+	// after it (outside blocks; the reader does not see them). The test
+	// runs the check before them, where it must fail, and after them,
+	// where it must pass: both labs, the exercise undone and done.
+	Solution []string
 }
 
 // A Tutorial is what Parse found in one file.
@@ -54,7 +60,8 @@ func ParseFile(path string) (*Tutorial, error) {
 }
 
 var (
-	needs = regexp.MustCompile(`^<!--\s*needs:\s*([a-z0-9, ]+?)\s*-->$`)
+	needs    = regexp.MustCompile(`^<!--\s*needs:\s*([a-z0-9, ]+?)\s*-->$`)
+	solution = regexp.MustCompile(`^<!--\s*solution:\s*(svclab .+?)\s*-->$`)
 	// fails is the comment that ends a command expected to fail.
 	fails = regexp.MustCompile(`(^|\s)#\s*fails\b[^#]*$`)
 )
@@ -83,6 +90,13 @@ func Parse(r io.Reader) (*Tutorial, error) {
 			if fence == "text" && len(tut.Commands) == 0 {
 				return nil, fmt.Errorf("line %d: output block with no svclab command before it", n)
 			}
+		case fence == "" && solution.MatchString(strings.TrimSpace(line)):
+			m := solution.FindStringSubmatch(strings.TrimSpace(line))
+			if len(tut.Commands) == 0 || !strings.HasPrefix(tut.Commands[len(tut.Commands)-1].Text, "svclab check ") {
+				return nil, fmt.Errorf("line %d: a solution with no `svclab check NN` before it", n)
+			}
+			c := &tut.Commands[len(tut.Commands)-1]
+			c.Solution = append(c.Solution, m[1])
 		case fence == "":
 			if m := needs.FindStringSubmatch(strings.TrimSpace(line)); m != nil {
 				for _, need := range strings.Split(m[1], ",") {
@@ -121,6 +135,9 @@ func Parse(r io.Reader) (*Tutorial, error) {
 		c := &tut.Commands[i]
 		c.Text = spaces.ReplaceAllString(c.Text, " ")
 		c.Fails = fails.MatchString(c.Text)
+		if len(c.Solution) > 0 && !c.Fails {
+			return nil, fmt.Errorf("line %d: %s: an exercise's check is shown before the learner does it, where it fails: end it in \"# fails\"", c.Line, c.Text)
+		}
 	}
 	return &tut, nil
 }

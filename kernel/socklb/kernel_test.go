@@ -243,25 +243,8 @@ func newCgroup(t *testing.T) *cgroup {
 	return &cgroup{path: path, dir: dir}
 }
 
+// cgroup2Mount is the machine's cgroup2 mount (netnstest.Cgroup2).
 func cgroup2Mount(t *testing.T) string {
 	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	must(t, err)
-	for _, line := range strings.Split(string(data), "\n") {
-		// "36 25 0:30 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw"
-		f := strings.Fields(line)
-		if i := slices.Index(f, "-"); i > 4 && i+1 < len(f) && f[i+1] == "cgroup2" && f[3] == "/" {
-			return f[4]
-		}
-	}
-	dir := t.TempDir()
-	if err := unix.Mount("none", dir, "cgroup2", 0, ""); err != nil {
-		t.Skipf("no cgroup2 mount, and mount -t cgroup2 refused: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := unix.Unmount(dir, 0); err != nil {
-			t.Errorf("unmount cgroup2 at %s: %v", dir, err)
-		}
-	})
-	return dir
+	return netnstest.Cgroup2(t)
 }

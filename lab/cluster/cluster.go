@@ -81,11 +81,15 @@ func (c *Cluster) Status(ctx context.Context) (string, error) {
 func (c *Cluster) ManifestsPath() string { return filepath.Join(c.net.StateDir(), "services.yaml") }
 
 // KubeconfigPath is the kubeconfig of user ("admin", "svcproxy", "clusterdns").
-func (c *Cluster) KubeconfigPath(user string) string {
-	return filepath.Join(c.net.StateDir(), user+".kubeconfig")
+func (c *Cluster) KubeconfigPath(user string) string { return kubeconfigPath(c.net.StateDir(), user) }
+
+// kubeconfigPath is the kubeconfig of user in the state directory.
+func kubeconfigPath(stateDir, user string) string {
+	return filepath.Join(stateDir, user+".kubeconfig")
 }
 
-func (c *Cluster) pkiDir() string { return filepath.Join(c.net.StateDir(), "pki") }
+// pkiDir holds the lab's control plane's keys, in the state directory.
+func pkiDir(stateDir string) string { return filepath.Join(stateDir, "pki") }
 
 // HasControlPlane says whether the lab runs a control plane (svclab up
 // --control-plane): pods' readiness then goes through the API server.

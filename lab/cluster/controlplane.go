@@ -64,12 +64,12 @@ const ControlPlaneTimeout = 2 * time.Minute
 // kube-controller-manager in the node, each once the one before answers.
 // realNode adds the controllers a real kubelet's pods need.
 func (c *Cluster) startControlPlane(ctx context.Context, cp ControlPlane, realNode bool) error {
-	pk, err := c.makePKI()
+	pk, err := makePKI(c.net.Plan(), c.net.StateDir(), c.Nodes())
 	if err != nil {
 		return err
 	}
 	node := c.net.Plan().Node.Name
-	etcd, _, err := c.net.Start("etcd", node, append([]string{cp.Etcd}, c.etcdArgs()...), false)
+	etcd, _, err := c.net.Start("etcd", node, append([]string{cp.Etcd}, etcdArgs(c.net.StateDir())...), false)
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func (c *Cluster) startControlPlane(ctx context.Context, cp ControlPlane, realNo
 	if err := c.net.Wait(ctx, "etcd", etcd.Process.Pid, ControlPlaneTimeout, 200*time.Millisecond, httpOK(plain, etcdClientURL+"/health", "")); err != nil {
 		return err
 	}
-	apiserver, _, err := c.net.Start("kube-apiserver", node, append([]string{cp.APIServer}, c.apiserverArgs(pk)...), false)
+	apiserver, _, err := c.net.Start("kube-apiserver", node, append([]string{cp.APIServer}, apiserverArgs(c.net.Plan(), c.net.StateDir(), pk)...), false)
 	if err != nil {
 		return err
 	}
@@ -85,7 +85,7 @@ func (c *Cluster) startControlPlane(ctx context.Context, cp ControlPlane, realNo
 	if err := c.net.Wait(ctx, "kube-apiserver", apiserver.Process.Pid, ControlPlaneTimeout, 200*time.Millisecond, httpOK(secure, apiserverURL+"/readyz", pk.adminToken)); err != nil {
 		return err
 	}
-	kcm, _, err := c.net.Start("kube-controller-manager", node, append([]string{cp.ControllerManager}, c.controllerManagerArgs(pk, realNode)...), false)
+	kcm, _, err := c.net.Start("kube-controller-manager", node, append([]string{cp.ControllerManager}, controllerManagerArgs(c.net.StateDir(), pk, realNode)...), false)
 	if err != nil {
 		return err
 	}
@@ -93,31 +93,31 @@ func (c *Cluster) startControlPlane(ctx context.Context, cp ControlPlane, realNo
 	return c.net.Wait(ctx, "kube-controller-manager", kcm.Process.Pid, ControlPlaneTimeout, 200*time.Millisecond, httpOK(insecure, "https://"+kcmAddr+"/healthz", ""))
 }
 
-// makePKI writes the control plane's keys and certificates, a kubelet
-// token for each node, and the administrator's kubeconfig.
-func (c *Cluster) makePKI() (*pki, error) {
-	p := c.net.Plan()
+// makePKI writes the control plane's keys and certificates in stateDir, a
+// kubelet token for each of nodes, and the administrator's kubeconfig.
+func makePKI(p *topology.Plan, stateDir string, nodes []*Node) (*pki, error) {
 	ips := []net.IP{net.IPv4(127, 0, 0, 1), p.Node.Addr.AsSlice(), p.ServiceCIDR.Addr().Next().AsSlice()}
 	if p.DualStack() {
 		ips = append(ips, p.Node.Addr6.AsSlice())
 	}
 	names := []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
-	var nodes []string
-	for _, n := range c.Nodes() {
-		nodes = append(nodes, n.Name)
+	var kubelets []string
+	for _, n := range nodes {
+		kubelets = append(kubelets, n.Name)
 	}
-	pk, err := writePKI(c.pkiDir(), ips, names, nodes)
+	pk, err := writePKI(pkiDir(stateDir), ips, names, kubelets)
 	if err != nil {
 		return nil, fmt.Errorf("control plane pki: %w", err)
 	}
-	return pk, writeKubeconfig(c.KubeconfigPath("admin"), apiserverURL, pk.caPEM, adminUser, pk.adminToken)
+	return pk, writeKubeconfig(kubeconfigPath(stateDir, "admin"), apiserverURL, pk.caPEM, adminUser, pk.adminToken)
 }
 
-// etcdArgs are etcd's flags: one member, on the node's loopback.
-func (c *Cluster) etcdArgs() []string {
+// etcdArgs are etcd's flags: one member, on the node's loopback, its data
+// in stateDir.
+func etcdArgs(stateDir string) []string {
 	return []string{
 		"--name=svclab",
-		"--data-dir=" + filepath.Join(c.net.StateDir(), "etcd"),
+		"--data-dir=" + filepath.Join(stateDir, "etcd"),
 		"--listen-client-urls=" + etcdClientURL,
 		"--advertise-client-urls=" + etcdClientURL,
 		"--listen-peer-urls=" + etcdPeerURL,
@@ -133,8 +133,8 @@ func (c *Cluster) etcdArgs() []string {
 // controllerManagerArgs are kube-controller-manager's flags: the
 // controllers the lab needs, and with realNode those a real kubelet's pods
 // need too.
-func (c *Cluster) controllerManagerArgs(pk *pki, realNode bool) []string {
-	admin := c.KubeconfigPath("admin")
+func controllerManagerArgs(stateDir string, pk *pki, realNode bool) []string {
+	admin := kubeconfigPath(stateDir, "admin")
 	// What the lab needs: EndpointSlices from Services' selectors, the
 	// pods of StatefulSets, Deployments and ReplicaSets, a default
 	// ServiceAccount in each namespace (pods need one), namespace
@@ -162,15 +162,14 @@ func (c *Cluster) controllerManagerArgs(pk *pki, realNode bool) []string {
 		"--use-service-account-credentials=false",
 		"--bind-address=127.0.0.1",
 		"--secure-port=" + portOf(kcmAddr),
-		"--cert-dir=" + filepath.Join(c.net.StateDir(), "kube-controller-manager"),
+		"--cert-dir=" + filepath.Join(stateDir, "kube-controller-manager"),
 		"--profiling=false",
 	}
 }
 
 // apiserverArgs are kube-apiserver's flags; each one that is not a plain path
 // says why it is there.
-func (c *Cluster) apiserverArgs(pk *pki) []string {
-	p := c.net.Plan()
+func apiserverArgs(p *topology.Plan, stateDir string, pk *pki) []string {
 	return []string{
 		"--bind-address=0.0.0.0", // of the node's namespace
 		"--secure-port=" + strconv.Itoa(apiserverPort),
@@ -185,7 +184,7 @@ func (c *Cluster) apiserverArgs(pk *pki) []string {
 		"--service-cluster-ip-range=" + serviceRanges(p),
 		"--tls-cert-file=" + pk.servingCert(),
 		"--tls-private-key-file=" + pk.servingKey(),
-		"--cert-dir=" + filepath.Join(c.net.StateDir(), "kube-apiserver"),
+		"--cert-dir=" + filepath.Join(stateDir, "kube-apiserver"),
 		"--token-auth-file=" + pk.tokenFile(),
 		// As on kubeadm's clusters: kubelets are limited to their own node
 		// and pods, everyone else gets what RBAC grants. svcproxy and

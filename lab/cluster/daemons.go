@@ -102,20 +102,7 @@ func (d *Daemons) source(user string) ([]string, error) {
 
 // NodeGet fetches path from svcproxy's metrics server (e.g. "/status").
 func (d *Daemons) NodeGet(ctx context.Context, path string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+MetricsAddr+path, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := nodeHTTP(d.net).Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return string(b), fmt.Errorf("GET %s: %s", path, resp.Status)
-	}
-	return string(b), err
+	return metricsGet(ctx, nodeHTTP(d.net), path)
 }
 
 // startProxy starts svcproxy in the node and waits for its /healthz, which
@@ -316,5 +303,12 @@ func (d *Daemons) SetModeWith(ctx context.Context, opts ModeOptions) error {
 	if err := d.net.WriteState(st); err != nil {
 		return err
 	}
-	return d.startProxy(ctx, bin, mode)
+	if err := d.startProxy(ctx, bin, mode); err != nil {
+		return err
+	}
+	if st.Kubectl != "" {
+		// The control-plane lab's ConfigMap says what runs (labconfigmap.go).
+		return d.c.syncLabConfigMap(ctx, mode, opts.Offload)
+	}
+	return nil
 }

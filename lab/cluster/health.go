@@ -70,14 +70,37 @@ func portOf(addr string) string {
 }
 
 // nodeHTTP is an HTTP client whose connections start inside the node.
-func nodeHTTP(lab *topology.Net) *http.Client {
+func nodeHTTP(lab *topology.Net) *http.Client { return httpIn(lab.NodeNamespace()) }
+
+// httpIn is an HTTP client whose connections start in network namespace ns.
+func httpIn(ns string) *http.Client {
 	return &http.Client{
 		Timeout: topology.Patient(2 * time.Second),
 		Transport: &http.Transport{
 			DisableKeepAlives: true,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				return topology.DialIn(ctx, lab.NodeNamespace(), network, addr)
+				return topology.DialIn(ctx, ns, network, addr)
 			},
 		},
 	}
+}
+
+// metricsGet fetches path from the metrics server of the proxy (svcproxy's
+// or kube-proxy's, both at MetricsAddr) with client, and returns the body;
+// a status other than 200 is an error that comes with the body.
+func metricsGet(ctx context.Context, client *http.Client, path string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+MetricsAddr+path, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return string(b), fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return string(b), err
 }

@@ -16,68 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/svcproxy/svcproxy/images"
-	"github.com/svcproxy/svcproxy/internal/k8sbin"
 	"github.com/svcproxy/svcproxy/lab/topology"
 )
-
-// KubeadmPrograms are what `svclab up --nodes N` runs besides the machine's
-// containerd, runc and CNI plugins: kubeadm, the kubelet and kubectl of
-// KubernetesVersion, runc-capbound (kube-proxy's DaemonSet is privileged),
-// and the image archives every node's containerd imports, since nothing is
-// pulled.
-type KubeadmPrograms struct {
-	Kubeadm, Kubelet, Kubectl string
-	// Runc is runc-capbound, containerd's runc on every node.
-	Runc string
-	// Images are kubeadm's (`make kubeadm-images`), svcproxy's (`make
-	// image`) and, when built, the e2e tests' (`make e2e-images`).
-	Images []string
-}
-
-// FindKubeadmPrograms returns the kubeadm cluster's programs: kubeadm,
-// kubelet and kubectl in dir, or, when dir is "", those `make cluster-bins`
-// built; runc-capbound in binDir or on PATH; the images in imageDir (where
-// `make kubeadm-images`, `make image` and `make e2e-images` write them).
-// It builds nothing.
-func FindKubeadmPrograms(dir, binDir, imageDir string) (KubeadmPrograms, error) {
-	progs := KubeadmPrograms{Kubeadm: filepath.Join(dir, "kubeadm"), Kubelet: filepath.Join(dir, "kubelet"), Kubectl: filepath.Join(dir, "kubectl")}
-	if dir == "" {
-		bins, err := k8sbin.Build(context.Background(), k8sbin.Config{CachedOnly: true, ControlPlane: true, Node: true, Cluster: true})
-		if err != nil {
-			return KubeadmPrograms{}, fmt.Errorf("kubeadm cluster: %w; build them with `make cluster-bins` (minutes, once per machine)", err)
-		}
-		progs.Kubeadm, progs.Kubelet, progs.Kubectl = bins.Kubeadm, bins.Kubelet, bins.Kubectl
-	}
-	for _, p := range []string{progs.Kubeadm, progs.Kubelet, progs.Kubectl} {
-		if _, err := os.Stat(p); err != nil {
-			return KubeadmPrograms{}, fmt.Errorf("kubeadm cluster: %w", err)
-		}
-	}
-	progs.Runc = filepath.Join(binDir, "runc-capbound")
-	if _, err := os.Stat(progs.Runc); err != nil {
-		return KubeadmPrograms{}, fmt.Errorf("kubeadm cluster: %w; build it with `make build`", err)
-	}
-	for _, s := range images.Kubeadm() {
-		f := filepath.Join(imageDir, "kubeadm-images", s.File)
-		if _, err := os.Stat(f); err != nil {
-			return KubeadmPrograms{}, fmt.Errorf("kubeadm cluster: image %s: %w; build kubeadm's images with `make kubeadm-images`", s.Ref, err)
-		}
-		progs.Images = append(progs.Images, f)
-	}
-	svcproxy := filepath.Join(imageDir, "svcproxy-image.tar")
-	if _, err := os.Stat(svcproxy); err != nil {
-		return KubeadmPrograms{}, fmt.Errorf("kubeadm cluster: %w; build svcproxy's image with `make image`", err)
-	}
-	progs.Images = append(progs.Images, svcproxy)
-	for _, s := range images.All() {
-		f := filepath.Join(imageDir, "e2e-images", s.File)
-		if _, err := os.Stat(f); err == nil && s.File != "pause.tar" {
-			progs.Images = append(progs.Images, f)
-		}
-	}
-	return progs, nil
-}
 
 // KubeProxyModes are the modes kube-proxy v1.37 takes on Linux.
 var KubeProxyModes = []string{"iptables", "nftables", "ipvs"}
@@ -131,7 +71,7 @@ func (c *Cluster) UpKubeadm(ctx context.Context, progs KubeadmPrograms, count in
 		Endpoint: nodes[0].Addr, ServiceSubnet: p.ServiceCIDR, PodSubnet: kubeadmPodSubnet,
 		NodeMask: kubeadmNodeMask, Token: token, ProxyMode: proxyMode,
 	}
-	if err := eachNode(nodes, func(n *Node) error { return c.prepareKubeadmNode(ctx, n, nodes, progs) }); err != nil {
+	if err := eachNode(nodes, func(n *Node) error { return n.prepareKubeadm(ctx, c.net, nodes, progs) }); err != nil {
 		return err
 	}
 	if err := c.kubeadm(ctx, nodes[0], progs, "init", nodes[0].initConfig(kc)); err != nil {
@@ -175,29 +115,22 @@ func eachNode(nodes []*Node, fn func(*Node) error) error {
 	return errors.Join(errs...)
 }
 
-// prepareKubeadmNode makes what kubeadm expects of a node before it runs
+// prepareKubeadm makes what kubeadm expects of a node before it runs
 // there: the node's files, its mount namespace, br_netfilter, containerd
 // with every image imported, the kubelet on PATH.
-func (c *Cluster) prepareKubeadmNode(ctx context.Context, n *Node, nodes []*Node, progs KubeadmPrograms) error {
-	if err := c.writeKubeadmNodeFiles(n, nodes, progs); err != nil {
+func (n *Node) prepareKubeadm(ctx context.Context, net *topology.Net, nodes []*Node, progs KubeadmPrograms) error {
+	if err := n.writeKubeadmFiles(net, nodes, progs); err != nil {
 		return err
 	}
-	if err := c.makeNodeMountNS(ctx, n); err != nil {
-		return err
-	}
-	if err := topology.Run(ctx, "ip", "netns", "exec", n.Namespace, "sysctl", "-qw",
-		"net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1"); err != nil {
-		return err
-	}
-	return c.startContainerd(ctx, n, progs.Images)
+	return n.prepare(ctx, net, progs.Images)
 }
 
-// writeKubeadmNodeFiles writes what a kubeadm node has beyond any real
+// writeKubeadmFiles writes what a kubeadm node has beyond any real
 // node's files: the kubelet patch, the upper layer of its /etc (its hosts
 // and resolv.conf; kubeadm writes /etc/kubernetes there), and a directory
 // on PATH holding the kubelet, where kubeadm's preflight asks its version.
-func (c *Cluster) writeKubeadmNodeFiles(n *Node, nodes []*Node, progs KubeadmPrograms) error {
-	if err := c.writeRuntimeFiles(n, progs.Runc); err != nil {
+func (n *Node) writeKubeadmFiles(net *topology.Net, nodes []*Node, progs KubeadmPrograms) error {
+	if err := n.writeRuntimeFiles(net, progs.Runc); err != nil {
 		return err
 	}
 	k := n.kubeadmFiles()

@@ -4,20 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/svcproxy/svcproxy/deploy/image"
 	"github.com/svcproxy/svcproxy/images"
-	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // What serves Services and DNS on the kubeadm cluster, and how `svclab
@@ -230,27 +225,5 @@ func (c *Cluster) waitProxyMode(ctx context.Context, mode string) error {
 // MetricsGet fetches path from the metrics server of the proxy on n
 // (kube-proxy's or svcproxy's, both at MetricsAddr), from inside n.
 func (n *Node) MetricsGet(ctx context.Context, path string) (string, error) {
-	client := &http.Client{
-		Timeout: topology.Patient(2 * time.Second),
-		Transport: &http.Transport{
-			DisableKeepAlives: true,
-			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				return topology.DialIn(ctx, n.Namespace, network, addr)
-			},
-		},
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+MetricsAddr+path, nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return string(b), fmt.Errorf("GET %s: %s", path, resp.Status)
-	}
-	return string(b), err
+	return metricsGet(ctx, httpIn(n.Namespace), path)
 }

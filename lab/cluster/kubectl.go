@@ -32,8 +32,10 @@ func (c *Cluster) Client() (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(rc)
 }
 
-// kubectl runs the lab's kubectl in the node with the admin's kubeconfig.
-func (c *Cluster) kubectl(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args ...string) error {
+// Kubectl runs `kubectl ARGS...` against the lab's API server, as its
+// administrator, in the node, with the given standard streams (nil:
+// Config's).
+func (c *Cluster) Kubectl(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args ...string) error {
 	st, err := c.net.ReadState()
 	if err != nil {
 		return err
@@ -45,16 +47,10 @@ func (c *Cluster) kubectl(ctx context.Context, stdin io.Reader, stdout, stderr i
 	return c.net.Exec(ctx, c.net.Plan().Node.Name, argv, stdin, stdout, stderr)
 }
 
-// Kubectl runs `kubectl ARGS...` against the lab's API server, as its
-// administrator, with the given standard streams (nil: Config's).
-func (c *Cluster) Kubectl(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer, args ...string) error {
-	return c.kubectl(ctx, stdin, stdout, stderr, args...)
-}
-
 // KubectlOut runs kubectl and returns its output; the error carries it too.
 func (c *Cluster) KubectlOut(ctx context.Context, stdin io.Reader, args ...string) (string, error) {
 	var out strings.Builder
-	err := c.kubectl(ctx, stdin, &out, &out, args...)
+	err := c.Kubectl(ctx, stdin, &out, &out, args...)
 	if err != nil {
 		return out.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(out.String()))
 	}

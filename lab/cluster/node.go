@@ -88,27 +88,17 @@ func planNode(p *topology.Plan, stateDir, cgroupRoot string) *Node {
 	}
 }
 
-// startNode writes n's files, makes its mount namespace, starts its
-// containerd, imports the images, and starts its kubelet.
-func (c *Cluster) startNode(ctx context.Context, n *Node, progs NodePrograms) error {
+// start writes n's files, readies it (prepare), and starts its kubelet:
+// a real node of the lab's own control plane (svclab up --kubelet).
+func (n *Node) start(ctx context.Context, net *topology.Net, progs NodePrograms) error {
 	f := n.files()
-	if err := c.writeNodeFiles(n, progs.Runc); err != nil {
+	if err := n.writeFiles(net, progs.Runc); err != nil {
 		return err
 	}
-	if err := c.makeNodeMountNS(ctx, n); err != nil {
+	if err := n.prepare(ctx, net, progs.Images); err != nil {
 		return err
 	}
-	// Pods behind the bridge answer Services' clients over it; only with
-	// br_netfilter do those replies pass the node's conntrack, which undoes
-	// the DNAT (per network namespace on this kernel).
-	if err := topology.Run(ctx, "ip", "netns", "exec", n.Namespace, "sysctl", "-qw",
-		"net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1"); err != nil {
-		return err
-	}
-	if err := c.startContainerd(ctx, n, progs.Images); err != nil {
-		return err
-	}
-	_, _, err := c.net.Start(n.Kubelet, "", n.inNode(progs.Kubelet,
+	_, _, err := net.Start(n.Kubelet, "", n.inNode(progs.Kubelet,
 		"--config="+f.kubelet,
 		"--kubeconfig="+f.kubeconfig,
 		"--hostname-override="+n.Name,
@@ -119,16 +109,33 @@ func (c *Cluster) startNode(ctx context.Context, n *Node, progs NodePrograms) er
 	return err
 }
 
+// prepare readies n for its kubelet once its files are written, the same
+// on every real node (the kubeadm cluster's too): its mount namespace,
+// br_netfilter, its containerd with the images imported.
+func (n *Node) prepare(ctx context.Context, net *topology.Net, images []string) error {
+	if err := n.makeMountNS(ctx, net); err != nil {
+		return err
+	}
+	// Pods behind the bridge answer Services' clients over it; only with
+	// br_netfilter do those replies pass the node's conntrack, which undoes
+	// the DNAT (per network namespace on this kernel).
+	if err := topology.Run(ctx, "ip", "netns", "exec", n.Namespace, "sysctl", "-qw",
+		"net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1"); err != nil {
+		return err
+	}
+	return n.startContainerd(ctx, net, images)
+}
+
 // startContainerd starts n's containerd, waits for it to answer, and
 // imports the image archives.
-func (c *Cluster) startContainerd(ctx context.Context, n *Node, images []string) error {
+func (n *Node) startContainerd(ctx context.Context, net *topology.Net, images []string) error {
 	f := n.files()
-	ctrd, _, err := c.net.Start(n.Containerd, "", n.inNode(containerdBin, "--config", f.containerd), false)
+	ctrd, _, err := net.Start(n.Containerd, "", n.inNode(containerdBin, "--config", f.containerd), false)
 	if err != nil {
 		return err
 	}
 	sock := filepath.Join(f.run, strings.TrimPrefix(containerdSocket, "/run/"))
-	if err := c.net.Wait(ctx, n.Containerd, ctrd.Process.Pid, ControlPlaneTimeout, 200*time.Millisecond, func(context.Context) error {
+	if err := net.Wait(ctx, n.Containerd, ctrd.Process.Pid, ControlPlaneTimeout, 200*time.Millisecond, func(context.Context) error {
 		return topology.Run(ctx, n.inNode(ctrBin, "--address", containerdSocket, "version")...)
 	}); err != nil {
 		return fmt.Errorf("%w (socket %s)", err, sock)
@@ -147,11 +154,11 @@ func (n *Node) inNode(argv ...string) []string {
 	return append([]string{"nsenter", "--mount=" + n.files().pin, "--net=" + filepath.Join(topology.NetnsDir, n.Namespace), "--"}, argv...)
 }
 
-// writeNodeFiles writes the configuration of containerd, the kubelet and
+// writeFiles writes the configuration of containerd, the kubelet and
 // CNI, the sysctl files, and makes the directories the node's mount
 // namespace binds, and the cgroup root in every hierarchy.
-func (c *Cluster) writeNodeFiles(n *Node, runc string) error {
-	if err := c.writeRuntimeFiles(n, runc); err != nil {
+func (n *Node) writeFiles(net *topology.Net, runc string) error {
+	if err := n.writeRuntimeFiles(net, runc); err != nil {
 		return err
 	}
 	f := n.files()
@@ -164,11 +171,11 @@ func (c *Cluster) writeNodeFiles(n *Node, runc string) error {
 			return err
 		}
 	}
-	caPEM, err := os.ReadFile(filepath.Join(c.pkiDir(), "ca.crt"))
+	caPEM, err := os.ReadFile(filepath.Join(pkiDir(n.StateDir), "ca.crt"))
 	if err != nil {
 		return err
 	}
-	tok, err := os.ReadFile(filepath.Join(c.pkiDir(), n.Name+".token"))
+	tok, err := os.ReadFile(filepath.Join(pkiDir(n.StateDir), n.Name+".token"))
 	if err != nil {
 		return err
 	}
@@ -180,7 +187,7 @@ func (c *Cluster) writeNodeFiles(n *Node, runc string) error {
 // cluster's too: containerd's configuration (runc is its runc, "" for the
 // one on PATH), the node's resolv.conf, the sysctl files; the directories
 // the node's mount namespace binds, and its cgroup root in every hierarchy.
-func (c *Cluster) writeRuntimeFiles(n *Node, runc string) error {
+func (n *Node) writeRuntimeFiles(net *topology.Net, runc string) error {
 	f := n.files()
 	for _, d := range []string{f.run, f.varlib, f.varlog, f.cniDir, f.sysctls, filepath.Dir(f.pin),
 		filepath.Join(f.usrLib, "upper"), filepath.Join(f.usrLib, "work")} {
@@ -188,7 +195,7 @@ func (c *Cluster) writeRuntimeFiles(n *Node, runc string) error {
 			return err
 		}
 	}
-	if rel, ok := underRun(c.net.StateDir()); ok {
+	if rel, ok := underRun(n.StateDir); ok {
 		if err := os.MkdirAll(filepath.Join(f.run, rel), 0o755); err != nil {
 			return err
 		}
@@ -205,7 +212,7 @@ func (c *Cluster) writeRuntimeFiles(n *Node, runc string) error {
 			return err
 		}
 	}
-	for _, m := range c.net.Cgroups().Machine() {
+	for _, m := range net.Cgroups().Machine() {
 		if err := os.MkdirAll(filepath.Join(m.Point, n.CgroupRoot), 0o755); err != nil {
 			return fmt.Errorf("cgroup root: %w", err)
 		}
@@ -213,11 +220,11 @@ func (c *Cluster) writeRuntimeFiles(n *Node, runc string) error {
 	return nil
 }
 
-// makeNodeMountNS makes the node's mount namespace and keeps it with a bind
+// makeMountNS makes the node's mount namespace and keeps it with a bind
 // mount (the pin), as `ip netns add` keeps a network namespace: the pin's
 // directory is a private mount of its own, or the kernel would refuse to
 // keep a namespace there. Then the mounts of mountCommands, inside it.
-func (c *Cluster) makeNodeMountNS(ctx context.Context, n *Node) error {
+func (n *Node) makeMountNS(ctx context.Context, net *topology.Net) error {
 	f := n.files()
 	dir := filepath.Dir(f.pin)
 	if err := os.WriteFile(f.pin, nil, 0o644); err != nil {
@@ -233,7 +240,7 @@ func (c *Cluster) makeNodeMountNS(ctx context.Context, n *Node) error {
 		}
 	}
 	_, err := os.Stat("/lib/modules")
-	cmds := f.mountCommands(c.net.Cgroups().Machine(), n.StateDir, errors.Is(err, fs.ErrNotExist))
+	cmds := f.mountCommands(net.Cgroups().Machine(), n.StateDir, errors.Is(err, fs.ErrNotExist))
 	if n.Kubeadm {
 		cmds = append(cmds, n.kubeadmFiles().etcOverlay())
 	}

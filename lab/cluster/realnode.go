@@ -136,7 +136,7 @@ func (c *Cluster) UpRealNode(ctx context.Context, cp ControlPlane, progs NodePro
 		}
 	}
 	for _, n := range c.Nodes() {
-		if err := c.startNode(ctx, n, progs); err != nil {
+		if err := n.start(ctx, c.net, progs); err != nil {
 			return err
 		}
 	}

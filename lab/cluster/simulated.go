@@ -8,9 +8,7 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -39,6 +37,13 @@ func (c *Cluster) UpSimulated(ctx context.Context, cp ControlPlane, dns, proxy, 
 	if err := c.applyDeploy(ctx, "lab"); err != nil {
 		return err
 	}
+	st, err := c.net.ReadState()
+	if err != nil {
+		return err
+	}
+	if err := c.syncLabConfigMap(ctx, mode, st.Offload); err != nil {
+		return err
+	}
 	if _, err := c.KubectlOut(ctx, strings.NewReader(string(Objects)), "apply", "--server-side", "-f", "-"); err != nil {
 		return err
 	}
@@ -49,7 +54,7 @@ func (c *Cluster) UpSimulated(ctx context.Context, cp ControlPlane, dns, proxy, 
 	if _, _, err := c.net.Start("kubelet", "", []string{c.self, "--state", c.net.StateDir(), "kubelet"}, false); err != nil {
 		return err
 	}
-	caPEM, err := os.ReadFile(filepath.Join(c.pkiDir(), "ca.crt"))
+	caPEM, err := os.ReadFile(filepath.Join(pkiDir(c.net.StateDir()), "ca.crt"))
 	if err != nil {
 		return err
 	}
@@ -67,17 +72,18 @@ func (c *Cluster) UpSimulated(ctx context.Context, cp ControlPlane, dns, proxy, 
 	if err != nil {
 		return err
 	}
-	if err := c.waitLabEndpoints(ctx, kc); err != nil {
-		return err
+	if err := waitLabEndpoints(ctx, kc); err != nil {
+		return fmt.Errorf("%w%s", err, c.net.LogTail("kubelet"))
 	}
 	if err := c.daemons.startDNS(ctx, dns); err != nil {
 		return err
 	}
-	if err := c.createMirrorPod(ctx, kc); err != nil {
+	k := NewSimulatedKubelet(SimulatedKubeletConfig{Net: c.net, Pods: c.pods, Client: kc})
+	if err := k.createMirrorPod(ctx); err != nil {
 		return err
 	}
-	if err := c.waitEndpoints(ctx, kc, "kube-system", "kube-dns", 1); err != nil {
-		return err
+	if err := waitEndpoints(ctx, kc, "kube-system", "kube-dns", 1); err != nil {
+		return fmt.Errorf("%w%s", err, c.net.LogTail("kubelet"))
 	}
 	return c.daemons.startProxy(ctx, proxy, mode)
 }
@@ -88,7 +94,7 @@ func (c *Cluster) UpSimulated(ctx context.Context, cp ControlPlane, dns, proxy, 
 // Under load it can lag seconds behind on one of them (a sync that meets a
 // stale cache is requeued with backoff), and a demo step about echo then saw
 // one pod of three answer.
-func (c *Cluster) waitLabEndpoints(ctx context.Context, kc kubernetes.Interface) error {
+func waitLabEndpoints(ctx context.Context, kc kubernetes.Interface) error {
 	sets, err := kc.AppsV1().StatefulSets(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
@@ -106,7 +112,7 @@ func (c *Cluster) waitLabEndpoints(ctx context.Context, kc kubernetes.Interface)
 		if !ok {
 			continue // no selector (kubernetes, frontend): no slices of the controller's
 		}
-		if err := c.waitEndpoints(ctx, kc, svc.Namespace, svc.Name, pods*max(1, len(svc.Spec.IPFamilies))); err != nil {
+		if err := waitEndpoints(ctx, kc, svc.Namespace, svc.Name, pods*max(1, len(svc.Spec.IPFamilies))); err != nil {
 			return err
 		}
 	}
@@ -115,7 +121,7 @@ func (c *Cluster) waitLabEndpoints(ctx context.Context, kc kubernetes.Interface)
 
 // waitEndpoints waits until the EndpointSlices of Service ns/svc have n ready
 // endpoints: the EndpointSlice controller has seen the pods Ready.
-func (c *Cluster) waitEndpoints(ctx context.Context, kc kubernetes.Interface, ns, svc string, n int) error {
+func waitEndpoints(ctx context.Context, kc kubernetes.Interface, ns, svc string, n int) error {
 	deadline := time.Now().Add(ControlPlaneTimeout)
 	for {
 		got, err := readyEndpoints(ctx, kc, ns, svc)
@@ -126,8 +132,8 @@ func (c *Cluster) waitEndpoints(ctx context.Context, kc kubernetes.Interface, ns
 			return ctx.Err()
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("service %s/%s: %d ready endpoints after %s, want %d (%v)%s",
-				ns, svc, got, ControlPlaneTimeout, n, err, c.net.LogTail("kubelet"))
+			return fmt.Errorf("service %s/%s: %d ready endpoints after %s, want %d (%v)",
+				ns, svc, got, ControlPlaneTimeout, n, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -149,52 +155,4 @@ func readyEndpoints(ctx context.Context, c kubernetes.Interface, ns, svc string)
 		}
 	}
 	return n, nil
-}
-
-// createMirrorPod writes the Pod that stands for clusterdns in the API, as
-// the kubelet writes a mirror pod for each static pod it runs (kubeadm's
-// control plane is static pods): clusterdns runs on the node's network with
-// CoreDNS's label, so the Service kube-dns selects it and the EndpointSlice
-// controller gives kube-dns its address.
-func (c *Cluster) createMirrorPod(ctx context.Context, kc kubernetes.Interface) error {
-	p := c.net.Plan()
-	node, err := kc.CoreV1().Nodes().Get(ctx, p.Node.Name, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("mirror pod: node %s: %w", p.Node.Name, err)
-	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name:      "clusterdns-" + p.Node.Name,
-			Namespace: "kube-system",
-			Labels:    map[string]string{"k8s-app": "kube-dns"},
-			Annotations: map[string]string{
-				corev1.MirrorPodAnnotationKey: "svclab",
-				"kubernetes.io/config.source": "file",
-			},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID, Controller: new(true),
-			}},
-		},
-		Spec: corev1.PodSpec{
-			NodeName:    p.Node.Name,
-			HostNetwork: true,
-			Containers: []corev1.Container{{
-				Name:  "clusterdns",
-				Image: "svcproxy.test/svcproxy:dev",
-				Ports: []corev1.ContainerPort{
-					{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP},
-					{Name: "dns-tcp", ContainerPort: 53, Protocol: corev1.ProtocolTCP},
-				},
-			}},
-		},
-	}
-	created, err := kc.CoreV1().Pods("kube-system").Create(ctx, pod, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		created, err = kc.CoreV1().Pods("kube-system").Get(ctx, pod.Name, metav1.GetOptions{})
-	}
-	if err != nil {
-		return fmt.Errorf("mirror pod kube-system/%s: %w", pod.Name, err)
-	}
-	k := c.NewKubelet(kc, nil)
-	return k.reportRunning(ctx, created, p.Node)
 }

@@ -18,6 +18,9 @@ type HostRow struct {
 	// Runs says what runs there: "svcproxy --mode hybrid, clusterdns on
 	// :53", "svclab pod (8080/tcp, 8080/udp)".
 	Runs string `json:"runs"`
+	// Link is the node's end of the veth pair to the host ("" for the
+	// node): the picture of `svclab web` names each link by it.
+	Link string `json:"link,omitempty"`
 }
 
 // WriteHosts writes a table of the lab's hosts: namespace, address and what
@@ -47,7 +50,7 @@ func (p *Plan) HostRows(nodeRuns string, hosts []Host) []HostRow {
 			}
 			runs = "svclab pod (" + strings.Join(ports, ", ") + ")"
 		}
-		rows = append(rows, HostRow{Name: h.Name, Role: h.Role, Namespace: p.Namespace(h.Name), Addr: h.Addr.String(), Addr6: addr6(h), Runs: runs})
+		rows = append(rows, HostRow{Name: h.Name, Role: h.Role, Namespace: p.Namespace(h.Name), Addr: h.Addr.String(), Addr6: addr6(h), Runs: runs, Link: h.NodeLink})
 	}
 	return rows
 }

@@ -117,7 +117,7 @@ func (v *Views) ConntrackReport(ctx context.Context, opts ConntrackOptions) (*Co
 	// In socklb mode a pod's connection to a Service is one to the pod
 	// itself: keep the entries to an endpoint from any lab host.
 	direct := mode == "socklb"
-	flows := v.relevant(kconntrack.ParseList(out), snap, svc, local, direct)
+	flows := relevant(kconntrack.ParseList(out), snap, svc, local, direct)
 	// Newest first: of two entries in one state, the newer has more time left.
 	sort.SliceStable(flows, func(i, j int) bool { return flows[i].Timeout > flows[j].Timeout })
 	cv := &ConntrackView{Mode: mode, Entries: []ConntrackEntry{}}
@@ -141,7 +141,7 @@ func (v *Views) ConntrackReport(ctx context.Context, opts ConntrackOptions) (*Co
 // (svc's, or any when svc is nil) and, for the userspace proxy's second
 // connections, from the node to an endpoint; with direct (socklb mode),
 // from any host to an endpoint, where the socket LB connects sockets.
-func (v *Views) relevant(flows []kconntrack.Entry, snap *service.Snapshot, svc *service.Service, local []netip.Addr, direct bool) []kconntrack.Entry {
+func relevant(flows []kconntrack.Entry, snap *service.Snapshot, svc *service.Service, local []netip.Addr, direct bool) []kconntrack.Entry {
 	isLocal := map[netip.Addr]bool{}
 	for _, a := range local {
 		isLocal[a] = true
@@ -151,7 +151,7 @@ func (v *Views) relevant(flows []kconntrack.Entry, snap *service.Snapshot, svc *
 		if f.Orig[0].Addr().IsLoopback() || f.Orig[1].Addr().IsLoopback() {
 			continue // svclab's own questions to svcproxy's /healthz and /metrics
 		}
-		p := v.portOf(f, snap, svc, isLocal, direct)
+		p := portOf(f, snap, svc, isLocal, direct)
 		switch {
 		case p == nil:
 			continue
@@ -169,7 +169,7 @@ func (v *Views) relevant(flows []kconntrack.Entry, snap *service.Snapshot, svc *
 // (socklb mode), by the endpoint.
 // An endpoint may serve several Services (web's pods serve web-sticky too):
 // prefer's ports are looked at first.
-func (v *Views) portOf(f kconntrack.Entry, snap *service.Snapshot, prefer *service.Service, isLocal map[netip.Addr]bool, direct bool) *service.Port {
+func portOf(f kconntrack.Entry, snap *service.Snapshot, prefer *service.Service, isLocal map[netip.Addr]bool, direct bool) *service.Port {
 	proto := service.Protocol(strings.ToUpper(f.Protocol))
 	if p, ok := snap.PortByVIP(service.VIP{Protocol: proto, Addr: f.Orig[1]}); ok {
 		return p

@@ -29,7 +29,7 @@ func TestConntrackMeans(t *testing.T) {
 	v := New(Config{Net: topology.New(topology.Config{})})
 	snap := loadManifests(t)
 	local := []netip.Addr{netip.MustParseAddr("198.19.0.1"), netip.MustParseAddr("127.0.0.1")}
-	flows := v.relevant(kconntrack.ParseList(conntrackL), snap, nil, local, false)
+	flows := relevant(kconntrack.ParseList(conntrackL), snap, nil, local, false)
 	var got []string
 	for _, f := range flows {
 		got = append(got, v.means(f, snap, local, false))
@@ -54,7 +54,7 @@ func TestConntrackMeansSocketLB(t *testing.T) {
 tcp      6 110 TIME_WAIT src=198.19.1.2 dst=198.18.0.20 sport=40002 dport=80 src=198.19.1.12 dst=198.19.1.2 sport=8080 dport=40002 [ASSURED] mark=0 use=1
 tcp      6 100 TIME_WAIT src=198.19.1.2 dst=198.19.1.99 sport=40004 dport=8080 src=198.19.1.99 dst=198.19.1.2 sport=8080 dport=40004 [ASSURED] mark=0 use=1
 `
-	flows := v.relevant(kconntrack.ParseList(socklbL), snap, nil, local, true)
+	flows := relevant(kconntrack.ParseList(socklbL), snap, nil, local, true)
 	var got []string
 	for _, f := range flows {
 		got = append(got, v.means(f, snap, local, true))

@@ -6,8 +6,11 @@
 // are read back by kernel/iptables (ParseSave), nft's table by
 // kernel/nftables (ParseListing, the rules' text being what its tracer
 // walks), its named counters are listed by knftables (ListCounters),
-// conntrack(8)'s entries are read by kernel/conntrack (ParseList), and the
-// socket LB's maps are decoded by kernel/socklb (OpenPinned). What
+// conntrack(8)'s entries are read by kernel/conntrack (ParseList), the
+// virtual server a trace meets is read from IPVS by kernel/ipvs (netlink,
+// from a thread in the node's namespace), and the socket LB's maps are
+// decoded by kernel/socklb (OpenPinned). `svclab rules` shows ipvsadm's
+// own listing, the one students meet on a real node. What
 // views add is the reading: a legend naming each hashed chain by its
 // service port (`svclab rules`), the lines of one Service, and in `svclab
 // trace` one walk written once over both tracers (a ruleSet: nftables'

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"regexp"
-	"strconv"
+	"path/filepath"
 	"strings"
 
+	"github.com/svcproxy/svcproxy/internal/nsenter"
+	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
+	"github.com/svcproxy/svcproxy/lab/topology"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -68,10 +70,9 @@ func filterIPVS(out string, vips []string) string {
 	return b.String()
 }
 
-var ipvsVSRE = regexp.MustCompile(`^(TCP|UDP)\s+(\S+)\s+(\S+)`)
-
-// ipvsServer is a virtual server as `ipvsadm -ln` lists it: the hop
-// `svclab trace` shows, and its real servers with their weights.
+// ipvsServer is a virtual server of the node's IPVS, read through
+// kernel/ipvs: the hop `svclab trace` shows, and its real servers with
+// their weights.
 type ipvsServer struct {
 	hop       TraceHop
 	scheduler string
@@ -124,50 +125,61 @@ func (vs ipvsServer) choice() string {
 
 // traceIPVS says what IPVS does with a packet the rules delivered to the
 // node: the virtual server for its destination and the real servers its
-// scheduler picks from. It reports whether IPVS has one.
+// scheduler picks from. It reports whether IPVS has one. The node's IPVS is
+// read with kernel/ipvs (netlink, as ipvsadm reads it) from a thread in the
+// node's namespace.
 func (v *Views) traceIPVS(ctx context.Context, w io.Writer, pkt tracePacket) (ipvsServer, bool) {
-	out, err := v.net.NodeOutput(ctx, "ipvsadm", "-ln")
+	var vs kipvs.VirtualServer
+	var reals []kipvs.RealServer
+	found := false
+	err := nsenter.Run(filepath.Join(topology.NetnsDir, v.net.NodeNamespace()), func() error {
+		k, err := kipvs.New()
+		if err != nil {
+			return err
+		}
+		defer k.Close()
+		vs, reals, found, err = findIPVS(ctx, k, pkt)
+		return err
+	})
+	if err != nil || !found {
+		return ipvsServer{}, false // no IPVS, or no virtual server: nothing more happens to the packet
+	}
+	return writeIPVS(w, vs, reals, v.net.HostName), true
+}
+
+// findIPVS finds the virtual server of pkt's destination in ipvs, and its
+// real servers in the kernel's order.
+func findIPVS(ctx context.Context, ipvs kipvs.Interface, pkt tracePacket) (kipvs.VirtualServer, []kipvs.RealServer, bool, error) {
+	vss, err := ipvs.VirtualServers(ctx)
 	if err != nil {
-		return ipvsServer{}, false // no IPVS: nothing more happens to the packet
+		return kipvs.VirtualServer{}, nil, false, err
 	}
-	var vs, rss []string
-	in := false
-	for _, line := range strings.Split(out, "\n") {
-		if m := ipvsVSRE.FindStringSubmatch(line); m != nil {
-			in = strings.EqualFold(m[1], pkt.proto) && m[2] == pkt.dst.String()
-			if in {
-				vs = m[1:]
-			}
-			continue
-		}
-		if in && strings.HasPrefix(line, "  ->") {
-			rss = append(rss, strings.TrimSpace(strings.TrimPrefix(line, "  ->")))
+	for _, vs := range vss {
+		if strings.EqualFold(string(vs.Protocol), pkt.proto) && vs.Addr == pkt.dst {
+			reals, err := ipvs.RealServers(ctx, vs.Key)
+			return vs, reals, err == nil, err
 		}
 	}
-	if vs == nil {
-		return ipvsServer{}, false
-	}
-	srv := ipvsServer{scheduler: vs[2], hop: TraceHop{Tracer: "IPVS", Chain: "INPUT", Rule: fmt.Sprintf("virtual server %s %s, scheduler %s", vs[0], vs[1], vs[2])}}
+	return kipvs.VirtualServer{}, nil, false, nil
+}
+
+// writeIPVS writes what IPVS does with the packet, each real server as
+// `ipvsadm -ln` lists it and named by hostName, and returns the virtual
+// server as the trace keeps it.
+func writeIPVS(w io.Writer, vs kipvs.VirtualServer, reals []kipvs.RealServer, hostName func(netip.Addr) string) ipvsServer {
+	srv := ipvsServer{scheduler: vs.Scheduler, hop: TraceHop{Tracer: "IPVS", Chain: "INPUT",
+		Rule: fmt.Sprintf("virtual server %s %s, scheduler %s", vs.Protocol, vs.Addr, vs.Scheduler)}}
 	fmt.Fprintln(w)
-	para(w, fmt.Sprintf("The destination is local (on svcp-ipvs0), so the packet reaches INPUT, where IPVS has a virtual server for it: %s %s, scheduler %s. It picks one real server:", vs[0], vs[1], vs[2]))
-	for _, rs := range rss {
-		f := strings.Fields(rs)
+	para(w, fmt.Sprintf("The destination is local (on svcp-ipvs0), so the packet reaches INPUT, where IPVS has a virtual server for it: %s %s, scheduler %s. It picks one real server:", vs.Protocol, vs.Addr, vs.Scheduler))
+	for _, rs := range reals {
 		name := ""
-		if ap, err := netip.ParseAddrPort(f[0]); err == nil {
-			if n := v.net.HostName(ap.Addr()); n != "" {
-				name = " (" + n + ")"
-			}
-			weight := 1
-			if len(f) > 2 {
-				if n, err := strconv.Atoi(f[2]); err == nil {
-					weight = n
-				}
-			}
-			srv.real, srv.weights = append(srv.real, ap), append(srv.weights, weight)
+		if n := hostName(rs.Addr.Addr()); n != "" {
+			name = " (" + n + ")"
 		}
-		fmt.Fprintf(w, "  -> %s%s  %s\n", f[0], name, strings.Join(f[1:], " "))
-		srv.hop.Note += " -> " + f[0] + name
+		srv.real, srv.weights = append(srv.real, rs.Addr), append(srv.weights, rs.Weight)
+		fmt.Fprintf(w, "  -> %s%s  Masq %d %d %d\n", rs.Addr, name, rs.Weight, rs.ActiveConns, rs.InactiveConns)
+		srv.hop.Note += " -> " + rs.Addr.String() + name
 	}
 	srv.hop.Note = "real servers:" + srv.hop.Note
-	return srv, true
+	return srv
 }

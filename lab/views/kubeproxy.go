@@ -15,11 +15,7 @@ import (
 // kernel holds them, whole, without a legend; with svc, only the lines
 // that name the Service ("default/web" is in each rule's comment).
 func (v *Views) kubeProxyRules(ctx context.Context, b *strings.Builder, svc *service.Service, counters bool) error {
-	saveArgs := []string{"iptables-save"}
-	if counters {
-		saveArgs = append(saveArgs, "-c")
-	}
-	save, err := v.net.NodeOutput(ctx, saveArgs...)
+	save, err := v.net.NodeOutput(ctx, saveArgs("iptables-save", counters)...)
 	if err != nil {
 		return err
 	}

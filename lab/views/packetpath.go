@@ -154,6 +154,15 @@ func (in pathInput) host(a netip.Addr) string {
 	return a.String()
 }
 
+// named writes an address and its lab host's name, as svclab conntrack
+// does: "198.19.1.10 (web-0)".
+func (in pathInput) named(a netip.Addr) string {
+	if n := in.host(a); n != a.String() {
+		return a.String() + " (" + n + ")"
+	}
+	return a.String()
+}
+
 // withPort writes an address with a port that a kernel picks, named by a
 // letter: "198.19.1.2:P".
 func withPort(a netip.Addr, letter string) string {
@@ -219,9 +228,9 @@ func dnatPath(in pathInput) PacketPath {
 	b.send(in.node, sender)
 	b.end(sender, "reads the answer from "+in.dst.String()+": the rewrites are invisible to it")
 	b.conn = 1
-	means := "DNAT to " + pod
+	means := "DNAT to " + in.named(in.dnat.Addr())
 	if in.masq {
-		means += ", MASQUERADE: the pod saw " + in.host(in.nodeAddr)
+		means += ", MASQUERADE: the pod saw " + in.named(in.nodeAddr)
 	}
 	b.entry(in.proto, [2]string{client, in.dst.String()}, [2]string{in.dnat.String(), seen}, means)
 	return b.p
@@ -256,7 +265,7 @@ func redirectPath(in pathInput) PacketPath {
 		b.open(2, in.node, proxy, in.upstream.String(), "svcproxy connects to "+pod+" (round-robin), a connection of its own")
 		b.send(in.node, pod)
 		b.end(pod, "the pod's server accepts; it sees "+proxy+" (the node) as its client")
-		b.entry(in.proto, [2]string{proxy, in.upstream.String()}, [2]string{in.upstream.String(), proxy}, "svcproxy's own connection to "+pod+" (userspace: the second connection)")
+		b.entry(in.proto, [2]string{proxy, in.upstream.String()}, [2]string{in.upstream.String(), proxy}, "svcproxy's own connection to "+in.named(in.upstream.Addr())+" (userspace: the second connection)")
 		b.answer(in.upstream.String(), proxy)
 		b.send(pod, in.node)
 		b.end(in.node, "svcproxy reads the pod's answer and writes it to the client's connection")
@@ -295,7 +304,7 @@ func socketPath(in pathInput) PacketPath {
 	b.rewrite(in.from, hook, "the socket LB's "+strings.TrimSuffix(hook, "()")+" program: the address the application is told, not the packet", in.dst.String(), client)
 	b.end(in.from, "reads the answer; "+hook+" says "+in.dst.String())
 	b.conn = 1
-	b.entry(in.proto, [2]string{client, in.socket.String()}, [2]string{in.socket.String(), client}, "no rewrite: sent to "+pod+" itself (socklb: connect() was rewritten in the socket)")
+	b.entry(in.proto, [2]string{client, in.socket.String()}, [2]string{in.socket.String(), client}, "no rewrite: sent to "+in.named(in.socket.Addr())+" itself (socklb: connect() was rewritten in the socket)")
 	return b.p
 }
 

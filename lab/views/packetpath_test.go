@@ -66,7 +66,7 @@ func TestBuildPath(t *testing.T) {
 1 reply rewrite node  198.18.0.20:80 -> 198.19.1.2:P  conntrack src (was 198.19.1.10:8080)
 1 reply send node -> client  198.18.0.20:80 -> 198.19.1.2:P
 1 reply end client  198.18.0.20:80 -> 198.19.1.2:P
-conntrack 1: 198.19.1.2:P -> 198.18.0.20:80 | 198.19.1.10:8080 -> 198.19.1.2:P | DNAT to web-0
+conntrack 1: 198.19.1.2:P -> 198.18.0.20:80 | 198.19.1.10:8080 -> 198.19.1.2:P | DNAT to 198.19.1.10 (web-0)
 `},
 		{"DNAT and MASQUERADE, from outside", func() pathInput {
 			in := labInput("outside")
@@ -82,7 +82,7 @@ conntrack 1: 198.19.1.2:P -> 198.18.0.20:80 | 198.19.1.10:8080 -> 198.19.1.2:P |
 1 reply rewrite node  198.18.0.20:80 -> 198.19.200.2:P  conntrack src dst (was 198.19.1.10:8080 198.19.0.1:P)
 1 reply send node -> outside  198.18.0.20:80 -> 198.19.200.2:P
 1 reply end outside  198.18.0.20:80 -> 198.19.200.2:P
-conntrack 1: 198.19.200.2:P -> 198.18.0.20:80 | 198.19.1.10:8080 -> 198.19.0.1:P | DNAT to web-0, MASQUERADE: the pod saw node
+conntrack 1: 198.19.200.2:P -> 198.18.0.20:80 | 198.19.1.10:8080 -> 198.19.0.1:P | DNAT to 198.19.1.10 (web-0), MASQUERADE: the pod saw 198.19.0.1 (node)
 `},
 		{"userspace: REDIRECT, then svcproxy's own connection", func() pathInput {
 			in := labInput("client")
@@ -102,7 +102,7 @@ conntrack 1: 198.19.200.2:P -> 198.18.0.20:80 | 198.19.1.10:8080 -> 198.19.0.1:P
 1 reply send node -> client  198.18.0.20:80 -> 198.19.1.2:P
 1 reply end client  198.18.0.20:80 -> 198.19.1.2:P
 conntrack 1: 198.19.1.2:P -> 198.18.0.20:80 | 198.19.0.1:39215 -> 198.19.1.2:P | REDIRECT to svcproxy's listener :39215 (userspace: the first connection)
-conntrack 2: 198.19.0.1:Q -> 198.19.1.11:8080 | 198.19.1.11:8080 -> 198.19.0.1:Q | svcproxy's own connection to web-1 (userspace: the second connection)
+conntrack 2: 198.19.0.1:Q -> 198.19.1.11:8080 | 198.19.1.11:8080 -> 198.19.0.1:Q | svcproxy's own connection to 198.19.1.11 (web-1) (userspace: the second connection)
 `},
 		{"userspace, from the node itself: REDIRECT to loopback", func() pathInput {
 			in := labInput("node")
@@ -131,7 +131,7 @@ conntrack 1: 198.19.0.1:P -> 198.18.0.20:80 | 127.0.0.1:39215 -> 198.19.0.1:P | 
 1 reply send node -> client  198.19.1.10:8080 -> 198.19.1.2:P
 1 reply rewrite client  198.18.0.20:80 -> 198.19.1.2:P  getpeername() src (was 198.19.1.10:8080)
 1 reply end client  198.18.0.20:80 -> 198.19.1.2:P
-conntrack 1: 198.19.1.2:P -> 198.19.1.10:8080 | 198.19.1.10:8080 -> 198.19.1.2:P | no rewrite: sent to web-0 itself (socklb: connect() was rewritten in the socket)
+conntrack 1: 198.19.1.2:P -> 198.19.1.10:8080 | 198.19.1.10:8080 -> 198.19.1.2:P | no rewrite: sent to 198.19.1.10 (web-0) itself (socklb: connect() was rewritten in the socket)
 `},
 		{"REJECT: no endpoint", func() pathInput {
 			in := labInput("client")

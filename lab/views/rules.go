@@ -127,14 +127,19 @@ func (v *Views) RulesWith(ctx context.Context, opts RulesOptions) (string, error
 	return b.String(), err
 }
 
+// saveArgs runs prog (iptables-save, ip6tables-save), with counters ("-c")
+// when asked.
+func saveArgs(prog string, counters bool) []string {
+	if counters {
+		return []string{prog, "-c"}
+	}
+	return []string{prog}
+}
+
 // iptablesRules writes svcproxy's iptables chains, then its ip6tables ones
 // when they serve something: any Service, or svc has an IPv6 address.
 func (v *Views) iptablesRules(ctx context.Context, b *strings.Builder, svc *service.Service, counters bool) error {
-	saveArgs := []string{"iptables-save"}
-	if counters {
-		saveArgs = append(saveArgs, "-c")
-	}
-	save, err := v.net.NodeOutput(ctx, saveArgs...)
+	save, err := v.net.NodeOutput(ctx, saveArgs("iptables-save", counters)...)
 	if err != nil {
 		return err
 	}
@@ -146,13 +151,13 @@ func (v *Views) iptablesRules(ctx context.Context, b *strings.Builder, svc *serv
 	if svc != nil && !hasIPv6(svc) {
 		return nil
 	}
-	saveArgs[0] = "ip6tables-save"
-	if save6, err := v.net.NodeOutput(ctx, saveArgs...); err == nil && strings.Contains(save6, "SVCP-") {
+	args6 := saveArgs("ip6tables-save", counters)
+	if save6, err := v.net.NodeOutput(ctx, args6...); err == nil && strings.Contains(save6, "SVCP-") {
 		text, err := v.formatSave(save6, svc, counters)
 		if err != nil {
 			return err
 		}
-		b.WriteString("\n# IPv6: ip6tables (" + strings.Join(saveArgs, " ") + ")\n\n")
+		b.WriteString("\n# IPv6: ip6tables (" + strings.Join(args6, " ") + ")\n\n")
 		b.WriteString(text)
 	}
 	return nil

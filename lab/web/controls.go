@@ -39,9 +39,13 @@ type Control struct {
 
 // Command is one command a control ran, as the page lists it.
 type Command struct {
-	ID      int       `json:"id"`
-	Command string    `json:"command"` // "svclab traffic --n 200 --rate 40 web"
-	Started time.Time `json:"started"`
+	ID      int    `json:"id"`
+	Command string `json:"command"` // "svclab traffic --n 200 --rate 40 web"
+	// Queued says the command waits for its turn: the controls run one at
+	// a time. After is the command it waits for.
+	Queued  bool      `json:"queued"`
+	After   int       `json:"after,omitempty"`
+	Started time.Time `json:"started"` // zero while queued
 	Running bool      `json:"running"`
 	Output  string    `json:"output"`
 	Error   string    `json:"error,omitempty"`

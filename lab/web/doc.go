@@ -11,7 +11,14 @@
 // the lab or the server restarts, which is all the page needs; a WebSocket
 // would add a second direction nobody uses.
 //
+// A trace (TraceReport, asked for by the page) is drawn as the packet's
+// way: on a picture of the lab's hosts and links, and step by step with
+// its addresses after each rewrite, the replies and conntrack's entries
+// (views.PacketPath); static/packet.js draws it.
+//
 // The controls run svclab itself (svclab traffic, svclab pod, svclab
 // mode) and show the command line they ran, so that the page teaches the
-// commands a tutorial types by hand.
+// commands a tutorial types by hand. They run one at a time, in the order
+// sent: a command that changes the lab while another runs (a mode switch
+// restarts svcproxy while a pod change waits for it) would fail falsely.
 package web

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -43,7 +44,16 @@ type Server struct {
 	state    State
 	changed  chan struct{} // closed, and replaced, at each new state
 	commands []Command
-	running  int
+	// running is the ID of the command that runs now (0: none); waiting
+	// are the commands queued behind it, in order.
+	running int
+	waiting []queued
+}
+
+// queued is a command waiting for its turn.
+type queued struct {
+	id   int
+	args []string
 }
 
 // NewServer makes a Server; Run starts its poller.
@@ -63,8 +73,9 @@ func NewServer(cfg Config) *Server {
 //	/                 the page (static/index.html, app.js, style.css)
 //	GET /api/state    the latest State
 //	GET /api/events   the States as server-sent events ("state")
-//	GET /api/trace    ?from=HOST&service=SERVICE[:PORT]: a views.TraceReport
-//	POST /api/run     a Control; answers the Command it started
+//	GET /api/trace    ?from=HOST&service=SERVICE[:PORT][&pick=N]: a views.TraceReport
+//	GET /api/conntrack ?service=SERVICE: a views.ConntrackView
+//	POST /api/run     a Control; answers the Command it started or queued
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	root, _ := fs.Sub(static, "static")
@@ -72,6 +83,7 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/state", s.getState)
 	mux.HandleFunc("GET /api/events", s.events)
 	mux.HandleFunc("GET /api/trace", s.trace)
+	mux.HandleFunc("GET /api/conntrack", s.conntrack)
 	mux.HandleFunc("POST /api/run", s.run)
 	// The controls run commands as root: another web site open in the
 	// same browser must not be able to post to them (CSRF), nor to read
@@ -197,7 +209,20 @@ func (s *Server) trace(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "trace: want from (a lab host) and service (web, web:http, udp://echo)"})
 		return
 	}
-	rep, err := s.cfg.Lab.TraceReport(r.Context(), views.TraceOptions{From: from, Target: svc})
+	opts := views.TraceOptions{From: from, Target: svc}
+	command := s.cfg.Prefix + " trace " + from + " " + svc
+	if p := r.URL.Query().Get("pick"); p != "" {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 || n > maxPick {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("trace: pick %q: want a way's number, 0 to %d", p, maxPick)})
+			return
+		}
+		opts.Pick = n
+		if n > 0 {
+			command += " --pick " + p
+		}
+	}
+	rep, err := s.cfg.Lab.TraceReport(r.Context(), opts)
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
@@ -205,15 +230,42 @@ func (s *Server) trace(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, struct {
 		Command string `json:"command"`
 		*views.TraceReport
-	}{s.cfg.Prefix + " trace " + from + " " + svc, rep})
+	}{command, rep})
 }
 
-// maxRunning bounds the controls' commands at once: traffic and a pod
-// change together, as the tutorials do, but not a flood.
-const maxRunning = 4
+// maxPick bounds a trace's --pick: a Service has far fewer endpoints.
+const maxPick = 1000
 
-// run starts the svclab command of a Control and answers at once with the
-// Command; its output comes with the next States.
+// conntrack answers what `svclab conntrack SERVICE` prints, as data.
+func (s *Server) conntrack(w http.ResponseWriter, r *http.Request) {
+	svc := r.URL.Query().Get("service")
+	rep, err := s.cfg.Lab.ConntrackReport(r.Context(), views.ConntrackOptions{Service: svc})
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	command := s.cfg.Prefix + " conntrack"
+	if svc != "" {
+		command += " " + svc
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Command string `json:"command"`
+		*views.ConntrackView
+	}{command, rep})
+}
+
+// maxWaiting bounds the commands queued behind the running one: a few
+// clicks ahead, not a flood.
+const maxWaiting = 4
+
+// run starts the svclab command of a Control, or queues it behind the one
+// that runs, and answers at once with the Command; its output comes with
+// the next States.
+//
+// The controls run one at a time. Two at once fail falsely: a mode change
+// restarts svcproxy while a pod change waits for svcproxy to apply it, and
+// traffic sent across a restart is refused. In a queue each runs on the lab
+// the one before left, as the same commands typed one after the other do.
 func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 	var c Control
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&c); err != nil {
@@ -227,31 +279,54 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.mu.Lock()
-	if s.running >= maxRunning {
-		s.mu.Unlock()
-		writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": fmt.Sprintf("%d commands run already; wait for one to end", maxRunning)})
+	defer s.mu.Unlock()
+	if len(s.waiting) >= maxWaiting {
+		writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": fmt.Sprintf(
+			"refused: %d commands wait already behind #%d; the controls run one at a time", maxWaiting, s.running)})
 		return
 	}
-	s.running++
-	cmd := Command{ID: len(s.commands) + 1, Command: s.cfg.Prefix + " " + strings.Join(args, " "), Started: time.Now(), Running: true}
-	s.commands = append(s.commands, cmd)
-	s.mu.Unlock()
-	// The command belongs to the server, not to the request: it goes on
-	// when the page is closed, and a mode change is never cut in half.
-	go s.runCommand(context.WithoutCancel(r.Context()), cmd.ID, args)
+	cmd := Command{ID: len(s.commands) + 1, Command: s.cfg.Prefix + " " + strings.Join(args, " ")}
+	if s.running == 0 {
+		cmd.Running, cmd.Started = true, time.Now()
+		s.running = cmd.ID
+		s.commands = append(s.commands, cmd)
+		// The command belongs to the server, not to the request: it goes
+		// on when the page is closed, and a mode change is never cut in
+		// half.
+		go s.runCommand(context.WithoutCancel(r.Context()), cmd.ID, args)
+	} else {
+		cmd.Queued, cmd.After = true, s.running
+		if n := len(s.waiting); n > 0 {
+			cmd.After = s.waiting[n-1].id
+		}
+		s.waiting = append(s.waiting, queued{cmd.ID, args})
+		s.commands = append(s.commands, cmd)
+	}
+	st = s.state
+	st.Commands = s.recentLocked()
+	s.publishLocked(st)
 	writeJSON(w, http.StatusAccepted, cmd)
 }
 
-// runCommand runs one control's command and records how it ended.
+// runCommand runs one control's command, records how it ended, and starts
+// the next one waiting.
 func (s *Server) runCommand(ctx context.Context, id int, args []string) {
 	out, err := s.cfg.Run(ctx, args)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.running--
 	c := &s.commands[id-1]
 	c.Running, c.Output = false, out
 	if err != nil {
 		c.Error = err.Error()
+	}
+	s.running = 0
+	if len(s.waiting) > 0 {
+		next := s.waiting[0]
+		s.waiting = s.waiting[1:]
+		n := &s.commands[next.id-1]
+		n.Queued, n.Running, n.Started = false, true, time.Now()
+		s.running = next.id
+		go s.runCommand(ctx, next.id, next.args)
 	}
 	st := s.state
 	st.Commands = s.recentLocked()

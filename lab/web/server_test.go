@@ -59,9 +59,18 @@ func (f *fakeLab) TraceReport(_ context.Context, opts views.TraceOptions) (*view
 	if opts.Target != "web" {
 		return nil, errors.New(`service "` + opts.Target + `": no such Service (the lab has web)`)
 	}
-	return &views.TraceReport{From: opts.From, Src: "198.19.1.2", Dst: "198.18.0.20:80", Proto: "TCP", Port: "default/web:http",
+	return &views.TraceReport{From: opts.From, Pick: opts.Pick, Src: "198.19.1.2", Dst: "198.18.0.20:80", Proto: "TCP", Port: "default/web:http",
 		Hops:   []views.TraceHop{{Tracer: "iptables", Table: "nat", Chain: "PREROUTING", Rule: "-j SVCP-SERVICES"}, {Tracer: "iptables", Table: "nat", Chain: "SVCP-SEP-X", Note: "DNAT 198.19.1.10:8080"}},
 		Result: "DNAT 198.19.1.10:8080"}, nil
+}
+
+func (f *fakeLab) ConntrackReport(_ context.Context, opts views.ConntrackOptions) (*views.ConntrackView, error) {
+	if opts.Service != "web" {
+		return nil, errors.New(`service "` + opts.Service + `": no such Service (the lab has web)`)
+	}
+	return &views.ConntrackView{Service: "default/web: ClusterIP 198.18.0.20, port http 80/TCP", Mode: "iptables", Entries: []views.ConntrackEntry{{
+		Proto: "tcp", State: "TIME_WAIT", Sent: [2]string{"198.19.1.2:45894", "198.18.0.20:80"},
+		Reply: [2]string{"198.19.1.12:8080", "198.19.1.2:45894"}, Timeout: 119, Means: "DNAT to 198.19.1.12 (web-2)"}}}, nil
 }
 
 // recorder is a Runner that records the commands and answers at once.
@@ -183,7 +192,7 @@ func TestStateAndPage(t *testing.T) {
 	require.Equal(t, "svcproxy /status: connection refused", st.Error)
 	require.NotNil(t, st.Services)
 
-	for _, path := range []string{"/", "/app.js", "/style.css"} {
+	for _, path := range []string{"/", "/app.js", "/packet.js", "/style.css"} {
 		resp, err := http.Get(ts.URL + path)
 		require.NoError(t, err)
 		resp.Body.Close()
@@ -203,7 +212,17 @@ func TestTrace(t *testing.T) {
 	require.Len(t, rep.Hops, 2)
 	require.Equal(t, "DNAT 198.19.1.10:8080", rep.Result)
 
+	var picked struct {
+		Command string `json:"command"`
+		Pick    int    `json:"pick"`
+	}
+	require.Equal(t, http.StatusOK, getJSON(t, ts.URL+"/api/trace?from=client&service=web&pick=2", &picked))
+	require.Equal(t, "svclab trace client web --pick 2", picked.Command)
+	require.Equal(t, 2, picked.Pick)
+
 	var e struct{ Error string }
+	require.Equal(t, http.StatusBadRequest, getJSON(t, ts.URL+"/api/trace?from=client&service=web&pick=-1", &e))
+	require.Contains(t, e.Error, `pick "-1"`)
 	require.Equal(t, http.StatusBadRequest, getJSON(t, ts.URL+"/api/trace?from=client&service=nope", &e))
 	require.Contains(t, e.Error, `service "nope": no such Service`)
 	require.Equal(t, http.StatusBadRequest, getJSON(t, ts.URL+"/api/trace?from=client", &e))
@@ -290,4 +309,108 @@ func TestForeignOriginsRefused(t *testing.T) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
 	require.Empty(t, rec.runs)
+}
+
+func TestConntrack(t *testing.T) {
+	_, _, _, ts := newTestServer(t)
+	var rep struct {
+		Command string                 `json:"command"`
+		Entries []views.ConntrackEntry `json:"entries"`
+	}
+	require.Equal(t, http.StatusOK, getJSON(t, ts.URL+"/api/conntrack?service=web", &rep))
+	require.Equal(t, "svclab conntrack web", rep.Command)
+	require.Len(t, rep.Entries, 1)
+	require.Equal(t, "198.19.1.12:8080", rep.Entries[0].Reply[0])
+	var e struct{ Error string }
+	require.Equal(t, http.StatusBadRequest, getJSON(t, ts.URL+"/api/conntrack?service=nope", &e))
+	require.Contains(t, e.Error, "no such Service")
+}
+
+// gate is a Runner whose commands run until the test lets each end, and
+// that counts how many ran at once.
+type gate struct {
+	mu      sync.Mutex
+	started []string
+	now     int
+	most    int
+	release chan struct{}
+}
+
+func (g *gate) run(ctx context.Context, args []string) (string, error) {
+	g.mu.Lock()
+	g.started = append(g.started, strings.Join(args, " "))
+	g.now++
+	g.most = max(g.most, g.now)
+	g.mu.Unlock()
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	g.now--
+	g.mu.Unlock()
+	return "ok\n", nil
+}
+
+// The controls run one at a time: a second one waits for the first, says
+// so, and runs when it has ended; beyond maxWaiting, one is refused and
+// says why.
+func TestControlsQueue(t *testing.T) {
+	f := &fakeLab{}
+	f.set("userspace", 0, 0)
+	g := &gate{release: make(chan struct{})}
+	s := NewServer(Config{Lab: f, Run: g.run, Prefix: "svclab"})
+	s.poll(t.Context())
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	post := func(body string) (int, Command, string) {
+		t.Helper()
+		resp, err := http.Post(ts.URL+"/api/run", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var c struct {
+			Command
+			Error string `json:"error"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&c))
+		return resp.StatusCode, c.Command, c.Error
+	}
+	code, first, _ := post(`{"action":"pod","pod":"web-1","change":"ready=false"}`)
+	require.Equal(t, http.StatusAccepted, code)
+	require.True(t, first.Running)
+	code, second, _ := post(`{"action":"mode","mode":"iptables"}`)
+	require.Equal(t, http.StatusAccepted, code)
+	require.True(t, second.Queued)
+	require.False(t, second.Running)
+	require.Equal(t, first.ID, second.After)
+	for range maxWaiting - 1 {
+		code, _, _ = post(`{"action":"traffic","target":"web","n":1}`)
+		require.Equal(t, http.StatusAccepted, code)
+	}
+	code, _, msg := post(`{"action":"traffic","target":"web","n":1}`)
+	require.Equal(t, http.StatusTooManyRequests, code)
+	require.Contains(t, msg, "refused: 4 commands wait already behind #1; the controls run one at a time")
+
+	var st State
+	getJSON(t, ts.URL+"/api/state", &st)
+	require.Len(t, st.Commands, 1+maxWaiting)
+	require.True(t, st.Commands[1].Queued, "the state shows the second command queued")
+
+	for range 1 + maxWaiting {
+		g.release <- struct{}{}
+	}
+	require.Eventually(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.running == 0 && len(s.waiting) == 0
+	}, 5*time.Second, 10*time.Millisecond)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	require.Equal(t, 1, g.most, "the commands ran one at a time")
+	require.Equal(t, []string{"pod web-1 --ready=false", "mode iptables", "traffic --n 1 web", "traffic --n 1 web", "traffic --n 1 web"}, g.started)
+	getJSON(t, ts.URL+"/api/state", &st)
+	for _, c := range st.Commands {
+		require.False(t, c.Queued || c.Running, "command %d ended", c.ID)
+		require.Equal(t, "ok\n", c.Output)
+	}
 }

@@ -16,6 +16,7 @@ type Lab interface {
 	Hosts() ([]topology.HostRow, error)
 	Services(ctx context.Context) (*views.ServicesView, error)
 	TraceReport(ctx context.Context, opts views.TraceOptions) (*views.TraceReport, error)
+	ConntrackReport(ctx context.Context, opts views.ConntrackOptions) (*views.ConntrackView, error)
 }
 
 var _ Lab = (*lab.Lab)(nil)

@@ -3,8 +3,6 @@ package iptables
 import (
 	"maps"
 	"testing"
-
-	"github.com/svcproxy/svcproxy/internal/ruletest"
 )
 
 func TestDNATCounts(t *testing.T) {
@@ -27,7 +25,3 @@ COMMIT
 		t.Errorf("dnatCounts: %v, want %v", got, want)
 	}
 }
-
-// A sync that rewrites a port's chains (a full sync rewrites them all) must
-// not reset the count hybrid's promoter reads (internal/ruletest).
-func TestConnectionsSurviveSyncs(t *testing.T) { ruletest.CheckConnections(t, rules) }

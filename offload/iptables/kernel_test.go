@@ -8,46 +8,11 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	"github.com/svcproxy/svcproxy/internal/ruletest"
-	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
-// Real-kernel tests: the rules applied with iptables-restore in a node namespace,
-// real sockets in client and backend namespaces. They need root.
-
-// The checks both rule-writing paths share (internal/ruletest), on this one:
-// spread, topology hints, affinity, NodePorts, UDP conntrack cleanup (also at
-// a new process's first sync, and for a one-way sender whose endpoints go to
-// zero), externalIPs and LoadBalancer IPs (ipMode Proxy not captured),
-// loadBalancerSourceRanges (also for the node's own SNATted packets),
-// the node's own connections and REJECT, a restart without a gap and
-// Cleanup, established connections that outlive their endpoint, hairpin
-// traffic, the connection counters, policy Local with a health check, the
-// repair of flushed tables.
-func TestKernelSpread(t *testing.T)       { ruletest.KernelSpread(t, kernelRules) }
-func TestKernelTopology(t *testing.T)     { ruletest.KernelTopology(t, kernelRules) }
-func TestKernelAffinity(t *testing.T)     { ruletest.KernelAffinity(t, kernelRules) }
-func TestKernelNodePort(t *testing.T)     { ruletest.KernelNodePort(t, kernelRules) }
-func TestKernelUDPConntrack(t *testing.T) { ruletest.KernelUDPConntrack(t, kernelRules, service.IPv4) }
-func TestKernelFirstSyncUDPConntrack(t *testing.T) {
-	ruletest.KernelFirstSyncUDPConntrack(t, kernelRules)
-}
-func TestKernelUDPOneWayToZero(t *testing.T) {
-	ruletest.KernelUDPOneWayToZero(t, kernelRules, service.IPv4)
-}
-func TestKernelSourceRanges(t *testing.T)        { ruletest.KernelSourceRanges(t, kernelRules) }
-func TestKernelSourceRangesSNATted(t *testing.T) { ruletest.KernelSourceRangesSNATted(t, kernelRules) }
-func TestKernelExternalAndLoadBalancer(t *testing.T) {
-	ruletest.KernelExternalAndLoadBalancer(t, kernelRules)
-}
-func TestKernelLocalAndReject(t *testing.T)     { ruletest.KernelLocalAndReject(t, kernelRules) }
-func TestKernelRestartAndCleanup(t *testing.T)  { ruletest.KernelRestartAndCleanup(t, kernelRules) }
-func TestKernelEstablishedSurvive(t *testing.T) { ruletest.KernelEstablishedSurvive(t, kernelRules) }
-func TestKernelHairpin(t *testing.T)            { ruletest.KernelHairpin(t, kernelRules) }
-func TestKernelConnections(t *testing.T)        { ruletest.KernelConnections(t, kernelRules) }
-func TestKernelLocalWithHealthCheck(t *testing.T) {
-	ruletest.KernelLocalWithHealthCheck(t, kernelRules)
-}
+// iptables' own real-kernel tests; the checks it shares with nftables mode
+// are TestKernelShared's (internal/ruletest).
 
 // Another program flushes the nat table, or flushes and deletes every chain
 // of nat and filter (a firewall reload): the next periodic check of the hooks
@@ -72,7 +37,7 @@ func TestKernelFlushedTableRepaired(t *testing.T) {
 
 // Chains that belong to nothing any more are deleted in the same transaction that
 // drops the jumps to them: by a partial sync (from what it applied) and by a new
-// Proxier's full sync (from iptables-save).
+// Dataplane's full sync (from iptables-save).
 func TestKernelStaleChains(t *testing.T) {
 	l := ruletest.NewLab(t, kernelRules)
 	two := st.Snapshot(st.Service("web", "198.18.0.10", 80, l.Endpoints(8080), st.WithNodePort(30080)),

@@ -15,6 +15,7 @@ type plan struct {
 	top   map[string]map[string][]byte // table -> top chain -> its rules, if written
 	ports []*portRules                 // ports whose own chains are rewritten
 	stale []string                     // nat chains to flush and delete (-X)
+	hooks []hook                       // jumps from built-in chains to insert (-I)
 }
 
 func (p *plan) empty() bool {
@@ -23,7 +24,7 @@ func (p *plan) empty() bool {
 			return false
 		}
 	}
-	return len(p.ports) == 0 && len(p.stale) == 0
+	return len(p.ports) == 0 && len(p.stale) == 0 && len(p.hooks) == 0
 }
 
 // fullPlan writes every chain and deletes stale ones.
@@ -109,8 +110,9 @@ func (rs *ruleset) topLines(table, chain string) []byte {
 }
 
 // text renders a plan as iptables-restore input: per table the chain
-// declarations, the rules, the deletions, COMMIT. A table with nothing to write is
-// left out. Each COMMIT is atomic: a packet sees the old table or the new one.
+// declarations, the rules, the deletions, the hooks, COMMIT. A table with
+// nothing to write is left out. Each COMMIT is atomic: a packet sees the old
+// table or the new one, hooks and all.
 func (rs *ruleset) text(p *plan) []byte {
 	var b bytes.Buffer
 	size := 256 + 40*len(p.stale)
@@ -132,7 +134,13 @@ func (rs *ruleset) text(p *plan) []byte {
 		}
 		top = append(top, blockChains(p.top[table])...)
 		nat := table == tableNAT
-		if len(top) == 0 && (!nat || (len(p.ports) == 0 && len(p.stale) == 0)) {
+		var hooks []hook
+		for _, h := range p.hooks {
+			if h.table == table {
+				hooks = append(hooks, h)
+			}
+		}
+		if len(top) == 0 && len(hooks) == 0 && (!nat || (len(p.ports) == 0 && len(p.stale) == 0)) {
 			continue
 		}
 		b.WriteString("*" + table + "\n")
@@ -163,6 +171,9 @@ func (rs *ruleset) text(p *plan) []byte {
 				b.WriteString("-X " + c + "\n")
 			}
 		}
+		for _, h := range hooks {
+			b.WriteString(h.insert())
+		}
 		b.WriteString("COMMIT\n")
 	}
 	return b.Bytes()
@@ -177,13 +188,4 @@ func (rs *ruleset) chains() map[string]bool {
 		}
 	}
 	return m
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }

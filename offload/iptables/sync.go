@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -75,20 +76,25 @@ func (d *Dataplane) commit(rd *rendering) {
 func (d *Dataplane) write(ctx context.Context, rd *rendering, full bool, applied map[service.PortName]*portRules) (int, error) {
 	var pl *plan
 	if full {
-		// Per-port chains live only in nat: no need to read filter.
-		existing, err := ourChains(ctx, d.cfg.IPTables, tableNAT)
+		// Per-port chains live only in nat; filter's tell which hooks
+		// can be there (missingHooks).
+		existing, err := ourChains(ctx, d.cfg.IPTables, tableNAT, tableFilter)
 		if err != nil {
 			return 0, err
 		}
 		want := rd.chains()
 		var stale []string
-		for _, c := range sortedKeys(existing[tableNAT]) {
+		for _, c := range slices.Sorted(maps.Keys(existing[tableNAT])) {
 			_, block := rd.top[tableNAT][c]
 			if (isPortChain(c) && !want[c]) || (strings.HasPrefix(c, prefixCIP) && !block) {
 				stale = append(stale, c)
 			}
 		}
-		pl = &plan{top: rd.top, ports: rd.ports, stale: stale}
+		missing, err := missingHooks(ctx, d.cfg.IPTables, existing)
+		if err != nil {
+			return 0, err
+		}
+		pl = &plan{top: rd.top, ports: rd.ports, stale: stale, hooks: missing}
 	} else {
 		pl = d.partialPlan(rd)
 	}
@@ -101,13 +107,6 @@ func (d *Dataplane) write(ctx context.Context, rd *rendering, full bool, applied
 	text := rd.text(pl)
 	if err := d.cfg.IPTables.Restore(ctx, text); err != nil {
 		return 0, fmt.Errorf("iptables sync (full=%v): %w", full, err)
-	}
-	if full {
-		// After the restore, which creates the chains the hooks jump to. On
-		// a restart they exist and this changes nothing.
-		if err := ensureHooks(ctx, d.cfg.IPTables); err != nil {
-			return 0, err
-		}
 	}
 	return len(text), nil
 }

@@ -41,20 +41,6 @@ func freshDump(t *testing.T, snap *service.Snapshot) string {
 	return f.Dump()
 }
 
-// The sync questions both paths answer alike (internal/ruletest): partial
-// syncs along a cluster's history and after a change of any one field of a
-// port leave what a full sync writes; a sync of nothing new writes nothing;
-// a sync is full FullSyncPeriod after the last full one; nothing is synced
-// before the first Snapshot; a failed restore is followed by a full sync; UDP
-// flows that a change leaves stale are deleted.
-func TestPartialSyncConverges(t *testing.T)        { ruletest.CheckPartialSyncs(t, rules, nil) }
-func TestPartialSyncEveryField(t *testing.T)       { ruletest.CheckEveryField(t, rules, nil) }
-func TestPartialSyncNothing(t *testing.T)          { ruletest.CheckNothingChanged(t, rules) }
-func TestFullSyncEveryFullSyncPeriod(t *testing.T) { ruletest.CheckFullSyncPeriod(t, rules) }
-func TestNoSyncBeforeSnapshot(t *testing.T)        { ruletest.CheckNoSyncBeforeSnapshot(t, rules) }
-func TestSyncFailure(t *testing.T)                 { ruletest.CheckSyncFailure(t, rules) }
-func TestConntrackCleanup(t *testing.T)            { ruletest.CheckConntrackCleanup(t, rules) }
-
 // A partial sync writes only what changed: one endpoint leaving rewrites its
 // port's chains and deletes the endpoint's chain; SVCP-SERVICES is untouched.
 func TestPartialSyncText(t *testing.T) {
@@ -240,5 +226,51 @@ func TestStatus(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("endpoints:\n%q\nwant\n%q", got, want)
+	}
+}
+
+// commandsIPT is a Fake that counts the commands a sync runs.
+type commandsIPT struct {
+	*kiptables.Fake
+	restores, checks, ensures int
+}
+
+func (c *commandsIPT) Restore(ctx context.Context, rules []byte) error {
+	c.restores++
+	return c.Fake.Restore(ctx, rules)
+}
+
+func (c *commandsIPT) HasRule(ctx context.Context, t kiptables.Table, chain string, args ...string) (bool, error) {
+	c.checks++
+	return c.Fake.HasRule(ctx, t, chain, args...)
+}
+
+func (c *commandsIPT) EnsureRule(ctx context.Context, pos kiptables.Position, t kiptables.Table, chain string, args ...string) (bool, error) {
+	c.ensures++
+	return c.Fake.EnsureRule(ctx, pos, t, chain, args...)
+}
+
+// A cold start's full sync writes the hooks in its one restore, with the
+// chains they jump to, and checks none (none of our chains exist): on the
+// legacy backend every `iptables -C` or `-I` reads the whole table. A
+// restarted process finds the hooks in place and inserts none again.
+func TestFullSyncWritesHooksInItsRestore(t *testing.T) {
+	ctx := context.Background()
+	c := &commandsIPT{Fake: kiptables.NewFake()}
+	p := newDataplane(t, c, nil)
+	mustSync(t, p, ruletest.History()[2])
+	if c.restores != 1 || c.checks != 0 || c.ensures != 0 {
+		t.Errorf("cold start: %d restores, %d checks, %d ensures; want 1, 0, 0", c.restores, c.checks, c.ensures)
+	}
+	if err := p.check(ctx); err != nil {
+		t.Errorf("after the cold start: %v", err)
+	}
+	*c = commandsIPT{Fake: c.Fake}
+	mustSync(t, newDataplane(t, c, nil), ruletest.History()[2])
+	if c.restores != 1 || c.checks != len(hooks) || c.ensures != 0 {
+		t.Errorf("restart: %d restores, %d checks, %d ensures; want 1, %d, 0", c.restores, c.checks, c.ensures, len(hooks))
+	}
+	if got, want := c.Dump(), freshDump(t, ruletest.History()[2]); got != want {
+		t.Errorf("after the restart:\n%s\nwant:\n%s", got, want)
 	}
 }

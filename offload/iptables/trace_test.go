@@ -30,17 +30,6 @@ func syncedFake(t *testing.T, cfg Config, snap *service.Snapshot) *kiptables.Fak
 	return f
 }
 
-// The traffic cases of kube-proxy's iptables tests (TestOverallIPTablesRules and
-// friends, written with tracePacket): where does a packet from A to B end up?
-// The cases both paths answer alike are internal/ruletest's; a ClusterIP's
-// other ports are iptables' own: no rule matches them, and they pass.
-func TestTrace(t *testing.T) {
-	ruletest.CheckTrace(t, rules,
-		ruletest.TraceCase{Name: "not a service port", Packet: ruletest.From(ruletest.OutsideIP, "198.18.0.10:81", 0), Want: "ACCEPT"},
-		ruletest.TraceCase{Name: "TCP to a UDP port", Packet: ruletest.From(ruletest.PodIP, "198.18.0.53:53", 0), Want: "ACCEPT"},
-	)
-}
-
 // A hairpin trace is the one to read: the endpoint chain marks the packet, and
 // POSTROUTING masquerades it, so the pod sees the node, not itself, as the client.
 func TestTraceHairpinGolden(t *testing.T) {
@@ -54,15 +43,6 @@ func TestTraceHairpinGolden(t *testing.T) {
 	}
 	checkGolden(t, "trace-hairpin", []byte(tr.String()))
 }
-
-// The questions both paths answer alike (internal/ruletest): even spread,
-// ClientIP affinity, topology hints, loadBalancerSourceRanges, kube-proxy's
-// TestLoadBalancer.
-func TestTraceEvenSpread(t *testing.T)   { ruletest.CheckEvenSpread(t, rules) }
-func TestTraceAffinity(t *testing.T)     { ruletest.CheckAffinity(t, rules) }
-func TestTopologyHints(t *testing.T)     { ruletest.CheckTopologyHints(t, rules) }
-func TestTraceSourceRanges(t *testing.T) { ruletest.CheckSourceRanges(t, rules) }
-func TestTraceLoadBalancer(t *testing.T) { ruletest.CheckLoadBalancer(t, rules) }
 
 // The hooks put our chains first: before a userspace portal chain.
 func TestHooksPrepended(t *testing.T) {

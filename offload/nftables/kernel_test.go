@@ -12,48 +12,8 @@ import (
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
-// Real-kernel tests: the table applied with nft in a node namespace, real sockets
-// in client and backend namespaces. They need root and nft.
-
-// The checks both rule-writing paths share (internal/ruletest), on this one:
-// spread, topology hints, affinity, NodePorts, UDP conntrack cleanup (also at
-// a new process's first sync, and for a one-way sender whose endpoints go to
-// zero), externalIPs and LoadBalancer IPs (ipMode Proxy not captured),
-// loadBalancerSourceRanges (also for the node's own SNATted packets),
-// the node's own connections and REJECT (nftables also refuses a ClusterIP's
-// other ports), a restart without a gap and Cleanup, established connections
-// that outlive their endpoint, hairpin traffic, the connection counters,
-// policy Local with a health check, the repair of a lost table.
-func TestKernelSpread(t *testing.T)       { ruletest.KernelSpread(t, kernelRules) }
-func TestKernelTopology(t *testing.T)     { ruletest.KernelTopology(t, kernelRules) }
-func TestKernelAffinity(t *testing.T)     { ruletest.KernelAffinity(t, kernelRules) }
-func TestKernelNodePort(t *testing.T)     { ruletest.KernelNodePort(t, kernelRules) }
-func TestKernelUDPConntrack(t *testing.T) { ruletest.KernelUDPConntrack(t, kernelRules, service.IPv4) }
-func TestKernelFirstSyncUDPConntrack(t *testing.T) {
-	ruletest.KernelFirstSyncUDPConntrack(t, kernelRules)
-}
-func TestKernelUDPOneWayToZero(t *testing.T) {
-	ruletest.KernelUDPOneWayToZero(t, kernelRules, service.IPv4)
-}
-func TestKernelSourceRanges(t *testing.T)        { ruletest.KernelSourceRanges(t, kernelRules) }
-func TestKernelSourceRangesSNATted(t *testing.T) { ruletest.KernelSourceRangesSNATted(t, kernelRules) }
-func TestKernelExternalAndLoadBalancer(t *testing.T) {
-	ruletest.KernelExternalAndLoadBalancer(t, kernelRules)
-}
-func TestKernelRestartAndCleanup(t *testing.T)  { ruletest.KernelRestartAndCleanup(t, kernelRules) }
-func TestKernelEstablishedSurvive(t *testing.T) { ruletest.KernelEstablishedSurvive(t, kernelRules) }
-func TestKernelHairpin(t *testing.T)            { ruletest.KernelHairpin(t, kernelRules) }
-func TestKernelConnections(t *testing.T)        { ruletest.KernelConnections(t, kernelRules) }
-func TestKernelLocalWithHealthCheck(t *testing.T) {
-	ruletest.KernelLocalWithHealthCheck(t, kernelRules)
-}
-
-func TestKernelLocalAndReject(t *testing.T) {
-	ruletest.KernelLocalAndReject(t, kernelRules,
-		ruletest.Refusal{Name: "client, no such port", From: "client", Dst: "198.18.0.10:81"},
-		ruletest.Refusal{Name: "node, no such port", From: "node", Dst: "198.18.0.10:81"},
-	)
-}
+// nftables' own real-kernel tests; the checks it shares with iptables mode
+// are TestKernelShared's (internal/ruletest).
 
 // Another program deletes or flushes the table: the next periodic check
 // notices, and that sync writes the table again.

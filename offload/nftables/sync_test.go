@@ -113,21 +113,6 @@ func TestPartialSyncGolden(t *testing.T) {
 	}
 }
 
-// The sync questions both paths answer alike (internal/ruletest): partial
-// syncs along a cluster's history and after a change of any one field of a
-// port leave what a full sync writes, but for what a partial sync leaves for
-// the next full one to delete (leftovers); a sync of nothing new writes
-// nothing; a sync is full FullSyncPeriod after the last full one; nothing is
-// synced before the first Snapshot; a failed transaction is followed by a full
-// sync; UDP flows that a change leaves stale are deleted.
-func TestPartialSyncConverges(t *testing.T)        { ruletest.CheckPartialSyncs(t, rules, partialLeftovers) }
-func TestPartialSyncEveryField(t *testing.T)       { ruletest.CheckEveryField(t, rules, partialLeftovers) }
-func TestPartialSyncNothing(t *testing.T)          { ruletest.CheckNothingChanged(t, rules) }
-func TestFullSyncEveryFullSyncPeriod(t *testing.T) { ruletest.CheckFullSyncPeriod(t, rules) }
-func TestNoSyncBeforeSnapshot(t *testing.T)        { ruletest.CheckNoSyncBeforeSnapshot(t, rules) }
-func TestSyncFailure(t *testing.T)                 { ruletest.CheckSyncFailure(t, rules) }
-func TestConntrackCleanup(t *testing.T)            { ruletest.CheckConntrackCleanup(t, rules) }
-
 // partialLeftovers is the ruletest.Compare of nftables: what a partial sync
 // left is what a full sync writes, and only inert leftovers beside.
 func partialLeftovers(t *testing.T, partial, full string) {

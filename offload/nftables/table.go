@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -68,7 +69,7 @@ func (rs *ruleset) collectClusterIPs() {
 			ips[ip.String()] = true
 		}
 	}
-	rs.clusterIPs = sortedKeys(ips)
+	rs.clusterIPs = slices.Sorted(maps.Keys(ips))
 }
 
 // addTable writes the table's fixed part: the table, its base chains, the shared
@@ -353,13 +354,4 @@ func hairpinAddrs(ports []*portObjects) []netip.Addr {
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
 	return slices.Compact(out)
-}
-
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }

@@ -13,7 +13,6 @@ import (
 
 var (
 	nodeIP    = ruletest.NodeIP
-	podIP     = ruletest.PodIP
 	outsideIP = ruletest.OutsideIP
 )
 
@@ -33,18 +32,6 @@ func syncedFake(t *testing.T, cfg Config, snap *service.Snapshot) *knft.Fake {
 	return f
 }
 
-// The traffic cases of kube-proxy's nftables tests (written with
-// tracePacket): where does a packet from A to B end up? The cases both paths
-// answer alike are internal/ruletest's; nftables' own: a ClusterIP answers
-// only on its ports, the others are rejected.
-func TestTrace(t *testing.T) {
-	ruletest.CheckTrace(t, rules,
-		ruletest.TraceCase{Name: "not a service port", Packet: ruletest.From(outsideIP, "198.18.0.10:81", 0), Want: "REJECT"},
-		ruletest.TraceCase{Name: "TCP to a UDP port", Packet: ruletest.From(podIP, "198.18.0.53:53", 0), Want: "REJECT"},
-		ruletest.TraceCase{Name: "node to a ClusterIP's other port", Packet: ruletest.Local("198.18.0.10:81"), Want: "REJECT"},
-	)
-}
-
 // A trace to read: a client outside the cluster reaches a LoadBalancer IP with
 // source ranges; the firewall lets it through, service-ips sends it to the external
 // chain, which marks it for masquerade and spreads it.
@@ -58,11 +45,12 @@ func TestTraceGolden(t *testing.T) {
 	checkGolden(t, "trace-loadbalancer", []byte(tr.String()))
 }
 
-// The questions both paths answer alike (internal/ruletest): even spread,
-// ClientIP affinity, topology hints, loadBalancerSourceRanges, kube-proxy's
-// TestLoadBalancer.
-func TestTraceEvenSpread(t *testing.T)   { ruletest.CheckEvenSpread(t, rules) }
-func TestTraceAffinity(t *testing.T)     { ruletest.CheckAffinity(t, rules) }
-func TestTopologyHints(t *testing.T)     { ruletest.CheckTopologyHints(t, rules) }
-func TestTraceSourceRanges(t *testing.T) { ruletest.CheckSourceRanges(t, rules) }
-func TestTraceLoadBalancer(t *testing.T) { ruletest.CheckLoadBalancer(t, rules) }
+// nftables' own: a ClusterIP's other port is rejected in the ip6 table too.
+func TestTraceIPv6OtherPort(t *testing.T) {
+	r := rules.New(t, ruletest.Options{Family: service.IPv6})
+	ruletest.Sync(t, r, st.Snapshot(st.Service("web", "198.18.0.10", 80, ruletest.DualEndpoints(), st.WithDualStack("2001:db8:18::10"))))
+	tr, err := r.Trace(ruletest.Packet{Src: ruletest.OutsideIP6, Dst: netip.MustParseAddrPort("[2001:db8:18::10]:81")})
+	if err != nil || tr.Verdict != "REJECT" {
+		t.Errorf("[2001:db8:18::10]:81: %s, %v; want REJECT", tr.Result, err)
+	}
+}

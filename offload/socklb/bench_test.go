@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
@@ -102,20 +100,12 @@ func benchService(i, gen int) *service.Service {
 }
 
 // benchKernel loads the socket LB on a cgroup of the benchmark's own: a
-// child of a cgroup2 mount it makes, where nothing runs. Everything goes at
-// the end, the programs first.
+// child of the machine's cgroup2 mount (netnstest.Cgroup2), where nothing
+// runs. Everything goes at the end, the programs first.
 func benchKernel(b *testing.B) ksocklb.Interface {
 	b.Helper()
 	netnstest.RequireRoot(b)
-	mnt := b.TempDir()
-	if err := unix.Mount("none", mnt, "cgroup2", 0, ""); err != nil {
-		b.Skipf("mount -t cgroup2 refused: %v", err)
-	}
-	b.Cleanup(func() {
-		if err := unix.Unmount(mnt, 0); err != nil {
-			b.Errorf("unmount cgroup2 at %s: %v", mnt, err)
-		}
-	})
+	mnt := netnstest.Cgroup2(b)
 	var r [4]byte
 	_, _ = rand.Read(r[:])
 	cg := filepath.Join(mnt, "svcp-socklb-bench-"+hex.EncodeToString(r[:]))

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"testing"
 
 	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/internal/exampletest"
 	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
 	"github.com/svcproxy/svcproxy/offload/socklb"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
@@ -34,3 +36,7 @@ func ExampleMaps() {
 	//   ctx       user_ip, user_port  => = 198.19.1.11:8080
 	// result: rewritten to 198.19.1.11:8080
 }
+
+// TestExampleMaps logs what ExampleMaps prints: go test -v shows a test's
+// log, never an Example's output.
+func TestExampleMaps(t *testing.T) { exampletest.Log(t, ExampleMaps) }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/svcproxy/svcproxy/internal/kapitest"
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/lab"
@@ -150,6 +152,7 @@ func TestControlPlane(t *testing.T) {
 			if mode != "userspace" {
 				c.svclab("mode", mode)
 			}
+			checkLabConfigMap(c, mode)
 			followCluster(c)
 		})
 	}
@@ -233,13 +236,18 @@ func checkLabRBAC(c *cpLab) {
 		}
 		// svcproxy watches its own Node (traffic distribution, /healthz),
 		// through an informer, which lists and watches but never gets.
-		nodes := "no"
+		// clusterdns watches Namespaces and Pods, as CoreDNS does (a name in
+		// a namespace that does not exist, "pods verified").
+		nodes, dns := "no", "no"
 		if user == "svcproxy" {
 			nodes = "yes"
+		} else {
+			dns = "yes"
 		}
 		for _, v := range []struct{ verb, res, want string }{
 			{"list", "secrets", "no"}, {"watch", "endpoints", "no"}, {"list", "nodes", nodes}, {"watch", "nodes", nodes},
-			{"get", "nodes", "no"}, {"list", "pods", "no"}, {"create", "services", "no"}, {"delete", "endpointslices.discovery.k8s.io", "no"},
+			{"get", "nodes", "no"}, {"list", "pods", dns}, {"watch", "namespaces", dns}, {"get", "pods", "no"},
+			{"create", "services", "no"}, {"delete", "endpointslices.discovery.k8s.io", "no"},
 		} {
 			if got := as(user, "auth", "can-i", v.verb, v.res, "-A"); got != v.want {
 				c.t.Errorf("%s: can-i %s %s = %q, want %s", user, v.verb, v.res, got, v.want)
@@ -248,5 +256,23 @@ func checkLabRBAC(c *cpLab) {
 		if got := as(user, "get", "secrets", "-n", "kube-system"); !strings.Contains(got, "Forbidden") {
 			c.t.Errorf("%s: kubectl get secrets: %q, want Forbidden", user, got)
 		}
+	}
+}
+
+// checkLabConfigMap checks that the ConfigMap kube-system/svcproxy, which
+// a learner of kube-proxy's lessons reads first, says what svcproxy runs
+// with, and that nothing reads it.
+func checkLabConfigMap(c *cpLab, mode string) {
+	c.t.Helper()
+	var cm corev1.ConfigMap
+	getJSON(c, &cm, "-n", "kube-system", "get", "configmap", "svcproxy")
+	want := map[string]string{"mode": mode, "offload": "nftables", "cluster-cidr": "198.19.0.0/17,2001:db8:19::/104"}
+	for k, v := range want {
+		if cm.Data[k] != v {
+			c.t.Errorf("configmap kube-system/svcproxy: %s is %q; svcproxy runs with %q", k, cm.Data[k], v)
+		}
+	}
+	if note := cm.Annotations["svclab.svcproxy.io/not-read"]; !strings.Contains(note, "Nothing reads this ConfigMap") {
+		c.t.Errorf("configmap kube-system/svcproxy: no annotation says that nothing reads it: %v", cm.Annotations)
 	}
 }

@@ -29,10 +29,11 @@ import (
 // --hostname-override=$(NODE_NAME) from svcproxy's image and serves
 // Services to the lab's client. Then the mode is switched as courses teach
 // it: `mode` edited in the ConfigMap, the k8s-app=kube-proxy pods deleted;
-// the new pod's log and /proxyMode say nftables, Services still answer,
-// and iptables mode's rules are gone.
+// the new pod's log (kube-proxy's "Using nftables Proxier") and /proxyMode
+// say nftables, Services still answer, the node's rules are nftables mode's
+// table and iptables mode's rules are gone.
 func TestRealNodeKubeadmProxy(t *testing.T) {
-	netnstest.RequireRoot(t, append(lab.DemoTools, cluster.NodeTools...)...)
+	netnstest.RequireRoot(t, append(lab.DemoTools, append(cluster.NodeTools, "nft")...)...)
 	kapitest.NodeBinaries(t) // skips, with advice, when `make node-bins` has not built them
 	// runc-capbound beside svclab: the DaemonSet is privileged (docs/kind.md).
 	bin := testbin.Build(t, "./cmd/svclab", "./cmd/svcproxy", "./cmd/clusterdns", "./cmd/runc-capbound")
@@ -69,6 +70,7 @@ func TestRealNodeKubeadmProxy(t *testing.T) {
 	logs := c.svclab("kubectl", "-n", "kube-system", "logs", "-l", "k8s-app=kube-proxy", "--tail=-1")
 	for _, want := range []string{
 		`msg="using kube-proxy's configuration file" file=/var/lib/kube-proxy/config.conf mode=iptables`,
+		`msg="Using iptables Proxier"`,
 		`msg="KubeProxyConfiguration field ignored" field=conntrack.maxPerCore value=32768`,
 		`source="kubeconfig /var/lib/kube-proxy/kubeconfig.conf"`,
 	} {
@@ -93,10 +95,22 @@ func TestRealNodeKubeadmProxy(t *testing.T) {
 	c.proxyRuns("nftables")
 	c.eventually("the new pod's log says nftables", func() (bool, string) {
 		out, err := svclabOut(bin, "kubectl", "-n", "kube-system", "logs", "-l", "k8s-app=kube-proxy", "--tail=-1")
-		return err == nil && strings.Contains(out, `msg="svcproxy starting" mode=nftables`), out
+		return err == nil && strings.Contains(out, `msg="Using nftables Proxier"`) &&
+			strings.Contains(out, `msg="svcproxy starting" mode=nftables`), out
 	})
+	// The node's rules are nftables mode's: its table, holding the
+	// ClusterIPs the client just reached, and no iptables chains of svcproxy.
 	if out, err := exec.Command("ip", "netns", "exec", "svclab-node", "iptables-save", "-t", "nat").Output(); err != nil || strings.Contains(string(out), ":SVCP-") {
 		t.Errorf("after the switch to nftables, iptables mode's SVCP- chains remain (%v):\n%s", err, out)
+	}
+	out, err := exec.Command("ip", "netns", "exec", "svclab-node", "nft", "list", "table", "ip", "svcproxy").CombinedOutput()
+	if err != nil {
+		t.Fatalf("after the switch to nftables: nft list table ip svcproxy: %v\n%s", err, out)
+	}
+	for _, ip := range []string{"198.18.0.1", "198.18.0.10"} {
+		if !strings.Contains(string(out), ip) {
+			t.Errorf("nftables mode's table lacks the ClusterIP %s:\n%s", ip, out)
+		}
 	}
 }
 

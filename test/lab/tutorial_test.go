@@ -3,6 +3,8 @@ package lab
 import (
 	"context"
 	"errors"
+	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +23,11 @@ import (
 
 // tutorials is where the course lives, from this package's directory.
 var tutorials = filepath.Join("..", "..", "tutorials")
+
+// tutorialOut, when set, is a directory where TestTutorials also writes
+// each command's output, one file per command (05-session-affinity.md:42):
+// what a writer compares a tutorial's blocks with, line by line.
+var tutorialOut = flag.String("tutorial-out", "", "TestTutorials: also write each command's output to DIR/TUTORIAL:LINE")
 
 // commandTimeout bounds one tutorial command: the longest, svclab up
 // --nodes 3, takes a minute or two, more on a busy machine; the others
@@ -96,6 +103,12 @@ func runTutorial(t *testing.T, bin, file string, tut *tutorial.Tutorial) {
 	for _, c := range cmds {
 		out, err := shell(bin, c.Text)
 		t.Logf("%s:%d: $ %s\n%s", filepath.Base(file), c.Line, c.Text, out)
+		if *tutorialOut != "" && c.Line > 0 {
+			name := filepath.Join(*tutorialOut, fmt.Sprintf("%s:%d", filepath.Base(file), c.Line))
+			if err := os.WriteFile(name, []byte(out), 0o644); err != nil {
+				t.Error(err)
+			}
+		}
 		var ee *exec.ExitError
 		switch {
 		case c.Fails && err == nil:
@@ -105,9 +118,31 @@ func runTutorial(t *testing.T, bin, file string, tut *tutorial.Tutorial) {
 		case !c.Fails && err != nil:
 			t.Fatalf("%s:%d: %s: %v", file, c.Line, c.Text, err)
 		}
-		if line, missing := tutorial.Missing(c.Expect, out); missing {
-			t.Errorf("%s:%d: %s: output lacks %q (numbers may differ)", file, c.Line, c.Text, line)
+		if m, missing := tutorial.Check(c.Expect, out); missing {
+			t.Errorf("%s:%d: %s: output lacks %q (only <marked> parts and \"...\" may differ); the closest line it printed: %q", file, c.Line, c.Text, m.Want, m.Closest)
 		}
+		if len(c.Solution) > 0 {
+			doExercise(t, bin, file, c)
+		}
+	}
+}
+
+// doExercise does an exercise the way its solution says, after its check
+// failed on the lab where it was not done, and checks again: now it must
+// pass and say "ok".
+func doExercise(t *testing.T, bin, file string, c tutorial.Command) {
+	t.Helper()
+	for _, s := range c.Solution {
+		out, err := shell(bin, s)
+		t.Logf("%s:%d: solution: $ %s\n%s", filepath.Base(file), c.Line, s, out)
+		if err != nil {
+			t.Fatalf("%s:%d: the exercise's solution %s: %v", file, c.Line, s, err)
+		}
+	}
+	out, err := shell(bin, c.Text)
+	t.Logf("%s:%d: after the solution: $ %s\n%s", filepath.Base(file), c.Line, c.Text, out)
+	if err != nil || !strings.Contains(out, "\nok: ") {
+		t.Errorf("%s:%d: %s after the exercise's solution: %v; want it to pass, saying ok:\n%s", file, c.Line, c.Text, err, out)
 	}
 }
 

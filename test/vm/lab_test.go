@@ -87,8 +87,8 @@ func TestLab(t *testing.T) {
 				case s.status == 0 && c.Fails:
 					t.Errorf("line %d: %s: exit status 0; the tutorial says it fails\n%s", c.Line, c.Text, s.out)
 				}
-				if missing, ok := tutorial.Missing(c.Expect, s.out); ok {
-					t.Errorf("line %d: %s: output lacks %q (numbers may differ):\n%s", c.Line, c.Text, missing, s.out)
+				if m, ok := tutorial.Check(c.Expect, s.out); ok {
+					t.Errorf("line %d: %s: output lacks %q (only <marked> parts and \"...\" may differ); the closest line it printed: %q\n%s", c.Line, c.Text, m.Want, m.Closest, s.out)
 				}
 			}
 		})

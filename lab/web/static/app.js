@@ -1,24 +1,7 @@
 // svclab web: draws the States the server sends (server-sent events) and
-// sends the controls. Plain JavaScript, no build step: read it as it is.
+// sends the controls; packet.js, loaded first, draws the lab's picture and
+// a traced packet. Plain JavaScript, no build step: read it as it is.
 "use strict";
-
-const $ = (id) => document.getElementById(id);
-
-// el makes an element with a class and text (never HTML from the lab).
-function el(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
-
-const SVG = "http://www.w3.org/2000/svg";
-function svg(tag, attrs, text) {
-  const e = document.createElementNS(SVG, tag);
-  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
 
 // fill replaces a select's options, keeping the chosen one when it is still there.
 function fill(select, values, preferred) {
@@ -29,21 +12,35 @@ function fill(select, values, preferred) {
   if (values.includes(keep)) select.value = keep;
 }
 
+// The hosts last drawn, to redraw the picture only when they change.
+let hostsKey = "";
+
 function drawHosts(hosts) {
+  hosts = hosts || [];
   const body = $("hosts").tBodies[0];
-  body.replaceChildren(...(hosts || []).map((h) => {
+  body.replaceChildren(...hosts.map((h) => {
     const tr = el("tr", "host " + h.role);
     tr.dataset.host = h.name;
     for (const v of [h.name, h.namespace, h.addr, h.addr6, h.runs]) tr.append(el("td", "", v));
     return tr;
   }));
-  const names = (hosts || []).map((h) => h.name);
+  const key = JSON.stringify(hosts);
+  if (key !== hostsKey) {
+    hostsKey = key;
+    drawTopology(hosts);
+  }
+  const names = hosts.map((h) => h.name);
   fill($("trace-from"), names, "client");
-  fill($("pod-name"), (hosts || []).filter((h) => h.role === "pod").map((h) => h.name), "web-1");
+  fill($("pod-name"), hosts.filter((h) => h.role === "pod").map((h) => h.name), "web-1");
 }
+
+// family is an endpoint's IP family, read from its address.
+const family = (addr) => addr.startsWith("[") ? "IPv6" : "IPv4";
 
 function drawServices(view) {
   $("mode").textContent = view ? "svcproxy --mode " + view.mode + (view.offload ? " (offload " + view.offload + ")" : "") : "";
+  $("kernel-note").textContent = view && view.kernelCounts ? "Kernel counts: " + view.kernelCounts : "";
+  const counted = !view || view.kernelCounted;
   const ports = (view && view.ports) || [];
   $("services").replaceChildren(...ports.map((p) => {
     const d = el("div", "port");
@@ -53,19 +50,30 @@ function drawServices(view) {
     d.append(head);
     d.append(el("div", "addr", (p.vips || []).join(", ") + " port " + p.port + "/" + p.protocol + (p.nodePort ? " (NodePort " + p.nodePort + ")" : "")));
     const c = el("div", "counts");
-    c.append("connections: userspace ", el("b", "userspace-count", String(p.userspace)), ", kernel ", el("b", "kernel-count", String(p.kernel)));
+    const k = el("b", "kernel-count" + (counted ? "" : " uncounted"), counted ? String(p.kernel) : "not counted");
+    k.dataset.counted = String(counted);
+    c.append("connections: userspace ", el("b", "userspace-count", String(p.userspace)), ", kernel ", k);
     d.append(c);
-    const eps = el("div", "eps");
-    for (const e of p.endpoints || []) {
-      let cls = "ep", words = "ready";
-      if (e.terminating) { cls += " terminating"; words = e.serving ? "terminating, serving" : "terminating"; }
-      else if (!e.ready) { cls += " notready"; words = e.serving ? "not ready, serving" : "not ready"; }
-      const s = el("span", cls, (e.pod || e.addr) + ": " + words + (e.kernel ? " (" + e.kernel + " via kernel)" : ""));
-      s.title = e.addr;
-      s.dataset.pod = e.pod;
-      eps.append(s);
+    // A dual-stack port has each endpoint once per family: group them,
+    // each group named, so that web-0 twice reads as its two addresses.
+    const eps = p.endpoints || [];
+    const families = [...new Set(eps.map((e) => family(e.addr)))];
+    for (const fam of families) {
+      const row = el("div", "eps");
+      row.dataset.family = fam;
+      if (families.length > 1) row.append(el("span", "family", fam + ":"));
+      for (const e of eps.filter((e) => family(e.addr) === fam)) {
+        let cls = "ep", words = "ready";
+        if (e.terminating) { cls += " terminating"; words = e.serving ? "terminating, serving" : "terminating"; }
+        else if (!e.ready) { cls += " notready"; words = e.serving ? "not ready, serving" : "not ready"; }
+        const s = el("span", cls, (e.pod || e.addr) + ": " + words + (e.kernel ? " (" + e.kernel + " via kernel)" : ""));
+        s.title = e.addr;
+        s.dataset.pod = e.pod;
+        s.dataset.family = fam;
+        row.append(s);
+      }
+      d.append(row);
     }
-    d.append(eps);
     return d;
   }));
   // A Service's short name (namespace default left out), and how svclab
@@ -73,6 +81,7 @@ function drawServices(view) {
   const short = (svc) => svc.startsWith("default/") ? svc.slice(8) : svc;
   const services = [...new Set(ports.map((p) => p.service))];
   fill($("trace-service"), services.map(short), "web");
+  fill($("conntrack-service"), services.map(short), "web");
   fill($("traffic-target"), services.filter((svc) => svc.startsWith("default/")).map((svc) =>
     ports.some((p) => p.service === svc && p.protocol === "TCP") ? short(svc) : "udp://" + short(svc)), "web");
 }
@@ -111,20 +120,36 @@ function drawChart(tl) {
     const g = svg("g", { class: "mark " + m.kind });
     g.append(svg("line", { x1: x(m.t), y1: T, x2: x(m.t), y2: H - B }));
     const what = m.kind === "mode" ? "mode " + m.to : (m.port + " → " + m.to);
-    g.append(svg("text", { x: x(m.t) + 3, y: T + 10 + 12 * (i % 5) }, what));
+    // A label near the right edge is written leftwards of its line, so
+    // that the chart's edge does not cut it.
+    const right = x(m.t) > W - 180;
+    g.append(svg("text", { x: x(m.t) + (right ? -3 : 3), y: T + 22 + 12 * (i % 5), "text-anchor": right ? "end" : "start" }, what));
     g.append(svg("title", {}, m.kind + ": " + (m.port ? m.port + " " : "") + m.from + " → " + m.to + " at " + m.t.toFixed(1) + " s"));
     chart.append(g);
   });
 }
 
+// The commands last seen running, to read conntrack again when traffic ends.
+const runningBefore = new Set();
+
 function drawCommands(cmds) {
-  $("commands").replaceChildren(...(cmds || []).slice().reverse().slice(0, 10).map((c) => {
-    const li = el("li", c.running ? "running" : (c.error ? "failed" : "done"));
+  cmds = cmds || [];
+  const byID = Object.fromEntries(cmds.map((c) => [c.id, c]));
+  $("commands").replaceChildren(...cmds.slice().reverse().slice(0, 10).map((c) => {
+    const li = el("li", c.queued ? "queued" : c.running ? "running" : (c.error ? "failed" : "done"));
     li.dataset.id = c.id;
-    li.append(el("span", "command", "$ " + c.command), " ", el("span", "", c.running ? "running…" : (c.error ? "failed: " + c.error : "done")));
+    let state = "done";
+    if (c.queued) state = "queued: runs when #" + c.after + (byID[c.after] ? " (" + byID[c.after].command + ")" : "") + " has ended";
+    else if (c.running) state = "running…";
+    else if (c.error) state = "failed: " + c.error;
+    li.append(el("span", "command", "$ " + c.command), " ", el("span", "state", state));
     if (c.output) li.append(el("pre", "", c.output));
     return li;
   }));
+  for (const c of cmds) {
+    if (runningBefore.has(c.id) && !c.running && !c.queued && c.command.includes(" traffic ")) readConntrack();
+    if (c.running) runningBefore.add(c.id); else runningBefore.delete(c.id);
+  }
 }
 
 function draw(st) {
@@ -142,38 +167,79 @@ const events = new EventSource("api/events");
 events.addEventListener("state", (e) => draw(JSON.parse(e.data)));
 events.onerror = () => { $("status").textContent = "reconnecting…"; };
 
-function drawTrace(rep) {
-  $("trace-command").textContent = "$ " + rep.command;
-  const out = [];
-  out.push(el("div", "hop start", rep.from + " (" + rep.src + ") sends " + rep.proto + " to " + rep.dst + (rep.port ? ", " + rep.port : "")));
-  for (const h of rep.hops || []) {
-    out.push(el("div", "arrow", "↓"));
-    const d = el("div", "hop " + h.tracer);
-    d.append(el("div", "where", h.tracer + (h.table ? " " + h.table : "") + " › " + h.chain));
-    if (h.rule) d.append(el("div", "rule", h.rule));
-    if (h.note) d.append(el("div", "note", h.note));
-    out.push(d);
-  }
-  out.push(el("div", "arrow", "↓"));
-  out.push(el("div", "result", rep.result));
-  $("trace").replaceChildren(...out);
-}
-
-$("trace-form").addEventListener("submit", async (e) => {
-  e.preventDefault();
+// trace asks for a trace, following way pick of its choices.
+async function trace(pick) {
   const q = new URLSearchParams({ from: $("trace-from").value, service: $("trace-service").value });
-  $("trace").replaceChildren(el("div", "", "tracing…"));
+  if (pick) q.set("pick", String(pick));
+  $("trace-error").textContent = "tracing…";
   const r = await fetch("api/trace?" + q);
   const body = await r.json();
-  if (!r.ok) { $("trace").replaceChildren(el("div", "error", body.error)); return; }
-  drawTrace(body);
+  if (!r.ok) {
+    $("trace-error").textContent = body.error;
+    $("trace-out").hidden = true;
+    topo.trace = null;
+    drawTopology();
+    return;
+  }
+  drawTrace(body, trace);
+}
+
+$("trace-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  trace(0);
 });
 
-async function control(c) {
+// maxConntrackRows bounds the conntrack table: after a few hundred
+// requests the node keeps hundreds of entries, and the newest tell it all.
+const maxConntrackRows = 40;
+
+// readConntrack reads the node's conntrack entries of the chosen Service.
+async function readConntrack() {
+  const svc = $("conntrack-service").value;
+  if (!svc) return;
+  const r = await fetch("api/conntrack?" + new URLSearchParams({ service: svc }));
+  const body = await r.json();
+  if (!r.ok) { $("conntrack-error").textContent = body.error; return; }
+  $("conntrack-error").textContent = "";
+  $("conntrack-command").textContent = "$ " + body.command;
+  const entries = body.entries || [];
+  const n = entries.length;
+  $("conntrack-summary").textContent = (body.service ? body.service + "; " : "") + "svcproxy runs " + body.mode + " mode; " +
+    (n === 1 ? "1 entry" : n + " entries") + (n ? ", newest first" : ": send some traffic first") +
+    (n > maxConntrackRows ? "; the newest " + maxConntrackRows + " are listed (svclab conntrack lists them all)" : "");
+  $("conntrack").tBodies[0].replaceChildren(...entries.slice(0, maxConntrackRows).map((e) => {
+    const tr = el("tr", "entry");
+    tr.append(el("td", "", e.proto), el("td", "", e.state), el("td", "addr", e.sent[0] + " → " + e.sent[1]),
+      el("td", "addr", e.reply[0] + " → " + e.reply[1]), el("td", "", e.means));
+    return tr;
+  }));
+}
+
+$("conntrack-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  readConntrack();
+});
+
+// control posts a control. The server runs one at a time: a control sent
+// while another runs is queued (the list says behind which), and one sent
+// while too many wait is refused with the reason.
+//
+// The page sends its controls in the order they were clicked, each once the
+// one before has been answered: two clicks in a row reach the server in
+// that order, and run in that order.
+let sending = Promise.resolve();
+function control(c) {
+  sending = sending.then(() => post(c), () => post(c));
+  return sending;
+}
+
+async function post(c) {
   $("control-error").textContent = "";
+  $("control-note").textContent = "";
   const r = await fetch("api/run", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(c) });
   const body = await r.json();
-  if (!r.ok) $("control-error").textContent = body.error;
+  if (!r.ok) { $("control-error").textContent = body.error; return; }
+  if (body.queued) $("control-note").textContent = "queued: $ " + body.command + " runs when #" + body.after + " has ended (the controls run one at a time)";
 }
 
 $("traffic-form").addEventListener("submit", (e) => {

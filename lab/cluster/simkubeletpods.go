@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"k8s.io/client-go/util/retry"
@@ -20,17 +21,17 @@ import (
 
 // claim gives a pod its lab host, and records it as running: the Plan's host,
 // for the pods it names, or a new one with the lowest free address of PodPool.
-func (k *Kubelet) claim(pod *corev1.Pod) (topology.Host, error) {
+func (k *SimulatedKubelet) claim(pod *corev1.Pod) (topology.Host, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	name := podHostName(pod.Namespace, pod.Name)
-	h, ok := k.c.net.Plan().Host(name)
+	h, ok := k.net.Plan().Host(name)
 	if !ok || h.Role != topology.RolePod {
 		addr, err := k.freeAddr()
 		if err != nil {
 			return topology.Host{}, err
 		}
-		h = topology.Host{Name: name, Role: topology.RolePod, Addr: addr, Addr6: k.c.net.Plan().IPv6Of(addr), NodeLink: nodeLinkName(name)}
+		h = topology.Host{Name: name, Role: topology.RolePod, Addr: addr, Addr6: k.net.Plan().IPv6Of(addr), NodeLink: nodeLinkName(name)}
 	}
 	k.running[name] = pod.UID
 	k.addrs[name] = h.Addr
@@ -55,7 +56,7 @@ func (k *Kubelet) claim(pod *corev1.Pod) (topology.Host, error) {
 
 // freeAddr is the lowest address of PodPool, from .10, that no running pod
 // has. The caller holds k.mu.
-func (k *Kubelet) freeAddr() (netip.Addr, error) {
+func (k *SimulatedKubelet) freeAddr() (netip.Addr, error) {
 	used := map[netip.Addr]bool{}
 	for _, a := range k.addrs {
 		used[a] = true
@@ -80,9 +81,9 @@ func nodeLinkName(host string) string {
 
 // reportRunning writes what the kubelet reports once a pod's containers run:
 // phase Running, the pod's and the node's addresses, and every condition true.
-func (k *Kubelet) reportRunning(ctx context.Context, pod *corev1.Pod, h topology.Host) error {
+func (k *SimulatedKubelet) reportRunning(ctx context.Context, pod *corev1.Pod, h topology.Host) error {
 	now := metav1.Now()
-	node := k.c.net.Plan().Node
+	node := k.net.Plan().Node
 	hostIPs := []corev1.HostIP{{IP: node.Addr.String()}}
 	podIPs := []corev1.PodIP{{IP: h.Addr.String()}}
 	// Dual-stack, as a kubelet with a node IP of each family reports: the
@@ -166,4 +167,52 @@ func (c *Cluster) SetReady(ctx context.Context, namespace, name string, ready bo
 		_, err = kc.CoreV1().Pods(namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
 		return err
 	})
+}
+
+// createMirrorPod writes the Pod that stands for clusterdns in the API, as
+// the kubelet writes a mirror pod for each static pod it runs (kubeadm's
+// control plane is static pods): clusterdns runs on the node's network with
+// CoreDNS's label, so the Service kube-dns selects it and the EndpointSlice
+// controller gives kube-dns its address.
+func (k *SimulatedKubelet) createMirrorPod(ctx context.Context) error {
+	p := k.net.Plan()
+	kc := k.client
+	node, err := kc.CoreV1().Nodes().Get(ctx, p.Node.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("mirror pod: node %s: %w", p.Node.Name, err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      "clusterdns-" + p.Node.Name,
+			Namespace: "kube-system",
+			Labels:    map[string]string{"k8s-app": "kube-dns"},
+			Annotations: map[string]string{
+				corev1.MirrorPodAnnotationKey: "svclab",
+				"kubernetes.io/config.source": "file",
+			},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID, Controller: new(true),
+			}},
+		},
+		Spec: corev1.PodSpec{
+			NodeName:    p.Node.Name,
+			HostNetwork: true,
+			Containers: []corev1.Container{{
+				Name:  "clusterdns",
+				Image: "svcproxy.test/svcproxy:dev",
+				Ports: []corev1.ContainerPort{
+					{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP},
+					{Name: "dns-tcp", ContainerPort: 53, Protocol: corev1.ProtocolTCP},
+				},
+			}},
+		},
+	}
+	created, err := kc.CoreV1().Pods("kube-system").Create(ctx, pod, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		created, err = kc.CoreV1().Pods("kube-system").Get(ctx, pod.Name, metav1.GetOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("mirror pod kube-system/%s: %w", pod.Name, err)
+	}
+	return k.reportRunning(ctx, created, p.Node)
 }

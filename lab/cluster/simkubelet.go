@@ -19,25 +19,28 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/svcproxy/svcproxy/lab/pods"
 	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
-// Kubelet plays the kubelet of the lab's one node, and its scheduler: it
-// registers the Node, binds every unscheduled pod to it, and for each pod
-// bound there makes a network namespace, runs `svclab pod` in it on the
-// container ports, and reports the pod Running and Ready with its address
-// through the API. A pod being deleted is stopped, its namespace removed,
-// and then deleted for good, as the kubelet does after the grace period.
-// Readiness afterwards is the user's to change (`svclab pod NAME --ready`):
-// there are no probes.
+// SimulatedKubelet plays the kubelet of the lab's one node, and its
+// scheduler, in the control-plane lab (a real node runs the real kubelet:
+// Node). It registers the Node, binds every unscheduled pod to it, and for
+// each pod bound there makes a network namespace, runs `svclab pod` in it
+// on the container ports, and reports the pod Running and Ready with its
+// address through the API. A pod being deleted is stopped, its namespace
+// removed, and then deleted for good, as the kubelet does after the grace
+// period. Readiness afterwards is the user's to change (`svclab pod NAME
+// --ready`): there are no probes.
 //
 // `svclab up --control-plane` runs it as `svclab kubelet`, in the machine's
 // namespaces (it makes the pods'); its connections to the API server start
 // inside the node. It uses the administrator's token: a real kubelet has a node
 // identity that the Node authorizer limits to its own node and pods, and
 // binding is the scheduler's.
-type Kubelet struct {
-	c      *Cluster
+type SimulatedKubelet struct {
+	net    *topology.Net
+	runner *pods.Runner
 	client kubernetes.Interface
 	log    *slog.Logger
 	node   string
@@ -51,17 +54,35 @@ type Kubelet struct {
 	addrs   map[string]netip.Addr
 }
 
+// SimulatedKubeletConfig says where a SimulatedKubelet runs its pods and
+// which API server it reports to.
+type SimulatedKubeletConfig struct {
+	// Net is the lab whose node it plays, and where the pods' namespaces go.
+	Net *topology.Net
+	// Pods starts and stops the pods' servers.
+	Pods *pods.Runner
+	// Client talks to the lab's API server (Cluster.Client).
+	Client kubernetes.Interface
+	// Log gets a line per pod started; nil logs nothing.
+	Log *slog.Logger
+}
+
 // workers is how many pods start at once: a pod takes a dozen `ip` commands
 // and a process start, and the queue never hands one pod to two workers.
 const workers = 4
 
-// NewKubelet returns the lab's kubelet, talking to the API server with client.
-func (c *Cluster) NewKubelet(client kubernetes.Interface, log *slog.Logger) *Kubelet {
-	return &Kubelet{
-		c:       c,
-		client:  client,
+// NewSimulatedKubelet returns the lab's simulated kubelet.
+func NewSimulatedKubelet(cfg SimulatedKubeletConfig) *SimulatedKubelet {
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &SimulatedKubelet{
+		net:     cfg.Net,
+		runner:  cfg.Pods,
+		client:  cfg.Client,
 		log:     log,
-		node:    c.net.Plan().Node.Name,
+		node:    cfg.Net.Plan().Node.Name,
 		running: map[string]types.UID{},
 		addrs:   map[string]netip.Addr{},
 	}
@@ -69,7 +90,7 @@ func (c *Cluster) NewKubelet(client kubernetes.Interface, log *slog.Logger) *Kub
 
 // Run registers the node, then keeps the pods in step until ctx ends. The
 // pods keep running after it returns: they are processes of their own.
-func (k *Kubelet) Run(ctx context.Context) error {
+func (k *SimulatedKubelet) Run(ctx context.Context) error {
 	if err := k.registerNode(ctx); err != nil {
 		return err
 	}
@@ -111,7 +132,7 @@ func (k *Kubelet) Run(ctx context.Context) error {
 }
 
 // next handles one key from the queue; false once the queue is shut down.
-func (k *Kubelet) next(ctx context.Context) bool {
+func (k *SimulatedKubelet) next(ctx context.Context) bool {
 	key, quit := k.queue.Get()
 	if quit {
 		return false
@@ -127,7 +148,7 @@ func (k *Kubelet) next(ctx context.Context) bool {
 }
 
 // sync brings one pod's processes in line with its object.
-func (k *Kubelet) sync(ctx context.Context, key string) error {
+func (k *SimulatedKubelet) sync(ctx context.Context, key string) error {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return nil // not ours to retry
@@ -183,7 +204,7 @@ func (k *Kubelet) sync(ctx context.Context, key string) error {
 }
 
 // bind schedules pod onto the one node, as kube-scheduler would.
-func (k *Kubelet) bind(ctx context.Context, pod *corev1.Pod) error {
+func (k *SimulatedKubelet) bind(ctx context.Context, pod *corev1.Pod) error {
 	b := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: k.node},
@@ -209,7 +230,7 @@ func podHostName(ns, name string) string {
 	return name + "." + ns
 }
 
-func (k *Kubelet) runningUID(host string) (types.UID, bool) {
+func (k *SimulatedKubelet) runningUID(host string) (types.UID, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	uid, ok := k.running[host]
@@ -217,29 +238,29 @@ func (k *Kubelet) runningUID(host string) (types.UID, bool) {
 }
 
 // start makes h's namespace and link, its resolv.conf, and its server.
-func (k *Kubelet) start(ctx context.Context, h topology.Host) error {
-	if err := k.c.net.AddHost(ctx, h); err != nil {
+func (k *SimulatedKubelet) start(ctx context.Context, h topology.Host) error {
+	if err := k.net.AddHost(ctx, h); err != nil {
 		return err
 	}
-	return k.c.pods.StartServer(ctx, h)
+	return k.runner.StartServer(ctx, h)
 }
 
 // stop ends a pod's server and removes its namespace (its links and routes
 // go with it) and files. Nothing there is no error.
-func (k *Kubelet) stop(host string) error {
+func (k *SimulatedKubelet) stop(host string) error {
 	k.mu.Lock()
 	delete(k.running, host)
 	delete(k.addrs, host)
 	k.mu.Unlock()
-	if err := k.c.pods.StopServer(host); err != nil {
+	if err := k.runner.StopServer(host); err != nil {
 		return err
 	}
-	return k.c.net.RemoveHost(host)
+	return k.net.RemoveHost(host)
 }
 
 // registerNode creates the Node object (or finds it) and reports it Ready
 // with the node's address.
-func (k *Kubelet) registerNode(ctx context.Context) error {
+func (k *SimulatedKubelet) registerNode(ctx context.Context) error {
 	nodes := k.client.CoreV1().Nodes()
 	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: k.node, Labels: map[string]string{
 		"kubernetes.io/hostname": k.node, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
@@ -253,7 +274,7 @@ func (k *Kubelet) registerNode(ctx context.Context) error {
 			return err
 		}
 		now := metav1.Now()
-		node := k.c.net.Plan().Node
+		node := k.net.Plan().Node
 		cur.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: node.Addr.String()}}
 		if node.Addr6.IsValid() {
 			cur.Status.Addresses = append(cur.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: node.Addr6.String()})

@@ -5,24 +5,42 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	"github.com/svcproxy/svcproxy/internal/ruletest"
 	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/offload/kernelsync"
 	"github.com/svcproxy/svcproxy/service"
-	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
-// The test cluster is servicetest's: this node st.ThisNode at 198.19.0.1, pods
-// in 198.19.1.0/24, services in 198.18.0.0/16.
-var testConfig = Config{
-	Node: dataplane.Node{NodeName: st.ThisNode, ClusterCIDR: netip.MustParsePrefix("198.19.1.0/24")},
+// What iptables mode answers alike with nftables mode: internal/ruletest's
+// tables, through the Fake and its packet tracer (kernel/iptables), and on
+// the real kernel. The rest of this package's tests are iptables' own.
+func TestShared(t *testing.T) {
+	ruletest.Run(t, ruletest.Suite{
+		Path: rules,
+		Render: func(n dataplane.Node, snap *service.Snapshot) ([]byte, error) {
+			return Render(Config{Node: n}, snap)
+		},
+		Rendered: "as iptables-restore reads it",
+		// A ClusterIP's other ports are iptables' own: no rule matches
+		// them, and they pass.
+		TraceCases: []ruletest.TraceCase{
+			{Name: "not a service port", Packet: ruletest.From(ruletest.OutsideIP, "198.18.0.10:81", 0), Want: "ACCEPT"},
+			{Name: "TCP to a UDP port", Packet: ruletest.From(ruletest.PodIP, "198.18.0.53:53", 0), Want: "ACCEPT"},
+		},
+	})
 }
+
+// The real-kernel checks: the rules applied with iptables-restore in a node
+// namespace, real sockets in client and backend namespaces. They need root.
+func TestKernelShared(t *testing.T) { ruletest.RunKernel(t, kernelRules) }
 
 // rules is iptables mode as the tables it shares with nftables mode drive it
 // (internal/ruletest): a Dataplane on a Fake that counts packets.
@@ -51,23 +69,16 @@ type rig struct {
 
 func (r *rig) Restart(t *testing.T) {
 	t.Helper()
-	cfg := Config{Node: r.o.Node(false), CountConnections: r.o.CountConnections, IPTables: r.ipt}
-	cfg.Conntrack, cfg.SyncPeriod, cfg.FullSyncPeriod, cfg.Now = r.o.Conntrack, r.o.SyncPeriod, r.o.FullSyncPeriod, r.o.Now
-	d, err := New(cfg)
+	d, err := New(Config{Node: r.o.Node(false), CountConnections: r.o.CountConnections, Periods: r.o.Periods(false), IPTables: r.ipt})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.Dataplane = d
 }
 
-func (r *rig) Health() kernelsync.Health       { return r.Dataplane.Health().Health }
-func (r *rig) Status() []kernelsync.PortStatus { return r.Ports() }
-func (r *rig) Dump() string                    { return r.ipt.Dump() }
-func (r *rig) Writes() int                     { n, _ := r.ipt.Restores(); return n }
-
-func (r *rig) Connections(ctx context.Context, ports map[service.PortName]bool) (map[service.PortName]uint64, error) {
-	return r.Dataplane.Connections(ctx, nil, ports)
-}
+func (r *rig) Health() kernelsync.Health { return r.Dataplane.Health().Health }
+func (r *rig) Dump() string              { return r.ipt.Dump() }
+func (r *rig) Writes() int               { n, _ := r.ipt.Restores(); return n }
 
 func (r *rig) FailNext() string {
 	r.ipt.mu.Lock()
@@ -171,3 +182,71 @@ func (c *countingIPT) SaveCounters(ctx context.Context, t kiptables.Table) ([]by
 	}
 	return save, nil
 }
+
+// kernelRules is iptables mode on the real kernel, as the checks it shares
+// with nftables mode drive it (internal/ruletest): its Dataplane's
+// iptables-restore in the node namespace of an offloadtest.Lab.
+var kernelRules ruletest.KernelPath = kernelPath{}
+
+type kernelPath struct{}
+
+func (kernelPath) Require(t *testing.T, family service.Family) {
+	t.Helper()
+	netnstest.RequireRoot(t, "iptables", "iptables-restore", "iptables-save", "sysctl")
+	if family == service.IPv6 {
+		if _, err := kiptables.New(kiptables.Config{Family: kiptables.IPv6}); err != nil {
+			t.Skipf("needs ip6tables: %v", err)
+		}
+	}
+}
+
+// ipt is the node's iptables (ip6tables) of family.
+func (kernelPath) ipt(t *testing.T, family service.Family) kiptables.Interface {
+	t.Helper()
+	cfg := kiptables.Config{}
+	if family != "" {
+		cfg.Family = kiptables.Family(family)
+	}
+	ipt, err := kiptables.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ipt
+}
+
+func (k kernelPath) New(t *testing.T, l *offloadtest.Lab, o ruletest.Options) ruletest.KernelRig {
+	t.Helper()
+	d, err := New(Config{Node: o.Node(true), CountConnections: o.CountConnections, Periods: o.Periods(true), IPTables: k.ipt(t, o.Family)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kernelRig{d}
+}
+
+func (k kernelPath) Cleanup(t *testing.T, l *offloadtest.Lab, family service.Family) {
+	t.Helper()
+	ipt := k.ipt(t, family)
+	if err := l.Node.Do(func() error { return Cleanup(context.Background(), ipt) }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (kernelPath) Ours(t *testing.T, l *offloadtest.Lab, family service.Family) string {
+	save := "iptables-save"
+	if family == service.IPv6 {
+		save = "ip6tables-save"
+	}
+	if out := l.Node.Run(t, save); strings.Contains(out, "SVCP") {
+		return out
+	}
+	return ""
+}
+
+func (kernelPath) List(t *testing.T, l *offloadtest.Lab) string {
+	return l.Node.Run(t, "iptables-save", "-c")
+}
+
+// kernelRig is a Dataplane on the real kernel.
+type kernelRig struct{ *Dataplane }
+
+func (r kernelRig) Health() kernelsync.Health { return r.Dataplane.Health().Health }
