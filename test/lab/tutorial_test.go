@@ -29,9 +29,10 @@ var tutorials = filepath.Join("..", "..", "tutorials")
 // what a writer compares a tutorial's blocks with, line by line.
 var tutorialOut = flag.String("tutorial-out", "", "TestTutorials: also write each command's output to DIR/TUTORIAL:LINE")
 
-// commandTimeout bounds one tutorial command; the longest (traffic over a
-// promotion) take seconds.
-const commandTimeout = 2 * time.Minute
+// commandTimeout bounds one tutorial command: the longest, svclab up
+// --nodes 3, takes a minute or two, more on a busy machine; the others
+// seconds.
+const commandTimeout = 10 * time.Minute
 
 // TestTutorials runs every tutorial (tutorials/NN-topic.md) as a learner
 // would, each against a fresh lab: its svclab commands, in order, through
@@ -71,6 +72,15 @@ func TestTutorials(t *testing.T) {
 					netnstest.RequireRoot(t, cluster.NodeTools...)
 					kapitest.NodeBinaries(t)
 					buildImages(t, bin, images.Config{}, images.All()[:1])
+				case "kubeadm":
+					// The kubeadm cluster: its programs and kubeadm's
+					// images, and agnhost's image for its web servers
+					// (or a skip naming what builds them).
+					netnstest.RequireRoot(t, cluster.NodeTools...)
+					kapitest.ClusterBinaries(t)
+					conf := kapitest.ConformanceBinaries(t)
+					buildImages(t, bin, images.Config{Agnhost: conf.Agnhost}, []images.Spec{images.All()[0], agnhostSpec()})
+					buildKubeadmImages(t, bin)
 				}
 			}
 			runTutorial(t, bin, file, tut)
@@ -134,6 +144,17 @@ func doExercise(t *testing.T, bin, file string, c tutorial.Command) {
 	if err != nil || !strings.Contains(out, "\nok: ") {
 		t.Errorf("%s:%d: %s after the exercise's solution: %v; want it to pass, saying ok:\n%s", file, c.Line, c.Text, err, out)
 	}
+}
+
+// agnhostSpec is the e2e tests' agnhost image, which the kubeadm
+// tutorial's web servers run.
+func agnhostSpec() images.Spec {
+	for _, s := range images.All() {
+		if s.Ref == images.AgnhostRef {
+			return s
+		}
+	}
+	panic("images: no agnhost")
 }
 
 // shell runs a tutorial's command line as the reader's shell would, with the
