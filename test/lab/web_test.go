@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -217,16 +218,21 @@ func (p *page) check(what, expr string) {
 	}
 }
 
+// windowWidth is the browser window's width (browser's WindowSize).
+const windowWidth = 1280
+
 // watchWidth has the page note, from now on, the first moment it is wider
 // than the window: a word that widens a column (a failed command's
-// message, an address) makes the document scroll sideways.
+// message, an address) makes the document scroll sideways. It compares
+// with the window's own width, not innerWidth, which a screenshot of one
+// element shrinks while it is taken.
 func (p *page) watchWidth() {
-	p.step("watch the page's width", chromedp.Evaluate[chromedp.Void](`
+	p.step("watch the page's width", chromedp.Evaluate[chromedp.Void](fmt.Sprintf(`
 		window.svclabWide = '';
 		new ResizeObserver(() => {
 			const w = document.documentElement.scrollWidth;
-			if (w > window.innerWidth && !window.svclabWide) window.svclabWide = w + ' px wide in a ' + window.innerWidth + ' px window';
-		}).observe(document.body);`))
+			if (w > %d && !window.svclabWide) window.svclabWide = w + ' px wide in a %d px window';
+		}).observe(document.body);`, windowWidth, windowWidth)))
 }
 
 // checkWidth fails the test if the page was ever wider than its window.
@@ -234,7 +240,7 @@ func (p *page) checkWidth() {
 	p.t.Helper()
 	sctx, scancel := context.WithTimeout(p.ctx, 10*time.Second)
 	defer scancel()
-	wide, err := chromedp.Run(sctx, chromedp.Evaluate[string](`window.svclabWide || (document.documentElement.scrollWidth > window.innerWidth ? document.documentElement.scrollWidth + ' px wide now' : '')`))
+	wide, err := chromedp.Run(sctx, chromedp.Evaluate[string](fmt.Sprintf(`window.svclabWide || (document.documentElement.scrollWidth > %d ? document.documentElement.scrollWidth + ' px wide now' : '')`, windowWidth)))
 	if err != nil {
 		p.t.Fatal(err)
 	}
@@ -312,7 +318,7 @@ func browser(t *testing.T, path string) context.Context {
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.UserDataDir(profile),
-		chromedp.WindowSize(1280, 1400),
+		chromedp.WindowSize(windowWidth, 1400),
 	)
 	bctx, bcancel := chromedp.NewContext(actx)
 	t.Cleanup(func() {
