@@ -122,10 +122,10 @@ func checkPlot(t *testing.T, doc parsedSVG, reports []report.Report) {
 				}
 				if v.CI95 > 0 {
 					i := slices.IndexFunc(doc.Lines, func(l parsedLine) bool {
-						return l.Class == "ci" && math.Abs(l.X1-x(v.Ratio-v.CI95)) < 0.001 && math.Abs(l.X2-x(v.Ratio+v.CI95)) < 0.001
+						return l.Class == "ci" && math.Abs(l.X1-x(max(v.Ratio-v.CI95, 0))) < 0.001 && math.Abs(l.X2-x(v.Ratio+v.CI95)) < 0.001
 					})
 					if i < 0 {
-						t.Errorf("%s, %s: no whisker from %.2f× to %.2f×", g.Name, v.Metric, v.Ratio-v.CI95, v.Ratio+v.CI95)
+						t.Errorf("%s, %s: no whisker from %.2f× to %.2f×", g.Name, v.Metric, max(v.Ratio-v.CI95, 0), v.Ratio+v.CI95)
 					}
 					whiskers++
 				}

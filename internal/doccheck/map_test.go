@@ -114,3 +114,17 @@ func TestReadingPathEveryMode(t *testing.T) {
 		t.Logf("mode %s: %s", row[0], reached[pkg])
 	}
 }
+
+// TestReadmePointsToReadingPath: the README, the page every reader opens
+// first, links the reading path and the map.
+func TestReadmePointsToReadingPath(t *testing.T) {
+	linked := map[string]bool{}
+	for _, l := range Links(read(t, "README.md")) {
+		linked[filepath.ToSlash(filepath.Clean(l.Target))] = true
+	}
+	for _, page := range []string{readingPage, mapPage} {
+		if !linked[page] {
+			t.Errorf("README.md does not link %s", page)
+		}
+	}
+}

@@ -15,8 +15,9 @@ import (
 )
 
 var (
-	_ Interface     = (*Real)(nil)
-	_ CounterReader = (*Real)(nil)
+	_ Interface       = (*Real)(nil)
+	_ CounterReader   = (*Real)(nil)
+	_ BackendReporter = (*Real)(nil)
 )
 
 // Config configures Real.
@@ -37,7 +38,26 @@ type Real struct {
 	ipt     *goipt.IPTables
 	restore string // path of iptables-restore or ip6tables-restore
 	save    string
+	backend string // BackendNFTables or BackendLegacy
 }
+
+// The kernel interfaces iptables runs on (Backend).
+const (
+	BackendNFTables = "nf_tables"
+	BackendLegacy   = "legacy"
+)
+
+// BackendReporter says which kernel interface the iptables binaries use:
+// the two cost differently (a legacy restore reads and writes back the whole
+// table; an nf_tables restore with --noflush grows much faster than its
+// input). Real implements it.
+type BackendReporter interface {
+	Backend() string
+}
+
+// Backend is BackendNFTables or BackendLegacy, as `iptables-restore
+// --version` says ("iptables-restore v1.8.9 (nf_tables)").
+func (r *Real) Backend() string { return r.backend }
 
 // New checks that the binaries of the family are installed and returns a Real.
 func New(cfg Config) (*Real, error) {
@@ -64,6 +84,10 @@ func New(cfg Config) (*Real, error) {
 	}
 	if r.ipt, err = goipt.New(goipt.IPFamily(proto)); err != nil {
 		return nil, fmt.Errorf("iptables: %s: %w", prefix, err)
+	}
+	r.backend = BackendLegacy
+	if out, err := exec.Command(r.restore, "--version").Output(); err == nil && bytes.Contains(out, []byte("(nf_tables)")) {
+		r.backend = BackendNFTables
 	}
 	return r, nil
 }

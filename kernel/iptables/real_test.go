@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -309,4 +311,29 @@ func TestRealSaveCounters(t *testing.T) {
 		assert.Contains(t, string(fake), "[0:0] -A SVCP-C -d 198.18.0.1/32")
 		return nil
 	})
+}
+
+// Backend tells iptables-nft from iptables-legacy by what the binaries on
+// PATH say of themselves: the same iptables 1.8.9, two multi-call binaries.
+// Neither needs root for --version.
+func TestRealBackend(t *testing.T) {
+	bins := map[string]string{}
+	for _, multi := range []string{"xtables-nft-multi", "xtables-legacy-multi"} {
+		bin, err := exec.LookPath(multi)
+		if err != nil {
+			t.Skipf("%s not installed (Debian's iptables package): %v", multi, err)
+		}
+		bins[multi] = bin
+	}
+	for multi, want := range map[string]string{"xtables-nft-multi": BackendNFTables, "xtables-legacy-multi": BackendLegacy} {
+		bin := bins[multi]
+		dir := t.TempDir()
+		for _, name := range []string{"iptables", "iptables-restore", "iptables-save"} {
+			require.NoError(t, os.Symlink(bin, filepath.Join(dir, name)))
+		}
+		t.Setenv("PATH", dir)
+		r, err := New(Config{})
+		require.NoError(t, err)
+		assert.Equal(t, want, r.Backend(), "iptables linked to %s", multi)
+	}
 }

@@ -27,6 +27,37 @@ func (p *plan) empty() bool {
 	return len(p.ports) == 0 && len(p.stale) == 0 && len(p.hooks) == 0
 }
 
+// coldRestoreBytes bounds the port chains of one restore of a cold start on
+// the nf_tables backend (coldPlans).
+const coldRestoreBytes = 512 << 10
+
+// coldPlans splits a full plan for a kernel that holds none of our chains
+// (a new node) into restores of at most about coldRestoreBytes of port
+// chains each: first the filter table and our nat top chains, empty; then
+// the ports' chains, which nothing jumps to yet; last the nat top chains'
+// rules and the hooks, so that every Service starts to work in that last
+// commit, as in one restore. iptables-nft-restore --noflush grows far faster
+// than its input: the rules of 10,000 endpoints took 34 s in one restore
+// and 1.6 s in ten, on the same machine at the same load.
+func coldPlans(p *plan) []*plan {
+	first := &plan{top: map[string]map[string][]byte{tableFilter: p.top[tableFilter], tableNAT: {}}}
+	for _, c := range topChains[tableNAT] {
+		first.top[tableNAT][c] = nil // declared: the port chains jump to SVCP-MARK-MASQ
+	}
+	plans := []*plan{first}
+	var cur *plan
+	size := 0
+	for _, pr := range p.ports {
+		if cur == nil || size >= coldRestoreBytes {
+			cur, size = &plan{}, 0
+			plans = append(plans, cur)
+		}
+		cur.ports = append(cur.ports, pr)
+		size += len(pr.text)
+	}
+	return append(plans, &plan{top: map[string]map[string][]byte{tableNAT: p.top[tableNAT]}, stale: p.stale, hooks: p.hooks})
+}
+
 // fullPlan writes every chain and deletes stale ones.
 func (rs *ruleset) fullPlan(stale []string) *plan {
 	return &plan{top: rs.tops(), ports: rs.ports, stale: stale}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -75,22 +76,24 @@ func (d *Dataplane) commit(rd *rendering) {
 // holds that rd has not; otherwise only what differs from applied.
 func (d *Dataplane) write(ctx context.Context, rd *rendering, full bool, applied map[service.PortName]*portRules) (int, error) {
 	var pl *plan
+	var existing map[string]bool // our nat chains in the kernel, when full
 	if full {
 		// Per-port chains live only in nat; filter's tell which hooks
 		// can be there (missingHooks).
-		existing, err := ourChains(ctx, d.cfg.IPTables, tableNAT, tableFilter)
+		ours, err := ourChains(ctx, d.cfg.IPTables, tableNAT, tableFilter)
 		if err != nil {
 			return 0, err
 		}
+		existing = ours[tableNAT]
 		want := rd.chains()
 		var stale []string
-		for _, c := range slices.Sorted(maps.Keys(existing[tableNAT])) {
+		for _, c := range slices.Sorted(maps.Keys(existing)) {
 			_, block := rd.top[tableNAT][c]
 			if (isPortChain(c) && !want[c]) || (strings.HasPrefix(c, prefixCIP) && !block) {
 				stale = append(stale, c)
 			}
 		}
-		missing, err := missingHooks(ctx, d.cfg.IPTables, existing)
+		missing, err := missingHooks(ctx, d.cfg.IPTables, ours)
 		if err != nil {
 			return 0, err
 		}
@@ -101,6 +104,9 @@ func (d *Dataplane) write(ctx context.Context, rd *rendering, full bool, applied
 	if pl.empty() {
 		return 0, nil
 	}
+	if full && len(existing) == 0 && d.nfTables() {
+		return d.writeCold(ctx, rd, pl)
+	}
 	if err := d.carryCounts(ctx, pl, applied); err != nil {
 		return 0, err
 	}
@@ -109,6 +115,30 @@ func (d *Dataplane) write(ctx context.Context, rd *rendering, full bool, applied
 		return 0, fmt.Errorf("iptables sync (full=%v): %w", full, err)
 	}
 	return len(text), nil
+}
+
+// nfTables says whether the iptables binaries run on nf_tables
+// (kiptables.BackendReporter); a Fake does not say, and gets one restore.
+func (d *Dataplane) nfTables() bool {
+	b, ok := d.cfg.IPTables.(kiptables.BackendReporter)
+	return ok && b.Backend() == kiptables.BackendNFTables
+}
+
+// writeCold writes a full plan into a kernel that holds none of our chains
+// in several restores (coldPlans), on the nf_tables backend only: on the
+// legacy one every restore reads and writes back the whole table, so one
+// is cheapest there. A restore that fails leaves chains behind that the
+// full sync after it deletes or rewrites.
+func (d *Dataplane) writeCold(ctx context.Context, rd *rendering, pl *plan) (int, error) {
+	size := 0
+	for _, p := range coldPlans(pl) {
+		text := rd.text(p)
+		if err := d.cfg.IPTables.Restore(ctx, text); err != nil {
+			return 0, fmt.Errorf("iptables sync (full, cold, in parts): %w", err)
+		}
+		size += len(text)
+	}
+	return size, nil
 }
 
 // partialPlan writes what differs from the last applied state: the chains of

@@ -274,3 +274,47 @@ func TestFullSyncWritesHooksInItsRestore(t *testing.T) {
 		t.Errorf("after the restart:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// nfTablesIPT is a Fake that says it runs on nf_tables, recording each
+// restore's input.
+type nfTablesIPT struct {
+	*kiptables.Fake
+	restores []string
+}
+
+func (n *nfTablesIPT) Backend() string { return kiptables.BackendNFTables }
+
+func (n *nfTablesIPT) Restore(ctx context.Context, rules []byte) error {
+	n.restores = append(n.restores, string(rules))
+	return n.Fake.Restore(ctx, rules)
+}
+
+// On nf_tables a cold start writes its full sync in parts (coldPlans): the
+// top chains empty first, the ports' chains, then the top chains' rules
+// with the hooks, so that nothing jumps to a port before the last commit;
+// it leaves what one restore leaves. A restart, with our chains in place,
+// writes one restore.
+func TestColdStartInParts(t *testing.T) {
+	n := &nfTablesIPT{Fake: kiptables.NewFake()}
+	snap := ruletest.History()[2]
+	mustSync(t, newDataplane(t, n, nil), snap)
+	if len(n.restores) != 3 {
+		t.Fatalf("cold start: %d restores, want 3 (top chains, ports, top rules and hooks)", len(n.restores))
+	}
+	for i, in := range n.restores[:2] {
+		if strings.Contains(in, "-A "+chainServices+" ") || strings.Contains(in, "-I ") {
+			t.Errorf("restore %d jumps to the ports before the last one:\n%s", i+1, in)
+		}
+	}
+	if !strings.Contains(n.restores[2], "-I PREROUTING ") {
+		t.Errorf("the last restore has no hooks:\n%s", n.restores[2])
+	}
+	if got, want := n.Dump(), freshDump(t, snap); got != want {
+		t.Errorf("after the cold start in parts:\n%s\nwant:\n%s", got, want)
+	}
+	n.restores = nil
+	mustSync(t, newDataplane(t, n, nil), snap)
+	if len(n.restores) != 1 {
+		t.Errorf("restart: %d restores, want 1", len(n.restores))
+	}
+}
