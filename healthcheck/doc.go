@@ -20,4 +20,8 @@
 // /livez fails only while the rules lag the Snapshots, /healthz also while they
 // are not synced and while this node is being deleted or is tainted
 // ToBeDeletedByClusterAutoscaler, so that load balancers drain it.
+//
+// ServeEndpoints runs the proxy's own HTTP servers (healthz on 10256, metrics
+// on 10249), and retries an address it cannot listen on as kube-proxy does
+// without bindAddressHardFail.
 package healthcheck

@@ -3,13 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/pprof"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -99,12 +96,8 @@ type servers struct {
 	Configz http.Handler
 	// Profiling serves Go's /debug/pprof/ on the metrics address.
 	Profiling bool
-	// HardFail: a server that cannot listen ends serve with the error.
-	// Otherwise, as kube-proxy without bindAddressHardFail (serveHealthz,
-	// serveMetrics: wait.Until every 5 s), the failure is logged and the
-	// listen retried every retryEvery while the other server serves.
-	HardFail   bool
-	retryEvery time.Duration
+	// HardFail: see healthcheck.ServeOptions.
+	HardFail bool
 }
 
 // serve runs the two HTTP servers until ctx ends. An address of "" or "0"
@@ -131,78 +124,6 @@ func (e *endpoints) serve(ctx context.Context, s servers) error {
 		metrics.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		metrics.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	if s.retryEvery == 0 {
-		s.retryEvery = 5 * time.Second
-	}
-
-	errc := make(chan error, 2)
-	var mu sync.Mutex
-	var running []*http.Server
-	var listeners sync.WaitGroup
-	for _, srv := range []struct {
-		addr string
-		mux  *http.ServeMux
-	}{{s.HealthzAddr, health}, {s.MetricsAddr, metrics}} {
-		if srv.addr == "" || srv.addr == "0" {
-			continue
-		}
-		ln, err := net.Listen("tcp", srv.addr)
-		if err != nil && s.HardFail {
-			return fmt.Errorf("listen %s: %w", srv.addr, err)
-		}
-		hs := &http.Server{Handler: srv.mux, ReadHeaderTimeout: 5 * time.Second}
-		mu.Lock()
-		running = append(running, hs)
-		mu.Unlock()
-		if err != nil {
-			// Retried until it listens or ctx ends (named: retryListen).
-			e.log.Error("cannot listen, retrying (bindAddressHardFail is off)", "addr", srv.addr, "err", err, "every", s.retryEvery)
-			listeners.Add(1)
-			go func() {
-				defer listeners.Done()
-				e.retryListen(ctx, srv.addr, s.retryEvery, hs, errc)
-			}()
-			continue
-		}
-		go func() { errc <- hs.Serve(ln) }()
-		e.log.Info("serving", "addr", ln.Addr().String())
-	}
-	select {
-	case <-ctx.Done():
-	case err := <-errc:
-		if !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	mu.Lock()
-	for _, hs := range running {
-		_ = hs.Shutdown(sctx)
-	}
-	mu.Unlock()
-	listeners.Wait()
-	return nil
-}
-
-// retryListen listens on addr every interval until it succeeds, then serves
-// hs there; it returns when ctx ends.
-func (e *endpoints) retryListen(ctx context.Context, addr string, every time.Duration, hs *http.Server, errc chan<- error) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			e.log.Debug("still cannot listen", "addr", addr, "err", err)
-			continue
-		}
-		e.log.Info("serving", "addr", ln.Addr().String())
-		go func() { errc <- hs.Serve(ln) }()
-		return
-	}
+	return healthcheck.ServeEndpoints(ctx, []healthcheck.Endpoint{{Addr: s.HealthzAddr, Handler: health}, {Addr: s.MetricsAddr, Handler: metrics}},
+		healthcheck.ServeOptions{HardFail: s.HardFail, Log: e.log})
 }
