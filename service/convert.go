@@ -174,7 +174,19 @@ func attachSlices(svc *Service, ess []*SliceObject, refuse func(netip.Addr) stri
 	}
 
 	for _, p := range svc.Ports {
-		var eps []Endpoint
+		// Sized first: a Snapshot keeps these lists (at 250,000 endpoints
+		// the largest thing svcproxy holds), and append's doubling would
+		// keep up to twice the room and leave the smaller arrays as garbage.
+		n := 0
+		for i, es := range ess {
+			if _, ok := es.port(p); ok {
+				n += len(kept[i])
+			}
+		}
+		var eps []Endpoint // nil when there are none, as before
+		if n > 0 {
+			eps = make([]Endpoint, 0, n)
+		}
 		for i, es := range ess {
 			number, ok := es.port(p)
 			if !ok {

@@ -50,7 +50,7 @@ func (c *Cluster) UpKubeadm(ctx context.Context, progs KubeadmPrograms, count in
 	}
 	p := c.net.Plan()
 	nodes := kubeadmNodes(p, c.net.StateDir(), c.net.Cgroups().Name(), count)
-	if err := c.upNodeAndClient(ctx); err != nil {
+	if err := c.net.Build(ctx, notPod); err != nil {
 		return err
 	}
 	for _, argv := range kubeadmNetCommands(p, nodes) {
@@ -77,7 +77,7 @@ func (c *Cluster) UpKubeadm(ctx context.Context, progs KubeadmPrograms, count in
 	if err := c.kubeadm(ctx, nodes[0], progs, "init", nodes[0].initConfig(kc)); err != nil {
 		return err
 	}
-	if err := c.copyAdminKubeconfig(nodes[0]); err != nil {
+	if err := nodes[0].copyAdminKubeconfig(c.KubeconfigPath("admin")); err != nil {
 		return err
 	}
 	caPEM, err := os.ReadFile(filepath.Join(nodes[0].kubeadmFiles().etcUpper, "kubernetes", "pki", "ca.crt"))
@@ -216,15 +216,15 @@ func (c *Cluster) kubeadm(ctx context.Context, n *Node, progs KubeadmPrograms, v
 	}
 }
 
-// copyAdminKubeconfig copies kubeadm's admin.conf from the control-plane
-// node to the lab's admin kubeconfig, where svclab kubectl and the lab's
-// clients read it (they dial from inside the node).
-func (c *Cluster) copyAdminKubeconfig(cp *Node) error {
-	b, err := os.ReadFile(filepath.Join(cp.kubeadmFiles().etcUpper, "kubernetes", "admin.conf"))
+// copyAdminKubeconfig copies kubeadm's admin.conf from n, the
+// control-plane node, to the lab's admin kubeconfig (dst), where svclab
+// kubectl and the lab's clients read it (they dial from inside the node).
+func (n *Node) copyAdminKubeconfig(dst string) error {
+	b, err := os.ReadFile(filepath.Join(n.kubeadmFiles().etcUpper, "kubernetes", "admin.conf"))
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(c.KubeconfigPath("admin"), b, 0o600)
+	return os.WriteFile(dst, b, 0o600)
 }
 
 // podNetwork is kindnetd's part: once kube-controller-manager has given

@@ -102,7 +102,7 @@ const schedulerAddr = "127.0.0.1:10259"
 // clusterdns's Deployment); containerd, with the images imported; and the
 // kubelet, which runs their pods. It returns once both are Ready.
 func (c *Cluster) UpRealNode(ctx context.Context, cp ControlPlane, progs NodePrograms, mode string) error {
-	if err := c.upNodeAndClient(ctx); err != nil {
+	if err := c.net.Build(ctx, notPod); err != nil {
 		return err
 	}
 	if err := c.startControlPlane(ctx, cp, true); err != nil {
@@ -147,11 +147,10 @@ func (c *Cluster) UpRealNode(ctx context.Context, cp ControlPlane, progs NodePro
 	return c.waitWorkloads(ctx, kc)
 }
 
-// upNodeAndClient makes the node's namespace and the hosts that are not
-// pods (the client, the outside host), with their routes and resolv.conf.
-func (c *Cluster) upNodeAndClient(ctx context.Context) error {
-	return c.net.Build(ctx, func(h topology.Host) bool { return h.Role != topology.RolePod })
-}
+// notPod selects, for topology.Net.Build, the node's namespace and the
+// hosts that are not pods (the client, the outside host): where a
+// kubelet, simulated or real, makes the pods.
+func notPod(h topology.Host) bool { return h.Role != topology.RolePod }
 
 // waitWorkloads waits for the nodes to be Ready, then for svcproxy's
 // DaemonSet and clusterdns's Deployment to have every pod Ready.

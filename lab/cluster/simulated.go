@@ -28,7 +28,7 @@ const tokenDuration = "8760h"
 // endpoint) and svcproxy, each once what it serves is there.
 func (c *Cluster) UpSimulated(ctx context.Context, cp ControlPlane, dns, proxy, mode string) error {
 	// The client and the outside host; the kubelet makes the pods.
-	if err := c.upNodeAndClient(ctx); err != nil {
+	if err := c.net.Build(ctx, notPod); err != nil {
 		return err
 	}
 	if err := c.startControlPlane(ctx, cp, false); err != nil {
