@@ -7,7 +7,7 @@ BIN     := bin
 # are cached (docs/conformance.md has the suite's measured time).
 TIMEOUT ?= 40m
 
-.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins conformance-bins cluster-bins conformance image e2e-images kubeadm-images bench bench-plots clean
+.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins conformance-bins cluster-bins kind-bin conformance image e2e-images kubeadm-images bench bench-plots clean
 
 all: build
 
@@ -61,6 +61,11 @@ conformance-bins:
 ## versions kubeadm deploys; test/kapi/README.md); make test never builds them
 cluster-bins:
 	@./test/kapi/build.sh -node -cluster || [ $$? -eq 2 ]
+
+## kind-bin: kind v0.33.0 from the module proxy (docs/kind.md); make test
+## never builds it
+kind-bin:
+	@./test/kapi/build.sh -apiserver-only -kind || [ $$? -eq 2 ]
 
 ## conformance: Kubernetes' own Service and DNS conformance tests (e2e.test
 ## v1.37.2) against svcproxy and clusterdns, in each mode of MODE, one after the

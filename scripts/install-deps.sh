@@ -7,7 +7,7 @@ set -eu
 PACKAGES="iptables nftables ipset ipvsadm conntrack iproute2 procps netbase dnsutils dnsmasq-base
   qemu-system-x86 busybox-static cpio kmod xz-utils haproxy wrk dnsperf curl socat strace
   gcc libc6-dev wget netcat-openbsd bind9-host dash
-  containerd runc containernetworking-plugins
+  containerd runc containernetworking-plugins docker.io
   chromium"
 
 missing=""
@@ -22,6 +22,14 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "install-deps: installing:$missing"
 export DEBIAN_FRONTEND=noninteractive
+# docker.io's and containerd's maintainer scripts start their daemons unless
+# policy-rc.d denies it (exit 101): the project starts dockerd itself, in the
+# lab's namespaces (lab/engine), never in the machine's own.
+if [ ! -e /usr/sbin/policy-rc.d ]; then
+	printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+	chmod 755 /usr/sbin/policy-rc.d
+	trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+fi
 apt-get update -qq
 # shellcheck disable=SC2086
 apt-get install -y -qq --no-install-recommends $missing >/dev/null

@@ -47,6 +47,8 @@ type Binaries struct {
 	// the API server tests' own).
 	ClusterEtcd    string
 	ClusterEtcdctl string
+	// Kind is set with Config.Kind: kind v0.33.0.
+	Kind string
 	// Key names the versions of kube-apiserver and etcd:
 	// "kube-apiserver-v1.37.2_etcd-v3.6.16_<hash>".
 	Key string
@@ -85,6 +87,8 @@ type Config struct {
 	// KubeProxy asks for kube-proxy (cached with kubeadm), CoreDNS for
 	// CoreDNS alone: what the benchmarks against them need.
 	KubeProxy, CoreDNS bool
+	// Kind asks for kind as well (docs/kind.md).
+	Kind bool
 }
 
 // ErrNotBuilt is Build's error with CachedOnly when the binaries are not cached.
@@ -136,6 +140,9 @@ func Build(ctx context.Context, cfg Config) (Binaries, error) {
 	}
 	if cfg.Cluster {
 		sets = append(sets, clusterEtcdSet)
+	}
+	if cfg.Kind {
+		sets = append(sets, kindSet)
 	}
 	var all, missing []cached
 	for _, s := range sets {

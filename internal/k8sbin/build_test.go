@@ -273,7 +273,7 @@ func TestSetsApart(t *testing.T) {
 	var b Binaries
 	field := map[*string]string{}
 	for name, s := range map[string]set{"apiserver": apiServerSet, "controlplane": controlPlaneSet, "node": nodeSet,
-		"conformance": conformanceSet, "cluster": clusterSet, "coredns": coreDNSSet, "clusteretcd": clusterEtcdSet} {
+		"conformance": conformanceSet, "cluster": clusterSet, "coredns": coreDNSSet, "clusteretcd": clusterEtcdSet, "kind": kindSet} {
 		for _, p := range s {
 			if o, ok := owner[p.mod.dir]; ok && o != name {
 				t.Errorf("module %s builds programs of the sets %s and %s", p.mod.dir, o, name)

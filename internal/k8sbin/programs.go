@@ -41,6 +41,9 @@ var (
 	// 3.7.0-0), for the etcd image of its static pod. The API server's tests
 	// keep the etcd of their own module: changing it would rebuild their set.
 	clusterEtcd = module{dir: "clusteretcd", dep: "go.etcd.io/etcd/server/v3"}
+	// kind is sigs.k8s.io/kind v0.33.0, the tool that runs a cluster in
+	// containers of a Docker daemon (docs/kind.md).
+	kind = module{dir: "kind", dep: "sigs.k8s.io/kind"}
 )
 
 // program is one command and the module that builds it.
@@ -124,6 +127,13 @@ var (
 			field: func(b *Binaries) *string { return &b.ClusterEtcd }},
 		{mod: clusterEtcd, pkg: "go.etcd.io/etcd/etcdctl/v3", out: "etcdctl",
 			field: func(b *Binaries) *string { return &b.ClusterEtcdctl }},
+	}
+	// kind as its Makefile builds it, CGO_ENABLED=0 (its version is a
+	// constant of its source; the Makefile stamps only the git commit,
+	// which a module from the proxy has none of).
+	kindSet = set{
+		{mod: kind, pkg: "sigs.k8s.io/kind", out: "kind", env: []string{"CGO_ENABLED=0"},
+			field: func(b *Binaries) *string { return &b.Kind }},
 	}
 )
 

@@ -20,6 +20,8 @@
 #   COREDNS=/root/.cache/svcproxy/kapi/<versions>/coredns
 #   CLUSTER_ETCD=/root/.cache/svcproxy/kapi/<versions>/etcd
 #   CLUSTER_ETCDCTL=/root/.cache/svcproxy/kapi/<versions>/etcdctl
+# and -kind kind v0.33.0 (docs/kind.md):
+#   KIND=/root/.cache/svcproxy/kapi/<versions>/kind
 # Exit status 2: no go command or no module proxy (the tests would skip).
 set -eu
 cd "$(dirname "$0")/../.."

@@ -29,10 +29,11 @@
 //	COREDNS=/root/.cache/svcproxy/kapi/coredns-v1.14.6_6f5e4d3c2b1a/coredns
 //	CLUSTER_ETCD=/root/.cache/svcproxy/kapi/etcd-v3.7.0_etcdctl-v3.7.0_9a8b7c6d5e4f/etcd
 //	CLUSTER_ETCDCTL=/root/.cache/svcproxy/kapi/etcd-v3.7.0_etcdctl-v3.7.0_9a8b7c6d5e4f/etcdctl
+//	KIND=/root/.cache/svcproxy/kapi/kind-v0.33.0_0f1e2d3c4b5a/kind
 //
 // The versions are pinned by the nested modules beside this file
 // (apiserver/, etcd/, controlplane/, node/, conformance/, cluster/,
-// coredns/, clusteretcd/); see README.md. The tests call the same code
+// coredns/, clusteretcd/, kind/); see README.md. The tests call the same code
 // (internal/k8sbin), so running this first only moves the cold build
 // out of the first test's time.
 package main
@@ -58,10 +59,11 @@ func main() {
 	cluster := flag.Bool("cluster", false, "build kubeadm, kube-proxy, CoreDNS and kubeadm's etcd as well (the kubeadm cluster)")
 	kubeProxy := flag.Bool("kube-proxy", false, "build kube-proxy (with kubeadm) as well")
 	coreDNS := flag.Bool("coredns", false, "build CoreDNS as well")
+	kind := flag.Bool("kind", false, "build kind v0.33.0 as well (docs/kind.md)")
 	cachedOnly := flag.Bool("cached-only", false, "build nothing: print the cached programs, or exit 1")
 	flag.Parse()
 	bins, err := k8sbin.Build(ctx, k8sbin.Config{Log: os.Stderr, ControlPlane: !*apiOnly, Node: *node, Conformance: *conformance,
-		Cluster: *cluster, KubeProxy: *kubeProxy, CoreDNS: *coreDNS, CachedOnly: *cachedOnly})
+		Cluster: *cluster, KubeProxy: *kubeProxy, CoreDNS: *coreDNS, Kind: *kind, CachedOnly: *cachedOnly})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kapi:", err)
 		if errors.Is(err, k8sbin.ErrUnavailable) {
@@ -87,5 +89,8 @@ func main() {
 	}
 	if *cluster {
 		fmt.Printf("CLUSTER_ETCD=%s\nCLUSTER_ETCDCTL=%s\n", bins.ClusterEtcd, bins.ClusterEtcdctl)
+	}
+	if *kind {
+		fmt.Printf("KIND=%s\n", bins.Kind)
 	}
 }
