@@ -7,7 +7,7 @@ BIN     := bin
 # are cached (docs/conformance.md has the suite's measured time).
 TIMEOUT ?= 40m
 
-.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins conformance-bins cluster-bins kind-bin conformance image e2e-images kubeadm-images bench bench-plots clean
+.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins conformance-bins cluster-bins kind-bin kind-image conformance image e2e-images kubeadm-images bench bench-plots clean
 
 all: build
 
@@ -66,6 +66,13 @@ cluster-bins:
 ## never builds it
 kind-bin:
 	@./test/kapi/build.sh -apiserver-only -kind || [ $$? -eq 2 ]
+
+## kind-image: the kind node image, built without a registry (images/kindnode,
+## docs/kind.md): bin/kind-node.tar, svcproxy.test/kind-node:v1.37.2 for
+## `docker load`; Debian from debootstrap (cached), kind v0.33.0's base
+## files, kubelet/kubeadm/kubectl and kubeadm's images (root)
+kind-image: deps cluster-bins kubeadm-images
+	$(GO) run ./images/mkkindnode -o $(BIN)/kind-node.tar
 
 ## conformance: Kubernetes' own Service and DNS conformance tests (e2e.test
 ## v1.37.2) against svcproxy and clusterdns, in each mode of MODE, one after the
