@@ -40,6 +40,11 @@ const (
 	nodeLink = "eth0"
 )
 
+// NodeLink is each node's link to the switch, on which it reaches the
+// other nodes and they reach it (`svclab trace --node worker1` has packets
+// from elsewhere arrive on it).
+const NodeLink = nodeLink
+
 // kubeadmNodes are the nodes of a kubeadm cluster of count nodes: the
 // Plan's node, the control plane, then worker1, worker2 at the addresses
 // after its own. Each has its own directory, processes, and cgroup root
