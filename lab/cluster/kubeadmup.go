@@ -63,6 +63,9 @@ func (c *Cluster) UpKubeadm(ctx context.Context, progs KubeadmPrograms, count in
 			return err
 		}
 	}
+	if err := writeExecFiles(topology.EtcNetnsDir, nodes); err != nil {
+		return err
+	}
 	token, err := newBootstrapToken()
 	if err != nil {
 		return err
