@@ -7,7 +7,7 @@ import (
 )
 
 // CheckNamespace holds what Check makes; Check deletes it at the end.
-const CheckNamespace = "svclab-kind-check"
+const CheckNamespace = "kindlab-check"
 
 // checkWeb is a Deployment "web" of two agnhost netexec pods behind the
 // ClusterIP Service "web"; checkClient a client pod pinned to a worker.
@@ -65,7 +65,7 @@ spec:
 `
 
 // Check asks, from a pod on each worker, the name
-// web.svclab-kind-check.svc.cluster.local (clusterdns, through the Service
+// web.kindlab-check.svc.cluster.local (clusterdns, through the Service
 // kube-dns, through svcproxy) and the Service web at that name (svcproxy),
 // with agnhost's image (make e2e-images) loaded by `kind load
 // image-archive`. It returns one line per worker, and deletes what it made.

@@ -36,12 +36,15 @@ import (
 	"github.com/svcproxy/svcproxy/lab/engine"
 )
 
-// Defaults: the engine's namespace and state, apart from svclab's
-// (`svclab down` removes /run/svclab), and the cluster's name, which
-// deploy/kind's `apiserver-host: kind-control-plane` assumes.
+// Defaults: the engine's namespace and state, apart from svclab's, and
+// the cluster's name, which deploy/kind's `apiserver-host:
+// kind-control-plane` assumes. Not "svclab-" anything: `svclab down`
+// removes /run/svclab and deletes every network namespace whose name starts
+// with "svclab-" (and stops what runs in it), and the lab's tests count
+// mounts with "/svclab-" in their path as its leftovers.
 const (
-	DefaultStateDir = "/run/svclab-kind"
-	EngineName      = "svclab-kind"
+	DefaultStateDir = "/run/kindlab"
+	EngineName      = "kindlab"
 	ClusterName     = "kind"
 	// NodeImageRef is images/kindnode's Ref.
 	NodeImageRef = "svcproxy.test/kind-node:v1.37.2"
@@ -167,7 +170,7 @@ func (c *Cluster) Up(ctx context.Context) error {
 			{"-n", "kube-system", "rollout", "status", "deployment/clusterdns", "--timeout=180s"},
 		} {
 			if _, err := c.Kubectl(ctx, nil, args...); err != nil {
-				return err
+				return fmt.Errorf("%w\n%s", err, c.diagnose(ctx))
 			}
 		}
 		return nil
@@ -256,4 +259,23 @@ func MergeHostPatch(cluster, patch []byte) ([]byte, error) {
 		c[k] = append(have, list...)
 	}
 	return yaml.Marshal(c)
+}
+
+// diagnose is what kube-system's pods say, for an error: their list, the
+// recent events, and the last lines of svcproxy's and clusterdns's logs.
+func (c *Cluster) diagnose(ctx context.Context) string {
+	var b strings.Builder
+	for _, args := range [][]string{
+		{"-n", "kube-system", "get", "pods", "-o", "wide"},
+		{"-n", "kube-system", "get", "events", "--sort-by=.lastTimestamp"},
+		{"-n", "kube-system", "logs", "-l", "k8s-app=svcproxy", "--tail=20", "--prefix"},
+		{"-n", "kube-system", "logs", "-l", "k8s-app=kube-dns", "--tail=20", "--prefix"},
+	} {
+		out, err := c.Kubectl(ctx, nil, args...)
+		fmt.Fprintf(&b, "$ kubectl %s\n%s", strings.Join(args, " "), out)
+		if err != nil {
+			fmt.Fprintf(&b, "(%v)\n", err)
+		}
+	}
+	return b.String()
 }

@@ -61,7 +61,7 @@ func TestKindSmoke(t *testing.T) {
 	}
 	root, _ := filepath.Abs("../..")
 	c := kind.New(kind.Config{
-		StateDir: "/run/svclab-kindtest", EngineName: "svclab-kindtest",
+		StateDir: "/run/kindlab-test", EngineName: "kindlab-test",
 		Kind: bins.Kind, Kubectl: bins.Kubectl, Runc: filepath.Join(bin, "runc-capbound"),
 		NodeImage: node, SvcproxyImage: svcproxyImage,
 		ClusterConfig: filepath.Join(root, "deploy/kind/cluster.yaml"),
@@ -70,7 +70,7 @@ func TestKindSmoke(t *testing.T) {
 	})
 	// One smoke test at a time on a machine; what a killed one left is
 	// removed first.
-	lock, err := os.OpenFile("/run/lock/svclab-kindtest.lock", os.O_CREATE|os.O_RDWR, 0o644)
+	lock, err := os.OpenFile("/run/lock/kindlab-test.lock", os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestKindSmoke(t *testing.T) {
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat("/run/svclab-kindtest"); err == nil {
+	if _, err := os.Stat("/run/kindlab-test"); err == nil {
 		t.Log("removing what an earlier smoke test left")
 		if err := c.Down(ctx); err != nil {
 			t.Fatal(err)
@@ -88,7 +88,7 @@ func TestKindSmoke(t *testing.T) {
 		if err := c.Down(context.Background()); err != nil {
 			t.Error(err)
 		}
-		if _, err := os.Stat("/run/netns/svclab-kindtest"); err == nil {
+		if _, err := os.Stat("/run/netns/kindlab-test"); err == nil {
 			t.Error("the engine's network namespace is left")
 		}
 	})
