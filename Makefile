@@ -7,7 +7,7 @@ BIN     := bin
 # are cached (docs/conformance.md has the suite's measured time).
 TIMEOUT ?= 40m
 
-.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins conformance-bins cluster-bins kind-bin kind-image kind-up kind-down conformance image e2e-images kubeadm-images bench bench-plots clean
+.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins conformance-bins cluster-bins kind-bin kind-image kind-up kind-down conformance-kind conformance image e2e-images kubeadm-images bench bench-plots clean
 
 all: build
 
@@ -85,6 +85,15 @@ kind-up: deps build kind-bin image e2e-images
 
 kind-down:
 	$(GO) run ./lab/kind/kindlab down
+
+## conformance-kind: the same tests as make conformance against svcproxy and
+## clusterdns on kind's cluster (make kind-up), in each mode of MODE (default
+## iptables nftables hybrid), each ending with "N passed, N failed, N skipped"
+## and the cluster brought down (root; scripts/conformance-kind.sh,
+## docs/conformance.md)
+conformance-kind: deps build kind-bin image e2e-images conformance-bins
+	@test -f $(BIN)/kind-node.tar || { echo "conformance-kind: no $(BIN)/kind-node.tar: run make kind-image first" >&2; exit 1; }
+	MODE="$(MODE)" ./scripts/conformance-kind.sh
 
 ## conformance: Kubernetes' own Service and DNS conformance tests (e2e.test
 ## v1.37.2) against svcproxy and clusterdns, in each mode of MODE, one after the
