@@ -13,6 +13,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/deploy/image"
 	"github.com/svcproxy/svcproxy/images"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // What serves Services and DNS on the kubeadm cluster, and how `svclab
@@ -60,8 +61,33 @@ func (c *Cluster) Use(ctx context.Context, what string) error {
 	if err := c.waitRollout(ctx, kind+"/"+name, selector); err != nil {
 		return err
 	}
+	if what == "kube-proxy" {
+		if err := c.removeSvcproxyRules(ctx); err != nil {
+			return err
+		}
+	}
 	if kind == "daemonset" {
 		return c.waitProxyMode(ctx, st.Mode)
+	}
+	return nil
+}
+
+// removeSvcproxyRules runs `svcproxy --cleanup` in every node, once
+// kube-proxy serves there, as an operator runs the old proxy's cleanup
+// (`kube-proxy --cleanup`) when another proxy replaces it. svcproxy leaves
+// its rules when it stops, as kube-proxy does (a restart adopts them), and
+// its hooks come before kube-proxy's: left there, they would go on sending
+// a Service's traffic to the endpoints svcproxy last saw, shadowing
+// kube-proxy's rules for every endpoint that has changed since.
+func (c *Cluster) removeSvcproxyRules(ctx context.Context) error {
+	bin, err := c.net.Binary("svcproxy")
+	if err != nil {
+		return err
+	}
+	for _, n := range c.Nodes() {
+		if err := topology.Run(ctx, "ip", "netns", "exec", n.Namespace, bin, "--cleanup"); err != nil {
+			return fmt.Errorf("node %s: svcproxy's rules: %w", n.Name, err)
+		}
 	}
 	return nil
 }
