@@ -36,7 +36,11 @@ var (
 // in turn as a rolling update does. Services keep answering meanwhile on
 // every node but the one whose pod is being replaced (a DaemonSet's
 // rolling update stops the old pod before it starts the new one).
-func (c *Cluster) Use(ctx context.Context, what string) error {
+// Then, as an operator does once another proxy has replaced one, the
+// replaced proxy's cleanup runs in every node: kubeProxy (the kube-proxy
+// program, FindKubeProxy) --cleanup for svcproxy, svcproxy --cleanup for
+// kube-proxy.
+func (c *Cluster) Use(ctx context.Context, what, kubeProxy string) error {
 	st, err := c.net.ReadState()
 	if err != nil {
 		return err
@@ -61,8 +65,17 @@ func (c *Cluster) Use(ctx context.Context, what string) error {
 	if err := c.waitRollout(ctx, kind+"/"+name, selector); err != nil {
 		return err
 	}
-	if what == "kube-proxy" {
-		if err := c.removeSvcproxyRules(ctx); err != nil {
+	switch what {
+	case "kube-proxy":
+		bin, err := c.net.Binary("svcproxy")
+		if err != nil {
+			return err
+		}
+		if err := c.cleanupEveryNode(ctx, bin); err != nil {
+			return err
+		}
+	case "svcproxy":
+		if err := c.cleanupEveryNode(ctx, kubeProxy); err != nil {
 			return err
 		}
 	}
@@ -72,21 +85,19 @@ func (c *Cluster) Use(ctx context.Context, what string) error {
 	return nil
 }
 
-// removeSvcproxyRules runs `svcproxy --cleanup` in every node, once
-// kube-proxy serves there, as an operator runs the old proxy's cleanup
-// (`kube-proxy --cleanup`) when another proxy replaces it. svcproxy leaves
-// its rules when it stops, as kube-proxy does (a restart adopts them), and
-// its hooks come before kube-proxy's: left there, they would go on sending
-// a Service's traffic to the endpoints svcproxy last saw, shadowing
-// kube-proxy's rules for every endpoint that has changed since.
-func (c *Cluster) removeSvcproxyRules(ctx context.Context) error {
-	bin, err := c.net.Binary("svcproxy")
-	if err != nil {
-		return err
-	}
+// cleanupEveryNode runs `PROXY --cleanup` in every node, once the other
+// proxy serves there, as an operator runs the replaced proxy's cleanup
+// (`kube-proxy --cleanup` on each node) when another proxy takes over.
+// Neither proxy removes its rules when it stops (a restart adopts them),
+// and kube-proxy removes only its own other modes' at its start. Left
+// there, the replaced proxy's rules go on sending a Service's traffic to
+// the endpoints it last saw, for every endpoint that has changed since:
+// kube-proxy's iptables hooks come before svcproxy's userspace portals,
+// and svcproxy's iptables hooks before kube-proxy's.
+func (c *Cluster) cleanupEveryNode(ctx context.Context, proxy string) error {
 	for _, n := range c.Nodes() {
-		if err := topology.Run(ctx, "ip", "netns", "exec", n.Namespace, bin, "--cleanup"); err != nil {
-			return fmt.Errorf("node %s: svcproxy's rules: %w", n.Name, err)
+		if err := topology.Run(ctx, "ip", "netns", "exec", n.Namespace, proxy, "--cleanup"); err != nil {
+			return fmt.Errorf("node %s: the replaced proxy's rules: %w", n.Name, err)
 		}
 	}
 	return nil
