@@ -189,7 +189,13 @@ func TestAllocsPerQuery(t *testing.T) {
 			req.SetEdns0(1232, false)
 			exchange := udpExchange(t, addr, req)
 			exchange() // the caches filled
+			// The least of three counts: AllocsPerRun counts the whole
+			// process's, and the server's background work (the loop
+			// probe it sends its upstreams on start) allocates too.
 			allocs := testing.AllocsPerRun(200, exchange)
+			for range 2 {
+				allocs = min(allocs, testing.AllocsPerRun(200, exchange))
+			}
 			t.Logf("listen %-11s %-9s %4.0f allocations per query", listen, q.kind, allocs)
 			if allocs > maxServerAllocs && !raceEnabled {
 				t.Errorf("listen %s, %s: %.0f allocations per query, want at most %d (miekg/dns's)", listen, q.kind, allocs, maxServerAllocs)
