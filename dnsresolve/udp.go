@@ -18,8 +18,8 @@ import (
 // addresses the query was sent to, the client's *net.UDPAddr, and the
 // session itself; each answer then parses that control message again
 // (golang.org/x/net) to write one that sends it from the same address.
-// Twelve of the 21 allocations a query cost were those, whatever the
-// handler did. Given any other net.PacketConn, the server asks its Reader
+// Those were 13 of the 21 allocations a query cost (TestAllocsPerQuery),
+// while the handler allocated none. Given any other net.PacketConn, the server asks its Reader
 // for the query and a net.Addr, and hands that net.Addr back to WriteTo
 // with the answer: udpConn is that PacketConn and udpReader that Reader.
 // A query is read into a pooled udpSession, the buffer and both addresses
