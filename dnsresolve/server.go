@@ -355,6 +355,8 @@ func (s *Server) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) 
 		// of putting them in its own pool.
 		uc, err := newUDPConn(c)
 		if err != nil {
+			pc.Close()
+			ln.Close()
 			return fmt.Errorf("serve dns udp: %w", err)
 		}
 		udp.PacketConn, udp.UDPSize = uc, 0
