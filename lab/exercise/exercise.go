@@ -3,10 +3,13 @@
 // and `svclab check NN`, which reads the lab as it is now and says whether
 // it shows what the task asks for, with a hint when it does not.
 //
-// A check reads what svcproxy itself serves (its /status, through
-// views.Services: the mode it runs, each port's path and endpoints), never
-// what svclab remembers having done: a learner who reaches the state by
-// another way (a manifest edited by hand, another command) passes too.
+// A check reads what the lab's programs and kernel hold now, never what
+// svclab remembers having done: most read what svcproxy itself serves (its
+// /status, through views.Services: the mode it runs, each port's path and
+// endpoints); those of the labs with more than one process to ask read the
+// node's IPVS too (nodes.go). A
+// learner who reaches the state by another way (a manifest edited by hand,
+// another command) passes too.
 package exercise
 
 import (
@@ -19,7 +22,7 @@ import (
 )
 
 // Lab is what a check reads: lab.Lab, or a fake in unit tests. A check that
-// reads more than the Services asks for more.
+// reads more asks for more (IPVSLab).
 type Lab interface {
 	Services(ctx context.Context) (*views.ServicesView, error)
 }
@@ -62,6 +65,7 @@ func services(f func(*views.ServicesView) Result) checkFunc {
 var Exercises = []Exercise{
 	{"01", "Put svcproxy back in the mode where every pod sees the node as its client.", services(checkNodeIsClient)},
 	{"03", "Keep web-1 out of web's new connections while its server keeps running and web-1 stays in web's EndpointSlice.", services(checkWeb1Unready)},
+	{"07", "Make web's virtual server send web-0 three of every five new connections, and web-1 and web-2 one each.", checkWebWeighted},
 	{"08", "Make hybrid mode promote web-sticky's port to the kernel, as it promoted web's.", services(checkStickyPromoted)},
 	{"10", "Keep web-2 out of web-dual's new connections in both IP families, its server still running.", services(checkWeb2UnreadyBothFamilies)},
 }
