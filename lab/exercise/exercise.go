@@ -7,7 +7,7 @@
 // svclab remembers having done: most read what svcproxy itself serves (its
 // /status, through views.Services: the mode it runs, each port's path and
 // endpoints); those of the labs with more than one process to ask read the
-// node's IPVS too (nodes.go). A
+// node's IPVS, the API server or each node's proxy too (nodes.go). A
 // learner who reaches the state by another way (a manifest edited by hand,
 // another command) passes too.
 package exercise
@@ -22,7 +22,7 @@ import (
 )
 
 // Lab is what a check reads: lab.Lab, or a fake in unit tests. A check that
-// reads more asks for more (IPVSLab).
+// reads more asks for more (IPVSLab, ClusterLab).
 type Lab interface {
 	Services(ctx context.Context) (*views.ServicesView, error)
 }
@@ -68,6 +68,7 @@ var Exercises = []Exercise{
 	{"07", "Make web's virtual server send web-0 three of every five new connections, and web-1 and web-2 one each.", checkWebWeighted},
 	{"08", "Make hybrid mode promote web-sticky's port to the kernel, as it promoted web's.", services(checkStickyPromoted)},
 	{"10", "Keep web-2 out of web-dual's new connections in both IP families, its server still running.", services(checkWeb2UnreadyBothFamilies)},
+	{"13", "Switch the proxy on every node to nftables mode, as kubeadm's users do: the ConfigMap, then the pods.", checkNodesNftables},
 }
 
 // Find returns tutorial n's exercise.

@@ -5,15 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
 )
 
 // The checks of the labs beyond one node's svcproxy: the IPVS VM
-// (tutorial 07). Each reads the kernel itself, as the learner's own
-// commands there would (ipvsadm -Ln).
+// (tutorial 07) and the kubeadm cluster (13). Each reads the kernel or the
+// cluster itself, as the learner's own commands there would (ipvsadm -Ln,
+// kubectl, curl .../proxyMode).
 
 // IPVSLab is a lab whose node's IPVS a check reads (lab.Lab).
 type IPVSLab interface {
@@ -21,6 +27,17 @@ type IPVSLab interface {
 	// IPVS calls read with the node's IPVS, as ipvsadm reads it (netlink,
 	// from inside the node's network namespace).
 	IPVS(ctx context.Context, read func(kipvs.Interface) error) error
+}
+
+// ClusterLab is a lab whose API server and nodes a check reads (lab.Lab
+// with a control plane: the real node, the kubeadm cluster).
+type ClusterLab interface {
+	Lab
+	// Client is a clientset for the lab's API server, as its administrator.
+	Client() (kubernetes.Interface, error)
+	// ProxyGet GETs path from the metrics server of the proxy on node
+	// (svcproxy's or kube-proxy's, 127.0.0.1:10249 there), from inside it.
+	ProxyGet(ctx context.Context, node, path string) (string, error)
 }
 
 // checkWebWeighted, tutorial 07's: web's virtual server schedules with
@@ -102,4 +119,87 @@ func checkWebWeighted(ctx context.Context, l Lab) (Result, error) {
 		return Result{Saw: now, Hint: fmt.Sprintf("wrr gives each real server its weight's share of the sum: web-0 gets %d of every %d; three of every five is web-0 weighing three times each of the others", w0, w0+w1+w2)}, nil
 	}
 	return Result{Done: true, Saw: now + ": wrr sends web-0 three of every five new connections"}, nil
+}
+
+// kubeProxyMode reads the mode line of kube-proxy's config.conf, as kubeadm
+// writes it (a KubeProxyConfiguration in YAML: one top-level "mode:").
+var kubeProxyMode = regexp.MustCompile(`(?m)^mode: *"?([a-z]*)"?\s*$`)
+
+// proxyPatience is how long checkNodesNftables waits for a node's proxy
+// that does not answer yet: a pod the DaemonSet has just made starts its
+// proxy, which answers /proxyMode once it has built its proxier.
+var proxyPatience = 30 * time.Second
+
+// checkNodesNftables, tutorial 13's: kube-proxy's ConfigMap says mode
+// nftables, and the proxy on every node (kube-proxy or svcproxy, whichever
+// the DaemonSet runs) answers /proxyMode with nftables.
+func checkNodesNftables(ctx context.Context, l Lab) (Result, error) {
+	cl, ok := l.(ClusterLab)
+	if !ok {
+		return Result{}, errors.New("this lab has no API server to ask")
+	}
+	client, err := cl.Client()
+	if err != nil {
+		return Result{}, err
+	}
+	cm, err := client.CoreV1().ConfigMaps("kube-system").Get(ctx, "kube-proxy", metav1.GetOptions{})
+	if err != nil {
+		return Result{Saw: "the cluster has no ConfigMap kube-system/kube-proxy: " + err.Error(), Hint: "bring the lab up again: svclab up --nodes 3"}, nil
+	}
+	configured := "iptables" // an empty mode is iptables on Linux
+	if m := kubeProxyMode.FindStringSubmatch(cm.Data["config.conf"]); m != nil && m[1] != "" {
+		configured = m[1]
+	}
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return Result{}, err
+	}
+	var names, saw, behind, silent []string
+	for _, n := range nodes.Items {
+		names = append(names, n.Name)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		mode, err := proxyModeOf(ctx, cl, n)
+		switch {
+		case err != nil:
+			silent = append(silent, n)
+			saw = append(saw, n+" does not answer")
+		case mode != "nftables":
+			behind = append(behind, n)
+			saw = append(saw, n+" "+mode)
+		default:
+			saw = append(saw, n+" "+mode)
+		}
+	}
+	now := fmt.Sprintf("the ConfigMap kube-proxy says mode %s; /proxyMode on each node: %s", configured, strings.Join(saw, ", "))
+	switch {
+	case len(silent) > 0:
+		return Result{Saw: now, Hint: "the proxy on " + strings.Join(silent, ", ") + " does not answer: is its pod running? (svclab kubectl -n kube-system get pods -l k8s-app=kube-proxy -o wide)"}, nil
+	case configured != "nftables" && len(behind) > 0:
+		return Result{Saw: now, Hint: "each pod of the DaemonSet reads its mode from the ConfigMap kube-system/kube-proxy (config.conf, mounted in the pod): change it there first"}, nil
+	case configured != "nftables":
+		return Result{Saw: now, Hint: "the proxies run nftables, but the next pod to start (a new node, a restarted pod) reads " + configured + " from the ConfigMap: change it there too"}, nil
+	case len(behind) > 0:
+		return Result{Saw: now, Hint: "the proxy on " + strings.Join(behind, ", ") + " still runs the mode it read when its pod started: a pod reads config.conf only then. What makes the DaemonSet start new ones?"}, nil
+	}
+	return Result{Done: true, Saw: now + ": every node's proxy read the new mode from the ConfigMap"}, nil
+}
+
+// proxyModeOf asks node's proxy its mode, and waits up to proxyPatience
+// for one that does not answer yet.
+func proxyModeOf(ctx context.Context, cl ClusterLab, node string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, proxyPatience)
+	defer cancel()
+	for {
+		out, err := cl.ProxyGet(ctx, node, "/proxyMode")
+		if err == nil {
+			return strings.TrimSpace(out), nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", err
+		case <-time.After(time.Second):
+		}
+	}
 }

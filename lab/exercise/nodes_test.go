@@ -2,10 +2,17 @@ package exercise
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
 
 	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
 )
@@ -69,5 +76,63 @@ func TestIPVSCheck(t *testing.T) {
 	// A lab that has no IPVS to read is an error, not an undone task.
 	if _, err := e.Check(t.Context(), newIPVSLab(t, "ipvs", "wrr", 3, 1, 1).fakeLab); err == nil {
 		t.Error("the check read IPVS from a lab without it")
+	}
+}
+
+// clusterLab is a lab with an API server (a fake clientset) and a proxy
+// on each node answering /proxyMode with modes[node] ("" answers
+// nothing).
+type clusterLab struct {
+	fakeLab
+	client kubernetes.Interface
+	modes  map[string]string
+}
+
+func (l clusterLab) Client() (kubernetes.Interface, error) { return l.client, nil }
+
+func (l clusterLab) ProxyGet(_ context.Context, node, path string) (string, error) {
+	if path != "/proxyMode" || l.modes[node] == "" {
+		return "", errors.New("connection refused")
+	}
+	return l.modes[node] + "\n", nil
+}
+
+// kubeadmLab: the ConfigMap kube-proxy's config.conf says configured, and
+// each node's proxy runs its mode in modes.
+func kubeadmLab(configured string, modes map[string]string) clusterLab {
+	objs := []runtime.Object{&v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-proxy"},
+		Data: map[string]string{"config.conf": "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: " + configured + "\nnftables:\n  syncPeriod: 30s\n"}}}
+	for n := range modes {
+		objs = append(objs, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}})
+	}
+	return clusterLab{client: fake.NewClientset(objs...), modes: modes}
+}
+
+func TestKubeadmModeCheck(t *testing.T) {
+	proxyPatience = 0
+	e, err := Find("13")
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := func(m string) map[string]string { return map[string]string{"node": m, "worker1": m, "worker2": m} }
+	for _, tt := range []struct {
+		lab  clusterLab
+		done bool
+		hint string
+	}{
+		{kubeadmLab("nftables", all("nftables")), true, ""},
+		{kubeadmLab("iptables", all("iptables")), false, "reads its mode from the ConfigMap"},
+		{kubeadmLab("nftables", all("iptables")), false, "on node, worker1, worker2 still runs the mode it read when its pod started"},
+		{kubeadmLab("", all("iptables")), false, "reads its mode from the ConfigMap"},
+		{kubeadmLab("iptables", all("nftables")), false, "the next pod to start"},
+		{kubeadmLab("nftables", map[string]string{"node": "nftables", "worker1": "", "worker2": "nftables"}), false, "on worker1 does not answer"},
+	} {
+		r, err := e.Check(t.Context(), tt.lab)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Done != tt.done || !strings.Contains(r.Saw, "worker2") || !strings.Contains(r.Hint, tt.hint) || (r.Done && r.Hint != "") {
+			t.Errorf("%v: %+v; want done %v with a hint containing %q", tt.lab.modes, r, tt.done, tt.hint)
+		}
 	}
 }
