@@ -68,6 +68,7 @@ var Exercises = []Exercise{
 	{"07", "Make web's virtual server send web-0 three of every five new connections, and web-1 and web-2 one each.", checkWebWeighted},
 	{"08", "Make hybrid mode promote web-sticky's port to the kernel, as it promoted web's.", services(checkStickyPromoted)},
 	{"10", "Keep web-2 out of web-dual's new connections in both IP families, its server still running.", services(checkWeb2UnreadyBothFamilies)},
+	{"11", "Run the cluster DNS in three pods, each one ready behind kube-dns.", checkThreeDNSPods},
 	{"13", "Switch the proxy on every node to nftables mode, as kubeadm's users do: the ConfigMap, then the pods.", checkNodesNftables},
 }
 

@@ -14,12 +14,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
+	"github.com/svcproxy/svcproxy/lab/views"
 )
 
 // The checks of the labs beyond one node's svcproxy: the IPVS VM
-// (tutorial 07) and the kubeadm cluster (13). Each reads the kernel or the
-// cluster itself, as the learner's own commands there would (ipvsadm -Ln,
-// kubectl, curl .../proxyMode).
+// (tutorial 07), the real node (11) and the kubeadm cluster (13). Each
+// reads the kernel or the cluster itself, as the learner's own commands
+// there would (ipvsadm -Ln, kubectl, curl .../proxyMode).
 
 // IPVSLab is a lab whose node's IPVS a check reads (lab.Lab).
 type IPVSLab interface {
@@ -120,6 +121,71 @@ func checkWebWeighted(ctx context.Context, l Lab) (Result, error) {
 	}
 	return Result{Done: true, Saw: now + ": wrr sends web-0 three of every five new connections"}, nil
 }
+
+// checkThreeDNSPods, tutorial 11's: the cluster DNS's Deployment asks for
+// three pods, and kube-dns's dns port has three ready endpoints, each a pod
+// the kubelet started on the node (so an address of cni0's range).
+func checkThreeDNSPods(ctx context.Context, l Lab) (Result, error) {
+	cl, ok := l.(ClusterLab)
+	if !ok {
+		return Result{}, errors.New("this lab has no API server to ask")
+	}
+	client, err := cl.Client()
+	if err != nil {
+		return Result{}, err
+	}
+	dep, err := client.AppsV1().Deployments("kube-system").Get(ctx, "clusterdns", metav1.GetOptions{})
+	if err != nil {
+		return Result{Saw: "the cluster has no Deployment kube-system/clusterdns: " + err.Error(),
+			Hint: "bring the lab up again: svclab up --kubelet --mode iptables"}, nil
+	}
+	want := int32(1)
+	if dep.Spec.Replicas != nil {
+		want = *dep.Spec.Replicas
+	}
+	// A pod the Deployment has just made is ready, and in kube-dns's
+	// EndpointSlice, a moment after it starts: wait for it a while.
+	var v *views.ServicesView
+	var ready []string
+	for start := time.Now(); ; {
+		if v, err = l.Services(ctx); err != nil {
+			return Result{}, err
+		}
+		dns, ok := port(v, "kube-system/kube-dns:dns/UDP")
+		if !ok {
+			return Result{Saw: "the cluster has no Service kube-system/kube-dns", Hint: "bring the lab up again: svclab up --kubelet --mode iptables"}, nil
+		}
+		ready = nil
+		for _, e := range dns.Endpoints {
+			if e.Ready {
+				ready = append(ready, strings.TrimSuffix(e.Addr, ":53"))
+			}
+		}
+		if want != 3 || len(ready) >= 3 || time.Since(start) > podPatience {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return Result{}, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	now := fmt.Sprintf("Deployment clusterdns asks for %d pods; kube-dns's dns port has %d ready endpoints (%s), svcproxy serves it in %s mode",
+		want, len(ready), strings.Join(ready, ", "), v.Mode)
+	switch {
+	case want < 3:
+		return Result{Saw: now, Hint: "the clusterdns pods belong to a Deployment: which of its fields says how many pods run? (svclab kubectl -n kube-system get deployments; kubectl scale)"}, nil
+	case want > 3:
+		return Result{Saw: now, Hint: "the task asks for three pods, not more"}, nil
+	case len(ready) < 3:
+		return Result{Saw: now, Hint: "the Deployment asks for three, but not all are ready yet: the kubelet starts the new pod, the CNI plugin gives it an address, its readiness probe must pass (svclab kubectl -n kube-system get pods -o wide)"}, nil
+	}
+	return Result{Done: true, Saw: now + ": each query to 198.18.0.10 may go to any of the three"}, nil
+}
+
+// podPatience is how long checkThreeDNSPods waits for the pods the
+// Deployment asks for to be ready.
+var podPatience = 30 * time.Second
 
 // kubeProxyMode reads the mode line of kube-proxy's config.conf, as kubeadm
 // writes it (a KubeProxyConfiguration in YAML: one top-level "mode:").

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
+	"github.com/svcproxy/svcproxy/lab/views"
 )
 
 // ipvsLab is the IPVS VM's lab: web in mode, its virtual server in a fake
@@ -134,5 +136,48 @@ func TestKubeadmModeCheck(t *testing.T) {
 		if r.Done != tt.done || !strings.Contains(r.Saw, "worker2") || !strings.Contains(r.Hint, tt.hint) || (r.Done && r.Hint != "") {
 			t.Errorf("%v: %+v; want done %v with a hint containing %q", tt.lab.modes, r, tt.done, tt.hint)
 		}
+	}
+}
+
+// realNodeLab: the Deployment clusterdns asks for replicas pods, and
+// kube-dns's dns port has an endpoint per state in eps.
+func realNodeLab(replicas int32, eps ...bool) clusterLab {
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "clusterdns"},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas}}
+	var ends []views.EndpointView
+	for i, ready := range eps {
+		ends = append(ends, views.EndpointView{Addr: fmt.Sprintf("198.19.64.%d:53", 2+i), Ready: ready, Serving: ready})
+	}
+	v := &views.ServicesView{Mode: "iptables", Ports: []views.ServicePortView{{Name: "kube-system/kube-dns:dns/UDP", Path: "iptables", Endpoints: ends}}}
+	return clusterLab{fakeLab: fakeLab{v}, client: fake.NewClientset(dep)}
+}
+
+func TestRealNodeCheck(t *testing.T) {
+	podPatience = 0
+	e, err := Find("11")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		lab  clusterLab
+		done bool
+		hint string
+	}{
+		{realNodeLab(3, true, true, true), true, ""},
+		{realNodeLab(2, true, true), false, "which of its fields says how many pods run"},
+		{realNodeLab(3, true, true, false), false, "not all are ready yet"},
+		{realNodeLab(3, true, true), false, "not all are ready yet"},
+		{realNodeLab(4, true, true, true, true), false, "not more"},
+	} {
+		r, err := e.Check(t.Context(), tt.lab)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Done != tt.done || !strings.Contains(r.Saw, "kube-dns's dns port has") || !strings.Contains(r.Saw, "198.19.64.2") || !strings.Contains(r.Hint, tt.hint) || (r.Done && r.Hint != "") {
+			t.Errorf("%+v: %+v; want done %v with a hint containing %q", tt.lab.v.Ports[0].Endpoints, r, tt.done, tt.hint)
+		}
+	}
+	if _, err := e.Check(t.Context(), realNodeLab(3).fakeLab); err == nil {
+		t.Error("the check asked a lab without an API server")
 	}
 }
