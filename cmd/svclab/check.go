@@ -11,10 +11,18 @@ import (
 
 var checkAbout = `Check the exercise at the end of tutorial NN on the lab as it is now:
 "ok" with what the lab shows, or "not yet", what is still missing and a hint
-(exit status 1). The check reads what svcproxy serves (its mode, each port's
-path and endpoints), so any way of doing the task passes.
+(exit status 1). The check reads what the lab holds now: what svcproxy
+serves (its mode, each port's path and endpoints) and, in the labs that have
+them, the node's IPVS, the API server and each node's proxy. So any way of
+doing the task passes.
 
 tutorials with an exercise: ` + strings.Join(exerciseNumbers(), ", ")
+
+// The lab is every kind of lab a check reads.
+var (
+	_ exercise.IPVSLab    = (*lab.Lab)(nil)
+	_ exercise.ClusterLab = (*lab.Lab)(nil)
+)
 
 func exerciseNumbers() []string {
 	var n []string

@@ -3,10 +3,13 @@
 // and `svclab check NN`, which reads the lab as it is now and says whether
 // it shows what the task asks for, with a hint when it does not.
 //
-// A check reads what svcproxy itself serves (its /status, through
-// views.Services: the mode it runs, each port's path and endpoints), never
-// what svclab remembers having done: a learner who reaches the state by
-// another way (a manifest edited by hand, another command) passes too.
+// A check reads what the lab's programs and kernel hold now, never what
+// svclab remembers having done: most read what svcproxy itself serves (its
+// /status, through views.Services: the mode it runs, each port's path and
+// endpoints); those of the labs with more than one process to ask read the
+// node's IPVS, the API server or each node's proxy too (nodes.go). A
+// learner who reaches the state by another way (a manifest edited by hand,
+// another command) passes too.
 package exercise
 
 import (
@@ -18,7 +21,8 @@ import (
 	"github.com/svcproxy/svcproxy/lab/views"
 )
 
-// Lab is what a check reads: lab.Lab, or a fake in unit tests.
+// Lab is what a check reads: lab.Lab, or a fake in unit tests. A check that
+// reads more asks for more (IPVSLab, ClusterLab).
 type Lab interface {
 	Services(ctx context.Context) (*views.ServicesView, error)
 }
@@ -39,15 +43,33 @@ type Result struct {
 type Exercise struct {
 	Tutorial string // "03", as `svclab check 03` names it
 	Task     string // the task, in a sentence, as the tutorial gives it
-	check    func(*views.ServicesView) Result
+	check    checkFunc
+}
+
+// A checkFunc reads the lab and says what it found. An error is a lab it could
+// not read (not one where the task is undone).
+type checkFunc func(context.Context, Lab) (Result, error)
+
+// services is a check that reads only the lab's Services.
+func services(f func(*views.ServicesView) Result) checkFunc {
+	return func(ctx context.Context, l Lab) (Result, error) {
+		v, err := l.Services(ctx)
+		if err != nil {
+			return Result{}, err
+		}
+		return f(v), nil
+	}
 }
 
 // Exercises are the tutorials' exercises, by number.
 var Exercises = []Exercise{
-	{"01", "Put svcproxy back in the mode where every pod sees the node as its client.", checkNodeIsClient},
-	{"03", "Keep web-1 out of web's new connections while its server keeps running and web-1 stays in web's EndpointSlice.", checkWeb1Unready},
-	{"08", "Make hybrid mode promote web-sticky's port to the kernel, as it promoted web's.", checkStickyPromoted},
-	{"10", "Keep web-2 out of web-dual's new connections in both IP families, its server still running.", checkWeb2UnreadyBothFamilies},
+	{"01", "Put svcproxy back in the mode where every pod sees the node as its client.", services(checkNodeIsClient)},
+	{"03", "Keep web-1 out of web's new connections while its server keeps running and web-1 stays in web's EndpointSlice.", services(checkWeb1Unready)},
+	{"07", "Make web's virtual server send web-0 three of every five new connections, and web-1 and web-2 one each.", checkWebWeighted},
+	{"08", "Make hybrid mode promote web-sticky's port to the kernel, as it promoted web's.", services(checkStickyPromoted)},
+	{"10", "Keep web-2 out of web-dual's new connections in both IP families, its server still running.", services(checkWeb2UnreadyBothFamilies)},
+	{"11", "Run the cluster DNS in three pods, each one ready behind kube-dns.", checkThreeDNSPods},
+	{"13", "Switch the proxy on every node to nftables mode, as kubeadm's users do: the ConfigMap, then the pods.", checkNodesNftables},
 }
 
 // Find returns tutorial n's exercise.
@@ -65,11 +87,11 @@ func Find(n string) (Exercise, error) {
 
 // Check reads the lab and checks the exercise.
 func (e Exercise) Check(ctx context.Context, l Lab) (Result, error) {
-	v, err := l.Services(ctx)
+	r, err := e.check(ctx, l)
 	if err != nil {
 		return Result{}, fmt.Errorf("tutorial %s's exercise: reading the lab: %w", e.Tutorial, err)
 	}
-	return e.check(v), nil
+	return r, nil
 }
 
 // port returns the service port named name ("default/web:http").
