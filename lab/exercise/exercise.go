@@ -39,15 +39,31 @@ type Result struct {
 type Exercise struct {
 	Tutorial string // "03", as `svclab check 03` names it
 	Task     string // the task, in a sentence, as the tutorial gives it
-	check    func(*views.ServicesView) Result
+	check    checkFunc
+}
+
+// A checkFunc reads the lab and says what it found. An error is a lab it could
+// not read (not one where the task is undone).
+type checkFunc func(context.Context, Lab) (Result, error)
+
+// services is a check that reads only the lab's Services.
+func services(f func(*views.ServicesView) Result) checkFunc {
+	return func(ctx context.Context, l Lab) (Result, error) {
+		v, err := l.Services(ctx)
+		if err != nil {
+			return Result{}, err
+		}
+		return f(v), nil
+	}
 }
 
 // Exercises are the tutorials' exercises, by number.
 var Exercises = []Exercise{
-	{"01", "Put svcproxy back in the mode where every pod sees the node as its client.", checkNodeIsClient},
-	{"03", "Keep web-1 out of web's new connections while its server keeps running and web-1 stays in web's EndpointSlice.", checkWeb1Unready},
-	{"08", "Make hybrid mode promote web-sticky's port to the kernel, as it promoted web's.", checkStickyPromoted},
-	{"10", "Keep web-2 out of web-dual's new connections in both IP families, its server still running.", checkWeb2UnreadyBothFamilies},
+	{"01", "Put svcproxy back in the mode where every pod sees the node as its client.", services(checkNodeIsClient)},
+	{"02", "Leave the node's conntrack table holding one entry for web: one connection that the kernel alone sent to a pod.", kernel(checkOneDNATEntry)},
+	{"03", "Keep web-1 out of web's new connections while its server keeps running and web-1 stays in web's EndpointSlice.", services(checkWeb1Unready)},
+	{"08", "Make hybrid mode promote web-sticky's port to the kernel, as it promoted web's.", services(checkStickyPromoted)},
+	{"10", "Keep web-2 out of web-dual's new connections in both IP families, its server still running.", services(checkWeb2UnreadyBothFamilies)},
 }
 
 // Find returns tutorial n's exercise.
@@ -65,11 +81,11 @@ func Find(n string) (Exercise, error) {
 
 // Check reads the lab and checks the exercise.
 func (e Exercise) Check(ctx context.Context, l Lab) (Result, error) {
-	v, err := l.Services(ctx)
+	r, err := e.check(ctx, l)
 	if err != nil {
 		return Result{}, fmt.Errorf("tutorial %s's exercise: reading the lab: %w", e.Tutorial, err)
 	}
-	return e.check(v), nil
+	return r, nil
 }
 
 // port returns the service port named name ("default/web:http").
