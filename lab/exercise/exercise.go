@@ -63,6 +63,7 @@ var Exercises = []Exercise{
 	{"02", "Leave the node's conntrack table holding one entry for web: one connection that the kernel alone sent to a pod.", kernel(checkOneDNATEntry)},
 	{"03", "Keep web-1 out of web's new connections while its server keeps running and web-1 stays in web's EndpointSlice.", services(checkWeb1Unready)},
 	{"04", "Make the outside host's connections to the node port 30081 reach web-1 alone, with the outside host's address kept, no server stopped.", kernel(checkLocalOnlyWeb1)},
+	{"05", "Make the kernel remember a second client of web-sticky beside the client.", kernel(checkTwoStickyClients)},
 	{"08", "Make hybrid mode promote web-sticky's port to the kernel, as it promoted web's.", services(checkStickyPromoted)},
 	{"10", "Keep web-2 out of web-dual's new connections in both IP families, its server still running.", services(checkWeb2UnreadyBothFamilies)},
 }
