@@ -64,6 +64,7 @@ var Exercises = []Exercise{
 	{"03", "Keep web-1 out of web's new connections while its server keeps running and web-1 stays in web's EndpointSlice.", services(checkWeb1Unready)},
 	{"04", "Make the outside host's connections to the node port 30081 reach web-1 alone, with the outside host's address kept, no server stopped.", kernel(checkLocalOnlyWeb1)},
 	{"05", "Make the kernel remember a second client of web-sticky beside the client.", kernel(checkTwoStickyClients)},
+	{"06", "Make the client ask one question, not four, to resolve kube-dns.kube-system.svc.cluster.local, while web still resolves by its short name.", kernel(checkOneQuestion)},
 	{"08", "Make hybrid mode promote web-sticky's port to the kernel, as it promoted web's.", services(checkStickyPromoted)},
 	{"10", "Keep web-2 out of web-dual's new connections in both IP families, its server still running.", services(checkWeb2UnreadyBothFamilies)},
 }
