@@ -66,6 +66,7 @@ var Exercises = []Exercise{
 	{"05", "Make the kernel remember a second client of web-sticky beside the client.", kernel(checkTwoStickyClients)},
 	{"06", "Make the client ask one question, not four, to resolve kube-dns.kube-system.svc.cluster.local, while web still resolves by its short name.", kernel(checkOneQuestion)},
 	{"08", "Make hybrid mode promote web-sticky's port to the kernel, as it promoted web's.", services(checkStickyPromoted)},
+	{"09", "In iptables mode, make web's port cost eight rules in the nat table instead of eleven, without changing the Service or stopping a server.", kernel(checkWebEightRules)},
 	{"10", "Keep web-2 out of web-dual's new connections in both IP families, its server still running.", services(checkWeb2UnreadyBothFamilies)},
 }
 
