@@ -96,3 +96,28 @@ func checkOneDNATEntry(ctx context.Context, l KernelLab) (Result, error) {
 	}
 	return Result{Saw: saw, Hint: "that entry has no DNAT: the kernel did not rewrite it on the way (lab 12's socket LB rewrites connect() instead). Which mode DNATs in the nat table?"}, nil
 }
+
+// checkSocketLBMissed: socklb mode, and an entry of web's that was DNATed
+// (by the nftables path beside the socket LB): a connection from a process
+// the cgroup hook does not see.
+func checkSocketLBMissed(ctx context.Context, l KernelLab) (Result, error) {
+	v, err := l.Services(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	if v.Mode != "socklb" {
+		return Result{Saw: "svcproxy runs " + v.Mode + " mode", Hint: "the task is the socket LB's: svclab mode socklb"}, nil
+	}
+	entries, err := webEntries(ctx, l)
+	if err != nil {
+		return Result{}, err
+	}
+	for _, e := range entries {
+		if isDNAT(e) {
+			return Result{Done: true, Saw: "svcproxy runs socklb mode, and conntrack holds " + entryWords(e) +
+				": no socket hook saw this connection, so the nftables path DNATed its packets"}, nil
+		}
+	}
+	return Result{Saw: entriesWords(entries),
+		Hint: "every connection to web came from a process in the lab's cgroup, whose connect() the socket LB rewrote. Which host's connections reach the node as packets, with no socket hook on the way? (Who the hook sees)"}, nil
+}

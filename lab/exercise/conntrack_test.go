@@ -38,3 +38,20 @@ func TestOneDNATEntry(t *testing.T) {
 		t.Errorf("four userspace entries in words: %q", many)
 	}
 }
+
+func TestSocketLBMissed(t *testing.T) {
+	outside := entry("198.19.200.2:41000", "198.18.0.20:80", "DNAT to 198.19.1.10 (web-0), MASQUERADE: the pod saw 198.19.0.1 (node)")
+	for _, tt := range []struct {
+		what, mode string
+		entries    []views.ConntrackEntry
+		done       bool
+		hint       string
+	}{
+		{"from outside", "socklb", []views.ConntrackEntry{rewritten, outside}, true, ""},
+		{"all rewritten", "socklb", []views.ConntrackEntry{rewritten, rewritten, rewritten}, false, "Who the hook sees"},
+		{"nftables mode", "nftables", []views.ConntrackEntry{dnat}, false, "svclab mode socklb"},
+	} {
+		r := check(t, "12", kernelLab{fakeLab: lab(tt.mode, "ready", tt.mode), entries: tt.entries})
+		want(t, tt.what, r, tt.done, tt.hint)
+	}
+}

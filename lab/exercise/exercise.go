@@ -68,6 +68,7 @@ var Exercises = []Exercise{
 	{"08", "Make hybrid mode promote web-sticky's port to the kernel, as it promoted web's.", services(checkStickyPromoted)},
 	{"09", "In iptables mode, make web's port cost eight rules in the nat table instead of eleven, without changing the Service or stopping a server.", kernel(checkWebEightRules)},
 	{"10", "Keep web-2 out of web-dual's new connections in both IP families, its server still running.", services(checkWeb2UnreadyBothFamilies)},
+	{"12", "In socklb mode, leave in conntrack a connection to web that the socket LB did not rewrite: one that the nftables path beside it DNATed.", kernel(checkSocketLBMissed)},
 }
 
 // Find returns tutorial n's exercise.
