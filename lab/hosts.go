@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
@@ -59,15 +60,20 @@ func (l *Lab) WriteHosts(w io.Writer) error {
 // pod range kube-controller-manager gave it and the pods bound to it.
 func (l *Lab) kubeadmHosts(client topology.Host) []topology.HostRow {
 	p := l.cfg.Plan
-	views := l.cluster.NodeViews(context.Background())
+	nodes, _ := l.cluster.NodeViews(context.Background()) // none: the table without pods
 	pods := func(name string) string {
-		v, ok := views[name]
-		if !ok {
+		i := slices.IndexFunc(nodes, func(v cluster.NodeView) bool { return v.Name == name })
+		if i < 0 {
 			return ""
 		}
+		v := nodes[i]
 		s := fmt.Sprintf("; pods on %s in %s", cluster.PodBridge, v.PodCIDR)
 		if len(v.Pods) > 0 {
-			s += ": " + strings.Join(v.Pods, ", ")
+			names := make([]string, len(v.Pods))
+			for i, p := range v.Pods {
+				names[i] = p.FullName()
+			}
+			s += ": " + strings.Join(names, ", ")
 		}
 		return s
 	}
@@ -83,4 +89,11 @@ func (l *Lab) kubeadmHosts(client topology.Host) []topology.HostRow {
 		hosts = append(hosts, outside)
 	}
 	return append(rows, p.HostRows("", hosts)[1:]...)
+}
+
+// Nodes are the cluster's nodes and the pods on each, as the API server
+// has them (`svclab web` draws them); none on a lab without a control
+// plane (see cluster.Cluster.NodeViews).
+func (l *Lab) Nodes(ctx context.Context) ([]cluster.NodeView, error) {
+	return l.cluster.NodeViews(ctx)
 }

@@ -173,7 +173,8 @@ func (l *Lab) Leftovers() []string { return l.net.Leftovers() }
 
 // planOnNode is p with the lab's node n (a worker of the kubeadm cluster,
 // recorded in the state directory) as its node: what runs "in the node"
-// (the views' iptables-save, nft, conntrack) runs there.
+// (the views' iptables-save, nft, conntrack) runs there. p's node, to
+// which the client and the outside host stay linked, is its Gateway.
 func planOnNode(p *topology.Plan, stateDir, n string) (*topology.Plan, error) {
 	if stateDir == "" {
 		stateDir = DefaultStateDir
@@ -183,6 +184,6 @@ func planOnNode(p *topology.Plan, stateDir, n string) (*topology.Plan, error) {
 		return nil, fmt.Errorf("node %q: no such node in the lab (svclab up --nodes 3 makes %s, worker1 and worker2)", n, p.Node.Name)
 	}
 	on := *p
-	on.Node = h
+	on.Node, on.Gateway, on.Uplink = h, p.Node, cluster.NodeLink
 	return &on, nil
 }

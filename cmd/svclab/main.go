@@ -83,7 +83,8 @@ commands:
                                         hybrid promotes to P (nftables, ipvs, iptables, socklb)
                                         and demotes after D below the promotion rate;
                                         on the real node: its ConfigMap, then a rollout
-  web [--listen ADDR]                   serve a live page of the lab: hosts, Services with
+  web [--listen ADDR]                   serve a live page of the lab: hosts, the cluster's
+                                        nodes and the pods on each, Services with
                                         their path, endpoints and counters, hybrid's timeline,
                                         a traced packet, controls; on loopback only
                                         (127.0.0.1:8088) unless ADDR says otherwise

@@ -16,8 +16,10 @@ import (
 )
 
 const webAbout = `
-Serves one page about the running lab, live: its hosts, each Service port with
-the path it takes now (userspace or the kernel), its endpoints and their
+Serves one page about the running lab, live: its hosts; on a lab with a
+control plane its nodes, each with the pods bound to it, as the API server has
+them; each Service port with the path it takes now (userspace or the kernel),
+its endpoints and their
 conditions and the connections each path counted; hybrid's timeline (new
 connections per second by path, each promotion and demotion marked); a packet
 traced hop by hop through the node's rules (svclab trace); and controls that

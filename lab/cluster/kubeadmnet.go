@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
 
 	"github.com/svcproxy/svcproxy/lab/topology"
@@ -39,6 +40,11 @@ const (
 	// nodeLink is each node's link to the switch.
 	nodeLink = "eth0"
 )
+
+// NodeLink is each node's link to the switch, on which it reaches the
+// other nodes and they reach it (`svclab trace --node worker1` has packets
+// from elsewhere arrive on it).
+const NodeLink = nodeLink
 
 // kubeadmNodes are the nodes of a kubeadm cluster of count nodes: the
 // Plan's node, the control plane, then worker1, worker2 at the addresses
@@ -147,4 +153,28 @@ func etcHosts(nodes []*Node) string {
 		s += fmt.Sprintf("%s\t%s\n", n.Addr, n.Name)
 	}
 	return s
+}
+
+// writeExecFiles writes what `ip netns exec` mounts over /etc in each
+// node's namespace (`svclab exec worker1 -- CMD`, topology.EtcNetnsDir):
+// the node's resolv.conf and /etc/hosts, as its kubelet and kubeadm see
+// them, rather than the machine's. On a node of kubeadm's, as on kind's, a
+// Service's name does not resolve (the cluster DNS is the pods'); here the
+// node's resolver is its own address, where nothing answers, so a name
+// fails at once instead of waiting for the machine's resolver, which the
+// lab cannot reach. The nodes' names resolve through /etc/hosts.
+func writeExecFiles(etcNetns string, nodes []*Node) error {
+	for _, n := range nodes {
+		dir := filepath.Join(etcNetns, n.Namespace)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "resolv.conf"), []byte(n.resolvConf()), 0o644); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "hosts"), []byte(etcHosts(nodes)), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }

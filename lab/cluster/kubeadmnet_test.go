@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -91,4 +93,22 @@ func TestEtcHosts(t *testing.T) {
 	require.Contains(t, h, "198.19.0.1\tnode\n")
 	require.Contains(t, h, "198.19.0.2\tworker1\n")
 	require.NotContains(t, h, "worker2")
+}
+
+// TestWriteExecFiles: each node's namespace gets its own resolv.conf (its
+// own address: nothing answers, a name fails at once) and the nodes'
+// /etc/hosts, for `svclab exec NODE`.
+func TestWriteExecFiles(t *testing.T) {
+	dir := t.TempDir()
+	nodes := kubeadmNodes(topology.DefaultPlan(), "/run/svclab", topology.CgroupRoot, 3)
+	require.NoError(t, writeExecFiles(dir, nodes))
+	for _, n := range nodes {
+		rc, err := os.ReadFile(filepath.Join(dir, n.Namespace, "resolv.conf"))
+		require.NoError(t, err)
+		require.Contains(t, string(rc), "nameserver "+n.Addr.String()+"\n")
+		hosts, err := os.ReadFile(filepath.Join(dir, n.Namespace, "hosts"))
+		require.NoError(t, err)
+		require.Equal(t, etcHosts(nodes), string(hosts))
+	}
+	require.DirExists(t, filepath.Join(dir, "svclab-worker2"))
 }

@@ -63,6 +63,9 @@ func (c *Cluster) UpKubeadm(ctx context.Context, progs KubeadmPrograms, count in
 			return err
 		}
 	}
+	if err := writeExecFiles(topology.EtcNetnsDir, nodes); err != nil {
+		return err
+	}
 	token, err := newBootstrapToken()
 	if err != nil {
 		return err
@@ -326,46 +329,4 @@ func (n *Node) kubeadmFiles() kubeadmFiles {
 func (k kubeadmFiles) etcOverlay() []string {
 	return []string{"mount", "-t", "overlay", "overlay", "-o",
 		"lowerdir=/etc,upperdir=" + k.etcUpper + ",workdir=" + k.etcWork, "/etc"}
-}
-
-// NodeView is what the lab shows of one node of the kubeadm cluster: its
-// pod range and the pods on it.
-type NodeView struct {
-	PodCIDR string
-	// Pods are "NAMESPACE/NAME" of the pods bound to it, sorted.
-	Pods []string
-}
-
-// NodeViews are the nodes as the API server has them, by name: each one's
-// spec.podCIDR and pods. Empty when it cannot be asked.
-func (c *Cluster) NodeViews(ctx context.Context) map[string]NodeView {
-	out := map[string]NodeView{}
-	client, err := c.Client()
-	if err != nil {
-		return out
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return out
-	}
-	for _, n := range nodes.Items {
-		out[n.Name] = NodeView{PodCIDR: n.Spec.PodCIDR}
-	}
-	pods, err := client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return out
-	}
-	for _, p := range pods.Items {
-		if v, ok := out[p.Spec.NodeName]; ok {
-			v.Pods = append(v.Pods, p.Namespace+"/"+p.Name)
-			out[p.Spec.NodeName] = v
-		}
-	}
-	for name, v := range out {
-		slices.Sort(v.Pods)
-		out[name] = v
-	}
-	return out
 }

@@ -21,6 +21,9 @@ func (n *Net) Host(name string) (Host, bool) {
 // HostNames are the names of the lab's hosts, the node first.
 func (n *Net) HostNames() []string {
 	names := []string{n.cfg.Plan.Node.Name}
+	if g := n.cfg.Plan.Gateway.Name; g != "" {
+		names = append(names, g)
+	}
 	for _, h := range n.cfg.Plan.Hosts {
 		names = append(names, h.Name)
 	}

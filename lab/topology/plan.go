@@ -42,8 +42,14 @@ type Plan struct {
 	Prefix string
 	Node   Host
 	// Hosts are the client, the pods and the outside host, each linked to
-	// the node.
+	// the node (to Gateway when it is set).
 	Hosts []Host
+	// Gateway is set when Node is another node of a cluster than the one
+	// the Hosts are linked to (`svclab trace --node worker1` reads worker1's
+	// rules; the client and the outside host hang off the control-plane
+	// node, Gateway); Uplink is then Node's link to the other nodes.
+	Gateway Host
+	Uplink  string
 
 	ServiceCIDR netip.Prefix // the ClusterIPs
 	// ClusterCIDR holds the node, the pods and the client: svcproxy's
@@ -150,6 +156,9 @@ func (p *Plan) Host(name string) (Host, bool) {
 	if name == p.Node.Name {
 		return p.Node, true
 	}
+	if p.Gateway.Name != "" && name == p.Gateway.Name {
+		return p.Gateway, true
+	}
 	for _, h := range p.Hosts {
 		if h.Name == name {
 			return h, true
@@ -172,7 +181,10 @@ func (p *Plan) Pods() []Host {
 // Names maps each host's address to its name, for reports.
 func (p *Plan) Names() map[netip.Addr]string {
 	m := map[netip.Addr]string{}
-	for _, h := range append([]Host{p.Node}, p.Hosts...) {
+	for _, h := range append([]Host{p.Node, p.Gateway}, p.Hosts...) {
+		if h.Name == "" {
+			continue // no Gateway
+		}
 		m[h.Addr] = h.Name
 		if h.Addr6.IsValid() {
 			m[h.Addr6] = h.Name

@@ -39,7 +39,31 @@ func (v *Views) tracePacket(snap *service.Snapshot, opts TraceOptions) (tracePac
 	if !ok {
 		return tracePacket{}, nil, fmt.Errorf("host %q: no such lab host (want one of %s)", opts.From, strings.Join(v.net.HostNames(), ", "))
 	}
-	pkt := tracePacket{proto: "tcp", src: h.Addr, fromName: h.Name, inIface: h.NodeLink, local: h.Role == topology.RoleNode, node: snap.Node()}
+	plan := v.net.Plan()
+	pkt := tracePacket{proto: "tcp", src: h.Addr, fromName: h.Name, inIface: h.NodeLink, local: h.Name == plan.Node.Name, node: snap.Node()}
+	// A host of another node (the client and the outside host when the
+	// node traced is a worker, or another node itself) reaches this node
+	// over the switch.
+	elsewhere := !pkt.local && (h.Role == topology.RoleNode || plan.Gateway.Name != "")
+	if elsewhere {
+		pkt.inIface = plan.Uplink
+	}
+	pkt, port, err := v.targetPacket(snap, opts, pkt)
+	if err == nil && elsewhere && pkt.dst.Addr() != plan.Node.Addr && pkt.dst.Addr() != plan.Node.Addr6 {
+		first := h.Name
+		if h.Role != topology.RoleNode {
+			first = plan.Gateway.Name
+		}
+		return pkt, nil, fmt.Errorf("trace %s to %s on %s: %s's packets meet %s's rules first, which send a Service's traffic on to a pod's address, "+
+			"so %s's Service rules never see them; trace with --node %s, or trace what reaches %s: its own address (a NodePort, %s:PORT)",
+			h.Name, pkt.dst, plan.Node.Name, h.Name, first, plan.Node.Name, first, plan.Node.Name, plan.Node.Addr)
+	}
+	return pkt, port, err
+}
+
+// targetPacket is pkt addressed to opts.Target, and the service port it is
+// for (nil when the destination is no Service's).
+func (v *Views) targetPacket(snap *service.Snapshot, opts TraceOptions, pkt tracePacket) (tracePacket, *service.Port, error) {
 	rest := opts.Target
 	scheme, after, hasScheme := strings.Cut(rest, "://")
 	if hasScheme {

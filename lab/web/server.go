@@ -131,6 +131,7 @@ func (s *Server) poll(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	hosts, herr := s.cfg.Lab.Hosts()
+	nodes, nerr := s.cfg.Lab.Nodes(ctx)
 	view, verr := s.cfg.Lab.Services(ctx)
 	now := time.Now()
 	s.mu.Lock()
@@ -138,11 +139,14 @@ func (s *Server) poll(ctx context.Context) {
 	st := s.state
 	st.At = now
 	st.Error = ""
-	if err := errors.Join(herr, verr); err != nil {
+	if err := errors.Join(herr, nerr, verr); err != nil {
 		st.Error = err.Error()
 	}
 	if herr == nil {
 		st.Hosts = hosts
+	}
+	if nerr == nil {
+		st.Nodes = nodes
 	}
 	if verr == nil {
 		st.Services = view

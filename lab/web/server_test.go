@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/svcproxy/svcproxy/lab/cluster"
 	"github.com/svcproxy/svcproxy/lab/topology"
 	"github.com/svcproxy/svcproxy/lab/views"
 )
@@ -21,9 +22,10 @@ import (
 // fakeLab is a lab whose Services the test sets: a hybrid lab whose web
 // port counts connections, first in userspace, then promoted.
 type fakeLab struct {
-	mu   sync.Mutex
-	view views.ServicesView
-	err  error
+	mu    sync.Mutex
+	view  views.ServicesView
+	err   error
+	nodes []cluster.NodeView // a cluster's nodes: none unless a test sets them
 }
 
 func (f *fakeLab) Hosts() ([]topology.HostRow, error) {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/svcproxy/svcproxy/lab"
+	"github.com/svcproxy/svcproxy/lab/cluster"
 	"github.com/svcproxy/svcproxy/lab/topology"
 	"github.com/svcproxy/svcproxy/lab/views"
 )
@@ -14,6 +15,9 @@ import (
 // lab's node).
 type Lab interface {
 	Hosts() ([]topology.HostRow, error)
+	// Nodes are the cluster's nodes and their pods as the API server has
+	// them: none on a lab without a control plane.
+	Nodes(ctx context.Context) ([]cluster.NodeView, error)
 	Services(ctx context.Context) (*views.ServicesView, error)
 	TraceReport(ctx context.Context, opts views.TraceOptions) (*views.TraceReport, error)
 	ConntrackReport(ctx context.Context, opts views.ConntrackOptions) (*views.ConntrackView, error)
@@ -24,8 +28,11 @@ var _ Lab = (*lab.Lab)(nil)
 // State is the document each server-sent event carries, and GET
 // /api/state answers.
 type State struct {
-	At       time.Time           `json:"at"`
-	Hosts    []topology.HostRow  `json:"hosts"`
+	At    time.Time          `json:"at"`
+	Hosts []topology.HostRow `json:"hosts"`
+	// Nodes are the cluster's nodes, each with the pods bound to it (the
+	// page's "which pod runs where"); empty without a control plane.
+	Nodes    []cluster.NodeView  `json:"nodes"`
 	Services *views.ServicesView `json:"services"`
 	Timeline Timeline            `json:"timeline"`
 	Commands []Command           `json:"commands"`

@@ -34,6 +34,38 @@ function drawHosts(hosts) {
   fill($("pod-name"), hosts.filter((h) => h.role === "pod").map((h) => h.name), "web-1");
 }
 
+// drawNodes draws the cluster's nodes, each with the pods bound to it;
+// the section stays hidden on a lab without a control plane.
+function drawNodes(nodes) {
+  nodes = nodes || [];
+  $("nodes-section").hidden = nodes.length === 0;
+  $("nodes").replaceChildren(...nodes.map((n) => {
+    const d = el("div", "node " + n.role + (n.ready ? "" : " notready"));
+    d.dataset.node = n.name;
+    const head = el("div", "head");
+    head.append(el("span", "name", n.name), " ", el("span", "role", n.role), " ",
+      el("span", "state", n.ready ? "Ready" : "NotReady"));
+    d.append(head);
+    d.append(el("div", "addr", n.addr + (n.podCIDR ? ", pods in " + n.podCIDR : "")));
+    if (n.taints && n.taints.length) d.append(el("div", "taints", "taints: " + n.taints.join(", ")));
+    const pods = n.pods || [];
+    const ul = el("ul", "pods");
+    ul.append(...pods.map((p) => {
+      let cls = "pod " + (p.namespace === "kube-system" ? "system" : "workload");
+      if (p.hostNetwork) cls += " hostnet";
+      if (!p.ready) cls += " notready";
+      const li = el("li", cls);
+      li.dataset.pod = p.namespace + "/" + p.name;
+      li.append(el("span", "pname", (p.namespace === "default" ? "" : p.namespace + "/") + p.name), " ",
+        el("span", "ip", (p.ip || "no address yet") + (p.hostNetwork ? " (host network)" : "")));
+      li.title = [p.phase, p.ready ? "Ready" : "not Ready", p.owner ? "made by " + p.owner : ""].filter(Boolean).join(", ");
+      return li;
+    }));
+    d.append(el("div", "count", pods.length === 1 ? "1 pod" : pods.length + " pods"), ul);
+    return d;
+  }));
+}
+
 // family is an endpoint's IP family, read from its address.
 const family = (addr) => addr.startsWith("[") ? "IPv6" : "IPv4";
 
@@ -155,6 +187,7 @@ function drawCommands(cmds) {
 function draw(st) {
   $("status").textContent = st.error ? "lab: " + st.error : "";
   drawHosts(st.hosts);
+  drawNodes(st.nodes);
   drawServices(st.services);
   drawChart(st.timeline);
   drawCommands(st.commands);
