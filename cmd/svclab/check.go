@@ -12,10 +12,10 @@ import (
 
 var checkAbout = `Check the exercise at the end of tutorial NN on the lab as it is now:
 "ok" with what the lab shows, or "not yet", what is still missing and a hint
-(exit status 1). The check reads the lab as it is: what svcproxy serves (its
-mode, each port's path and endpoints), and for some tutorials the node's
-conntrack table, its rules, or what a host's resolver asks; so any way of
-doing the task passes.
+(exit status 1). It reads what svcproxy serves (its mode, each port's path
+and endpoints) and, for some tutorials, the node's conntrack table, its
+rules, or the questions a host's resolver asks. So any way of doing the task
+passes.
 
 tutorials with an exercise: ` + strings.Join(exerciseNumbers(), ", ")
 

@@ -44,5 +44,5 @@ func checkWebEightRules(ctx context.Context, l KernelLab) (Result, error) {
 	case n < 8:
 		return Result{Saw: now, Hint: "one pod fewer than three is eight rules: make the others ready again (svclab pod NAME --ready=true)"}, nil
 	}
-	return Result{Done: true, Saw: now + ": two ready endpoints, three rules fewer than three"}, nil
+	return Result{Done: true, Saw: now + ": two ready endpoints cost three rules fewer than three"}, nil
 }
