@@ -79,7 +79,7 @@ func nftAffinity(list string) map[string]string {
 	clients := map[string]string{}
 	endpoint := "" // of the set being read, "" outside one
 	for _, line := range strings.Split(list, "\n") {
-		line = strings.ReplaceAll(strings.TrimSpace(line), `"`, "") // nft may quote a name
+		line = strings.TrimSpace(line)
 		switch {
 		case strings.HasPrefix(line, "set affinity-") && strings.Contains(line, "-default/web-sticky/"):
 			_, ep, _ := strings.Cut(strings.TrimSuffix(line, " {"), "__")

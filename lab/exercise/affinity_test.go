@@ -12,7 +12,7 @@ const nftSticky = `table ip svcproxy {
 		timeout 10m
 		elements = { 198.19.1.2 expires 9m58s }
 	}
-	set "affinity-2PWLHUYF-default/web-sticky/tcp/http__198.19.1.11/8080" {
+	set affinity-2PWLHUYF-default/web-sticky/tcp/http__198.19.1.11/8080 {
 		type ipv4_addr
 		flags dynamic,timeout
 		timeout 10m
