@@ -7,7 +7,7 @@ BIN     := bin
 # are cached (docs/conformance.md has the suite's measured time).
 TIMEOUT ?= 40m
 
-.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins conformance-bins cluster-bins kind-bin conformance image e2e-images kubeadm-images bench bench-plots clean
+.PHONY: all build lab lab-ipvs lab-ipvs-shell test test-ipvs vet deps kapi node-bins conformance-bins cluster-bins kind-bin kind-image kind-up kind-down conformance-kind conformance image e2e-images kubeadm-images bench bench-plots clean
 
 all: build
 
@@ -66,6 +66,34 @@ cluster-bins:
 ## never builds it
 kind-bin:
 	@./test/kapi/build.sh -apiserver-only -kind || [ $$? -eq 2 ]
+
+## kind-image: the kind node image, built without a registry (images/kindnode,
+## docs/kind.md): bin/kind-node.tar, svcproxy.test/kind-node:v1.37.2 for
+## `docker load`; Debian from debootstrap (cached), kind v0.33.0's base
+## files, kubelet/kubeadm/kubectl and kubeadm's images (root)
+kind-image: deps cluster-bins kubeadm-images
+	$(GO) run ./images/mkkindnode -o $(BIN)/kind-node.tar
+
+## kind-up: kind v0.33.0 makes deploy/kind/cluster.yaml's three nodes in a
+## dockerd kept inside namespaces of its own, with this machine's patch
+## (lab/kind/host-patch.yaml); then kind load image-archive, kubectl apply -k
+## deploy/kind, and a Service and a name checked from a pod on each worker
+## (root; lab/kind, docs/kind.md). kind-down removes it all
+kind-up: deps build kind-bin image e2e-images
+	@test -f $(BIN)/kind-node.tar || { echo "kind-up: no $(BIN)/kind-node.tar: run make kind-image first" >&2; exit 1; }
+	$(GO) run ./lab/kind/kindlab up
+
+kind-down:
+	$(GO) run ./lab/kind/kindlab down
+
+## conformance-kind: the same tests as make conformance against svcproxy and
+## clusterdns on kind's cluster (make kind-up), in each mode of MODE (default
+## iptables nftables hybrid), each ending with "N passed, N failed, N skipped"
+## and the cluster brought down (root; scripts/conformance-kind.sh,
+## docs/conformance.md)
+conformance-kind: deps build kind-bin image e2e-images conformance-bins
+	@test -f $(BIN)/kind-node.tar || { echo "conformance-kind: no $(BIN)/kind-node.tar: run make kind-image first" >&2; exit 1; }
+	MODE="$(MODE)" ./scripts/conformance-kind.sh
 
 ## conformance: Kubernetes' own Service and DNS conformance tests (e2e.test
 ## v1.37.2) against svcproxy and clusterdns, in each mode of MODE, one after the

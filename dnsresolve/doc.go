@@ -24,5 +24,7 @@
 //     (TC) what does not fit, and serves /metrics (Prometheus client_golang)
 //     and /healthz. Most answers, the zone's and the forwarder's cached ones,
 //     are kept encoded and written without a dns.Msg: no allocation per
-//     question (wire.go).
+//     question in the handler (wire.go). UDP queries are read into pooled
+//     buffers through the server's Reader hook (udp.go): what a query still
+//     allocates, eight objects with an OPT record, is miekg/dns's own.
 package dnsresolve

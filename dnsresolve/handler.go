@@ -3,7 +3,6 @@ package dnsresolve
 import (
 	"context"
 	"errors"
-	"net"
 	"slices"
 	"strings"
 	"time"
@@ -15,6 +14,9 @@ import (
 // call, once per message, concurrently.
 func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 	start := time.Now()
+	if q, ok := w.RemoteAddr().(*udpSession); ok {
+		defer q.release() // answered: its buffer is free (udp.go)
+	}
 	if s.answerEncoded(w, req, start) {
 		return // most answers: kept encoded (wire.go)
 	}
@@ -27,7 +29,7 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 		roundRobin(resp)
 	}
 	remote := w.RemoteAddr()
-	_, udp := remote.(*net.UDPAddr)
+	udp := isUDP(remote)
 	s.fit(resp, req, udp)
 	var q dns.Question
 	if len(req.Question) > 0 {

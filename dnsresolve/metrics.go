@@ -410,6 +410,8 @@ func rcodeLabel(rcode int) string {
 func isIPv6(addr net.Addr) bool {
 	var ip net.IP
 	switch a := addr.(type) {
+	case *udpSession:
+		return !a.remote.Addr().Unmap().Is4()
 	case *net.UDPAddr:
 		ip = a.IP
 	case *net.TCPAddr:

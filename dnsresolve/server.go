@@ -342,14 +342,27 @@ func (s *Server) Serve(ctx context.Context, pc net.PacketConn, ln net.Listener) 
 	if drain != nil {
 		tcp.Listener = drain
 	}
-	servers := []*dns.Server{
-		// A query is read into a buffer of the size our OPT advertises
-		// (RFC 6891 6.2.3: a requestor sends no more than that). Each query
-		// in flight holds one, and miekg/dns keeps them in a sync.Pool:
-		// with 64 KiB buffers a burst of 100 queries held 6.5 MiB.
-		{PacketConn: pc, Net: "udp", UDPSize: serverUDPSize},
-		tcp,
+	// A query is read into a buffer of the size our OPT advertises (RFC
+	// 6891 6.2.3: a requestor sends no more than that). Each query in
+	// flight holds one: with 64 KiB buffers a burst of 100 queries held
+	// 6.5 MiB.
+	udp := &dns.Server{PacketConn: pc, Net: "udp", UDPSize: serverUDPSize}
+	if c, ok := pc.(*net.UDPConn); ok {
+		// Read through udpConn into pooled buffers (udp.go), without
+		// the allocations of miekg/dns's sessions. UDPSize then sizes
+		// only buffers miekg/dns does not read into; left at its default
+		// it differs from ours, and miekg/dns leaves ours to us instead
+		// of putting them in its own pool.
+		uc, err := newUDPConn(c)
+		if err != nil {
+			pc.Close()
+			ln.Close()
+			return fmt.Errorf("serve dns udp: %w", err)
+		}
+		udp.PacketConn, udp.UDPSize = uc, 0
+		udp.DecorateReader = func(r dns.Reader) dns.Reader { return udpReader{r} }
 	}
+	servers := []*dns.Server{udp, tcp}
 	errc := make(chan error, len(servers))
 	started := make(chan struct{}, len(servers))
 	tcpDone := make(chan struct{})

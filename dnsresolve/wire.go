@@ -3,7 +3,6 @@ package dnsresolve
 import (
 	"encoding/binary"
 	"errors"
-	"net"
 	"strings"
 	"sync"
 	"time"
@@ -316,7 +315,7 @@ func (s *Server) answerEncoded(w dns.ResponseWriter, req *dns.Msg, start time.Ti
 		s.fwd.loops.probing.Load() != 0 {
 		return false
 	}
-	_, udp := w.RemoteAddr().(*net.UDPAddr)
+	udp := isUDP(w.RemoteAddr())
 	limit := dns.MaxMsgSize
 	if udp {
 		limit = dns.MinMsgSize

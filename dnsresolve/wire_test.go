@@ -216,3 +216,114 @@ func manyPorts(n int) *service.Snapshot {
 	}
 	return service.NewSnapshot([]*service.Service{big}, nil)
 }
+
+// TestWireFollowsSnapshot: an encoded answer belongs to the Index of one
+// Snapshot. A Service whose ClusterIP or port changes answers with the new
+// ones from the next question on, and a Service removed is NXDOMAIN, though
+// the old answers were kept encoded.
+func TestWireFollowsSnapshot(t *testing.T) {
+	s, err := New(Config{TTL: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := func(ip string, port uint16) *service.Snapshot {
+		if ip == "" {
+			return service.NewSnapshot(nil, nil)
+		}
+		web := newService("default", "web", ip)
+		addPort(web, "http", service.TCP, port)
+		return service.NewSnapshot([]*service.Service{web}, nil)
+	}
+	check := func(step string, wantA string, wantPort uint16) {
+		t.Helper()
+		for range 2 { // the first question encodes the answer, the second reads it kept
+			a := fastAnswer(t, s, question("web.default.svc.cluster.local.", dns.TypeA), true)
+			srv := fastAnswer(t, s, question("_http._tcp.web.default.svc.cluster.local.", dns.TypeSRV), true)
+			if a == nil || srv == nil {
+				t.Fatalf("%s: left to the dns.Msg path", step)
+			}
+			if wantA == "" {
+				if a.Rcode != dns.RcodeNameError || srv.Rcode != dns.RcodeNameError {
+					t.Fatalf("%s: rcodes %s and %s, want NXDOMAIN", step, dns.RcodeToString[a.Rcode], dns.RcodeToString[srv.Rcode])
+				}
+				continue
+			}
+			if len(a.Answer) != 1 || a.Answer[0].(*dns.A).A.String() != wantA {
+				t.Fatalf("%s: A answer %v, want %s", step, a.Answer, wantA)
+			}
+			if len(srv.Answer) != 1 || srv.Answer[0].(*dns.SRV).Port != wantPort {
+				t.Fatalf("%s: SRV answer %v, want port %d", step, srv.Answer, wantPort)
+			}
+		}
+	}
+	s.Update(snap("198.18.0.10", 80))
+	check("first", "198.18.0.10", 80)
+	s.Update(snap("198.18.0.20", 8080))
+	check("ClusterIP and port changed", "198.18.0.20", 8080)
+	s.Update(snap("", 0))
+	check("Service removed", "", 0)
+}
+
+// TestWireOverSockets asks the real server over UDP and TCP with a name in
+// mixed case (DNS 0x20: a resolver checks that the answer repeats its
+// spelling) and a random ID: both come back as asked, in the question and
+// in the owner names; the OPT record only when the client sent one, with
+// its DO bit; over UDP an answer too large for the client is truncated (TC)
+// and whole over TCP.
+func TestWireOverSockets(t *testing.T) {
+	s := newServer(t, Config{})
+	addr := serve(t, s, nil, nil)
+	const name = "wEb.DeFaUlT.sVc.ClUsTeR.LoCaL."
+	for _, tc := range []struct {
+		net      string
+		edns, do bool
+	}{
+		{net: "udp"},
+		{net: "udp", edns: true},
+		{net: "udp", edns: true, do: true},
+		{net: "tcp"},
+		{net: "tcp", edns: true, do: true},
+	} {
+		t.Run(fmt.Sprintf("%s/edns=%v/do=%v", tc.net, tc.edns, tc.do), func(t *testing.T) {
+			c := &dns.Client{Net: tc.net, Timeout: 5 * time.Second}
+			for range 3 { // encoded on the first question, kept for the others
+				req := question(name, dns.TypeA)
+				if tc.edns {
+					req.SetEdns0(1232, tc.do)
+				}
+				resp, _, err := c.Exchange(req, addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.Id != req.Id || len(resp.Question) != 1 || resp.Question[0] != req.Question[0] {
+					t.Fatalf("ID %d question %v, want %d %v", resp.Id, resp.Question, req.Id, req.Question[0])
+				}
+				if len(resp.Answer) != 1 || resp.Answer[0].Header().Name != name || resp.Answer[0].(*dns.A).A.String() != "198.18.0.10" {
+					t.Fatalf("answer %v, want %s A 198.18.0.10", resp.Answer, name)
+				}
+				opt := resp.IsEdns0()
+				if (opt != nil) != tc.edns || (opt != nil && (opt.Do() != tc.do || opt.UDPSize() != serverUDPSize)) {
+					t.Fatalf("OPT %v, want one (DO %v) only when asked with one", opt, tc.do)
+				}
+			}
+		})
+	}
+
+	s.Update(manyPorts(60))
+	req := question("Big.Default.svc.cluster.local.", dns.TypeSRV)
+	udp, _, err := (&dns.Client{Net: "udp", Timeout: 5 * time.Second}).Exchange(req, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	udp.Compress = true // as it came: Len counts the bytes the server wrote
+	if !udp.Truncated || udp.Len() > dns.MinMsgSize {
+		t.Errorf("60 SRV records over UDP without EDNS0: TC %v, %d bytes; want TC and at most 512", udp.Truncated, udp.Len())
+	}
+	tcp, _, err := (&dns.Client{Net: "tcp", Timeout: 5 * time.Second}).Exchange(req, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tcp.Truncated || len(tcp.Answer) != 60 || tcp.Question[0].Name != req.Question[0].Name {
+		t.Errorf("over TCP: TC %v, %d records, question %v; want all 60 for %s", tcp.Truncated, len(tcp.Answer), tcp.Question, req.Question[0].Name)
+	}
+}

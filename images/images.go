@@ -43,6 +43,8 @@ type Config struct {
 	KubeProxy             string
 	CoreDNS               string
 	Etcd, Etcdctl         string // kubeadm's version, not the API server tests'
+	// Kindnet is images/kindnet, static: the kind node image's pod network.
+	Kindnet string
 }
 
 // program returns the field of the program named name ("kube-proxy"), or
@@ -67,6 +69,8 @@ func (c *Config) program(name string) *string {
 		return &c.Etcd
 	case "etcdctl":
 		return &c.Etcdctl
+	case "kindnet":
+		return &c.Kindnet
 	}
 	return nil
 }

@@ -7,7 +7,7 @@ set -eu
 PACKAGES="iptables nftables ipset ipvsadm conntrack iproute2 procps netbase dnsutils dnsmasq-base
   qemu-system-x86 busybox-static cpio kmod xz-utils haproxy wrk dnsperf curl socat strace
   gcc libc6-dev wget netcat-openbsd bind9-host dash
-  containerd runc containernetworking-plugins docker.io
+  containerd runc containernetworking-plugins docker.io debootstrap
   chromium"
 
 missing=""

@@ -12,12 +12,20 @@ import (
 
 var checkAbout = `Check the exercise at the end of tutorial NN on the lab as it is now:
 "ok" with what the lab shows, or "not yet", what is still missing and a hint
-(exit status 1). It reads what svcproxy serves (its mode, each port's path
-and endpoints) and, for some tutorials, the node's conntrack table, its
-rules, or the questions a host's resolver asks. So any way of doing the task
+(exit status 1). It reads what the lab holds now: what svcproxy serves (its
+mode, each port's path and endpoints) and, for some tutorials, the node's
+conntrack table, its rules, the questions a host's resolver asks, the node's
+IPVS, the API server or each node's proxy. So any way of doing the task
 passes.
 
 tutorials with an exercise: ` + strings.Join(exerciseNumbers(), ", ")
+
+// The lab is every kind of lab a check reads.
+var (
+	_ exercise.KernelLab  = (*lab.Lab)(nil)
+	_ exercise.IPVSLab    = (*lab.Lab)(nil)
+	_ exercise.ClusterLab = (*lab.Lab)(nil)
+)
 
 func exerciseNumbers() []string {
 	var n []string
@@ -57,6 +65,3 @@ func cmdCheck(ctx context.Context, cfg lab.Config, args []string) error {
 	fmt.Fprintf(out, "not yet: %s\nhint: %s\n", r.Saw, r.Hint)
 	return exitError{1}
 }
-
-// lab.Lab is what every check reads.
-var _ exercise.KernelLab = (*lab.Lab)(nil)

@@ -134,7 +134,14 @@ func cmdUse(ctx context.Context, cfg lab.Config, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := l.Cluster().Use(ctx, fs.Arg(0)); err != nil {
+	kubeProxy := ""
+	if fs.Arg(0) == "svcproxy" {
+		// kube-proxy's cleanup runs in every node once svcproxy serves.
+		if kubeProxy, err = cluster.FindKubeProxy(*kapiDir); err != nil {
+			return err
+		}
+	}
+	if err := l.Cluster().Use(ctx, fs.Arg(0), kubeProxy); err != nil {
 		return err
 	}
 	proxy, dns, err := l.Cluster().Serving(ctx)

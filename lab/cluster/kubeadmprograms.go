@@ -67,3 +67,22 @@ func FindKubeadmPrograms(dir, binDir, imageDir string) (KubeadmPrograms, error) 
 	}
 	return progs, nil
 }
+
+// FindKubeProxy returns the kube-proxy program of the kubeadm cluster's
+// image, which `svclab use svcproxy` runs with --cleanup in every node: in
+// dir, or, when dir is "", the one `make cluster-bins` built. It builds
+// nothing.
+func FindKubeProxy(dir string) (string, error) {
+	p := filepath.Join(dir, "kube-proxy")
+	if dir == "" {
+		bins, err := k8sbin.Build(context.Background(), k8sbin.Config{CachedOnly: true, ControlPlane: true, Node: true, Cluster: true})
+		if err != nil {
+			return "", fmt.Errorf("kube-proxy: %w; build it with `make cluster-bins`", err)
+		}
+		p = bins.KubeProxy
+	}
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("kube-proxy: %w", err)
+	}
+	return p, nil
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/deploy/image"
 	"github.com/svcproxy/svcproxy/images"
+	"github.com/svcproxy/svcproxy/lab/topology"
 )
 
 // What serves Services and DNS on the kubeadm cluster, and how `svclab
@@ -35,7 +36,11 @@ var (
 // in turn as a rolling update does. Services keep answering meanwhile on
 // every node but the one whose pod is being replaced (a DaemonSet's
 // rolling update stops the old pod before it starts the new one).
-func (c *Cluster) Use(ctx context.Context, what string) error {
+// Then, as an operator does once another proxy has replaced one, the
+// replaced proxy's cleanup runs in every node: kubeProxy (the kube-proxy
+// program, FindKubeProxy) --cleanup for svcproxy, svcproxy --cleanup for
+// kube-proxy.
+func (c *Cluster) Use(ctx context.Context, what, kubeProxy string) error {
 	st, err := c.net.ReadState()
 	if err != nil {
 		return err
@@ -60,8 +65,40 @@ func (c *Cluster) Use(ctx context.Context, what string) error {
 	if err := c.waitRollout(ctx, kind+"/"+name, selector); err != nil {
 		return err
 	}
+	switch what {
+	case "kube-proxy":
+		bin, err := c.net.Binary("svcproxy")
+		if err != nil {
+			return err
+		}
+		if err := c.cleanupEveryNode(ctx, bin); err != nil {
+			return err
+		}
+	case "svcproxy":
+		if err := c.cleanupEveryNode(ctx, kubeProxy); err != nil {
+			return err
+		}
+	}
 	if kind == "daemonset" {
 		return c.waitProxyMode(ctx, st.Mode)
+	}
+	return nil
+}
+
+// cleanupEveryNode runs `PROXY --cleanup` in every node, once the other
+// proxy serves there, as an operator runs the replaced proxy's cleanup
+// (`kube-proxy --cleanup` on each node) when another proxy takes over.
+// Neither proxy removes its rules when it stops (a restart adopts them),
+// and kube-proxy removes only its own other modes' at its start. Left
+// there, the replaced proxy's rules go on sending a Service's traffic to
+// the endpoints it last saw, for every endpoint that has changed since:
+// kube-proxy's iptables hooks come before svcproxy's userspace portals,
+// and svcproxy's iptables hooks before kube-proxy's.
+func (c *Cluster) cleanupEveryNode(ctx context.Context, proxy string) error {
+	for _, n := range c.Nodes() {
+		if err := topology.Run(ctx, "ip", "netns", "exec", n.Namespace, proxy, "--cleanup"); err != nil {
+			return fmt.Errorf("node %s: the replaced proxy's rules: %w", n.Name, err)
+		}
 	}
 	return nil
 }

@@ -3,10 +3,15 @@
 // and `svclab check NN`, which reads the lab as it is now and says whether
 // it shows what the task asks for, with a hint when it does not.
 //
-// A check reads what svcproxy itself serves (its /status, through
-// views.Services: the mode it runs, each port's path and endpoints), never
-// what svclab remembers having done: a learner who reaches the state by
-// another way (a manifest edited by hand, another command) passes too.
+// A check reads what the lab's programs and kernel hold now, never what
+// svclab remembers having done: most read what svcproxy itself serves (its
+// /status, through views.Services: the mode it runs, each port's path and
+// endpoints); others read the node's conntrack table, its rules, a packet
+// traced through them or a resolver's questions (kernel.go), or, in the
+// labs with more than one process to ask, the node's IPVS, the API server
+// or each node's proxy (nodes.go). A
+// learner who reaches the state by another way (a manifest edited by hand,
+// another command) passes too.
 package exercise
 
 import (
@@ -18,7 +23,8 @@ import (
 	"github.com/svcproxy/svcproxy/lab/views"
 )
 
-// Lab is what a check reads: lab.Lab, or a fake in unit tests.
+// Lab is what a check reads: lab.Lab, or a fake in unit tests. A check that
+// reads more asks for more (KernelLab, IPVSLab, ClusterLab).
 type Lab interface {
 	Services(ctx context.Context) (*views.ServicesView, error)
 }
@@ -65,10 +71,13 @@ var Exercises = []Exercise{
 	{"04", "Make the outside host's connections to the node port 30081 reach web-1 alone, with the outside host's address kept, no server stopped.", kernel(checkLocalOnlyWeb1)},
 	{"05", "Make the kernel remember a second client of web-sticky beside the client.", kernel(checkTwoStickyClients)},
 	{"06", "Make the client ask one question, not four, to resolve kube-dns.kube-system.svc.cluster.local, while web still resolves by its short name.", kernel(checkOneQuestion)},
+	{"07", "Make web's virtual server send web-0 three of every five new connections, and web-1 and web-2 one each.", checkWebWeighted},
 	{"08", "Make hybrid mode promote web-sticky's port to the kernel, as it promoted web's.", services(checkStickyPromoted)},
 	{"09", "In iptables mode, make web's port cost eight rules in the nat table instead of eleven, without changing the Service or stopping a server.", kernel(checkWebEightRules)},
 	{"10", "Keep web-2 out of web-dual's new connections in both IP families, its server still running.", services(checkWeb2UnreadyBothFamilies)},
+	{"11", "Run the cluster DNS in three pods, each one ready behind kube-dns.", checkThreeDNSPods},
 	{"12", "In socklb mode, leave in conntrack a connection to web that the socket LB did not rewrite: one that the nftables path beside it DNATed.", kernel(checkSocketLBMissed)},
+	{"13", "Switch the proxy on every node to nftables mode, as kubeadm's users do: the ConfigMap, then the pods.", checkNodesNftables},
 }
 
 // Find returns tutorial n's exercise.

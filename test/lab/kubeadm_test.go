@@ -75,7 +75,9 @@ spec:
 // through kube-proxy, then through svcproxy once `svclab use svcproxy` has
 // rolled kube-proxy's DaemonSet to svcproxy's image, and through kube-proxy
 // again after `svclab use kube-proxy`; names resolve through CoreDNS, then
-// clusterdns, then CoreDNS. After `svclab down` nothing is left. It logs the
+// clusterdns, then CoreDNS. `svclab web` shows each pod on its node;
+// `svclab rules --node` and `svclab trace --node` read a worker's rules
+// (webShowsNodes, rulesAndTraceOnAWorker). After `svclab down` nothing is left. It logs the
 // time each step took and the resident memory of the kubelets, the
 // containerds, kube-apiserver and etcd.
 func TestKubeadmCluster(t *testing.T) {
@@ -140,7 +142,12 @@ func TestKubeadmCluster(t *testing.T) {
 	t.Run("kube-proxy and CoreDNS", func(t *testing.T) {
 		reach(t, "kube-proxy")
 		resolve(t, "CoreDNS")
+		if out := c.svclab("rules", "--node", "worker2"); !strings.Contains(out, "KUBE-SERVICES") {
+			t.Errorf("svclab rules --node worker2: no KUBE-SERVICES, kube-proxy's chain, in\n%s", out)
+		}
+		execOnANode(t, c)
 	})
+	t.Run("svclab web", func(t *testing.T) { webShowsNodes(t, bin, nodeOf) })
 	for _, step := range []struct{ use, serving string }{
 		{"svcproxy", "svcproxy"}, {"clusterdns", "clusterdns"}, {"kube-proxy", "kube-proxy"}, {"coredns", "CoreDNS"},
 	} {
@@ -151,6 +158,9 @@ func TestKubeadmCluster(t *testing.T) {
 			t.Logf("svclab use %s: %s(%s)", step.use, out, time.Since(start).Round(time.Millisecond))
 			if strings.HasSuffix(step.use, "proxy") {
 				reach(t, step.serving)
+				if step.use == "svcproxy" {
+					rulesAndTraceOnAWorker(t, c, clusterIP)
+				}
 			} else {
 				resolve(t, step.serving)
 			}

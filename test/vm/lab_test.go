@@ -43,10 +43,15 @@ func TestLab(t *testing.T) {
 	if err := BuildLab(ctx, work); err != nil {
 		t.Fatal(err)
 	}
-	g, err := NewLabGuest(work, "/bin/sh", "-c", labScript(names, tuts))
+	// The script is a file of the guest, not the shell's command line: the
+	// demo's last step reports a process whose command line names the
+	// lab's state directory or namespaces as left behind, and an
+	// exercise's solution may name them (/run/svclab/services.yaml).
+	g, err := NewLabGuest(work, "/bin/sh", labScriptPath)
 	if err != nil {
 		t.Skipf("the lab in the VM: %v", err)
 	}
+	g.Data[labScriptPath] = []byte(labScript(names, tuts))
 	var out GuestOutput
 	var lines []string
 	res, err := Run(ctx, k, g, work, func(l string) {
@@ -90,14 +95,36 @@ func TestLab(t *testing.T) {
 				if m, ok := tutorial.Check(c.Expect, s.out); ok {
 					t.Errorf("line %d: %s: output lacks %q (only <marked> parts and \"...\" may differ); the closest line it printed: %q\n%s", c.Line, c.Text, m.Want, m.Closest, s.out)
 				}
+				if len(c.Solution) > 0 {
+					checkExercise(t, sections, fmt.Sprintf("%s %d", name, i), c)
+				}
 			}
 		})
 	}
 }
 
-// Markers of labScript's sections on the console. They must not contain "svclab-":
-// the demo's last step reports a process whose command line has the lab's prefix as
-// left behind, and the script is the command line of the guest's shell.
+// checkExercise checks what labScript ran after an exercise's check (c, in
+// section name), which failed on the lab where the exercise was not done:
+// the solution's commands, each of which must succeed, and the check
+// again, which must now pass and say "ok", as test/lab's doExercise does.
+func checkExercise(t *testing.T, sections map[string]section, name string, c tutorial.Command) {
+	t.Helper()
+	for j, sol := range c.Solution {
+		s, ok := sections[fmt.Sprintf("%s solution %d", name, j)]
+		if !ok || s.status != 0 {
+			t.Fatalf("line %d: the exercise's solution %s: did not succeed (exit status %d)\n%s", c.Line, sol, s.status, s.out)
+		}
+	}
+	s, ok := sections[name+" after"]
+	if !ok || s.status != 0 || !strings.Contains(s.out, "\nok: ") {
+		t.Errorf("line %d: %s after the exercise's solution: exit status %d; want it to pass, saying ok:\n%s", c.Line, c.Text, s.status, s.out)
+	}
+}
+
+// labScriptPath is where the guest holds labScript.
+const labScriptPath = "/lab-script.sh"
+
+// Markers of labScript's sections on the console.
 const (
 	sectionMarker = "=== vm-lab section "
 	statusMarker  = "=== vm-lab status "
@@ -105,7 +132,8 @@ const (
 
 // labScript is the guest's shell script: the demo's IPVS step, then each
 // tutorial's commands as a learner types them, each between markers with its exit
-// status. A failed command does not stop the rest: the VM is thrown away after.
+// status; after an exercise's check, its solution's commands and the check
+// again. A failed command does not stop the rest: the VM is thrown away after.
 func labScript(names []string, tuts map[string]*tutorial.Tutorial) string {
 	var b strings.Builder
 	b.WriteString(labEnv + "set -o pipefail\n")
@@ -116,6 +144,12 @@ func labScript(names []string, tuts map[string]*tutorial.Tutorial) string {
 	for _, name := range names {
 		for i, c := range tuts[name].Commands {
 			section(fmt.Sprintf("%s %d", name, i), c.Text)
+			for j, sol := range c.Solution {
+				section(fmt.Sprintf("%s %d solution %d", name, i, j), sol)
+			}
+			if len(c.Solution) > 0 {
+				section(fmt.Sprintf("%s %d after", name, i), c.Text)
+			}
 		}
 	}
 	return b.String()
