@@ -163,6 +163,10 @@ func (l *Lab) Traffic(ctx context.Context, opts pods.TrafficOptions) (*pods.Tall
 	return l.pods.Traffic(ctx, opts)
 }
 
+// LogPath is the log of a process the lab started: "svcproxy",
+// "clusterdns" (see topology.Net.LogPath).
+func (l *Lab) LogPath(name string) string { return l.net.LogPath(name) }
+
 // Leftovers lists what the lab left on the machine; empty after Down (see
 // topology.Net.Leftovers).
 func (l *Lab) Leftovers() []string { return l.net.Leftovers() }

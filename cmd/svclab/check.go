@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/svcproxy/svcproxy/lab"
@@ -11,15 +12,17 @@ import (
 
 var checkAbout = `Check the exercise at the end of tutorial NN on the lab as it is now:
 "ok" with what the lab shows, or "not yet", what is still missing and a hint
-(exit status 1). The check reads what the lab holds now: what svcproxy
-serves (its mode, each port's path and endpoints) and, in the labs that have
-them, the node's IPVS, the API server and each node's proxy. So any way of
-doing the task passes.
+(exit status 1). It reads what the lab holds now: what svcproxy serves (its
+mode, each port's path and endpoints) and, for some tutorials, the node's
+conntrack table, its rules, the questions a host's resolver asks, the node's
+IPVS, the API server or each node's proxy. So any way of doing the task
+passes.
 
 tutorials with an exercise: ` + strings.Join(exerciseNumbers(), ", ")
 
 // The lab is every kind of lab a check reads.
 var (
+	_ exercise.KernelLab  = (*lab.Lab)(nil)
 	_ exercise.IPVSLab    = (*lab.Lab)(nil)
 	_ exercise.ClusterLab = (*lab.Lab)(nil)
 )
@@ -41,7 +44,11 @@ func cmdCheck(ctx context.Context, cfg lab.Config, args []string) error {
 	if err != nil {
 		return err
 	}
-	l, err := lab.New(cfg)
+	// What the views print as they read (a trace's walk) is not the
+	// check's answer: only the lines below are.
+	quiet := cfg
+	quiet.Stdout = io.Discard
+	l, err := lab.New(quiet)
 	if err != nil {
 		return err
 	}

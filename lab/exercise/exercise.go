@@ -6,8 +6,10 @@
 // A check reads what the lab's programs and kernel hold now, never what
 // svclab remembers having done: most read what svcproxy itself serves (its
 // /status, through views.Services: the mode it runs, each port's path and
-// endpoints); those of the labs with more than one process to ask read the
-// node's IPVS, the API server or each node's proxy too (nodes.go). A
+// endpoints); others read the node's conntrack table, its rules, a packet
+// traced through them or a resolver's questions (kernel.go), or, in the
+// labs with more than one process to ask, the node's IPVS, the API server
+// or each node's proxy (nodes.go). A
 // learner who reaches the state by another way (a manifest edited by hand,
 // another command) passes too.
 package exercise
@@ -22,7 +24,7 @@ import (
 )
 
 // Lab is what a check reads: lab.Lab, or a fake in unit tests. A check that
-// reads more asks for more (IPVSLab, ClusterLab).
+// reads more asks for more (KernelLab, IPVSLab, ClusterLab).
 type Lab interface {
 	Services(ctx context.Context) (*views.ServicesView, error)
 }
@@ -64,11 +66,17 @@ func services(f func(*views.ServicesView) Result) checkFunc {
 // Exercises are the tutorials' exercises, by number.
 var Exercises = []Exercise{
 	{"01", "Put svcproxy back in the mode where every pod sees the node as its client.", services(checkNodeIsClient)},
+	{"02", "Leave the node's conntrack table holding one entry for web: one connection that the kernel alone sent to a pod.", kernel(checkOneDNATEntry)},
 	{"03", "Keep web-1 out of web's new connections while its server keeps running and web-1 stays in web's EndpointSlice.", services(checkWeb1Unready)},
+	{"04", "Make the outside host's connections to the node port 30081 reach web-1 alone, with the outside host's address kept, no server stopped.", kernel(checkLocalOnlyWeb1)},
+	{"05", "Make the kernel remember a second client of web-sticky beside the client.", kernel(checkTwoStickyClients)},
+	{"06", "Make the client ask one question, not four, to resolve kube-dns.kube-system.svc.cluster.local, while web still resolves by its short name.", kernel(checkOneQuestion)},
 	{"07", "Make web's virtual server send web-0 three of every five new connections, and web-1 and web-2 one each.", checkWebWeighted},
 	{"08", "Make hybrid mode promote web-sticky's port to the kernel, as it promoted web's.", services(checkStickyPromoted)},
+	{"09", "In iptables mode, make web's port cost eight rules in the nat table instead of eleven, without changing the Service or stopping a server.", kernel(checkWebEightRules)},
 	{"10", "Keep web-2 out of web-dual's new connections in both IP families, its server still running.", services(checkWeb2UnreadyBothFamilies)},
 	{"11", "Run the cluster DNS in three pods, each one ready behind kube-dns.", checkThreeDNSPods},
+	{"12", "In socklb mode, leave in conntrack a connection to web that the socket LB did not rewrite: one that the nftables path beside it DNATed.", kernel(checkSocketLBMissed)},
 	{"13", "Switch the proxy on every node to nftables mode, as kubeadm's users do: the ConfigMap, then the pods.", checkNodesNftables},
 }
 
