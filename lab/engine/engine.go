@@ -23,7 +23,7 @@
 //     --data-root, --exec-root, --pidfile, --config-file and its socket under
 //     the state directory, storage driver overlay2, iptables on, its bridge
 //     and address pools in 198.19.0.0/16, containers' cgroups under one
-//     parent (/svclab-engine-NAME), and runc-capbound as its default runtime:
+//     parent (/enginelab-NAME), and runc-capbound as its default runtime:
 //     this machine's bounding set lacks CAP_SYS_RESOURCE, and runc fails
 //     every privileged container ("unable to apply caps") unless that
 //     capability is removed from the container's sets first.
@@ -55,10 +55,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Defaults for Config, under the lab's state directory (/run/svclab).
+// Defaults for Config. Not "svclab-" anything and not under /run/svclab:
+// `svclab down` deletes every network namespace named "svclab-..." (with
+// what runs in it) and /run/svclab, and would take a running engine with
+// them.
 const (
-	DefaultName     = "svclab-engine"
-	DefaultStateDir = "/run/svclab/engine"
+	DefaultName     = "enginelab"
+	DefaultStateDir = "/run/enginelab"
 	// DefaultBridge is docker0's address; DefaultPool the networks `docker
 	// network create` (and kind's network "kind") take, /24 each.
 	DefaultBridge = "198.19.240.1/24"
@@ -127,7 +130,7 @@ func (e *Engine) Log() string { return e.logFile() }
 
 // CgroupParent is where dockerd puts its containers' cgroups, in every
 // cgroup v1 hierarchy.
-func (e *Engine) CgroupParent() string { return "/svclab-engine-" + e.cfg.Name }
+func (e *Engine) CgroupParent() string { return "/enginelab-" + e.cfg.Name }
 
 // Start makes the namespaces, starts dockerd and waits until it answers on
 // its socket. On failure it removes what it made.

@@ -42,7 +42,7 @@ func TestDockerdArgsKeepEverythingInStateDir(t *testing.T) {
 		"--default-runtime":      "capbound",
 		"--bip":                  DefaultBridge,
 		"--default-address-pool": "base=" + DefaultPool + ",size=24",
-		"--cgroup-parent":        "/svclab-engine-e1",
+		"--cgroup-parent":        "/enginelab-e1",
 	}
 	for i := 1; i+1 < len(args); i++ {
 		if w, ok := want[args[i]]; ok {
