@@ -126,11 +126,7 @@ func checkWebWeighted(ctx context.Context, l Lab) (Result, error) {
 // three pods, and kube-dns's dns port has three ready endpoints, each a pod
 // the kubelet started on the node (so an address of cni0's range).
 func checkThreeDNSPods(ctx context.Context, l Lab) (Result, error) {
-	cl, ok := l.(ClusterLab)
-	if !ok {
-		return Result{}, errors.New("this lab has no API server to ask")
-	}
-	client, err := cl.Client()
+	_, client, err := clusterClient(l)
 	if err != nil {
 		return Result{}, err
 	}
@@ -200,11 +196,7 @@ var proxyPatience = 30 * time.Second
 // nftables, and the proxy on every node (kube-proxy or svcproxy, whichever
 // the DaemonSet runs) answers /proxyMode with nftables.
 func checkNodesNftables(ctx context.Context, l Lab) (Result, error) {
-	cl, ok := l.(ClusterLab)
-	if !ok {
-		return Result{}, errors.New("this lab has no API server to ask")
-	}
-	client, err := cl.Client()
+	cl, client, err := clusterClient(l)
 	if err != nil {
 		return Result{}, err
 	}
@@ -268,4 +260,15 @@ func proxyModeOf(ctx context.Context, cl ClusterLab, node string) (string, error
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// clusterClient is the lab as a ClusterLab and its API server's client, for
+// the checks that ask the cluster.
+func clusterClient(l Lab) (ClusterLab, kubernetes.Interface, error) {
+	cl, ok := l.(ClusterLab)
+	if !ok {
+		return nil, nil, errors.New("this lab has no API server to ask")
+	}
+	client, err := cl.Client()
+	return cl, client, err
 }
