@@ -160,7 +160,7 @@ func parseFlags(args []string) (*Config, error) {
 	portRange := fs.String("proxy-port-range", "", "userspace: local ports for the listeners, `FROM-TO` (default: chosen by the kernel)")
 	fs.DurationVar(&c.UDPIdleTimeout, "udp-idle-timeout", 250*time.Millisecond, "userspace: how long an idle UDP session lives (kube-proxy's default)")
 	fs.IntVar(&c.UDPMaxSessions, "udp-max-sessions", userspace.DefaultUDPMaxSessions, "userspace: UDP sessions (client addresses) per listener; a new client beyond them ends the session idle longest")
-	minSync := fs.Duration("min-sync-period", time.Second, "at most one sync per this interval")
+	minSync := fs.Duration("min-sync-period", time.Second, "the least time from the end of one sync to the start of the next")
 	sync := fs.Duration("sync-period", 30*time.Second, "at least one sync per this interval (iptables, nftables: partial, after checking that the rules are still in place)")
 	fs.DurationVar(&c.FullSyncPeriod, "full-sync-period", time.Hour, "iptables, nftables: a full sync this long after the end of the last one (kube-proxy's fixed proxyutil.FullSyncPeriod; benchmarks shorten it)")
 	fs.DurationVar(&c.ShutdownGrace, "shutdown-grace", 10*time.Second, "userspace: on SIGTERM, how long open connections may finish before they are closed")

@@ -92,7 +92,11 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 		// kube-proxy's selectors: not another proxy's Services, not
 		// headless ones (clusterdns serves those, and so sets none).
 		ProxiedOnly: true,
-		Logger:      log,
+		// The loop below says when each sync has ended (w.Applied):
+		// --min-sync-period counts from there, as kube-proxy's does, so a
+		// sync longer than it is not followed by the next back to back.
+		WaitForApplied: true,
+		Logger:         log,
 	})
 	if errors.Is(err, watch.ErrFileTooLarge) {
 		return fmt.Errorf("%w (raise --services-max-bytes to accept it)", err)
@@ -174,6 +178,7 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 			if syncTo(ctx, dp, snap, log) {
 				ep.markSynced()
 			}
+			w.Applied()
 		case <-ctx.Done():
 			for range workers {
 				<-done

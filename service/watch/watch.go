@@ -47,6 +47,16 @@ type Config struct {
 	// MinSyncPeriod: at most one Snapshot per this interval, however many
 	// changes arrive. 0 means DefaultMinSyncPeriod.
 	MinSyncPeriod time.Duration
+	// WaitForApplied paces Snapshots by their subscriber's syncs, as
+	// kube-proxy's BoundedFrequencyRunner paces syncProxyRules: after a
+	// Snapshot is published, the next one waits until the subscriber says
+	// it has applied it (Applied) and MinSyncPeriod has passed since then,
+	// so a sync that takes longer than MinSyncPeriod is not followed back
+	// to back by the next, and the next is built when it starts, with every
+	// change up to then. Without it, MinSyncPeriod counts from the last
+	// build. The periodic resync is not held. Set it only when one
+	// subscriber calls Applied after each Snapshot it takes (svcproxy's).
+	WaitForApplied bool
 	// ResyncPeriod: at least one Snapshot per this interval, even when nothing
 	// changed. 0 means DefaultResyncPeriod.
 	ResyncPeriod time.Duration
@@ -93,6 +103,8 @@ type Watcher struct {
 
 	syncs atomic.Int64 // Snapshots published, for tests
 	built atomic.Int64 // Snapshots built (a resync without changes builds none), for tests
+	// applied is Applied's signal to the loop (Config.WaitForApplied).
+	applied chan struct{}
 
 	// builtGen is the tracker's generation the latest Snapshot was built at:
 	// while it is unchanged, no object changed and a resync republishes the
@@ -128,7 +140,8 @@ func newWatcher(cfg Config, lw *listWatchers) (*Watcher, error) {
 		return nil, fmt.Errorf("resync period %v is shorter than min sync period %v", cfg.ResyncPeriod, cfg.MinSyncPeriod)
 	}
 	sel := selection{nodeName: cfg.NodeName, proxiedOnly: cfg.ProxiedOnly, namespaces: cfg.Namespaces, pods: cfg.Pods}
-	w := &Watcher{cfg: cfg, log: cfg.Logger, tracker: newChangeTracker(), reported: make(map[string]bool)}
+	w := &Watcher{cfg: cfg, log: cfg.Logger, tracker: newChangeTracker(), reported: make(map[string]bool),
+		applied: make(chan struct{}, 1)}
 	if w.log == nil {
 		w.log = slog.Default()
 	}
@@ -363,13 +376,29 @@ func (w *Watcher) runFile(ctx context.Context) error {
 	return nil
 }
 
+// Applied tells the Watcher that its subscriber has applied the Snapshot it
+// took last (with Config.WaitForApplied: the next one waits MinSyncPeriod
+// from now). It does not block; without WaitForApplied it does nothing.
+func (w *Watcher) Applied() {
+	select {
+	case w.applied <- struct{}{}:
+	default: // one already waiting says the same
+	}
+}
+
 // loop is the coalescing loop, kube-proxy's BoundedFrequencyRunner in a select:
 // a change that arrives less than MinSyncPeriod after the last sync waits for
 // the rest of that interval, and every change that arrives meanwhile rides
-// along; the resync timer fires when nothing changed for ResyncPeriod.
+// along; the resync timer fires when nothing changed for ResyncPeriod. With
+// Config.WaitForApplied the last sync is the subscriber's: a change that
+// arrives while it applies a Snapshot waits for its Applied, then for
+// MinSyncPeriod, as kube-proxy counts minSyncPeriod from the end of a run
+// (runner.BoundedFrequencyRunner.Loop).
 func (w *Watcher) loop(ctx context.Context, build func() *service.Snapshot) {
 	w.sync(build)
 	last := time.Now()
+	busy := w.cfg.WaitForApplied // the subscriber is applying what was published
+	waiting := false             // a change waits for its Applied
 	resync := time.NewTimer(w.cfg.ResyncPeriod)
 	defer resync.Stop()
 	var held <-chan time.Time // non-nil while a change waits out MinSyncPeriod
@@ -378,9 +407,22 @@ func (w *Watcher) loop(ctx context.Context, build func() *service.Snapshot) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-w.applied:
+			if !busy {
+				continue // a resync's, or one already counted
+			}
+			busy, last = false, time.Now()
+			if waiting {
+				waiting, held = false, time.After(w.cfg.MinSyncPeriod)
+			}
+			continue
 		case <-w.tracker.dirty:
 			if held != nil {
 				continue // already scheduled
+			}
+			if busy {
+				waiting = true
+				continue
 			}
 			if wait := time.Until(last.Add(w.cfg.MinSyncPeriod)); wait > 0 {
 				held = time.After(wait)
@@ -395,9 +437,10 @@ func (w *Watcher) loop(ctx context.Context, build func() *service.Snapshot) {
 		case <-w.tracker.dirty:
 		default:
 		}
-		held = nil
+		held, waiting = nil, false
 		w.sync(build)
 		last = time.Now()
+		busy = w.cfg.WaitForApplied
 		resync.Reset(w.cfg.ResyncPeriod)
 	}
 }

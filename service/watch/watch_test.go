@@ -197,6 +197,50 @@ func TestWatcherCoalesces(t *testing.T) {
 	t.Logf("%d changes -> %d Snapshots", changes, n)
 }
 
+// TestWatcherWaitsForApplied: with WaitForApplied, no Snapshot comes while
+// the subscriber applies the last one, however many changes arrive and
+// however many MinSyncPeriods pass; after Applied, the next comes no sooner
+// than MinSyncPeriod later, with every change up to then.
+func TestWatcherWaitsForApplied(t *testing.T) {
+	const minSync = 50 * time.Millisecond
+	w, client, _ := newFakeWatcher(t, Config{MinSyncPeriod: minSync, WaitForApplied: true})
+	snaps := start(t, w)
+	await(t, snaps, "nothing", is(""))
+	w.Applied() // the first sync is done
+
+	create := func(i int) {
+		t.Helper()
+		svc := testService(fmt.Sprintf("svc-%d", i), fmt.Sprintf("198.18.1.%d", i), 80)
+		if _, err := client.CoreV1().Services("default").Create(t.Context(), svc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create(0)
+	await(t, snaps, "svc-0", func(s *service.Snapshot) bool { return s.Len() == 1 })
+	published, gen := w.syncs.Load(), w.tracker.gen.Load()
+	// The subscriber is applying svc-0's Snapshot: ten more changes over
+	// six MinSyncPeriods publish nothing.
+	for i := 1; i <= 10; i++ {
+		create(i)
+		time.Sleep(minSync * 6 / 10)
+	}
+	for w.tracker.gen.Load()-gen < 10 { // every event in the caches, however slow
+		time.Sleep(minSync / 10)
+	}
+	if n := w.syncs.Load() - published; n != 0 {
+		t.Fatalf("%d Snapshots published before Applied, want none", n)
+	}
+	done := time.Now()
+	w.Applied()
+	await(t, snaps, "the ten", func(s *service.Snapshot) bool { return s.Len() == 11 })
+	if waited := time.Since(done); waited < minSync {
+		t.Errorf("next Snapshot %v after Applied, want at least MinSyncPeriod (%v)", waited, minSync)
+	}
+	if n := w.syncs.Load() - published; n != 1 {
+		t.Errorf("the ten changes came in %d Snapshots, want one", n)
+	}
+}
+
 // TestWatcherResyncs: without changes, a Snapshot still comes every ResyncPeriod.
 func TestWatcherResyncs(t *testing.T) {
 	w, _, _ := newFakeWatcher(t, Config{ResyncPeriod: 20 * time.Millisecond})
