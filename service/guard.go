@@ -91,15 +91,23 @@ func RefuseEndpoints(snap *Snapshot, refuse func(Endpoint) string) (*Snapshot, [
 	for _, svc := range snap.Services() {
 		var copied *Service
 		for pi, p := range svc.Ports {
-			keep := p.Endpoints[:0:0]
+			// keep is made at the first refusal only: the usual port
+			// refuses nothing, and its list is shared as it is (at
+			// 10,000 Services a copy per port was most of what each
+			// Snapshot allocated).
+			var keep []Endpoint
 			dropped := false
-			for _, ep := range p.Endpoints {
+			for i, ep := range p.Endpoints {
 				if why := refuse(ep); why != "" {
 					errs = append(errs, fmt.Errorf("service port %s: endpoint %s: %s", p.Name, ep.Addr, why))
-					dropped = true
+					if !dropped {
+						keep, dropped = slices.Clone(p.Endpoints[:i:i]), true
+					}
 					continue
 				}
-				keep = append(keep, ep)
+				if dropped {
+					keep = append(keep, ep)
+				}
 			}
 			if !dropped {
 				continue

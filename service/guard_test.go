@@ -1,6 +1,7 @@
 package service
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -125,6 +126,29 @@ func TestRefuseEndpoints(t *testing.T) {
 	}
 	if len(got.Errors()) != 1 {
 		t.Errorf("the Snapshot's errors: %v, want the refusal", got.Errors())
+	}
+}
+
+// TestRefuseEndpointsAllocatesNothing: a Snapshot whose endpoints are all
+// kept comes back as it is, with nothing allocated on the way (svcproxy
+// filters every Snapshot so).
+func TestRefuseEndpointsAllocatesNothing(t *testing.T) {
+	var ess []*discoveryv1.EndpointSlice
+	var svcs []*v1.Service
+	for i := range 20 {
+		name := fmt.Sprintf("svc-%d", i)
+		svcs = append(svcs, svc(name, func(s *v1.Service) { s.Spec.ClusterIP = fmt.Sprintf("198.18.0.%d", 10+i) }))
+		ess = append(ess, slice(name+"-1", name, []discoveryv1.EndpointPort{port("http", 8080, v1.ProtocolTCP)},
+			ep(fmt.Sprintf("198.19.0.%d", 10+i), true), ep(fmt.Sprintf("198.19.1.%d", 10+i), true)))
+	}
+	snap := Build(svcs, ess, nil)
+	keepAll := func(Endpoint) string { return "" }
+	if n := testing.AllocsPerRun(10, func() {
+		if got, errs := RefuseEndpoints(snap, keepAll); got != snap || errs != nil {
+			t.Fatal("a Snapshot with nothing refused was not returned as it was")
+		}
+	}); n > 1 { // the list of Services it would have built
+		t.Errorf("%v allocations for a Snapshot of 20 Services with nothing refused, want at most 1", n)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"runtime"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"syscall"
@@ -69,20 +70,24 @@ func BenchmarkNFTFullSync(b *testing.B) {
 			netnstest.RequireRoot(b, "nft")
 			snap := Cluster(n)
 			var cpu cpuTimes
+			var peak uint64
 			for range b.N {
 				b.StopTimer()
 				ns := netnstest.New(b)
 				p := newNFTProxier(b, ns)
+				runtime.GC() // the sync's own peak, not the last one's garbage
 				b.StartTimer()
 				start := readCPU()
+				stop := sampleHeap(&peak)
 				nftSync(b, ns, p, snap)
+				stop()
 				cpu = cpu.add(start.since())
 				b.StopTimer()
 				b.ReportMetric(float64(p.Health().Operations), "operations")
 				b.StartTimer()
 			}
 			cpu.report(b)
-			keep(b, nil)
+			keep(b, map[string]float64{"peak-heap-MiB": float64(peak) / (1 << 20)})
 		})
 		b.Run(fmt.Sprintf("restart/ports=%d", n), func(b *testing.B) {
 			netnstest.RequireRoot(b, "nft")
@@ -210,6 +215,30 @@ func (start cpuTimes) since() cpuTimes {
 }
 
 func (t cpuTimes) add(u cpuTimes) cpuTimes { return cpuTimes{t.self + u.self, t.children + u.children} }
+
+// sampleHeap records in peak the largest heap (objects, live or not yet
+// collected: what the process's memory follows) it sees until stop is
+// called, sampled every millisecond: the transient of a sync, which a
+// profile taken after it does not show.
+func sampleHeap(peak *uint64) (stop func()) {
+	done, ended := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(ended)
+		s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for {
+			metrics.Read(s)
+			*peak = max(*peak, s[0].Value.Uint64())
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(done); <-ended }
+}
 
 // report adds t per iteration as metrics: svcproxy's CPU (this process: render,
 // diff, transaction text, the Go runtime's GC) and nft's (its parser in user time,

@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -106,10 +107,23 @@ func (r *Real) Run(ctx context.Context, tx *knftables.Transaction) error {
 	}
 	cmd := exec.CommandContext(ctx, r.nft, "-f", "-")
 	cmd.Env = nftEnv(os.Environ())
-	cmd.Stdin = strings.NewReader(chainBlocks(text))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return fmt.Errorf("nft: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return newRunError(err, "")
+	}
+	// The blocks go to nft as they are written, not made whole first.
+	// A write that fails (nft ended early) is not the error to report:
+	// nft's exit status and message are.
+	in := bufio.NewWriterSize(stdin, 64<<10)
+	writeChainBlocks(in, text)
+	_ = in.Flush()
+	_ = stdin.Close()
+	if err := cmd.Wait(); err != nil {
 		return newRunError(err, stderr.String())
 	}
 	return nil
