@@ -75,9 +75,10 @@ kind-image: deps cluster-bins kubeadm-images
 	$(GO) run ./images/mkkindnode -o $(BIN)/kind-node.tar
 
 ## kind-up: kind v0.33.0 makes deploy/kind/cluster.yaml's three nodes in a
-## dockerd kept inside namespaces of its own, with this machine's patch
-## (lab/kind/host-patch.yaml); then kind load image-archive, kubectl apply -k
-## deploy/kind, and a Service and a name checked from a pod on each worker
+## dockerd kept inside namespaces of its own, with this lab's patch
+## (lab/kind/host-patch.yaml: the test address ranges, cgroup v1); then kind
+## load image-archive, kubectl apply -k deploy/kind (through lab/kind/overlay,
+## its pod range), and a Service and a name checked from a pod on each worker
 ## (root; lab/kind, docs/kind.md). kind-down removes it all
 kind-up: deps build kind-bin image e2e-images
 	@test -f $(BIN)/kind-node.tar || { echo "kind-up: no $(BIN)/kind-node.tar: run make kind-image first" >&2; exit 1; }

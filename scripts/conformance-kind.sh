@@ -14,6 +14,7 @@
 # bin/kind-node.tar (make kind-image); the Makefile's target runs the others.
 set -eu
 cd "$(dirname "$0")/.."
+. scripts/conformance-lib.sh
 
 MODE=${MODE:-iptables nftables hybrid}
 E2E_TIMEOUT=${E2E_TIMEOUT:-2700}
@@ -24,22 +25,8 @@ SKIP=${SKIP-'should allow creating a basic SCTP service'}
 export BIN E2E_TIMEOUT FOCUS SKIP
 
 case "$MODE" in *" "*)
-	total_p=0 total_f=0 total_s=0 rc=0
-	for m in $MODE; do
-		out=$BIN/conformance-kind-$m
-		{ MODE=$m sh "$0"; echo $? >"$out.rc"; } 2>&1 | tee "$out.out"
-		[ "$(cat "$out.rc")" = 0 ] || rc=1
-		set -- $(sed -n -E 's/^([0-9]+) passed, ([0-9]+) failed, ([0-9]+) skipped$/\1 \2 \3/p' "$out.out")
-		if [ $# -ne 3 ]; then
-			echo "conformance-kind: mode $m ended without a summary" >&2
-			rc=1
-			continue
-		fi
-		total_p=$((total_p + $1)) total_f=$((total_f + $2)) total_s=$((total_s + $3))
-	done
-	echo "conformance-kind: modes $MODE together:"
-	echo "$total_p passed, $total_f failed, $total_s skipped"
-	exit "$rc"
+	conformance_modes conformance-kind "$BIN/conformance-kind-" || exit 1
+	exit 0
 esac
 
 eval "$(./test/kapi/build.sh -conformance -kind)"
@@ -52,8 +39,7 @@ kindlab() { go run ./lab/kind/kindlab "$@"; }
 trap 'kindlab down' EXIT
 trap 'exit 130' INT TERM
 
-focused=$("$E2E_TEST" --provider=local --ginkgo.dry-run --ginkgo.no-color \
-	--ginkgo.focus="$FOCUS" 2>/dev/null | sed -n -E 's/^Ran ([0-9]+) of .*/\1/p' | tail -1)
+focused=$(conformance_focused)
 
 start=$(date +%s)
 kindlab up
@@ -77,15 +63,6 @@ rc=0
 timeout "$E2E_TIMEOUT" nsenter --net=/run/netns/kindlab \
 	env PATH="$(dirname "$KUBECTL"):$PATH" "$E2E_TEST" "$@" >"$LOG" 2>&1 || rc=$?
 
-grep -a -E '^Ran [0-9]+ of [0-9]+ Specs' "$LOG" | tail -1 || true
-grep -a -E -A40 '^Summarizing [0-9]+ Failure' "$LOG" | grep -a '\[FAIL\]' || true
-line=$(grep -a -E -- '-- [0-9]+ Passed \| [0-9]+ Failed \| [0-9]+ Pending \| [0-9]+ Skipped' "$LOG" | tail -1 || true)
-if [ -z "$line" ]; then
-	echo "conformance-kind: no e2e summary (exit status $rc; timeout is 124): see $LOG" >&2
-	exit 1
-fi
-passed=$(echo "$line" | sed -E 's/.*-- ([0-9]+) Passed.*/\1/')
-failed=$(echo "$line" | sed -E 's/.*\| ([0-9]+) Failed.*/\1/')
-echo "$passed passed, $failed failed, $((focused - passed - failed)) skipped"
+conformance_summary conformance-kind "$LOG" "$rc" "$focused" || exit 1
 echo "conformance-kind: mode $MODE, kind's three nodes, $(($(date +%s) - start)) s with the cluster's start"
 exit "$rc"

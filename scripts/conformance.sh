@@ -20,6 +20,7 @@
 # runs them first). Exit status: e2e.test's (0: no failure).
 set -eu
 cd "$(dirname "$0")/.."
+. scripts/conformance-lib.sh
 
 NODES=${NODES:-1}
 if [ "$NODES" = 1 ]; then
@@ -75,23 +76,10 @@ fi
 # of them), each ending with its own summary line, then the sum of them.
 case "$MODE" in *" "*)
 	export SVCLAB_LOCK_HELD=1 FOCUS SKIP
-	total_p=0 total_f=0 total_s=0 rc=0
-	for m in $MODE; do
-		out=$BIN/conformance-$m
-		[ "$NODES" = 1 ] || out=$BIN/conformance-$NODES-nodes-$m
-		{ MODE=$m sh "$0"; echo $? >"$out.rc"; } 2>&1 | tee "$out.out"
-		[ "$(cat "$out.rc")" = 0 ] || rc=1
-		set -- $(sed -n -E 's/^([0-9]+) passed, ([0-9]+) failed, ([0-9]+) skipped$/\1 \2 \3/p' "$out.out")
-		if [ $# -ne 3 ]; then
-			echo "conformance: mode $m ended without a summary" >&2
-			rc=1
-			continue
-		fi
-		total_p=$((total_p + $1)) total_f=$((total_f + $2)) total_s=$((total_s + $3))
-	done
-	echo "conformance: modes $MODE together:"
-	echo "$total_p passed, $total_f failed, $total_s skipped"
-	exit "$rc"
+	out=$BIN/conformance-
+	[ "$NODES" = 1 ] || out=$BIN/conformance-$NODES-nodes-
+	conformance_modes conformance "$out" || exit 1
+	exit 0
 esac
 
 LOG=$BIN/conformance-$MODE.log
@@ -99,11 +87,7 @@ LOG=$BIN/conformance-$MODE.log
 trap '"$BIN/svclab" --bin "$BIN" down' EXIT
 trap 'exit 130' INT TERM
 
-# The focused tests, counted without running them (a dry run, under a second):
-# "N skipped" below is those of them that did not run, by SKIP or by the test's
-# own check at run time, not the thousands outside the focus.
-focused=$("$E2E_TEST" --provider=local --ginkgo.dry-run --ginkgo.no-color \
-	--ginkgo.focus="$FOCUS" 2>/dev/null | sed -n -E 's/^Ran ([0-9]+) of .*/\1/p' | tail -1)
+focused=$(conformance_focused)
 
 start=$(date +%s)
 svclab() { "$BIN/svclab" --bin "$BIN" "$@"; }
@@ -156,18 +140,7 @@ timeout "$E2E_TIMEOUT" ip netns exec svclab-node \
 	env PATH="$(dirname "$KUBECTL"):$PATH" "$E2E_TEST" "$@" >"$LOG" 2>&1 || rc=$?
 kill "$sampler" 2>/dev/null || true
 
-# Ginkgo's summary: "Ran 23 of 3206 Specs in ..." and
-# "SUCCESS! -- 23 Passed | 0 Failed | 0 Pending | 3183 Skipped".
-grep -a -E '^Ran [0-9]+ of [0-9]+ Specs' "$LOG" | tail -1 || true
-grep -a -E -A40 '^Summarizing [0-9]+ Failure' "$LOG" | grep -a '\[FAIL\]' || true
-line=$(grep -a -E -- '-- [0-9]+ Passed \| [0-9]+ Failed \| [0-9]+ Pending \| [0-9]+ Skipped' "$LOG" | tail -1 || true)
-if [ -z "$line" ]; then
-	echo "conformance: no e2e summary (exit status $rc; timeout is 124): see $LOG" >&2
-	exit 1
-fi
-passed=$(echo "$line" | sed -E 's/.*-- ([0-9]+) Passed.*/\1/')
-failed=$(echo "$line" | sed -E 's/.*\| ([0-9]+) Failed.*/\1/')
-echo "$passed passed, $failed failed, $((focused - passed - failed)) skipped"
+conformance_summary conformance "$LOG" "$rc" "$focused" || exit 1
 mib() { echo "$(($(cat "$BIN/rss-$1" 2>/dev/null || echo 0) / 1024)) MiB"; }
 rsses=""
 for d in $daemons kube-apiserver etcd; do rsses="$rsses, $d $(mib "$d")"; done

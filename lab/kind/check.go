@@ -113,7 +113,10 @@ func (c *Cluster) Check(ctx context.Context, agnhostArchive, agnhostRef string) 
 		if addr != clusterIP {
 			return lines, fmt.Errorf("kind: on %s, %s resolved to %q, want the Service's ClusterIP %s", w, name, addr, clusterIP)
 		}
-		host, err := c.exec(ctx, client, "curl", "-sS", "--max-time", "5", "--retry", "3", "http://"+name+"/hostname")
+		// The pods are Ready before every node's svcproxy has their
+		// endpoints: until then the ClusterIP refuses (no endpoints), which
+		// curl retries only when told.
+		host, err := c.exec(ctx, client, "curl", "-sS", "--max-time", "5", "--retry", "10", "--retry-delay", "1", "--retry-connrefused", "http://"+name+"/hostname")
 		if err != nil {
 			return lines, err
 		}

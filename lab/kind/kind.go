@@ -5,14 +5,23 @@
 //  1. lab/engine's dockerd, in namespaces of its own, with a state directory
 //     of its own (StateDir/engine, apart from svclab's /run/svclab);
 //  2. the node image (`make kind-image`) loaded into it (`docker load`);
-//  3. `kind create cluster` with deploy/kind/cluster.yaml and, merged into it,
-//     this machine's settings (host-patch.yaml beside this file: cgroup v1,
-//     no CAP_SYS_RESOURCE), the kubeconfig under StateDir, never
-//     ~/.kube/config;
-//  4. `kind load image-archive` of svcproxy's image, then, as deploy/kind's
-//     steps say, CoreDNS scaled to zero and `kubectl apply -k deploy/kind`;
-//     Up returns once the nodes are Ready and svcproxy and clusterdns rolled
-//     out.
+//  3. kind's docker network "kind", made before kind looks for it, in the
+//     test address ranges (NodeSubnet, NodeSubnet6): kind uses a network of
+//     that name as it finds it, and would give a network of its own an IPv6
+//     range of its choosing in fc00::/8;
+//  4. `kind create cluster` with deploy/kind/cluster.yaml and, merged into it,
+//     this lab's settings (host-patch.yaml beside this file: the pod and
+//     Service ranges in the test ranges; cgroup v1, no CAP_SYS_RESOURCE),
+//     the kubeconfig under StateDir, never ~/.kube/config;
+//  5. `kind load image-archive` of svcproxy's image, then, as deploy/kind's
+//     steps say, CoreDNS scaled to zero and `kubectl apply -k` of
+//     deploy/kind, through the overlay beside this file that gives svcproxy
+//     the pod range of step 4; Up returns once the nodes are Ready and
+//     svcproxy and clusterdns rolled out.
+//
+// Before step 1 Up checks that root may still make the inotify instances
+// the nodes' processes need (InotifyFree, InotifyInstances), and after step
+// 4 it waits until every node of the configuration has registered its Node.
 //
 // kind's API server is published on the engine's namespace's loopback:
 // Kubectl runs kubectl there (nsenter --net).
@@ -28,9 +37,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
 
 	"github.com/svcproxy/svcproxy/lab/engine"
@@ -48,9 +59,25 @@ const (
 	ClusterName     = "kind"
 	// NodeImageRef is images/kindnode's Ref.
 	NodeImageRef = "svcproxy.test/kind-node:v1.37.2"
+	// NetworkName is the docker network kind puts its nodes on.
+	NetworkName = "kind"
+	// NodeSubnet and NodeSubnet6 are that network's ranges, the nodes'
+	// addresses: in the test ranges for nodes and pods, 198.19.0.0/16 and
+	// 2001:db8:19::/64. NodeSubnet is the first /24 of the engine's address
+	// pool (lab/engine's DefaultPool), which the network got before it was
+	// named here.
+	NodeSubnet  = "198.19.244.0/24"
+	NodeSubnet6 = "2001:db8:19::/64"
+	// PodSubnet and ServiceSubnet are the cluster's ranges, set by the host
+	// patch (networking.podSubnet, networking.serviceSubnet) and, for
+	// svcproxy's cluster-cidr, by the overlay (lab/kind/overlay). They are
+	// the kubeadm cluster's (lab/cluster) too.
+	PodSubnet     = "198.19.64.0/18"
+	ServiceSubnet = "198.18.0.0/16"
 )
 
-// HostPatch is this machine's settings for kind's nodes, kept apart from
+// HostPatch is this lab's settings for kind's cluster, the test address
+// ranges and this machine's needs, kept apart from
 // deploy/kind/cluster.yaml (the file users copy); Up merges it in.
 //
 //go:embed host-patch.yaml
@@ -67,7 +94,8 @@ type Config struct {
 	Runc       string // runc-capbound, the engine's runtime
 	NodeImage  string // make kind-image's archive
 	// ClusterConfig is deploy/kind/cluster.yaml; SvcproxyImage make image's
-	// archive; Kustomization deploy/kind.
+	// archive; Kustomization lab/kind/overlay, deploy/kind with the pod range
+	// of the host patch.
 	ClusterConfig, SvcproxyImage, Kustomization string
 	Log                                         io.Writer
 }
@@ -93,7 +121,7 @@ func New(cfg Config) *Cluster {
 		cfg.ClusterConfig = "deploy/kind/cluster.yaml"
 	}
 	if cfg.Kustomization == "" {
-		cfg.Kustomization = "deploy/kind"
+		cfg.Kustomization = "lab/kind/overlay"
 	}
 	return &Cluster{cfg: cfg, Engine: engine.New(engine.Config{
 		Name: cfg.EngineName, StateDir: filepath.Join(cfg.StateDir, "engine"), Runc: cfg.Runc,
@@ -114,6 +142,13 @@ func (c *Cluster) Up(ctx context.Context) error {
 			return fmt.Errorf("kind: %w", err)
 		}
 	}
+	nodes, err := nodeCount(c.cfg.ClusterConfig)
+	if err != nil {
+		return fmt.Errorf("kind: %w", err)
+	}
+	if err := inotifyHeadroom(InotifyInstances(nodes)); err != nil {
+		return fmt.Errorf("kind: %d nodes: %w", nodes, err)
+	}
 	if err := os.MkdirAll(c.cfg.StateDir, 0o755); err != nil {
 		return err
 	}
@@ -129,6 +164,11 @@ func (c *Cluster) Up(ctx context.Context) error {
 		defer f.Close()
 		_, err = c.Engine.Docker(ctx, f, "load", "--quiet")
 		return err
+	}); err != nil {
+		return err
+	}
+	if err := step("docker network create "+NetworkName+" ("+NodeSubnet+", "+NodeSubnet6+")", func() error {
+		return c.createNetwork(ctx)
 	}); err != nil {
 		return err
 	}
@@ -157,6 +197,9 @@ func (c *Cluster) Up(ctx context.Context) error {
 		return err
 	}
 	if err := step("the nodes Ready (kindnet's CNI configuration)", func() error {
+		if err := c.waitNodes(ctx, nodes, 3*time.Minute); err != nil {
+			return err
+		}
 		_, err := c.Kubectl(ctx, nil, "wait", "--for=condition=Ready", "nodes", "--all", "--timeout=180s")
 		return err
 	}); err != nil {
@@ -175,6 +218,137 @@ func (c *Cluster) Up(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// createNetwork makes the docker network kind would make (kind v0.33.0's
+// createNetwork in pkg/cluster/internal/providers/docker/network.go: a
+// bridge with IP masquerade, IPv4 and IPv6), with the test ranges as its
+// subnets instead of the engine's next free /24 and an IPv6 range kind
+// derives from the network's name in fc00::/8. kind finds it by name and
+// uses it as it is.
+func (c *Cluster) createNetwork(ctx context.Context) error {
+	_, err := c.Engine.Docker(ctx, nil, "network", "create", "--driver=bridge",
+		"--opt", "com.docker.network.bridge.enable_ip_masquerade=true",
+		"--subnet", NodeSubnet, "--ipv6", "--subnet", NodeSubnet6, NetworkName)
+	return err
+}
+
+// nodeCount is the number of nodes a kind Cluster configuration asks for:
+// its nodes, or kind's one control-plane node when it names none.
+func nodeCount(config string) (int, error) {
+	b, err := os.ReadFile(config)
+	if err != nil {
+		return 0, err
+	}
+	var c struct{ Nodes []any }
+	if err := yaml.Unmarshal(b, &c); err != nil {
+		return 0, fmt.Errorf("%s: %w", config, err)
+	}
+	return max(len(c.Nodes), 1), nil
+}
+
+// waitNodes waits until the API server has want Node objects. `kind create
+// cluster` returns once kubeadm join has ended on every worker; a worker's
+// kubelet may register its Node a moment later (on a loaded machine, after
+// `kubectl wait nodes --all` has already seen the others Ready), and a node
+// left out would miss svcproxy's pod and Check's client.
+func (c *Cluster) waitNodes(ctx context.Context, want int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		out, err := c.Kubectl(ctx, nil, "get", "nodes", "-o", "name")
+		have := len(strings.Fields(out))
+		if err == nil && have >= want {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d nodes registered after %s (%v):\n%s%s", have, want, timeout, err, out, c.kubeletLogs(ctx))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// kubeletLogs is the last lines of the kubelet's journal on every node
+// container, for an error.
+func (c *Cluster) kubeletLogs(ctx context.Context) string {
+	names, err := c.Engine.Docker(ctx, nil, "ps", "--format", "{{.Names}}")
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, n := range strings.Fields(names) {
+		out, err := c.Engine.Docker(ctx, nil, "exec", n, "journalctl", "-u", "kubelet", "--no-pager", "-n", "15")
+		fmt.Fprintf(&b, "$ docker exec %s journalctl -u kubelet -n 15\n%s", n, out)
+		if err != nil {
+			fmt.Fprintf(&b, "(%v)\n", err)
+		}
+	}
+	return b.String()
+}
+
+// InotifyInstances is about how many inotify instances a kind cluster of
+// nodes nodes holds, measured here on a three-node cluster with svcproxy and
+// clusterdns (49): on each node its kubelet 7, its systemd 4 and its
+// containerd 1, and on the control plane kube-apiserver 6 and
+// kube-controller-manager 7.
+func InotifyInstances(nodes int) int { return 12*nodes + 13 }
+
+// inotifyHeadroom says why a kind cluster cannot start when fewer than want
+// inotify instances are left to this user. The limit,
+// fs.inotify.max_user_instances (128 by default), counts every instance of
+// the user's processes, and every process of a kind node runs as the
+// machine's root: beside another cluster or a lab's kubelets, a node's
+// kubelet fails to start ("inotify_init: too many open files") and its Node
+// never registers.
+func inotifyHeadroom(want int) error {
+	free, limit, err := InotifyFree()
+	if err != nil || free >= want {
+		return err
+	}
+	return fmt.Errorf("about %d inotify instances needed, %d of fs.inotify.max_user_instances (%d) free: "+
+		"other kubelets or kind clusters hold the rest; take one down, or raise the limit on a machine of "+
+		"your own (this lab changes no sysctl of the machine)", want, free, limit)
+}
+
+// InotifyFree is how many more inotify instances this user's processes may
+// make: fs.inotify.max_user_instances less the instances open in processes
+// of this user, counted by their descriptors in /proc (an instance that
+// several processes share is counted once per process, which errs towards
+// too few).
+func InotifyFree() (free, limit int, err error) {
+	b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_instances")
+	if err != nil {
+		return 0, 0, err
+	}
+	if limit, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil {
+		return 0, 0, fmt.Errorf("fs.inotify.max_user_instances: %w", err)
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, 0, err
+	}
+	uid := uint32(os.Getuid())
+	used := 0
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat("/proc/"+p.Name(), &st) != nil || st.Uid != uid {
+			continue
+		}
+		dir := "/proc/" + p.Name() + "/fd"
+		fds, _ := os.ReadDir(dir) // gone, or not ours to read
+		for _, fd := range fds {
+			if l, _ := os.Readlink(dir + "/" + fd.Name()); l == "anon_inode:inotify" {
+				used++
+			}
+		}
+	}
+	return max(limit-used, 0), limit, nil
 }
 
 // Down deletes the cluster and stops the engine, removing everything under
@@ -237,8 +411,9 @@ func (c *Cluster) stepper() func(string, func() error) error {
 }
 
 // MergeHostPatch appends the patch's kubeadmConfigPatches and
-// containerdConfigPatches to those of a kind Cluster configuration; the
-// patch may set nothing else.
+// containerdConfigPatches to those of a kind Cluster configuration, and sets
+// the keys of its networking there (podSubnet, serviceSubnet), keeping the
+// cluster's others (kubeProxyMode); the patch may set nothing else.
 func MergeHostPatch(cluster, patch []byte) ([]byte, error) {
 	var c, p map[string]any
 	if err := yaml.Unmarshal(cluster, &c); err != nil {
@@ -248,8 +423,23 @@ func MergeHostPatch(cluster, patch []byte) ([]byte, error) {
 		return nil, fmt.Errorf("host patch: %w", err)
 	}
 	for k, v := range p {
+		if k == "networking" {
+			set, ok := v.(map[string]any)
+			if !ok {
+				return nil, fmt.Errorf("host patch: networking: not a mapping")
+			}
+			have, _ := c[k].(map[string]any)
+			if have == nil {
+				have = map[string]any{}
+			}
+			for nk, nv := range set {
+				have[nk] = nv
+			}
+			c[k] = have
+			continue
+		}
 		if k != "kubeadmConfigPatches" && k != "containerdConfigPatches" {
-			return nil, fmt.Errorf("host patch: %s: only kubeadmConfigPatches and containerdConfigPatches are merged", k)
+			return nil, fmt.Errorf("host patch: %s: only networking, kubeadmConfigPatches and containerdConfigPatches are merged", k)
 		}
 		list, ok := v.([]any)
 		if !ok {

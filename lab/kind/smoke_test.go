@@ -22,7 +22,7 @@ import (
 // TestKindSmoke is `make kind-up` and `make kind-down` in a state directory
 // and engine of its own: kind v0.33.0 makes deploy/kind/cluster.yaml's
 // three nodes from the cached node image, svcproxy's image (built here) is
-// loaded and deploy/kind applied; from a pod on each worker a name
+// loaded and deploy/kind applied (lab/kind/overlay); from a pod on each worker a name
 // resolves through clusterdns and its Service answers through svcproxy;
 // then nothing is left.
 func TestKindSmoke(t *testing.T) {
@@ -65,7 +65,7 @@ func TestKindSmoke(t *testing.T) {
 		Kind: bins.Kind, Kubectl: bins.Kubectl, Runc: filepath.Join(bin, "runc-capbound"),
 		NodeImage: node, SvcproxyImage: svcproxyImage,
 		ClusterConfig: filepath.Join(root, "deploy/kind/cluster.yaml"),
-		Kustomization: filepath.Join(root, "deploy/kind"),
+		Kustomization: filepath.Join(root, "lab/kind/overlay"),
 		Log:           tlog{t},
 	})
 	// One smoke test at a time on a machine; what a killed one left is

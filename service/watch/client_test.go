@@ -163,5 +163,10 @@ func TestRestConfigMaster(t *testing.T) {
 		if rc.Host != tt.want {
 			t.Errorf("restConfig(%q, %q): host %q, want %q", tt.path, tt.master, rc.Host, tt.want)
 		}
+		// A connect that cannot succeed (a SYN to a ClusterIP sent before
+		// the node's proxy wrote its rules) ends before client-go's 30 s.
+		if rc.Dial == nil {
+			t.Errorf("restConfig(%q, %q): client-go's dialer, with its 30 s connect timeout", tt.path, tt.master)
+		}
 	}
 }

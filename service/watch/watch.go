@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -195,6 +196,7 @@ func restConfig(path, master string) (*rest.Config, error) {
 		if err != nil {
 			return nil, fmt.Errorf("in-cluster config (no --kubeconfig or --services given): %w", err)
 		}
+		rc.Dial = apiDialer.DialContext
 		return rc, nil
 	}
 	rc, err := clientcmd.BuildConfigFromFlags(master, path)
@@ -203,8 +205,21 @@ func restConfig(path, master string) (*rest.Config, error) {
 	}
 	rc.UserAgent = "svcproxy"
 	// No rest.Config.Timeout: it would cut every watch short.
+	rc.Dial = apiDialer.DialContext
 	return rc, nil
 }
+
+// apiDialer connects to the API server: client-go's own dialer with a
+// shorter connect timeout, 5 s instead of 30 s (the kernel has sent the SYN
+// three times by then). A pod that reaches the API server through the
+// Service kubernetes (clusterdns in a cluster) while the node's proxy has not
+// yet written that Service's rules sends its SYN to the ClusterIP un-NATed,
+// and the conntrack entry of that first SYN keeps every retransmission
+// un-NATed too, whatever rules arrive meanwhile: that connect can only time
+// out. The next one, from another source port, is NATed. On kind, where
+// clusterdns and svcproxy start together, that wait was client-go's 30 s, and
+// clusterdns's pods became Ready 36 s after they started.
+var apiDialer = &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 
 // Subscribe returns a channel that receives each new Snapshot. It has capacity
 // one and the latest Snapshot wins: one that the subscriber has not taken yet is

@@ -1,0 +1,4 @@
+package kind
+
+// NodeCount is nodeCount, for the tests of package kind_test.
+var NodeCount = nodeCount
