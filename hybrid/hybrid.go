@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,12 +55,28 @@ type Dataplane struct {
 	// own goroutines: each is replaced whole, never changed in place.
 	inKernel atomic.Pointer[dataplane.PortSet]
 	noPortal atomic.Pointer[dataplane.PortSet]
+	// pins are the ports of the latest Snapshot that KernelFromStart places.
+	pins atomic.Pointer[dataplane.PortSet]
 
 	promotions, demotions atomic.Uint64
 
 	mu       sync.Mutex // one Sync or sampling step at a time
 	snap     *service.Snapshot
 	countErr string // the last failure to read the kernel's counters, logged once
+}
+
+// KernelFromStart reports whether a service port takes the kernel path from
+// the moment hybrid sees it, whatever its traffic, and stays there while it
+// holds: a TCP or UDP port (those hybrid moves at all) of a Service with
+// externalTrafficPolicy Local that is reached from outside (a node port,
+// external IPs, load-balancer IPs). That policy
+// exists to keep the client's address, which the userspace proxier cannot
+// keep: it opens its own connection to the endpoint, from the node. Every
+// other port starts in userspace and moves when the Promoter says so. When
+// the Service's policy changes back to Cluster, the port is the Promoter's
+// again: it stays in the kernel until it has been quiet for DemoteAfter.
+func KernelFromStart(p *service.Port) bool {
+	return (p.Protocol == service.TCP || p.Protocol == service.UDP) && p.Service.ExternalPolicyLocal && p.ExternallyAccessible()
 }
 
 var _ dataplane.Interface = (*Dataplane)(nil)
@@ -101,6 +118,7 @@ func New(cfg Config) (*Dataplane, error) {
 		record: dataplane.NewRecord(dataplane.RecordConfig{Mode: dataplane.ModeHybrid, LagBound: cfg.LagBound})}
 	m.inKernel.Store(&dataplane.PortSet{})
 	m.noPortal.Store(&dataplane.PortSet{})
+	m.pins.Store(&dataplane.PortSet{})
 	uc := cfg.Userspace
 	uc.Node = cfg.Node
 	uc.Carries = func(n service.PortName) bool { return !(*m.noPortal.Load())[n] }
@@ -134,11 +152,59 @@ func (m *Dataplane) Sync(ctx context.Context, snap *service.Snapshot) error {
 		}
 		set.Store(&next)
 	}
+	// Ports placed in the kernel from the start go there in a promotion's
+	// order: the kernel path first (this Sync's), then the portal.
+	pinSet := dataplane.PortSet{}
+	for _, p := range snap.Ports() {
+		if KernelFromStart(p) {
+			pinSet[p.Name] = true
+		}
+	}
+	m.pins.Store(&pinSet)
+	pins := m.newPins()
+	setIn(&m.inKernel, pins, true)
 	a := m.record.Begin(snap)
 	errU := m.us.Sync(snap)
 	m.record.End(a, nil) // as userspace.Dataplane: failures show in LastError and Status until retried
 	errK := m.kernel.Sync(ctx, snap)
+	m.pinned(pins, errK)
 	return errors.Join(errU, errK)
+}
+
+// newPins are the ports KernelFromStart places that are not on the kernel
+// path yet, sorted.
+func (m *Dataplane) newPins() []service.PortName {
+	inKernel := *m.inKernel.Load()
+	var out []service.PortName
+	for n := range *m.pins.Load() {
+		if !inKernel[n] {
+			out = append(out, n)
+		}
+	}
+	slices.SortFunc(out, func(a, b service.PortName) int { return strings.Compare(a.String(), b.String()) })
+	return out
+}
+
+// pinned finishes placing pins on the kernel path once the kernel path's
+// sync (err) has installed them: their portals go. If it failed, they stay
+// in userspace, and the next Step tries again.
+func (m *Dataplane) pinned(pins []service.PortName, err error) {
+	if len(pins) == 0 {
+		return
+	}
+	if err != nil {
+		setIn(&m.inKernel, pins, false)
+		m.log.Warn("externalTrafficPolicy Local: the kernel path could not be installed, the ports stay in userspace until it can", "ports", portStrings(pins), "err", err)
+		return
+	}
+	setIn(&m.noPortal, pins, true)
+	if err := m.us.ApplyPortals(); err != nil {
+		m.log.Warn("placed on the kernel path, but the portals stay until a retry removes them", "ports", portStrings(pins), "err", err)
+	}
+	for _, n := range pins {
+		m.promoter.Moved(n, Kernel)
+		m.log.Info("service port placed on the kernel path: externalTrafficPolicy Local keeps the client's address", "port", n.String(), "path", m.kernel.Mode())
+	}
 }
 
 // Run owns the three goroutines of hybrid mode: the userspace proxier, the
@@ -178,6 +244,10 @@ func (m *Dataplane) Step(ctx context.Context) {
 	if m.snap == nil {
 		return
 	}
+	if pins := m.newPins(); len(pins) > 0 { // a Sync could not place them
+		setIn(&m.inKernel, pins, true)
+		m.pinned(pins, m.kernel.Sync(ctx, m.snap))
+	}
 	var up, down []Move
 	for _, mv := range m.promoter.Observe(m.counts(ctx)) {
 		if mv.To == Kernel {
@@ -196,12 +266,19 @@ func (m *Dataplane) Step(ctx context.Context) {
 
 // counts returns each port's cumulative new connections on its current path:
 // the userspace counter, or the kernel path's for a promoted port. A promoted
-// port whose kernel counter cannot be read is left out of this sample.
+// port whose kernel counter cannot be read is left out of this sample, and so
+// is a port KernelFromStart places: the Promoter does not move it.
 func (m *Dataplane) counts(ctx context.Context) map[service.PortName]uint64 {
-	inKernel := *m.inKernel.Load()
+	pins := *m.pins.Load()
+	inKernel := dataplane.PortSet{}
+	for n := range *m.inKernel.Load() {
+		if !pins[n] {
+			inKernel[n] = true
+		}
+	}
 	out := map[service.PortName]uint64{}
 	for name, c := range m.us.Stats() {
-		if !inKernel[name] {
+		if !inKernel[name] && !pins[name] {
 			out[name] = c.ConnectionsOpened
 		}
 	}

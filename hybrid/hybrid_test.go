@@ -108,8 +108,9 @@ func (r *recorder) take() []state {
 	return out
 }
 
-// newTestMode builds hybrid mode over the recorder, with the iptables path.
-func newTestMode(t *testing.T, rec *recorder, clock *fakeClock) *Dataplane {
+// newTestMode builds hybrid mode over rec (the recorder, or what wraps it),
+// with the iptables path.
+func newTestMode(t *testing.T, rec kiptables.Interface, clock *fakeClock) *Dataplane {
 	t.Helper()
 	m, err := New(Config{
 		Userspace: userspace.Config{BindAddress: netip.MustParseAddr("127.0.0.1"), IPTables: rec},

@@ -160,3 +160,58 @@ func startProxy(t *testing.T, e *proxytest.Env, flags ...string) {
 	e.WaitHealthy(t)
 	e.WaitPort(t, "default/web:http", "sampled", func(p proxytest.StatusPort) bool { return p.Samples > 0 })
 }
+
+const externalLocalManifests = `apiVersion: v1
+kind: Service
+metadata: {name: local, namespace: default}
+spec:
+  type: NodePort
+  clusterIP: 198.18.0.12
+  externalTrafficPolicy: Local
+  ports: [{name: http, port: 80, protocol: TCP, targetPort: 8080, nodePort: 30080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {name: local-1, namespace: default, labels: {kubernetes.io/service-name: local}}
+addressType: IPv4
+ports: [{name: http, port: 8080, protocol: TCP}]
+endpoints: [{addresses: [198.19.2.2], nodeName: node-a, conditions: {ready: true}}]
+`
+
+// TestHybridExternalLocal: a NodePort Service with externalTrafficPolicy
+// Local is on the kernel path from the start, with no traffic at all, so its
+// endpoint sees the client's address through the node port, as that policy
+// promises; the cold ClusterIP Service beside it stays in userspace, where the
+// endpoint sees the node's address.
+func TestHybridExternalLocal(t *testing.T) {
+	netnstest.RequireRoot(t, "iptables-save", "iptables-restore")
+	e := proxytest.New(t)
+	manifests := filepath.Join(e.Dir, "services.yaml")
+	if err := os.WriteFile(manifests, []byte(hybridManifests+"---\n"+externalLocalManifests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.Start(t, "--mode", "hybrid", "--offload", "iptables", "--services", manifests,
+		"--hostname-override", "node-a", "--cluster-cidr", "198.19.2.0/24",
+		"--node-ip", proxytest.NodeAddrC.Addr().String(),
+		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249")
+	e.WaitHealthy(t)
+	e.WaitPort(t, "default/local:http", "on the kernel path", func(p proxytest.StatusPort) bool { return p.Path == "iptables" })
+	if save := e.Node.Run(t, "iptables-save", "-t", "nat"); strings.Contains(save, "-A SVCP-PORTALS-CONTAINER -d 198.18.0.12/32") {
+		t.Errorf("local on the kernel path still has a portal:\n%s", save)
+	}
+	nodePort := proxytest.NodeAddrC.Addr().String() + ":30080"
+	c, peer := e.Dial(t, nodePort)
+	c.Close()
+	if want := proxytest.ClientAddr.Addr().String(); peer != want {
+		t.Errorf("node port of local: backend saw %s, want the client's %s", peer, want)
+	}
+	c, peer = e.Dial(t, coldVIP)
+	c.Close()
+	if want := proxytest.NodeAddrB.Addr().String(); peer != want {
+		t.Errorf("cold: backend saw %s, want the node's %s (userspace)", peer, want)
+	}
+	e.WaitPort(t, "default/cold:http", "sampled", func(p proxytest.StatusPort) bool { return p.Samples > 0 })
+	if p := e.Port(t, "default/cold:http"); p.Path != "userspace" {
+		t.Errorf("cold: path %s, want userspace", p.Path)
+	}
+}

@@ -50,6 +50,9 @@ type Port struct {
 	// the kernel).
 	Streak  string `json:"streak"`
 	Samples uint64 `json:"samples"`
+	// KernelFromStart: the port is on the kernel path because of what it
+	// is, not its traffic (KernelFromStart); the Promoter leaves it there.
+	KernelFromStart bool `json:"kernelFromStart,omitempty"`
 }
 
 // path is the name of a Promoter path for /status and /metrics.
@@ -63,9 +66,10 @@ func (m *Dataplane) path(p Path) string {
 // Status implements dataplane.Interface.
 func (m *Dataplane) Status() any {
 	var ports []Port
+	pins := *m.pins.Load()
 	for _, st := range m.promoter.Status() {
 		ports = append(ports, Port{Name: st.Name, Path: m.path(st.Path), Since: st.Since, Rate: st.Rate,
-			Streak: st.Streak.String(), Samples: st.Samples})
+			Streak: st.Streak.String(), Samples: st.Samples, KernelFromStart: pins[st.Port] && st.Path == Kernel})
 	}
 	return map[string]any{
 		"mode":            dataplane.ModeHybrid,

@@ -40,8 +40,11 @@ type Config struct {
 	//     apply as in the kernel paths: internalTrafficPolicy Local sends
 	//     what comes in through a ClusterIP to the local endpoints only,
 	//     externalTrafficPolicy Local does the same for the node port,
-	//     external IPs and load-balancer IPs; with no local endpoint such a
-	//     connection is reset (the kernel drops it).
+	//     external IPs and load-balancer IPs (service.Port.Categorize,
+	//     kube-proxy's CategorizeEndpoints). With no local endpoint (but some
+	//     elsewhere) the ClusterIPs are dropped by the portals, as kube-proxy
+	//     drops them, and an external connection is reset (the kernel paths
+	//     drop it).
 	//   - ClusterCIDR: the pods' addresses. External traffic from a pod, or
 	//     from the node itself, goes to every usable endpoint even with
 	//     externalTrafficPolicy Local, as kube-proxy short-circuits it: only

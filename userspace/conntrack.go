@@ -11,7 +11,8 @@ import (
 )
 
 // clearRejected deletes the UDP conntrack entries of the ports whose portal
-// became a REJECT (no endpoint left to pick) since the last call: every entry
+// became a REJECT (no endpoint left to pick) or a DROP (none left on this node
+// for internalTrafficPolicy Local) since the last call: every entry
 // to their addresses (ClusterIP, external IPs, LoadBalancer IPs, with the
 // port), so that a client that keeps sending meets the REJECT. Without it a
 // one-way sender (statsd, logs) keeps its portal's entry alive, a REDIRECT to
@@ -31,7 +32,7 @@ func (p *Proxier) clearRejected(ctx context.Context) error {
 	var errs []error
 	for name, sp := range p.ports {
 		sp.mu.Lock()
-		port, rejected := sp.port, sp.pickable == 0
+		port, rejected := sp.port, !sp.hasAny || sp.noInternal
 		sp.mu.Unlock()
 		if name.Protocol != service.UDP || !rejected || !p.cfg.carries(name) {
 			sp.ctCleared = false

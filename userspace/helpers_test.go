@@ -44,7 +44,7 @@ type svcSpec struct {
 	svcPort   uint16
 	nodePort  uint16
 	affinity  service.Affinity
-	endpoints []string // "ip:port" or "ip:port@node"; a "!" prefix marks the endpoint not ready
+	endpoints []string // "ip:port" or "ip:port@node"; a "!" prefix marks the endpoint not ready, a "~" prefix terminating but still serving
 
 	internalLocal, externalLocal bool // the traffic policies
 
@@ -89,13 +89,16 @@ func (s svcSpec) build(t testing.TB) *service.Service {
 		NodePort: s.nodePort,
 	}
 	for _, e := range s.endpoints {
-		ready := true
-		if e[0] == '!' {
-			ready, e = false, e[1:]
+		ready, serving, terminating := true, true, false
+		switch e[0] {
+		case '!':
+			ready, serving, e = false, false, e[1:]
+		case '~':
+			ready, terminating, e = false, true, e[1:]
 		}
 		e, node, _ := strings.Cut(e, "@")
 		p.Endpoints = append(p.Endpoints, service.Endpoint{
-			Addr: netip.MustParseAddrPort(e), Ready: ready, Serving: ready, NodeName: node,
+			Addr: netip.MustParseAddrPort(e), Ready: ready, Serving: serving, Terminating: terminating, NodeName: node,
 		})
 	}
 	svc.Ports = []*service.Port{p}

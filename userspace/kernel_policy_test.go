@@ -3,6 +3,7 @@ package userspace
 import (
 	"errors"
 	"io"
+	"net"
 	"net/netip"
 	"syscall"
 	"testing"
@@ -64,6 +65,32 @@ func TestKernelTrafficPolicies(t *testing.T) {
 		}
 		if got := count(l.client, nodePort); got["a"] != 2 || got["b"] != 2 {
 			t.Errorf("to the node port: answers %v, want 2 from each", got)
+		}
+	})
+
+	// A ClusterIP-only Service uses no policy-Cluster endpoints at all: its
+	// portal leads to the local ones, and with none on this node (some
+	// elsewhere) its ClusterIP is dropped, not rejected: the connection
+	// times out, as kube-proxy's "has no local endpoints" DROP makes it.
+	t.Run("internalTrafficPolicy Local, ClusterIP only", func(t *testing.T) {
+		s := web(epA, epB)
+		s.endpoints[0] += "@node"
+		s.endpoints[1] += "@elsewhere"
+		s.internalLocal = true
+		l.sync(t, s)
+		if got := count(l.client, clusterIP); got["a"] != 4 {
+			t.Errorf("to the ClusterIP: answers %v, want all from a", got)
+		}
+		s.endpoints = s.endpoints[1:]
+		l.sync(t, s)
+		c, err := dial(l.client, "tcp4", clusterIP)
+		if err == nil {
+			c.Close()
+			t.Fatalf("no endpoint on this node: connected, want a timeout")
+		}
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			t.Errorf("no endpoint on this node: %v, want a timeout (dropped)", err)
 		}
 	})
 

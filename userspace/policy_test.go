@@ -2,9 +2,11 @@ package userspace
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/kernel/iptables"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -131,4 +133,87 @@ func TestTopologyHints(t *testing.T) {
 	if got := answers(t, p, 4); got["here"] != 2 || got["there"] != 2 {
 		t.Errorf("zone hints, the node's zone unknown: answers %v, want 2 from each", got)
 	}
+}
+
+// TestPortalTrafficPolicies: what the portals do with a port's traffic
+// policies, after kube-proxy's iptables proxier over CategorizeEndpoints
+// (service.Port.Categorize): REJECT when the port has no usable endpoint
+// anywhere; with internalTrafficPolicy Local and no endpoint on this node
+// (some elsewhere), DROP its ClusterIP, from pods and from the node itself,
+// while its external IP keeps its portal to the node port's listener; a
+// portal to the listener whenever the ClusterIP's traffic has an endpoint, a
+// serving terminating one on this node included when no endpoint is ready
+// (KEP-1669). A Service with internalTrafficPolicy Local reached only through
+// its ClusterIP uses no policy-Cluster endpoints at all: it must still get its
+// portal.
+func TestPortalTrafficPolicies(t *testing.T) {
+	node := netip.MustParseAddr("198.19.0.1")
+	pod := netip.MustParseAddr("198.19.2.2")
+	const clusterIP, externalIP = "198.18.0.10:80", "198.18.100.1:80"
+	be := startTCPBackend(t, direct, "here", "127.0.0.1:0", sayName)
+	other := "198.19.3.3:8080@node-b"
+	here := be.addr.String() + "@node-a"
+	for _, tt := range []struct {
+		name                   string
+		internalLocal, np      bool
+		endpoints              []string
+		wantCluster, wantExtIP string // "REDIRECT" (to a listener) or a verdict
+		wantLocal              []string
+	}{
+		{"iTP Local, ClusterIP only, endpoint here", true, false, []string{here, other}, "REDIRECT", "", []string{be.addr.String()}},
+		{"iTP Local, ClusterIP only, endpoints elsewhere", true, false, []string{other}, "DROP", "", nil},
+		{"iTP Local, ClusterIP only, only a terminating one here", true, false, []string{"~" + here, other}, "REDIRECT", "", []string{be.addr.String()}},
+		{"iTP Local, ClusterIP only, no endpoint anywhere", true, false, []string{"!" + here}, "REJECT", "", nil},
+		{"iTP Local with an external IP, endpoints elsewhere", true, true, []string{other}, "DROP", "REDIRECT", nil},
+		{"iTP Cluster, endpoints elsewhere", false, true, []string{other}, "REDIRECT", "REDIRECT", nil},
+		{"iTP Cluster, no endpoint anywhere", false, true, nil, "REJECT", "REJECT", nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ipt := iptables.NewFake()
+			ipt.SetLocalAddrs(node, netip.MustParseAddr("127.0.0.1"))
+			p := startProxier(t, Config{IPTables: ipt, Node: dataplane.Node{NodeName: "node-a"}})
+			spec := webSpec(service.Affinity{}, tt.endpoints...)
+			spec.internalLocal = tt.internalLocal
+			if tt.np {
+				spec.nodePort, spec.external = 30080, []string{"198.18.100.1"}
+			}
+			mustSync(t, p, snapshotOf(t, spec))
+			ps := portStatus(t, p, "default/web:http")
+			check := func(what string, pkt iptables.Packet, want string, listener uint16) {
+				t.Helper()
+				tr, err := ipt.Trace(pkt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantRedirect := uint16(0)
+				if want == "REDIRECT" {
+					want, wantRedirect = "ACCEPT", listener
+				}
+				if tr.Verdict != want || tr.Redirect != wantRedirect {
+					t.Errorf("%s: got %s redirect :%d, want %s redirect :%d\n%s", what, tr.Verdict, tr.Redirect, want, wantRedirect, tr)
+				}
+			}
+			check("ClusterIP from a pod", iptables.Packet{Src: pod, Dst: ap(clusterIP), InIface: "eth0"}, tt.wantCluster, ps.Listener)
+			check("ClusterIP from the node", iptables.Packet{Src: node, Dst: ap(clusterIP), Local: true}, tt.wantCluster, ps.Listener)
+			if tt.wantExtIP != "" {
+				check("external IP from a pod", iptables.Packet{Src: pod, Dst: ap(externalIP), InIface: "eth0"}, tt.wantExtIP, ps.NodePort)
+			}
+			if !slices.Equal(addrStrings(ps.LocalEndpoints), tt.wantLocal) {
+				t.Errorf("local endpoints %v, want %v", ps.LocalEndpoints, tt.wantLocal)
+			}
+			if tt.wantCluster == "REDIRECT" && len(tt.wantLocal) > 0 {
+				if got, err := readAll(t, listenerAddr(t, p, "default/web:http")); err != nil || got != "here" {
+					t.Errorf("through the ClusterIP's listener: %q, %v; want here", got, err)
+				}
+			}
+		})
+	}
+}
+
+func addrStrings(aps []netip.AddrPort) []string {
+	var out []string
+	for _, a := range aps {
+		out = append(out, a.String())
+	}
+	return out
 }

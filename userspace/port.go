@@ -33,9 +33,16 @@ type servicePort struct {
 	nodePort  listener                     // nil when none, or when it could not be bound
 	err       error                        // why a listener could not be bound
 	endpoints map[netip.AddrPort]bool      // serving endpoints: a UDP session to one of them may stay
-	pickable  int                          // endpoints the Balancer picks from
 	refused   []string                     // endpoints never picked, and why
 	sessions  map[io.Closer]netip.AddrPort // UDP session -> endpoint
+
+	// hasAny: the port has a usable endpoint somewhere in the cluster
+	// (service.Categorized.HasAny, less those refused as loops). Without
+	// one its portals REJECT. noInternal: it has one, but none for its
+	// ClusterIP traffic (internalTrafficPolicy Local and none on this
+	// node): the ClusterIP is dropped. kube-proxy's hasEndpoints and
+	// hasInternalEndpoints (pkg/proxy/iptables/proxier.go).
+	hasAny, noInternal bool
 
 	// ctCleared: the port's UDP conntrack entries were deleted since it
 	// lost its last endpoint (Proxier.clearRejected). Guarded by Proxier.mu.
@@ -81,31 +88,44 @@ func (sp *servicePort) setEndpoints(b, local *Balancer, node string, nodeObj *se
 			sp.endpoints[e.Addr] = true
 		}
 	}
-	var pick []netip.AddrPort
 	before := sp.refused
 	sp.refused = nil
 	eps := sp.port.Categorize(node, nodeObj)
-	for _, e := range eps.Cluster {
-		if err := check(e.Addr); err != nil {
-			sp.refused = append(sp.refused, fmt.Sprintf("service port %s: %v", sp.name, err))
-			continue
-		}
-		pick = append(pick, e.Addr)
-	}
-	sp.pickable = len(pick)
-	svc := sp.port.Service
-	b.SetPort(sp.name, svc.Affinity, pick)
-	if svc.InternalPolicyLocal || svc.ExternalPolicyLocal {
-		var mine []netip.AddrPort
-		for _, e := range eps.Local {
-			if check(e.Addr) == nil {
-				mine = append(mine, e.Addr)
+	usable := func(list []service.Endpoint) []netip.AddrPort {
+		var out []netip.AddrPort
+		for _, e := range list {
+			if err := check(e.Addr); err != nil {
+				why := fmt.Sprintf("service port %s: %v", sp.name, err)
+				if !slices.Contains(sp.refused, why) {
+					sp.refused = append(sp.refused, why)
+				}
+				continue
 			}
+			out = append(out, e.Addr)
 		}
+		return out
+	}
+	// Categorize leaves Cluster nil when the port never uses policy Cluster
+	// (internalTrafficPolicy Local, ClusterIP only), Local nil when it never
+	// uses policy Local; each Balancer gets the list its traffic uses.
+	svc := sp.port.Service
+	cluster := usable(eps.Cluster)
+	b.SetPort(sp.name, svc.Affinity, cluster)
+	var mine []netip.AddrPort
+	if sp.port.UsesLocalEndpoints() {
+		mine = usable(eps.Local)
 		local.SetPort(sp.name, svc.Affinity, mine)
 	} else {
 		local.Forget(sp.name)
 	}
+	internal := cluster
+	if svc.InternalPolicyLocal {
+		internal = mine
+	}
+	// Reachable endpoints that all lead back into the proxier count as none:
+	// the port is rejected, as before it had any.
+	sp.hasAny = eps.HasAny && (len(eps.Reachable) == 0 || len(cluster) > 0 || len(mine) > 0)
+	sp.noInternal = sp.hasAny && len(internal) == 0
 	sp.internalLocal.Store(svc.InternalPolicyLocal)
 	sp.externalLocal.Store(svc.ExternalPolicyLocal)
 	for s, ep := range sp.sessions {

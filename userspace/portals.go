@@ -105,8 +105,15 @@ type Portal struct {
 	// SVCP-FW- does. Without Sources, nothing is restricted.
 	Firewalled []netip.Addr
 	Sources    []string
-	// HasEndpoints is false when the port has no usable endpoint.
+	// HasEndpoints is false when the port has no usable endpoint anywhere
+	// in the cluster: every address of it is rejected.
 	HasEndpoints bool
+	// NoInternalEndpoints: the port has endpoints, but none for its ClusterIP
+	// traffic (internalTrafficPolicy Local, and none on this node). Its
+	// ClusterIPs get no portal and are dropped, as kube-proxy drops them
+	// ("has no local endpoints"); its external addresses and node port keep
+	// theirs.
+	NoInternalEndpoints bool
 	// Excluded ports (not Config.Carries': hybrid mode promoted them to a
 	// kernel path) get no
 	// portal and no REJECT, only their listener's guard: connections a portal
@@ -156,6 +163,11 @@ func Render(fam service.Family, portals []Portal) []byte {
 		}
 		match := fmt.Sprintf("-p %s -m comment --comment %q -m %s --dport", proto, p.Name.String(), proto)
 		for _, ip := range fam.Addrs(p.IPs) {
+			if p.NoInternalEndpoints && !slices.Contains(p.External, ip) {
+				fmt.Fprintf(&filter, "-A %s -d %s/%d -p %s -m comment --comment %q -m %s --dport %d -j DROP\n", ChainReject, ip, fam.Bits(),
+					proto, p.Name.String()+" has no local endpoints", proto, p.Port)
+				continue
+			}
 			to := p.Listener
 			if p.ExternalListener != 0 && slices.Contains(p.External, ip) {
 				to = p.ExternalListener
@@ -211,13 +223,14 @@ func portalsOf(ports map[service.PortName]*servicePort, cfg Config) []Portal {
 		sp.mu.Lock()
 		port := sp.port
 		pt := Portal{
-			Name:         port.Name,
-			Protocol:     port.Protocol,
-			IPs:          slices.Concat(port.Service.ClusterIPs, port.Service.ExternalIPs, port.Service.LoadBalancerIPs),
-			Port:         port.Port,
-			NodePort:     port.NodePort,
-			HasEndpoints: sp.pickable > 0,
-			Excluded:     !cfg.carries(name),
+			Name:                port.Name,
+			Protocol:            port.Protocol,
+			IPs:                 slices.Concat(port.Service.ClusterIPs, port.Service.ExternalIPs, port.Service.LoadBalancerIPs),
+			Port:                port.Port,
+			NodePort:            port.NodePort,
+			HasEndpoints:        sp.hasAny,
+			NoInternalEndpoints: sp.noInternal,
+			Excluded:            !cfg.carries(name),
 		}
 		if sp.listener != nil {
 			pt.Listener = sp.listener.port()

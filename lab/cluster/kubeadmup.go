@@ -207,9 +207,11 @@ func (c *Cluster) kubeadm(ctx context.Context, n *Node, progs KubeadmPrograms, v
 			if _, err := os.Stat(filepath.Join(n.files().varlib, "kubelet", "config.yaml")); err != nil {
 				continue
 			}
+			// kubeadm may be between creating the file and writing
+			// it: an empty or partial file is read again at the next tick.
 			args, err := kubeletArgs(string(env))
 			if err != nil {
-				return err
+				continue
 			}
 			if _, _, err := c.net.Start(n.Kubelet, "", n.inNode(append([]string{progs.Kubelet}, args...)...), false); err != nil {
 				return err
