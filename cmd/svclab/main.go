@@ -82,7 +82,10 @@ commands:
                                         IPVS schedules with S (rr, wrr, lc, wlc, sh, dh, sed, nq);
                                         hybrid promotes to P (nftables, ipvs, iptables, socklb)
                                         and demotes after D below the promotion rate;
-                                        on the real node: its ConfigMap, then a rollout
+                                        on the real node: its ConfigMap, then a rollout;
+                                        on the kubeadm cluster: kube-proxy's ConfigMap,
+                                        then new pods (socklb: each node's attaches at its
+                                        kubelet's cgroup root; docs/kubeadm.md)
   web [--listen ADDR]                   serve a live page of the lab: hosts, the cluster's
                                         nodes and the pods on each, Services with
                                         their path, endpoints and counters, hybrid's timeline,

@@ -59,6 +59,14 @@ func (c *Cluster) Use(ctx context.Context, what, kubeProxy string) error {
 	if what == "kube-proxy" && !slices.Contains(KubeProxyModes, st.Mode) {
 		return fmt.Errorf("svclab use kube-proxy: kube-proxy's ConfigMap says mode %q, which is svcproxy's own; kube-proxy would not start (svclab mode iptables first)", st.Mode)
 	}
+	if what == "kube-proxy" {
+		// kube-proxy has no --socklb-* flags: what socklb mode added to the
+		// DaemonSet goes (setKubeadmMode takes it away when the mode
+		// changes; this is for a switch that stopped half way).
+		if _, err := c.setProxySocketLB(ctx, false); err != nil {
+			return err
+		}
+	}
 	if _, err := c.KubectlOut(ctx, nil, "-n", "kube-system", "set", "image", kind+"/"+name, container+"="+ref); err != nil {
 		return err
 	}
@@ -139,7 +147,10 @@ var modeLine = regexp.MustCompile(`(?m)^mode: *.*$`)
 // in the kube-proxy ConfigMap's config.conf, then `kubectl delete pods -l
 // k8s-app=kube-proxy`; the DaemonSet makes new pods, which read the new
 // mode. kube-proxy takes iptables, nftables and ipvs; svcproxy its own
-// modes too.
+// modes too. socklb also needs the DaemonSet's pods to see the node's
+// cgroup2 hierarchy and bpffs (kubeadmsocklb.go): that change of the pod
+// template rolls the pods by itself, in place of the delete, and another
+// mode takes it away again, once socklb's pins are removed in every node.
 func (c *Cluster) setKubeadmMode(ctx context.Context, mode string) error {
 	proxy, _, err := c.Serving(ctx)
 	if err != nil {
@@ -147,6 +158,15 @@ func (c *Cluster) setKubeadmMode(ctx context.Context, mode string) error {
 	}
 	if proxy != "svcproxy" && !slices.Contains(KubeProxyModes, mode) {
 		return fmt.Errorf("mode %s: svcproxy's own mode, and kube-proxy serves (svclab use svcproxy first)", mode)
+	}
+	hadSocketLB, err := c.proxyHasSocketLB(ctx)
+	if err != nil {
+		return err
+	}
+	if hadSocketLB && mode != "socklb" {
+		if err := c.removeSocketLBEveryNode(ctx); err != nil {
+			return err
+		}
 	}
 	client, err := c.Client()
 	if err != nil {
@@ -169,7 +189,15 @@ func (c *Cluster) setKubeadmMode(ctx context.Context, mode string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.KubectlOut(ctx, nil, "-n", "kube-system", "delete", "pods", "-l", "k8s-app=kube-proxy"); err != nil {
+	rolled, err := c.setProxySocketLB(ctx, mode == "socklb")
+	if err != nil {
+		return err
+	}
+	if rolled {
+		if err := c.waitRollout(ctx, "daemonset/kube-proxy", "k8s-app=kube-proxy"); err != nil {
+			return err
+		}
+	} else if _, err := c.KubectlOut(ctx, nil, "-n", "kube-system", "delete", "pods", "-l", "k8s-app=kube-proxy"); err != nil {
 		return err
 	}
 	return c.waitProxyMode(ctx, mode)

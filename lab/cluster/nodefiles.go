@@ -70,7 +70,10 @@ var kubeletSysctls = []struct{ name, value string }{
 // mountCommands render the node's mount namespace, each command to be run
 // inside it (nsenter --mount=PIN --net=NODE): the node's own /sys (`ip
 // netns exec` gives one; nsenter does not) with the machine's cgroup
-// hierarchies mounted again in it, the sysctl files, the lab's /var/lib,
+// hierarchies mounted again in it and a bpffs of the node's own on
+// /sys/fs/bpf (where a node's socket LB pins: each mount of bpffs is a
+// filesystem of its own, so the pins are the node's, and they go with its
+// mount namespace at svclab down), the sysctl files, the lab's /var/lib,
 // /var/log and resolv.conf, and last the lab's /run, with the state
 // directory bound back where it was when it lives in /run. On a machine
 // without /lib/modules (noModules), /usr/lib gets an overlay of the lab's
@@ -80,6 +83,7 @@ var kubeletSysctls = []struct{ name, value string }{
 func (f nodeFiles) mountCommands(cgroups []topology.CgroupMount, stateDir string, noModules bool) [][]string {
 	cmds := [][]string{
 		{"mount", "-t", "sysfs", "sysfs", "/sys"},
+		{"mount", "-t", "bpf", "-o", "mode=0700", "bpf", "/sys/fs/bpf"},
 		{"mount", "-t", "tmpfs", "-o", "mode=755", "cgroup", "/sys/fs/cgroup"},
 	}
 	for _, c := range cgroups {

@@ -13,9 +13,9 @@ import (
 )
 
 // TestMountCommands checks the node's mount namespace: the cgroup
-// hierarchies mounted again, every sysctl the kubelet checks bound, and the
-// lab's /run last, with the state directory bound back into it only when it
-// lives in /run.
+// hierarchies mounted again, a bpffs of its own, every sysctl the kubelet
+// checks bound, and the lab's /run last, with the state directory bound
+// back into it only when it lives in /run.
 func TestMountCommands(t *testing.T) {
 	cgroups := []topology.CgroupMount{{Fstype: "cgroup", Options: "rw,cpu", Point: "/sys/fs/cgroup/cpu", Root: "/", Dev: "0:29"}}
 	for _, tt := range []struct {
@@ -34,6 +34,8 @@ func TestMountCommands(t *testing.T) {
 			}
 			all := strings.Join(text, "\n")
 			require.Contains(t, all, "mount -t cgroup -o rw,cpu cgroup /sys/fs/cgroup/cpu")
+			// The node's own bpffs, in its fresh /sys.
+			require.Contains(t, all, "mount -t sysfs sysfs /sys\nmount -t bpf -o mode=0700 bpf /sys/fs/bpf\n")
 			// No /lib/modules on the machine: the node's own, in an overlay.
 			require.Contains(t, all, "mount -t overlay overlay -o lowerdir=/usr/lib,upperdir="+tt.stateDir+"/node/usr-lib/upper,workdir="+tt.stateDir+"/node/usr-lib/work /usr/lib\nmkdir -p /usr/lib/modules\n")
 			for _, s := range kubeletSysctls {

@@ -23,7 +23,12 @@ import (
 // process svclab starts in a pod, or in the client, is born in a child of it,
 // <cgroup2>/svclab/pods/<host>. Down kills whatever runs under the root in
 // every hierarchy and removes the directories, deepest first, so it also
-// cleans what a crashed `svclab up` left.
+// cleans what a crashed `svclab up` left. The kubeadm cluster's nodes each
+// have a root of their own below it, svclab/<node> (their kubelets'
+// cgroupRoot), and runc puts each container there in the cgroup2 hierarchy
+// too (0::/svclab/<node>/kubepods/...): that directory holds the node's
+// pods and no other node's, where the node's svcproxy attaches in socklb
+// mode (lab/cluster/kubeadmsocklb.go).
 //
 // These machines mount cgroup v1, with an empty cgroup2 hierarchy at
 // /sys/fs/cgroup/unified whose root holds most of the machine's processes.
