@@ -1,6 +1,7 @@
 package hybrid_test
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -91,16 +92,8 @@ func TestHybridPromotion(t *testing.T) {
 	if !strings.Contains(save, "-A SVCP-PORTALS-CONTAINER -d 198.18.0.11/32") {
 		t.Errorf("cold lost its portal:\n%s", save)
 	}
-	c, peer := e.Dial(t, hotVIP)
-	c.Close()
-	if want := proxytest.ClientAddr.Addr().String(); peer != want {
-		t.Errorf("web on iptables: backend saw %s, want the client's %s", peer, want)
-	}
-	c, peer = e.Dial(t, coldVIP)
-	c.Close()
-	if want := proxytest.NodeAddrB.Addr().String(); peer != want {
-		t.Errorf("cold: backend saw %s, want the node's %s", peer, want)
-	}
+	backendSees(t, e, hotVIP, proxytest.ClientAddr, "web on iptables")
+	backendSees(t, e, coldVIP, proxytest.NodeAddrB, "cold")
 	// A connection the kernel carries, to finish after the demotion.
 	onKernel, peer := e.Dial(t, hotVIP)
 	defer onKernel.Close()
@@ -131,11 +124,7 @@ func TestHybridPromotion(t *testing.T) {
 	if strings.Contains(save, ":SVCP-SVC-") || !strings.Contains(save, "-A SVCP-PORTALS-CONTAINER -d 198.18.0.10/32") {
 		t.Errorf("demoted web: want its portal back and no SVCP-SVC- chain:\n%s", save)
 	}
-	c, peer = e.Dial(t, hotVIP)
-	c.Close()
-	if want := proxytest.NodeAddrB.Addr().String(); peer != want {
-		t.Errorf("web back in userspace: backend saw %s, want the node's %s", peer, want)
-	}
+	backendSees(t, e, hotVIP, proxytest.NodeAddrB, "web back in userspace")
 	metrics := e.Get(t, "/metrics")
 	for _, m := range []string{`svcproxy_hybrid_promotions_total{ip_family="IPv4",offload="iptables"}`, `svcproxy_hybrid_demotions_total{ip_family="IPv4",offload="iptables"}`} {
 		if !strings.Contains(metrics, m+" ") || strings.Contains(metrics, m+" 0\n") {
@@ -199,19 +188,22 @@ func TestHybridExternalLocal(t *testing.T) {
 	if save := e.Node.Run(t, "iptables-save", "-t", "nat"); strings.Contains(save, "-A SVCP-PORTALS-CONTAINER -d 198.18.0.12/32") {
 		t.Errorf("local on the kernel path still has a portal:\n%s", save)
 	}
-	nodePort := proxytest.NodeAddrC.Addr().String() + ":30080"
-	c, peer := e.Dial(t, nodePort)
-	c.Close()
-	if want := proxytest.ClientAddr.Addr().String(); peer != want {
-		t.Errorf("node port of local: backend saw %s, want the client's %s", peer, want)
-	}
-	c, peer = e.Dial(t, coldVIP)
-	c.Close()
-	if want := proxytest.NodeAddrB.Addr().String(); peer != want {
-		t.Errorf("cold: backend saw %s, want the node's %s (userspace)", peer, want)
-	}
+	backendSees(t, e, proxytest.NodeAddrC.Addr().String()+":30080", proxytest.ClientAddr, "node port of local")
+	backendSees(t, e, coldVIP, proxytest.NodeAddrB, "cold (userspace)")
 	e.WaitPort(t, "default/cold:http", "sampled", func(p proxytest.StatusPort) bool { return p.Samples > 0 })
 	if p := e.Port(t, "default/cold:http"); p.Path != "userspace" {
 		t.Errorf("cold: path %s, want userspace", p.Path)
+	}
+}
+
+// backendSees dials addr through the proxy and checks which address the
+// backend saw as the client's: the client's own where the kernel carries the
+// connection, the node's (from) where the userspace proxier opened it.
+func backendSees(t *testing.T, e *proxytest.Env, addr string, from netip.Prefix, what string) {
+	t.Helper()
+	c, peer := e.Dial(t, addr)
+	c.Close()
+	if want := from.Addr().String(); peer != want {
+		t.Errorf("%s: backend saw %s, want %s", what, peer, want)
 	}
 }

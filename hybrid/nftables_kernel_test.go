@@ -34,11 +34,7 @@ func TestHybridPromotionNFTables(t *testing.T) {
 	if strings.Contains(save, "-A SVCP-PORTALS-CONTAINER -d 198.18.0.10/32") || !strings.Contains(save, "-A SVCP-PORTALS-CONTAINER -d 198.18.0.11/32") {
 		t.Errorf("want web's portal gone and cold's kept:\n%s", save)
 	}
-	c, peer := e.Dial(t, hotVIP)
-	c.Close()
-	if want := proxytest.ClientAddr.Addr().String(); peer != want {
-		t.Errorf("web on nftables: backend saw %s, want the client's %s", peer, want)
-	}
+	backendSees(t, e, hotVIP, proxytest.ClientAddr, "web on nftables")
 	onKernel, peer := e.Dial(t, hotVIP) // carried by the kernel, to finish after the demotion
 	defer onKernel.Close()
 	if want := proxytest.ClientAddr.Addr().String(); peer != want {
