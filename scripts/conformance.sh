@@ -117,7 +117,9 @@ set -- --provider=local --kubeconfig=/run/svclab/admin.kubeconfig \
 echo "conformance: e2e.test in svclab-node, mode $MODE, $NODES node(s), log $LOG"
 # The nodes' own cost while the tests run: the largest resident set of each
 # kubelet and containerd (by their pid files), and of kube-apiserver and etcd
-# (by name: on the kubeadm cluster they are static pods), sampled every 5 s.
+# (by name, among the processes in the lab's own network namespaces: on the
+# kubeadm cluster they are static pods; a kind cluster or a benchmark beside
+# the run has its own), sampled every 5 s.
 rss_max() { # file pid...: keeps in file the largest RSS (KiB) of the pids seen
 	f=$1
 	shift
@@ -126,12 +128,17 @@ rss_max() { # file pid...: keeps in file the largest RSS (KiB) of the pids seen
 	[ -n "$r" ] && [ "$r" -gt "$(cat "$f" 2>/dev/null || echo 0)" ] && echo "$r" >"$f"
 	return 0
 }
+lab_pids() { # name: the pids of processes called name in an svclab-* netns
+	for p in $(pgrep -x "$1"); do
+		case $(ip netns identify "$p" 2>/dev/null) in svclab-*) echo "$p" ;; esac
+	done
+}
 daemons="kubelet containerd"
 [ "$NODES" = 1 ] || for w in $(seq 1 $((NODES - 1))); do daemons="$daemons kubelet-worker$w containerd-worker$w"; done
 for d in $daemons kube-apiserver etcd; do rm -f "$BIN/rss-$d"; done
 (while :; do
 	for d in $daemons; do rss_max "$BIN/rss-$d" $(cat "/run/svclab/$d.pid" 2>/dev/null); done
-	for d in kube-apiserver etcd; do rss_max "$BIN/rss-$d" $(pgrep -x "$d"); done
+	for d in kube-apiserver etcd; do rss_max "$BIN/rss-$d" $(lab_pids "$d"); done
 	sleep 5
 done) &
 sampler=$!
