@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -117,14 +116,7 @@ func TestRestart(t *testing.T) {
 
 func runMode(t *testing.T, mode, promotedPath string, flags []string) []phase {
 	e := proxytest.New(t)
-	file := filepath.Join(e.Dir, "services.yaml")
-	if err := os.WriteFile(file, []byte(manifests), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	args := append([]string{"--services", file, "--node-ip", proxytest.NodeAddrC.Addr().String(),
-		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}, flags...)
-	e.Start(t, args...)
-	e.WaitHealthy(t)
+	args := e.Serve(t, manifests, append([]string{"--node-ip", proxytest.NodeAddrC.Addr().String()}, flags...)...)
 	// In hybrid mode the promise is for a promoted port: a new process starts
 	// every port in userspace (portal first, so nothing is lost), and the loop
 	// makes web hot again before the next disruption.
