@@ -13,10 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
-
 	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	"github.com/svcproxy/svcproxy/internal/proxytest"
 	"github.com/svcproxy/svcproxy/internal/testbin"
 )
@@ -223,28 +221,11 @@ func (u *udp) send(t *testing.T) {
 // to the dns VIP.
 func hasFlow(t *testing.T, e *proxytest.Env, src netip.AddrPort) bool {
 	t.Helper()
-	var found bool
-	if err := e.Node.Do(func() error {
-		h, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
-		if err != nil {
-			return err
-		}
-		defer h.Close()
-		flows, err := h.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
-		if err != nil {
-			return err
-		}
-		for _, f := range flows {
-			if f.Forward.Protocol == unix.IPPROTO_UDP && f.Forward.SrcIP.String() == src.Addr().String() &&
-				f.Forward.SrcPort == src.Port() && f.Forward.DstIP.String() == "198.18.0.53" {
-				found = true
-			}
-		}
-		return nil
-	}); err != nil {
+	var entries []offloadtest.UDPEntry
+	if err := e.Node.Do(func() (err error) { entries, err = offloadtest.UDPEntries(); return err }); err != nil {
 		t.Fatal(err)
 	}
-	return found
+	return slices.ContainsFunc(entries, func(e offloadtest.UDPEntry) bool { return e.Src == src && e.Dst.Addr().String() == "198.18.0.53" })
 }
 
 func loadAverage() string {
