@@ -330,6 +330,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 		// kube-proxy logs it too (newNodeManager), and goes on without it.
 		w.log.Warn("this node's Node object does not exist: Snapshots carry none until it does", "node", w.cfg.NodeName)
 	}
+	// One Joiner for every Snapshot the loop builds (one at a time): the
+	// Services no change touched are shared with the last Snapshot.
+	joiner := new(service.Joiner)
 	w.loop(ctx, func() *service.Snapshot {
 		// Read before the caches: the Snapshot holds at least these changes.
 		services, endpoints := w.tracker.counts.load()
@@ -340,14 +343,14 @@ func (w *Watcher) Run(ctx context.Context) error {
 		if podInf != nil {
 			opts = append(opts, service.WithPodIPs(podIPsOf(podInf.GetStore())))
 		}
-		return join(svcInf.GetStore(), sliceInf.GetStore(), opts...)
+		return join(joiner, svcInf.GetStore(), sliceInf.GetStore(), opts...)
 	})
 	return nil
 }
 
 // join is the Snapshot of the informers' caches, which hold converted
-// objects only (see compact).
-func join(services, slices cache.Store, opts ...service.SnapshotOption) *service.Snapshot {
+// objects only (see compact), joined by j.
+func join(j *service.Joiner, services, slices cache.Store, opts ...service.SnapshotOption) *service.Snapshot {
 	items := services.List()
 	svcs := make([]*service.ServiceObject, 0, len(items))
 	for _, it := range items {
@@ -362,7 +365,7 @@ func join(services, slices cache.Store, opts ...service.SnapshotOption) *service
 			ess = append(ess, c.obj)
 		}
 	}
-	return service.Join(svcs, ess, nil, opts...)
+	return j.Join(svcs, ess, nil, opts...)
 }
 
 // noIndexes: the caches are only ever listed whole (a Snapshot is built from
