@@ -1,9 +1,9 @@
 package hybrid_test
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -64,69 +64,75 @@ func TestHybridPromotion(t *testing.T) {
 	// A low rate: a few connections leave both ports in userspace.
 	before := e.Port(t, "default/web:http").Samples
 	for _, vip := range []string{hotVIP, coldVIP, hotVIP} {
-		c, peer := e.Dial(t, vip)
-		c.Close()
-		if want := proxytest.NodeAddrB.Addr().String(); peer != want {
-			t.Fatalf("%s in userspace: backend saw %s, want the node's %s", vip, peer, want)
-		}
+		backendSees(t, e, vip, proxytest.NodeAddrB, vip+" in userspace")
 	}
 	e.WaitPort(t, "default/web:http", "three more samples", func(p proxytest.StatusPort) bool { return p.Samples >= before+3 })
 	if p := e.Port(t, "default/web:http"); p.Path != "userspace" {
 		t.Fatalf("web after 3 connections: path %s, want userspace", p.Path)
 	}
 
-	// A connection opened in userspace, to finish after the promotion.
-	long, peer := e.Dial(t, hotVIP)
+	natTable := func() string { return e.Node.Run(t, "iptables-save", "-t", "nat") }
+	promoteAndDemote(t, e, "iptables", func() {
+		save := natTable()
+		if !strings.Contains(save, ":SVCP-SVC-") || strings.Contains(save, "-A SVCP-PORTALS-CONTAINER -d 198.18.0.10/32") {
+			t.Errorf("promoted web: want its SVCP-SVC- chain and no portal:\n%s", save)
+		}
+		if !strings.Contains(save, "-A SVCP-PORTALS-CONTAINER -d 198.18.0.11/32") {
+			t.Errorf("cold lost its portal:\n%s", save)
+		}
+	}, func() {
+		if save := natTable(); strings.Contains(save, ":SVCP-SVC-") || !strings.Contains(save, "-A SVCP-PORTALS-CONTAINER -d 198.18.0.10/32") {
+			t.Errorf("demoted web: want its portal back and no SVCP-SVC- chain:\n%s", save)
+		}
+	})
+}
+
+// promoteAndDemote drives web hot until it moves to the kernel path and
+// lets it cool until it moves back, live, as svcproxy started by startProxy
+// with a demotion delay does: a connection opened in userspace finishes
+// after the promotion, one the kernel carries finishes after the demotion,
+// and no connection of the burst that promotes web or of the trickle that
+// lets it go fails. In userspace web's backend sees the node's address, on
+// the kernel path the client's; cold stays in userspace. promoted and
+// demoted check what the kernel path holds after each move; the move
+// counts in /metrics last.
+func promoteAndDemote(t *testing.T, e *proxytest.Env, path string, promoted, demoted func()) {
+	t.Helper()
+	long, peer := e.Dial(t, hotVIP) // opened in userspace, to finish after the promotion
 	defer long.Close()
 	if peer != proxytest.NodeAddrB.Addr().String() {
 		t.Fatalf("long connection: backend saw %s, want the node's address", peer)
 	}
 
-	b := proxytest.StartBurst(t, e.Client, hotVIP, 10*time.Millisecond) // ~100/s
-
-	e.WaitPort(t, "default/web:http", "promoted to iptables", func(p proxytest.StatusPort) bool { return p.Path == "iptables" })
-	save := e.Node.Run(t, "iptables-save", "-t", "nat")
-	if !strings.Contains(save, ":SVCP-SVC-") || strings.Contains(save, "-A SVCP-PORTALS-CONTAINER -d 198.18.0.10/32") {
-		t.Errorf("promoted web: want its SVCP-SVC- chain and no portal:\n%s", save)
-	}
-	if !strings.Contains(save, "-A SVCP-PORTALS-CONTAINER -d 198.18.0.11/32") {
-		t.Errorf("cold lost its portal:\n%s", save)
-	}
-	backendSees(t, e, hotVIP, proxytest.ClientAddr, "web on iptables")
+	burst := proxytest.StartBurst(t, e.Client, hotVIP, 10*time.Millisecond) // ~100/s
+	e.WaitPort(t, "default/web:http", "promoted to "+path, func(p proxytest.StatusPort) bool { return p.Path == path })
+	promoted()
+	backendSees(t, e, hotVIP, proxytest.ClientAddr, "web on "+path)
 	backendSees(t, e, coldVIP, proxytest.NodeAddrB, "cold")
-	// A connection the kernel carries, to finish after the demotion.
-	onKernel, peer := e.Dial(t, hotVIP)
+	onKernel, peer := e.Dial(t, hotVIP) // carried by the kernel, to finish after the demotion
 	defer onKernel.Close()
 	if want := proxytest.ClientAddr.Addr().String(); peer != want {
-		t.Fatalf("connection on iptables: backend saw %s, want the client's %s", peer, want)
+		t.Fatalf("connection on %s: backend saw %s, want the client's %s", path, peer, want)
 	}
-	// The kernel's counters are read: the burst shows as a rate on the iptables path.
-	e.WaitPort(t, "default/web:http", "a kernel rate", func(p proxytest.StatusPort) bool { return p.Path == "iptables" && p.Rate > 0 })
+	// The kernel's counters are read: the burst shows as a rate on the kernel path.
+	e.WaitPort(t, "default/web:http", "a kernel rate", func(p proxytest.StatusPort) bool { return p.Path == path && p.Rate > 0 })
 	proxytest.Echo(t, long, "still here")
 	long.Close()
-
-	ok, failed, lastErr := b.Stop()
-	t.Logf("burst: %d connections, %d failed", ok, failed)
-	if failed > 0 {
-		t.Errorf("burst: %d of %d connections failed across the promotion; last: %v", failed, ok+failed, lastErr)
-	}
+	burst.Check(t, "burst", "the promotion")
 
 	// A trickle, well below the rate, goes on across the demotion.
 	trickle := proxytest.StartBurst(t, e.Client, hotVIP, 200*time.Millisecond) // ~5/s
 	e.WaitPort(t, "default/web:http", "demoted to userspace", func(p proxytest.StatusPort) bool { return p.Path == "userspace" })
 	proxytest.Echo(t, onKernel, "still here after the demotion")
-	ok, failed, lastErr = trickle.Stop()
-	t.Logf("trickle: %d connections, %d failed", ok, failed)
-	if failed > 0 {
-		t.Errorf("trickle: %d of %d connections failed across the demotion; last: %v", failed, ok+failed, lastErr)
-	}
-	save = e.Node.Run(t, "iptables-save", "-t", "nat")
-	if strings.Contains(save, ":SVCP-SVC-") || !strings.Contains(save, "-A SVCP-PORTALS-CONTAINER -d 198.18.0.10/32") {
-		t.Errorf("demoted web: want its portal back and no SVCP-SVC- chain:\n%s", save)
-	}
+	trickle.Check(t, "trickle", "the demotion")
+	demoted()
 	backendSees(t, e, hotVIP, proxytest.NodeAddrB, "web back in userspace")
+
 	metrics := e.Get(t, "/metrics")
-	for _, m := range []string{`svcproxy_hybrid_promotions_total{ip_family="IPv4",offload="iptables"}`, `svcproxy_hybrid_demotions_total{ip_family="IPv4",offload="iptables"}`} {
+	for _, m := range []string{
+		fmt.Sprintf(`svcproxy_hybrid_promotions_total{ip_family="IPv4",offload=%q}`, path),
+		fmt.Sprintf(`svcproxy_hybrid_demotions_total{ip_family="IPv4",offload=%q}`, path),
+	} {
 		if !strings.Contains(metrics, m+" ") || strings.Contains(metrics, m+" 0\n") {
 			t.Errorf("/metrics: want %s at least 1:\n%s", m, metrics)
 		}
@@ -134,19 +140,13 @@ func TestHybridPromotion(t *testing.T) {
 	e.LogMoves(t)
 }
 
-// startProxy runs svcproxy --mode hybrid in the node namespace and waits for
-// its first sync.
+// startProxy runs svcproxy --mode hybrid (--offload iptables, unless flags
+// say otherwise) over web and cold in the node namespace and waits until
+// web is sampled.
 func startProxy(t *testing.T, e *proxytest.Env, flags ...string) {
 	t.Helper()
-	manifests := filepath.Join(e.Dir, "services.yaml")
-	if err := os.WriteFile(manifests, []byte(hybridManifests), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"--mode", "hybrid", "--offload", "iptables", "--services", manifests,
-		"--node-ip", proxytest.NodeAddrC.Addr().String(),
-		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}
-	e.Start(t, append(args, flags...)...)
-	e.WaitHealthy(t)
+	e.Serve(t, hybridManifests, append([]string{"--mode", "hybrid", "--offload", "iptables",
+		"--node-ip", proxytest.NodeAddrC.Addr().String()}, flags...)...)
 	e.WaitPort(t, "default/web:http", "sampled", func(p proxytest.StatusPort) bool { return p.Samples > 0 })
 }
 
@@ -175,15 +175,9 @@ endpoints: [{addresses: [198.19.2.2], nodeName: node-a, conditions: {ready: true
 func TestHybridExternalLocal(t *testing.T) {
 	netnstest.RequireRoot(t, "iptables-save", "iptables-restore")
 	e := proxytest.New(t)
-	manifests := filepath.Join(e.Dir, "services.yaml")
-	if err := os.WriteFile(manifests, []byte(hybridManifests+"---\n"+externalLocalManifests), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	e.Start(t, "--mode", "hybrid", "--offload", "iptables", "--services", manifests,
+	e.Serve(t, hybridManifests+"---\n"+externalLocalManifests, "--mode", "hybrid", "--offload", "iptables",
 		"--hostname-override", "node-a", "--cluster-cidr", "198.19.2.0/24",
-		"--node-ip", proxytest.NodeAddrC.Addr().String(),
-		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249")
-	e.WaitHealthy(t)
+		"--node-ip", proxytest.NodeAddrC.Addr().String())
 	e.WaitPort(t, "default/local:http", "on the kernel path", func(p proxytest.StatusPort) bool { return p.Path == "iptables" })
 	if save := e.Node.Run(t, "iptables-save", "-t", "nat"); strings.Contains(save, "-A SVCP-PORTALS-CONTAINER -d 198.18.0.12/32") {
 		t.Errorf("local on the kernel path still has a portal:\n%s", save)

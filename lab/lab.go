@@ -104,8 +104,9 @@ func New(cfg Config) (*Lab, error) {
 	net := topology.New(topology.Config{Plan: cfg.Plan, StateDir: cfg.StateDir, BinDir: cfg.BinDir, Stdout: cfg.Stdout, Stderr: cfg.Stderr})
 	runner := pods.New(pods.Config{Net: net, Self: cfg.Self, Stdout: cfg.Stdout, Progress: cfg.Progress})
 	c := cluster.New(cluster.Config{Net: net, Pods: runner, Self: cfg.Self, Manifests: cfg.Manifests})
-	v := views.New(views.Config{Net: net, Source: c, Stdout: cfg.Stdout})
-	return &Lab{cfg: cfg, net: net, pods: runner, cluster: c, views: v}, nil
+	l := &Lab{cfg: cfg, net: net, pods: runner, cluster: c}
+	l.views = views.New(views.Config{Net: net, Source: c, Stdout: cfg.Stdout, SocketLB: l.socketLB})
+	return l, nil
 }
 
 // Plan is the lab's topology.

@@ -9,7 +9,9 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/nsenter"
 	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
+	ksocklb "github.com/svcproxy/svcproxy/kernel/socklb"
 	"github.com/svcproxy/svcproxy/lab/topology"
+	"github.com/svcproxy/svcproxy/lab/views"
 )
 
 // What `svclab check` reads beyond the Services (lab/exercise's IPVSLab
@@ -41,4 +43,38 @@ func (l *Lab) ProxyGet(ctx context.Context, node, path string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("node %q: not a node of the lab", node)
+}
+
+// socketLB is where the socket LB of the node the views look at runs, in
+// socklb mode (views.Config.SocketLB): on the kubeadm cluster, each node's
+// svcproxy attaches at its kubelet's cgroup root and pins in the node's own
+// bpffs, in its mount namespace (cluster.Cluster.SocketLBOf); on the other
+// labs, at the lab's cgroup2 subtree and in the lab's bpffs.
+func (l *Lab) socketLB() (views.SocketLB, error) {
+	st, err := l.net.ReadState()
+	if err != nil {
+		return views.SocketLB{}, err
+	}
+	if st.Nodes == 0 {
+		return views.LabSocketLB(l.net), nil
+	}
+	node := l.cfg.Plan.Node.Name
+	at, err := l.cluster.SocketLBOf(node)
+	if err != nil {
+		return views.SocketLB{}, err
+	}
+	return views.SocketLB{
+		Cgroup:   at.Cgroup,
+		CgroupIs: node + "'s kubelet's cgroup root, which holds its pods",
+		PinPath:  at.PinPath,
+		Where:    node + "'s own bpffs, in its mount namespace",
+		Pods:     node + "'s pods",
+		Open: func() (views.SocketLBMaps, error) {
+			p, err := ksocklb.OpenPinned(at.Reach)
+			if err != nil {
+				return nil, err
+			}
+			return p, nil
+		},
+	}, nil
 }

@@ -104,6 +104,17 @@ func fakeResolver(t *testing.T) string {
 	return pc.LocalAddr().String()
 }
 
+// writeServices writes testServices to services.yaml in dir, for
+// --services, and returns its path.
+func writeServices(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "services.yaml")
+	if err := os.WriteFile(path, []byte(testServices), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 const testServices = `
 apiVersion: v1
 kind: Service
@@ -255,10 +266,7 @@ func (d *daemonRun) ask(t *testing.T, name string, qtype uint16) *dns.Msg {
 func TestKubeadmCorefile(t *testing.T) {
 	p := freePorts(t)
 	files := t.TempDir()
-	services := filepath.Join(files, "services.yaml")
-	if err := os.WriteFile(services, []byte(testServices), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	services := writeServices(t, files)
 	cm := newConfigMapDir(t, kubeadmCorefile(t, p, fakeResolver(t)))
 	d := startCorefile(t, p, cm.path(), "--services", services)
 
@@ -310,10 +318,7 @@ func TestKubeadmCorefile(t *testing.T) {
 // good one goes on serving; a fixed one is taken again.
 func TestCorefileReload(t *testing.T) {
 	p := freePorts(t)
-	services := filepath.Join(t.TempDir(), "services.yaml")
-	if err := os.WriteFile(services, []byte(testServices), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	services := writeServices(t, t.TempDir())
 	good := kubeadmCorefile(t, p, fakeResolver(t))
 	cm := newConfigMapDir(t, good)
 	d := startCorefile(t, p, cm.path(), "--services", services)

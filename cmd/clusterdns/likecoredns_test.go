@@ -93,10 +93,7 @@ current-context: none
 
 	// clusterdns on the same Corefile, Services from a file.
 	sp := freePorts(t)
-	services := filepath.Join(dir, "services.yaml")
-	if err := os.WriteFile(services, []byte(testServices), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	services := writeServices(t, dir)
 	ourPath := filepath.Join(dir, "Corefile")
 	if err := os.WriteFile(ourPath, []byte(kubeadmCorefile(t, sp, upstream)), 0o644); err != nil {
 		t.Fatal(err)

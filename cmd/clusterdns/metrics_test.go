@@ -124,10 +124,7 @@ func TestCorefileMetricsScrape(t *testing.T) {
 	conf := kubeadmCorefile(t, p, dead+" "+good)
 	conf = strings.Replace(conf, "max_concurrent 1000", "max_concurrent 1000\n       policy sequential", 1)
 	dir := t.TempDir()
-	services := filepath.Join(dir, "services.yaml")
-	if err := os.WriteFile(services, []byte(testServices), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	services := writeServices(t, dir)
 	path := filepath.Join(dir, "Corefile")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)

@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -19,10 +17,7 @@ import (
 // query waits in a socket that is about to close.
 func TestReloadAnswersEveryQuery(t *testing.T) {
 	p := freePorts(t)
-	services := filepath.Join(t.TempDir(), "services.yaml")
-	if err := os.WriteFile(services, []byte(testServices), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	services := writeServices(t, t.TempDir())
 	good := kubeadmCorefile(t, p, fakeResolver(t))
 	cm := newConfigMapDir(t, good)
 	d := startCorefile(t, p, cm.path(), "--services", services)

@@ -165,12 +165,14 @@ func cmdMode(ctx context.Context, cfg lab.Config, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := l.Cluster().Daemons().SetModeWith(ctx, cluster.ModeOptions{Mode: args[0], IPVSScheduler: *sched, Offload: *offload, DemoteAfter: *demote}); err != nil {
+	change, err := l.Cluster().Daemons().SetModeWith(ctx, cluster.ModeOptions{Mode: args[0], IPVSScheduler: *sched, Offload: *offload, DemoteAfter: *demote})
+	if err != nil {
 		return err
 	}
-	if proxy, _, err := l.Cluster().Serving(ctx); err == nil && proxy != "" {
-		// The kubeadm cluster: the ConfigMap, then new pods on every node.
-		fmt.Fprintf(cfg.Stdout, "%s runs in %s mode on every node (configmap kube-system/kube-proxy, its pods deleted and made anew)\n", proxy, args[0])
+	if change.Proxy != "" {
+		// The kubeadm cluster: the ConfigMap, then new pods on every node,
+		// deleted or rolled by a change of the DaemonSet's pod template.
+		fmt.Fprintln(cfg.Stdout, change)
 		return nil
 	}
 	// Ask what really runs: --mode ipvs on a kernel without IPVS runs iptables.

@@ -61,10 +61,11 @@ func wantArgs(fs *flag.FlagSet, pos []string, lo, hi int) error {
 
 const rulesAbout = `
 svcproxy's rules as the node's kernel holds them: the iptables chains it made
-(iptables-save, lines with SVCP-), then IPv6's in ip6tables, its nftables
-tables (nft list table ip svcproxy, then ip6 svcproxy), and the IPVS table
-(ipvsadm -ln). With SERVICE, the IPv6 parts only for a Service with an IPv6
-address.
+(iptables-save, lines with SVCP-), then IPv6's in ip6tables, in socklb mode
+the socket LB's maps (on the kubeadm cluster the node's own, pinned in its
+mount namespace), its nftables tables (nft list table ip svcproxy, then ip6
+svcproxy), and the IPVS table (ipvsadm -ln). With SERVICE, the IPv6 parts
+only for a Service with an IPv6 address.
 
 Each hashed iptables chain (SVCP-SVC-..., SVCP-SEP-...) is named in a legend by
 its service port and endpoint, and rules are listed in the order a packet meets

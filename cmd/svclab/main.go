@@ -61,7 +61,8 @@ commands:
   rules [SERVICE] [--counters] [--node NODE]
                                         svcproxy's iptables and ip6tables chains, nftables
                                         tables and IPVS table in the node (socklb mode: the
-                                        socket LB's maps too), hashed chains
+                                        socket LB's maps too, on the kubeadm cluster the
+                                        node's own), hashed chains
                                         named in a legend, and the real kube-proxy's where it
                                         runs; with SERVICE only that Service's;
                                         --counters: the packets each rule matched; --node: a

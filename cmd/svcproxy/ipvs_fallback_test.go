@@ -1,18 +1,10 @@
 package main
 
 import (
-	"bufio"
-	"context"
-	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	kipvs "github.com/svcproxy/svcproxy/kernel/ipvs"
@@ -61,7 +53,7 @@ func TestIPVSFallback(t *testing.T) {
 			t.Errorf("fallback line %q lacks %q", fallback[0], want)
 		}
 	}
-	mode, err := fallbackGet(ns, "127.0.0.1:10249", "/proxyMode")
+	mode, err := getIn(ns, "127.0.0.1:10249", "/proxyMode")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,66 +88,5 @@ func startHelperProcess(t *testing.T, ns *netnstest.NS, args ...string) (lines [
 	if err := os.WriteFile(file, []byte(fallbackManifests), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	cmd := ns.Command(ctx, "env", append([]string{"SVCPROXY_HELPER=1", os.Args[0], "-test.run=^TestHelperSvcproxy$", "--",
-		"--services", file, "--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}, args...)...)
-	logs, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	sc := bufio.NewScanner(logs)
-	for serving := 0; serving < 2 && sc.Scan(); {
-		lines = append(lines, sc.Text())
-		if strings.Contains(sc.Text(), "msg=serving") {
-			serving++
-		}
-	}
-	drained := make(chan struct{})
-	var rest []string
-	go func() { // keep the pipe drained until the process ends
-		for sc.Scan() {
-			rest = append(rest, sc.Text())
-		}
-		io.Copy(io.Discard, logs)
-		close(drained)
-	}()
-	t.Logf("svcproxy log:\n%s", strings.Join(lines, "\n"))
-	return lines, func() {
-			cmd.Process.Signal(syscall.SIGTERM)
-			<-drained
-			cmd.Wait()
-		}, func() ([]string, error) {
-			<-drained
-			return rest, cmd.Wait()
-		}
-}
-
-// fallbackGet makes one GET inside ns: the socket is made on the namespace's thread
-// (http.Client would dial on a goroutine of its own, outside the namespace).
-func fallbackGet(ns *netnstest.NS, addr, path string) (string, error) {
-	var c net.Conn
-	if err := ns.Do(func() (err error) {
-		c, err = net.DialTimeout("tcp", addr, 5*time.Second)
-		return err
-	}); err != nil {
-		return "", err
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(c, "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, addr)
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("GET %s: %s: %s", path, resp.Status, b)
-	}
-	return string(b), err
+	return startServing(t, ns, append([]string{"--services", file}, args...)...)
 }

@@ -166,10 +166,10 @@ func TestKubeProxyConfigRun(t *testing.T) {
 	if defaulted != 1 || ignored != 5 || flags != 1 {
 		t.Errorf("kube-proxy's defaulted-mode warning %d times (want 1), ignored fields %d (want 5), ignored-flags lines %d (want 1)", defaulted, ignored, flags)
 	}
-	if mode, err := fallbackGet(ns, "127.0.0.1:10249", "/proxyMode"); err != nil || strings.TrimSpace(mode) != "iptables" {
+	if mode, err := getIn(ns, "127.0.0.1:10249", "/proxyMode"); err != nil || strings.TrimSpace(mode) != "iptables" {
 		t.Errorf("/proxyMode = %q, %v; want iptables", mode, err)
 	}
-	body, err := fallbackGet(ns, "127.0.0.1:10249", "/configz")
+	body, err := getIn(ns, "127.0.0.1:10249", "/configz")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,21 +204,21 @@ func TestKubeProxyConfigAddresses(t *testing.T) {
 		{"127.0.0.3:10250", "/configz", `"healthzBindAddress":"127.0.0.2:10256"`},
 		{"127.0.0.3:10250", "/proxyMode", "iptables"},
 	} {
-		body, err := fallbackGet(ns, get.addr, get.path)
+		body, err := getIn(ns, get.addr, get.path)
 		if err != nil || !strings.Contains(body, get.want) {
 			t.Errorf("GET %s%s: %v, want a body with %q:\n%.300s", get.addr, get.path, err, get.want, body)
 		}
 	}
 	// /healthz, once the first sync is done.
 	deadline := time.Now().Add(30 * time.Second)
-	for _, err := fallbackGet(ns, "127.0.0.2:10256", "/healthz"); err != nil; _, err = fallbackGet(ns, "127.0.0.2:10256", "/healthz") {
+	for _, err := getIn(ns, "127.0.0.2:10256", "/healthz"); err != nil; _, err = getIn(ns, "127.0.0.2:10256", "/healthz") {
 		if time.Now().After(deadline) {
 			t.Fatalf("GET 127.0.0.2:10256/healthz: %v", err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	// The flags startHelper gives beside --config are ignored.
-	if _, err := fallbackGet(ns, "127.0.0.1:10249", "/metrics"); err == nil {
+	if _, err := getIn(ns, "127.0.0.1:10249", "/metrics"); err == nil {
 		t.Error("something serves 127.0.0.1:10249, the ignored --metrics-bind-address")
 	}
 }
@@ -244,7 +244,7 @@ func TestKubeProxyConfigIPVSFallback(t *testing.T) {
 	if fallback != 1 || deprecated != 1 {
 		t.Errorf("fallback lines %d, deprecation warnings %d: want one each", fallback, deprecated)
 	}
-	if mode, err := fallbackGet(ns, "127.0.0.1:10249", "/proxyMode"); err != nil || strings.TrimSpace(mode) != "iptables" {
+	if mode, err := getIn(ns, "127.0.0.1:10249", "/proxyMode"); err != nil || strings.TrimSpace(mode) != "iptables" {
 		t.Errorf("/proxyMode = %q, %v; want iptables", mode, err)
 	}
 }
@@ -282,7 +282,7 @@ func TestKubeProxyConfigModeSwitch(t *testing.T) {
 			t.Errorf("%s: the log does not say the mode it starts in", mode)
 		}
 		waitHealthy(t, ns)
-		if got, err := fallbackGet(ns, "127.0.0.1:10249", "/proxyMode"); err != nil || strings.TrimSpace(got) != mode {
+		if got, err := getIn(ns, "127.0.0.1:10249", "/proxyMode"); err != nil || strings.TrimSpace(got) != mode {
 			t.Errorf("/proxyMode = %q, %v; want %s", got, err, mode)
 		}
 	}
@@ -330,23 +330,6 @@ func TestKubeProxyConfigFileWritten(t *testing.T) {
 	log := strings.Join(rest, "\n")
 	if !strings.Contains(log, kubeproxyconfig.ErrFileUpdated.Error()) {
 		t.Errorf("the log after the write lacks %q:\n%s", kubeproxyconfig.ErrFileUpdated, log)
-	}
-}
-
-// waitHealthy waits until the helper's /healthz says 200: its first sync is
-// done.
-func waitHealthy(t *testing.T, ns *netnstest.NS) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err := fallbackGet(ns, "127.0.0.1:10256", "/healthz")
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/healthz: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }
 

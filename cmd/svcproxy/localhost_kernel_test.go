@@ -144,7 +144,7 @@ func TestLocalhostNodePorts(t *testing.T) {
 	if strings.Contains(logs.String(), "object skipped") {
 		t.Errorf("svcproxy skipped part of the manifests:\n%s", logs)
 	}
-	body, err := fallbackGet(lab.Node, "127.0.0.1:10249", "/metrics")
+	body, err := getIn(lab.Node, "127.0.0.1:10249", "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func startSvcproxy(t *testing.T, ns *netnstest.NS, args ...string) *logLines {
 func startSvcproxyStoppable(t *testing.T, ns *netnstest.NS, args ...string) (*logLines, func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := ns.Command(ctx, "env", append([]string{"SVCPROXY_HELPER=1", os.Args[0], "-test.run=^TestHelperSvcproxy$", "--"}, args...)...)
+	cmd := helperCommand(ctx, ns, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

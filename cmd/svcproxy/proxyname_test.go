@@ -1,15 +1,11 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/svcproxy/svcproxy/internal/netnstest"
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
@@ -30,47 +26,8 @@ func TestServiceProxyNameKernel(t *testing.T) {
 	if err := os.WriteFile(file, []byte(proxyNameManifests()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := l.Node.Command(ctx, "env", "SVCPROXY_HELPER=1", os.Args[0], "-test.run=^TestHelperSvcproxy$", "--",
-		"--mode", "iptables", "--services", file, "--hostname-override", "node",
-		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249")
-	logs, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var log strings.Builder
-	logDone := make(chan struct{})
-	go func() { // drains the pipe until the process ends
-		defer close(logDone)
-		sc := bufio.NewScanner(logs)
-		for sc.Scan() {
-			log.WriteString(sc.Text() + "\n")
-		}
-		_, _ = io.Copy(io.Discard, logs)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		<-logDone
-		t.Logf("svcproxy log:\n%s", log.String())
-	})
-
-	// Ready: /healthz answers 200 once a sync has applied a Snapshot.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		_, err := fallbackGet(l.Node, "127.0.0.1:10256", "/healthz")
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("svcproxy never healthy: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond) // polling the readiness signal
-	}
+	startServing(t, l.Node, "--mode", "iptables", "--services", file, "--hostname-override", "node")
+	waitHealthy(t, l.Node) // its first sync is done
 
 	answers, err := offloadtest.Dial(l.Client, "198.18.0.10:80", 3)
 	if err != nil {
@@ -84,7 +41,7 @@ func TestServiceProxyNameKernel(t *testing.T) {
 	if strings.Contains(rules, "198.18.0.20") {
 		t.Errorf("a rule for other's ClusterIP 198.18.0.20, which is another proxy's:\n%s", rules)
 	}
-	status, err := fallbackGet(l.Node, "127.0.0.1:10249", "/status")
+	status, err := getIn(l.Node, "127.0.0.1:10249", "/status")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,8 @@
 package main
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -44,64 +40,26 @@ endpoints: [{addresses: ["198.19.1.10"], nodeName: node-b, conditions: {ready: t
 // its own (TestHelperSvcproxy), its HTTP servers listening.
 type svcproxyProcess struct {
 	ns  *netnstest.NS
-	log *strings.Builder
+	log string // up to the readiness signal
 }
 
 // runSvcproxy runs svcproxy with args in a new namespace and returns once
-// both its HTTP servers listen (its log says so).
+// both its HTTP servers listen (startServing).
 func runSvcproxy(t *testing.T, args ...string) *svcproxyProcess {
 	t.Helper()
 	ns := netnstest.New(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	cmd := ns.Command(ctx, "env", append([]string{"SVCPROXY_HELPER=1", os.Args[0], "-test.run=^TestHelperSvcproxy$", "--",
-		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}, args...)...)
-	logs, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	all := &strings.Builder{}
-	sc := bufio.NewScanner(logs)
-	for serving := 0; serving < 2; {
-		if !sc.Scan() {
-			t.Fatalf("svcproxy ended before it served:\n%s", all)
-		}
-		all.WriteString(sc.Text() + "\n")
-		if strings.Contains(sc.Text(), "msg=serving") {
-			serving++
-		}
-	}
-	go io.Copy(io.Discard, logs) // keep the pipe drained until the process ends
-	return &svcproxyProcess{ns: ns, log: all}
+	lines, _, _ := startServing(t, ns, args...)
+	return &svcproxyProcess{ns: ns, log: strings.Join(lines, "\n")}
 }
 
 // get makes one GET inside the namespace and returns the status and body.
 func (p *svcproxyProcess) get(t *testing.T, addr, path string) (int, string) {
 	t.Helper()
-	var c net.Conn
-	if err := p.ns.Do(func() (err error) {
-		c, err = net.DialTimeout("tcp", addr, 5*time.Second)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
-	fmt.Fprintf(c, "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, addr)
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	code, body, err := getStatusIn(p.ns, addr, path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
+	return code, body
 }
 
 // waitHealthz polls /healthz until it answers want with the rules healthy

@@ -149,7 +149,7 @@ func socketLBConnections(t *testing.T, ns *netnstest.NS) float64 {
 // node's /metrics.
 func webIPv4Metric(t *testing.T, ns *netnstest.NS, name string) float64 {
 	t.Helper()
-	body, err := fallbackGet(ns, "127.0.0.1:10249", "/metrics")
+	body, err := getIn(ns, "127.0.0.1:10249", "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

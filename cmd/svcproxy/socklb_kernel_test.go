@@ -214,11 +214,11 @@ func TestSocketLBMode(t *testing.T) {
 		t.Errorf("inside the cgroup, connect to a Service without endpoints: %+v, want refused", d)
 	}
 
-	status, err := fallbackGet(lab.Node, "127.0.0.1:10249", "/status")
+	status, err := getIn(lab.Node, "127.0.0.1:10249", "/status")
 	if err != nil {
 		t.Fatal(err)
 	}
-	metrics, err := fallbackGet(lab.Node, "127.0.0.1:10249", "/metrics")
+	metrics, err := getIn(lab.Node, "127.0.0.1:10249", "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +256,7 @@ func TestSocketLBMode(t *testing.T) {
 	waitTranslated(t, lab.Client, cg, vips[0])
 	flow.waitFor(t, flow.count()+20) // and after its first sync
 	// It adopted the maps as they were: its first sync wrote no element.
-	if status, err := fallbackGet(lab.Node, "127.0.0.1:10249", "/status"); err != nil {
+	if status, err := getIn(lab.Node, "127.0.0.1:10249", "/status"); err != nil {
 		t.Error(err)
 	} else if n := strings.Count(strings.Join(strings.Fields(status), ""), `"sets":0,`); n != 2 {
 		t.Errorf("after the restart, /status shows %d families whose maps' sync wrote no element, want 2 (adopted as they were):\n%s", n, status)

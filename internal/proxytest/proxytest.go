@@ -107,7 +107,25 @@ func (e *Env) Start(t *testing.T, args ...string) *exec.Cmd {
 	return cmd
 }
 
-// waitHealthy polls /healthz until it answers 200: svcproxy's readiness signal.
+// Serve writes manifests to services.yaml in the test's directory and
+// starts svcproxy on it (--services) with its health and metrics servers on
+// the node's loopback, where HTTP reaches them (WaitHealthy, Get, Port), and
+// flags; it returns once the first sync is done (/healthz). It returns the
+// arguments svcproxy was started with, for a test that starts it again.
+func (e *Env) Serve(t *testing.T, manifests string, flags ...string) []string {
+	t.Helper()
+	file := filepath.Join(e.Dir, "services.yaml")
+	if err := os.WriteFile(file, []byte(manifests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"--services", file,
+		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}, flags...)
+	e.Start(t, args...)
+	e.WaitHealthy(t)
+	return args
+}
+
+// WaitHealthy polls /healthz until it answers 200: svcproxy's readiness signal.
 func (e *Env) WaitHealthy(t *testing.T) {
 	t.Helper()
 	WaitFor(t, "svcproxy healthy", func() (bool, string) {
@@ -343,6 +361,18 @@ func (b *Burst) run(vip string, every time.Duration) {
 		} else {
 			b.ok.Add(1)
 		}
+	}
+}
+
+// Check stops the burst, logs its tally, and fails the test (without
+// stopping it) if a connection failed across what happened meanwhile
+// ("the promotion"): what each hybrid move and restart promises.
+func (b *Burst) Check(t *testing.T, name, across string) {
+	t.Helper()
+	ok, failed, lastErr := b.Stop()
+	t.Logf("%s: %d connections, %d failed", name, ok, failed)
+	if failed > 0 {
+		t.Errorf("%s: %d of %d connections failed across %s; last: %v", name, failed, ok+failed, across, lastErr)
 	}
 }
 

@@ -204,7 +204,8 @@ func (d *Daemons) StopProxy(ctx context.Context) error {
 // editing its ConfigMap and deleting its pod: stop it, remove its rules with
 // `svcproxy --cleanup`, start it again, wait for /healthz.
 func (d *Daemons) SetMode(ctx context.Context, mode string) error {
-	return d.SetModeWith(ctx, ModeOptions{Mode: mode})
+	_, err := d.SetModeWith(ctx, ModeOptions{Mode: mode})
+	return err
 }
 
 // forgetUDPFlows deletes the node's UDP conntrack entries between two
@@ -243,57 +244,59 @@ type ModeOptions struct {
 var offloads = []string{"nftables", "ipvs", "iptables", "socklb"}
 
 // SetModeWith is SetMode with the IPVS scheduler and hybrid's kernel path
-// too.
-func (d *Daemons) SetModeWith(ctx context.Context, opts ModeOptions) error {
+// too. On the kubeadm cluster it says what it did (ModeChange); on the
+// other labs the ModeChange is zero.
+func (d *Daemons) SetModeWith(ctx context.Context, opts ModeOptions) (ModeChange, error) {
 	mode := opts.Mode
 	if err := CheckMode(mode); err != nil {
-		return err
+		return ModeChange{}, err
 	}
 	if s := opts.IPVSScheduler; s != "" && !kipvs.ValidScheduler(s) {
-		return fmt.Errorf("IPVS scheduler %q: want one of %s", s, strings.Join(kipvs.Schedulers, ", "))
+		return ModeChange{}, fmt.Errorf("IPVS scheduler %q: want one of %s", s, strings.Join(kipvs.Schedulers, ", "))
 	}
 	if o := opts.Offload; o != "" && (mode != "hybrid" || !slices.Contains(offloads, o)) {
-		return fmt.Errorf("--offload %q: hybrid mode's kernel path, one of %s (mode %s)", o, strings.Join(offloads, ", "), mode)
+		return ModeChange{}, fmt.Errorf("--offload %q: hybrid mode's kernel path, one of %s (mode %s)", o, strings.Join(offloads, ", "), mode)
 	}
 	if after := opts.DemoteAfter; after < 0 || (after > 0 && mode != "hybrid") {
-		return fmt.Errorf("--demote-after %s: hybrid mode's, a duration > 0 (mode %s)", after, mode)
+		return ModeChange{}, fmt.Errorf("--demote-after %s: hybrid mode's, a duration > 0 (mode %s)", after, mode)
 	}
 	st, err := d.net.ReadState()
 	if err != nil {
-		return err
+		return ModeChange{}, err
 	}
 	if st.Nodes > 0 {
 		if opts.Offload != "" || opts.DemoteAfter != 0 || opts.IPVSScheduler != "" {
-			return errors.New("--offload, --demote-after, --ipvs-scheduler: not on the kubeadm cluster; edit the kube-proxy ConfigMap (svclab kubectl -n kube-system edit configmap kube-proxy)")
+			return ModeChange{}, errors.New("--offload, --demote-after, --ipvs-scheduler: not on the kubeadm cluster; edit the kube-proxy ConfigMap (svclab kubectl -n kube-system edit configmap kube-proxy)")
 		}
-		if err := d.c.setKubeadmMode(ctx, mode); err != nil {
-			return err
+		change, err := d.c.setKubeadmMode(ctx, mode)
+		if err != nil {
+			return ModeChange{}, err
 		}
 		st.Mode = mode
-		return d.net.WriteState(st)
+		return change, d.net.WriteState(st)
 	}
 	if st.RealNode {
 		if mode == "socklb" || opts.Offload == "socklb" {
-			return ErrRealNodeSocketLB
+			return ModeChange{}, ErrRealNodeSocketLB
 		}
 		if opts.Offload != "" || opts.DemoteAfter != 0 {
-			return errors.New("--offload, --demote-after: not on the real node; its svcproxy's ConfigMap has no such keys")
+			return ModeChange{}, errors.New("--offload, --demote-after: not on the real node; its svcproxy's ConfigMap has no such keys")
 		}
 		if opts.IPVSScheduler != "" {
-			return errors.New("--ipvs-scheduler: not on the real node; its svcproxy has no such key in its ConfigMap")
+			return ModeChange{}, errors.New("--ipvs-scheduler: not on the real node; its svcproxy has no such key in its ConfigMap")
 		}
 		if err := d.c.setRealNodeMode(ctx, mode); err != nil {
-			return err
+			return ModeChange{}, err
 		}
 		st.Mode = mode
-		return d.net.WriteState(st)
+		return ModeChange{}, d.net.WriteState(st)
 	}
 	bin, err := d.net.Binary("svcproxy")
 	if err != nil {
-		return err
+		return ModeChange{}, err
 	}
 	if err := d.StopProxy(ctx); err != nil {
-		return err
+		return ModeChange{}, err
 	}
 	d.forgetUDPFlows(ctx)
 	st.Mode, st.IPVSScheduler, st.Offload, st.DemoteAfter = mode, opts.IPVSScheduler, opts.Offload, ""
@@ -301,14 +304,14 @@ func (d *Daemons) SetModeWith(ctx context.Context, opts ModeOptions) error {
 		st.DemoteAfter = opts.DemoteAfter.String()
 	}
 	if err := d.net.WriteState(st); err != nil {
-		return err
+		return ModeChange{}, err
 	}
 	if err := d.startProxy(ctx, bin, mode); err != nil {
-		return err
+		return ModeChange{}, err
 	}
 	if st.Kubectl != "" {
 		// The control-plane lab's ConfigMap says what runs (labconfigmap.go).
-		return d.c.syncLabConfigMap(ctx, mode, opts.Offload)
+		return ModeChange{}, d.c.syncLabConfigMap(ctx, mode, opts.Offload)
 	}
-	return nil
+	return ModeChange{}, nil
 }

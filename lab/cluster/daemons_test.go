@@ -11,7 +11,7 @@ import (
 func TestSetModeWithRejectsUnknownScheduler(t *testing.T) {
 	net := topology.New(topology.Config{StateDir: t.TempDir()})
 	d := New(Config{Net: net}).Daemons()
-	err := d.SetModeWith(context.Background(), ModeOptions{Mode: "ipvs", IPVSScheduler: "fifo"})
+	_, err := d.SetModeWith(context.Background(), ModeOptions{Mode: "ipvs", IPVSScheduler: "fifo"})
 	if err == nil || !strings.Contains(err.Error(), `IPVS scheduler "fifo"`) {
 		t.Fatalf("SetModeWith(ipvs, fifo) = %v, want an error naming the scheduler", err)
 	}

@@ -112,3 +112,23 @@ func TestWriteExecFiles(t *testing.T) {
 	}
 	require.DirExists(t, filepath.Join(dir, "svclab-worker2"))
 }
+
+// TestNodesOnAWorker: a lab that looks at a worker (svclab rules --node
+// worker1: the Plan's Node is worker1, its Gateway the first node) still
+// has the kubeadm cluster's nodes under their own names, directories and
+// processes, so that what it reads of a node (SocketLBOf) is that node's.
+func TestNodesOnAWorker(t *testing.T) {
+	p := topology.DefaultPlan()
+	worker1 := topology.Host{Name: "worker1", Role: topology.RoleNode, Addr: netip.MustParseAddr("198.19.0.2")}
+	on := *p
+	on.Node, on.Gateway, on.Uplink = worker1, p.Node, NodeLink
+	dir := t.TempDir()
+	net := topology.New(topology.Config{Plan: &on, StateDir: dir})
+	require.NoError(t, net.WriteState(topology.State{Mode: "socklb", Nodes: 3}))
+	got := New(Config{Net: net}).Nodes()
+	want := kubeadmNodes(p, dir, topology.CgroupRoot, 3)
+	require.Equal(t, want, got)
+
+	_, err := New(Config{Net: net}).SocketLBOf("worker3")
+	require.ErrorContains(t, err, `node "worker3": not a node of the cluster`)
+}

@@ -202,3 +202,38 @@ func (c *Cluster) removeSocketLBEveryNode(ctx context.Context) error {
 	}
 	return nil
 }
+
+// NodeSocketLB is where a node's svcproxy runs the socket LB in socklb
+// mode, for `svclab rules` and `svclab trace --node`, which read its maps.
+type NodeSocketLB struct {
+	// Cgroup is the cgroup2 directory its programs are attached to, the
+	// node's kubelet's cgroup root, in the lab's cgroup2 mount.
+	Cgroup string
+	// PinPath is where it pins its maps, as the node sees it: the node's
+	// own bpffs, in its mount namespace.
+	PinPath string
+	// Reach is PinPath as a process of the machine reaches it (Node.Reach).
+	Reach string
+}
+
+// SocketLBOf is where node name's svcproxy attaches and pins in socklb
+// mode (withSocketLB's flags), once the node is up.
+func (c *Cluster) SocketLBOf(name string) (NodeSocketLB, error) {
+	nodes := c.Nodes()
+	i := slices.IndexFunc(nodes, func(n *Node) bool { return n.Name == name })
+	if i < 0 {
+		return NodeSocketLB{}, fmt.Errorf("node %q: not a node of the cluster", name)
+	}
+	n := nodes[i]
+	subtree, err := c.net.Cgroups().Subtree()
+	if err != nil {
+		return NodeSocketLB{}, err
+	}
+	reach, err := n.reach(c.net, socketLBPinPath)
+	if err != nil {
+		return NodeSocketLB{}, err
+	}
+	// The subtree is <mount>/svclab; the cgroup root, svclab/<node>, is a
+	// path from the hierarchy's root.
+	return NodeSocketLB{Cgroup: filepath.Join(filepath.Dir(subtree), n.CgroupRoot), PinPath: socketLBPinPath, Reach: reach}, nil
+}

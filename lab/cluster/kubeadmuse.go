@@ -151,26 +151,27 @@ var modeLine = regexp.MustCompile(`(?m)^mode: *.*$`)
 // cgroup2 hierarchy and bpffs (kubeadmsocklb.go): that change of the pod
 // template rolls the pods by itself, in place of the delete, and another
 // mode takes it away again, once socklb's pins are removed in every node.
-func (c *Cluster) setKubeadmMode(ctx context.Context, mode string) error {
+// It says which of these it did.
+func (c *Cluster) setKubeadmMode(ctx context.Context, mode string) (ModeChange, error) {
 	proxy, _, err := c.Serving(ctx)
 	if err != nil {
-		return err
+		return ModeChange{}, err
 	}
 	if proxy != "svcproxy" && !slices.Contains(KubeProxyModes, mode) {
-		return fmt.Errorf("mode %s: svcproxy's own mode, and kube-proxy serves (svclab use svcproxy first)", mode)
+		return ModeChange{}, fmt.Errorf("mode %s: svcproxy's own mode, and kube-proxy serves (svclab use svcproxy first)", mode)
 	}
 	hadSocketLB, err := c.proxyHasSocketLB(ctx)
 	if err != nil {
-		return err
+		return ModeChange{}, err
 	}
 	if hadSocketLB && mode != "socklb" {
 		if err := c.removeSocketLBEveryNode(ctx); err != nil {
-			return err
+			return ModeChange{}, err
 		}
 	}
 	client, err := c.Client()
 	if err != nil {
-		return err
+		return ModeChange{}, err
 	}
 	cms := client.CoreV1().ConfigMaps("kube-system")
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -187,20 +188,75 @@ func (c *Cluster) setKubeadmMode(ctx context.Context, mode string) error {
 		return err
 	})
 	if err != nil {
-		return err
+		return ModeChange{}, err
 	}
 	rolled, err := c.setProxySocketLB(ctx, mode == "socklb")
 	if err != nil {
-		return err
+		return ModeChange{}, err
 	}
+	change := modeChange(proxy, mode, hadSocketLB, rolled)
 	if rolled {
 		if err := c.waitRollout(ctx, "daemonset/kube-proxy", "k8s-app=kube-proxy"); err != nil {
-			return err
+			return ModeChange{}, err
 		}
 	} else if _, err := c.KubectlOut(ctx, nil, "-n", "kube-system", "delete", "pods", "-l", "k8s-app=kube-proxy"); err != nil {
-		return err
+		return ModeChange{}, err
 	}
-	return c.waitProxyMode(ctx, mode)
+	if err := c.waitProxyMode(ctx, mode); err != nil {
+		return ModeChange{}, err
+	}
+	return change, nil
+}
+
+// ModeChange says what `svclab mode` did on the kubeadm cluster, for its
+// message: it always edits the kube-proxy ConfigMap's mode; then either it
+// deleted the DaemonSet's pods, which the DaemonSet made anew, or the pod
+// template changed (socklb's volumes and flags added or taken away) and
+// the DaemonSet replaced its pods by itself, a rolling update, one node
+// at a time: nothing was deleted.
+type ModeChange struct {
+	// Proxy is what serves ("svcproxy" or "kube-proxy"), Mode its mode now.
+	Proxy, Mode string
+	// SocketLB is "added" when the pod template got what the socket LB
+	// needs, "removed" when that was taken away; "" when the template did
+	// not change and the pods were deleted.
+	SocketLB string
+	// PinsRemoved says socklb's pins were removed in every node first
+	// (svcproxy --cleanup with the pin path), leaving socklb mode.
+	PinsRemoved bool
+}
+
+// modeChange is what setKubeadmMode did, switching proxy to mode: had
+// says the DaemonSet had socklb's volumes and flags before, rolled that its
+// pod template changed (setProxySocketLB).
+func modeChange(proxy, mode string, had, rolled bool) ModeChange {
+	m := ModeChange{Proxy: proxy, Mode: mode, PinsRemoved: had && mode != "socklb"}
+	switch {
+	case rolled && mode == "socklb":
+		m.SocketLB = "added"
+	case rolled:
+		m.SocketLB = "removed"
+	}
+	return m
+}
+
+// String is `svclab mode`'s line on the kubeadm cluster: each step, in
+// the order it was taken.
+func (m ModeChange) String() string {
+	steps := []string{"configmap kube-system/kube-proxy's mode edited"}
+	if m.PinsRemoved {
+		steps = append(steps, "socklb's pins removed in every node (svcproxy --cleanup --socklb-pin-path)")
+	}
+	rolled := "the DaemonSet replaced its pods, one node at a time: none deleted"
+	switch m.SocketLB {
+	case "added":
+		steps = append(steps, "daemonset kube-system/kube-proxy's pod template given the node's cgroup2 hierarchy and bpffs, --socklb-cgroup and --socklb-pin-path", rolled)
+	case "removed":
+		steps = append(steps, "daemonset kube-system/kube-proxy's pod template back to kubeadm's", rolled)
+	default:
+		steps = append(steps, "its pods deleted, and made anew by daemonset kube-system/kube-proxy")
+	}
+	return fmt.Sprintf("%s runs in %s mode on every node (%s)", m.Proxy, m.Mode, strings.Join(steps, "; "))
 }
 
 // failingPod says which pod of kube-system matching selector will not

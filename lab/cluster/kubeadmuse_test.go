@@ -44,3 +44,38 @@ func TestWhich(t *testing.T) {
 	require.Equal(t, "coredns", which(dnsImages, "registry.k8s.io/coredns/coredns:v1.14.6"))
 	require.Equal(t, "", which(dnsImages, "example.test/other:1"))
 }
+
+// TestModeChangeSays: `svclab mode`'s line on the kubeadm cluster says
+// what was done: the pods deleted when only the ConfigMap changed; when
+// the pod template changed too (socklb's volumes and flags added, or taken
+// away once socklb's pins were removed), the DaemonSet's own rolling
+// update, and nothing deleted.
+func TestModeChangeSays(t *testing.T) {
+	for _, tc := range []struct {
+		change ModeChange
+		want   string
+	}{
+		{ModeChange{Proxy: "kube-proxy", Mode: "nftables"},
+			"kube-proxy runs in nftables mode on every node (configmap kube-system/kube-proxy's mode edited; its pods deleted, and made anew by daemonset kube-system/kube-proxy)"},
+		{ModeChange{Proxy: "svcproxy", Mode: "socklb", SocketLB: "added"},
+			"svcproxy runs in socklb mode on every node (configmap kube-system/kube-proxy's mode edited; daemonset kube-system/kube-proxy's pod template given the node's cgroup2 hierarchy and bpffs, --socklb-cgroup and --socklb-pin-path; the DaemonSet replaced its pods, one node at a time: none deleted)"},
+		{ModeChange{Proxy: "svcproxy", Mode: "iptables", SocketLB: "removed", PinsRemoved: true},
+			"svcproxy runs in iptables mode on every node (configmap kube-system/kube-proxy's mode edited; socklb's pins removed in every node (svcproxy --cleanup --socklb-pin-path); daemonset kube-system/kube-proxy's pod template back to kubeadm's; the DaemonSet replaced its pods, one node at a time: none deleted)"},
+	} {
+		require.Equal(t, tc.want, tc.change.String())
+	}
+	// What setKubeadmMode did, by whether the DaemonSet had socklb's
+	// volumes before and whether its pod template changed.
+	for _, tc := range []struct {
+		mode        string
+		had, rolled bool
+		want        ModeChange
+	}{
+		{"nftables", false, false, ModeChange{Proxy: "svcproxy", Mode: "nftables"}},
+		{"socklb", false, true, ModeChange{Proxy: "svcproxy", Mode: "socklb", SocketLB: "added"}},
+		{"socklb", true, false, ModeChange{Proxy: "svcproxy", Mode: "socklb"}}, // socklb again: the pods deleted
+		{"iptables", true, true, ModeChange{Proxy: "svcproxy", Mode: "iptables", SocketLB: "removed", PinsRemoved: true}},
+	} {
+		require.Equal(t, tc.want, modeChange("svcproxy", tc.mode, tc.had, tc.rolled), "%s had %v rolled %v", tc.mode, tc.had, tc.rolled)
+	}
+}

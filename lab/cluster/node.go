@@ -8,8 +8,11 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/svcproxy/svcproxy/lab/topology"
 )
@@ -60,9 +63,23 @@ type Node struct {
 // and "kubelet", under the lab's cgroup root.
 func (c *Cluster) Nodes() []*Node {
 	if st, err := c.net.ReadState(); err == nil && st.Nodes > 0 {
-		return kubeadmNodes(c.net.Plan(), c.net.StateDir(), c.net.Cgroups().Name(), st.Nodes)
+		return kubeadmNodes(homePlan(c.net.Plan()), c.net.StateDir(), c.net.Cgroups().Name(), st.Nodes)
 	}
 	return []*Node{planNode(c.net.Plan(), c.net.StateDir(), c.net.Cgroups().Name())}
+}
+
+// homePlan is the Plan whose node is the cluster's first, the control
+// plane: p itself, or, when p looks at a worker (svclab rules --node
+// worker1: its Node is the worker, its Gateway the first node), the Plan
+// it was made from, so that the nodes keep their names and addresses
+// whichever node the lab looks at.
+func homePlan(p *topology.Plan) *topology.Plan {
+	if p.Gateway.Name == "" {
+		return p
+	}
+	home := *p
+	home.Node, home.Gateway, home.Uplink = p.Gateway, topology.Host{}, ""
+	return &home
 }
 
 // everyNode is every node a lab may have run, whatever the state says:
@@ -250,4 +267,26 @@ func (n *Node) makeMountNS(ctx context.Context, net *topology.Net) error {
 		}
 	}
 	return nil
+}
+
+// reach is path in n's mount namespace as a process of the machine reaches
+// it: through /proc/PID/root of a process of that namespace, n's
+// containerd, as one reaches into a container's files. The kernel resolves
+// /proc/PID/root to the root of the process's mount namespace and walks
+// on through that namespace's mounts (the node's bpffs on /sys/fs/bpf, say);
+// what is opened that way stays open when the process ends. svclab cannot
+// enter the namespace itself: a thread of a process that shares its
+// filesystem information with others (every Go thread) may not (setns(2)).
+func (n *Node) reach(net *topology.Net, path string) (string, error) {
+	pid, ok := net.ReadPid(n.Containerd, "")
+	if !ok || !sameFile(filepath.Join("/proc", strconv.Itoa(pid), "ns", "mnt"), n.files().pin) {
+		return "", fmt.Errorf("node %s: its containerd does not run (%s), through whose /proc/PID/root svclab reaches the node's mount namespace", n.Name, net.PidPath(n.Containerd))
+	}
+	return filepath.Join("/proc", strconv.Itoa(pid), "root", path), nil
+}
+
+// sameFile says whether a and b are one file (a namespace and its pin, say).
+func sameFile(a, b string) bool {
+	var sa, sb unix.Stat_t
+	return unix.Stat(a, &sa) == nil && unix.Stat(b, &sb) == nil && sa.Dev == sb.Dev && sa.Ino == sb.Ino
 }

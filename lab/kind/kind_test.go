@@ -47,7 +47,7 @@ func TestMergeHostPatch(t *testing.T) {
 	if c.Networking["podSubnet"] != kind.PodSubnet || c.Networking["serviceSubnet"] != kind.ServiceSubnet {
 		t.Errorf("networking: %q, want podSubnet %s and serviceSubnet %s", c.Networking, kind.PodSubnet, kind.ServiceSubnet)
 	}
-	if len(c.KubeadmConfigPatches) != 1 || !strings.Contains(c.KubeadmConfigPatches[0], "failCgroupV1: false") {
+	if len(c.KubeadmConfigPatches) != 3 || !strings.Contains(c.KubeadmConfigPatches[0], "failCgroupV1: false") {
 		t.Errorf("kubeadmConfigPatches: %q", c.KubeadmConfigPatches)
 	}
 	if len(c.ContainerdConfigPatches) != 1 || !strings.Contains(c.ContainerdConfigPatches[0], "restrict_oom_score_adj = true") {
@@ -55,6 +55,67 @@ func TestMergeHostPatch(t *testing.T) {
 	}
 	if _, err := kind.MergeHostPatch(cluster, []byte("nodes: []\n")); err == nil {
 		t.Error("a patch that sets nodes was merged")
+	}
+}
+
+// TestHostPatchKubeadm checks the host patch's kubeadm patches (longer
+// timeouts for a loaded machine) with kubeadm v1.37.2 itself: `kubeadm
+// config validate` decodes strictly, so a misspelt field fails here rather
+// than in kind create cluster. kind matches each patch to its document of
+// the same apiVersion and kind (kubeadm.k8s.io/v1beta4 for Kubernetes
+// v1.37).
+func TestHostPatchKubeadm(t *testing.T) {
+	var patch struct {
+		KubeadmConfigPatches []string `json:"kubeadmConfigPatches"`
+	}
+	if err := yaml.Unmarshal(kind.HostPatch, &patch); err != nil {
+		t.Fatal(err)
+	}
+	// What each kubeadm document needs beside the patch to be valid.
+	need := map[string]string{
+		"InitConfiguration": "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ClusterConfiguration\nkubernetesVersion: v1.37.2\n",
+		"JoinConfiguration": "", // the discovery below
+	}
+	var docs []string
+	for _, p := range patch.KubeadmConfigPatches {
+		var tm struct{ APIVersion, Kind string }
+		if err := yaml.Unmarshal([]byte(p), &tm); err != nil {
+			t.Fatalf("patch %q: %v", p, err)
+		}
+		if !strings.HasPrefix(tm.APIVersion, "kubeadm.k8s.io/") {
+			continue
+		}
+		if tm.APIVersion != "kubeadm.k8s.io/v1beta4" {
+			t.Errorf("patch for %s %s: kind v0.33.0 writes kubeadm.k8s.io/v1beta4 for Kubernetes v1.37, so it would match nothing", tm.APIVersion, tm.Kind)
+		}
+		extra, ok := need[tm.Kind]
+		if !ok {
+			t.Errorf("patch for %s: kind writes no such kubeadm document", tm.Kind)
+			continue
+		}
+		if tm.Kind == "JoinConfiguration" {
+			p += "discovery:\n  bootstrapToken:\n    apiServerEndpoint: kind-control-plane:6443\n" +
+				"    token: abcdef.0123456789abcdef\n    unsafeSkipCAVerification: true\n"
+		}
+		docs = append(docs, extra+"---\n"+p)
+	}
+	if len(docs) != 2 {
+		t.Fatalf("%d kubeadm patches, want the InitConfiguration's and the JoinConfiguration's timeouts", len(docs))
+	}
+	bins, err := k8sbin.Build(context.Background(), k8sbin.Config{Cluster: true, CachedOnly: true})
+	if errors.Is(err, k8sbin.ErrNotBuilt) {
+		t.Skipf("kubeadm not built (%v): make cluster-bins", err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range docs {
+		f := filepath.Join(t.TempDir(), "kubeadm.yaml")
+		if err := os.WriteFile(f, []byte(d), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(bins.Kubeadm, "config", "validate", "--config", f).CombinedOutput(); err != nil {
+			t.Errorf("kubeadm config validate: %v\n%s\n%s", err, out, d)
+		}
 	}
 }
 

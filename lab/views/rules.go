@@ -168,14 +168,18 @@ func (v *Views) socketLBRules(ctx context.Context, b *strings.Builder, svc *serv
 	if mode, _ := v.net.Mode(); mode != "socklb" {
 		return nil
 	}
-	d, err := v.socketLBDump(ctx)
+	s, err := v.socketLB()
+	if err != nil {
+		return err
+	}
+	d, err := v.socketLBDump(ctx, s)
 	if err != nil {
 		return err
 	}
 	if svc != nil {
 		d = onlyService(d, svc)
 	}
-	b.WriteString(v.formatSocketLB(d, v.hostCookies()))
+	b.WriteString(v.formatSocketLB(s, d, v.hostCookies()))
 	return nil
 }
 

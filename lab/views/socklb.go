@@ -18,23 +18,85 @@ import (
 // through the program over them by kernel/socklb's Fake, the same tracer
 // its unit tests read.
 //
-// svcproxy pins the maps and the programs' links (--socklb-pin-path) in a
-// bpffs the lab mounts on a directory of its own, topology.BPFFS
-// (/run/svclab-bpf), as Cilium pins under /sys/fs/bpf: a restart of
-// svcproxy adopts them, and svclab opens them read-only
+// On the one-node lab, svcproxy pins the maps and the programs' links
+// (--socklb-pin-path) in a bpffs the lab mounts on a directory of its own,
+// topology.BPFFS (/run/svclab-bpf), as Cilium pins under /sys/fs/bpf: a
+// restart of svcproxy adopts them, and svclab opens them read-only
 // (kernel/socklb.OpenPinned) to decode them. Up mounts it, Down unmounts it
 // (which drops whatever a crashed svcproxy left pinned), and `svclab mode`
 // runs `svcproxy --cleanup` with the pin path, which detaches the programs
-// before another mode starts.
+// before another mode starts. On the kubeadm cluster each node's svcproxy
+// pins in the node's own bpffs, in its mount namespace, and attaches at its
+// kubelet's cgroup root (lab/cluster's kubeadmsocklb.go): the lab says
+// where (Config.SocketLB).
+
+// SocketLB is where the socket LB of the node the views look at runs.
+type SocketLB struct {
+	// Cgroup is the cgroup2 directory its programs are attached to: a
+	// process meets them when it runs below it. CgroupIs says what it is,
+	// for a reader ("the lab's cgroup2 subtree").
+	Cgroup, CgroupIs string
+	// PinPath is where its maps are pinned (svcproxy's --socklb-pin-path),
+	// and Where, when it is not the machine's mount namespace, whose it is
+	// ("worker1's own bpffs, in its mount namespace").
+	PinPath, Where string
+	// Pods names what runs below Cgroup when no lab host does: on the
+	// kubeadm cluster, the node's pods, containers that `svclab trace`
+	// cannot start from ("" on the one-node lab, whose pods and client are
+	// lab hosts below it).
+	Pods string
+	// Open opens the pinned maps read-only.
+	Open func() (SocketLBMaps, error)
+}
+
+// SocketLBMaps are a socket LB's maps opened read-only: kernel/socklb's
+// Pinned, or its Fake in tests.
+type SocketLBMaps interface {
+	Dump(ctx context.Context) (ksocklb.Dump, error)
+	// Connections are the connect()s its programs rewrote, per Service.
+	Connections(ctx context.Context) (map[ksocklb.Service]uint64, error)
+	Close() error
+}
+
+// LabSocketLB is where the one-node lab's svcproxy runs the socket LB: at
+// the lab's cgroup2 subtree, pinned in the lab's bpffs. Cgroup is "" while
+// the lab is not up.
+func LabSocketLB(net *topology.Net) SocketLB {
+	subtree, _ := net.Cgroups().Subtree()
+	pins := net.BPFFS().SocketLBPinPath()
+	return SocketLB{Cgroup: subtree, CgroupIs: "the lab's cgroup2 subtree", PinPath: pins, Open: func() (SocketLBMaps, error) {
+		p, err := ksocklb.OpenPinned(pins)
+		if err != nil {
+			return nil, err
+		}
+		return p, nil
+	}}
+}
+
+// pins names where s's maps are pinned, for a reader.
+func (s SocketLB) pins() string {
+	if s.Where == "" {
+		return s.PinPath
+	}
+	return s.PinPath + " (" + s.Where + ")"
+}
+
+// socketLB is where the node's socket LB runs (Config.SocketLB).
+func (v *Views) socketLB() (SocketLB, error) {
+	if v.socklb == nil {
+		return LabSocketLB(v.net), nil
+	}
+	return v.socklb()
+}
 
 // socketLBDump reads the socket LB's maps from their pins.
-func (v *Views) socketLBDump(ctx context.Context) (ksocklb.Dump, error) {
-	p, err := ksocklb.OpenPinned(v.net.BPFFS().SocketLBPinPath())
+func (v *Views) socketLBDump(ctx context.Context, s SocketLB) (ksocklb.Dump, error) {
+	m, err := s.Open()
 	if err != nil {
-		return ksocklb.Dump{}, fmt.Errorf("the socket LB's maps pinned in %s: %w", v.net.BPFFS().SocketLBPinPath(), err)
+		return ksocklb.Dump{}, fmt.Errorf("the socket LB's maps pinned in %s: %w", s.pins(), err)
 	}
-	defer p.Close()
-	return p.Dump(ctx)
+	defer m.Close()
+	return m.Dump(ctx)
 }
 
 // onlyService keeps what in d is svc's: its ports' elements, their affinity
@@ -72,11 +134,10 @@ const maxRevNAT = 6
 // services element with its backends by slot, the pods named; the
 // affinity entries, their network namespace named and their age; and the
 // newest few reverse entries.
-func (v *Views) formatSocketLB(d ksocklb.Dump, cookies map[uint64]string) string {
+func (v *Views) formatSocketLB(s SocketLB, d ksocklb.Dump, cookies map[uint64]string) string {
 	var b strings.Builder
-	subtree, _ := v.net.Cgroups().Subtree()
-	fmt.Fprintf(&b, "\n# socket LB: connect4/6, sendmsg4/6, recvmsg4/6, getpeername4/6 attached at %s;\n", subtree)
-	fmt.Fprintf(&b, "# its maps, pinned in %s\n", v.net.BPFFS().SocketLBPinPath())
+	fmt.Fprintf(&b, "\n# socket LB: connect4/6, sendmsg4/6, recvmsg4/6, getpeername4/6 attached at %s;\n", s.Cgroup)
+	fmt.Fprintf(&b, "# its maps, pinned in %s\n", s.pins())
 	b.WriteString("services: (VIP, port, protocol) -> id, backends by slot\n")
 	if len(d.Services) == 0 {
 		b.WriteString("  (none)\n")
@@ -139,7 +200,11 @@ func (v *Views) hostCookies() map[uint64]string {
 // pinned: in socklb mode, and in hybrid mode promoting to it. Without pins
 // nothing is added.
 func (v *Views) addSocketLBCounts(ctx context.Context, snap *service.Snapshot, kc *KernelCounters) {
-	p, err := ksocklb.OpenPinned(v.net.BPFFS().SocketLBPinPath())
+	s, err := v.socketLB()
+	if err != nil {
+		return
+	}
+	p, err := s.Open()
 	if err != nil {
 		return // no socket LB runs
 	}

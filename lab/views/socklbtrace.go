@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -13,24 +14,33 @@ import (
 )
 
 // traceSocketLB is `svclab trace` in socklb mode, before any rule: a
-// process of a host in the lab's cgroup2 subtree (a pod, the client) meets
-// the socket LB's connect4 or connect6 program when it calls connect(),
-// before its first packet exists. The program is walked by kernel/socklb's
-// Fake loaded with the kernel's maps (socketLBDump). When it rewrites the
-// destination, the trace ends there: the socket is connected to the pod,
-// and its packets carry the pod's address, which no rule of the node
-// rewrites (done is true). When it leaves connect() alone (no Service, no
-// endpoint), or the host is outside the subtree, the trace goes on through
-// the node's rules, which the caller walks.
+// process of a host below the cgroup where the socket LB is attached (on
+// the one-node lab, a pod or the client, in the lab's cgroup2 subtree)
+// meets the socket LB's connect4 or connect6 program when it calls
+// connect(), before its first packet exists. The program is walked by
+// kernel/socklb's Fake loaded with the kernel's maps (socketLBDump). When
+// it rewrites the destination, the trace ends there: the socket is
+// connected to the pod, and its packets carry the pod's address, which no
+// rule of the node rewrites (done is true). When it leaves connect() alone
+// (no Service, no endpoint), or the host is not below that cgroup, the
+// trace goes on through the node's rules, which the caller walks; on the
+// kubeadm cluster, where no lab host is (the node's pods are containers),
+// what a pod of the node would meet is walked first (podConnect).
 func (v *Views) traceSocketLB(ctx context.Context, w io.Writer, pkt tracePacket, opts TraceOptions, rep *TraceReport) (done bool, err error) {
 	h, _ := v.net.Host(opts.From)
-	subtree, _ := v.net.Cgroups().Subtree()
-	if pkt.local || !topology.InSubtree(h) {
-		para(w, fmt.Sprintf("%s's processes are not in the lab's cgroup2 subtree (%s), where the socket LB is attached: no socket hook runs for them, and their packets meet the node's rules, the nftables path beside the socket LB.", h.Name, subtree))
-		fmt.Fprintln(w)
-		return false, nil
+	s, err := v.socketLB()
+	if err != nil {
+		return false, err
 	}
-	dump, err := v.socketLBDump(ctx)
+	if pkt.local || !v.sees(s, h) {
+		para(w, fmt.Sprintf("%s's processes are not in %s (%s), where the socket LB is attached: no socket hook runs for them, and their packets meet the node's rules, the nftables path beside the socket LB.", h.Name, s.CgroupIs, s.Cgroup))
+		fmt.Fprintln(w)
+		if s.Pods == "" {
+			return false, nil
+		}
+		return false, v.podConnect(ctx, w, pkt, opts, s)
+	}
+	dump, err := v.socketLBDump(ctx, s)
 	if err != nil {
 		return false, err
 	}
@@ -47,7 +57,7 @@ func (v *Views) traceSocketLB(ctx context.Context, w io.Writer, pkt tracePacket,
 	// program would; socket cookie 0 stands for the new socket (the kernel
 	// numbers sockets from 1).
 	client := ksocklb.Client{NetnsCookie: topology.NetnsCookie(v.net.Plan().Namespace(h.Name)), Random: uint32(opts.Pick), Now: dump.Now}
-	para(w, fmt.Sprintf("%s's processes run in %s, below the lab's cgroup2 subtree where the socket LB is attached: connect() runs its program before any packet is sent. The program, over the maps as the kernel holds them now (%s; socket cookie 0 stands for the new socket, random %d for bpf_get_prandom_u32: --pick N picks slot N):", h.Name, subtree+"/"+topology.PodCgroups+"/"+h.Name, v.net.BPFFS().SocketLBPinPath(), opts.Pick))
+	para(w, fmt.Sprintf("%s's processes run in %s, below %s where the socket LB is attached: connect() runs its program before any packet is sent. The program, over the maps as the kernel holds them now (%s; socket cookie 0 stands for the new socket, random %d for bpf_get_prandom_u32: --pick N picks slot N):", h.Name, v.hostCgroup(h), s.CgroupIs, s.pins(), opts.Pick))
 	fmt.Fprintln(w)
 	to, tr := f.Connect(client, proto, pkt.dst)
 	for _, st := range tr.Steps {
@@ -100,4 +110,52 @@ func backendsOf(d ksocklb.Dump, pkt tracePacket) int {
 		}
 	}
 	return 0
+}
+
+// hostCgroup is the cgroup2 directory lab host h's processes run in: its
+// own in the lab's subtree (topology.Cgroups.Place), or "" for a host left
+// in the machine's (the node, the outside host).
+func (v *Views) hostCgroup(h topology.Host) string {
+	subtree, err := v.net.Cgroups().Subtree()
+	if err != nil || !topology.InSubtree(h) {
+		return ""
+	}
+	return filepath.Join(subtree, topology.PodCgroups, h.Name)
+}
+
+// sees says whether the socket LB s sees h's processes: whether they run
+// below the cgroup its programs are attached to.
+func (v *Views) sees(s SocketLB, h topology.Host) bool {
+	dir := v.hostCgroup(h)
+	return dir != "" && s.Cgroup != "" && strings.HasPrefix(dir+"/", filepath.Clean(s.Cgroup)+"/")
+}
+
+// podConnect walks, on the kubeadm cluster, the connect() of a pod of the
+// node to pkt's destination through the node's socket LB, over its maps as
+// the kernel holds them now: what the traced host does not meet, but the
+// node's pods do. It is text only: the report's hops stay the packet's.
+func (v *Views) podConnect(ctx context.Context, w io.Writer, pkt tracePacket, opts TraceOptions, s SocketLB) error {
+	dump, err := v.socketLBDump(ctx, s)
+	if err != nil {
+		return err
+	}
+	f := ksocklb.NewFake()
+	if err := f.Load(dump); err != nil {
+		return err
+	}
+	proto := ksocklb.TCP
+	if pkt.proto == "udp" {
+		proto = ksocklb.UDP
+	}
+	para(w, fmt.Sprintf("What runs there are %s: their connect() to %s meets the program, over the maps as the kernel holds them now (%s), walked here for a pod whose network namespace has no affinity entry yet (netns cookie 0; socket cookie 0 stands for the new socket, random %d for bpf_get_prandom_u32: --pick N picks slot N):", s.Pods, pkt.dst, s.pins(), opts.Pick))
+	fmt.Fprintln(w)
+	to, tr := f.Connect(ksocklb.Client{Random: uint32(opts.Pick), Now: dump.Now}, proto, pkt.dst)
+	fmt.Fprintf(w, "socket LB (cgroup %s):\n%s\n", tr.Hook, tr)
+	if tr.Translated() {
+		para(w, fmt.Sprintf("Such a pod's socket is connected to %s%s itself, and no rule of the node rewrites its packets. %s's packet is not a pod's:", to, v.nameSuffix(to.Addr()), pkt.fromName))
+	} else {
+		para(w, fmt.Sprintf("The program leaves a pod's connect() alone too: its packets meet the node's rules, as %s's do:", pkt.fromName))
+	}
+	fmt.Fprintln(w)
+	return nil
 }

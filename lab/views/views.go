@@ -36,6 +36,9 @@ type Config struct {
 	Source Source
 	// Stdout gets what the views print.
 	Stdout io.Writer
+	// SocketLB says where the node's socket LB runs, in socklb mode; nil
+	// is the one-node lab's (LabSocketLB).
+	SocketLB func() (SocketLB, error)
 }
 
 // Views read the node's kernel state (rules, conntrack, counters, the
@@ -45,6 +48,7 @@ type Views struct {
 	net    *topology.Net
 	src    Source
 	stdout io.Writer
+	socklb func() (SocketLB, error)
 
 	mu  sync.Mutex
 	nft map[knftables.Family]knft.Interface // svcproxy's tables, by family (nftCounters)
@@ -52,7 +56,7 @@ type Views struct {
 
 // New returns the Views of cfg.
 func New(cfg Config) *Views {
-	return &Views{net: cfg.Net, src: cfg.Source, stdout: cfg.Stdout, nft: map[knftables.Family]knft.Interface{}}
+	return &Views{net: cfg.Net, src: cfg.Source, stdout: cfg.Stdout, socklb: cfg.SocketLB, nft: map[knftables.Family]knft.Interface{}}
 }
 
 // FindService finds a Service by "NAME" (namespace default) or

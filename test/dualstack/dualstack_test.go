@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -132,13 +131,8 @@ func TestDualStack(t *testing.T) {
 			e.Node.Sysctl(t, "net.ipv4.conf.c0.send_redirects", "0")
 			e.Node.Sysctl(t, "net.ipv6.icmp.ratelimit", "0")
 			serveIdents(t, e.Backend)
-			file := filepath.Join(e.Dir, "services.yaml")
-			if err := os.WriteFile(file, []byte(manifests()), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			proxy := e.Start(t, append([]string{"--mode", m.mode, "--services", file,
-				"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}, m.flags...)...)
-			e.WaitHealthy(t)
+			e.Serve(t, manifests(), append([]string{"--mode", m.mode}, m.flags...)...)
+			proxy := e.Proxy
 			checkStatusFamilies(t, e)
 			for _, f := range families {
 				t.Run(f.name, func(t *testing.T) { checkFamily(t, e, f, m.viaNode) })
@@ -242,11 +236,7 @@ func checkPromotion(t *testing.T, e *proxytest.Env, path string, hot, other fami
 	vip := hostPort(hot.web, 80)
 	b := proxytest.StartBurst(t, e.Client, vip, 10*time.Millisecond)
 	e.WaitFamilyPort(t, hot.name, port, "promoted to "+path, func(p proxytest.StatusPort) bool { return p.Path == path })
-	ok, failed, lastErr := b.Stop()
-	t.Logf("burst on %s: %d connections, %d failed", vip, ok, failed)
-	if failed > 0 {
-		t.Errorf("burst on %s: %d of %d connections failed across the promotion; last: %v", vip, failed, ok+failed, lastErr)
-	}
+	b.Check(t, "burst on "+vip, "the promotion")
 	if p, err := e.TryFamilyPort(other.name, port); err != nil || p.Path != "userspace" {
 		t.Errorf("%s side of %s: %+v, %v; want it still in userspace", other.name, port, p, err)
 	}

@@ -7,17 +7,14 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
-
 	"github.com/svcproxy/svcproxy/internal/netnstest"
+	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	"github.com/svcproxy/svcproxy/internal/proxytest"
 	"github.com/svcproxy/svcproxy/internal/testbin"
 )
@@ -117,14 +114,7 @@ func TestRestart(t *testing.T) {
 
 func runMode(t *testing.T, mode, promotedPath string, flags []string) []phase {
 	e := proxytest.New(t)
-	file := filepath.Join(e.Dir, "services.yaml")
-	if err := os.WriteFile(file, []byte(manifests), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	args := append([]string{"--services", file, "--node-ip", proxytest.NodeAddrC.Addr().String(),
-		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}, flags...)
-	e.Start(t, args...)
-	e.WaitHealthy(t)
+	args := e.Serve(t, manifests, append([]string{"--node-ip", proxytest.NodeAddrC.Addr().String()}, flags...)...)
 	// In hybrid mode the promise is for a promoted port: a new process starts
 	// every port in userspace (portal first, so nothing is lost), and the loop
 	// makes web hot again before the next disruption.
@@ -231,28 +221,11 @@ func (u *udp) send(t *testing.T) {
 // to the dns VIP.
 func hasFlow(t *testing.T, e *proxytest.Env, src netip.AddrPort) bool {
 	t.Helper()
-	var found bool
-	if err := e.Node.Do(func() error {
-		h, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
-		if err != nil {
-			return err
-		}
-		defer h.Close()
-		flows, err := h.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
-		if err != nil {
-			return err
-		}
-		for _, f := range flows {
-			if f.Forward.Protocol == unix.IPPROTO_UDP && f.Forward.SrcIP.String() == src.Addr().String() &&
-				f.Forward.SrcPort == src.Port() && f.Forward.DstIP.String() == "198.18.0.53" {
-				found = true
-			}
-		}
-		return nil
-	}); err != nil {
+	var entries []offloadtest.UDPEntry
+	if err := e.Node.Do(func() (err error) { entries, err = offloadtest.UDPEntries(); return err }); err != nil {
 		t.Fatal(err)
 	}
-	return found
+	return slices.ContainsFunc(entries, func(e offloadtest.UDPEntry) bool { return e.Src == src && e.Dst.Addr().String() == "198.18.0.53" })
 }
 
 func loadAverage() string {

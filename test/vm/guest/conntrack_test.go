@@ -5,14 +5,13 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
-
 	"github.com/svcproxy/svcproxy/dataplane"
+	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	"github.com/svcproxy/svcproxy/kernel/conntrack"
 	"github.com/svcproxy/svcproxy/offload/ipvs"
 	"github.com/svcproxy/svcproxy/service"
@@ -165,24 +164,7 @@ func startSender(t *testing.T, ns *netNS, dst netip.AddrPort) *sender {
 // from src whose reply comes from real.
 func (l *lab) hasEntryTo(t *testing.T, src netip.AddrPort, real netip.Addr) bool {
 	t.Helper()
-	var found bool
-	l.director.do(t, func() error {
-		h, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
-		if err != nil {
-			return err
-		}
-		defer h.Close()
-		flows, err := h.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
-		if err != nil {
-			return err
-		}
-		for _, c := range flows {
-			if c.Forward.Protocol == unix.IPPROTO_UDP && c.Forward.SrcIP.String() == src.Addr().String() &&
-				c.Forward.SrcPort == src.Port() && c.Reverse.SrcIP.String() == real.String() {
-				found = true
-			}
-		}
-		return nil
-	})
-	return found
+	var entries []offloadtest.UDPEntry
+	l.director.do(t, func() (err error) { entries, err = offloadtest.UDPEntries(); return err })
+	return slices.ContainsFunc(entries, func(e offloadtest.UDPEntry) bool { return e.Src == src && e.ReplySrc == real })
 }

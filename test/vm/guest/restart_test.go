@@ -6,13 +6,13 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
+	"github.com/svcproxy/svcproxy/internal/offloadtest"
 )
 
 // restartManifests is manifests plus default/dns, a UDP Service on the first
@@ -90,26 +90,9 @@ func (f *udpFlow) exchange(t *testing.T) {
 // hasEntry reports whether the director's conntrack table has f's entry.
 func (l *lab) hasEntry(t *testing.T, f *udpFlow, vip netip.AddrPort) bool {
 	t.Helper()
-	var found bool
-	l.director.do(t, func() error {
-		h, err := netlink.NewHandle(unix.NETLINK_NETFILTER)
-		if err != nil {
-			return err
-		}
-		defer h.Close()
-		flows, err := h.ConntrackTableList(netlink.ConntrackTable, unix.AF_INET)
-		if err != nil {
-			return err
-		}
-		for _, c := range flows {
-			if c.Forward.Protocol == unix.IPPROTO_UDP && c.Forward.SrcIP.String() == f.src.Addr().String() &&
-				c.Forward.SrcPort == f.src.Port() && c.Forward.DstIP.String() == vip.Addr().String() {
-				found = true
-			}
-		}
-		return nil
-	})
-	return found
+	var entries []offloadtest.UDPEntry
+	l.director.do(t, func() (err error) { entries, err = offloadtest.UDPEntries(); return err })
+	return slices.ContainsFunc(entries, func(e offloadtest.UDPEntry) bool { return e.Src == f.src && e.Dst.Addr() == vip.Addr() })
 }
 
 // serveUDP echoes datagrams on addr until stop is called or the test ends.
