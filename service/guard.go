@@ -65,6 +65,16 @@ func (a *allocator) refuse(ip netip.Addr) string {
 	return ""
 }
 
+// refusesAny reports whether refuse names a reason for any of eps' addresses.
+func (a *allocator) refusesAny(eps []Endpoint) bool {
+	for _, e := range eps {
+		if _, ok := a.vips[e.Addr.Addr().Unmap()]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // specialIP says why the API server refuses ip as an endpoint address
 // (ValidateNonSpecialIP): it would lead into the node itself, not to a pod.
 func specialIP(ip netip.Addr) string {

@@ -141,6 +141,36 @@ func (o *SliceObject) port(p *Port) (uint16, bool) {
 // what they hold (a Service without endpoints, a slice's endpoints), which
 // is safe because both are immutable (TestJoinKeepsObjects).
 func Join(services []*ServiceObject, slices []*SliceObject, endpoints []*v1.Endpoints, opts ...SnapshotOption) *Snapshot {
+	return new(Joiner).Join(services, slices, endpoints, opts...)
+}
+
+// Joiner joins as Join does, for a source that joins its caches again after
+// every change (service/watch): a Service whose converted object and
+// EndpointSlices are the same objects as at its last Join, none of whose
+// endpoints is refused now, is the Service that Join made, not a new copy.
+// At 10,000 Services a Snapshot after one change then makes one Service,
+// not 10,000 with their endpoint lists, and the Snapshots a dataplane still
+// holds (the rendered ports keep the Ports they were rendered from) share
+// one copy of the unchanged Services with the newest, which also makes
+// Port.RendersSameAs a comparison of pointers for them
+// (docs/benchmarks/kubeproxy.md). The zero Joiner is ready; it is not safe
+// for concurrent use.
+type Joiner struct {
+	prev map[NamespacedName]joined // what the last Join made of each Service with slices
+}
+
+// joined is what a Join made of one Service with EndpointSlices, without
+// errors: the converted Service it copied (a ServiceObject's, so the same
+// pointer is the same object), the slices it attached, and the copy.
+type joined struct {
+	from   *Service
+	slices []*SliceObject
+	svc    *Service
+}
+
+// Join is Join, reusing what the last Join made where nothing it was made
+// from has changed.
+func (j *Joiner) Join(services []*ServiceObject, slices []*SliceObject, endpoints []*v1.Endpoints, opts ...SnapshotOption) *Snapshot {
 	var errs []error
 
 	slicesBySvc := make(map[NamespacedName][]*SliceObject)
@@ -180,16 +210,42 @@ func Join(services []*ServiceObject, slices []*SliceObject, endpoints []*v1.Endp
 	// Endpoints last, once every virtual address is known: an endpoint must
 	// not be one of them. A Service with endpoints is a copy of the
 	// converted one, which stays without; one without is shared.
+	next := make(map[NamespacedName]joined, len(j.prev))
 	for i, svc := range out {
 		if ess := slicesBySvc[svc.NamespacedName]; len(ess) > 0 {
+			if was, ok := j.prev[svc.NamespacedName]; ok && was.from == svc && sameObjects(was.slices, ess) &&
+				!vips.refusesAny(was.svc.Endpoints) {
+				out[i] = was.svc
+				next[svc.NamespacedName] = was
+				continue
+			}
 			out[i] = svc.copy()
-			errs = append(errs, attachSlices(out[i], ess, vips.refuse)...)
+			refused := attachSlices(out[i], ess, vips.refuse)
+			errs = append(errs, refused...)
+			if len(refused) == 0 { // one with errors is joined again, and its errors said again
+				next[svc.NamespacedName] = joined{from: svc, slices: ess, svc: out[i]}
+			}
 		} else if ep := legacy[svc.NamespacedName]; ep != nil {
 			out[i] = svc.copy()
 			errs = append(errs, attachEndpoints(out[i], ep, vips.refuse)...)
 		}
 	}
+	j.prev = next
 	return NewSnapshot(out, errs, opts...)
+}
+
+// sameObjects reports whether a and b hold the same slices, in any order (an
+// informer's cache lists them in no fixed order).
+func sameObjects(a, b []*SliceObject) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, es := range b {
+		if !slices.Contains(a, es) {
+			return false
+		}
+	}
+	return true
 }
 
 // byCreation orders Services as the API server's ClusterIP allocator saw them:

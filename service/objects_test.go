@@ -144,3 +144,59 @@ func TestConvertErrors(t *testing.T) {
 		t.Errorf("Join: %d Services, errors %v; want 1 and %v", snap.Len(), snap.Errors(), bad.Err())
 	}
 }
+
+// A Joiner shares a Service with the last Snapshot when its converted object
+// and slices are the same objects and none of its endpoints is refused now;
+// what it makes is what Join makes.
+func TestJoinerReusesUnchanged(t *testing.T) {
+	ports := []discoveryv1.EndpointPort{port("http", 8080, v1.ProtocolTCP)}
+	web := ConvertService(svc("web"))
+	api := ConvertService(svc("api", func(s *v1.Service) { s.Spec.ClusterIP = "198.18.0.20" }))
+	webEPs := ConvertSlice(slice("web-1", "web", ports, ep("198.19.0.1", true)))
+	apiA := ConvertSlice(slice("api-1", "api", ports, ep("198.19.0.2", true)))
+	apiB := ConvertSlice(slice("api-2", "api", ports, ep("198.19.0.3", true)))
+	// A Service whose ClusterIP is api's endpoint: api's endpoint is refused
+	// while it exists.
+	clash := ConvertService(svc("clash", func(s *v1.Service) { s.Spec.ClusterIP = "198.19.0.2" }))
+
+	j := new(Joiner)
+	joins := []struct {
+		services []*ServiceObject
+		slices   []*SliceObject
+		reused   []string // the Services shared with the Join before
+		errs     int
+	}{
+		{[]*ServiceObject{web, api}, []*SliceObject{webEPs, apiA, apiB}, nil, 0},
+		{[]*ServiceObject{api, web}, []*SliceObject{apiB, webEPs, apiA}, []string{"api", "web"}, 0}, // another order
+		{[]*ServiceObject{web, api}, []*SliceObject{webEPs, apiA}, []string{"web"}, 0},              // api lost a slice
+		{[]*ServiceObject{web, api, clash}, []*SliceObject{webEPs, apiA}, []string{"web"}, 1},
+		{[]*ServiceObject{web, api, clash}, []*SliceObject{webEPs, apiA}, []string{"clash", "web"}, 1}, // refused again, and said again; clash has no endpoints: shared always
+		{[]*ServiceObject{web, api}, []*SliceObject{webEPs, apiA}, []string{"web"}, 0},
+		{[]*ServiceObject{web, api}, []*SliceObject{webEPs, apiA}, []string{"api", "web"}, 0},
+	}
+	last := NewSnapshot(nil, nil)
+	for i, tt := range joins {
+		snap := j.Join(tt.services, tt.slices, nil)
+		if want := Join(tt.services, tt.slices, nil); dump(snap.Services()) != dump(want.Services()) {
+			t.Errorf("join %d: the Joiner's Snapshot differs from Join's:\n%s\nwant:\n%s", i, dump(snap.Services()), dump(want.Services()))
+		}
+		if len(snap.Errors()) != tt.errs {
+			t.Errorf("join %d: errors %v, want %d", i, snap.Errors(), tt.errs)
+		}
+		var reused []string
+		for _, s := range snap.Services() {
+			if prev, ok := last.Service(s.NamespacedName); ok && prev == s {
+				reused = append(reused, s.Name)
+			}
+			for _, p := range s.Ports {
+				if p.Service != s {
+					t.Errorf("join %d: a port of %s belongs to another Service", i, s.NamespacedName)
+				}
+			}
+		}
+		if !slices.Equal(reused, tt.reused) && len(reused)+len(tt.reused) > 0 {
+			t.Errorf("join %d: shared %v with the last Snapshot, want %v", i, reused, tt.reused)
+		}
+		last = snap
+	}
+}

@@ -56,8 +56,16 @@ func chainBlocks(text string) string {
 // time into memory on its way to nft's input. A write error is w's to keep
 // (a bufio.Writer's, or the pipe's, which the caller sees when nft ends).
 func writeChainBlocks(w io.StringWriter, text string) {
+	writeChainBlocksAfter(w, text, map[string]bool{})
+}
+
+// writeChainBlocksAfter is writeChainBlocks for one part of a transaction
+// written in parts: declared holds the sets, maps and counters the parts
+// before it declared, and gets this part's added, so that a rule may name
+// an object an earlier part declared.
+func writeChainBlocksAfter(w io.StringWriter, text string, declared map[string]bool) {
 	lines := strings.Split(strings.TrimSuffix(text, "\n"), "\n")
-	declared := declaredNames(lines)
+	addDeclaredNames(declared, lines)
 	var elems, rules []string // reused from block to block
 	for i := 0; i < len(lines); {
 		if kind, name, body, ok := splitSetDecl(lines[i]); ok {
@@ -179,9 +187,8 @@ func splitAddRule(line string) (head, rule string, ok bool) {
 	return f[0] + " " + f[1] + " " + f[2], f[3], true
 }
 
-// declaredNames returns the sets, maps and counters the transaction declares.
-func declaredNames(lines []string) map[string]bool {
-	out := map[string]bool{}
+// addDeclaredNames adds the sets, maps and counters lines declare to out.
+func addDeclaredNames(out map[string]bool, lines []string) {
 	for _, l := range lines {
 		rest, ok := strings.CutPrefix(l, "add ")
 		if !ok {
@@ -196,7 +203,6 @@ func declaredNames(lines []string) map[string]bool {
 			out[name] = true
 		}
 	}
-	return out
 }
 
 // refsDeclared reports whether every set, map and named counter a rule names

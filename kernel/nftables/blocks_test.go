@@ -2,6 +2,8 @@ package nftables
 
 import (
 	"context"
+	"fmt"
+	"iter"
 	"net"
 	"strings"
 	"testing"
@@ -155,7 +157,8 @@ func TestReal(t *testing.T) {
 }
 
 func TestRefsDeclared(t *testing.T) {
-	declared := declaredNames([]string{
+	declared := map[string]bool{}
+	addDeclaredNames(declared, []string{
 		"add set ip svcproxy affinity-A { type ipv4_addr ; flags dynamic,timeout ; timeout 600s ; }",
 		"add map ip svcproxy service-ips { type ipv4_addr . inet_proto . inet_service : verdict ; }",
 		"add counter ip svcproxy connections-X",
@@ -193,4 +196,75 @@ func TestRefsDeclared(t *testing.T) {
 		kind, name, body, ok := splitSetDecl(tt.line)
 		require.Equal(t, []any{tt.kind, tt.name, tt.body, tt.ok}, []any{kind, name, body, ok}, tt.line)
 	}
+}
+
+// RunParts is one transaction: a rule may name a set an earlier part
+// declared, and a part knftables refuses leaves the table as it was, the
+// parts before it too. Fake's RunParts does the same.
+func TestRunParts(t *testing.T) {
+	netnstest.RequireRoot(t, "nft")
+	ns := netnstest.New(t)
+	ctx := context.Background()
+	parts := func(last func(*knftables.Transaction)) iter.Seq[func(*knftables.Transaction)] {
+		return func(yield func(func(*knftables.Transaction)) bool) {
+			_ = yield(func(tx *knftables.Transaction) {
+				tx.Add(&knftables.Table{})
+				tx.Add(&knftables.Set{Name: "aff", Type: "ipv4_addr"})
+				// More than Real's 64 KB buffer: nft has read
+				// some of its input when a later part fails.
+				for i := range 1500 {
+					tx.Add(&knftables.Element{Set: "aff", Key: []string{fmt.Sprintf("198.19.%d.%d", i/250, i%250+1)},
+						Comment: knftables.PtrTo(strings.Repeat("x", 60))})
+				}
+			}) && yield(func(tx *knftables.Transaction) {
+				tx.Add(&knftables.Chain{Name: "ep"})
+				tx.Add(&knftables.Chain{Name: "svc"})
+				tx.Add(&knftables.Rule{Chain: "svc", Rule: "ip saddr @aff goto ep"})
+				tx.Add(&knftables.Rule{Chain: "svc", Rule: "goto ep"})
+			}) && yield(func(*knftables.Transaction) {}) && yield(last)
+		}
+	}
+	element := func(tx *knftables.Transaction) {
+		tx.Add(&knftables.Element{Set: "aff", Key: []string{"198.19.100.1"}})
+	}
+	invalid := func(tx *knftables.Transaction) { tx.Add(&knftables.Rule{Chain: "", Rule: "accept"}) }
+	for _, nft := range []Interface{NewFake("t"), nil} {
+		do := func(f func(nft Interface)) { f(nft) }
+		if nft == nil { // the real one, in the namespace
+			do = func(f func(nft Interface)) {
+				require.NoError(t, ns.Do(func() error {
+					real, err := New("t")
+					require.NoError(t, err)
+					f(real)
+					return nil
+				}))
+			}
+		}
+		do(func(nft Interface) {
+			_, err := nft.RunParts(ctx, parts(invalid))
+			require.Error(t, err)
+			_, err = nft.ListAll(ctx)
+			assert.True(t, IsNotFound(err), "%T: a refused part applies nothing: %v", nft, err)
+
+			n, err := nft.RunParts(ctx, parts(element))
+			require.NoError(t, err)
+			assert.Equal(t, 1507, n, "%T: operations", nft)
+			n, err = nft.CountRules(ctx, "svc")
+			require.NoError(t, err)
+			assert.Equal(t, 2, n, "%T", nft)
+		})
+	}
+	got := ns.Run(t, "nft", "list", "set", "ip", "t", "aff")
+	assert.Contains(t, got, "198.19.100.1")
+	assert.Contains(t, got, "198.19.5.250")
+}
+
+// The parts are written as chainBlocks writes the whole: a rule naming a set
+// an earlier part declared is in a block.
+func TestChainBlocksAfter(t *testing.T) {
+	declared := map[string]bool{}
+	var b strings.Builder
+	writeChainBlocksAfter(&b, "add set ip t aff { type ipv4_addr ; }\n", declared)
+	writeChainBlocksAfter(&b, "add rule ip t svc ip saddr @aff goto ep\nadd rule ip t svc goto ep\n", declared)
+	assert.Equal(t, "add set ip t aff { type ipv4_addr ; }\nadd chain ip t svc { ip saddr @aff goto ep ; goto ep ; }\n", b.String())
 }

@@ -9,6 +9,10 @@
 //	tx.Add(&knftables.Chain{Name: "services"})           // rendered, golden-tested
 //	err := nft.Run(ctx, tx)                              // one `nft -f -` run
 //
+// A large transaction can be made in parts (RunParts): each part is a
+// transaction of its own, written to the same `nft -f -` and let go, and
+// the kernel still applies them as one.
+//
 // Real runs the nft binary (Debian's nftables package), which acts on the network
 // namespace of the OS thread that starts it, as iptables does: svcproxy runs inside
 // the namespace it serves, and tests call Real from netnstest's NS.Do. Two things

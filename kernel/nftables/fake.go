@@ -3,6 +3,7 @@ package nftables
 import (
 	"context"
 	"fmt"
+	"iter"
 	"net/netip"
 	"slices"
 	"sync"
@@ -53,6 +54,19 @@ func (f *Fake) Run(ctx context.Context, tx *knftables.Transaction) error {
 	f.runs++
 	f.mu.Unlock()
 	return f.Fake.Run(ctx, tx)
+}
+
+// RunParts implements Interface: every part in one transaction, run as Run
+// runs it (so LastTransaction is all of it).
+func (f *Fake) RunParts(ctx context.Context, parts iter.Seq[func(*knftables.Transaction)]) (int, error) {
+	tx := f.NewTransaction()
+	for fill := range parts {
+		fill(tx)
+	}
+	if tx.NumOperations() == 0 {
+		return 0, nil
+	}
+	return tx.NumOperations(), f.Run(ctx, tx)
 }
 
 // CountRules implements Interface.

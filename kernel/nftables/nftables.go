@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"iter"
 	"os"
 	"os/exec"
 	"slices"
@@ -25,6 +27,13 @@ type Interface interface {
 
 	// Run applies tx atomically: all of it, or (with an error) nothing.
 	Run(ctx context.Context, tx *knftables.Transaction) error
+
+	// RunParts applies a transaction made in parts as one, atomically: each
+	// function of parts fills an empty transaction with a part, in order.
+	// It returns the number of operations. Real lets each part go once it
+	// is written (a full sync need not be held whole); Fake fills one
+	// transaction with every part and runs it.
+	RunParts(ctx context.Context, parts iter.Seq[func(*knftables.Transaction)]) (int, error)
 
 	// ListAll returns the names of the table's objects by type ("chain", "set",
 	// "map", "counter"); an error for which IsNotFound is true when there is no
@@ -99,35 +108,110 @@ func NewFamily(family knftables.Family, table string) (*Real, error) {
 
 // Run implements Interface: one `nft -f -` with the transaction in chain blocks.
 func (r *Real) Run(ctx context.Context, tx *knftables.Transaction) error {
-	text := tx.String()
-	if i := strings.LastIndex(text, "# ERROR: "); i == 0 || (i > 0 && text[i-1] == '\n') {
-		return r.Interface.Run(ctx, tx) // an invalid transaction: knftables returns its error
+	_, err := r.run(ctx, func(yield func(*knftables.Transaction) bool) { yield(tx) })
+	return err
+}
+
+// RunParts implements Interface: one `nft -f -`, to which each part goes as
+// soon as it is made, in chain blocks, and is then let go. nft reads its whole
+// input before it sends the kernel anything, and the kernel applies it as one
+// batch, so the parts are one transaction as much as one Run is; what it
+// saves is memory: a full sync at 10,000 service ports is ~76,000 knftables
+// objects and ~7 MB of text when made whole (docs/benchmarks/kubeproxy.md),
+// a few hundred kilobytes a part.
+func (r *Real) RunParts(ctx context.Context, parts iter.Seq[func(*knftables.Transaction)]) (int, error) {
+	return r.run(ctx, func(yield func(*knftables.Transaction) bool) {
+		for fill := range parts {
+			tx := r.NewTransaction()
+			fill(tx)
+			if !yield(tx) {
+				return
+			}
+		}
+	})
+}
+
+// run writes txs to one `nft -f -`, started at the first that has
+// operations, and returns their number. A transaction knftables finds
+// invalid stops the run: nft is killed before its input ends, so nothing is
+// applied, and the error is knftables'.
+func (r *Real) run(ctx context.Context, txs iter.Seq[*knftables.Transaction]) (int, error) {
+	var (
+		nft      *nftRun
+		ops      int
+		declared = map[string]bool{} // by the transactions written so far: chainBlocks
+	)
+	for tx := range txs {
+		text := tx.String()
+		if i := strings.LastIndex(text, "# ERROR: "); i == 0 || (i > 0 && text[i-1] == '\n') {
+			if nft != nil {
+				nft.abort()
+			}
+			return ops, r.Interface.Run(ctx, tx) // an invalid transaction: knftables returns its error
+		}
+		if tx.NumOperations() == 0 {
+			continue
+		}
+		if nft == nil {
+			var err error
+			if nft, err = r.start(ctx); err != nil {
+				return 0, err
+			}
+		}
+		ops += tx.NumOperations()
+		writeChainBlocksAfter(nft.in, text, declared)
 	}
-	if tx.NumOperations() == 0 {
-		return nil
+	if nft == nil {
+		return 0, nil
 	}
-	cmd := exec.CommandContext(ctx, r.nft, "-f", "-")
-	cmd.Env = nftEnv(os.Environ())
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return fmt.Errorf("nft: %w", err)
+	return ops, nft.wait()
+}
+
+// nftRun is an `nft -f -` being fed its input.
+type nftRun struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	in     *bufio.Writer
+	stderr bytes.Buffer
+	cancel context.CancelFunc
+}
+
+// start starts `nft -f -` in the calling thread's network namespace.
+func (r *Real) start(ctx context.Context) (*nftRun, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	run := &nftRun{cmd: exec.CommandContext(ctx, r.nft, "-f", "-"), cancel: cancel}
+	run.cmd.Env = nftEnv(os.Environ())
+	run.cmd.Stderr = &run.stderr
+	var err error
+	if run.stdin, err = run.cmd.StdinPipe(); err != nil {
+		cancel()
+		return nil, fmt.Errorf("nft: %w", err)
 	}
-	if err := cmd.Start(); err != nil {
-		return newRunError(err, "")
+	if err := run.cmd.Start(); err != nil {
+		cancel()
+		return nil, newRunError(err, "")
 	}
-	// The blocks go to nft as they are written, not made whole first.
-	// A write that fails (nft ended early) is not the error to report:
-	// nft's exit status and message are.
-	in := bufio.NewWriterSize(stdin, 64<<10)
-	writeChainBlocks(in, text)
-	_ = in.Flush()
-	_ = stdin.Close()
-	if err := cmd.Wait(); err != nil {
-		return newRunError(err, stderr.String())
+	run.in = bufio.NewWriterSize(run.stdin, 64<<10)
+	return run, nil
+}
+
+// wait ends nft's input and waits for it to apply it. A write that failed
+// (nft ended early) is not the error to report: nft's exit status and
+// message are.
+func (run *nftRun) wait() error {
+	defer run.cancel()
+	_ = run.in.Flush()
+	_ = run.stdin.Close()
+	if err := run.cmd.Wait(); err != nil {
+		return newRunError(err, run.stderr.String())
 	}
 	return nil
+}
+
+// abort kills nft before its input has ended, so that it applies nothing.
+func (run *nftRun) abort() {
+	run.cancel()
+	_ = run.cmd.Wait()
 }
 
 // hugePages is the glibc tunable that makes nft's malloc ask for transparent huge

@@ -2,7 +2,8 @@
 //
 // A Snapshot is rendered, by a pure function, into one transaction of nft commands
 // for a table of svcproxy's own, `ip svcproxy`, applied with one `nft -f` run
-// (sigs.k8s.io/knftables). Where iptables mode walks a chain with a rule per
+// (sigs.k8s.io/knftables; a full sync's made in parts, table.go's fullParts,
+// so that it is never held whole). Where iptables mode walks a chain with a rule per
 // service port, this table looks a packet's destination up in verdict maps:
 //
 //	nat-prerouting -> services:

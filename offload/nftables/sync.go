@@ -45,18 +45,23 @@ func (d *Dataplane) sync(ctx context.Context, snap *service.Snapshot) error {
 // kernel holds that rs has not; otherwise only what differs from the last
 // sync.
 func (d *Dataplane) write(ctx context.Context, rs *ruleset, full bool) (int, error) {
-	tx := d.cfg.NFT.NewTransaction()
 	if full {
 		stale, err := d.stale(ctx, rs)
 		if err != nil {
 			return 0, err
 		}
-		rs.fullTx(tx, stale)
-	} else if !rs.partialTx(tx, d.clusterIPs) {
+		n, err := d.cfg.NFT.RunParts(ctx, rs.fullParts(stale))
+		if err != nil {
+			return n, fmt.Errorf("nftables sync (full=true, %d operations): %w", n, err)
+		}
+		return n, nil
+	}
+	tx := d.cfg.NFT.NewTransaction()
+	if !rs.partialTx(tx, d.clusterIPs) {
 		return 0, nil
 	}
 	if err := d.cfg.NFT.Run(ctx, tx); err != nil {
-		return tx.NumOperations(), fmt.Errorf("nftables sync (full=%v, %d operations): %w", full, tx.NumOperations(), err)
+		return tx.NumOperations(), fmt.Errorf("nftables sync (full=false, %d operations): %w", tx.NumOperations(), err)
 	}
 	return tx.NumOperations(), nil
 }

@@ -1,6 +1,7 @@
 package nftables
 
 import (
+	"iter"
 	"maps"
 	"net/netip"
 	"slices"
@@ -312,30 +313,124 @@ func deleteObjects(tx *knftables.Transaction, chains, sets, counters []string) {
 	}
 }
 
-// fullTx writes everything: the fixed part, every port, every element, and the
-// deletion of stale port chains and sets (found in the kernel by the caller).
+// fullTx writes everything into tx: fullParts, in one transaction (Render's).
 func (rs *ruleset) fullTx(tx *knftables.Transaction, stale staleObjects) {
-	addTable(tx, &rs.cfg, stale.noTable)
+	for fill := range rs.fullParts(stale) {
+		fill(tx)
+	}
+}
+
+// A full sync is written in parts (kernel/nftables' RunParts: one nft
+// transaction, each part let go once nft has it): partPorts ports' chains
+// a part, partElements elements. At 10,000 service ports the transaction
+// made whole is ~76,000 knftables objects and ~7 MB of text, and its peak,
+// on top of everything else the process holds, is what the garbage
+// collector then lets the heap double (docs/benchmarks/kubeproxy.md); a part
+// of these sizes is a few hundred kilobytes, and the parts cost no more
+// operations than the whole: a set's declaration again every partElements
+// elements.
+const (
+	partPorts    = 256
+	partElements = 2048
+)
+
+// fullParts writes everything, part by part: the fixed part, every port, every
+// element, and the deletion of stale port chains and sets (found in the kernel
+// by the caller).
+func (rs *ruleset) fullParts(stale staleObjects) iter.Seq[func(*knftables.Transaction)] {
+	return func(yield func(func(*knftables.Transaction)) bool) {
+		fresh := stale.noTable
+		if !yield(func(tx *knftables.Transaction) { addTable(tx, &rs.cfg, fresh) }) {
+			return
+		}
+		for ports := range slices.Chunk(rs.ports, partPorts) {
+			if !yield(func(tx *knftables.Transaction) {
+				for _, po := range ports {
+					addPort(tx, po, fresh)
+				}
+			}) {
+				return
+			}
+		}
+		// Grouped by set, each group after its set's declaration: nft then
+		// reads each set's elements as one command (kernel/nftables).
+		for els := range rs.elementParts {
+			if !yield(func(tx *knftables.Transaction) { addElements(tx, &rs.cfg, els) }) {
+				return
+			}
+		}
+		yield(func(tx *knftables.Transaction) {
+			for _, m := range stale.maps {
+				tx.Delete(&knftables.Map{Name: m})
+			}
+			deleteObjects(tx, stale.chains, stale.sets, stale.counters)
+		})
+	}
+}
+
+// elementParts yields every element of the shared sets and maps, the set of
+// each first met first (cluster-ips, hairpin, then as the ports have them),
+// each element once, in runs of at most partElements of one set.
+func (rs *ruleset) elementParts(yield func([]element) bool) {
+	var order []string
+	if len(rs.clusterIPs) > 0 {
+		order = append(order, setClusterIPs)
+	}
+	hairpin := hairpinAddrs(rs.ports)
+	if len(hairpin) > 0 {
+		order = append(order, setHairpin)
+	}
 	for _, po := range rs.ports {
-		addPort(tx, po, stale.noTable)
+		for _, e := range po.elements {
+			if !slices.Contains(order, e.set) {
+				order = append(order, e.set)
+			}
+		}
 	}
-	var els []element
-	for _, ip := range rs.clusterIPs {
-		els = append(els, element{set: setClusterIPs, key: []string{ip}})
+	run := make([]element, 0, partElements)
+	flush := func() bool {
+		if len(run) == 0 {
+			return true
+		}
+		ok := yield(run)
+		run = make([]element, 0, partElements) // run is the part's now
+		return ok
 	}
-	for _, a := range hairpinAddrs(rs.ports) {
-		els = append(els, hairpinElement(a))
+	add := func(e element) bool {
+		run = append(run, e)
+		return len(run) < partElements || flush()
 	}
-	for _, po := range rs.ports {
-		els = append(els, po.elements...)
+	for _, set := range order {
+		switch set {
+		case setClusterIPs:
+			for _, ip := range rs.clusterIPs {
+				if !add(element{set: setClusterIPs, key: []string{ip}}) {
+					return
+				}
+			}
+		case setHairpin:
+			for _, a := range hairpin {
+				if !add(hairpinElement(a)) {
+					return
+				}
+			}
+		default:
+			seen := map[string]bool{} // two ports may name one key (an external IP they share)
+			for _, po := range rs.ports {
+				for _, e := range po.elements {
+					if e.set == set && !seen[e.id()] {
+						seen[e.id()] = true
+						if !add(e) {
+							return
+						}
+					}
+				}
+			}
+		}
+		if !flush() {
+			return
+		}
 	}
-	// Grouped by set, each group after its set's declaration: nft then
-	// reads each set's elements as one command (kernel/nftables).
-	addElements(tx, &rs.cfg, els)
-	for _, m := range stale.maps {
-		tx.Delete(&knftables.Map{Name: m})
-	}
-	deleteObjects(tx, stale.chains, stale.sets, stale.counters)
 }
 
 // isSet reports whether a shared set's elements have no value.
