@@ -55,6 +55,24 @@ type KernelPath interface {
 	Connections(ctx context.Context, snap *service.Snapshot, ports PortSet) (map[service.PortName]uint64, error)
 }
 
+// FullSyncer is a mode whose syncs are sometimes full: every rule written,
+// not only what changed (iptables and nftables modes; Families when its
+// modes are).
+type FullSyncer interface {
+	// FullSyncs is how many full syncs it has made.
+	FullSyncs() uint64
+}
+
+// FullSyncs is how many full syncs dp has made; 0 if it is no FullSyncer.
+// cmd/svcproxy reads it before and after a sync, to tell whether the sync
+// was, or waited for, a full one.
+func FullSyncs(dp Interface) uint64 {
+	if f, ok := dp.(FullSyncer); ok {
+		return f.FullSyncs()
+	}
+	return 0
+}
+
 // PortSet is a set of service ports.
 type PortSet map[service.PortName]bool
 

@@ -89,6 +89,15 @@ func (f *Families) Sync(ctx context.Context, snap *service.Snapshot) error {
 	return errors.Join(errs...)
 }
 
+// FullSyncs implements FullSyncer: the families' full syncs together.
+func (f *Families) FullSyncs() uint64 {
+	var n uint64
+	for _, x := range f.fams {
+		n += FullSyncs(x.dp)
+	}
+	return n
+}
+
 // Run implements Interface: it runs every family's dataplane, each on its own
 // goroutine, until ctx ends.
 func (f *Families) Run(ctx context.Context) error {

@@ -131,3 +131,27 @@ func TestNewFamilies(t *testing.T) {
 		t.Errorf("single family: Sync = %v, want the mode's own error", err)
 	}
 }
+
+// fullMode is a stubMode that counts its syncs as full ones.
+type fullMode struct {
+	*stubMode
+	full uint64
+}
+
+func (m *fullMode) FullSyncs() uint64 { return m.full }
+
+// FullSyncs is a FullSyncer's count, the families' together, 0 for a mode
+// that makes no full syncs.
+func TestFullSyncs(t *testing.T) {
+	v4, v6 := &fullMode{stubMode: newStubMode(0), full: 2}, &fullMode{stubMode: newStubMode(0), full: 1}
+	f, err := NewFamilies(v4, v6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := FullSyncs(f); got != 3 {
+		t.Errorf("FullSyncs of both families: %d, want 3", got)
+	}
+	if got := FullSyncs(newStubMode(0)); got != 0 {
+		t.Errorf("FullSyncs of a mode without: %d, want 0", got)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"github.com/svcproxy/svcproxy/dataplane"
 	"github.com/svcproxy/svcproxy/kubeproxyconfig"
@@ -175,10 +176,19 @@ func run(ctx context.Context, cfg *Config, log *slog.Logger) error {
 			snap = own.filter(snap)
 			ep.health.SetNode(snap.Node())
 			hc.sync(snap)
+			asked, full := time.Now(), dataplane.FullSyncs(dp)
 			if syncTo(ctx, dp, snap, log) {
 				ep.markSynced()
 			}
-			w.Applied()
+			if dataplane.FullSyncs(dp) != full {
+				// This sync was full, or waited for the periodic one:
+				// the changes held meanwhile have waited through it, so
+				// --min-sync-period counts from when it was asked for
+				// (docs/operations.md).
+				w.AppliedSince(asked)
+			} else {
+				w.Applied()
+			}
 		case <-ctx.Done():
 			for range workers {
 				<-done

@@ -63,6 +63,9 @@ func (d Dataplane[P]) Describe(ch chan<- *prometheus.Desc) {
 	d.Ledger.Describe(ch)
 }
 
+// FullSyncs implements dataplane.FullSyncer: the Ledger's count.
+func (d Dataplane[P]) FullSyncs() uint64 { return d.Ledger.Health().FullSyncs }
+
 // Collect implements prometheus.Collector.
 func (d Dataplane[P]) Collect(ch chan<- prometheus.Metric) {
 	d.Syncer.Collect(ch)

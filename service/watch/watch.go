@@ -104,8 +104,9 @@ type Watcher struct {
 
 	syncs atomic.Int64 // Snapshots published, for tests
 	built atomic.Int64 // Snapshots built (a resync without changes builds none), for tests
-	// applied is Applied's signal to the loop (Config.WaitForApplied).
-	applied chan struct{}
+	// applied is Applied's signal to the loop (Config.WaitForApplied):
+	// when MinSyncPeriod counts from.
+	applied chan time.Time
 
 	// builtGen is the tracker's generation the latest Snapshot was built at:
 	// while it is unchanged, no object changed and a resync republishes the
@@ -142,7 +143,7 @@ func newWatcher(cfg Config, lw *listWatchers) (*Watcher, error) {
 	}
 	sel := selection{nodeName: cfg.NodeName, proxiedOnly: cfg.ProxiedOnly, namespaces: cfg.Namespaces, pods: cfg.Pods}
 	w := &Watcher{cfg: cfg, log: cfg.Logger, tracker: newChangeTracker(), reported: make(map[string]bool),
-		applied: make(chan struct{}, 1)}
+		applied: make(chan time.Time, 1)}
 	if w.log == nil {
 		w.log = slog.Default()
 	}
@@ -397,10 +398,17 @@ func (w *Watcher) runFile(ctx context.Context) error {
 // Applied tells the Watcher that its subscriber has applied the Snapshot it
 // took last (with Config.WaitForApplied: the next one waits MinSyncPeriod
 // from now). It does not block; without WaitForApplied it does nothing.
-func (w *Watcher) Applied() {
+func (w *Watcher) Applied() { w.AppliedSince(time.Now()) }
+
+// AppliedSince is Applied with MinSyncPeriod counted from since, not from
+// now: for a sync that was, or waited for, a full sync of every rule
+// (cmd/svcproxy). Such a sync comes once per full-sync period, so the one
+// after it need not keep the period from its end; the changes held through
+// it have waited as long as it took already.
+func (w *Watcher) AppliedSince(since time.Time) {
 	select {
-	case w.applied <- struct{}{}:
-	default: // one already waiting says the same
+	case w.applied <- since:
+	default: // one already waiting says much the same
 	}
 }
 
@@ -425,13 +433,13 @@ func (w *Watcher) loop(ctx context.Context, build func() *service.Snapshot) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-w.applied:
+		case since := <-w.applied:
 			if !busy {
 				continue // a resync's, or one already counted
 			}
-			busy, last = false, time.Now()
+			busy, last = false, since
 			if waiting {
-				waiting, held = false, time.After(w.cfg.MinSyncPeriod)
+				waiting, held = false, time.After(time.Until(since.Add(w.cfg.MinSyncPeriod)))
 			}
 			continue
 		case <-w.tracker.dirty:

@@ -241,6 +241,26 @@ func TestWatcherWaitsForApplied(t *testing.T) {
 	}
 }
 
+// TestWatcherAppliedSince: after a full sync the subscriber counts
+// MinSyncPeriod from when that sync was asked for. With a period of an hour
+// counted from an hour ago, the changes held through the sync come at once.
+func TestWatcherAppliedSince(t *testing.T) {
+	w, client, _ := newFakeWatcher(t, Config{MinSyncPeriod: time.Hour, WaitForApplied: true})
+	snaps := start(t, w)
+	await(t, snaps, "nothing", is(""))
+	asked := time.Now().Add(-time.Hour)
+	gen := w.tracker.gen.Load()
+	svc := testService("web", "198.18.1.1", 80)
+	if _, err := client.CoreV1().Services("default").Create(t.Context(), svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for w.tracker.gen.Load() == gen { // in the caches, held: the sync is not applied yet
+		time.Sleep(time.Millisecond)
+	}
+	w.AppliedSince(asked)
+	await(t, snaps, "web", func(s *service.Snapshot) bool { return s.Len() == 1 })
+}
+
 // TestWatcherResyncs: without changes, a Snapshot still comes every ResyncPeriod.
 func TestWatcherResyncs(t *testing.T) {
 	w, _, _ := newFakeWatcher(t, Config{ResyncPeriod: 20 * time.Millisecond})
