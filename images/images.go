@@ -189,8 +189,8 @@ func glibcDNSTesting(Config) (v1.Image, error) {
 
 // agnhostTools are what the Service and DNS tests run in agnhost besides
 // agnhost itself: Alpine's bind-tools, curl, netcat-openbsd and iproute2 in
-// Kubernetes' image, Debian's here. wget is GNU wget: busybox's segfaults in
-// this machine's containers.
+// Kubernetes' image, Debian's here. wget is GNU wget, as in Kubernetes'
+// image (busybox's has no -T here: wgetTimeout).
 var agnhostTools = append([]image.Tool{
 	{Name: "/usr/bin/curl"}, {Name: "/usr/bin/wget"}, {Name: "/usr/bin/nc", Target: "/usr/bin/nc.openbsd"},
 	{Name: "/usr/bin/ip"}, {Name: "/usr/bin/ss"},
@@ -285,9 +285,16 @@ func addBusybox(root *image.Root, skip []image.Tool) error {
 	for _, t := range skip {
 		skipped[path.Base(t.Name)] = true
 	}
+	// Without -T in its wget, the applet gives way to wgetTimeout.
+	help, _ := exec.Command(busyboxPath, "wget", "--help").CombinedOutput()
+	shimWget := !strings.Contains(string(help), "-T SEC")
 	for _, applet := range strings.Fields(string(out)) {
 		p := "/" + applet
 		if skipped[path.Base(p)] || p == "/bin/busybox" {
+			continue
+		}
+		if path.Base(p) == "wget" && shimWget {
+			root.AddFile(p, 0o755, []byte(wgetTimeout))
 			continue
 		}
 		rel := strings.Repeat("../", strings.Count(p, "/")-1) + "bin/busybox"
@@ -295,6 +302,39 @@ func addBusybox(root *image.Root, skip []image.Tool) error {
 	}
 	return nil
 }
+
+// wgetTimeout is the images' wget where busybox's has no -T: Debian's
+// busybox-static before 1.36.1-5 (Debian 12's is 1.35) is built without
+// FEATURE_WGET_TIMEOUT, and its wget then dies of SIGSEGV (exit status
+// 139) on -T, in a container or not: getopt32 still takes the option and
+// writes its number through the missing setting's NULL pointer. Kubernetes'
+// busybox image (Docker's 1.37) has -T, and scripts use it. This wget takes
+// -T SEC, -TSEC and --timeout=SEC itself and runs busybox's under busybox's
+// timeout: SEC limits the whole transfer, where -T limits each wait for the
+// network; a transfer cut off says so and exits 1, as busybox's -T does.
+const wgetTimeout = `#!/bin/sh
+# busybox's wget without -T (FEATURE_WGET_TIMEOUT), which it would crash
+# on: -T SEC becomes timeout SEC around the whole transfer.
+t=
+for a do
+	shift
+	if [ -n "$want" ]; then t=$a; want=; continue; fi
+	case $a in
+	-T | --timeout) want=1 ;;
+	-T*) t=${a#-T} ;;
+	--timeout=*) t=${a#--timeout=} ;;
+	*) set -- "$@" "$a" ;;
+	esac
+done
+[ -n "$t" ] || exec busybox wget "$@"
+timeout "$t" busybox wget "$@"
+rc=$?
+if [ "$rc" = 143 ]; then
+	echo "wget: download timed out" >&2
+	exit 1
+fi
+exit "$rc"
+`
 
 // addStatic copies a static program into the image as p.
 func addStatic(root *image.Root, src, p string) error {

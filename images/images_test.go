@@ -53,8 +53,12 @@ var commands = map[string][]string{
 // versionArgv run in each image's root (chroot): each tool finds its
 // libraries and starts.
 var versionArgv = map[string][][]string{
-	"pause.tar":             {{"/pause", "-v"}},
-	"busybox.tar":           {{"sh", "-c", "seq 1 3 | wc -l"}},
+	"pause.tar": {{"/pause", "-v"}},
+	"busybox.tar": {{"sh", "-c", "seq 1 3 | wc -l"},
+		// -T, which Debian's busybox wget would crash on (wgetTimeout):
+		// nothing listens in the test's namespace, so it fails, with 1.
+		{"sh", "-c", "wget -q -T 2 -O- http://127.0.0.1:1/; test $? -eq 1"},
+		{"sh", "-c", "wget -q -T2 -O- http://127.0.0.1:1/; test $? -eq 1"}},
 	"glibc-dns-testing.tar": {{"dig", "-v"}, {"host", "-V"}, {"sh", "-c", "getent hosts localhost && seq 1 2"}},
 	"agnhost.tar": {{"/agnhost", "--help"}, {"/agnhost-2", "--help"}, {"curl", "--version"},
 		{"dig", "-v"}, {"ss", "-V"}, {"sh", "-c", "getent hosts localhost"},

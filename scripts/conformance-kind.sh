@@ -42,6 +42,9 @@ trap 'exit 130' INT TERM
 focused=$(conformance_focused)
 
 start=$(date +%s)
+# For the record (docs/conformance.md): which kind, and when its cluster
+# started.
+echo "conformance-kind: mode $MODE, $("$KIND" version), kind-up at $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 kindlab up
 kindlab kubectl -n kube-system patch configmap svcproxy --type merge -p "{\"data\":{\"mode\":\"$MODE\"}}"
 kindlab kubectl -n kube-system rollout restart daemonset/svcproxy

@@ -37,6 +37,7 @@ func ExampleRender() {
 	// :SVCP-REJECT - [0:0]
 	// :SVCP-NODEPORTS-REJECT - [0:0]
 	// -A SVCP-LISTENERS -m conntrack --ctstate DNAT -m comment --comment "redirected by a portal" -j RETURN
+	// -A SVCP-LISTENERS -m conntrack ! --ctstate NEW -m comment --comment "not a new connection" -j RETURN
 	// -A SVCP-LISTENERS -p tcp -m comment --comment "default/web:http listener, not through a portal" -m tcp --dport 40123 -m conntrack --ctstate NEW -j REJECT --reject-with icmp-port-unreachable
 	// -A SVCP-LISTENERS -p tcp -m comment --comment "default/empty:http listener, not through a portal" -m tcp --dport 40124 -m conntrack --ctstate NEW -j REJECT --reject-with icmp-port-unreachable
 	// -A SVCP-REJECT -d 198.18.0.11/32 -p tcp -m comment --comment "default/empty:http has no endpoints" -m tcp --dport 80 -j REJECT --reject-with icmp-port-unreachable

@@ -36,7 +36,8 @@ type settings struct {
 	iptables string
 	logDir   string // where the proxies' logs stay (LOG_DIR); empty: a temporary directory
 	// profileDir (PROFILE_DIR): where each run's profiles go: the proxy's
-	// Go CPU profile over its first 30 s and over the changes, its heap
+	// Go CPU profile over its first 30 s and over the changes (those after
+	// the first 30 s, as Go serves one CPU profile at a time), its heap
 	// after them, and, where perf runs, the whole machine's CPU over the
 	// changes; empty: none.
 	profileDir string
@@ -209,8 +210,14 @@ func runOne(t *testing.T, c *cluster, apiKubeconfig string, bins programs, cgs *
 	defer hc.CloseIdleConnections()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	// Go serves one CPU profile at a time: the changes' waits for the cold
+	// start's, which may still be running when the changes begin.
+	coldProfiled := make(chan struct{})
 	if st.profileDir != "" {
-		profiles.Go(func() { profile(t, hc, filepath.Join(st.profileDir, name+"-cold.pprof"), 30*time.Second, start) })
+		profiles.Go(func() {
+			defer close(coldProfiled)
+			profile(t, hc, filepath.Join(st.profileDir, name+"-cold.pprof"), 30*time.Second, start)
+		})
 	}
 	mon := &monitor{pid: pid, http: hc, start: start}
 	var monWG sync.WaitGroup
@@ -277,7 +284,13 @@ func runOne(t *testing.T, c *cluster, apiKubeconfig string, bins programs, cgs *
 	ownBefore := mon.scrapeNow(t)
 	if st.profileDir != "" {
 		d := time.Duration(st.changes) * st.interval
-		profiles.Go(func() { profile(t, hc, filepath.Join(st.profileDir, name+"-changes.pprof"), d, time.Now()) })
+		profiles.Go(func() {
+			began := time.Now()
+			<-coldProfiled
+			if left := d - time.Since(began); left >= time.Second {
+				profile(t, hc, filepath.Join(st.profileDir, name+"-changes.pprof"), left, time.Now())
+			}
+		})
 		profiles.Go(func() { perfRecord(t, filepath.Join(st.profileDir, name+"-changes.perf"), d) })
 	}
 	mon.arm()

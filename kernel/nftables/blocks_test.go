@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"iter"
+	"net"
 	"strings"
 	"testing"
 
@@ -110,6 +111,27 @@ func TestReal(t *testing.T) {
 		assert.Equal(t, []string{"aff"}, objs["set"])
 		assert.Equal(t, []string{"c"}, objs["counter"])
 
+		// Counters come over netlink, with their counts: two datagrams
+		// through the rule that names "c" (ep accepts what svc, jumped to
+		// from an output chain, sends it).
+		tx = nft.NewTransaction()
+		tx.Add(&knftables.Chain{Name: "out", Type: knftables.PtrTo(knftables.FilterType), Hook: knftables.PtrTo(knftables.OutputHook), Priority: knftables.PtrTo(knftables.FilterPriority)})
+		tx.Add(&knftables.Rule{Chain: "out", Rule: "udp dport 9 goto svc"})
+		require.NoError(t, nft.Run(ctx, tx))
+		conn, err := net.ListenPacket("udp", "127.0.0.1:0")
+		require.NoError(t, err)
+		for range 2 { // unconnected: the port unreachable of the first fails no write
+			_, err = conn.WriteTo([]byte("x"), &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9})
+			require.NoError(t, err)
+		}
+		conn.Close()
+		counters, err := nft.ListCounters(ctx)
+		require.NoError(t, err)
+		require.Len(t, counters, 1)
+		assert.Equal(t, "c", counters[0].Name)
+		assert.Equal(t, uint64(2), *counters[0].Packets)
+		assert.NotZero(t, *counters[0].Bytes)
+
 		tx = nft.NewTransaction()
 		tx.Delete(&knftables.Chain{Name: "no-such-chain"})
 		err = nft.Run(ctx, tx)
@@ -127,6 +149,8 @@ func TestReal(t *testing.T) {
 		tx.Delete(&knftables.Table{})
 		require.NoError(t, nft.Run(ctx, tx))
 		_, err = nft.ListAll(ctx)
+		assert.True(t, IsNotFound(err), "%v", err)
+		_, err = nft.ListCounters(ctx)
 		assert.True(t, IsNotFound(err), "%v", err)
 		return nil
 	}))

@@ -47,7 +47,7 @@ type Interface interface {
 	CountRules(ctx context.Context, chain string) (int, error)
 
 	// ListCounters returns the table's named counters with their packet and byte
-	// counts.
+	// counts; an error for which IsNotFound is true when there is no table.
 	ListCounters(ctx context.Context) ([]*knftables.Counter, error)
 }
 
@@ -62,10 +62,11 @@ func netlinkFamily(f knftables.Family) gnftables.TableFamily {
 
 // Real is the kernel's nf_tables, in the network namespace of the calling OS
 // thread: transactions go to the nft binary (`nft -f -`) with each chain's rules
-// in one block (chainBlocks says why), and names are listed over netlink
-// (google/nftables, through knftables), which reads no rules.
+// in one block (chainBlocks says why), and names and counters are read over
+// netlink (google/nftables, through knftables for the names), which reads no
+// rules.
 type Real struct {
-	knftables.Interface // NewTransaction, ListCounters: knftables over the nft binary
+	knftables.Interface // NewTransaction: knftables over the nft binary
 
 	nft     string              // the nft binary
 	family  knftables.Family    // ip or ip6
@@ -264,6 +265,32 @@ func (r *Real) CountRules(ctx context.Context, chain string) (int, error) {
 		return 0, fmt.Errorf("list rules of chain %s: %w", chain, err)
 	}
 	return len(rules), nil
+}
+
+// ListCounters implements Interface over netlink: one dump of the table's
+// stateful objects, which the kernel filters by table. knftables'
+// ListCounters runs `nft list counters table`, and nft 1.0.6 reads every
+// table's rules before it prints a counter, iptables-nft's beside ours
+// included: 0.1 CPU s a call beside the 3,000 portal rules of hybrid mode at
+// 1,000 Services, which reads its promoted ports' counters every second.
+func (r *Real) ListCounters(ctx context.Context) ([]*knftables.Counter, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := r.tableExists(); err != nil {
+		return nil, err
+	}
+	objs, err := r.conn.GetObjects(&gnftables.Table{Name: r.table, Family: netlinkFamily(r.family)})
+	if err != nil {
+		return nil, fmt.Errorf("list counters of table %s %s: %w", r.family, r.table, err)
+	}
+	var out []*knftables.Counter
+	for _, o := range objs {
+		if c, ok := o.(*gnftables.CounterObj); ok {
+			out = append(out, &knftables.Counter{Name: c.Name, Packets: knftables.PtrTo(c.Packets), Bytes: knftables.PtrTo(c.Bytes)})
+		}
+	}
+	return out, nil
 }
 
 // tableExists returns nil if the table exists, an error for which IsNotFound is

@@ -19,8 +19,8 @@
 //     the pod range of step 4; Up returns once the nodes are Ready and
 //     svcproxy and clusterdns rolled out.
 //
-// Before step 1 Up checks that root may still make the inotify instances
-// the nodes' processes need (InotifyFree, InotifyInstances), and after step
+// Before step 1 Up waits until root may make the inotify instances the
+// nodes' processes need (InotifyFree, InotifyInstances, InotifyWait), and after step
 // 4 it waits until every node of the configuration has registered its Node.
 //
 // kind's API server is published on the engine's namespace's loopback:
@@ -97,7 +97,10 @@ type Config struct {
 	// archive; Kustomization lab/kind/overlay, deploy/kind with the pod range
 	// of the host patch.
 	ClusterConfig, SvcproxyImage, Kustomization string
-	Log                                         io.Writer
+	// InotifyWait is how long Up waits for enough inotify instances; 0 is
+	// InotifyWait.
+	InotifyWait time.Duration
+	Log         io.Writer
 }
 
 // Cluster is a kind cluster in its engine.
@@ -113,6 +116,9 @@ func New(cfg Config) *Cluster {
 	}
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
+	}
+	if cfg.InotifyWait == 0 {
+		cfg.InotifyWait = InotifyWait
 	}
 	if cfg.EngineName == "" {
 		cfg.EngineName = EngineName
@@ -146,7 +152,7 @@ func (c *Cluster) Up(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kind: %w", err)
 	}
-	if err := inotifyHeadroom(InotifyInstances(nodes)); err != nil {
+	if err := waitInotify(ctx, InotifyInstances(nodes), c.cfg.InotifyWait, 5*time.Second, InotifyFree, c.cfg.Log); err != nil {
 		return fmt.Errorf("kind: %d nodes: %w", nodes, err)
 	}
 	if err := os.MkdirAll(c.cfg.StateDir, 0o755); err != nil {
@@ -296,21 +302,41 @@ func (c *Cluster) kubeletLogs(ctx context.Context) string {
 // kube-controller-manager 7.
 func InotifyInstances(nodes int) int { return 12*nodes + 13 }
 
-// inotifyHeadroom says why a kind cluster cannot start when fewer than want
-// inotify instances are left to this user. The limit,
-// fs.inotify.max_user_instances (128 by default), counts every instance of
-// the user's processes, and every process of a kind node runs as the
-// machine's root: beside another cluster or a lab's kubelets, a node's
-// kubelet fails to start ("inotify_init: too many open files") and its Node
-// never registers.
-func inotifyHeadroom(want int) error {
-	free, limit, err := InotifyFree()
-	if err != nil || free >= want {
-		return err
+// InotifyWait is how long Up waits for enough inotify instances before it
+// says why it cannot start: long enough for another cluster's short stay
+// (TestKindSmoke's, about 3 minutes), short of a cluster kept up.
+const InotifyWait = 10 * time.Minute
+
+// waitInotify waits, up to timeout, until free says want more inotify
+// instances may be made, polling every poll and saying once in log that
+// it waits. The limit, fs.inotify.max_user_instances (128 by default),
+// counts every instance of the user's processes, and every process of a
+// kind node runs as the machine's root: beside another cluster or a lab's
+// kubelets, a node's kubelet fails to start ("inotify_init: too many open
+// files") and its Node never registers. When time runs out the error says
+// why, and what would help.
+func waitInotify(ctx context.Context, want int, timeout, poll time.Duration, free func() (int, int, error), log io.Writer) error {
+	deadline := time.Now().Add(timeout)
+	for first := true; ; first = false {
+		n, limit, err := free()
+		if err != nil || n >= want {
+			return err
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("about %d inotify instances needed, %d of fs.inotify.max_user_instances (%d) free after %s: "+
+				"other kubelets or kind clusters hold the rest; take one down, or raise the limit on a machine of "+
+				"your own (this lab changes no sysctl of the machine)", want, n, limit, timeout)
+		}
+		if first {
+			fmt.Fprintf(log, "kind: about %d inotify instances needed, %d of %d free: waiting up to %s for another cluster to go\n",
+				want, n, limit, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(poll):
+		}
 	}
-	return fmt.Errorf("about %d inotify instances needed, %d of fs.inotify.max_user_instances (%d) free: "+
-		"other kubelets or kind clusters hold the rest; take one down, or raise the limit on a machine of "+
-		"your own (this lab changes no sysctl of the machine)", want, free, limit)
 }
 
 // InotifyFree is how many more inotify instances this user's processes may

@@ -3,12 +3,14 @@ package kind_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
@@ -243,4 +245,34 @@ func TestInotifyFree(t *testing.T) {
 		t.Errorf("InotifyFree() = %d free of %d while this test holds one", free, limit)
 	}
 	t.Logf("%d of %d inotify instances free; a three-node kind cluster holds about %d", free, limit, kind.InotifyInstances(3))
+}
+
+// TestWaitInotify checks that Up's wait for inotify instances returns once
+// enough are free, says once that it waits, and names the limit when time
+// runs out.
+func TestWaitInotify(t *testing.T) {
+	frees := []int{10, 20, 60}
+	calls := 0
+	free := func() (int, int, error) {
+		n := frees[min(calls, len(frees)-1)]
+		calls++
+		return n, 128, nil
+	}
+	var log strings.Builder
+	if err := kind.WaitInotify(context.Background(), 49, time.Minute, time.Millisecond, free, &log); err != nil {
+		t.Fatalf("WaitInotify: %v", err)
+	}
+	if calls != 3 || strings.Count(log.String(), "waiting up to") != 1 {
+		t.Errorf("%d calls, log %q: want 3 calls and one line saying it waits", calls, log.String())
+	}
+	calls, frees = 0, []int{39}
+	err := kind.WaitInotify(context.Background(), 49, 20*time.Millisecond, time.Millisecond, free, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "39 of fs.inotify.max_user_instances (128) free") {
+		t.Errorf("WaitInotify with too few free: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := kind.WaitInotify(ctx, 49, time.Minute, time.Millisecond, free, io.Discard); !errors.Is(err, context.Canceled) {
+		t.Errorf("WaitInotify, cancelled: %v", err)
+	}
 }

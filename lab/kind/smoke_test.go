@@ -66,7 +66,9 @@ func TestKindSmoke(t *testing.T) {
 		NodeImage: node, SvcproxyImage: svcproxyImage,
 		ClusterConfig: filepath.Join(root, "deploy/kind/cluster.yaml"),
 		Kustomization: filepath.Join(root, "lab/kind/overlay"),
-		Log:           tlog{t},
+		// Beside another cluster, wait a little for it to go, within ctx.
+		InotifyWait: 2 * time.Minute,
+		Log:         tlog{t},
 	})
 	// One smoke test at a time on a machine; what a killed one left is
 	// removed first.

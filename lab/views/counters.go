@@ -90,8 +90,8 @@ func (kc *KernelCounters) addNFT(counters []*knftables.Counter) {
 }
 
 // nftCounters lists the named counters of svcproxy's table of family in the
-// node, as knftables lists them (ListCounters: `nft --json list counters
-// table FAMILY svcproxy`), through kernel/nftables in the node's namespace.
+// node, read over netlink by kernel/nftables (ListCounters), from a thread
+// in the node's namespace.
 // The Interface of each family is made once: making one runs nft three
 // times, and `svclab web` reads the counters every second.
 func (v *Views) nftCounters(ctx context.Context, fam knftables.Family) ([]*knftables.Counter, error) {

@@ -5,7 +5,8 @@
 // Nothing here parses the kernel's output by hand: iptables-save's lines
 // are read back by kernel/iptables (ParseSave), nft's table by
 // kernel/nftables (ParseListing, the rules' text being what its tracer
-// walks), its named counters are listed by knftables (ListCounters),
+// walks), its named counters are read over netlink by kernel/nftables
+// (ListCounters, through google/nftables),
 // conntrack(8)'s entries are read by kernel/conntrack (ParseList), the
 // virtual server a trace meets is read from IPVS by kernel/ipvs (netlink,
 // from a thread in the node's namespace), and the socket LB's maps are

@@ -14,9 +14,11 @@ import (
 // iptables' own real-kernel tests; the checks it shares with nftables mode
 // are TestKernelShared's (internal/ruletest).
 
-// Another program flushes the nat table, or flushes and deletes every chain
-// of nat and filter (a firewall reload): the next periodic check of the hooks
-// notices, and that sync puts everything back.
+// Another program resets the tables (a firewall reload: iptables-restore
+// without --noflush flushes each table it is given and deletes its chains),
+// or deletes the canaries: the next periodic check of the canary in mangle
+// notices, and that sync puts everything back. (A nat table flushed or reset
+// alone leaves mangle's canary, and goes unnoticed, as in kube-proxy.)
 func TestKernelFlushedTableRepaired(t *testing.T) {
 	restore := func(rules string) func(t *testing.T, l *offloadtest.Lab) {
 		return func(t *testing.T, l *offloadtest.Lab) {
@@ -28,10 +30,12 @@ func TestKernelFlushedTableRepaired(t *testing.T) {
 		}
 	}
 	ruletest.KernelRepaired(t, kernelRules,
-		ruletest.Loss{Name: "the nat table flushed", Do: restore("*nat\n-F\nCOMMIT\n")},
-		// iptables-restore without --noflush empties each table it is given
-		// and deletes its chains: a firewall reload.
-		ruletest.Loss{Name: "nat and filter reset", Do: restore("*nat\nCOMMIT\n*filter\nCOMMIT\n")},
+		ruletest.Loss{Name: "every table reset", Do: restore("*mangle\nCOMMIT\n*nat\nCOMMIT\n*filter\nCOMMIT\n")},
+		ruletest.Loss{Name: "the canaries deleted", Do: func(t *testing.T, l *offloadtest.Lab) {
+			for _, table := range []string{tableMangle, tableNAT, tableFilter} {
+				l.Node.Run(t, "iptables", "-t", table, "-X", chainCanary)
+			}
+		}},
 	)
 }
 

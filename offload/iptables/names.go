@@ -9,11 +9,23 @@ import (
 	"github.com/svcproxy/svcproxy/service"
 )
 
-// Tables we write to.
+// Tables we write to: nat and filter; mangle only holds the canary.
 const (
 	tableNAT    = "nat"
 	tableFilter = "filter"
+	tableMangle = "mangle"
 )
+
+// chainCanary is an empty chain a full sync declares in mangle, nat and
+// filter, and whose absence from mangle tells the periodic check that another
+// program reset the tables (Dataplane.check): kube-proxy's
+// KUBE-PROXY-CANARY (pkg/proxy/iptables, kubeProxyCanaryChain). mangle is
+// written last, so its canary is there only once the others are.
+const chainCanary = "SVCP-PROXY-CANARY"
+
+// canaryTables are the tables a full sync declares the canary in, in the
+// order it writes them: the first two with their rules, mangle after them.
+var canaryTables = []string{tableFilter, tableNAT, tableMangle}
 
 // The chains every sync writes whole ("top" chains). Their names are fixed; the
 // userspace proxier and other dataplanes must not use them.
@@ -73,6 +85,9 @@ var topChains = map[string][]string{
 
 // isOurChain reports whether a chain of table belongs to this package.
 func isOurChain(table, name string) bool {
+	if name == chainCanary {
+		return true
+	}
 	for _, c := range topChains[table] {
 		if c == name {
 			return true

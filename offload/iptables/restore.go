@@ -16,6 +16,9 @@ type plan struct {
 	ports []*portRules                 // ports whose own chains are rewritten
 	stale []string                     // nat chains to flush and delete (-X)
 	hooks []hook                       // jumps from built-in chains to insert (-I)
+	// canaries: declare chainCanary in filter and nat with their rules, and
+	// in mangle after them (a full sync's last restore).
+	canaries bool
 }
 
 func (p *plan) empty() bool {
@@ -24,7 +27,7 @@ func (p *plan) empty() bool {
 			return false
 		}
 	}
-	return len(p.ports) == 0 && len(p.stale) == 0 && len(p.hooks) == 0
+	return len(p.ports) == 0 && len(p.stale) == 0 && len(p.hooks) == 0 && !p.canaries
 }
 
 // coldRestoreBytes bounds the port chains of one restore of a cold start on
@@ -55,7 +58,7 @@ func coldPlans(p *plan) []*plan {
 		cur.ports = append(cur.ports, pr)
 		size += len(pr.text)
 	}
-	return append(plans, &plan{top: map[string]map[string][]byte{tableNAT: p.top[tableNAT]}, stale: p.stale, hooks: p.hooks})
+	return append(plans, &plan{top: map[string]map[string][]byte{tableNAT: p.top[tableNAT]}, stale: p.stale, hooks: p.hooks, canaries: p.canaries})
 }
 
 // fullPlan writes every chain and deletes stale ones.
@@ -141,9 +144,10 @@ func (rs *ruleset) topLines(table, chain string) []byte {
 }
 
 // text renders a plan as iptables-restore input: per table the chain
-// declarations, the rules, the deletions, the hooks, COMMIT. A table with
-// nothing to write is left out. Each COMMIT is atomic: a packet sees the old
-// table or the new one, hooks and all.
+// declarations, the rules, the deletions, the hooks, COMMIT; a table with
+// nothing to write is left out. The canaries come with the tables' own
+// declarations, and last a mangle table with only its canary. Each COMMIT is
+// atomic: a packet sees the old table or the new one, hooks and all.
 func (rs *ruleset) text(p *plan) []byte {
 	var b bytes.Buffer
 	size := 256 + 40*len(p.stale)
@@ -171,11 +175,14 @@ func (rs *ruleset) text(p *plan) []byte {
 				hooks = append(hooks, h)
 			}
 		}
-		if len(top) == 0 && len(hooks) == 0 && (!nat || (len(p.ports) == 0 && len(p.stale) == 0)) {
+		if len(top) == 0 && len(hooks) == 0 && !p.canaries && (!nat || (len(p.ports) == 0 && len(p.stale) == 0)) {
 			continue
 		}
 		b.WriteString("*" + table + "\n")
 		declare := func(c string) { b.WriteString(":" + c + " - [0:0]\n") }
+		if p.canaries {
+			declare(chainCanary)
+		}
 		for _, c := range top {
 			declare(c)
 		}
@@ -206,6 +213,9 @@ func (rs *ruleset) text(p *plan) []byte {
 			b.WriteString(h.insert())
 		}
 		b.WriteString("COMMIT\n")
+	}
+	if p.canaries {
+		b.WriteString("*" + tableMangle + "\n:" + chainCanary + " - [0:0]\nCOMMIT\n")
 	}
 	return b.Bytes()
 }

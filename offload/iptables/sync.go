@@ -97,7 +97,7 @@ func (d *Dataplane) write(ctx context.Context, rd *rendering, full bool, applied
 		if err != nil {
 			return 0, err
 		}
-		pl = &plan{top: rd.top, ports: rd.ports, stale: stale, hooks: missing}
+		pl = &plan{top: rd.top, ports: rd.ports, stale: stale, hooks: missing, canaries: true}
 	} else {
 		pl = d.partialPlan(rd)
 	}

@@ -134,19 +134,86 @@ func TestFullSyncPeriodFromTheEnd(t *testing.T) {
 	}
 }
 
-// Periodic syncs are partial while the hooks are in place; once per SyncPeriod
-// a sync checks them, and one that finds a hook gone (another program flushed
-// the table) is full and puts everything back (internal/ruletest).
-func TestMissingHookRepaired(t *testing.T) {
+// Periodic syncs are partial while the canary is in mangle; once per
+// SyncPeriod a sync checks it, and one that finds it gone (another program
+// reset the tables) is full and puts everything back (internal/ruletest).
+func TestMissingCanaryRepaired(t *testing.T) {
 	ruletest.CheckRepaired(t, rules, ruletest.FakeLoss{
-		Name: "hook deleted", Repair: "hook nat/POSTROUTING -> SVCP-POSTROUTING: missing",
+		Name: "tables reset", Repair: "canary mangle/SVCP-PROXY-CANARY: missing",
 		Do: func(t *testing.T, r ruletest.Rig) {
-			h := hooks[len(hooks)-1] // nat POSTROUTING -> SVCP-POSTROUTING
-			if err := r.(*rig).ipt.DeleteRule(context.Background(), kiptables.Table(h.table), h.chain, h.args...); err != nil {
+			var reset strings.Builder
+			for _, table := range canaryTables {
+				reset.WriteString("*" + table + "\n:" + chainCanary + " - [0:0]\n-X " + chainCanary + "\nCOMMIT\n")
+			}
+			if err := r.(*rig).ipt.Restore(context.Background(), []byte(reset.String())); err != nil {
 				t.Fatal(err)
 			}
 		},
 	})
+}
+
+// When the canary is gone from mangle but not yet from nat, a reload is
+// still under way: check looks again until the others are gone too, or
+// canaryFlushTimeout has passed, as kube-proxy's Monitor does; either way
+// it reports the tables reset. With the canary in place it reads mangle
+// alone.
+func TestCheckWaitsForEveryCanary(t *testing.T) {
+	defer func(timeout, poll time.Duration) { canaryFlushTimeout, canaryFlushPoll = timeout, poll }(canaryFlushTimeout, canaryFlushPoll)
+	canaryFlushTimeout, canaryFlushPoll = time.Minute, time.Millisecond
+	ctx := context.Background()
+	saves := &savesIPT{Fake: kiptables.NewFake()}
+	p := newDataplane(t, saves, nil)
+	mustSync(t, p, ruletest.History()[2])
+	saves.tables = nil
+	if err := p.check(ctx); err != nil {
+		t.Fatalf("after a full sync: %v", err)
+	}
+	if !slices.Equal(saves.tables, []kiptables.Table{kiptables.TableMangle}) {
+		t.Errorf("the check read %v, want mangle alone", saves.tables)
+	}
+	drop := func(table string) {
+		t.Helper()
+		if err := saves.Restore(ctx, []byte("*"+table+"\n:"+chainCanary+" - [0:0]\n-X "+chainCanary+"\nCOMMIT\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drop(tableMangle)
+	drop(tableFilter)
+	saves.onSave = func(n int) { // the reload reaches nat a few looks later
+		if n == 5 {
+			drop(tableNAT)
+		}
+	}
+	saves.tables = nil
+	err := p.check(ctx)
+	if err == nil || !strings.Contains(err.Error(), "missing") {
+		t.Fatalf("check: %v, want the canary missing", err)
+	}
+	if n := len(saves.tables); n < 5 {
+		t.Errorf("the check read %d tables, want it to look until nat's canary went", n)
+	}
+	canaryFlushTimeout = 20 * time.Millisecond // a canary that never goes: it gives up
+	mustSync(t, p, ruletest.History()[2])
+	drop(tableMangle)
+	saves.onSave = nil
+	if err := p.check(ctx); err == nil {
+		t.Error("check with the mangle canary gone and the others left: no error")
+	}
+}
+
+// savesIPT is a Fake that records the tables each Save reads.
+type savesIPT struct {
+	*kiptables.Fake
+	tables []kiptables.Table
+	onSave func(n int)
+}
+
+func (s *savesIPT) Save(ctx context.Context, table kiptables.Table) ([]byte, error) {
+	s.tables = append(s.tables, table)
+	if s.onSave != nil {
+		s.onSave(len(s.tables))
+	}
+	return s.Fake.Save(ctx, table)
 }
 
 // slowIPT is a Fake whose restores take took on a fake clock.
@@ -193,7 +260,8 @@ func TestCleanup(t *testing.T) {
 	if err := f.Restore(ctx, []byte(foreign)); err != nil {
 		t.Fatal(err)
 	}
-	_, _ = f.Save(ctx, kiptables.TableFilter) // the kernel has an empty filter table
+	_, _ = f.Save(ctx, kiptables.TableFilter) // the kernel has empty filter and mangle tables
+	_, _ = f.Save(ctx, kiptables.TableMangle)
 	before := f.Dump()
 	mustSync(t, newDataplane(t, f, nil), ruletest.History()[4])
 	for range 2 {

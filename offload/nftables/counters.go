@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"strings"
 
-	"sigs.k8s.io/knftables"
-
 	"github.com/svcproxy/svcproxy/dataplane"
+	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	"github.com/svcproxy/svcproxy/service"
 )
 
@@ -45,7 +44,7 @@ func (d *Dataplane) LocalhostRejected(ctx context.Context) (map[string]uint64, e
 		return nil, nil
 	}
 	counters, err := d.cfg.NFT.ListCounters(ctx)
-	if knftables.IsNotFound(err) {
+	if knft.IsNotFound(err) { // knftables' errors and Real's netlink ones
 		return nil, nil
 	}
 	if err != nil {

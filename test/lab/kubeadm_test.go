@@ -76,8 +76,9 @@ spec:
 // rolled kube-proxy's DaemonSet to svcproxy's image, and through kube-proxy
 // again after `svclab use kube-proxy`; names resolve through CoreDNS, then
 // clusterdns, then CoreDNS. `svclab web` shows each pod on its node;
-// `svclab rules --node` and `svclab trace --node` read a worker's rules
-// (webShowsNodes, rulesAndTraceOnAWorker). After `svclab down` nothing is left. It logs the
+// `svclab rules --node` and `svclab trace --node` read a worker's rules,
+// and in socklb mode its socket LB's maps (webShowsNodes,
+// rulesAndTraceOnAWorker, socketLBOnTheNodes). After `svclab down` nothing is left. It logs the
 // time each step took and the resident memory of the kubelets, the
 // containerds, kube-apiserver and etcd.
 func TestKubeadmCluster(t *testing.T) {
@@ -160,6 +161,7 @@ func TestKubeadmCluster(t *testing.T) {
 				reach(t, step.serving)
 				if step.use == "svcproxy" {
 					rulesAndTraceOnAWorker(t, c, clusterIP)
+					socketLBOnTheNodes(t, c, clusterIP, reach)
 				}
 			} else {
 				resolve(t, step.serving)

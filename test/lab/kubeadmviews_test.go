@@ -114,3 +114,63 @@ func execOnANode(t *testing.T, c *cpLab) {
 		t.Errorf("svclab exec worker1 -- curl http://web/: %v, want a name that does not resolve on a node:\n%s", err, out)
 	}
 }
+
+// socketLBOnTheNodes checks socklb mode on the kubeadm cluster while
+// svcproxy serves: `svclab mode socklb` says the DaemonSet rolled its pods
+// (none deleted) and every node reaches web; `svclab rules --node worker1
+// web` lists worker1's own socket LB maps (web's ClusterIP, a slot per
+// pod), pinned in its bpffs, in its mount namespace, and attached at its
+// kubelet's cgroup root, and `svclab rules web` the control-plane node's;
+// `svclab trace --node worker1 worker1 web` says worker1's own processes
+// meet no socket hook, walks a pod's connect() over worker1's maps, then
+// the packet through worker1's nftables path. Then back to iptables mode:
+// the pins removed, the pod template kubeadm's again.
+func socketLBOnTheNodes(t *testing.T, c *cpLab, clusterIP string, reach func(*testing.T, string)) {
+	words := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+	out := c.svclabLong("mode", "socklb")
+	for _, want := range []string{"svcproxy runs in socklb mode on every node", "pod template given", "none deleted"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("svclab mode socklb: no %q in %q", want, out)
+		}
+	}
+	reach(t, "svcproxy (socklb)")
+	c.t = t
+	for _, node := range []string{"worker1", "node"} {
+		args := []string{"rules", "web"}
+		if node != "node" {
+			args = append(args, "--node", node)
+		}
+		var out string
+		c.eventually("svclab "+strings.Join(args, " ")+" lists web's three pods", func() (bool, string) {
+			out = words(c.svclab(args...))
+			return strings.Contains(out, "slot 2 ->"), out
+		})
+		for _, want := range []string{
+			"attached at /run/svclab-cgroup2/svclab/" + node + ";",
+			"pinned in /sys/fs/bpf/svcproxy (" + node + "'s own bpffs, in its mount namespace)",
+			clusterIP + ":80/TCP id",
+		} {
+			if !strings.Contains(out, want) {
+				t.Errorf("svclab %s: no %q in\n%s", strings.Join(args, " "), want, out)
+			}
+		}
+	}
+	out = words(c.svclab("trace", "--node", "worker1", "worker1", "web"))
+	for _, want := range []string{
+		"worker1's processes are not in worker1's kubelet's cgroup root",
+		"What runs there are worker1's pods",
+		"socket LB (cgroup connect4):",
+		"rewritten to 198.19.",
+		"DNAT 198.19.",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("svclab trace --node worker1 worker1 web: no %q in\n%s", want, out)
+		}
+	}
+	out = c.svclabLong("mode", "iptables")
+	for _, want := range []string{"svcproxy runs in iptables mode on every node", "socklb's pins removed in every node", "back to kubeadm's", "none deleted"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("svclab mode iptables: no %q in %q", want, out)
+		}
+	}
+}

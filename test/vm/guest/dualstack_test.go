@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -116,12 +115,8 @@ func TestSvcproxyDualStack(t *testing.T) {
 	}
 	l := newLab(t)
 	l.addIPv6(t)
-	file := filepath.Join(t.TempDir(), "services.yaml")
-	must(t, os.WriteFile(file, []byte(dualManifests()), 0o644))
-	stop := l.startSvcproxy(t, "--mode", "ipvs", "--services", file, "--node-ip", nodeIP.String()+","+nodeIP6.String(),
-		"--hostname-override", "node-a", "--cluster-cidr", "198.19.1.0/24,2001:db8:19::1:0/112",
-		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249")
-	l.waitHealthy(t)
+	signal, _ := l.serve(t, dualManifests(), "--mode", "ipvs", "--node-ip", nodeIP.String()+","+nodeIP6.String(),
+		"--hostname-override", "node-a", "--cluster-cidr", "198.19.1.0/24,2001:db8:19::1:0/112")
 	var st struct{ IPFamilies []string }
 	if err := json.Unmarshal([]byte(l.get(t, "127.0.0.1:10249", "/status")), &st); err != nil || !slices.Equal(st.IPFamilies, []string{"IPv4", "IPv6"}) {
 		t.Fatalf("/status ipFamilies %v (%v), want both", st.IPFamilies, err)
@@ -176,7 +171,7 @@ func TestSvcproxyDualStack(t *testing.T) {
 	if !strings.Contains(sets, "add "+ipvs.SetName("IPv6", ipvs.SetClusterIPs)+" 2001:db8:18::40,tcp:80") {
 		t.Errorf("while running: want the IPv6 masquerade set's member:\n%s", sets)
 	}
-	stop()
+	signal(syscall.SIGTERM)
 
 	out := l.director.output(t, svcproxyBin, "--cleanup")
 	t.Logf("svcproxy --cleanup: %s", strings.TrimSpace(out))

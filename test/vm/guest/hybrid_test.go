@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -31,14 +30,9 @@ func TestSvcproxyHybridIPVS(t *testing.T) {
 		t.Skipf("needs %s (test/vm puts it in the guest): %v", svcproxyBin, err)
 	}
 	l := newLab(t)
-	file := filepath.Join(t.TempDir(), "services.yaml")
-	must(t, os.WriteFile(file, []byte(manifests), 0o644))
 	vip := netip.MustParseAddrPort("198.18.0.30:80")
-	args := []string{"--mode", "hybrid", "--offload", "ipvs", "--services", file, "--node-ip", nodeIP.String(),
-		"--cluster-cidr", "198.19.1.0/24", "--promote-conn-rate", "5", "--promote-after", "1s", "--demote-after", "3s",
-		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}
-	signal := l.startSvcproxySignal(t, args...)
-	l.waitHealthy(t)
+	signal, args := l.serve(t, manifests, "--mode", "hybrid", "--offload", "ipvs", "--node-ip", nodeIP.String(),
+		"--cluster-cidr", "198.19.1.0/24", "--promote-conn-rate", "5", "--promote-after", "1s", "--demote-after", "3s")
 	report := func(what string, lp *loop) { // stops lp
 		t.Helper()
 		ok, failed, last := lp.stop()
@@ -231,14 +225,10 @@ func TestSvcproxyHybridIPVSDualStack(t *testing.T) {
 	}
 	l := newLab(t)
 	l.addIPv6(t)
-	file := filepath.Join(t.TempDir(), "services.yaml")
-	must(t, os.WriteFile(file, []byte(dualManifests()), 0o644))
-	stop := l.startSvcproxy(t, "--mode", "hybrid", "--offload", "ipvs", "--services", file,
+	signal, _ := l.serve(t, dualManifests(), "--mode", "hybrid", "--offload", "ipvs",
 		"--node-ip", nodeIP.String()+","+nodeIP6.String(), "--hostname-override", "node-a",
 		"--cluster-cidr", "198.19.1.0/24,2001:db8:19::1:0/112",
-		"--promote-conn-rate", "5", "--promote-after", "1s", "--demote-after", "0",
-		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249")
-	l.waitHealthy(t)
+		"--promote-conn-rate", "5", "--promote-after", "1s", "--demote-after", "0")
 	var st struct{ IPFamilies []string }
 	if err := json.Unmarshal([]byte(l.get(t, "127.0.0.1:10249", "/status")), &st); err != nil || !slices.Equal(st.IPFamilies, []string{"IPv4", "IPv6"}) {
 		t.Fatalf("/status ipFamilies %v (%v), want both", st.IPFamilies, err)
@@ -276,7 +266,7 @@ func TestSvcproxyHybridIPVSDualStack(t *testing.T) {
 	if status, body, err := l.request("127.0.0.1:10256", "/healthz"); err != nil || status != http.StatusOK {
 		t.Errorf("/healthz with web's IPv6 side on IPVS: %d %s %v", status, body, err)
 	}
-	stop()
+	signal(syscall.SIGTERM)
 
 	out := l.director.output(t, svcproxyBin, "--cleanup")
 	t.Logf("svcproxy --cleanup: %s", strings.TrimSpace(out))

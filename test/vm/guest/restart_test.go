@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"syscall"
@@ -126,13 +125,8 @@ func TestSvcproxyRestartIPVS(t *testing.T) {
 		t.Skipf("needs %s (test/vm puts it in the guest): %v", svcproxyBin, err)
 	}
 	l := newLab(t)
-	file := filepath.Join(t.TempDir(), "services.yaml")
-	must(t, os.WriteFile(file, []byte(restartManifests), 0o644))
 	vip := netip.MustParseAddrPort("198.18.0.30:80")
-	args := []string{"--mode", "ipvs", "--services", file, "--node-ip", nodeIP.String(), "--cluster-cidr", "198.19.0.0/16",
-		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}
-	signal := l.startSvcproxySignal(t, args...)
-	l.waitHealthy(t)
+	signal, args := l.serve(t, restartManifests, "--mode", "ipvs", "--node-ip", nodeIP.String(), "--cluster-cidr", "198.19.0.0/16")
 	udp := l.startUDPFlow(t, dnsVIP)
 	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
 		if !l.hasEntry(t, udp, dnsVIP) {
@@ -204,12 +198,8 @@ func TestSvcproxyIPVSFirstSyncUDP(t *testing.T) {
 	}
 
 	serveUDP(t, l.backend, netip.AddrPortFrom(backendIPs[0], 5353))
-	file := filepath.Join(t.TempDir(), "services.yaml")
-	must(t, os.WriteFile(file, []byte(restartManifests), 0o644))
-	stop := l.startSvcproxy(t, "--mode", "ipvs", "--services", file, "--node-ip", nodeIP.String(), "--cluster-cidr", "198.19.0.0/16",
-		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249")
-	defer stop()
-	l.waitHealthy(t)
+	signal, _ := l.serve(t, restartManifests, "--mode", "ipvs", "--node-ip", nodeIP.String(), "--cluster-cidr", "198.19.0.0/16")
+	defer signal(syscall.SIGTERM)
 	udp.exchange(t) // fails the test without an answer from the endpoint
 
 	var st struct {

@@ -59,14 +59,10 @@ func TestSvcproxy(t *testing.T) {
 		t.Skipf("needs %s (test/vm puts it in the guest): %v", svcproxyBin, err)
 	}
 	l := newLab(t)
-	file := filepath.Join(t.TempDir(), "services.yaml")
-	must(t, os.WriteFile(file, []byte(manifests), 0o644))
 	vip := netip.MustParseAddrPort("198.18.0.30:80")
 
-	stop := l.startSvcproxy(t, "--mode", "ipvs", "--services", file, "--node-ip", nodeIP.String(),
-		"--hostname-override", "node-a", "--cluster-cidr", "198.19.1.0/24",
-		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249")
-	l.waitHealthy(t)
+	signal, _ := l.serve(t, manifests, "--mode", "ipvs", "--node-ip", nodeIP.String(),
+		"--hostname-override", "node-a", "--cluster-cidr", "198.19.1.0/24")
 	if mode := l.get(t, "127.0.0.1:10249", "/proxyMode"); strings.TrimSpace(mode) != "ipvs" {
 		t.Errorf("/proxyMode = %q, want ipvs", mode)
 	}
@@ -96,7 +92,7 @@ func TestSvcproxy(t *testing.T) {
 	if !strings.Contains(nat, ipvs.SetClusterIPs) || !strings.Contains(sets, "add "+ipvs.SetClusterIPs+" 198.18.0.30,tcp:80") {
 		t.Errorf("while running: want the masquerade rules and set member:\n%s\n%s", nat, sets)
 	}
-	stop()
+	signal(syscall.SIGTERM)
 
 	out := l.director.output(t, svcproxyBin, "--cleanup")
 	t.Logf("svcproxy --cleanup: %s", strings.TrimSpace(out))
@@ -117,16 +113,26 @@ func TestSvcproxy(t *testing.T) {
 	t.Logf("svcproxy --cleanup: no virtual servers, no %s, no SVCP- rules, no ip sets", ipvs.DefaultInterface)
 }
 
-// startSvcproxy starts svcproxy in the director; its log goes to the test log. stop
-// sends SIGTERM and waits; cleanup kills it if the test did not stop it.
-func (l *lab) startSvcproxy(t *testing.T, args ...string) (stop func()) {
+// serve writes manifests to services.yaml and starts svcproxy on it in the
+// director (--services) with args and its health and metrics servers on the
+// director's loopback, where get and request reach them, and returns once
+// its first sync is done (/healthz): the signal to stop it by
+// (startSvcproxySignal), and the arguments it was started with, for a test
+// that starts it again.
+func (l *lab) serve(t *testing.T, manifests string, args ...string) (signal func(syscall.Signal), argv []string) {
 	t.Helper()
-	signal := l.startSvcproxySignal(t, args...)
-	return func() { signal(syscall.SIGTERM) }
+	file := filepath.Join(t.TempDir(), "services.yaml")
+	must(t, os.WriteFile(file, []byte(manifests), 0o644))
+	argv = append([]string{"--services", file,
+		"--healthz-bind-address", "127.0.0.1:10256", "--metrics-bind-address", "127.0.0.1:10249"}, args...)
+	signal = l.startSvcproxySignal(t, argv...)
+	l.waitHealthy(t)
+	return signal, argv
 }
 
-// startSvcproxySignal is startSvcproxy with the signal to stop it by: after
-// SIGTERM svcproxy must exit cleanly; after SIGKILL nothing is checked.
+// startSvcproxySignal starts svcproxy in the director, its log going to the
+// test log, and returns the signal to stop it by: after SIGTERM svcproxy
+// must exit cleanly; after SIGKILL nothing is checked.
 func (l *lab) startSvcproxySignal(t *testing.T, args ...string) (signal func(syscall.Signal)) {
 	t.Helper()
 	cmd := exec.Command(svcproxyBin, args...)
