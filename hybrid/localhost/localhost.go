@@ -132,6 +132,10 @@ func (l *Dataplane) Run(ctx context.Context) error {
 	return errors.Join(err, <-done)
 }
 
+// FullSyncs implements dataplane.FullSyncer: the table's full syncs, which
+// cmd/svcproxy counts around each sync (the listeners make none).
+func (l *Dataplane) FullSyncs() uint64 { return dataplane.FullSyncs(l.Interface) }
+
 // Status implements dataplane.Interface: nftables mode's, with the
 // listeners under "localhostNodePorts".
 func (l *Dataplane) Status() any {

@@ -121,3 +121,26 @@ func TestLocalhostNodePorts(t *testing.T) {
 		t.Errorf("kubeproxy_nftables_localhost_nodeport_listeners = %v, want 1 (web's; clash's port is taken)", listeners)
 	}
 }
+
+// The listeners beside the table count its full syncs as their own
+// (dataplane.FullSyncs): the first sync is full.
+func TestLocalhostFullSyncs(t *testing.T) {
+	table, err := offloadnftables.New(offloadnftables.Config{Node: dataplane.Node{NodeName: servicetest.ThisNode}, LocalhostNodePorts: true, NFT: knft.NewFake(offloadnftables.Table)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(Config{Kernel: table, Node: dataplane.Node{NodeName: servicetest.ThisNode}, ShutdownGrace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Listeners().Shutdown(context.Background()) })
+	if n := dataplane.FullSyncs(l); n != 0 {
+		t.Fatalf("%d full syncs before the first sync", n)
+	}
+	if err := l.Sync(context.Background(), servicetest.Snapshot()); err != nil {
+		t.Fatal(err)
+	}
+	if n := dataplane.FullSyncs(l); n != 1 {
+		t.Errorf("%d full syncs after the first sync, want 1", n)
+	}
+}
