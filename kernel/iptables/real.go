@@ -156,10 +156,21 @@ func (r *Real) runSave(ctx context.Context, args ...string) ([]byte, error) {
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("iptables-save %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		msg := strings.TrimSpace(stderr.String())
+		if strings.Contains(msg, "Table does not exist") {
+			err = errors.Join(ErrNoTable, err)
+		}
+		return nil, fmt.Errorf("iptables-save %s: %w: %s", strings.Join(args, " "), err, msg)
 	}
 	return out, nil
 }
+
+// ErrNoTable is in the error of Save when the kernel has no such table yet:
+// iptables-legacy's "Table does not exist (do you need to insmod?)" for a
+// table whose module nothing has loaded (iptables-save does not load it;
+// iptables-restore does). Such a table holds no rules: iptables-nft saves
+// it as empty.
+var ErrNoTable = errors.New("no such table in the kernel")
 
 // EnsureRule implements Interface.
 func (r *Real) EnsureRule(ctx context.Context, pos Position, t Table, chain string, args ...string) (bool, error) {

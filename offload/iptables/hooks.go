@@ -124,6 +124,9 @@ var (
 // table.
 func hasCanary(ctx context.Context, ipt kiptables.Interface, table string) (bool, error) {
 	b, err := ipt.Save(ctx, kiptables.Table(table))
+	if errors.Is(err, kiptables.ErrNoTable) {
+		return false, nil // no table, no canary: a full sync makes both
+	}
 	if err != nil {
 		return false, err
 	}
@@ -136,10 +139,13 @@ func ourChains(ctx context.Context, ipt kiptables.Interface, tables ...string) (
 	out := map[string]map[string]bool{}
 	for _, table := range tables {
 		b, err := ipt.Save(ctx, kiptables.Table(table))
+		out[table] = map[string]bool{}
+		if errors.Is(err, kiptables.ErrNoTable) {
+			continue // a table never loaded holds nothing of ours
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read table %s: %w", table, err)
 		}
-		out[table] = map[string]bool{}
 		for _, c := range savedChains(b) {
 			if isOurChain(table, c) {
 				out[table][c] = true
