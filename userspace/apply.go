@@ -1,7 +1,6 @@
 package userspace
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,37 +11,60 @@ import (
 
 // portalState remembers what the last restore did.
 type portalState struct {
-	applied  []byte // text of the last successful restore
+	// applied are the rules the last restore left in the kernel; nil when
+	// they are not known: before the first restore, after a failure, and
+	// when Run's periodic resync asks for every chain to be written anew.
+	applied  *rules
 	err      error  // error of the last restore, nil after a success
 	failures uint64 // failed restores since start
 }
 
-// applyPortals renders the portals of the served ports and applies them in one
-// restore. It does nothing when the text has not changed since the last
-// successful restore. The first restore, the one after a failure and the
-// periodic one of Run (resync, which forgets what was applied) also make sure
-// our chains are hooked from the built-in chains; the others leave that out:
-// a restore of our chains (--noflush) does not touch the hooks, and checking
-// the seven of them is seven iptables processes, each of which reads the whole
-// table on the nf_tables backend (bench/kubeproxy: hybrid's syncs at 1,000
-// Services spent most of their time there).
+// applyPortals renders the portals of the served ports and makes the kernel
+// hold them. It does nothing when they have not changed since the last
+// successful restore. Otherwise, when the kernel holds what that restore
+// left, it writes only the rules that changed (changes): one portal's rules
+// instead of every portal's, which is what a Service created or deleted
+// needs. The first restore, the one after a failure, the periodic one of Run
+// (resync, which forgets what was applied) and one that would delete many
+// rules write every chain of ours anew; the first three also make sure our
+// chains are hooked from the built-in chains. A restore of our chains
+// (--noflush) does not touch the hooks, and checking the seven of them is
+// seven iptables processes, each of which reads the whole table on the
+// nf_tables backend (bench/kubeproxy: hybrid's syncs at 1,000 Services spent
+// most of their time there).
 func (p *Proxier) applyPortals(ctx context.Context) error {
 	ipt := p.cfg.IPTables
 	if ipt == nil {
 		return nil
 	}
-	rules := Render(p.cfg.Family, portalsOf(p.ports, p.cfg))
-	if p.portals.err == nil && bytes.Equal(rules, p.portals.applied) {
+	want := renderRules(p.cfg.Family, portalsOf(p.ports, p.cfg))
+	last := p.portals.applied
+	if last != nil && last.equal(want) {
 		return nil
 	}
-	hook := p.portals.applied == nil || p.portals.err != nil
-	err := p.cfg.NetNS(func() error { return apply(ctx, ipt, rules, hook) })
+	err := p.cfg.NetNS(func() error {
+		if last == nil {
+			return apply(ctx, ipt, want.restore(), true)
+		}
+		text, ok := changes(last, want)
+		if !ok {
+			return apply(ctx, ipt, want.restore(), false)
+		}
+		err := ipt.Restore(ctx, text)
+		if err == nil {
+			return nil
+		}
+		// Another program changed our chains (a "-D" found no rule to
+		// delete): write them all again, and the hooks.
+		p.cfg.Logger.Warn("portals: restoring the rules that changed failed; writing every portal", "err", err)
+		return apply(ctx, ipt, want.restore(), true)
+	})
 	if err != nil {
 		p.portals.failures++
-		p.portals.err = err
+		p.portals.applied, p.portals.err = nil, err
 		return err
 	}
-	p.portals.applied, p.portals.err = rules, nil
+	p.portals.applied, p.portals.err = want, nil
 	return nil
 }
 

@@ -55,7 +55,10 @@
 //     load-balancer IP traffic, whose portals lead to the node port's
 //     listener, for externalTrafficPolicy), as the kernel paths choose;
 //   - portals rendered as iptables-restore text (Render, a pure function) and
-//     applied in one transaction; a port with no endpoints is REJECTed at once
+//     applied in one transaction: every chain at the first sync, after a
+//     failure and every 30s, only the rules that changed otherwise (a
+//     Service created or deleted writes its own rules, not every portal's,
+//     docs/design.md); a port with no endpoints is REJECTed at once
 //     instead of leaving clients to time out; the listeners take only what a
 //     portal redirected (SVCP-LISTENERS, a conntrack match), though they are
 //     bound to 0.0.0.0;

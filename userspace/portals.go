@@ -131,14 +131,24 @@ type Portal struct {
 // the ICMP message of a REJECT: nat REDIRECT works in ip6tables as in
 // iptables.
 func Render(fam service.Family, portals []Portal) []byte {
-	var listeners, filter, container, host bytes.Buffer
-	listeners.WriteString("-A " + ChainListeners + ` -m conntrack --ctstate DNAT -m comment --comment "redirected by a portal" -j RETURN` + "\n")
+	return renderRules(fam, portals).restore()
+}
+
+// rules are the portals of one family as rendered: each table's rules in
+// order, each "CHAIN match... -j TARGET", an iptables-restore line without
+// its "-A ". Render writes them all; changes writes what differs between two.
+type rules struct{ filter, nat []string }
+
+func renderRules(fam service.Family, portals []Portal) *rules {
+	var listeners, filter, container, host []string
+	add := func(to *[]string, format string, args ...any) { *to = append(*to, fmt.Sprintf(format, args...)) }
+	listeners = append(listeners, ChainListeners+` -m conntrack --ctstate DNAT -m comment --comment "redirected by a portal" -j RETURN`)
 	// The listeners' rules below reject only new connections; every other
 	// packet leaves here, not after one rule per listener: the replies to
 	// the proxy's own connections to endpoints come in through INPUT, and
 	// a walk of 1,000 listeners' rules for each of them was half of
 	// svcproxy's CPU in bench/kubeproxy's hybrid run at 1,000 Services.
-	listeners.WriteString("-A " + ChainListeners + ` -m conntrack ! --ctstate NEW -m comment --comment "not a new connection" -j RETURN` + "\n")
+	listeners = append(listeners, ChainListeners+` -m conntrack ! --ctstate NEW -m comment --comment "not a new connection" -j RETURN`)
 	reject := "-j REJECT --reject-with icmp-port-unreachable"
 	if fam == service.IPv6 {
 		reject = "-j REJECT --reject-with icmp6-port-unreachable"
@@ -148,7 +158,7 @@ func Render(fam service.Family, portals []Portal) []byte {
 		if p.Listener != 0 {
 			// Only new connections: a packet of an established one is never
 			// dropped here, whatever conntrack recorded about it.
-			fmt.Fprintf(&listeners, "-A %s -p %s -m comment --comment %q -m %s --dport %d -m conntrack --ctstate NEW %s\n", ChainListeners,
+			add(&listeners, "%s -p %s -m comment --comment %q -m %s --dport %d -m conntrack --ctstate NEW %s", ChainListeners,
 				proto, p.Name.String()+" listener, not through a portal", proto, p.Listener, reject)
 		}
 		if p.Excluded {
@@ -161,17 +171,17 @@ func Render(fam service.Family, portals []Portal) []byte {
 			}
 			match := fmt.Sprintf("-p %s -m comment --comment %q -m %s --dport", proto, why, proto)
 			for _, ip := range fam.Addrs(p.IPs) {
-				fmt.Fprintf(&filter, "-A %s -d %s/%d %s %d %s\n", ChainReject, ip, fam.Bits(), match, p.Port, reject)
+				add(&filter, "%s -d %s/%d %s %d %s", ChainReject, ip, fam.Bits(), match, p.Port, reject)
 			}
 			if p.NodePort != 0 {
-				fmt.Fprintf(&filter, "-A %s %s %d %s\n", ChainNodePortsReject, match, p.NodePort, reject)
+				add(&filter, "%s %s %d %s", ChainNodePortsReject, match, p.NodePort, reject)
 			}
 			continue
 		}
 		match := fmt.Sprintf("-p %s -m comment --comment %q -m %s --dport", proto, p.Name.String(), proto)
 		for _, ip := range fam.Addrs(p.IPs) {
 			if p.NoInternalEndpoints && !slices.Contains(p.External, ip) {
-				fmt.Fprintf(&filter, "-A %s -d %s/%d -p %s -m comment --comment %q -m %s --dport %d -j DROP\n", ChainReject, ip, fam.Bits(),
+				add(&filter, "%s -d %s/%d -p %s -m comment --comment %q -m %s --dport %d -j DROP", ChainReject, ip, fam.Bits(),
 					proto, p.Name.String()+" has no local endpoints", proto, p.Port)
 				continue
 			}
@@ -184,34 +194,107 @@ func Render(fam service.Family, portals []Portal) []byte {
 				// Only the allowed sources are redirected; the rest keeps the
 				// load-balancer IP as its destination, and filter drops it.
 				sources = p.Sources
-				fmt.Fprintf(&filter, "-A %s -d %s/%d -p %s -m comment --comment %q -m %s --dport %d -j DROP\n", ChainReject, ip, fam.Bits(),
+				add(&filter, "%s -d %s/%d -p %s -m comment --comment %q -m %s --dport %d -j DROP", ChainReject, ip, fam.Bits(),
 					proto, p.Name.String()+" not in loadBalancerSourceRanges", proto, p.Port)
 			}
 			for _, src := range sources {
 				if src != "" {
 					src = "-s " + src + " "
 				}
-				rule := fmt.Sprintf("%s-d %s/%d %s %d -j REDIRECT --to-ports %d\n", src, ip, fam.Bits(), match, p.Port, to)
-				fmt.Fprintf(&container, "-A %s %s", ChainPortalsContainer, rule)
-				fmt.Fprintf(&host, "-A %s %s", ChainPortalsHost, rule)
+				rule := fmt.Sprintf("%s-d %s/%d %s %d -j REDIRECT --to-ports %d", src, ip, fam.Bits(), match, p.Port, to)
+				container = append(container, ChainPortalsContainer+" "+rule)
+				host = append(host, ChainPortalsHost+" "+rule)
 			}
 		}
 	}
+	return &rules{filter: append(listeners, filter...), nat: append(container, host...)}
+}
+
+// restore is the text that writes every chain of ours anew: each declared
+// (created or flushed), then its rules appended.
+func (r *rules) restore() []byte {
 	var b bytes.Buffer
-	listeners.Write(filter.Bytes())
-	writeTable(&b, iptables.TableFilter, filterChains, listeners.Bytes())
-	container.Write(host.Bytes())
-	writeTable(&b, iptables.TableNAT, natChains, container.Bytes())
+	writeTable(&b, iptables.TableFilter, filterChains, r.filter)
+	writeTable(&b, iptables.TableNAT, natChains, r.nat)
 	return b.Bytes()
 }
 
-func writeTable(b *bytes.Buffer, table iptables.Table, chains []string, rules []byte) {
+func writeTable(b *bytes.Buffer, table iptables.Table, chains []string, rules []string) {
 	fmt.Fprintf(b, "*%s\n", table)
 	for _, c := range chains {
 		fmt.Fprintf(b, ":%s - [0:0]\n", c)
 	}
-	b.Write(rules)
+	for _, r := range rules {
+		b.WriteString("-A " + r + "\n")
+	}
 	b.WriteString("COMMIT\n")
+}
+
+func (r *rules) equal(o *rules) bool {
+	return slices.Equal(r.filter, o.filter) && slices.Equal(r.nat, o.nat)
+}
+
+// maxDeletes is how many rules a restore of the changes may delete; with
+// more, every chain is written anew. iptables-nft compares the rule a "-D"
+// line names with the rules of its chain, from the first: with 1,000
+// portals, deleting the 3 rules of one took half as long as writing all
+// 3,000, deleting the 300 of 100 portals at the ends of their chains 30
+// times as long (docs/design.md, "The userspace portals").
+const maxDeletes = 16
+
+// changes returns the iptables-restore text that turns the rules last into
+// want without declaring a chain (which would flush it): in each table, "-D"
+// lines for the rules of last that want lacks, then "-A" lines for those of
+// want that last lacks. A rule added goes to the end of its chain, not where
+// a full restore puts it; the order of the portals does not matter (each
+// rule matches its own address and port, or its own listener's port), and
+// the two rules that must come first in SVCP-LISTENERS never change. ok is
+// false when the text would delete more than maxDeletes rules.
+func changes(last, want *rules) (text []byte, ok bool) {
+	var b bytes.Buffer
+	deletes := 0
+	for _, t := range []struct {
+		table      iptables.Table
+		last, want []string
+	}{{iptables.TableFilter, last.filter, want.filter}, {iptables.TableNAT, last.nat, want.nat}} {
+		gone, added := diff(t.last, t.want)
+		if len(gone)+len(added) == 0 {
+			continue
+		}
+		deletes += len(gone)
+		fmt.Fprintf(&b, "*%s\n", t.table)
+		for _, r := range gone {
+			b.WriteString("-D " + r + "\n")
+		}
+		for _, r := range added {
+			b.WriteString("-A " + r + "\n")
+		}
+		b.WriteString("COMMIT\n")
+	}
+	return b.Bytes(), deletes <= maxDeletes
+}
+
+// diff returns the rules of last that want lacks and the rules of want that
+// last lacks, each in its list's order; a rule listed twice counts twice.
+func diff(last, want []string) (gone, added []string) {
+	left := make(map[string]int, len(last)) // last's rules want has not matched
+	for _, r := range last {
+		left[r]++
+	}
+	for _, r := range want {
+		if left[r] > 0 {
+			left[r]--
+		} else {
+			added = append(added, r)
+		}
+	}
+	for _, r := range last {
+		if left[r] > 0 {
+			left[r]--
+			gone = append(gone, r)
+		}
+	}
+	return gone, added
 }
 
 // renderCleanup returns the text that deletes every chain of ours: declared (so
