@@ -135,6 +135,7 @@ func (r *Record) Queued() {
 type Attempt struct {
 	start, queued time.Time
 	snap          *service.Snapshot
+	programmed    bool // Programmed observed snap's latencies before End
 }
 
 // Begin records that a sync of snap starts, taking over what is pending: the
@@ -166,14 +167,38 @@ func (r *Record) End(a Attempt, err error) {
 	r.syncs.Inc()
 	r.duration.Observe(end.Sub(a.start).Seconds())
 	r.last.Set(float64(end.UnixNano()) / 1e9)
+	if !a.programmed {
+		r.observeProgrammed(a, end)
+	}
+	if a.snap != nil {
+		internal, external := NoLocalEndpoints(a.snap, r.cfg.NodeName)
+		r.noLocal.WithLabelValues("internal").Set(float64(internal))
+		r.noLocal.WithLabelValues("external").Set(float64(external))
+	}
+}
+
+// Programmed records that the kernel carries a's Snapshot now, before the
+// sync ends: its programming latencies (kubeproxy_network_programming_duration_seconds,
+// svcproxy_snapshot_programming_duration_seconds) end here, and End, which
+// still records the sync's duration and outcome, does not observe them again.
+// A periodic full sync that wrote its changes first calls it between the two
+// writes (offload/kernelsync).
+func (r *Record) Programmed(a *Attempt) {
+	now := r.cfg.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.observeProgrammed(*a, now)
+	a.programmed = true
+}
+
+// observeProgrammed observes a's latencies as of end: from the handover and
+// from each EndpointSlice change's trigger.
+func (r *Record) observeProgrammed(a Attempt, end time.Time) {
 	if !a.queued.IsZero() {
 		r.applied.Observe(end.Sub(a.queued).Seconds())
 	}
 	if a.snap != nil {
 		r.observeTriggers(a.snap, end)
-		internal, external := NoLocalEndpoints(a.snap, r.cfg.NodeName)
-		r.noLocal.WithLabelValues("internal").Set(float64(internal))
-		r.noLocal.WithLabelValues("external").Set(float64(external))
 	}
 }
 

@@ -48,7 +48,8 @@ type Syncer struct {
 	record *Record
 	ended  chan error // a sync ended (latest wins): Run re-arms its timer
 
-	mu sync.Mutex // one sync at a time
+	mu      sync.Mutex // one sync at a time
+	attempt *Attempt   // the sync under way (guarded by mu, which Apply runs under)
 
 	latestMu sync.Mutex // guards snap; held only to hand over or take it
 	snap     *service.Snapshot
@@ -113,7 +114,9 @@ func (s *Syncer) syncLocked(ctx context.Context) error {
 	snap := s.snap
 	a := s.record.Begin(snap) // the Record's pending handovers are snap's
 	s.latestMu.Unlock()
+	s.attempt = &a
 	err := s.cfg.Apply(ctx, snap)
+	s.attempt = nil
 	s.record.End(a, err)
 	select { // replace an end Run has not seen yet
 	case <-s.ended:
@@ -121,6 +124,17 @@ func (s *Syncer) syncLocked(ctx context.Context) error {
 	}
 	s.ended <- err
 	return err
+}
+
+// Programmed is for Apply to call when the kernel carries the Snapshot it
+// was given and it still has work to do that changes nothing served (a
+// periodic full sync after the changes it carries: offload/kernelsync): the
+// programming latencies of the Snapshot's changes end now, not when Apply
+// returns. Only Apply may call it: it reads the sync under way.
+func (s *Syncer) Programmed() {
+	if s.attempt != nil {
+		s.record.Programmed(s.attempt)
+	}
 }
 
 // Run resyncs until ctx ends: RetryAfter (doubling, at most Period) after a

@@ -53,6 +53,7 @@ func Run(t *testing.T, s Suite) {
 		{"EveryField", func(t *testing.T) { CheckEveryField(t, p, s.Compare) }},
 		{"NothingChanged", func(t *testing.T) { CheckNothingChanged(t, p) }},
 		{"FullSyncPeriod", func(t *testing.T) { CheckFullSyncPeriod(t, p) }},
+		{"ChangesBeforeFullSync", func(t *testing.T) { CheckChangesBeforeFullSync(t, p) }},
 		{"NoSyncBeforeSnapshot", func(t *testing.T) { CheckNoSyncBeforeSnapshot(t, p) }},
 		{"SyncFailure", func(t *testing.T) { CheckSyncFailure(t, p) }},
 		// What the kernel keeps besides the rules: conntrack, counters.

@@ -108,9 +108,39 @@ func CheckFullSyncPeriod(t *testing.T, path Path) {
 	Sync(t, r, snap)
 	now = now.Add(31 * time.Second)
 	Sync(t, r, snap)
-	if h := r.Health(); h.FullSyncs != 2 || h.PartialSyncs != 1 {
-		t.Errorf("health %+v: want 2 full syncs (start, after a minute) and 1 partial", h)
+	if h := r.Health(); h.FullSyncs != 2 || h.PartialSyncs != 2 {
+		t.Errorf("health %+v: want 2 full syncs (start, after a minute) and 2 partial (30s, and the changes before the full one)", h)
 	}
+}
+
+// CheckChangesBeforeFullSync: the sync FullSyncPeriod after the last full
+// one writes the changes it carries first, as a partial sync would, and the
+// full sync right after, in the same Sync (kernelsync.Sync.ChangesFirst);
+// when the partial write fails, the full sync still follows, and the Sync
+// succeeds with the kernel what a fresh full sync writes.
+func CheckChangesBeforeFullSync(t *testing.T, path Path) {
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	r := path.New(t, Options{FullSyncPeriod: time.Minute, Now: func() time.Time { return now }})
+	Sync(t, r, History()[0])
+	now = now.Add(61 * time.Second)
+	writes := r.Writes()
+	Sync(t, r, History()[1]) // an endpoint leaves, past the period
+	if n := r.Writes() - writes; n != 2 {
+		t.Errorf("%d writes, want 2: the change, then the full sync", n)
+	}
+	if h := r.Health(); h.FullSyncs != 2 || h.PartialSyncs != 1 || !h.Healthy {
+		t.Errorf("health %+v: want the first sync full, then a partial and a full one", h)
+	}
+	compare(t, nil, r.Dump(), fresh(t, path, History()[1]))
+
+	now = now.Add(61 * time.Second)
+	failed := r.FailNext() // the first write, the changes'
+	Sync(t, r, History()[2])
+	h := r.Health()
+	if h.FullSyncs != 3 || h.PartialFailures != 1 || h.Failures != 1 || !h.Healthy {
+		t.Errorf("health %+v: want the partial write failed (%q) and the full sync after it", h, failed)
+	}
+	compare(t, nil, r.Dump(), fresh(t, path, History()[2]))
 }
 
 // CheckNoSyncBeforeSnapshot: before the first Snapshot there is nothing to

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -281,11 +282,42 @@ func (c *Cluster) failingPod(ctx context.Context, selector string) string {
 			if cs.RestartCount == 0 && cs.LastTerminationState.Terminated == nil {
 				continue
 			}
-			logs, _ := c.KubectlOut(ctx, nil, "-n", "kube-system", "logs", p.Name, "--previous", "--tail=3")
-			return fmt.Sprintf("pod %s on %s exited (restarted %d times); its last words:\n%s", p.Name, p.Spec.NodeName, cs.RestartCount, strings.TrimSpace(logs))
+			return fmt.Sprintf("pod %s on %s exited (restarted %d times); its last words:\n%s", p.Name, p.Spec.NodeName, cs.RestartCount, c.lastWords(ctx, p.Name, cs.State.Running != nil))
 		}
 	}
 	return ""
+}
+
+// lastWords is the end of what pod's container said before it exited:
+// the previous container's log, or the current one's when the kubelet has
+// already removed the previous container (it keeps one dead container a
+// pod, so a container that exited twice may have taken the first one's log
+// with it: the kubelet then answers "unable to retrieve container logs").
+// A current container that is not running (it exited, or waits in the
+// restart loop's back-off) has said the same; one that runs may not have
+// said it yet, so running says not to read it.
+func (c *Cluster) lastWords(ctx context.Context, pod string, running bool) string {
+	sources := [][]string{{"--previous"}}
+	if !running {
+		sources = append(sources, nil)
+	}
+	var said string
+	for try := 0; try < 3; try++ {
+		for _, flags := range sources {
+			args := append([]string{"-n", "kube-system", "logs", pod, "--tail=3"}, flags...)
+			out, err := c.KubectlOut(ctx, nil, args...)
+			said = strings.TrimSpace(out)
+			if err == nil && said != "" && !strings.HasPrefix(said, "unable to retrieve container logs") {
+				return said
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return said
+		case <-time.After(time.Second):
+		}
+	}
+	return said
 }
 
 // imageFailures are the reasons a container waits for an image that will

@@ -26,7 +26,9 @@
 // what was applied, shared with nftables mode; render (render.go, port.go) says
 // what the rules are; write applies them in one restore; the Ledger records the
 // result and cleans stale UDP flows. The lifecycle all kernel modes share
-// (dataplane.Syncer) runs the syncs. The rules outlive the process; a new
+// (dataplane.Syncer) runs the syncs; the periodic full sync comes as two, the
+// changes it carries first, as a partial sync, and the full one right after
+// (kernelsync's Sync.ChangesFirst). The rules outlive the process; a new
 // Dataplane adopts them at its first sync (never before the first Snapshot), and
 // Cleanup removes them.
 //

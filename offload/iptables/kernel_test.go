@@ -8,6 +8,7 @@ import (
 
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	"github.com/svcproxy/svcproxy/internal/ruletest"
+	kiptables "github.com/svcproxy/svcproxy/kernel/iptables"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
 
@@ -61,4 +62,30 @@ func TestKernelStaleChains(t *testing.T) {
 			t.Errorf("after a full sync of nothing, %s chains are left:\n%s", prefix, save)
 		}
 	}
+}
+
+// The sync FullSyncPeriod after the last full one serves its change
+// before the full sync's restore.
+func TestKernelChangesBeforeFullSync(t *testing.T) {
+	ruletest.KernelChangesBeforeFullSync(t, kernelRules, func(t *testing.T, l *ruletest.Lab, o ruletest.Options, before *func()) ruletest.KernelRig {
+		ipt := &probedIPT{Interface: kernelRules.(kernelPath).ipt(t, o.Family), before: before}
+		d, err := New(Config{Node: o.Node(true), Periods: o.Periods(true), IPTables: ipt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kernelRig{d}
+	})
+}
+
+// probedIPT calls *before, when set, as each restore begins.
+type probedIPT struct {
+	kiptables.Interface
+	before *func()
+}
+
+func (p *probedIPT) Restore(ctx context.Context, rules []byte) error {
+	if *p.before != nil {
+		(*p.before)()
+	}
+	return p.Interface.Restore(ctx, rules)
 }

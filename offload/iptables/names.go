@@ -115,9 +115,10 @@ func sepChain(n service.PortName, ep netip.AddrPort) string {
 	return prefixSEP + hashBase(n.String(), strings.ToLower(string(n.Protocol)), ep.String())
 }
 
-// hook is a jump from a built-in chain to one of ours. Hooks live outside the
-// restore text (a --noflush restore appends, it cannot "ensure"), so Dataplane
-// ensures them with EnsureRule and Cleanup deletes them.
+// hook is a jump from a built-in chain to one of ours. A --noflush restore
+// appends and cannot "ensure", so a full sync inserts only the hooks the
+// kernel lacks (missingHooks, hooks.go) in its restore, and Cleanup deletes
+// them.
 type hook struct {
 	table, chain string // the built-in chain
 	args         []string

@@ -46,14 +46,38 @@ type Dataplane[P Port] struct {
 // NewDataplane returns the Syncer and the Ledger of a path: mode names it
 // (dataplane.ModeIPTables), m its own metrics, p its periods; nodeName is
 // this node (the Syncer's record counts the endpoints on it), and sync is
-// the path's sync, the Syncer's Apply.
+// the path's sync, which the Syncer's Apply calls (apply).
 func NewDataplane[P Port](mode string, m Metrics, p Periods, nodeName string,
 	sync func(ctx context.Context, snap *service.Snapshot) error) Dataplane[P] {
-	return Dataplane[P]{
-		Syncer: dataplane.NewSyncer(dataplane.SyncerConfig{Mode: mode, Apply: sync, Period: p.SyncPeriod,
-			LagBound: p.LagBound, NodeName: nodeName, Now: p.Now}),
-		Ledger: NewLedger[P](Config{Mode: mode, Metrics: m, Periods: p}),
+	d := Dataplane[P]{Ledger: NewLedger[P](Config{Mode: mode, Metrics: m, Periods: p})}
+	// Apply calls d.apply on this d, whose Syncer is set by then.
+	d.Syncer = dataplane.NewSyncer(dataplane.SyncerConfig{Mode: mode, Period: p.SyncPeriod,
+		LagBound: p.LagBound, NodeName: nodeName, Now: p.Now,
+		Apply: func(ctx context.Context, snap *service.Snapshot) error { return d.apply(ctx, snap, sync) }})
+	return d
+}
+
+// apply is the Syncer's Apply: the path's sync of snap, and when that sync
+// was a periodic full sync's changes (Sync.ChangesFirst), the full sync
+// right after it. The periodic full sync is the first sync after
+// FullSyncPeriod, so it also carries the changes that came since the last
+// sync; written with the whole table, they would reach the kernel only when
+// all of it had (1.4–1.9 s at 10,000 Services of 3 endpoints in nftables
+// mode, docs/benchmarks/kubeproxy.md). Written first, as a partial sync writes
+// them, they are served while the full sync runs, and their programming
+// latency ends there (Syncer.Programmed). The full sync follows also when
+// the partial one failed. kube-proxy's syncProxyRules (pkg/proxy/nftables
+// and pkg/proxy/iptables, proxier.go) writes the changes and the full sync
+// in one transaction.
+func (d *Dataplane[P]) apply(ctx context.Context, snap *service.Snapshot, sync func(ctx context.Context, snap *service.Snapshot) error) error {
+	err := sync(ctx, snap)
+	if !d.Ledger.FullNext() {
+		return err
 	}
+	if err == nil {
+		d.Syncer.Programmed()
+	}
+	return sync(ctx, snap)
 }
 
 // Describe implements prometheus.Collector: the Syncer's record (kube-proxy's

@@ -20,6 +20,10 @@
 //     check of the kernel fails; otherwise it is partial
 //     (write only the ports that changed: kube-proxy KEP-3453), periodic
 //     resyncs included, as in kube-proxy;
+//   - the periodic full sync writes the changes it carries first, as a
+//     partial sync, and the full sync right after, in the same Apply
+//     (Sync.ChangesFirst, Dataplane): the changes are served as fast as any,
+//     not after the whole table (kube-proxy writes both in one transaction);
 //   - at most once per SyncPeriod (30s), before a sync that would be partial,
 //     it has the path check whether the kernel still holds the frame of its
 //     rules (iptables' hooks, nftables' base chains): another program that

@@ -89,6 +89,9 @@ type Health struct {
 //	... render against s.Applied, write in one transaction ...
 //	return ledger.End(ctx, s, ports, size, err) // record it, clean conntrack
 //
+// A sync with Sync.ChangesFirst is followed at once by a full one: the
+// path's Dataplane asks FullNext after each sync (Dataplane.apply).
+//
 // Until the first sync nothing is applied: a path's Syncer syncs nothing
 // before the first Snapshot, so a restart does not replace the rules of the
 // last process with an empty set while the sources are still listing.
@@ -110,6 +113,7 @@ type Ledger[P Port] struct {
 	syncMu   sync.Mutex             // held from Begin to End; guards the fields below
 	applied  map[service.PortName]P // what the last successful sync left; nil before the first
 	needFull bool                   // a sync failed: the kernel may not be what applied says
+	fullNext bool                   // the last sync wrote a periodic full sync's changes: the full one follows
 	lastFull time.Time              // when the last full sync ended
 	checked  time.Time              // when the kernel was last checked, or fully synced
 	// A conntrack cleanup that failed is tried again at the next sync: the
@@ -123,13 +127,20 @@ type Ledger[P Port] struct {
 type Sync[P Port] struct {
 	// Full: the path writes everything and deletes the port objects the
 	// kernel holds that belong to nothing; otherwise only what differs from
-	// Applied. It is full at the first sync, after a failure, FullSyncPeriod
-	// after the end of the last full one (but in a large cluster:
-	// Config.LargeCluster), and when a check fails (Checked).
+	// Applied. It is full at the first sync, after a failure, when a check
+	// fails (Checked), and right after the changes of a periodic one
+	// (ChangesFirst).
 	Full bool
-	// Check: the sync would be partial, and SyncPeriod has passed since the
+	// ChangesFirst: FullSyncPeriod has passed since the end of the last full
+	// sync (but in a large cluster: Config.LargeCluster), and nothing else
+	// asks for a full one. This sync is partial, so that the changes it
+	// carries reach the kernel as fast as any; the next is the full one
+	// (FullNext), which the path's Dataplane runs at once.
+	ChangesFirst bool
+	// Check: the sync is partial, and SyncPeriod has passed since the
 	// kernel was last checked: the path checks that the kernel still holds
 	// the frame its last full sync wrote, and says what it found (Checked).
+	// Not before a periodic full sync's changes: the full sync follows.
 	Check bool
 	// Applied is, per port, what the last successful sync left in the kernel
 	// (nil before the first): what a partial sync is computed against.
@@ -169,9 +180,19 @@ func (l *Ledger[P]) Begin() *Sync[P] {
 	l.syncMu.Lock()
 	s := &Sync[P]{start: l.cfg.Now(), Applied: l.applied}
 	periodic := s.start.Sub(l.lastFull) >= l.cfg.FullSyncPeriod && (l.cfg.LargeCluster == nil || !l.cfg.LargeCluster())
-	s.Full = l.applied == nil || l.needFull || periodic
-	s.Check = !s.Full && s.start.Sub(l.checked) >= l.cfg.SyncPeriod
+	s.Full = l.applied == nil || l.needFull || l.fullNext
+	s.ChangesFirst = !s.Full && periodic
+	s.Check = !s.Full && !s.ChangesFirst && s.start.Sub(l.checked) >= l.cfg.SyncPeriod
 	return s
+}
+
+// FullNext says whether the next sync is a periodic full sync whose changes
+// the last one wrote (Sync.ChangesFirst): the path's Dataplane runs it at
+// once, in the same Apply.
+func (l *Ledger[P]) FullNext() bool {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	return l.fullNext
 }
 
 // Checked records what the path's check of the kernel found: nil if the
@@ -206,6 +227,9 @@ func (l *Ledger[P]) Health() Health {
 // deletes the conntrack entries the sync left stale. It returns err.
 func (l *Ledger[P]) End(ctx context.Context, s *Sync[P], ports Ports[P], size int, err error) error {
 	defer l.syncMu.Unlock()
+	if s.ChangesFirst {
+		l.fullNext = true // whether or not the changes made it: the full sync is due
+	}
 	if err != nil {
 		l.needFull = true
 		l.mu.Lock()
@@ -224,7 +248,7 @@ func (l *Ledger[P]) End(ctx context.Context, s *Sync[P], ports Ports[P], size in
 	if s.Full {
 		// Counted from the end: see FullSyncPeriod. A full sync wrote the
 		// whole frame, so it counts as a check too.
-		l.lastFull, l.needFull = l.cfg.Now(), false
+		l.lastFull, l.needFull, l.fullNext = l.cfg.Now(), false, false
 		l.checked = l.lastFull
 	}
 	// kube-proxy times a sync up to its conntrack cleanup, and the cleanup

@@ -31,7 +31,9 @@
 // what the table's objects are; write applies them in one nft transaction
 // (partial.go for a partial one); the Ledger records the result and cleans stale
 // UDP flows. The lifecycle all kernel modes share (dataplane.Syncer) runs the
-// syncs. The table outlives the process; a new Dataplane adopts it at its first
+// syncs; the periodic full sync comes as two, the changes it carries first, as
+// a partial sync, and the full one right after (kernelsync's
+// Sync.ChangesFirst). The table outlives the process; a new Dataplane adopts it at its first
 // sync (never before the first Snapshot), and Cleanup deletes it.
 //
 // A table is of one IP family (Config.Family), as kube-proxy's are: `ip

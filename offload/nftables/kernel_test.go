@@ -1,13 +1,18 @@
 package nftables
 
 import (
+	"context"
+	"iter"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"sigs.k8s.io/knftables"
+
 	"github.com/svcproxy/svcproxy/internal/offloadtest"
 	"github.com/svcproxy/svcproxy/internal/ruletest"
+	knft "github.com/svcproxy/svcproxy/kernel/nftables"
 	"github.com/svcproxy/svcproxy/service"
 	st "github.com/svcproxy/svcproxy/service/servicetest"
 )
@@ -113,4 +118,38 @@ func TestKernelStaleChains(t *testing.T) {
 			t.Errorf("after a full sync of nothing, %s objects are left:\n%s", prefix, table)
 		}
 	}
+}
+
+// The sync FullSyncPeriod after the last full one serves its change
+// before the full sync's transaction is written.
+func TestKernelChangesBeforeFullSync(t *testing.T) {
+	ruletest.KernelChangesBeforeFullSync(t, kernelRules, func(t *testing.T, l *ruletest.Lab, o ruletest.Options, before *func()) ruletest.KernelRig {
+		nft := &probedNFT{Interface: kernelRules.(kernelPath).nft(t, l.Lab, o.Family), before: before}
+		d, err := New(Config{Node: o.Node(true), Periods: o.Periods(true), NFT: nft})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kernelRig{d}
+	})
+}
+
+// probedNFT calls *before, when set, as each transaction begins: Run (a
+// partial sync's) and RunParts (a full sync's).
+type probedNFT struct {
+	knft.Interface
+	before *func()
+}
+
+func (n *probedNFT) Run(ctx context.Context, tx *knftables.Transaction) error {
+	if *n.before != nil {
+		(*n.before)()
+	}
+	return n.Interface.Run(ctx, tx)
+}
+
+func (n *probedNFT) RunParts(ctx context.Context, parts iter.Seq[func(*knftables.Transaction)]) (int, error) {
+	if *n.before != nil {
+		(*n.before)()
+	}
+	return n.Interface.RunParts(ctx, parts)
 }

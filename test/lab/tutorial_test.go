@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -96,6 +97,14 @@ func runTutorial(t *testing.T, bin, file string, tut *tutorial.Tutorial) {
 		down(t, bin)
 		requireClean(t, bin)
 	})
+	if slices.Contains(tut.Needs, "kubeadm") {
+		// Cleanups run last first: this one before the lab goes down.
+		t.Cleanup(func() {
+			if t.Failed() {
+				logClusterState(t, bin)
+			}
+		})
+	}
 	cmds := tut.Commands
 	if !strings.HasPrefix(cmds[0].Text+" ", "svclab up ") {
 		cmds = append([]tutorial.Command{{Text: "svclab up"}}, cmds...)
@@ -155,6 +164,29 @@ func agnhostSpec() images.Spec {
 		}
 	}
 	panic("images: no agnhost")
+}
+
+// logClusterState logs what a reader of a failed kubeadm tutorial would
+// look at next, before the lab goes: where the pods run, the Services and
+// their endpoints, and each node's NAT rules, nftables tables and tracked
+// TCP connections.
+func logClusterState(t *testing.T, bin string) {
+	t.Helper()
+	lines := []string{
+		"svclab kubectl get pods -A -o wide",
+		"svclab kubectl get services,endpointslices -A -o wide",
+	}
+	for _, node := range []string{"node", "worker1", "worker2"} {
+		lines = append(lines,
+			"svclab exec "+node+" -- iptables-save -t nat",
+			"svclab exec "+node+" -- nft list tables",
+			"svclab exec "+node+" -- conntrack -L -p tcp",
+		)
+	}
+	for _, line := range lines {
+		out, err := shell(bin, line)
+		t.Logf("after the failure: $ %s (%v)\n%s", line, err, out)
+	}
 }
 
 // shell runs a tutorial's command line as the reader's shell would, with the
